@@ -1,0 +1,42 @@
+# reviewqueue: `make run` serves the dashboard, `make test` runs every test.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# PostgreSQL variants of the concurrency tests (CI=true makes a missing server fail).
+TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: install run test test-sqlite test-postgres e2e clean
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py migrate --no-input
+	$(PY) manage.py seed_demo
+	$(PY) manage.py collectstatic --no-input --verbosity 0
+	@echo ""
+	@echo "  reviewqueue is running at http://$(HOST):$(PORT)/"
+	@echo "  log in as alice, bob or carol (moderators) or dave (view only)"
+	@echo "  demo password: $$($(PY) -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
+	@echo ""
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) reviewqueue.asgi:application
+
+test: install test-sqlite test-postgres
+
+test-sqlite: install
+	$(PY) -m pytest
+
+test-postgres: install
+	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
+		$(PY) -m pytest -m "postgres_variant"
+
+clean:
+	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,36 @@
+"""Suite-wide set-up: the PostgreSQL pass must fail in CI when the server is missing."""
+
+import os
+
+import pytest
+
+
+def _postgres_pass() -> bool:
+    return os.environ.get("REVIEWQUEUE_BACKEND_PASS") == "postgres"
+
+
+def _postgres_reachable() -> str | None:
+    import psycopg
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    try:
+        psycopg.connect(
+            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], connect_timeout=3
+        ).close()
+    except psycopg.Error as exc:
+        return str(exc).strip()
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _postgres_pass():
+        return
+    problem = _postgres_reachable()
+    if problem is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.exit(f"PostgreSQL is required in CI but not reachable: {problem}", returncode=1)
+    skip = pytest.mark.skip(reason=f"PostgreSQL not reachable ({problem}); start it or run in CI")
+    for item in items:
+        item.add_marker(skip)

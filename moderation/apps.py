@@ -1,0 +1,21 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ModerationConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "moderation"
+
+    def ready(self) -> None:
+        post_migrate.connect(_moderators_group_ensure, sender=self)
+
+
+def _moderators_group_ensure(sender, **kwargs) -> None:
+    # Permissions exist only after post_migrate, so the group is wired up here.
+    from django.contrib.auth.models import Group, Permission
+
+    from moderation.permissions import MODERATORS_GROUP
+
+    permission = Permission.objects.filter(content_type__app_label="moderation", codename="decide_item").first()
+    if permission is not None:
+        Group.objects.get_or_create(name=MODERATORS_GROUP)[0].permissions.add(permission)

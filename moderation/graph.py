@@ -1,0 +1,152 @@
+"""Each queue item's LangGraph run: pre-screen, pause for a human, apply the decision.
+
+START -> prescreen -> request_review (interrupt) -> apply_decision -> END
+
+Every item runs under its own thread_id, so an item nobody decides stays paused in
+the checkpointer and holds nothing that any other item needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
+
+from moderation.checkpointer import checkpointer_get
+from moderation.models import Decision
+from moderation.prescreen import text_prescreen
+
+EXCERPT_LENGTH = 280
+REVIEW_NODE = "request_review"
+APPLY_NODE = "apply_decision"
+
+
+class ReviewState(TypedDict, total=False):
+    item_id: str
+    title: str
+    body: str
+    source: str
+    flags: list[str]
+    risk: int
+    decision: dict[str, str]
+    result: dict[str, str]
+
+
+class ResumeValueError(ValueError):
+    pass
+
+
+def _prescreen(state: ReviewState) -> dict[str, Any]:
+    screen = text_prescreen(title=state["title"], body=state["body"])
+    return {"flags": screen.flags, "risk": screen.risk}
+
+
+def _request_review(state: ReviewState) -> dict[str, Any]:
+    body = state["body"]
+    decision = interrupt(
+        {
+            "item_id": state["item_id"],
+            "title": state["title"],
+            "excerpt": body if len(body) <= EXCERPT_LENGTH else body[: EXCERPT_LENGTH - 1] + "…",
+            "source": state["source"],
+            "flags": state["flags"],
+            "risk": state["risk"],
+            "allowed_decisions": list(Decision.values),
+        }
+    )
+    # The guard validates before resuming; this keeps a hand-made resume honest too.
+    if not isinstance(decision, dict) or decision.get("decision") not in Decision.values:
+        raise ResumeValueError(f"resume value must name one of {Decision.values}, got {decision!r}")
+    return {"decision": decision}
+
+
+def _apply_decision(state: ReviewState) -> dict[str, Any]:
+    decision = state["decision"]
+    status = "approved" if decision["decision"] == Decision.APPROVE else "rejected"
+    return {"result": {"status": status, "reviewer": decision["reviewer"], "decided_at": decision["decided_at"]}}
+
+
+def _builder() -> StateGraph:
+    builder = StateGraph(ReviewState)
+    builder.add_node("prescreen", _prescreen)
+    builder.add_node(REVIEW_NODE, _request_review)
+    builder.add_node(APPLY_NODE, _apply_decision)
+    builder.add_edge(START, "prescreen")
+    builder.add_edge("prescreen", REVIEW_NODE)
+    builder.add_edge(REVIEW_NODE, APPLY_NODE)
+    builder.add_edge(APPLY_NODE, END)
+    return builder
+
+
+_compiled: dict[int, CompiledStateGraph] = {}
+_compiled_lock = threading.Lock()
+
+
+def graph_get(*, checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+    saver = checkpointer or checkpointer_get()
+    graph = _compiled.get(id(saver))
+    if graph is None:
+        with _compiled_lock:
+            graph = _compiled.setdefault(id(saver), _builder().compile(checkpointer=saver))
+    return graph
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def graph_start(*, thread_id: str, item_id: str, title: str, body: str, source: str) -> dict[str, Any]:
+    """Run a new item's graph up to its interrupt; return the interrupt payload."""
+    result = graph_get().invoke(
+        {"item_id": item_id, "title": title, "body": body, "source": source}, _config(thread_id)
+    )
+    interrupts = result.get("__interrupt__") or []
+    if not interrupts:
+        raise RuntimeError(f"graph for {thread_id} finished without asking for review")
+    return interrupts[0].value
+
+
+def graph_pending_review(*, thread_id: str) -> dict[str, Any] | None:
+    """The payload the graph is waiting on, or None if it is not paused at review."""
+    state = graph_get().get_state(_config(thread_id))
+    if state.next != (REVIEW_NODE,):
+        return None
+    for task in state.tasks:
+        if task.name == REVIEW_NODE and task.interrupts:
+            return task.interrupts[0].value
+    return None
+
+
+def graph_resume(*, thread_id: str, decision: str, reviewer: str, note: str, decided_at: str) -> dict[str, Any]:
+    """Resume a paused item with a decision and run it to the end.
+
+    Callers must hold the item's guard: LangGraph itself lets two resumes of one
+    thread both run the review node.
+    """
+    value = {"decision": decision, "reviewer": reviewer, "note": note, "decided_at": decided_at}
+    return graph_get().invoke(Command(resume=value), _config(thread_id))
+
+
+def graph_decision_read(*, thread_id: str) -> dict[str, str] | None:
+    """The decision the graph has accepted, if any (used to reconcile after a crash)."""
+    values = graph_get().get_state(_config(thread_id)).values
+    return values.get("decision")
+
+
+def graph_resume_count(*, thread_id: str) -> int:
+    """How many times the review node completed, read from the checkpoint history.
+
+    Each completed resume leaves a checkpoint whose next step is apply_decision; two
+    racing resumes leave two sibling checkpoints, which the latest state would hide.
+    """
+    return sum(1 for snap in graph_get().get_state_history(_config(thread_id)) if snap.next == (APPLY_NODE,))
+
+
+def graph_is_finished(*, thread_id: str) -> bool:
+    state = graph_get().get_state(_config(thread_id))
+    return state.created_at is not None and state.next == ()

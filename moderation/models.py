@@ -1,0 +1,120 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Decision(models.TextChoices):
+    """What a reviewer asks for."""
+
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+
+
+class ItemStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+STATUS_FOR_DECISION = {Decision.APPROVE: ItemStatus.APPROVED, Decision.REJECT: ItemStatus.REJECTED}
+
+
+class QueueItem(models.Model):
+    """A piece of content waiting for (or past) one human decision.
+
+    Its LangGraph run lives in the checkpointer under ``thread_id``; ``review_request``
+    is a copy of the interrupt payload so the queue page never has to open N graphs.
+    """
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    source = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    status = models.CharField(max_length=16, choices=ItemStatus.choices, default=ItemStatus.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_items"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, default="")
+    thread_id = models.CharField(max_length=64, unique=True, editable=False)
+    review_request = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["status", "created_at", "id"], name="item_status_created_idx")]
+        permissions = [("decide_item", "Can approve or reject queue items")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=ItemStatus.values),
+                name="item_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(status=ItemStatus.PENDING, decided_by__isnull=True, decided_at__isnull=True)
+                    | (~Q(status=ItemStatus.PENDING) & Q(decided_by__isnull=False, decided_at__isnull=False))
+                ),
+                name="item_decided_iff_winner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == ItemStatus.PENDING
+
+
+class AttemptOutcome(models.TextChoices):
+    WON = "won", "Won"
+    LOST = "lost", "Lost"
+    INVALID = "invalid", "Rejected as invalid"
+
+
+class AppendOnlyError(Exception):
+    pass
+
+
+class DecisionAttempt(models.Model):
+    """One reviewer's attempt to decide an item, whatever came of it. Append-only."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="attempts")
+    requested = models.CharField(max_length=16, choices=Decision.choices)
+    note = models.TextField(blank=True, default="")
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    # The item's winner at the moment this attempt was judged (the reviewer, if it won).
+    winner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    winner_status = models.CharField(max_length=16, choices=ItemStatus.choices, blank=True, default="")
+    winner_decided_at = models.DateTimeField(null=True, blank=True)
+    detail = models.CharField(max_length=300, blank=True, default="")
+    requested_at = models.DateTimeField()
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["item"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_item"
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome=AttemptOutcome.INVALID) | Q(winner__isnull=False),
+                name="attempt_names_winner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} {self.requested} {self.item_id}: {self.outcome}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnlyError("decision attempts are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("decision attempts are append-only")

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from moderation import consumers
+
+websocket_urlpatterns = [
+    path("ws/queue/", consumers.QueueConsumer.as_asgi()),
+]

@@ -1,0 +1,49 @@
+"""Read-only queries for the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time
+from uuid import UUID
+
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from moderation.models import ItemStatus, QueueItem
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    pending: int
+    decided_today: int
+
+
+def queue_pending(*, page: int | str | None, per_page: int) -> Page:
+    """Pending items, oldest first. Ordering by an indexed (created_at, id) keeps it stable."""
+    items: QuerySet[QueueItem] = QueueItem.objects.filter(status=ItemStatus.PENDING).order_by("created_at", "id")
+    return Paginator(items, per_page).get_page(page)
+
+
+def queue_counts(*, now: datetime | None = None) -> QueueCounts:
+    now = timezone.localtime(now or timezone.now())
+    start_of_day = timezone.make_aware(datetime.combine(now.date(), time.min), now.tzinfo)
+    return QueueCounts(
+        pending=QueueItem.objects.filter(status=ItemStatus.PENDING).count(),
+        decided_today=QueueItem.objects.exclude(status=ItemStatus.PENDING).filter(decided_at__gte=start_of_day).count(),
+    )
+
+
+def item_get(*, public_id: UUID | str) -> QueueItem | None:
+    try:
+        return QueueItem.objects.select_related("decided_by").get(public_id=UUID(str(public_id)))
+    except (QueueItem.DoesNotExist, ValueError):
+        return None
+
+
+def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
+    return (
+        QueueItem.objects.exclude(status=ItemStatus.PENDING)
+        .select_related("decided_by")
+        .order_by("-decided_at")[:limit]
+    )

@@ -1,0 +1,46 @@
+import itertools
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from moderation.items import item_create
+from moderation.permissions import MODERATORS_GROUP
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def make_moderator(db):
+    def make(username: str | None = None):
+        user = get_user_model().objects.create_user(username or f"mod{next(_counter)}", password="pw-for-tests-1")
+        user.groups.add(Group.objects.get(name=MODERATORS_GROUP))
+        return get_user_model().objects.get(pk=user.pk)  # fresh, so permission caches are empty
+
+    return make
+
+
+@pytest.fixture
+def make_viewer(db):
+    def make(username: str | None = None):
+        return get_user_model().objects.create_user(username or f"viewer{next(_counter)}", password="pw-for-tests-1")
+
+    return make
+
+
+@pytest.fixture
+def make_item(db):
+    def make(title: str = "A post", body: str = "Some harmless text.", source: str = "test"):
+        return item_create(title=title, body=body, source=source)
+
+    return make
+
+
+@pytest.fixture
+def alice(make_moderator):
+    return make_moderator("alice")
+
+
+@pytest.fixture
+def bob(make_moderator):
+    return make_moderator("bob")

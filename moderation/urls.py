@@ -1,0 +1,11 @@
+from django.urls import path
+
+from moderation import views
+
+app_name = "moderation"
+
+urlpatterns = [
+    path("", views.queue, name="queue"),
+    path("items/<str:public_id>/", views.item_detail, name="item"),
+    path("api/items/<str:public_id>/decision", views.api_decide, name="api-decide"),
+]

@@ -1,0 +1,119 @@
+"""HTTP views: translate requests into service calls and outcomes into responses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from moderation.decisions import DecisionError, DecisionOutcome, item_decide
+from moderation.graph import graph_pending_review
+from moderation.permissions import user_can_decide
+from moderation.selectors import item_get, items_recently_decided, queue_counts, queue_pending
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "moderation/queue.html",
+        {
+            "page": queue_pending(page=request.GET.get("page"), per_page=settings.QUEUE_PAGE_SIZE),
+            "counts": queue_counts(),
+            "recent": items_recently_decided(limit=5),
+            "can_decide": user_can_decide(user=request.user),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    item = item_get(public_id=public_id)
+    if item is None:
+        raise Http404("No such item")
+    if request.method == "GET":
+        return _item_page(request, item=item)
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    try:
+        outcome = item_decide(
+            item_public_id=item.public_id, reviewer=request.user,
+            decision=request.POST.get("decision"), note=request.POST.get("note", ""),
+        )
+    except DecisionError as exc:
+        if wants_json:
+            return _error_json(exc)
+        return _item_page(request, item=item, error=str(exc), status=exc.http_status)
+    if wants_json:
+        return _outcome_json(outcome)
+    if outcome.won:
+        messages.success(request, outcome.message())
+        return redirect("moderation:item", public_id=item.public_id)
+    item.refresh_from_db()
+    return _item_page(request, item=item, lost=outcome, status=409)
+
+
+def _item_page(request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None) -> HttpResponse:
+    return render(
+        request,
+        "moderation/item.html",
+        {
+            "item": item,
+            "review": graph_pending_review(thread_id=item.thread_id) if item.is_pending else None,
+            "can_decide": user_can_decide(user=request.user),
+            "error": error,
+            "lost": lost,
+            "lost_message": lost.message() if lost else "",
+            "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
+        },
+        status=status,
+    )
+
+
+@require_POST
+def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
+    """POST {"decision": "approve"|"reject", "note": "..."} -> 200 won / 409 lost."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "unauthenticated", "message": "log in first"}, status=401)
+    if request.content_type != "application/json":
+        return JsonResponse(
+            {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
+        )
+    try:
+        body: Any = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)
+    try:
+        outcome = item_decide(
+            item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", "")
+        )
+    except DecisionError as exc:
+        return _error_json(exc)
+    return _outcome_json(outcome)
+
+
+def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
+    return JsonResponse(
+        {
+            "outcome": "won" if outcome.won else "lost",
+            "applied": outcome.won,
+            "message": outcome.message(),
+            "requested": outcome.requested,
+            "seconds_ago": outcome.seconds_ago(),
+            "attempt": outcome.attempt_id,
+            **outcome.winner_payload(),
+        },
+        status=200 if outcome.won else 409,
+    )
+
+
+def _error_json(exc: DecisionError) -> JsonResponse:
+    return JsonResponse({"error": exc.code, "message": str(exc)}, status=exc.http_status)

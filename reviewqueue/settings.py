@@ -1,0 +1,156 @@
+"""Settings for reviewqueue.
+
+Everything an operator changes comes from the environment; the defaults are a safe
+single-machine development set-up (SQLite under var/, in-memory channel layer).
+"""
+
+from pathlib import Path
+import os
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("REVIEWQUEUE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off", ""}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}")
+
+
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-do-not-deploy"
+DEBUG = _env_bool("DEBUG", True)
+SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
+if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
+    raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
+
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "moderation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "reviewqueue.urls"
+ASGI_APPLICATION = "reviewqueue.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------
+# SQLite: IMMEDIATE transactions take the write lock at BEGIN, so two processes
+# deciding the same item queue up cleanly instead of one failing with "database is
+# locked" on its first write (Django ignores select_for_update on SQLite). WAL lets
+# readers (the queue page) proceed while a decision is being written.
+_SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": float(os.environ.get("SQLITE_BUSY_TIMEOUT", "5")),
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'reviewqueue.sqlite3'}")
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    _db["OPTIONS"] = {**_SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
+    # Concurrency tests need a real file shared by threads and processes.
+    _db["TEST"] = {"NAME": str(Path(_db["NAME"]).with_name(Path(_db["NAME"]).stem + "-test.sqlite3"))}
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    _db.setdefault("OPTIONS", {})
+else:
+    raise ImproperlyConfigured(f"DATABASE_URL must be sqlite:// or postgres://, not {DATABASE_URL!r}")
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels -----------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 60}]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Auth ---------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "moderation:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- reviewqueue ----------------------------------------------------------------
+# How long a reviewer may wait for another reviewer's decision on the same item
+# before being told "busy, try again" (seconds).
+DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
+DECISION_NOTE_MAX_LENGTH = 2000
+QUEUE_PAGE_SIZE = 25
+# Demo moderators exist only in development; the password is printed by `make run`.
+DEMO_PASSWORD = "review-demo-2026"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+}

@@ -39,4 +39,4 @@ test-postgres: install
 		$(PY) -m pytest -m "postgres_variant"
 
 clean:
-	rm -rf $(VENV) var staticfiles
+	rm -rf $(VENV) var

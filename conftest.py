@@ -34,3 +34,16 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"PostgreSQL not reachable ({problem}); start it or run in CI")
     for item in items:
         item.add_marker(skip)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # The test database is dropped by pytest-django; its checkpoint file is ours to drop.
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        from pathlib import Path
+
+        test_db = Path(db["TEST"]["NAME"])
+        for leftover in test_db.parent.glob(f"{test_db.stem}-checkpoints.sqlite3*"):
+            leftover.unlink(missing_ok=True)

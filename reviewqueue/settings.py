@@ -97,8 +97,10 @@ DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'reviewqueu
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["OPTIONS"] = {**_SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
-    # Concurrency tests need a real file shared by threads and processes.
-    _db["TEST"] = {"NAME": str(Path(_db["NAME"]).with_name(Path(_db["NAME"]).stem + "-test.sqlite3"))}
+    # Concurrency tests need a real file shared by threads and processes; one per test
+    # run (pid), so two runs on one machine never share or delete each other's files.
+    _db["TEST"] = {"NAME": str(VAR_DIR / "test" / f"db-{os.getpid()}.sqlite3")}
+    (VAR_DIR / "test").mkdir(exist_ok=True)
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db.setdefault("OPTIONS", {})
 else:
@@ -136,7 +138,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Under var/ so a fresh checkout has it before `collectstatic` (WhiteNoise warns otherwise).
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 
 # --- reviewqueue ----------------------------------------------------------------
 # How long a reviewer may wait for another reviewer's decision on the same item

@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,21 +21,8 @@ from django.db import connection, connections
 
 from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.lab.strategies import STRATEGIES
+from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, process_main
 from moderation.models import QueueItem
-
-BARRIER_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class Attempt:
-    item: str
-    reviewer: str
-    decision: str
-    won: bool | None  # None: the call raised
-    told_winner: str | None
-    error: str | None
-    latency_ms: float
-
 
 @dataclass
 class ItemVerdict:
@@ -80,7 +66,7 @@ def decision_for(index: int) -> str:
     return "approve" if index % 2 == 0 else "reject"
 
 
-def _attempt(strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float) -> Attempt:
+def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float) -> Attempt:
     start = time.perf_counter()
     try:
         outcome = strategy(item_public_id=item, reviewer=user, decision=decision, delay=delay)
@@ -104,7 +90,7 @@ def race_threads(*, strategy: str, items: Sequence[str], usernames: Sequence[str
         try:
             for item in items:
                 barrier.wait(timeout=BARRIER_TIMEOUT)
-                result = _attempt(decide, item=item, user=users[username], decision=decision_for(index), delay=delay)
+                result = attempt_run(decide, item=item, user=users[username], decision=decision_for(index), delay=delay)
                 with attempts_lock:
                     attempts.append(result)
         finally:
@@ -128,7 +114,7 @@ def race_processes(*, strategy: str, items: Sequence[str], usernames: Sequence[s
     # Children must not inherit open connections; they open their own.
     connections.close_all()
     procs = [
-        ctx.Process(target=_process_main, args=(env, strategy, list(items), name, decision_for(i), delay, barrier, results))
+        ctx.Process(target=process_main, args=(env, strategy, list(items), name, decision_for(i), delay, barrier, results))
         for i, name in enumerate(usernames)
     ]
     start = time.perf_counter()
@@ -167,23 +153,6 @@ def database_url_current() -> str:
     if db.get("PASSWORD"):
         auth += f":{db['PASSWORD']}"
     return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
-
-
-def _process_main(env, strategy, items, username, decision, delay, barrier, results) -> None:
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    decide = STRATEGIES[strategy]
-    user = get_user_model().objects.get(username=username)
-    for item in items:
-        try:
-            barrier.wait(timeout=BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
-                                error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
-            continue
-        results.put(_attempt(decide, item=item, user=user, decision=decision, delay=delay))
 
 
 def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: float) -> RaceReport:

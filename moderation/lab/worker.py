@@ -1,0 +1,48 @@
+"""The body of one reviewer process in a cross-process race.
+
+Kept free of Django imports at module level: a spawned child unpickles its target
+before Django is set up, so nothing here may touch models until ``django.setup()``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+from dataclasses import dataclass
+
+BARRIER_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    item: str
+    reviewer: str
+    decision: str
+    won: bool | None  # None: the call raised
+    told_winner: str | None
+    error: str | None
+    latency_ms: float
+
+
+
+def process_main(env, strategy, items, username, decision, delay, barrier, results) -> None:
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+
+    from moderation.lab.harness import attempt_run
+    from moderation.lab.strategies import STRATEGIES
+
+    decide = STRATEGIES[strategy]
+    user = get_user_model().objects.get(username=username)
+    for item in items:
+        try:
+            barrier.wait(timeout=BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
+                                error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
+            continue
+        results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay))

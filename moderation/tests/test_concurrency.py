@@ -1,0 +1,122 @@
+"""Real races: threads and OS processes released together onto the same items.
+
+Each test creates fresh items, releases N reviewers onto each with a barrier, then
+judges from the final rows and the graphs' checkpoint history. Runs on SQLite (file
+database) and, in the PostgreSQL pass, on PostgreSQL.
+"""
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from moderation.decisions import item_decide
+from moderation.faults import fault_inject
+from moderation.graph import graph_pending_review, graph_resume_count
+from moderation.lab.harness import RaceReport, race_processes, race_threads
+from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+
+pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=True)]
+
+
+def _items(make_item, n):
+    return [str(make_item(title=f"race {i}").public_id) for i in range(n)]
+
+
+def _assert_guard_held(report: RaceReport, *, items: list[str], reviewers: int):
+    assert report.errors == []
+    assert len(report.attempts) == len(items) * reviewers
+    assert report.lost_decisions == 0
+    assert report.false_successes == 0
+    assert report.double_resumes == 0
+    assert report.misinformed_losers == 0
+    for verdict in report.verdicts:
+        assert len(verdict.acknowledged) == 1, verdict
+        assert verdict.winner == verdict.acknowledged[0]
+        assert verdict.resumes == 1 and not verdict.still_paused
+    # The audit trail agrees: one won attempt per item, every other attempt lost to that winner.
+    for item in QueueItem.objects.filter(public_id__in=items).select_related("decided_by"):
+        attempts = list(DecisionAttempt.objects.filter(item=item))
+        assert len(attempts) == reviewers
+        assert [a.reviewer_id for a in attempts if a.outcome == AttemptOutcome.WON] == [item.decided_by_id]
+        assert {a.winner_id for a in attempts} == {item.decided_by_id}
+
+
+@pytest.mark.parametrize(("reviewers", "n_items"), [(2, 100), (4, 60), (8, 40)])
+def test_threads_exactly_one_winner_per_item(make_moderator, make_item, reviewers, n_items):
+    users = [make_moderator().username for _ in range(reviewers)]
+    items = _items(make_item, n_items)
+    report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0)
+    _assert_guard_held(report, items=items, reviewers=reviewers)
+
+
+def test_processes_exactly_one_winner_per_item(make_moderator, make_item):
+    users = [make_moderator().username for _ in range(2)]
+    items = _items(make_item, 40)
+    report = race_processes(strategy="guarded", items=items, usernames=users, delay=0.0)
+    _assert_guard_held(report, items=items, reviewers=2)
+
+
+def test_negative_control_naive_check_then_act_loses_decisions(make_moderator, make_item):
+    """The same harness sees the seed's bug: both told success, one decision overwritten."""
+    users = [make_moderator().username for _ in range(2)]
+    items = _items(make_item, 10)
+    report = race_threads(strategy="naive", items=items, usernames=users, delay=0.05)
+    assert report.errors == []
+    assert report.lost_decisions >= 1
+    assert report.false_successes >= 1
+    assert report.double_resumes >= 1
+
+
+def test_negative_control_naive_across_processes(make_moderator, make_item):
+    users = [make_moderator().username for _ in range(2)]
+    items = _items(make_item, 6)
+    report = race_processes(strategy="naive", items=items, usernames=users, delay=0.05)
+    assert report.lost_decisions >= 1 and report.double_resumes >= 1
+
+
+@pytest.mark.parametrize("point", ["after_item_lock", "after_row_lock"])
+def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, make_item, point):
+    if point == "after_row_lock" and connection.vendor == "sqlite":
+        pytest.skip(
+            "SQLite has one writer per database: a stall inside the write transaction holds every item, "
+            "which is why the guard keeps that window to the graph resume (PostgreSQL locks one row)"
+        )
+    slow_user, fast_user = make_moderator(), make_moderator()
+    slow_item = make_item(title="X")
+    others = [make_item(title=f"other {i}") for i in range(5)]
+    stall_seconds = 2.0
+    inside = threading.Event()
+
+    def stall(key):
+        if key == str(slow_item.public_id):
+            inside.set()
+            time.sleep(stall_seconds)
+
+    with fault_inject(point, stall):
+        slow = threading.Thread(
+            target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
+        )
+        slow.start()
+        assert inside.wait(5)
+        start = time.monotonic()
+        for item in others:
+            assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
+        others_took = time.monotonic() - start
+        still_holding = slow.is_alive()
+        slow.join()
+    assert still_holding, "the slow reviewer should still be inside the guard while the others were decided"
+    assert others_took < stall_seconds / 2
+    assert QueueItem.objects.get(pk=slow_item.pk).status == ItemStatus.APPROVED
+
+
+def test_undecided_item_stays_paused_and_blocks_nothing(alice, make_item):
+    a, b, c = make_item(title="A"), make_item(title="B"), make_item(title="C")
+    assert item_decide(item_public_id=a.public_id, reviewer=alice, decision="approve").won
+    assert item_decide(item_public_id=c.public_id, reviewer=alice, decision="reject").won
+    b.refresh_from_db()
+    assert b.status == ItemStatus.PENDING
+    assert graph_pending_review(thread_id=b.thread_id)["title"] == "B"
+    assert graph_resume_count(thread_id=b.thread_id) == 0
+    assert item_decide(item_public_id=b.public_id, reviewer=alice, decision="approve").won

@@ -1,0 +1,209 @@
+import json
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from moderation.decisions import item_decide
+from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+
+
+def _item_url(item):
+    return reverse("moderation:item", args=[item.public_id])
+
+
+def _api_url(item_or_id):
+    return reverse("moderation:api-decide", args=[getattr(item_or_id, "public_id", item_or_id)])
+
+
+def _post_json(client, url, payload, **extra):
+    return client.post(url, data=json.dumps(payload), content_type="application/json", **extra)
+
+
+@pytest.mark.django_db
+def test_pages_require_login(client, make_item):
+    item = make_item()
+    for url in (reverse("moderation:queue"), _item_url(item)):
+        response = client.get(url)
+        assert response.status_code == 302 and response.url.startswith(reverse("login"))
+
+
+@pytest.mark.django_db
+def test_login_form_logs_a_moderator_in(client, alice):
+    page = client.get(reverse("login"))
+    assert page.status_code == 200 and b'name="password"' in page.content
+    response = client.post(reverse("login"), {"username": "alice", "password": "pw-for-tests-1"})
+    assert response.status_code == 302 and response.url == reverse("moderation:queue")
+
+
+@pytest.mark.django_db
+def test_queue_lists_pending_oldest_first_with_counts_and_payload(client, alice, bob, make_item):
+    first = make_item(title="First", body="Visit http://spam.test now")
+    second = make_item(title="Second")
+    decided = make_item(title="Decided")
+    item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
+    client.force_login(alice)
+    response = client.get(reverse("moderation:queue"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.index("First") < html.index("Second")
+    assert f'data-item="{first.public_id}"' in html and f'data-item="{decided.public_id}"' not in html
+    assert "1 link" in html  # the graph's pre-screen flags are shown
+    assert response.context["counts"].pending == 2
+    assert response.context["counts"].decided_today == 1
+
+
+@pytest.mark.django_db
+def test_queue_is_paginated(client, alice, make_item, settings):
+    settings.QUEUE_PAGE_SIZE = 2
+    for i in range(5):
+        make_item(title=f"Item {i}")
+    client.force_login(alice)
+    page3 = client.get(reverse("moderation:queue"), {"page": 3})
+    assert [i.title for i in page3.context["page"].object_list] == ["Item 4"]
+    assert client.get(reverse("moderation:queue"), {"page": "junk"}).status_code == 200
+
+
+@pytest.mark.django_db
+def test_item_page_shows_what_the_graph_asks_and_buttons(client, alice, make_item):
+    item = make_item(title="Loud", body="BUY NOW AND CLICK HERE, THIS IS ALL CAPS TEXT")
+    client.force_login(alice)
+    html = client.get(_item_url(item)).content.decode()
+    assert "The graph asks for a decision" in html and "shouting" in html
+    assert 'value="approve"' in html and 'value="reject"' in html
+
+
+@pytest.mark.django_db
+def test_item_page_for_unknown_item_is_404(client, alice):
+    client.force_login(alice)
+    assert client.get(reverse("moderation:item", args=[uuid.uuid4()])).status_code == 404
+    assert client.get(reverse("moderation:item", args=["nope"])).status_code == 404
+
+
+@pytest.mark.django_db
+def test_winner_is_redirected_to_a_clear_success(client, alice, make_item):
+    item = make_item(title="Nice post")
+    client.force_login(alice)
+    response = client.post(_item_url(item), {"decision": "approve", "note": "ok"}, follow=True)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "You approved “Nice post”." in html
+    assert 'id="decision"' in html and "alice" in html
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.APPROVED
+
+
+@pytest.mark.django_db
+def test_loser_gets_409_page_naming_the_winner(client, alice, bob, make_item):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    client.force_login(bob)
+    response = client.post(_item_url(item), {"decision": "reject"})
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "Already reviewed by alice (approved, 0 s ago) — your decision was not applied" in html
+    assert 'id="lost-notice"' in html and 'id="decide-form"' not in html
+
+
+@pytest.mark.django_db
+def test_form_post_with_bad_decision_shows_error_and_changes_nothing(client, alice, make_item):
+    item = make_item()
+    client.force_login(alice)
+    response = client.post(_item_url(item), {"decision": "maybe"})
+    assert response.status_code == 400 and "decision must be one of approve, reject" in response.content.decode()
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert DecisionAttempt.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_non_moderator_sees_no_buttons_and_forged_post_is_refused(client, make_viewer, make_item):
+    item = make_item()
+    client.force_login(make_viewer())
+    html = client.get(_item_url(item)).content.decode()
+    assert 'id="decide-form"' not in html and "not a moderator" in html
+    assert client.post(_item_url(item), {"decision": "approve"}).status_code == 403
+    assert _post_json(client, _api_url(item), {"decision": "approve"}).status_code == 403
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_accept_json_on_the_form_endpoint(client, alice, bob, make_item):
+    item = make_item()
+    client.force_login(alice)
+    won = client.post(_item_url(item), {"decision": "approve"}, headers={"Accept": "application/json"})
+    assert won.status_code == 200 and won.json()["outcome"] == "won"
+    client.force_login(bob)
+    lost = client.post(_item_url(item), {"decision": "reject"}, headers={"Accept": "application/json"})
+    assert lost.status_code == 409 and lost.json()["winner"] == "alice"
+
+
+@pytest.mark.django_db
+def test_api_win_then_loss(client, alice, bob, make_item):
+    item = make_item(title="T")
+    client.force_login(alice)
+    won = _post_json(client, _api_url(item), {"decision": "reject", "note": "spam"})
+    assert won.status_code == 200
+    body = won.json()
+    assert (body["outcome"], body["applied"], body["winner"], body["status"]) == ("won", True, "alice", "rejected")
+    client.force_login(bob)
+    lost = _post_json(client, _api_url(item), {"decision": "approve"})
+    assert lost.status_code == 409
+    body = lost.json()
+    assert (body["outcome"], body["applied"], body["winner"], body["status"], body["requested"]) == (
+        "lost", False, "alice", "rejected", "approve"
+    )
+    assert body["message"].startswith("Already reviewed by alice (rejected, ")
+    assert body["decided_at"] and body["seconds_ago"] >= 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("send", "status", "error"),
+    [
+        (lambda c, url: c.post(url, data="{not json", content_type="application/json"), 400, "malformed_json"),
+        (lambda c, url: c.post(url, data="[1]", content_type="application/json"), 400, "malformed_json"),
+        (lambda c, url: c.post(url, {"decision": "approve"}), 415, "unsupported_media_type"),
+        (lambda c, url: _post_json(c, url, {}), 400, "invalid_decision"),
+        (lambda c, url: _post_json(c, url, {"decision": "burn"}), 400, "invalid_decision"),
+        (lambda c, url: _post_json(c, url, {"decision": "approve", "note": "x" * 5000}), 400, "invalid_decision"),
+        (lambda c, url: c.get(url), 405, None),
+    ],
+)
+def test_api_bad_input_gets_clear_error_and_changes_nothing(client, alice, make_item, send, status, error):
+    item = make_item()
+    client.force_login(alice)
+    response = send(client, _api_url(item))
+    assert response.status_code == status
+    if error:
+        assert response.json()["error"] == error and response.json()["message"]
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert DecisionAttempt.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_api_unknown_item_and_anonymous(client, alice):
+    assert _post_json(client, _api_url(uuid.uuid4()), {"decision": "approve"}).status_code == 401
+    client.force_login(alice)
+    missing = _post_json(client, _api_url(uuid.uuid4()), {"decision": "approve"})
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_api_requires_csrf_for_browser_sessions(alice, make_item):
+    from django.test import Client
+
+    item = make_item()
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert _post_json(client, _api_url(item), {"decision": "approve"}).status_code == 403
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_html_in_content_and_notes_is_escaped(client, alice, bob, make_item):
+    item = make_item(title="<script>alert(1)</script>", body="<img src=x onerror=alert(2)>")
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="<b>bold</b>")
+    client.force_login(bob)
+    for url in (reverse("moderation:queue"), _item_url(item)):
+        html = client.get(url).content.decode()
+        assert "<script>alert(1)</script>" not in html and "<img src=x" not in html and "<b>bold</b>" not in html
+    assert "&lt;script&gt;" in client.get(_item_url(item)).content.decode()

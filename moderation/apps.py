@@ -8,6 +8,11 @@ class ModerationConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_moderators_group_ensure, sender=self)
+        from django.contrib.auth.signals import user_logged_out
+
+        from moderation.live import live_logout_handle
+
+        user_logged_out.connect(live_logout_handle, dispatch_uid="moderation.live.logout")
 
 
 def _moderators_group_ensure(sender, **kwargs) -> None:

@@ -118,3 +118,21 @@ class DecisionAttempt(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("decision attempts are append-only")
+
+
+class Presence(models.Model):
+    """One open item page (one websocket) and when it last proved it is alive.
+
+    See ``moderation.presence`` for why this lives in the database.
+    """
+
+    channel_name = models.CharField(max_length=200, unique=True)
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["last_seen"], name="presence_last_seen_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} on {self.item_id} at {self.last_seen:%H:%M:%S}"

@@ -1,0 +1,253 @@
+"""The dashboard websocket, through the real ASGI stack (origin check, sessions, auth)."""
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.contrib.sessions.models import Session
+from django.test import Client
+
+from moderation.decisions import item_decide
+from moderation.models import Presence
+from reviewqueue.asgi import application
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+TIMEOUT = 5
+
+
+@pytest.fixture(autouse=True)
+def fresh_layer(settings):
+    # A fresh in-memory layer per test, whatever REDIS_URL says: no groups leak between tests.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture
+def login():
+    """A logged-in test client for the user; its session cookie opens sockets."""
+
+    def make(user):
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+def session_of(client) -> str:
+    return client.cookies[django_settings.SESSION_COOKIE_NAME].value
+
+
+def socket(path, client=None, *, origin=ORIGIN):
+    headers = [origin] if origin else []
+    if client is not None:
+        headers.append((b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_of(client)}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def opened(path, client):
+    """Connect and consume the initial state frame; return (communicator, state)."""
+    communicator = socket(path, client)
+    connected, code = await communicator.connect(timeout=TIMEOUT)
+    assert connected, code
+    state = await communicator.receive_json_from(timeout=TIMEOUT)
+    assert state["type"] == "state"
+    return communicator, state
+
+
+async def next_of(communicator, kind):
+    """The next frame of this type, skipping presence chatter from other sockets joining."""
+    while True:
+        frame = await communicator.receive_json_from(timeout=TIMEOUT)
+        if frame["type"] == kind:
+            return frame
+        assert frame["type"] == "presence.changed", frame
+
+
+async def silent(communicator):
+    """Nothing but presence chatter arrives for a moment."""
+    while not await communicator.receive_nothing(timeout=0.3):
+        frame = await communicator.receive_json_from(timeout=TIMEOUT)
+        assert frame["type"] == "presence.changed", frame
+
+
+decide = database_sync_to_async(item_decide)
+
+
+def item_path(item):
+    return f"/ws/items/{item.public_id}/"
+
+
+async def test_anonymous_socket_is_refused():
+    connected, code = await socket("/ws/queue/").connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4401)
+
+
+async def test_non_moderator_socket_is_refused(make_viewer, make_item, login):
+    viewer = await database_sync_to_async(make_viewer)("dave")
+    client = await database_sync_to_async(login)(viewer)
+    item = await database_sync_to_async(make_item)()
+    for path in ("/ws/queue/", item_path(item)):
+        connected, code = await socket(path, client).connect(timeout=TIMEOUT)
+        assert (connected, code) == (False, 4403)
+
+
+@pytest.mark.parametrize("origin", [(b"origin", b"http://evil.example"), None], ids=["foreign", "missing"])
+async def test_socket_with_foreign_or_missing_origin_is_refused(alice, login, origin):
+    client = await database_sync_to_async(login)(alice)
+    connected, _ = await socket("/ws/queue/", client, origin=origin).connect(timeout=TIMEOUT)
+    assert not connected
+
+
+async def test_socket_for_unknown_item_is_refused(alice, login):
+    client = await database_sync_to_async(login)(alice)
+    connected, code = await socket("/ws/items/00000000-0000-4000-8000-000000000000/", client).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4404)
+
+
+async def test_queue_socket_starts_with_the_current_state(alice, login, make_item):
+    await database_sync_to_async(make_item)()
+    client = await database_sync_to_async(login)(alice)
+    communicator, state = await opened("/ws/queue/", client)
+    assert state["you"] == "alice"
+    assert state["counts"] == {"pending": 1, "decided_today": 0}
+    assert state["viewing"] == {} and state["heartbeat_seconds"] > 0
+    await communicator.disconnect()
+
+
+async def test_item_socket_state_says_who_decided_a_decided_item(alice, bob, login, make_item):
+    item = await database_sync_to_async(make_item)(title="Old news")
+    await decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    communicator, state = await opened(item_path(item), await database_sync_to_async(login)(bob))
+    assert state["item"]["status"] == "rejected" and state["item"]["winner"] == "alice"
+    assert 0 <= state["item"]["seconds_ago"] < 60
+    await communicator.disconnect()
+
+
+async def test_decision_reaches_the_item_and_the_queue_but_not_other_items(alice, bob, make_moderator, login, make_item):
+    item, other = await database_sync_to_async(make_item)(title="This"), await database_sync_to_async(make_item)()
+    carol, dave = await database_sync_to_async(make_moderator)("carol"), await database_sync_to_async(make_moderator)("dave")
+    bob_item, _ = await opened(item_path(item), await database_sync_to_async(login)(bob))
+    carol_queue, _ = await opened("/ws/queue/", await database_sync_to_async(login)(carol))
+    dave_other, _ = await opened(item_path(other), await database_sync_to_async(login)(dave))
+
+    await decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+
+    seen_by_bob = await next_of(bob_item, "item.decided")
+    assert (seen_by_bob["item"], seen_by_bob["winner"], seen_by_bob["status"]) == (str(item.public_id), "alice", "approved")
+    assert seen_by_bob["seconds_ago"] == 0
+    seen_by_carol = await next_of(carol_queue, "item.decided")
+    assert seen_by_carol["counts"] == {"pending": 1, "decided_today": 1}
+    await silent(bob_item)  # exactly once: an item page is not also in the queue group
+    await silent(dave_other)
+    for communicator in (bob_item, carol_queue, dave_other):
+        await communicator.disconnect()
+
+
+async def test_loser_notice_goes_to_the_losers_tabs_only(alice, bob, make_moderator, login, make_item):
+    item = await database_sync_to_async(make_item)(title="Spam?")
+    carol = await database_sync_to_async(make_moderator)("carol")
+    bob_client, alice_client = await database_sync_to_async(login)(bob), await database_sync_to_async(login)(alice)
+    bob_item_tab, _ = await opened(item_path(item), bob_client)
+    bob_queue_tab, _ = await opened("/ws/queue/", bob_client)
+    alice_tab, _ = await opened(item_path(item), alice_client)
+    carol_tab, _ = await opened(item_path(item), await database_sync_to_async(login)(carol))
+
+    await decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    for tab in (bob_item_tab, bob_queue_tab, alice_tab, carol_tab):
+        await next_of(tab, "item.decided")
+    lost = await decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
+    assert not lost.won
+
+    for tab in (bob_item_tab, bob_queue_tab):
+        notice = await next_of(tab, "decision.lost")
+        assert notice["message"] == "your rejection of item Spam? was not applied: alice approved it first"
+        assert (notice["item"], notice["winner"], notice["requested"]) == (str(item.public_id), "alice", "reject")
+    for tab in (alice_tab, carol_tab):
+        await silent(tab)
+    for tab in (bob_item_tab, bob_queue_tab, alice_tab, carol_tab):
+        await tab.disconnect()
+
+
+async def test_new_item_is_announced_to_the_queue(alice, login, make_item):
+    communicator, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    item = await database_sync_to_async(make_item)(title="Fresh")
+    created = await next_of(communicator, "item.created")
+    assert created["item"] == str(item.public_id) and created["counts"]["pending"] == 1
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        ({"text_data": "{not json"}, "bad_json"),
+        ({"text_data": "[1, 2]"}, "bad_json"),
+        ({"text_data": json.dumps({"type": "decide", "decision": "approve"})}, "unknown_type"),
+        ({"text_data": json.dumps({"no": "type"})}, "unknown_type"),
+        ({"bytes_data": b"\x00\x01"}, "bad_frame"),
+    ],
+    ids=["bad-json", "not-an-object", "unknown-type", "no-type", "binary"],
+)
+async def test_bad_frame_gets_an_error_and_changes_nothing(alice, login, make_item, frame, error):
+    item = await database_sync_to_async(make_item)()
+    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
+    before = await database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))()
+
+    if "text_data" in frame:
+        await communicator.send_to(text_data=frame["text_data"])
+    else:
+        await communicator.send_to(bytes_data=frame["bytes_data"])
+    reply = await next_of(communicator, "error")
+    assert reply["error"] == error and reply["message"]
+
+    after = await database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))()
+    assert after == before
+    await communicator.send_json_to({"type": "heartbeat"})  # still open and working
+    assert (await next_of(communicator, "state"))["item"]["status"] == "pending"
+    await communicator.disconnect()
+
+
+async def test_logging_out_closes_the_sessions_sockets_and_no_event_follows(alice, bob, login, make_item):
+    item = await database_sync_to_async(make_item)()
+    alice_client = await database_sync_to_async(login)(alice)
+    item_tab, _ = await opened(item_path(item), alice_client)
+    queue_tab, _ = await opened("/ws/queue/", alice_client)
+
+    response = await database_sync_to_async(alice_client.post)("/accounts/logout/")
+    assert response.status_code == 302
+
+    for tab in (item_tab, queue_tab):
+        assert (await next_of(tab, "session.ended"))["type"] == "session.ended"
+        assert await tab.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4401}
+    await decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    for tab in (item_tab, queue_tab):
+        assert await tab.receive_nothing(timeout=0.3)
+    await item_tab.disconnect()
+    await queue_tab.disconnect()
+    assert not await database_sync_to_async(Presence.objects.exists)()
+
+
+async def test_socket_whose_session_vanished_cannot_act(alice, login, make_item):
+    """A logout the layer never announced (another process, in-memory layer) is caught on the next frame."""
+    item = await database_sync_to_async(make_item)()
+    alice_client = await database_sync_to_async(login)(alice)
+    communicator, _ = await opened(item_path(item), alice_client)
+    await database_sync_to_async(Session.objects.filter(session_key=session_of(alice_client)).delete)()
+    last_seen = await database_sync_to_async(lambda: Presence.objects.get().last_seen)()
+
+    await communicator.send_json_to({"type": "heartbeat"})
+    assert (await next_of(communicator, "session.ended"))["type"] == "session.ended"
+    assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": 4401}
+    assert await database_sync_to_async(lambda: Presence.objects.get().last_seen)() == last_seen
+    await communicator.disconnect()
+
+
+async def test_socket_of_a_moderator_who_lost_the_permission_cannot_act(alice, login):
+    communicator, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    await database_sync_to_async(alice.groups.clear)()
+    await communicator.send_json_to({"type": "heartbeat"})
+    assert (await next_of(communicator, "session.ended"))["type"] == "session.ended"
+    await communicator.disconnect()

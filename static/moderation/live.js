@@ -1,0 +1,186 @@
+// Live dashboard: one websocket per page (ws/queue/ or ws/items/<uuid>/).
+// The server sends a "state" snapshot on every (re)connect and after every heartbeat,
+// so an event missed while disconnected (layers deliver at most once) is caught up.
+// The socket reconnects with capped, jittered backoff after any drop.
+
+const page = document.body.dataset.page;
+const itemId = document.body.dataset.item;
+const dot = document.getElementById("live-status");
+const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
+const FINAL_CLOSE_CODES = [4401, 4403, 4404]; // logged out, not a moderator, no such item
+const DECIDED_ROW_MS = 1500;
+
+let you = "";
+let heartbeatSeconds = 15;
+let retries = 0;
+let resynced = false;
+let viewing = {};
+let refreshTimer = null;
+
+function connect() {
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
+  let heartbeat = null;
+  let watchdog = null;
+  let gone = false;
+  const drop = (final) => {
+    if (gone) return;
+    gone = true;
+    clearInterval(heartbeat);
+    clearTimeout(watchdog);
+    dot.dataset.state = final ? "offline" : "reconnecting";
+    if (!final) setTimeout(connect, Math.min(30000, 500 * 2 ** retries++) * (0.5 + Math.random() / 2));
+  };
+  // A connection can die without a close event (sleeping laptop, dead NAT); silence
+  // for more than two heartbeats means it has.
+  const kick = () => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => { ws.close(); drop(false); }, heartbeatSeconds * 2500);
+  };
+  ws.onopen = () => {
+    retries = 0;
+    kick();
+    heartbeat = setInterval(() => ws.send(JSON.stringify({ type: "heartbeat" })), heartbeatSeconds * 1000);
+  };
+  ws.onmessage = (e) => { kick(); handle(JSON.parse(e.data)); };
+  ws.onclose = (e) => drop(FINAL_CLOSE_CODES.includes(e.code));
+}
+
+function handle(msg) {
+  switch (msg.type) {
+    case "state": return stateApply(msg);
+    case "item.created": countsSet(msg.counts); return queueRefreshSoon();
+    case "item.decided": countsSet(msg.counts); rowDecided(msg); return bannerShow(msg);
+    case "decision.lost": return lostShow(msg);
+    case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
+    case "error": return console.warn("live:", msg.message);
+  }
+}
+
+function stateApply(msg) {
+  you = msg.you;
+  heartbeatSeconds = msg.heartbeat_seconds || heartbeatSeconds;
+  dot.dataset.state = "live";
+  if (page === "queue") {
+    const stale = resynced || String(msg.counts.pending) !== text("count-pending");
+    countsSet(msg.counts);
+    viewing = msg.viewing;
+    if (stale) queueRefreshSoon();
+  } else {
+    viewing = { [itemId]: msg.viewers };
+    if (msg.item && msg.item.status !== "pending") bannerShow(msg.item);
+  }
+  resynced = true;
+  presenceShow();
+}
+
+const text = (id) => document.getElementById(id)?.textContent.trim();
+const others = (names) => (names || []).filter((n) => n !== you);
+const listed = (names) => names.length < 2 ? names.join("") : `${names.slice(0, -1).join(", ")} and ${names.at(-1)}`;
+const ago = (s) => s < 60 ? `${s} s ago` : s < 3600 ? `${Math.floor(s / 60)} min ago` : `${Math.floor(s / 3600)} h ago`;
+
+function countsSet(counts) {
+  if (!counts) return;
+  for (const [key, id] of [["pending", "count-pending"], ["decided_today", "count-decided-today"]]) {
+    const el = document.getElementById(id);
+    if (el && counts[key] !== undefined) el.textContent = counts[key];
+  }
+}
+
+function presenceShow() {
+  if (page === "item") {
+    const line = document.getElementById("presence");
+    const names = others(viewing[itemId]);
+    line.textContent = names.length ? `${listed(names)} ${names.length > 1 ? "are" : "is"} also viewing` : "";
+    line.hidden = !names.length;
+    return;
+  }
+  for (const row of document.querySelectorAll("#queue-table tr[data-item]")) {
+    const names = others(viewing[row.dataset.item]);
+    let marker = row.querySelector(".viewing");
+    if (!names.length) { marker?.remove(); continue; }
+    if (!marker) {
+      marker = Object.assign(document.createElement("span"), { className: "viewing" });
+      row.cells[0].append(" ", marker);
+    }
+    marker.textContent = `👁 ${names.join(", ")}`;
+    marker.title = `${listed(names)} viewing now`;
+  }
+}
+
+function rowDecided(msg) {
+  const row = document.querySelector(`#queue-table tr[data-item="${msg.item}"]`);
+  if (!row || row.classList.contains("decided-live")) return;
+  row.classList.add("decided-live");
+  row.cells[0].append(" ", Object.assign(document.createElement("strong"), { textContent: `${msg.status} by ${msg.winner}` }));
+  setTimeout(() => { row.remove(); queueRefreshSoon(); }, DECIDED_ROW_MS);
+}
+
+// New rows come from the server's own rendering of this page, so the template stays the
+// only place a row is built; rows still showing "approved by ..." are left to leave on their own.
+function queueRefreshSoon() {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(() => queueRefresh().catch((err) => console.warn("live: refresh failed", err)), 150);
+}
+
+async function queueRefresh() {
+  const res = await fetch(location.href, { headers: { Accept: "text/html" } });
+  if (!res.ok) return;
+  const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+  const fresh = doc.querySelector("#queue-table tbody");
+  const tbody = document.querySelector("#queue-table tbody");
+  if (!fresh || !tbody) {
+    document.querySelector("main").replaceWith(document.adoptNode(doc.querySelector("main")));
+  } else {
+    const wanted = new Set([...fresh.rows].map((r) => r.dataset.item));
+    for (const row of [...tbody.rows]) {
+      if (!wanted.has(row.dataset.item) && !row.classList.contains("decided-live")) row.remove();
+    }
+    let previous = null;
+    for (const row of [...fresh.rows]) {
+      let mine = tbody.querySelector(`tr[data-item="${row.dataset.item}"]`);
+      if (!mine) {
+        mine = document.adoptNode(row);
+        if (previous) previous.after(mine);
+        else tbody.prepend(mine);
+      }
+      previous = mine;
+    }
+    countsSet({
+      pending: doc.getElementById("count-pending")?.textContent,
+      decided_today: doc.getElementById("count-decided-today")?.textContent,
+    });
+  }
+  presenceShow();
+}
+
+let bannerTimer = null;
+
+function bannerShow(msg) {
+  const review = document.getElementById("review");
+  if (page !== "item" || msg.item !== itemId || !review) return;
+  let banner = document.getElementById("decided-banner");
+  if (!banner) {
+    banner = Object.assign(document.createElement("div"), { id: "decided-banner", className: "notice notice-warning" });
+    banner.setAttribute("role", "alert");
+    review.before(banner);
+  }
+  const since = Date.now() - (msg.seconds_ago || 0) * 1000;
+  const render = () => { banner.textContent = `${msg.winner} ${msg.status} this item ${ago(Math.floor((Date.now() - since) / 1000))}`; };
+  render();
+  clearInterval(bannerTimer);
+  bannerTimer = setInterval(render, 1000);
+  for (const control of review.querySelectorAll("#decide-form button, #decide-form textarea")) control.disabled = true;
+}
+
+function lostShow(msg) {
+  if (page !== "item" || msg.item !== itemId) return;
+  let notice = document.getElementById("lost-live-notice");
+  if (!notice) {
+    notice = Object.assign(document.createElement("div"), { id: "lost-live-notice", className: "notice notice-lost" });
+    notice.setAttribute("role", "alert");
+    document.querySelector("main").prepend(notice);
+  }
+  notice.textContent = msg.message;
+}
+
+connect();

@@ -23,6 +23,15 @@ def _postgres_reachable() -> str | None:
     return None
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    yield
+    # Checkpointer connections would keep the test database from being dropped.
+    from moderation.checkpointer import checkpointer_close_all
+
+    checkpointer_close_all()
+
+
 def pytest_collection_modifyitems(config, items):
     if not _postgres_pass():
         return

@@ -87,3 +87,15 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
         open=True,
     )
     return PostgresSaver(pool)
+
+
+def checkpointer_close_all() -> None:
+    """Close this process's savers' connections (before a test database is dropped)."""
+    with _savers_lock:
+        for (pid, _target), saver in list(_savers.items()):
+            if pid != os.getpid():
+                continue
+            conn = getattr(saver, "conn", None)
+            if conn is not None:
+                conn.close()
+            del _savers[(pid, _target)]

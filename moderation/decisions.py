@@ -187,7 +187,9 @@ def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
     try:
-        return QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by").get(public_id=key)
+        # No select_related here: when PostgreSQL re-reads a row it waited to lock, it
+        # does not redo the join, so a joined winner would come back stale (None).
+        return QueueItem.objects.select_for_update().get(public_id=key)
     except QueueItem.DoesNotExist:
         raise ItemNotFound(f"no item {key}") from None
 

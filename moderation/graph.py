@@ -90,9 +90,10 @@ _compiled_lock = threading.Lock()
 def graph_get(*, checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
     saver = checkpointer or checkpointer_get()
     graph = _compiled.get(id(saver))
-    if graph is None:
+    # An id can be reused once a closed saver is collected; the identity check catches it.
+    if graph is None or graph.checkpointer is not saver:
         with _compiled_lock:
-            graph = _compiled.setdefault(id(saver), _builder().compile(checkpointer=saver))
+            graph = _compiled[id(saver)] = _builder().compile(checkpointer=saver)
     return graph
 
 

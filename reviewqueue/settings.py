@@ -103,6 +103,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     (VAR_DIR / "test").mkdir(exist_ok=True)
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db.setdefault("OPTIONS", {})
+    _db["TEST"] = {"NAME": f"test_reviewqueue_{os.getpid()}"}
 else:
     raise ImproperlyConfigured(f"DATABASE_URL must be sqlite:// or postgres://, not {DATABASE_URL!r}")
 DATABASES = {"default": _db}

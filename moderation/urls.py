@@ -8,4 +8,5 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("items/<str:public_id>/", views.item_detail, name="item"),
     path("api/items/<str:public_id>/decision", views.api_decide, name="api-decide"),
+    path("healthz", views.healthz, name="healthz"),
 ]

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.graph import graph_pending_review
+from moderation.health import health_report
 from moderation.permissions import user_can_decide
 from moderation.selectors import item_get, items_recently_decided, queue_counts, queue_pending
 
@@ -117,3 +118,9 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
 
 def _error_json(exc: DecisionError) -> JsonResponse:
     return JsonResponse({"error": exc.code, "message": str(exc)}, status=exc.http_status)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """For load balancers: 200 when the database, checkpointer and channel layer answer."""
+    ok, checks = health_report()
+    return JsonResponse({"ok": ok, "checks": checks}, status=200 if ok else 503)

@@ -1,0 +1,146 @@
+"""Scenarios 1 and 2: moderators clicking on the same item at the same instant."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import pytest
+from playwright.async_api import Page, expect
+
+from e2e.pages import (
+    LIVE_TIMEOUT_MS,
+    Submission,
+    item_path,
+    live_wait,
+    page_mark,
+    page_same,
+    queue_record,
+    race,
+    status_for,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TWO_ROUNDS = 20
+THREE_BATCHES = 2  # batches of items raced at the same time
+THREE_PER_BATCH = 3
+DECISIONS = ("approve", "reject")
+# Each row marked decided live must leave the table "within ~2 s"; allow for a busy machine.
+DROP_WITHIN_MS = 5_000
+
+
+def _describe(subs: list[Submission]) -> str:
+    return "; ".join(f"{s.user} asked {s.requested} -> HTTP {s.http_status} {s.kind}: {s.text!r}" for s in subs)
+
+
+async def _queue_pages_ready(pages: list[Page], ids: list[str]) -> list[str]:
+    """Every queue page lists every item and is live; returns each page's no-reload token."""
+    for page in pages:
+        await expect(page.locator("body")).to_have_attribute("data-page", "queue")
+        for item_id in ids:
+            await expect(page.locator(f"#queue-table tr[data-item='{item_id}']")).to_have_count(1)
+        await live_wait(page)
+    return [await page_mark(page) for page in pages]
+
+
+async def _queue_pages_dropped(pages: list[Page], tokens: list[str], winners: dict[str, tuple[str, str]]) -> None:
+    """Each decided item left every queue page live (no reload), marked "<status> by <winner>" first."""
+    for page, token in zip(pages, tokens):
+        for item_id in winners:
+            await expect(page.locator(f"tr[data-item='{item_id}']")).to_have_count(0, timeout=LIVE_TIMEOUT_MS)
+        assert await page_same(page, token), "the queue page was reloaded; the rows must go live"
+        record = await queue_record(page)
+        for item_id, (status, winner) in winners.items():
+            seen = record["decided"].get(item_id)
+            assert seen, f"row {item_id} was never marked decided-live on {page.url}"
+            assert f"{status} by {winner}" in seen["text"], f"row {item_id} said {seen['text']!r}"
+            removed_at = record["removed"].get(item_id)
+            assert removed_at, f"row {item_id} was never removed"
+            assert removed_at - seen["at"] <= DROP_WITHIN_MS, f"row {item_id} stayed {removed_at - seen['at']:.0f} ms"
+
+
+def _check_round(subs: list[Submission], *, title: str, status: str, winner: str) -> None:
+    """Exactly one success, for the reviewer the database names; everyone else told who won."""
+    won = [s for s in subs if s.won]
+    lost = [s for s in subs if s.kind == "lost"]
+    assert len(won) == 1 and len(lost) == len(subs) - 1, _describe(subs)
+    assert won[0].user == winner, f"database says {winner} won; pages say: {_describe(subs)}"
+    assert won[0].http_status in (302, 303), _describe(subs)
+    assert won[0].text == f"You {status} “{title}”.", _describe(subs)
+    assert status == status_for(won[0].requested), f"item is {status}, the winner asked {won[0].requested}"
+    for loser in lost:
+        assert loser.http_status == 409, _describe(subs)
+        assert f"Already reviewed by {winner} ({status}, " in loser.text, _describe(subs)
+        assert "your decision was not applied" in loser.text, _describe(subs)
+
+
+async def test_two_moderators_one_item_same_instant(server, crowd):
+    items = await server.items_create(TWO_ROUNDS, "Two at once")
+    ids = [item["id"] for item in items]
+    alice_queue, bob_queue = await asyncio.gather(crowd.login("alice"), crowd.login("bob"))
+    tokens = await _queue_pages_ready([alice_queue, bob_queue], ids)
+    alice_item, bob_item = await asyncio.gather(crowd.page("alice"), crowd.page("bob"))
+
+    winners: dict[str, tuple[str, str]] = {}
+    skews = []
+    for n, item in enumerate(items):
+        # Opposite decisions, swapped every round, so "not applied" is visible in the status.
+        alice_wants, bob_wants = DECISIONS if n % 2 == 0 else DECISIONS[::-1]
+        await asyncio.gather(alice_item.goto(item_path(item["id"])), bob_item.goto(item_path(item["id"])))
+        subs = await race([(alice_item, "alice", alice_wants), (bob_item, "bob", bob_wants)])
+        row = (await server.arows([item["id"]]))[item["id"]]
+        assert row.status in ("approved", "rejected"), f"round {n}: item still {row.status}; {_describe(subs)}"
+        _check_round(subs, title=item["title"], status=row.status, winner=row.winner)
+        winner_page = alice_item if row.winner == "alice" else bob_item
+        await expect(winner_page.locator("#decision")).to_contain_text(row.winner)
+        winners[item["id"]] = (row.status, row.winner)
+        if all(s.clicked_at for s in subs):
+            skews.append(abs(subs[0].clicked_at - subs[1].clicked_at))
+
+    assert len(skews) == TWO_ROUNDS, "every click should have been recorded in its page"
+    print(f"click skew over {len(skews)} rounds: median {statistics.median(skews):.1f} ms, max {max(skews):.1f} ms")
+    assert statistics.median(skews) < 100, f"the clicks were not simultaneous: {skews}"
+    await _queue_pages_dropped([alice_queue, bob_queue], tokens, winners)
+    for page in (alice_queue, bob_queue):
+        await expect(page.locator("#count-pending")).to_have_text("0", timeout=LIVE_TIMEOUT_MS)
+
+
+async def test_three_moderators_several_items_at_once(server, crowd):
+    users = ("alice", "bob", "carol")
+    batches = []
+    for b in range(THREE_BATCHES):
+        batches.append(await server.items_create(THREE_PER_BATCH, f"Three at once, batch {b + 1}"))
+    ids = [item["id"] for batch in batches for item in batch]
+    queues = list(await asyncio.gather(*(crowd.login(user) for user in users)))
+    tokens = await _queue_pages_ready(queues, ids)
+    # One tab per user per item of a batch: every user clicks on every item of the batch at once.
+    tabs = {user: [await crowd.page(user) for _ in range(THREE_PER_BATCH)] for user in users}
+
+    winners: dict[str, tuple[str, str]] = {}
+    for b, batch in enumerate(batches):
+        await asyncio.gather(
+            *(tabs[user][i].goto(item_path(item["id"])) for user in users for i, item in enumerate(batch))
+        )
+        entries = {
+            item["id"]: [(tabs[user][i], user, DECISIONS[(u + i + b) % 2]) for u, user in enumerate(users)]
+            for i, item in enumerate(batch)
+        }
+        results = await asyncio.gather(*(race(group) for group in entries.values()))
+        rows = await server.arows(list(entries))
+        for item, subs in zip(batch, results):
+            row = rows[item["id"]]
+            assert row.status in ("approved", "rejected"), f"{item['title']} still {row.status}; {_describe(subs)}"
+            _check_round(subs, title=item["title"], status=row.status, winner=row.winner)
+            winners[item["id"]] = (row.status, row.winner)
+
+    state = await server.state(ids)
+    for item_id, (status, winner) in winners.items():
+        item = state[item_id]
+        assert item["status"] == status and item["winner"] == winner, item
+        assert item["won_attempts"] == [winner], f"{item['title']}: more than one winner: {item}"
+        assert len(item["lost_attempts"]) == len(users) - 1, item
+        assert all(lost["told_winner"] == winner for lost in item["lost_attempts"]), item
+        assert item["resume_count"] == 1, f"{item['title']}: graph resumed {item['resume_count']} times"
+        assert not item["graph_paused"], item
+    await _queue_pages_dropped(queues, tokens, winners)

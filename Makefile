@@ -21,6 +21,7 @@ install: $(VENV)/.installed
 run: install
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py seed_demo
+	$(PY) manage.py recover
 	$(PY) manage.py collectstatic --no-input --verbosity 0
 	@echo ""
 	@echo "  reviewqueue is running at http://$(HOST):$(PORT)/"

@@ -17,11 +17,17 @@ The graph's checkpoints are not in Django's transaction, so the order matters. T
 resume happens before the commit:
 - the resume fails: the transaction rolls back, the graph is still paused, the
   reviewer gets an error; nothing changed.
+- the graph accepts the decision but a later node keeps failing (after LangGraph's
+  own retries): the transaction rolls back, then the item is marked NEEDS_ATTENTION
+  with the error, visible on the dashboard, until ``manage.py recover`` finishes it.
 - the resume succeeds but the commit fails (crash, lost connection): the graph holds
   a decision the database does not. The next guarded look at the item (another
-  attempt, or ``item_reconcile`` at start-up) sees "pending row, finished graph" and
-  adopts the graph's decision with its original reviewer and time, so the two never
-  disagree unnoticed and no second resume can happen.
+  attempt, or ``manage.py recover`` at start-up) sees "pending row, finished graph"
+  and adopts the graph's decision with its original reviewer and time, so the two
+  never disagree unnoticed and no second resume can happen.
+
+Every judged attempt (won, lost, or refused because the item needs attention) is
+appended to the item's hash-chained attempts log under the same row lock.
 
 Events go out through ``transaction.on_commit``, never from inside the transaction.
 """
@@ -29,30 +35,23 @@ Events go out through ``transaction.on_commit``, never from inside the transacti
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from moderation import events
+from moderation.audit import attempt_append
 from moderation.faults import fault_point
-from moderation.graph import graph_decision_read, graph_pending_review, graph_resume
+from moderation.graph import graph_pending_review, graph_resume
 from moderation.locks import LockTimeout, item_lock
-from moderation.models import (
-    STATUS_FOR_DECISION,
-    AttemptOutcome,
-    Decision,
-    DecisionAttempt,
-    ItemStatus,
-    QueueItem,
-)
+from moderation.models import STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem
 from moderation.permissions import user_can_decide
+from moderation.outcomes import DecisionOutcome, outcome_for
+from moderation.reconcile import item_reconcile_locked
 
 logger = logging.getLogger(__name__)
 
@@ -88,48 +87,6 @@ class ItemNeedsAttention(DecisionError):
     http_status = 409
 
 
-@dataclass(frozen=True)
-class DecisionOutcome:
-    """What happened to one reviewer's decision."""
-
-    won: bool
-    item_public_id: str
-    item_title: str
-    requested: str
-    winner: str
-    winner_status: str
-    decided_at: datetime
-    attempt_id: int
-
-    def seconds_ago(self, *, now: datetime | None = None) -> int:
-        return max(0, int(((now or timezone.now()) - self.decided_at).total_seconds()))
-
-    def message(self, *, now: datetime | None = None) -> str:
-        if self.won:
-            return f"You {self.winner_status} “{self.item_title}”."
-        return (
-            f"Already reviewed by {self.winner} ({self.winner_status}, {format_ago(self.seconds_ago(now=now))}) "
-            "— your decision was not applied"
-        )
-
-    def winner_payload(self) -> dict[str, str]:
-        return {
-            "item": self.item_public_id,
-            "title": self.item_title,
-            "winner": self.winner,
-            "status": self.winner_status,
-            "decided_at": self.decided_at.isoformat(),
-        }
-
-
-def format_ago(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds} s ago"
-    if seconds < 3600:
-        return f"{seconds // 60} min ago"
-    return f"{seconds // 3600} h ago"
-
-
 def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
     if decision not in Decision.values:
         raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
@@ -159,14 +116,7 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
     try:
         with item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
-            with transaction.atomic():
-                item = _item_lock_row(key, timeout=timeout)
-                fault_point("after_row_lock", item_key=key)
-                if item.is_pending and graph_pending_review(thread_id=item.thread_id) is None:
-                    item_reconcile_locked(item=item)
-                if not item.is_pending:
-                    return _attempt_lose(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
-                return _attempt_win(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            return _decide_locked(key=key, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
     except LockTimeout:
         raise ItemBusy("another reviewer is deciding this item right now; try again") from None
     except OperationalError as exc:
@@ -175,6 +125,46 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
         raise
 
 
+class _ResumeFailed(Exception):
+    def __init__(self, thread_id: str, error: Exception) -> None:
+        super().__init__(str(error))
+        self.thread_id = thread_id
+        self.error = error
+
+
+def _decide_locked(*, key: str, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
+    """Check-then-act under the row lock. The caller holds the item's in-process lock."""
+    try:
+        with transaction.atomic():
+            item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
+            fault_point("after_row_lock", item_key=key)
+            if item.is_pending and graph_pending_review(thread_id=item.thread_id) is None:
+                item_reconcile_locked(item=item)
+            if item.is_decided:
+                return _attempt_lose(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            if item.is_pending:
+                return _attempt_win(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            attention = item.attention
+            attempt_append(
+                item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.INVALID,
+                detail=attention[:300], requested_at=requested_at,
+            )
+    except _ResumeFailed as failed:
+        attention = _resume_failure_handle(key=key, failed=failed)
+    # Raised only now, so the refused attempt (or the attention mark) is committed.
+    raise ItemNeedsAttention(f"this item needs an operator: {attention}")
+
+
+def _resume_failure_handle(*, key: str, failed: _ResumeFailed) -> str:
+    """After a failed resume rolled back: still paused means nothing happened; else flag it."""
+    if graph_pending_review(thread_id=failed.thread_id) is not None:
+        raise failed.error
+    with transaction.atomic():
+        item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
+        item_reconcile_locked(item=item)
+        if item.is_decided:
+            raise failed.error
+        return item.attention
 def _item_key(item_public_id: UUID | str) -> str:
     try:
         return str(UUID(str(item_public_id)))
@@ -203,68 +193,36 @@ def _is_lock_wait(exc: OperationalError) -> bool:
 
 def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
     decided_at = timezone.now()
-    graph_resume(
-        thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(),
-        note=note, decided_at=decided_at.isoformat(),
-    )
+    try:
+        graph_resume(
+            thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(),
+            note=note, decided_at=decided_at.isoformat(),
+        )
+    except Exception as exc:
+        raise _ResumeFailed(item.thread_id, exc) from exc
     fault_point("after_graph_resume", item_key=str(item.public_id))
     item.status = STATUS_FOR_DECISION[Decision(decision)]
     item.decided_by = reviewer
     item.decided_at = decided_at
     item.decision_note = note
     item.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    attempt = DecisionAttempt.objects.create(
+    attempt = attempt_append(
         item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.WON,
         winner=reviewer, winner_status=item.status, winner_decided_at=decided_at, requested_at=requested_at,
     )
-    outcome = _outcome(item=item, won=True, requested=decision, attempt=attempt)
+    outcome = outcome_for(item=item, won=True, requested=decision, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
     transaction.on_commit(lambda: events.decision_broadcast(outcome=outcome))
     return outcome
 
 
 def _attempt_lose(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
-    attempt = DecisionAttempt.objects.create(
+    attempt = attempt_append(
         item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.LOST,
         winner=item.decided_by, winner_status=item.status, winner_decided_at=item.decided_at,
         requested_at=requested_at,
     )
-    outcome = _outcome(item=item, won=False, requested=decision, attempt=attempt)
+    outcome = outcome_for(item=item, won=False, requested=decision, attempt=attempt)
     reviewer_id = reviewer.pk
     transaction.on_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
     return outcome
-
-
-def _outcome(*, item: QueueItem, won: bool, requested: str, attempt: DecisionAttempt) -> DecisionOutcome:
-    return DecisionOutcome(
-        won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
-        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at,
-        attempt_id=attempt.pk,
-    )
-
-
-def item_reconcile_locked(*, item: QueueItem) -> None:
-    """Bring a pending row in line with a graph that already accepted a decision.
-
-    The caller holds the item's row lock inside a transaction. Adopts the graph's
-    decision (its reviewer and time, recorded as the winning attempt); raises
-    ItemNeedsAttention if the graph is neither paused at review nor decided.
-    """
-    accepted = graph_decision_read(thread_id=item.thread_id)
-    if not accepted:
-        raise ItemNeedsAttention(f"item {item.public_id} is pending but its graph is not waiting for review")
-    reviewer = get_user_model().objects.get_by_natural_key(accepted["reviewer"])
-    decided_at = parse_datetime(accepted["decided_at"])
-    item.status = STATUS_FOR_DECISION[Decision(accepted["decision"])]
-    item.decided_by = reviewer
-    item.decided_at = decided_at
-    item.decision_note = accepted.get("note", "")
-    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    attempt = DecisionAttempt.objects.create(
-        item=item, reviewer=reviewer, requested=accepted["decision"], note=item.decision_note,
-        outcome=AttemptOutcome.WON, winner=reviewer, winner_status=item.status, winner_decided_at=decided_at,
-        requested_at=decided_at, detail="adopted from the graph after an interrupted commit",
-    )
-    logger.warning("reconciled item %s: adopted %s by %s from its graph", item.public_id, item.status, reviewer)
-    outcome = _outcome(item=item, won=True, requested=accepted["decision"], attempt=attempt)
-    transaction.on_commit(lambda: events.decision_broadcast(outcome=outcome))

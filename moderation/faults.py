@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-POINTS = ("after_item_lock", "after_row_lock", "after_graph_resume", "before_commit")
+POINTS = ("after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit")
 
 _actions: dict[str, Callable[[str], None]] = {}
 

@@ -14,10 +14,11 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, RetryPolicy, interrupt
 from typing_extensions import TypedDict
 
 from moderation.checkpointer import checkpointer_get
+from moderation.faults import fault_point
 from moderation.models import Decision
 from moderation.prescreen import text_prescreen
 
@@ -35,6 +36,11 @@ class ReviewState(TypedDict, total=False):
     risk: int
     decision: dict[str, str]
     result: dict[str, str]
+
+
+# Transient failures (connection errors, timeouts) are retried by LangGraph itself;
+# programming errors are not, and surface as "needs attention".
+NODE_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.05, max_interval=0.5)
 
 
 class ResumeValueError(ValueError):
@@ -66,6 +72,7 @@ def _request_review(state: ReviewState) -> dict[str, Any]:
 
 
 def _apply_decision(state: ReviewState) -> dict[str, Any]:
+    fault_point("in_apply_node", item_key=state["item_id"])
     decision = state["decision"]
     status = "approved" if decision["decision"] == Decision.APPROVE else "rejected"
     return {"result": {"status": status, "reviewer": decision["reviewer"], "decided_at": decision["decided_at"]}}
@@ -73,9 +80,9 @@ def _apply_decision(state: ReviewState) -> dict[str, Any]:
 
 def _builder() -> StateGraph:
     builder = StateGraph(ReviewState)
-    builder.add_node("prescreen", _prescreen)
+    builder.add_node("prescreen", _prescreen, retry_policy=NODE_RETRY)
     builder.add_node(REVIEW_NODE, _request_review)
-    builder.add_node(APPLY_NODE, _apply_decision)
+    builder.add_node(APPLY_NODE, _apply_decision, retry_policy=NODE_RETRY)
     builder.add_edge(START, "prescreen")
     builder.add_edge("prescreen", REVIEW_NODE)
     builder.add_edge(REVIEW_NODE, APPLY_NODE)
@@ -151,3 +158,16 @@ def graph_resume_count(*, thread_id: str) -> int:
 def graph_is_finished(*, thread_id: str) -> bool:
     state = graph_get().get_state(_config(thread_id))
     return state.created_at is not None and state.next == ()
+
+
+def graph_continue(*, thread_id: str) -> dict[str, Any]:
+    """Re-run whatever node failed after a decision was accepted (used by recovery)."""
+    return graph_get().invoke(None, _config(thread_id))
+
+
+def graph_error_read(*, thread_id: str) -> str | None:
+    """The error of the node that last failed on this thread, if any."""
+    for task in graph_get().get_state(_config(thread_id)).tasks:
+        if task.error:
+            return str(task.error)
+    return None

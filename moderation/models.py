@@ -16,6 +16,11 @@ class ItemStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    # The graph accepted a decision but could not finish; an operator runs `recover`.
+    NEEDS_ATTENTION = "needs_attention", "Needs attention"
+
+
+DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED)
 
 
 STATUS_FOR_DECISION = {Decision.APPROVE: ItemStatus.APPROVED, Decision.REJECT: ItemStatus.REJECTED}
@@ -41,6 +46,10 @@ class QueueItem(models.Model):
     decision_note = models.TextField(blank=True, default="")
     thread_id = models.CharField(max_length=64, unique=True, editable=False)
     review_request = models.JSONField(default=dict, blank=True)
+    attention = models.TextField(blank=True, default="")
+    # Head of this item's hash-chained attempts log (see moderation.audit).
+    attempt_count = models.PositiveIntegerField(default=0)
+    audit_head = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -53,8 +62,8 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(status=ItemStatus.PENDING, decided_by__isnull=True, decided_at__isnull=True)
-                    | (~Q(status=ItemStatus.PENDING) & Q(decided_by__isnull=False, decided_at__isnull=False))
+                    Q(status__in=[ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION], decided_by__isnull=True, decided_at__isnull=True)
+                    | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",
             ),
@@ -66,6 +75,10 @@ class QueueItem(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == ItemStatus.PENDING
+
+    @property
+    def is_decided(self) -> bool:
+        return self.status in DECIDED_STATUSES
 
 
 class AttemptOutcome(models.TextChoices):
@@ -79,7 +92,13 @@ class AppendOnlyError(Exception):
 
 
 class DecisionAttempt(models.Model):
-    """One reviewer's attempt to decide an item, whatever came of it. Append-only."""
+    """One reviewer's attempt to decide an item, whatever came of it.
+
+    Append-only, and hash-chained per item (``seq``, ``prev_hash``, ``entry_hash``;
+    the item row holds the chain's head), so an edited, deleted or reordered entry is
+    detected by ``manage.py verify_audit``. The chain is per item, not global, so
+    appending never serializes decisions on different items.
+    """
 
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="attempts")
@@ -94,11 +113,15 @@ class DecisionAttempt(models.Model):
     winner_decided_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=300, blank=True, default="")
     requested_at = models.DateTimeField()
-    recorded_at = models.DateTimeField(auto_now_add=True)
+    recorded_at = models.DateTimeField()
+    seq = models.PositiveIntegerField()
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    entry_hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["id"]
         constraints = [
+            models.UniqueConstraint(fields=["item", "seq"], name="attempt_seq_unique_per_item"),
             models.UniqueConstraint(
                 fields=["item"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_item"
             ),

@@ -159,13 +159,50 @@ def test_commit_lost_after_resume_is_reconciled_from_the_graph(alice, bob, make_
 
 
 @pytest.mark.django_db
-def test_pending_item_whose_graph_vanished_needs_attention(alice, make_item):
+def test_pending_item_whose_graph_vanished_needs_attention(alice, bob, make_item):
     item = make_item()
     QueueItem.objects.filter(pk=item.pk).update(thread_id=f"missing-{uuid.uuid4()}")
-    before = _snapshot()
-    with pytest.raises(ItemNeedsAttention):
+    with pytest.raises(ItemNeedsAttention, match="not waiting for review"):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    assert _snapshot() == before
+    item.refresh_from_db()
+    assert item.status == ItemStatus.NEEDS_ATTENTION and item.decided_by is None
+    with pytest.raises(ItemNeedsAttention):
+        item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
+    refused = DecisionAttempt.objects.filter(item=item)
+    assert [a.outcome for a in refused] == [AttemptOutcome.INVALID, AttemptOutcome.INVALID]
+
+
+@pytest.mark.django_db
+def test_transient_node_failure_is_retried_by_langgraph(alice, make_item):
+    item = make_item()
+    failures = []
+
+    def flaky(key):
+        if len(failures) < 2:
+            failures.append(key)
+            raise ConnectionError("checkpoint store blinked")
+
+    with fault_inject("in_apply_node", flaky):
+        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert outcome.won and len(failures) == 2
+    assert graph_resume_count(thread_id=item.thread_id) == 1
+
+
+@pytest.mark.django_db
+def test_node_that_keeps_failing_leaves_item_visibly_needing_attention(alice, bob, make_item):
+    item = make_item()
+
+    def broken(key):
+        raise KeyError("reporting service schema changed")
+
+    with fault_inject("in_apply_node", broken), pytest.raises(ItemNeedsAttention, match="could not finish"):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.NEEDS_ATTENTION
+    assert "alice's reject" in item.attention and "reporting service schema changed" in item.attention
+    with pytest.raises(ItemNeedsAttention):
+        item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    assert graph_resume_count(thread_id=item.thread_id) == 1
 
 
 @pytest.mark.django_db
@@ -196,10 +233,12 @@ def test_database_refuses_decided_item_without_winner(make_item):
 def test_database_refuses_a_second_winning_attempt(alice, bob, make_item):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    item.refresh_from_db()
     with pytest.raises(IntegrityError), transaction.atomic():
         DecisionAttempt.objects.create(
             item=item, reviewer=bob, requested="reject", outcome=AttemptOutcome.WON, winner=bob,
-            winner_status="rejected", requested_at=timezone.now(),
+            winner_status="rejected", requested_at=timezone.now(), recorded_at=timezone.now(),
+            seq=item.attempt_count + 1, entry_hash="0" * 64,
         )
 
 

@@ -1,0 +1,114 @@
+"""Jepsen-style histories of decision attempts, and a checker for the guard's promise.
+
+A recorder logs every attempt as an invocation followed by its completion: ``ok``
+(the reviewer was told they won), ``fail`` (told they lost, and who won) or
+``unknown`` (a timeout, a dropped connection, a 5xx: the reviewer does not know).
+After the run, a final read of the items and their graphs is checked against it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Completion = Literal["ok", "fail", "unknown"]
+
+
+@dataclass
+class Op:
+    reviewer: str
+    item: str
+    decision: str
+    invoked_at: float
+    completion: Completion | None = None
+    told_winner: str | None = None
+    completed_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FinalItem:
+    """What the database and the checkpointer say about one item after the run."""
+
+    winner: str | None
+    winning_attempts: int
+    resumes: int
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: Literal["multiple_winners", "lost_decision", "misinformed_loser", "double_resume", "never_resumed", "incomplete"]
+    item: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.item}: {self.detail}"
+
+
+@dataclass
+class HistoryRecorder:
+    """Thread-safe log of operations; ``invoke`` then exactly one completion per op."""
+
+    ops: list[Op] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def invoke(self, *, reviewer: str, item: str, decision: str) -> Op:
+        op = Op(reviewer=reviewer, item=item, decision=decision, invoked_at=time.monotonic())
+        with self._lock:
+            self.ops.append(op)
+        return op
+
+    def complete(self, op: Op, *, completion: Completion, told_winner: str | None = None, error: str | None = None) -> None:
+        op.completion, op.told_winner, op.error, op.completed_at = completion, told_winner, error, time.monotonic()
+
+
+def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[Anomaly]:
+    """Every way the history breaks "exactly one decision wins and the loser is told the truth"."""
+    by_item: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_item[op.item].append(op)
+    anomalies: list[Anomaly] = []
+    for item, state in final.items():
+        item_ops = by_item.get(item, [])
+        acknowledged = [op.reviewer for op in item_ops if op.completion == "ok"]
+        if state.winning_attempts > 1 or len(set(acknowledged)) > 1:
+            anomalies.append(Anomaly("multiple_winners", item, f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"))
+        for reviewer in acknowledged:
+            if reviewer != state.winner:
+                anomalies.append(Anomaly("lost_decision", item, f"{reviewer} was told they won but the decision is {state.winner}'s"))
+        for op in item_ops:
+            if op.completion == "fail" and op.told_winner != state.winner:
+                anomalies.append(Anomaly("misinformed_loser", item, f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
+            if op.completion is None:
+                anomalies.append(Anomaly("incomplete", item, f"{op.reviewer}'s attempt never completed"))
+        if state.resumes > 1:
+            anomalies.append(Anomaly("double_resume", item, f"review node completed {state.resumes} times"))
+        if state.winner is not None and state.resumes == 0:
+            anomalies.append(Anomaly("never_resumed", item, f"decided by {state.winner} but its graph never resumed"))
+    return anomalies
+
+
+def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
+    """Read the final state of ``items`` from the database and the checkpointer."""
+    from django.db.models import Count, Q
+
+    from moderation.graph import graph_resume_count
+    from moderation.models import AttemptOutcome, QueueItem
+
+    rows = (
+        QueueItem.objects.filter(public_id__in=list(items))
+        .select_related("decided_by")
+        .annotate(won=Count("attempts", filter=Q(attempts__outcome=AttemptOutcome.WON)))
+    )
+    return {
+        str(row.public_id): FinalItem(
+            winner=row.decided_by.get_username() if row.decided_by else None,
+            winning_attempts=row.won,
+            resumes=graph_resume_count(thread_id=row.thread_id),
+        )
+        for row in rows
+    }

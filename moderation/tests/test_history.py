@@ -1,0 +1,74 @@
+"""The checker must catch each broken history, and pass a clean one."""
+
+import pytest
+
+from moderation.decisions import item_decide
+from moderation.history import FinalItem, HistoryRecorder, history_check, history_final_read
+
+
+def _history(*entries):
+    recorder = HistoryRecorder()
+    for reviewer, item, completion, told in entries:
+        op = recorder.invoke(reviewer=reviewer, item=item, decision="approve")
+        if completion is not None:
+            recorder.complete(op, completion=completion, told_winner=told)
+    return recorder.ops
+
+
+CLEAN_FINAL = {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1)}
+
+
+def _kinds(ops, final):
+    return sorted(a.kind for a in history_check(ops=ops, final=final))
+
+
+def test_clean_history_has_no_anomalies():
+    ops = _history(("alice", "i1", "ok", "alice"), ("bob", "i1", "fail", "alice"), ("carol", "i1", "unknown", None))
+    assert history_check(ops=ops, final=CLEAN_FINAL) == []
+
+
+def test_two_acknowledged_winners_are_caught_and_the_overwritten_one_is_lost():
+    ops = _history(("alice", "i1", "ok", "alice"), ("bob", "i1", "ok", "bob"))
+    assert _kinds(ops, CLEAN_FINAL) == ["lost_decision", "multiple_winners"]
+
+
+def test_two_winning_attempts_in_the_database_are_caught():
+    ops = _history(("alice", "i1", "ok", "alice"))
+    assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=2, resumes=1)}) == ["multiple_winners"]
+
+
+def test_acknowledged_win_that_is_not_final_is_lost():
+    ops = _history(("bob", "i1", "ok", "bob"), ("alice", "i1", "fail", "bob"))
+    assert "lost_decision" in _kinds(ops, CLEAN_FINAL)
+
+
+def test_loser_told_the_wrong_winner_is_caught():
+    ops = _history(("alice", "i1", "ok", "alice"), ("bob", "i1", "fail", "carol"))
+    assert _kinds(ops, CLEAN_FINAL) == ["misinformed_loser"]
+
+
+def test_double_resume_and_never_resumed_are_caught():
+    ops = _history(("alice", "i1", "ok", "alice"))
+    assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=2)}) == ["double_resume"]
+    assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=0)}) == ["never_resumed"]
+
+
+def test_an_attempt_that_never_completed_is_reported():
+    ops = _history(("alice", "i1", "ok", "alice"), ("bob", "i1", None, None))
+    assert _kinds(ops, CLEAN_FINAL) == ["incomplete"]
+
+
+def test_unknown_outcomes_are_allowed_either_way():
+    ops = _history(("alice", "i1", "unknown", None))
+    assert history_check(ops=ops, final=CLEAN_FINAL) == []
+    assert history_check(ops=ops, final={"i1": FinalItem(winner=None, winning_attempts=0, resumes=0)}) == []
+
+
+@pytest.mark.django_db
+def test_final_read_reflects_the_database_and_the_graph(alice, bob, make_item):
+    decided, pending = make_item(), make_item()
+    item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
+    item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
+    final = history_final_read(items=[str(decided.public_id), str(pending.public_id)])
+    assert final[str(decided.public_id)] == FinalItem(winner="alice", winning_attempts=1, resumes=1)
+    assert final[str(pending.public_id)] == FinalItem(winner=None, winning_attempts=0, resumes=0)

@@ -23,6 +23,14 @@ def _postgres_reachable() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _rate_limit_windows_reset():
+    # User ids are reused after rollbacks, so one test's requests must not count in the next.
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     yield

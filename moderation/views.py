@@ -16,6 +16,7 @@ from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.graph import graph_pending_review
 from moderation.health import health_report
 from moderation.permissions import user_can_decide
+from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import item_get, items_recently_decided, queue_counts, queue_pending
 
 
@@ -42,6 +43,11 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     if request.method == "GET":
         return _item_page(request, item=item)
     wants_json = "application/json" in request.headers.get("Accept", "")
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        if wants_json:
+            return _rate_limited_json(wait)
+        return _item_page(request, item=item, error=_rate_limited_message(wait), status=429)
     try:
         outcome = item_decide(
             item_public_id=item.public_id, reviewer=request.user,
@@ -82,6 +88,9 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
     """POST {"decision": "approve"|"reject", "note": "..."} -> 200 won / 409 lost."""
     if not request.user.is_authenticated:
         return JsonResponse({"error": "unauthenticated", "message": "log in first"}, status=401)
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        return _rate_limited_json(wait)
     if request.content_type != "application/json":
         return JsonResponse(
             {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
@@ -114,6 +123,19 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
         },
         status=200 if outcome.won else 409,
     )
+
+
+def _rate_limited_message(wait: int) -> str:
+    return (
+        f"Too many decisions: at most {settings.DECISION_RATE_LIMIT} every {settings.DECISION_RATE_WINDOW} s. "
+        f"Nothing was applied; try again in {wait} s."
+    )
+
+
+def _rate_limited_json(wait: int) -> JsonResponse:
+    response = JsonResponse({"error": "rate_limited", "message": _rate_limited_message(wait)}, status=429)
+    response["Retry-After"] = str(wait)
+    return response
 
 
 def _error_json(exc: DecisionError) -> JsonResponse:

@@ -132,6 +132,15 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Shared by every server process when Redis is configured (rate limits).
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
 # --- Auth ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -159,6 +168,9 @@ STATIC_ROOT.mkdir(exist_ok=True)
 # before being told "busy, try again" (seconds).
 DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
+# Decision requests per reviewer per window (0 turns the limit off, e.g. for benchmarks).
+DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
+DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"

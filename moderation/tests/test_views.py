@@ -207,3 +207,20 @@ def test_html_in_content_and_notes_is_escaped(client, alice, bob, make_item):
         html = client.get(url).content.decode()
         assert "<script>alert(1)</script>" not in html and "<img src=x" not in html and "<b>bold</b>" not in html
     assert "&lt;script&gt;" in client.get(_item_url(item)).content.decode()
+
+
+@pytest.mark.django_db
+def test_a_flood_of_decisions_is_rate_limited_with_a_clear_message(client, alice, make_item, settings):
+    settings.DECISION_RATE_LIMIT = 3
+    settings.DECISION_RATE_WINDOW = 60
+    items = [make_item() for _ in range(5)]
+    client.force_login(alice)
+    statuses = [_post_json(client, _api_url(item), {"decision": "approve"}).status_code for item in items[:4]]
+    assert statuses == [200, 200, 200, 429]
+    limited = _post_json(client, _api_url(items[4]), {"decision": "approve"})
+    assert limited.status_code == 429 and limited.json()["error"] == "rate_limited"
+    assert "at most 3 every 60 s" in limited.json()["message"] and int(limited["Retry-After"]) >= 1
+    page = client.post(_item_url(items[4]), {"decision": "approve"})
+    assert page.status_code == 429 and "Too many decisions" in page.content.decode()
+    assert QueueItem.objects.get(pk=items[3].pk).status == ItemStatus.PENDING
+    assert QueueItem.objects.get(pk=items[4].pk).status == ItemStatus.PENDING

@@ -14,6 +14,7 @@ database is read from the server's file or through e2e/dbtool.py in a child proc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -65,11 +66,12 @@ def e2e_template(tmp_path_factory) -> LiveServer:
 async def server(e2e_template, tmp_path_factory, request):
     live = LiveServer(tmp_path_factory.mktemp(f"e2e-{request.module.__name__.rsplit('.', 1)[-1]}"))
     live.clone_from(e2e_template)
-    await live.astart()
+    # Two Django start-ups, side by side: the server, and the dbtool process tests talk to.
+    await asyncio.gather(live.astart(), live.atool("ping"))
     try:
         yield live
     finally:
-        await live.astop()
+        await live.aclose()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -8,7 +8,9 @@ do this through ``e2e.server``), so the test process itself never touches the OR
     python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
 
-Every command prints one JSON document on stdout.
+Every command prints one JSON document on stdout. ``serve`` keeps one process (one
+Django start-up) for many commands: it reads one JSON argument list per line on stdin
+and answers each with one line, {"ok": result} or {"error": "traceback"}.
 """
 
 from __future__ import annotations
@@ -102,7 +104,27 @@ def cmd_decide(args: argparse.Namespace) -> dict:
     return {"won": outcome.won, "message": outcome.message(), **outcome.winner_payload()}
 
 
-def main(argv: list[str] | None = None) -> None:
+COMMANDS = {"ping": lambda args: "pong", "users": cmd_users, "items": cmd_items, "state": cmd_state, "decide": cmd_decide}
+
+
+def serve(parser: argparse.ArgumentParser) -> None:
+    import traceback
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            args = parser.parse_args(json.loads(line))
+            if args.command == "serve":
+                raise ValueError("already serving")
+            answer = {"ok": COMMANDS[args.command](args)}
+        except BaseException:  # noqa: BLE001 - argparse exits with SystemExit; report everything
+            answer = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+def parser_build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     users = sub.add_parser("users")
@@ -117,10 +139,19 @@ def main(argv: list[str] | None = None) -> None:
     decide.add_argument("id")
     decide.add_argument("--user", required=True)
     decide.add_argument("--decision", choices=["approve", "reject"], required=True)
+    sub.add_parser("serve")
+    sub.add_parser("ping")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = parser_build()
     args = parser.parse_args(argv)
     _django_setup()
-    result = {"users": cmd_users, "items": cmd_items, "state": cmd_state, "decide": cmd_decide}[args.command](args)
-    json.dump(result, sys.stdout)
+    if args.command == "serve":
+        serve(parser)
+        return
+    json.dump(COMMANDS[args.command](args), sys.stdout)
     sys.stdout.write("\n")
 
 

@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,6 +61,8 @@ class LiveServer:
         self.log_path = self.workdir / "server.log"
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self._tool: subprocess.Popen | None = None
+        self._tool_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -88,7 +91,7 @@ class LiveServer:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
         self._run([sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v0"])
-        self.tool("users")
+        self._run([sys.executable, str(DBTOOL), "users"])
 
     def clone_from(self, other: LiveServer) -> None:
         """Copy another (stopped or idle) server's databases: a fresh copy of a prepared one."""
@@ -100,9 +103,37 @@ class LiveServer:
             sqlite3.connect(src).close()
 
     def tool(self, *args: str) -> object:
-        """Run e2e/dbtool.py against this server's database; return its JSON answer."""
-        out = self._run([sys.executable, str(DBTOOL), *args])
-        return json.loads(out.strip().splitlines()[-1])
+        """Run a dbtool command against this server's database; return its JSON answer.
+
+        Commands go to one long-lived ``dbtool.py serve`` process, so each costs a
+        query rather than a Django start-up.
+        """
+        with self._tool_lock:
+            if self._tool is None or self._tool.poll() is not None:
+                self._tool = subprocess.Popen(
+                    [sys.executable, str(DBTOOL), "serve"], cwd=ROOT, env=self.env(), text=True,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.workdir / "dbtool.log", "a"),
+                )
+            self._tool.stdin.write(json.dumps(list(args)) + "\n")
+            self._tool.stdin.flush()
+            line = self._tool.stdout.readline()
+        if not line:
+            raise ServerError(f"dbtool {args[0]} died: see {self.workdir / 'dbtool.log'}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise ServerError(f"dbtool {' '.join(args)} failed:\n{answer['error']}")
+        return answer["ok"]
+
+    def tool_close(self) -> None:
+        with self._tool_lock:
+            tool, self._tool = self._tool, None
+        if tool is not None and tool.poll() is None:
+            tool.stdin.close()
+            try:
+                tool.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                tool.kill()
+                tool.wait()
 
     async def atool(self, *args: str) -> object:
         return await asyncio.to_thread(self.tool, *args)
@@ -183,6 +214,11 @@ class LiveServer:
             proc.kill()
             proc.wait(timeout=timeout)
 
+    def close(self) -> None:
+        """Stop the server and the dbtool process."""
+        self.stop()
+        self.tool_close()
+
     def restart(self) -> None:
         self.stop()
         self.start()
@@ -192,6 +228,9 @@ class LiveServer:
 
     async def astop(self) -> None:
         await asyncio.to_thread(self.stop)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

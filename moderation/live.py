@@ -103,7 +103,7 @@ def live_state_read(*, username: str, item_public_id: str | None) -> dict[str, A
 
 def _item_state(item: QueueItem) -> dict[str, Any]:
     state: dict[str, Any] = {"item": str(item.public_id), "title": item.title, "status": item.status}
-    if not item.is_pending:
+    if item.decided_by is not None:
         seconds = max(0, int((timezone.now() - item.decided_at).total_seconds()))
         state.update(
             winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),

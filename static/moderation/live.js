@@ -67,7 +67,7 @@ function stateApply(msg) {
     if (stale) queueRefreshSoon();
   } else {
     viewing = { [itemId]: msg.viewers };
-    if (msg.item && msg.item.status !== "pending") bannerShow(msg.item);
+    if (msg.item?.winner) bannerShow(msg.item);
   }
   resynced = true;
   presenceShow();

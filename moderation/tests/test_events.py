@@ -1,0 +1,140 @@
+"""Live events: sent only after commit, to the right groups, and never at a decision's expense."""
+
+import asyncio
+import logging
+import socket
+import time
+
+import pytest
+from channels.layers import InMemoryChannelLayer
+from django.db import transaction
+from django.urls import reverse
+
+from moderation import events
+from moderation.decisions import item_decide
+from moderation.items import item_create
+from moderation.models import ItemStatus
+
+
+class RecordingLayer(InMemoryChannelLayer):
+    """Keeps every group_send, so a test can see what went out and when."""
+
+    sent: list[tuple[str, dict]] = []
+
+    async def group_send(self, group, message):
+        RecordingLayer.sent.append((group, message))
+        await super().group_send(group, message)
+
+
+class HangingLayer(InMemoryChannelLayer):
+    """A layer that never answers, like a Redis behind a black hole."""
+
+    async def group_send(self, group, message):
+        await asyncio.sleep(3600)
+
+
+@pytest.fixture
+def recorded(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.RecordingLayer"}}
+    RecordingLayer.sent = []
+    return RecordingLayer.sent
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_decision_events_wait_for_the_commit(recorded, alice, make_item):
+    item = make_item(title="Later")
+    recorded.clear()
+    with transaction.atomic():
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+        assert recorded == []
+    groups = [group for group, _ in recorded]
+    assert groups == [events.QUEUE_GROUP, events.item_group(str(item.public_id))]
+    message = recorded[0][1]
+    assert message["type"] == "item.decided"
+    assert (message["winner"], message["status"], message["title"]) == ("alice", "approved", "Later")
+    assert message["counts"] == {"pending": 0, "decided_today": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rolled_back_decision_sends_nothing(recorded, alice, make_item):
+    item = make_item()
+    recorded.clear()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+        raise RuntimeError("the surrounding work failed")
+    assert recorded == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_loser_notice_goes_to_the_losers_user_group_only(recorded, alice, bob, make_item):
+    item = make_item(title="Cat video")
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    recorded.clear()
+    item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
+    assert [group for group, _ in recorded] == [events.user_group(bob.pk)]
+    notice = recorded[0][1]
+    assert notice["type"] == "decision.lost" and notice["requested"] == "reject"
+    assert notice["message"] == "your rejection of item Cat video was not applied: alice approved it first"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_new_item_is_announced_to_the_queue_after_commit(recorded):
+    with transaction.atomic():
+        item = item_create(title="New", body="Hello there.", source="test")
+        assert recorded == []
+    assert recorded == [
+        (events.QUEUE_GROUP, {"type": "item.created", "item": str(item.public_id), "title": "New",
+                              "counts": {"pending": 1, "decided_today": 0}})
+    ]
+
+
+def test_session_groups_do_not_reveal_the_session_key():
+    group = events.session_group("abcdefghijklmnopqrstuvwxyz012345")
+    assert group.startswith("session.") and "abcdefgh" not in group and len(group) < 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unreachable_redis_layer_is_logged_and_decisions_still_win_or_lose(settings, client, alice, bob, make_item, caplog):
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": f"redis://127.0.0.1:{_closed_port()}/0", "socket_timeout": 1}]},
+        }
+    }
+    caplog.set_level(logging.ERROR, logger="moderation.events")
+    item = make_item(title="Offline")  # item.created cannot be pushed either; the item exists anyway
+    url = reverse("moderation:item", args=[item.public_id])
+
+    client.force_login(alice)
+    won = client.post(url, {"decision": "approve"})
+    assert won.status_code in (302, 303)
+    client.force_login(bob)
+    lost = client.post(url, {"decision": "reject"})
+    assert lost.status_code == 409
+    html = lost.content.decode()
+    assert 'id="lost-notice"' in html and "Already reviewed by alice" in html
+
+    item.refresh_from_db()
+    assert item.status == ItemStatus.APPROVED and item.decided_by == alice
+    failed = {record.getMessage() for record in caplog.records if record.name == "moderation.events"}
+    assert "could not push item.created to queue" in failed
+    assert "could not push item.decided to queue" in failed
+    assert f"could not push decision.lost to user.{bob.pk}" in failed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hanging_layer_delays_a_decision_by_at_most_the_send_timeout(settings, monkeypatch, alice, make_item, caplog):
+    item = make_item()
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
+    monkeypatch.setattr(events, "SEND_TIMEOUT_SECONDS", 0.2)
+    started = time.monotonic()
+    outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    assert outcome.won
+    assert time.monotonic() - started < 3  # two bounded sends (queue and item group), not an hour
+    assert any("could not push item.decided" in record.getMessage() for record in caplog.records)

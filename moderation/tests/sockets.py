@@ -17,6 +17,8 @@ TIMEOUT = 5
 def fresh_layer(settings):
     # A fresh in-memory layer per test, whatever REDIS_URL says: no groups leak between tests.
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Autouse runs before the user fixtures: hashing their passwords properly costs seconds per test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

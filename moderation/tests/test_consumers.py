@@ -122,31 +122,26 @@ async def test_new_item_is_announced_to_the_queue(alice, login, make_item):
     await communicator.disconnect()
 
 
-@pytest.mark.parametrize(
-    ("frame", "error"),
-    [
+async def test_bad_frames_get_an_error_and_change_nothing(alice, login, make_item):
+    item = await database_sync_to_async(make_item)()
+    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
+    presence = database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))
+    before = await presence()
+    bad_frames = [
         ({"text_data": "{not json"}, "bad_json"),
         ({"text_data": "[1, 2]"}, "bad_json"),
         ({"text_data": json.dumps({"type": "decide", "decision": "approve"})}, "unknown_type"),
         ({"text_data": json.dumps({"no": "type"})}, "unknown_type"),
         ({"bytes_data": b"\x00\x01"}, "bad_frame"),
-    ],
-    ids=["bad-json", "not-an-object", "unknown-type", "no-type", "binary"],
-)
-async def test_bad_frame_gets_an_error_and_changes_nothing(alice, login, make_item, frame, error):
-    item = await database_sync_to_async(make_item)()
-    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
-    before = await database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))()
+    ]
+    for frame, error in bad_frames:
+        await communicator.send_to(**frame)
+        reply = await next_of(communicator, "error")
+        assert reply["error"] == error and reply["message"], frame
 
-    if "text_data" in frame:
-        await communicator.send_to(text_data=frame["text_data"])
-    else:
-        await communicator.send_to(bytes_data=frame["bytes_data"])
-    reply = await next_of(communicator, "error")
-    assert reply["error"] == error and reply["message"]
-
-    after = await database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))()
-    assert after == before
+    assert await presence() == before
+    await database_sync_to_async(item.refresh_from_db)()
+    assert item.is_pending
     await communicator.send_json_to({"type": "heartbeat"})  # still open and working
     assert (await next_of(communicator, "state"))["item"]["status"] == "pending"
     await communicator.disconnect()

@@ -33,6 +33,11 @@ class HangingLayer(InMemoryChannelLayer):
         await asyncio.sleep(3600)
 
 
+@pytest.fixture(autouse=True)
+def fast_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def recorded(settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.RecordingLayer"}}

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from moderation import views
 
@@ -9,4 +9,5 @@ urlpatterns = [
     path("items/<str:public_id>/", views.item_detail, name="item"),
     path("api/items/<str:public_id>/decision", views.api_decide, name="api-decide"),
     path("healthz", views.healthz, name="healthz"),
+    path("lab/", include("moderation.lab.urls")),
 ]

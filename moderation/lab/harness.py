@@ -8,11 +8,14 @@ together. Judging reads the final rows and the graphs' checkpoint history.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +24,9 @@ from django.db import connection, connections
 
 from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.lab.strategies import STRATEGIES
-from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, process_main
+from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
 from moderation.models import QueueItem
+
 
 @dataclass
 class ItemVerdict:
@@ -61,12 +65,35 @@ class RaceReport:
     def errors(self) -> list[str]:
         return [a.error for a in self.attempts if a.error]
 
+    def latency_ms(self, *, percentile: float) -> float:
+        """Nearest-rank percentile of the attempts' latencies (0.0 with no attempts)."""
+        latencies = sorted(a.latency_ms for a in self.attempts if a.started_at)
+        if not latencies:
+            return 0.0
+        return latencies[max(0, math.ceil(percentile / 100 * len(latencies)) - 1)]
+
+    @property
+    def decisions_per_second(self) -> float:
+        """Attempts per second of racing: each item's span runs from its first attempt's
+        start to its last one's end, so process start-up and item set-up do not count."""
+        spans: dict[str, tuple[float, float]] = {}
+        for a in self.attempts:
+            if not a.started_at:
+                continue
+            end = a.started_at + a.latency_ms / 1000
+            first, last = spans.get(a.item, (a.started_at, end))
+            spans[a.item] = (min(first, a.started_at), max(last, end))
+        busy = sum(last - first for first, last in spans.values())
+        counted = sum(1 for a in self.attempts if a.started_at)
+        return counted / busy if busy > 0 else 0.0
+
 
 def decision_for(index: int) -> str:
     return "approve" if index % 2 == 0 else "reject"
 
 
 def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float) -> Attempt:
+    started_at = time.time()
     start = time.perf_counter()
     try:
         outcome = strategy(item_public_id=item, reviewer=user, decision=decision, delay=delay)
@@ -75,11 +102,14 @@ def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str,
         won, told, error = None, None, f"{type(exc).__name__}: {exc}"
     return Attempt(
         item=item, reviewer=user.get_username(), decision=decision, won=won, told_winner=told, error=error,
-        latency_ms=(time.perf_counter() - start) * 1000,
+        latency_ms=(time.perf_counter() - start) * 1000, started_at=started_at,
     )
 
 
-def race_threads(*, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float) -> RaceReport:
+def race_threads(
+    *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
+    on_attempt: Callable[[Attempt], None] | None = None,
+) -> RaceReport:
     decide = STRATEGIES[strategy]
     users = {u.username: u for u in get_user_model().objects.filter(username__in=usernames)}
     barrier = threading.Barrier(len(usernames))
@@ -93,6 +123,8 @@ def race_threads(*, strategy: str, items: Sequence[str], usernames: Sequence[str
                 result = attempt_run(decide, item=item, user=users[username], decision=decision_for(index), delay=delay)
                 with attempts_lock:
                     attempts.append(result)
+                    if on_attempt is not None:
+                        on_attempt(result)
         finally:
             connection.close()
 
@@ -105,43 +137,90 @@ def race_threads(*, strategy: str, items: Sequence[str], usernames: Sequence[str
     return race_judge(attempts=attempts, items=items, seconds=time.perf_counter() - start)
 
 
-def race_processes(*, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float) -> RaceReport:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(len(usernames))
-    results = ctx.Queue()
-    env = {"DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
-           "DATABASE_URL": database_url_current()}
-    # Children must not inherit open connections; they open their own.
-    connections.close_all()
-    procs = [
-        ctx.Process(target=process_main, args=(env, strategy, list(items), name, decision_for(i), delay, barrier, results))
-        for i, name in enumerate(usernames)
-    ]
-    start = time.perf_counter()
-    for p in procs:
-        p.start()
-    attempts: list[Attempt] = []
-    expected = len(items) * len(usernames)
-    deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
-    while len(attempts) < expected and time.monotonic() < deadline:
-        try:
-            attempts.append(results.get(timeout=1))
-        except Exception:
-            if not any(p.is_alive() for p in procs) and results.empty():
-                break
-    for p in procs:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    seconds = time.perf_counter() - start
-    if len(attempts) < expected:
-        missing = expected - len(attempts)
-        attempts.extend(
-            Attempt(item="?", reviewer="?", decision="?", won=None, told_winner=None,
-                    error="worker process died before reporting", latency_ms=0.0)
-            for _ in range(missing)
-        )
-    return race_judge(attempts=attempts, items=items, seconds=seconds)
+def race_processes(
+    *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
+    on_attempt: Callable[[Attempt], None] | None = None, extra_env: dict[str, str] | None = None,
+) -> RaceReport:
+    """One race in freshly spawned processes (see ``reviewer_processes`` to race many times)."""
+    with reviewer_processes(size=len(usernames), extra_env=extra_env) as pool:
+        return pool.race(strategy=strategy, items=items, usernames=usernames, delay=delay, on_attempt=on_attempt)
+
+
+class ReviewerProcesses:
+    """``size`` spawned reviewer processes sharing only the database and the checkpointer.
+
+    Spawning and setting up Django costs seconds per process, so one set of processes
+    serves every race of a lab run. A race that loses a process shuts the set down;
+    later races then report every attempt as an error instead of hanging.
+    """
+
+    def __init__(self, *, size: int, extra_env: dict[str, str] | None = None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.size = size
+        self._barrier = ctx.Barrier(size)
+        self._results = ctx.Queue()
+        self._inboxes = [ctx.Queue() for _ in range(size)]
+        env = {"DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
+               "DATABASE_URL": database_url_current(), **(extra_env or {})}
+        # Children must not inherit open connections; they open their own.
+        connections.close_all()
+        self._procs = [
+            ctx.Process(target=reviewer_main, args=(env, inbox, self._barrier, self._results)) for inbox in self._inboxes
+        ]
+        for p in self._procs:
+            p.start()
+
+    def race(
+        self, *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
+        on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> RaceReport:
+        if len(usernames) != self.size:
+            raise ValueError(f"{len(usernames)} reviewers for {self.size} processes")
+        start = time.perf_counter()
+        attempts: list[Attempt] = []
+        expected = len(items) * self.size
+        if all(p.is_alive() for p in self._procs):
+            self._barrier.reset()
+            for i, (inbox, name) in enumerate(zip(self._inboxes, usernames)):
+                inbox.put((strategy, list(items), name, decision_for(i), delay))
+            deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
+            while len(attempts) < expected and time.monotonic() < deadline:
+                try:
+                    result = self._results.get(timeout=1)
+                except queue.Empty:
+                    if not all(p.is_alive() for p in self._procs) and self._results.empty():
+                        break
+                    continue
+                attempts.append(result)
+                if on_attempt is not None:
+                    on_attempt(result)
+        seconds = time.perf_counter() - start
+        if len(attempts) < expected:
+            self.close()
+            attempts.extend(
+                Attempt(item="?", reviewer="?", decision="?", won=None, told_winner=None,
+                        error="worker process died before reporting", latency_ms=0.0)
+                for _ in range(expected - len(attempts))
+            )
+        return race_judge(attempts=attempts, items=items, seconds=seconds)
+
+    def close(self) -> None:
+        for inbox, p in zip(self._inboxes, self._procs):
+            if p.is_alive():
+                inbox.put(None)
+        for p in self._procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+
+
+@contextmanager
+def reviewer_processes(*, size: int, extra_env: dict[str, str] | None = None) -> Iterator[ReviewerProcesses]:
+    pool = ReviewerProcesses(size=size, extra_env=extra_env)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 def database_url_current() -> str:

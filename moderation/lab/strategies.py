@@ -1,36 +1,100 @@
 """Ways to decide an item, from the seed's broken one to the product's guard.
 
 Every strategy has the product's signature and returns a DecisionOutcome, so the
-race harness judges them all the same way.
+race harness judges them all the same way. The lab's own strategies never write a
+DecisionAttempt: the one-winner-per-item constraint would turn their silent losses
+into errors, and silent losses are what the lab exists to count.
+
+Each strategy passes the fault point ``HOLD_POINT`` right after taking its own
+exclusion (nothing for naive, the process-wide lock, the item's lock, the row lock),
+and the guarded path passes the same point after its per-item lock, so one injected
+action holds every strategy at the equivalent place (the slow-reviewer experiment).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from moderation.decisions import DecisionOutcome, item_decide
+from moderation.faults import fault_point
 from moderation.graph import graph_resume
+from moderation.locks import item_lock
 from moderation.models import STATUS_FOR_DECISION, Decision, QueueItem
 
 Strategy = Callable[..., DecisionOutcome]
+
+HOLD_POINT = "after_item_lock"
+
+_global_lock = threading.Lock()
 
 
 def naive_decide(
     *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.05
 ) -> DecisionOutcome:
     """The seed's check-then-act with nothing around it: read, wait, act on what was read."""
+    fault_point(HOLD_POINT, item_key=str(item_public_id))
+    return _check_then_act(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note, delay=delay)
+
+
+def global_lock_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.05
+) -> DecisionOutcome:
+    """The seed's fix: one process-wide lock around the whole check-then-act."""
+    with _global_lock:
+        fault_point(HOLD_POINT, item_key=str(item_public_id))
+        return _check_then_act(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note, delay=delay)
+
+
+def item_lock_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.05
+) -> DecisionOutcome:
+    """A lock per item, in this process only: reviewers of other items never wait."""
+    key = str(item_public_id)
+    with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT):
+        fault_point(HOLD_POINT, item_key=key)
+        return _check_then_act(item_public_id=key, reviewer=reviewer, decision=decision, note=note, delay=delay)
+
+
+def row_lock_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.05
+) -> DecisionOutcome:
+    """The database's lock only: SELECT ... FOR UPDATE (on SQLite the IMMEDIATE
+    transaction's write lock, which covers the whole database) around check, resume, write."""
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by").get(public_id=item_public_id)
+        fault_point(HOLD_POINT, item_key=str(item_public_id))
+        time.sleep(delay)  # the same window as naive's, now inside the lock
+        if not item.is_pending:
+            return _outcome_lost(item=item, decision=decision)
+        return _act(item=item, reviewer=reviewer, decision=decision, note=note)
+
+
+def guarded_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.0
+) -> DecisionOutcome:
+    """The product's own guard, unchanged (``delay`` is the naive window; the guard has none)."""
+    return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
+
+
+def _check_then_act(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str, delay: float
+) -> DecisionOutcome:
     item = QueueItem.objects.select_related("decided_by").get(public_id=item_public_id)
     time.sleep(delay)  # the window between check and act that real latency opens
     if not item.is_pending:
-        return DecisionOutcome(
-            won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-            winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at, attempt_id=0,
-        )
+        return _outcome_lost(item=item, decision=decision)
+    return _act(item=item, reviewer=reviewer, decision=decision, note=note)
+
+
+def _act(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str) -> DecisionOutcome:
     decided_at = timezone.now()
     graph_resume(
         thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(), note=note,
@@ -44,14 +108,17 @@ def naive_decide(
     )
 
 
-def guarded_decide(
-    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.0
-) -> DecisionOutcome:
-    """The product's own guard, unchanged (``delay`` is the naive window; the guard has none)."""
-    return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
+def _outcome_lost(*, item: QueueItem, decision: str) -> DecisionOutcome:
+    return DecisionOutcome(
+        won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
+        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at, attempt_id=0,
+    )
 
 
 STRATEGIES: dict[str, Strategy] = {
     "naive": naive_decide,
+    "global-lock": global_lock_decide,
+    "item-lock": item_lock_decide,
+    "row-lock": row_lock_decide,
     "guarded": guarded_decide,
 }

@@ -23,26 +23,34 @@ class Attempt:
     told_winner: str | None
     error: str | None
     latency_ms: float
+    started_at: float = 0.0  # wall clock (time.time()), comparable across processes
 
 
+def reviewer_main(env, inbox, barrier, results) -> None:
+    """One reviewer process: set Django up once, then race every job it is sent.
 
-def process_main(env, strategy, items, username, decision, delay, barrier, results) -> None:
+    A job is (strategy, items, username, decision, delay); ``None`` ends the process.
+    """
     os.environ.update(env)
     import django
 
     django.setup()
     from django.contrib.auth import get_user_model
+    from django.db import connections
 
     from moderation.lab.harness import attempt_run
     from moderation.lab.strategies import STRATEGIES
 
-    decide = STRATEGIES[strategy]
-    user = get_user_model().objects.get(username=username)
-    for item in items:
-        try:
-            barrier.wait(timeout=BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
-                                error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
-            continue
-        results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay))
+    for strategy, items, username, decision, delay in iter(inbox.get, None):
+        decide = STRATEGIES[strategy]
+        user = get_user_model().objects.get(username=username)
+        for item in items:
+            try:
+                barrier.wait(timeout=BARRIER_TIMEOUT)
+            except threading.BrokenBarrierError:
+                results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
+                                    error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
+                continue
+            results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay))
+        # Idle between jobs without holding a database connection.
+        connections.close_all()

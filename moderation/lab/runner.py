@@ -1,0 +1,380 @@
+"""One lab run: the race per strategy × mode, the slow reviewer, the isolation check.
+
+The lab decides its own items (source ``racelab``) as its own users
+(``lab-reviewer-N``, unusable passwords), created without live broadcasts, and removes
+them afterwards together with their checkpoint threads, so a run against the live
+deployment leaves the real queue as it found it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import connection
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from moderation.checkpointer import checkpointer_get
+from moderation.decisions import item_decide
+from moderation.faults import fault_inject
+from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished, graph_start
+from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
+from moderation.lab.strategies import HOLD_POINT, STRATEGIES
+from moderation.models import DecisionAttempt, QueueItem
+from moderation.permissions import MODERATORS_GROUP
+
+LAB_SOURCE = "racelab"
+LAB_USER_PREFIX = "lab-reviewer-"
+MODES = ("threads", "processes")
+# Reviewers deciding other items while one reviewer holds item X.
+SLOW_OTHERS = 3
+# Longer than any hold the lab allows, so a stuck slow reviewer is reported, not waited on.
+SLOW_ENTER_TIMEOUT = 30.0
+# An empty REDIS_URL gives each reviewer process a private in-memory channel layer, so
+# the guarded path's broadcasts from there reach nobody (see lab_run).
+_QUIET_CHILD = {"REDIS_URL": ""}
+
+Progress = Callable[[int, int, str], None]
+
+_TEXTS = [
+    ("Weekend hiking photos", "Photos from the ridge trail at sunrise."),
+    ("BUY NOW LIMITED OFFER!!!", "CLICK HERE FOR FREE MONEY http://example.test/win GUARANTEED!!!"),
+    ("Question about rate limits", "Is the limit per key or per account?"),
+    ("Recipe: lentil soup", "Onion, carrot, celery, red lentils, cumin."),
+    ("Selling my old bike", "Steel frame, 56cm, new chain. Pickup only."),
+    ("Guaranteed followers", "Get 10k followers: https://example.test/f https://example.test/g"),
+    ("Lost cat near the park", "Grey tabby, answers to Miso."),
+    ("Poem: November", "Grey light on wet slate, the kettle's small weather."),
+]
+
+
+class LabConfigError(ValueError):
+    """An option the lab cannot run with; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    strategies: tuple[str, ...]
+    modes: tuple[str, ...]
+    trials: int
+    reviewers: int
+    delay: float  # seconds: the check-to-act window of the unguarded strategies
+    hold: float  # seconds the slow reviewer holds item X
+    seed: int
+    time_limit: float | None  # seconds after which no new strategy × mode is started
+
+
+LIMITS = {"trials": (1, 1000), "reviewers": (2, 32), "delay_ms": (0.0, 5000.0), "hold_s": (0.05, 30.0)}
+
+
+def lab_config_build(
+    *, strategies: Sequence[str] | None, mode: str, trials: int, reviewers: int, delay_ms: float, hold_s: float,
+    seed: int | None, time_limit: float | None,
+) -> LabConfig:
+    """Check every option; raise LabConfigError naming the first bad one."""
+    chosen = tuple(dict.fromkeys(strategies or STRATEGIES))
+    unknown = [s for s in chosen if s not in STRATEGIES]
+    if unknown:
+        raise LabConfigError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}")
+    if mode not in (*MODES, "both"):
+        raise LabConfigError(f"--mode must be threads, processes or both, not {mode!r}")
+    for name, value in (("trials", trials), ("reviewers", reviewers), ("delay_ms", delay_ms), ("hold_s", hold_s)):
+        low, high = LIMITS[name]
+        if not low <= value <= high:
+            raise LabConfigError(f"--{name.split('_')[0]} must be between {low:g} and {high:g}, not {value:g}")
+    if time_limit is not None and time_limit <= 0:
+        raise LabConfigError(f"--time-limit must be a positive number of seconds, not {time_limit:g}")
+    if seed is not None and seed < 0:
+        raise LabConfigError(f"--seed must be zero or positive, not {seed}")
+    return LabConfig(
+        strategies=chosen, modes=MODES if mode == "both" else (mode,), trials=trials, reviewers=reviewers,
+        delay=delay_ms / 1000, hold=hold_s, seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
+        time_limit=time_limit,
+    )
+
+
+def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every experiment in ``config``; return the report (see the racelab command).
+
+    The caller holds the lab lock: the clean-up at the start removes leftovers of an
+    interrupted run, which would be a running run's items without the lock.
+    """
+    rng = random.Random(config.seed)
+    cells = [(s, m) for s in config.strategies for m in config.modes]
+    total = len(cells) * config.trials * config.reviewers + len(config.strategies) + 1
+    ticker = _Ticker(total=total, progress=progress)
+    started, clock = timezone.now(), time.monotonic()
+    lab_cleanup()
+    # The guarded strategy is the product's own path, which broadcasts every decision to
+    # the live dashboard. The lab runs in a process of its own (the command, or the page's
+    # run), so turning the channel layer off here keeps its decisions off real screens.
+    with override_settings(CHANNEL_LAYERS={}):
+        try:
+            usernames = lab_users_ensure(count=max(config.reviewers, SLOW_OTHERS + 1))
+            results, skipped = [], []
+            for mode in config.modes:
+                # One set of reviewer processes serves every strategy; spawning costs seconds.
+                processes = reviewer_processes(size=config.reviewers, extra_env=_QUIET_CHILD) if mode == "processes" else None
+                with processes or nullcontext() as pool:
+                    for strategy in config.strategies:
+                        if config.time_limit is not None and time.monotonic() - clock > config.time_limit:
+                            skipped.append({"strategy": strategy, "mode": mode})
+                            ticker.advance(config.trials * config.reviewers, f"{strategy}/{mode} skipped (time limit)")
+                            continue
+                        results.append(race_cell(
+                            strategy=strategy, mode=mode, config=config, usernames=usernames, rng=rng, ticker=ticker,
+                            pool=pool,
+                        ))
+            results.sort(key=lambda r: cells.index((r["strategy"], r["mode"])))
+            slow = []
+            for strategy in config.strategies:
+                slow.append(slow_reviewer_measure(
+                    strategy=strategy, hold=config.hold, delay=config.delay, usernames=usernames, rng=rng
+                ))
+                ticker.advance(1, f"slow reviewer: {strategy}")
+            isolation = isolation_check(username=usernames[0], rng=rng)
+            ticker.advance(1, "isolation check")
+        finally:
+            lab_cleanup()
+    return {
+        "started_at": started.isoformat(),
+        "seconds": round(time.monotonic() - clock, 2),
+        "database": connection.vendor,
+        "checkpointer": type(checkpointer_get()).__name__,
+        "config": {**asdict(config), "delay_ms": config.delay * 1000, "strategies": list(config.strategies),
+                   "modes": list(config.modes)},
+        "results": results,
+        "skipped": skipped,
+        "slow_reviewer": slow,
+        "isolation": isolation,
+    }
+
+
+class _Ticker:
+    """Counts work done for the progress callback; safe to call from racing threads."""
+
+    def __init__(self, *, total: int, progress: Progress | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+        self._lock = threading.Lock()
+
+    def advance(self, n: int, label: str) -> None:
+        with self._lock:
+            self.done += n
+            if self.progress is not None:
+                self.progress(self.done, self.total, label)
+
+
+def race_cell(
+    *, strategy: str, mode: str, config: LabConfig, usernames: Sequence[str], rng: random.Random, ticker: _Ticker,
+    pool: ReviewerProcesses | None,
+) -> dict[str, Any]:
+    """``config.trials`` fresh items, each raced by ``config.reviewers`` reviewers at once
+    (threads of this process, or the processes of ``pool``)."""
+    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng)]
+    # The shuffle decides who approves, who rejects and who starts first.
+    names = rng.sample(list(usernames[: config.reviewers]), config.reviewers)
+    label = f"{strategy}/{mode}"
+
+    def tick(_attempt: Attempt) -> None:
+        ticker.advance(1, label)
+
+    if pool is None:
+        report = race_threads(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick)
+    else:
+        report = pool.race(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick)
+    lab_items_remove()
+    errors = report.errors
+    return {
+        "strategy": strategy,
+        "mode": mode,
+        "trials": config.trials,
+        "reviewers": config.reviewers,
+        "lost_decisions": report.lost_decisions,
+        "false_successes": report.false_successes,
+        "double_resumes": report.double_resumes,
+        "misinformed_losers": report.misinformed_losers,
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "p50_ms": round(report.latency_ms(percentile=50), 1),
+        "p99_ms": round(report.latency_ms(percentile=99), 1),
+        "decisions_per_s": round(report.decisions_per_second, 1),
+    }
+
+
+def slow_reviewer_measure(
+    *, strategy: str, hold: float, delay: float, usernames: Sequence[str], rng: random.Random
+) -> dict[str, Any]:
+    """One reviewer holds item X for ``hold`` seconds inside the strategy's exclusion while
+    others decide other items; their latency against an unheld baseline is the wait X caused."""
+    decide = STRATEGIES[strategy]
+    users = _users_get(usernames[: SLOW_OTHERS + 1])
+    slow_user, others = users[0], users[1:]
+    x, *rest = lab_items_create(count=1 + 2 * SLOW_OTHERS, rng=rng)
+    baseline_items, held_items = rest[:SLOW_OTHERS], rest[SLOW_OTHERS:]
+    baseline = _decide_together(decide, items=baseline_items, users=others, delay=delay)
+
+    x_key = str(x.public_id)
+    inside = threading.Event()
+
+    def hold_x(key: str) -> None:
+        if key == x_key:
+            inside.set()
+            time.sleep(hold)
+
+    slow_result: list[Attempt] = []
+    with fault_inject(HOLD_POINT, hold_x):
+        slow = threading.Thread(target=_decide_one, args=(decide, x, slow_user, delay, slow_result))
+        slow.start()
+        entered = inside.wait(timeout=SLOW_ENTER_TIMEOUT)
+        during = _decide_together(decide, items=held_items, users=others, delay=delay) if entered else []
+        slow.join()
+    lab_items_remove()
+
+    errors = [a.error for a in (*baseline, *during, *slow_result) if a.error]
+    if not entered:
+        errors.insert(0, "the slow reviewer never reached the strategy's lock")
+    baseline_p50 = _median([a.latency_ms for a in baseline])
+    during_p50 = _median([a.latency_ms for a in during])
+    return {
+        "strategy": strategy,
+        "hold_s": hold,
+        "others": len(others),
+        "baseline_p50_ms": round(baseline_p50, 1),
+        "during_p50_ms": round(during_p50, 1),
+        "during_max_ms": round(max((a.latency_ms for a in during), default=0.0), 1),
+        "waited_ms": round(max(0.0, during_p50 - baseline_p50), 1),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def _decide_one(decide, item: QueueItem, user: AbstractBaseUser, delay: float, out: list[Attempt]) -> None:
+    try:
+        out.append(attempt_run(decide, item=str(item.public_id), user=user, decision="approve", delay=delay))
+    finally:
+        connection.close()
+
+
+def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[AbstractBaseUser], delay: float) -> list[Attempt]:
+    """Each user decides its own item, all released together."""
+    barrier = threading.Barrier(len(users))
+    results: list[Attempt] = []
+    results_lock = threading.Lock()
+
+    def run(item: QueueItem, user: AbstractBaseUser) -> None:
+        barrier.wait(timeout=SLOW_ENTER_TIMEOUT)
+        mine: list[Attempt] = []
+        _decide_one(decide, item, user, delay, mine)
+        with results_lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=run, args=pair) for pair in zip(items, users)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def isolation_check(*, username: str, rng: random.Random) -> dict[str, Any]:
+    """The seed's third section on the product: A and C decided, B never resumed."""
+    reviewer = _users_get([username])[0]
+    a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"))
+    item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve")
+    item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject")
+    report = {}
+    for name, item in (("A", a), ("B", b), ("C", c)):
+        item.refresh_from_db()
+        state = graph_get().get_state({"configurable": {"thread_id": item.thread_id}})
+        report[name] = {
+            "thread_id": item.thread_id,
+            "status": item.status,
+            "next": list(state.next),
+            "finished": graph_is_finished(thread_id=item.thread_id),
+        }
+    lab_items_remove()
+    b_paused = report["B"]["next"] == [REVIEW_NODE] and report["B"]["status"] == "pending"
+    a_c_finished = report["A"]["finished"] and report["C"]["finished"]
+    return {"items": report, "b_still_paused": b_paused, "a_and_c_finished": a_c_finished, "passed": b_paused and a_c_finished}
+
+
+def lab_users_ensure(*, count: int) -> list[str]:
+    """``lab-reviewer-1..count``: moderators that cannot log in."""
+    User = get_user_model()
+    group = Group.objects.get(name=MODERATORS_GROUP)
+    names = [f"{LAB_USER_PREFIX}{n}" for n in range(1, count + 1)]
+    for name in names:
+        user, created = User.objects.get_or_create(username=name)
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        user.groups.add(group)
+    return names
+
+
+def _users_get(usernames: Sequence[str]) -> list[AbstractBaseUser]:
+    by_name = {u.get_username(): u for u in get_user_model().objects.filter(username__in=usernames)}
+    return [by_name[name] for name in usernames]
+
+
+def lab_items_create(*, count: int, rng: random.Random, titles: Sequence[str] | None = None) -> list[QueueItem]:
+    """Fresh lab items paused at review, created without the live "new item" broadcast."""
+    items = []
+    for n in range(count):
+        title, body = rng.choice(_TEXTS)
+        if titles is not None:
+            title = titles[n]
+        public_id = uuid.uuid4()
+        thread_id = f"{LAB_SOURCE}-{public_id}"
+        payload = graph_start(thread_id=thread_id, item_id=str(public_id), title=title, body=body, source=LAB_SOURCE)
+        items.append(
+            QueueItem.objects.create(
+                public_id=public_id, title=f"[racelab] {title}", body=body, source=LAB_SOURCE, thread_id=thread_id,
+                review_request=payload,
+            )
+        )
+    return items
+
+
+def lab_items_remove() -> int:
+    """Delete every lab item, its attempts and its checkpoint thread; return how many items."""
+    items = QueueItem.objects.filter(source=LAB_SOURCE)
+    thread_ids = list(items.values_list("thread_id", flat=True))
+    # A queryset delete of attempts is a plain DELETE (nothing references them), so the
+    # model's append-only delete() is not involved; attempts go first because they PROTECT items.
+    DecisionAttempt.objects.filter(item__source=LAB_SOURCE).delete()
+    items.delete()
+    saver = checkpointer_get()
+    for thread_id in thread_ids:
+        saver.delete_thread(thread_id)
+    return len(thread_ids)
+
+
+def lab_cleanup() -> None:
+    """Remove lab items, then lab users (items PROTECT the users who decided them).
+
+    Only users named like the lab's and unable to log in are removed, so a real
+    account that happens to share the prefix is never touched.
+    """
+    lab_items_remove()
+    get_user_model().objects.filter(
+        username__regex=rf"^{LAB_USER_PREFIX}[0-9]+$", password__startswith=UNUSABLE_PASSWORD_PREFIX
+    ).delete()

@@ -1,0 +1,109 @@
+import json
+import shutil
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from moderation.lab.chart import CHART_FORMATS
+from moderation.lab.runner import LabConfigError, lab_config_build
+from moderation.lab.store import LabBusy, lab_run_recorded
+from moderation.lab.strategies import STRATEGIES
+
+TABLE_COLUMNS = [
+    ("strategy", "strategy", 12), ("mode", "mode", 10), ("trials", "trials", 6), ("reviewers", "reviewers", 9),
+    ("lost_decisions", "lost", 5), ("false_successes", "false ok", 8), ("double_resumes", "2x resume", 9),
+    ("errors", "errors", 6), ("p50_ms", "p50 ms", 8), ("p99_ms", "p99 ms", 8), ("decisions_per_s", "dec/s", 7),
+]
+
+
+class Command(BaseCommand):
+    help = (
+        "Race N reviewers onto the same fresh items for each decision strategy, in threads and in "
+        "processes, on the configured database; report lost decisions, false successes, double resumes, "
+        "errors and latency, then the slow-reviewer experiment and the isolation check."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--trials", type=int, default=20, help="items raced per strategy and mode (default 20)")
+        parser.add_argument("--reviewers", type=int, default=4, help="reviewers released onto each item (default 4)")
+        parser.add_argument(
+            "--strategy", action="append", dest="strategies", metavar="NAME",
+            help=f"repeatable; one of {', '.join(STRATEGIES)} (default: all)",
+        )
+        parser.add_argument("--mode", default="both", help="threads, processes or both (default both)")
+        parser.add_argument("--delay", type=float, default=50.0, help="check-to-act window in ms (default 50, as in the seed)")
+        parser.add_argument("--hold", type=float, default=1.0, help="seconds the slow reviewer holds item X (default 1)")
+        parser.add_argument("--seed", type=int, help="seed for item texts and reviewer order (default: random, reported)")
+        parser.add_argument("--time-limit", type=float, help="start no new strategy × mode after this many seconds")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables; no progress bar")
+        parser.add_argument("--chart", type=Path, metavar="PATH", help="also write the chart to PATH (.png or .svg)")
+
+    def handle(self, *args, **options):
+        chart = options["chart"]
+        if chart is not None:
+            if chart.suffix.lower() not in CHART_FORMATS:
+                raise CommandError(f"--chart must end in .png or .svg, not {chart.name!r}")
+            if not chart.parent.resolve().is_dir():
+                raise CommandError(f"--chart: directory {chart.parent} does not exist")
+        try:
+            config = lab_config_build(
+                strategies=options["strategies"], mode=options["mode"], trials=options["trials"],
+                reviewers=options["reviewers"], delay_ms=options["delay"], hold_s=options["hold"],
+                seed=options["seed"], time_limit=options["time_limit"],
+            )
+        except LabConfigError as exc:
+            raise CommandError(str(exc)) from None
+        progress = None if options["json"] else self._progress
+        try:
+            report = lab_run_recorded(config=config, progress=progress, chart_path=chart)
+        except LabBusy:
+            raise CommandError("another lab run is in progress (from the command line or the /lab page); try again later") from None
+        if options["json"]:
+            self.stdout.write(json.dumps(report))
+            return
+        self.stderr.write("")
+        self._print_report(report, chart=chart)
+
+    def _progress(self, done: int, total: int, label: str) -> None:
+        width = max(10, min(40, shutil.get_terminal_size().columns - 50))
+        filled = int(width * done / total) if total else 0
+        self.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<28.28}", ending="")
+        self.stderr.flush()
+
+    def _print_report(self, report, *, chart):
+        config = report["config"]
+        self.stdout.write(
+            f"racelab on {report['database']} (checkpointer {report['checkpointer']}), seed {config['seed']}, "
+            f"{config['delay_ms']:g} ms check-to-act window, {report['seconds']:g} s\n"
+        )
+        self.stdout.write("  ".join(f"{title:>{w}}" if i > 1 else f"{title:<{w}}" for i, (_, title, w) in enumerate(TABLE_COLUMNS)))
+        for row in report["results"]:
+            self.stdout.write("  ".join(
+                f"{row[key]:>{w}}" if i > 1 else f"{row[key]:<{w}}" for i, (key, _, w) in enumerate(TABLE_COLUMNS)
+            ))
+        for row in report["results"]:
+            if row["first_error"]:
+                self.stdout.write(f"  {row['strategy']}/{row['mode']} first error: {row['first_error']}")
+        for cell in report["skipped"]:
+            self.stdout.write(f"  {cell['strategy']}/{cell['mode']} skipped: --time-limit reached")
+
+        self.stdout.write(
+            f"\nSlow reviewer: one reviewer holds item X for {config['hold']:g} s inside the strategy's lock "
+            f"while others decide other items"
+        )
+        self.stdout.write(f"{'strategy':<12}  {'others':>6}  {'baseline p50 ms':>15}  {'held p50 ms':>11}  {'waited ms':>9}  errors")
+        for row in report["slow_reviewer"]:
+            self.stdout.write(
+                f"{row['strategy']:<12}  {row['others']:>6}  {row['baseline_p50_ms']:>15}  {row['during_p50_ms']:>11}  "
+                f"{row['waited_ms']:>9}  {row['errors']}{'  ' + row['first_error'] if row['first_error'] else ''}"
+            )
+
+        isolation = report["isolation"]
+        items = isolation["items"]
+        self.stdout.write(
+            f"\nIsolation: B never resumed, next={tuple(items['B']['next'])} ({items['B']['status']}); "
+            f"A finished={items['A']['finished']}, C finished={items['C']['finished']} -> "
+            f"{'held' if isolation['passed'] else 'FAILED'}"
+        )
+        if chart is not None:
+            self.stdout.write(f"Chart written to {chart}")

@@ -1,0 +1,200 @@
+"""The race lab: the seed's bug seen happening, the guard seen holding, with numbers."""
+
+import io
+import json
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from moderation.graph import graph_get
+from moderation.lab import store
+from moderation.lab.runner import LAB_SOURCE
+from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+
+RESULT_KEYS = {
+    "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes", "errors",
+    "p50_ms", "p99_ms", "decisions_per_s",
+}
+SLOW_KEYS = {"strategy", "hold_s", "others", "baseline_p50_ms", "during_p50_ms", "waited_ms", "errors"}
+HOLD_S = 0.4
+
+
+@pytest.fixture(autouse=True)
+def lab_dir(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    return tmp_path / "lab"
+
+
+def _racelab_json(*args: str) -> tuple[dict, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("racelab", "--json", *args, stdout=out, stderr=err)
+    return json.loads(out.getvalue()), err.getvalue()
+
+
+def _small_guarded_run() -> dict:
+    report, _ = _racelab_json("--strategy", "guarded", "--mode", "threads", "--trials", "1", "--reviewers", "2", "--hold", "0.05")
+    return report
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
+    real_item = make_item(title="A real post")
+    lookalike = get_user_model().objects.create_user("lab-reviewer-99", password="a-real-password-1")
+
+    report, stderr = _racelab_json(
+        "--trials", "3", "--reviewers", "2", "--hold", str(HOLD_S), "--seed", "7",
+        "--strategy", "naive", "--strategy", "global-lock", "--strategy", "item-lock", "--strategy", "guarded",
+    )
+
+    assert stderr == "", "--json turns the progress bar off"
+    assert {"results", "slow_reviewer", "isolation"} <= report.keys()
+    cells = {(r["strategy"], r["mode"]): r for r in report["results"]}
+    assert set(cells) == {(s, m) for s in ("naive", "global-lock", "item-lock", "guarded") for m in ("threads", "processes")}
+    for row in report["results"]:
+        assert RESULT_KEYS <= row.keys()
+        assert (row["trials"], row["reviewers"]) == (3, 2)
+        assert row["p50_ms"] <= row["p99_ms"] and row["decisions_per_s"] > 0
+
+    assert cells["naive", "threads"]["lost_decisions"] >= 1
+    assert cells["naive", "threads"]["false_successes"] >= 1
+    # In-process locks hold inside one process and fail across processes.
+    for strategy in ("global-lock", "item-lock"):
+        assert cells[strategy, "threads"]["lost_decisions"] == 0
+        assert cells[strategy, "processes"]["lost_decisions"] >= 1
+    for mode in ("threads", "processes"):
+        guarded = cells["guarded", mode]
+        assert (guarded["lost_decisions"], guarded["false_successes"], guarded["double_resumes"], guarded["errors"]) == (0, 0, 0, 0)
+
+    slow = {r["strategy"]: r for r in report["slow_reviewer"]}
+    assert all(SLOW_KEYS <= r.keys() and r["errors"] == 0 for r in slow.values())
+    assert slow["global-lock"]["waited_ms"] >= 0.75 * HOLD_S * 1000
+    assert slow["item-lock"]["waited_ms"] < 0.5 * HOLD_S * 1000
+    assert slow["guarded"]["waited_ms"] < 0.5 * HOLD_S * 1000
+
+    isolation = report["isolation"]
+    assert isolation["passed"] and isolation["b_still_paused"] and isolation["a_and_c_finished"]
+    assert isolation["items"]["B"]["next"] == ["request_review"]
+
+    # Nothing of the lab is left, and nothing real was touched.
+    assert not QueueItem.objects.filter(source=LAB_SOURCE).exists()
+    assert not DecisionAttempt.objects.exists()
+    assert list(get_user_model().objects.filter(username__startswith="lab-reviewer-")) == [lookalike]
+    assert QueueItem.objects.get(pk=real_item.pk).status == ItemStatus.PENDING
+    b_thread = isolation["items"]["B"]["thread_id"]
+    assert graph_get().get_state({"configurable": {"thread_id": b_thread}}).created_at is None
+
+    assert json.loads((store.lab_dir() / "latest.json").read_text()) == report
+    assert (store.lab_dir() / "latest.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_table_output_progress_bar_and_png_chart(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    chart = tmp_path / "lab.png"
+    call_command(
+        "racelab", "--strategy", "row-lock", "--mode", "threads", "--trials", "2", "--reviewers", "2",
+        "--hold", "0.05", "--chart", str(chart), stdout=out, stderr=err,
+    )
+    text = out.getvalue()
+    assert "lost  false ok  2x resume" in text
+    assert text.count("row-lock") >= 2  # the race table and the slow-reviewer table
+    assert "isolation" in text.lower() and "-> held" in text
+    assert "2/" in err.getvalue() and "isolation check" in err.getvalue()
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials", "0"], "--trials must be between 1 and 1000"),
+        (["--reviewers", "1"], "--reviewers must be between 2 and 32"),
+        (["--strategy", "optimistic"], "unknown strategy 'optimistic'"),
+        (["--mode", "fibers"], "--mode must be threads, processes or both"),
+        (["--delay", "-5"], "--delay must be between 0 and 5000"),
+        (["--hold", "0"], "--hold must be between 0.05 and 30"),
+        (["--seed", "-1"], "--seed must be zero or positive"),
+        (["--time-limit", "0"], "--time-limit must be a positive number"),
+        (["--chart", "lab.gif"], "--chart must end in .png or .svg"),
+        (["--chart", "/no/such/dir/lab.png"], "does not exist"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("racelab", *args)
+
+
+def test_only_one_lab_run_at_a_time(monkeypatch):
+    monkeypatch.setattr(store, "LOCK_WAIT_S", 0.0)
+    with store.lab_lock():
+        with pytest.raises(CommandError, match="another lab run is in progress"):
+            call_command("racelab", "--trials", "1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lab_page_is_for_staff_and_shows_the_latest_run(client, make_moderator):
+    page = reverse("moderation:lab:page")
+    assert client.get(page).status_code == 302
+    assert client.get(reverse("moderation:lab:status")).status_code == 401
+
+    moderator = make_moderator()
+    client.force_login(moderator)
+    assert client.get(page).status_code == 403
+    assert client.get(reverse("moderation:lab:status")).status_code == 403
+    assert client.post(reverse("moderation:lab:run")).status_code == 403
+
+    moderator.is_staff = True
+    moderator.save()
+    assert b"No lab run has finished yet" in client.get(page).content
+    assert client.get(reverse("moderation:lab:chart")).status_code == 404
+
+    _small_guarded_run()
+    response = client.get(page)
+    assert response.status_code == 200
+    assert b'data-strategy="guarded" data-mode="threads"' in response.content
+    assert b"isolation held" in response.content
+    chart = client.get(reverse("moderation:lab:chart"))
+    assert chart["Content-Type"] == "image/svg+xml"
+    assert client.get(reverse("moderation:lab:status")).json()["state"] == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_page_starts_one_background_run_and_reports_its_progress(client, make_moderator, monkeypatch):
+    monkeypatch.setattr(
+        store, "PAGE_RUN_ARGS",
+        ["--strategy", "guarded", "--mode", "threads", "--trials", "1", "--reviewers", "2", "--hold", "0.05"],
+    )
+    staff = make_moderator()
+    staff.is_staff = True
+    staff.save()
+    client.force_login(staff)
+    run, status = reverse("moderation:lab:run"), reverse("moderation:lab:status")
+
+    started = client.post(run, HTTP_ACCEPT="application/json")
+    assert started.status_code == 202 and started.json()["state"] == "starting"
+    again = client.post(run, HTTP_ACCEPT="application/json")
+    assert again.status_code == 409 and again.json()["error"] == "busy"
+
+    deadline = time.monotonic() + 90
+    seen = set()
+    while time.monotonic() < deadline:
+        state = client.get(status).json()
+        seen.add(state["state"])
+        if state["state"] not in ("starting", "running"):
+            break
+        time.sleep(0.2)
+    assert state["state"] == "done", (state, (store.lab_dir() / "run.log").read_text())
+    assert seen <= {"starting", "running", "done"}
+    assert json.loads((store.lab_dir() / "latest.json").read_text())["results"][0]["strategy"] == "guarded"
+    assert not QueueItem.objects.filter(source=LAB_SOURCE).exists()
+
+
+def test_a_run_that_died_is_reported_failed(lab_dir):
+    lab_dir.mkdir(parents=True)
+    (lab_dir / "status.json").write_text(json.dumps({"state": "running", "done": 3, "total": 10}))
+    assert store.lab_status()["state"] == "failed"
+    (lab_dir / "status.json").write_text(json.dumps({"state": "starting", "requested_ts": time.time()}))
+    assert store.lab_status()["state"] == "starting"

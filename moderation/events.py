@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from moderation.selectors import queue_counts
 
 if TYPE_CHECKING:
-    from moderation.decisions import DecisionOutcome
+    from moderation.outcomes import DecisionOutcome
     from moderation.models import QueueItem
 
 logger = logging.getLogger(__name__)

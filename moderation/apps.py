@@ -7,7 +7,13 @@ class ModerationConfig(AppConfig):
     name = "moderation"
 
     def ready(self) -> None:
+        from django.conf import settings
+
+        from moderation.faults import faults_install_from_setting
+
         post_migrate.connect(_moderators_group_ensure, sender=self)
+        if settings.REVIEWQUEUE_FAULTS:
+            faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
         from django.contrib.auth.signals import user_logged_out
 
         from moderation.live import live_logout_handle

@@ -116,7 +116,9 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
     try:
         with item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
-            return _decide_locked(key=key, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            outcome = _decide_locked(key=key, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            fault_point("after_commit", item_key=key)
+            return outcome
     except LockTimeout:
         raise ItemBusy("another reviewer is deciding this item right now; try again") from None
     except OperationalError as exc:

@@ -1,15 +1,23 @@
 """Named points inside the decision path where tests can inject a delay or a failure.
 
-Nothing happens at a point unless a test installed an action there, so production
-pays one dict lookup per point.
+Nothing happens at a point unless a test installed an action there, or the
+REVIEWQUEUE_FAULTS setting names it (for crash tests of a real server process:
+``after_graph_resume:kill`` SIGKILLs the process there, ``after_row_lock:sleep=2``
+stalls). Production pays one dict lookup per point.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-POINTS = ("after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit")
+POINTS = (
+    "after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit",
+    "after_commit", "before_response",
+)
 
 _actions: dict[str, Callable[[str], None]] = {}
 
@@ -23,10 +31,32 @@ def fault_point(name: str, *, item_key: str) -> None:
 @contextmanager
 def fault_inject(name: str, action: Callable[[str], None]) -> Iterator[None]:
     """Run ``action(item_key)`` whenever the decision path passes ``name``."""
-    if name not in POINTS:
-        raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+    _point_check(name)
     _actions[name] = action
     try:
         yield
     finally:
         _actions.pop(name, None)
+
+
+def faults_install_from_setting(spec: str) -> None:
+    """Install actions from a spec like ``before_commit:kill,after_row_lock:sleep=0.5``."""
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, action = part.partition(":")
+        _point_check(name)
+        if action == "kill":
+            _actions[name] = _kill
+        elif action.startswith("sleep="):
+            seconds = float(action.removeprefix("sleep="))
+            _actions[name] = lambda key, s=seconds: time.sleep(s)
+        else:
+            raise ValueError(f"unknown fault action {action!r} for {name}; use kill or sleep=SECONDS")
+
+
+def _kill(item_key: str) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _point_check(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")

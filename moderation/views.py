@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
+from moderation.faults import fault_point
 from moderation.graph import graph_pending_review
 from moderation.health import health_report
 from moderation.permissions import user_can_decide
@@ -59,6 +60,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         return _item_page(request, item=item, error=str(exc), status=exc.http_status)
     if wants_json:
         return _outcome_json(outcome)
+    fault_point("before_response", item_key=outcome.item_public_id)
     if outcome.won:
         messages.success(request, outcome.message())
         return redirect("moderation:item", public_id=item.public_id)
@@ -111,6 +113,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
 
 
 def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
+    fault_point("before_response", item_key=outcome.item_public_id)
     return JsonResponse(
         {
             "outcome": "won" if outcome.won else "lost",

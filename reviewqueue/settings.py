@@ -172,6 +172,8 @@ DECISION_NOTE_MAX_LENGTH = 2000
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# Test-only fault injection for crash tests of a real server (see moderation.faults).
+REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 

@@ -61,3 +61,4 @@ def test_registry_is_cleaned_after_a_timeout_too():
             with item_lock("k", timeout=0.01):
                 pass
     assert item_lock_count() == before
+

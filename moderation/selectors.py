@@ -47,3 +47,7 @@ def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
         .select_related("decided_by")
         .order_by("-decided_at")[:limit]
     )
+
+
+def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
+    return QueueItem.objects.filter(status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]

@@ -18,7 +18,7 @@ from moderation.graph import graph_pending_review
 from moderation.health import health_report
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
-from moderation.selectors import item_get, items_recently_decided, queue_counts, queue_pending
+from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
 
 
 @login_required
@@ -30,6 +30,7 @@ def queue(request: HttpRequest) -> HttpResponse:
             "page": queue_pending(page=request.GET.get("page"), per_page=settings.QUEUE_PAGE_SIZE),
             "counts": queue_counts(),
             "recent": items_recently_decided(limit=5),
+            "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),
         },
     )

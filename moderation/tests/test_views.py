@@ -224,3 +224,16 @@ def test_a_flood_of_decisions_is_rate_limited_with_a_clear_message(client, alice
     assert page.status_code == 429 and "Too many decisions" in page.content.decode()
     assert QueueItem.objects.get(pk=items[3].pk).status == ItemStatus.PENDING
     assert QueueItem.objects.get(pk=items[4].pk).status == ItemStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_item_needing_attention_is_visible_on_queue_and_item_pages(client, alice, make_item):
+    item = make_item(title="Stuck one")
+    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="apply node failed: KeyError")
+    client.force_login(alice)
+    queue_html = client.get(reverse("moderation:queue")).content.decode()
+    assert "Needs attention" in queue_html and "apply node failed: KeyError" in queue_html
+    item_html = client.get(_item_url(item)).content.decode()
+    assert 'id="attention"' in item_html and 'id="decide-form"' not in item_html
+    refused = _post_json(client, _api_url(item), {"decision": "approve"})
+    assert refused.status_code == 409 and refused.json()["error"] == "needs_attention"

@@ -57,5 +57,7 @@ def _wait_panel(axes, report: dict[str, Any]) -> None:
         axes.axhline(hold_ms, color="#687083", linestyle="--", linewidth=1)
         axes.text(len(rows) - 0.5, hold_ms, f"hold {hold_ms:g} ms", ha="right", va="bottom", fontsize=8)
     axes.set_xticks(range(len(rows)), strategies)
+    if report["database"] == "sqlite" and "row-lock" in strategies:
+        axes.set_xlabel("on SQLite the row lock is the database's single write lock", fontsize=8)
     axes.set_ylabel("ms other reviewers waited")
     axes.set_title("One reviewer holds item X: others' wait")

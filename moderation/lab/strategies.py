@@ -69,7 +69,9 @@ def row_lock_decide(
     """The database's lock only: SELECT ... FOR UPDATE (on SQLite the IMMEDIATE
     transaction's write lock, which covers the whole database) around check, resume, write."""
     with transaction.atomic():
-        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by").get(public_id=item_public_id)
+        # No select_related: PostgreSQL re-reads a row it waited to lock without redoing
+        # the join, so a joined winner would come back stale (None).
+        item = QueueItem.objects.select_for_update().get(public_id=item_public_id)
         fault_point(HOLD_POINT, item_key=str(item_public_id))
         time.sleep(delay)  # the same window as naive's, now inside the lock
         if not item.is_pending:

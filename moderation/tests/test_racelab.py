@@ -7,6 +7,7 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.urls import reverse
 
 from moderation.graph import graph_get
@@ -47,13 +48,15 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
 
     report, stderr = _racelab_json(
         "--trials", "3", "--reviewers", "2", "--hold", str(HOLD_S), "--seed", "7",
-        "--strategy", "naive", "--strategy", "global-lock", "--strategy", "item-lock", "--strategy", "guarded",
+        "--strategy", "naive", "--strategy", "global-lock", "--strategy", "item-lock", "--strategy", "row-lock",
+        "--strategy", "guarded",
     )
 
     assert stderr == "", "--json turns the progress bar off"
     assert {"results", "slow_reviewer", "isolation"} <= report.keys()
     cells = {(r["strategy"], r["mode"]): r for r in report["results"]}
-    assert set(cells) == {(s, m) for s in ("naive", "global-lock", "item-lock", "guarded") for m in ("threads", "processes")}
+    strategies = ("naive", "global-lock", "item-lock", "row-lock", "guarded")
+    assert set(cells) == {(s, m) for s in strategies for m in ("threads", "processes")}
     for row in report["results"]:
         assert RESULT_KEYS <= row.keys()
         assert (row["trials"], row["reviewers"]) == (3, 2)
@@ -65,15 +68,21 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
     for strategy in ("global-lock", "item-lock"):
         assert cells[strategy, "threads"]["lost_decisions"] == 0
         assert cells[strategy, "processes"]["lost_decisions"] >= 1
-    for mode in ("threads", "processes"):
-        guarded = cells["guarded", mode]
-        assert (guarded["lost_decisions"], guarded["false_successes"], guarded["double_resumes"], guarded["errors"]) == (0, 0, 0, 0)
+    # The database's lock holds in both modes; so does the product's guard.
+    for strategy in ("row-lock", "guarded"):
+        for mode in ("threads", "processes"):
+            row = cells[strategy, mode]
+            assert (row["lost_decisions"], row["false_successes"], row["double_resumes"], row["errors"]) == (0, 0, 0, 0), row
 
     slow = {r["strategy"]: r for r in report["slow_reviewer"]}
     assert all(SLOW_KEYS <= r.keys() and r["errors"] == 0 for r in slow.values())
     assert slow["global-lock"]["waited_ms"] >= 0.75 * HOLD_S * 1000
     assert slow["item-lock"]["waited_ms"] < 0.5 * HOLD_S * 1000
     assert slow["guarded"]["waited_ms"] < 0.5 * HOLD_S * 1000
+    if connection.vendor == "sqlite":  # one write lock for the whole database
+        assert slow["row-lock"]["waited_ms"] >= 0.75 * HOLD_S * 1000
+    else:
+        assert slow["row-lock"]["waited_ms"] < 0.5 * HOLD_S * 1000
 
     isolation = report["isolation"]
     assert isolation["passed"] and isolation["b_still_paused"] and isolation["a_and_c_finished"]

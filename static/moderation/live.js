@@ -13,12 +13,14 @@ const DECIDED_ROW_MS = 1500;
 let you = "";
 let heartbeatSeconds = 15;
 let retries = 0;
-let resynced = false;
+let everLive = false; // has any socket of this page delivered a state yet?
+let socketFresh = true; // is the next state the first of the current socket?
 let viewing = {};
 let refreshTimer = null;
 
 function connect() {
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
+  socketFresh = true;
   let heartbeat = null;
   let watchdog = null;
   let gone = false;
@@ -61,7 +63,9 @@ function stateApply(msg) {
   heartbeatSeconds = msg.heartbeat_seconds || heartbeatSeconds;
   dot.dataset.state = "live";
   if (page === "queue") {
-    const stale = resynced || String(msg.counts.pending) !== text("count-pending");
+    // After a reconnect anything may have changed; otherwise differing counts mean an event
+    // never reached us (say an item added by a process the in-memory layer cannot reach).
+    const stale = (socketFresh && everLive) || String(msg.counts.pending) !== text("count-pending");
     countsSet(msg.counts);
     viewing = msg.viewing;
     if (stale) queueRefreshSoon();
@@ -69,7 +73,8 @@ function stateApply(msg) {
     viewing = { [itemId]: msg.viewers };
     if (msg.item?.winner) bannerShow(msg.item);
   }
-  resynced = true;
+  everLive = true;
+  socketFresh = false;
   presenceShow();
 }
 

@@ -53,8 +53,8 @@ async def chromium_launch(playwright: Playwright) -> Browser:
     return await playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
 
 
-async def context_new(browser: Browser, base_url: str, **options) -> BrowserContext:
-    context = await browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 760}, **options)
+async def context_new(browser: Browser, base_url: str, *, viewport: dict | None = None) -> BrowserContext:
+    context = await browser.new_context(base_url=base_url, viewport=viewport or {"width": 1100, "height": 760})
     context.set_default_timeout(TIMEOUT_MS)
     context.set_default_navigation_timeout(TIMEOUT_MS * 2)
     return context

@@ -104,9 +104,13 @@ class Crowd:
         self.contexts[label] = context
         return context
 
-    async def login(self, username: str) -> Page:
-        """A new context logged in as ``username`` through the form; returns its first page."""
-        context = await self.context(username)
+    async def login(self, username: str, *, label: str | None = None) -> Page:
+        """A new context logged in as ``username`` through the form; returns its first page.
+
+        ``label`` names a second (third...) context for the same user: another
+        browser, another session.
+        """
+        context = await self.context(label or username)
         return await login(context, username)
 
     async def anonymous(self, label: str = "anonymous") -> Page:

@@ -27,6 +27,7 @@ RECORDER_JS = r"""
     if (document.querySelector('#lost-notice, .notice-success')) rec.resultShownAt = now();
   });
   const scan = () => {
+    if (!rec.lostLiveAt && document.getElementById('lost-live-notice')) rec.lostLiveAt = now();
     for (const row of document.querySelectorAll('tr[data-item].decided-live')) {
       const id = row.dataset.item;
       const seen = rec.decided[id] || (rec.decided[id] = {at: now(), text: ''});
@@ -84,8 +85,11 @@ class Submission:
     user: str
     requested: str
     http_status: int = 0
-    kind: str = ""  # "won", "lost", "error", or "blocked" (the banner disabled the button first)
+    # "won", "lost", "error"; "blocked" (the banner disabled the button before the click),
+    # "silent" (an answer page with none of the three notices)
+    kind: str = ""
     text: str = ""
+    headline: str = ""  # the notice's first, bold line
     clicked_at: float = 0.0  # epoch ms, taken in the page at the click
     shown_at: float = 0.0  # epoch ms, when the answer page was shown
     extra: dict = field(default_factory=dict)
@@ -122,8 +126,14 @@ async def decide_click(page: Page, user: str, decision: str) -> Submission:
         return Submission(user=user, requested=decision, kind="blocked", text=text)
     sub = Submission(user=user, requested=decision, http_status=response.status)
     answer = page.locator(".notice-success, #lost-notice, #error-notice").first
-    await answer.wait_for(state="visible")
+    try:
+        await answer.wait_for(state="visible")
+    except PlaywrightTimeoutError:
+        shown = " ".join((await page.locator("main").inner_text()).split())[:300]
+        return Submission(user=user, requested=decision, http_status=response.status, kind="silent", text=shown)
     sub.text = " ".join((await answer.inner_text()).split())
+    headline = answer.locator("strong")
+    sub.headline = " ".join((await headline.first.inner_text()).split()) if await headline.count() else sub.text
     classes = await answer.get_attribute("class") or ""
     ident = await answer.get_attribute("id") or ""
     sub.kind = "won" if "notice-success" in classes else "lost" if ident == "lost-notice" else "error"

@@ -114,8 +114,13 @@ async def test_three_moderators_several_items_at_once(server, crowd):
     ids = [item["id"] for batch in batches for item in batch]
     queues = list(await asyncio.gather(*(crowd.login(user) for user in users)))
     tokens = await _queue_pages_ready(queues, ids)
-    # One tab per user per item of a batch: every user clicks on every item of the batch at once.
-    tabs = {user: [await crowd.page(user) for _ in range(THREE_PER_BATCH)] for user in users}
+    # Every user clicks on every item of a batch at once, each item from its own browser
+    # session: Django's flash messages belong to a session, so two tabs of one session
+    # winning in the same instant may show both "You approved" messages in one tab.
+    tabs = {
+        user: list(await asyncio.gather(*(crowd.login(user, label=f"{user}-{i + 1}") for i in range(THREE_PER_BATCH))))
+        for user in users
+    }
 
     winners: dict[str, tuple[str, str]] = {}
     for b, batch in enumerate(batches):

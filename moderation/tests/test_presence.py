@@ -18,6 +18,9 @@ from moderation.presence import (
 )
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, next_of, opened  # noqa: F401
 
+# The upsert and the expiry queries are the parts that differ between SQLite and PostgreSQL.
+pytestmark = pytest.mark.postgres_variant
+
 
 def _public_id(item) -> str:
     return str(item.public_id)

@@ -7,7 +7,9 @@ const page = document.body.dataset.page;
 const itemId = document.body.dataset.item;
 const dot = document.getElementById("live-status");
 const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
-const FINAL_CLOSE_CODES = [4401, 4403, 4404]; // logged out, not a moderator, no such item
+// Logged out: reconnecting cannot help. (Refused handshakes reach a browser only as 1006,
+// indistinguishable from a server restart, so those are retried with backoff.)
+const CLOSE_LOGGED_OUT = 4401;
 const DECIDED_ROW_MS = 1500;
 
 let you = "";
@@ -39,18 +41,17 @@ function connect() {
     watchdog = setTimeout(() => { ws.close(); drop(false); }, heartbeatSeconds * 2500);
   };
   ws.onopen = () => {
-    retries = 0;
     kick();
     heartbeat = setInterval(() => ws.send(JSON.stringify({ type: "heartbeat" })), heartbeatSeconds * 1000);
   };
   ws.onmessage = (e) => { kick(); handle(JSON.parse(e.data)); };
-  ws.onclose = (e) => drop(FINAL_CLOSE_CODES.includes(e.code));
+  ws.onclose = (e) => drop(e.code === CLOSE_LOGGED_OUT);
 }
 
 function handle(msg) {
   switch (msg.type) {
     case "state": return stateApply(msg);
-    case "item.created": countsSet(msg.counts); return queueRefreshSoon();
+    case "item.created": countsSet(msg.counts); return page === "queue" && queueRefreshSoon();
     case "item.decided": countsSet(msg.counts); rowDecided(msg); return bannerShow(msg);
     case "decision.lost": return lostShow(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
@@ -60,6 +61,7 @@ function handle(msg) {
 
 function stateApply(msg) {
   you = msg.you;
+  retries = 0; // reset only once admitted, so a server that accepts and drops still backs off
   heartbeatSeconds = msg.heartbeat_seconds || heartbeatSeconds;
   dot.dataset.state = "live";
   if (page === "queue") {

@@ -126,7 +126,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 60}]},
+            # Redis pub/sub ignores the database number: sites (or test runs) sharing one
+            # Redis must each have their own prefix or they hear each other's events.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 60}],
+                "prefix": os.environ.get("CHANNEL_LAYER_PREFIX", "reviewqueue"),
+            },
         }
     }
 else:

@@ -12,6 +12,13 @@ from django.utils import timezone
 
 from moderation.models import ItemStatus, QueueItem
 
+# Race-lab items live in the same table while a lab run goes; reviewers never see them.
+LAB_SOURCE = "racelab"
+
+
+def _queue_items() -> QuerySet[QueueItem]:
+    return QueueItem.objects.exclude(source=LAB_SOURCE)
+
 
 @dataclass(frozen=True)
 class QueueCounts:
@@ -21,7 +28,7 @@ class QueueCounts:
 
 def queue_pending(*, page: int | str | None, per_page: int) -> Page:
     """Pending items, oldest first. Ordering by an indexed (created_at, id) keeps it stable."""
-    items: QuerySet[QueueItem] = QueueItem.objects.filter(status=ItemStatus.PENDING).order_by("created_at", "id")
+    items = _queue_items().filter(status=ItemStatus.PENDING).order_by("created_at", "id")
     return Paginator(items, per_page).get_page(page)
 
 
@@ -29,8 +36,8 @@ def queue_counts(*, now: datetime | None = None) -> QueueCounts:
     now = timezone.localtime(now or timezone.now())
     start_of_day = timezone.make_aware(datetime.combine(now.date(), time.min), now.tzinfo)
     return QueueCounts(
-        pending=QueueItem.objects.filter(status=ItemStatus.PENDING).count(),
-        decided_today=QueueItem.objects.exclude(status=ItemStatus.PENDING).filter(decided_at__gte=start_of_day).count(),
+        pending=_queue_items().filter(status=ItemStatus.PENDING).count(),
+        decided_today=_queue_items().filter(decided_at__gte=start_of_day).count(),
     )
 
 
@@ -43,11 +50,12 @@ def item_get(*, public_id: UUID | str) -> QueueItem | None:
 
 def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
     return (
-        QueueItem.objects.exclude(status=ItemStatus.PENDING)
+        _queue_items()
+        .filter(status__in=[ItemStatus.APPROVED, ItemStatus.REJECTED])
         .select_related("decided_by")
         .order_by("-decided_at")[:limit]
     )
 
 
 def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
-    return QueueItem.objects.filter(status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]
+    return _queue_items().filter(status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]

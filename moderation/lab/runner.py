@@ -32,8 +32,8 @@ from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES
 from moderation.models import DecisionAttempt, QueueItem
 from moderation.permissions import MODERATORS_GROUP
+from moderation.selectors import LAB_SOURCE
 
-LAB_SOURCE = "racelab"
 LAB_USER_PREFIX = "lab-reviewer-"
 MODES = ("threads", "processes")
 # Reviewers deciding other items while one reviewer holds item X.

@@ -85,8 +85,8 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
         )
     slow_user, fast_user = make_moderator(), make_moderator()
     slow_item = make_item(title="X")
-    others = [make_item(title=f"other {i}") for i in range(5)]
-    stall_seconds = 2.0
+    others = [make_item(title=f"other {i}") for i in range(4)]
+    stall_seconds = 4.0
     inside = threading.Event()
 
     def stall(key):
@@ -106,8 +106,10 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
         others_took = time.monotonic() - start
         still_holding = slow.is_alive()
         slow.join()
+    # Finishing while X is still held is the proof they did not queue behind it; the
+    # time bound is loose because CI machines are loaded.
     assert still_holding, "the slow reviewer should still be inside the guard while the others were decided"
-    assert others_took < stall_seconds / 2
+    assert others_took < stall_seconds * 0.75
     assert QueueItem.objects.get(pk=slow_item.pk).status == ItemStatus.APPROVED
 
 

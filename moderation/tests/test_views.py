@@ -237,3 +237,13 @@ def test_item_needing_attention_is_visible_on_queue_and_item_pages(client, alice
     assert 'id="attention"' in item_html and 'id="decide-form"' not in item_html
     refused = _post_json(client, _api_url(item), {"decision": "approve"})
     assert refused.status_code == 409 and refused.json()["error"] == "needs_attention"
+
+
+@pytest.mark.django_db
+def test_race_lab_items_never_show_in_the_queue(client, alice, make_item):
+    make_item(title="Real one")
+    make_item(title="Lab one", source="racelab")
+    client.force_login(alice)
+    response = client.get(reverse("moderation:queue"))
+    assert [i.title for i in response.context["page"].object_list] == ["Real one"]
+    assert response.context["counts"].pending == 1

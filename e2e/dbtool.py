@@ -66,7 +66,7 @@ def cmd_items(args: argparse.Namespace) -> list[dict]:
     created = []
     for n in range(1, args.count + 1):
         title = f"{args.prefix} {n}" if args.count > 1 or not args.exact else args.prefix
-        item = item_create(title=title, body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source="e2e")
+        item = item_create(title=title, body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=args.source)
         created.append({"id": str(item.public_id), "title": item.title})
     return created
 
@@ -132,6 +132,7 @@ def parser_build() -> argparse.ArgumentParser:
     items = sub.add_parser("items")
     items.add_argument("--count", type=int, default=1)
     items.add_argument("--prefix", default="E2E item")
+    items.add_argument("--source", default="e2e")
     items.add_argument("--exact", action="store_true", help="with --count 1, use the prefix as the whole title")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")

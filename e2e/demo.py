@@ -105,9 +105,10 @@ async def pushed_notice(tab: Page) -> dict:
 async def main(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     server = LiveServer(out, host=args.host, port=args.port, db_name="demo")
+    problems = 0
     say(f"Preparing a fresh demo database in {out} ...")
     server.prepare()
-    items = server.tool("items", "--count", str(args.rounds), "--prefix", "Race round")
+    items = server.tool("items", "--count", str(args.rounds), "--prefix", "Race round", "--source", "the make demo race")
     server.start()
     try:
         say("")
@@ -141,6 +142,10 @@ async def main(args: argparse.Namespace) -> int:
                         say(line)
                     if row.winner in wins:
                         wins[row.winner] += 1
+                    won = [sub.user for sub in subs if sub.won]
+                    if won != [row.winner] or len(losers) != len(subs) - 1 or not pushed:
+                        say(f"  UNEXPECTED: pages say {won} won, the database says {row.winner}")
+                        problems += 1
                     if n == 1:
                         await asyncio.gather(*(live_wait(page) for page in pages.values()))
                         shots = []
@@ -157,13 +162,15 @@ async def main(args: argparse.Namespace) -> int:
             finally:
                 await asyncio.gather(alice_browser.close(), bob_browser.close())
         say(f"{len(items)} rounds: " + ", ".join(f"{name} won {count}" for name, count in wins.items()))
+        if problems:
+            say(f"{problems} round(s) did not end with exactly one winner and the loser told; see {server.log_path}")
         if args.keep:
             say(f"Server still running at {server.url}/ — Ctrl-C to stop.")
             while True:
                 await asyncio.sleep(3600)
     finally:
         server.close()
-    return 0
+    return 1 if problems else 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

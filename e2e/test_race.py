@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TWO_ROUNDS = 20
 THREE_BATCHES = 2  # batches of items raced at the same time
-THREE_PER_BATCH = 3
+THREE_PER_BATCH = 2
 DECISIONS = ("approve", "reject")
 # Each row marked decided live must leave the table "within ~2 s"; allow for a busy machine.
 DROP_WITHIN_MS = 5_000

@@ -247,3 +247,12 @@ def test_race_lab_items_never_show_in_the_queue(client, alice, make_item):
     response = client.get(reverse("moderation:queue"))
     assert [i.title for i in response.context["page"].object_list] == ["Real one"]
     assert response.context["counts"].pending == 1
+
+
+@pytest.mark.django_db
+def test_race_lab_link_only_for_staff(client, alice):
+    client.force_login(alice)
+    assert "Race lab" not in client.get(reverse("moderation:queue")).content.decode()
+    alice.is_staff = True
+    alice.save()
+    assert 'href="/lab/"' in client.get(reverse("moderation:queue")).content.decode()

@@ -71,3 +71,26 @@ async def login(context: BrowserContext, username: str, password: str = PASSWORD
     if "/accounts/login/" in page.url:
         raise AssertionError(f"{username} could not log in: still on {page.url}")
     return page
+
+
+def _check() -> int:
+    """`python e2e/browser.py`: say which Chromium the e2e tests will use; exit 1 if none."""
+    import asyncio
+    import sys
+
+    from playwright.async_api import async_playwright
+
+    async def find() -> str:
+        async with async_playwright() as playwright:
+            return chromium_find(playwright)[1]
+
+    try:
+        print(f"e2e browser: {asyncio.run(find())}")
+    except FileNotFoundError as exc:
+        print(f"e2e browser: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_check())

@@ -109,9 +109,16 @@ def _config(thread_id: str) -> dict[str, Any]:
 
 
 def graph_start(*, thread_id: str, item_id: str, title: str, body: str, source: str) -> dict[str, Any]:
-    """Run a new item's graph up to its interrupt; return the interrupt payload."""
+    """Run a new item's graph up to its interrupt; return the interrupt payload.
+
+    ``durability="exit"`` saves one checkpoint, at the interrupt, instead of one per
+    step: a start that fails midway leaves nothing to resume and no item row either
+    (``item_create`` commits the row only after this returns), so the intermediate
+    checkpoints bought nothing and cost a write (an fsync on SQLite) each. Resumes
+    keep the default: ``graph_resume_count`` reads their per-step history.
+    """
     result = graph_get().invoke(
-        {"item_id": item_id, "title": title, "body": body, "source": source}, _config(thread_id)
+        {"item_id": item_id, "title": title, "body": body, "source": source}, _config(thread_id), durability="exit"
     )
     interrupts = result.get("__interrupt__") or []
     if not interrupts:

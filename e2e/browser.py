@@ -60,10 +60,10 @@ async def context_new(browser: Browser, base_url: str, *, viewport: dict | None 
     return context
 
 
-async def login(context: BrowserContext, username: str, password: str = PASSWORD) -> Page:
-    """Log in through the real login form; return the page, left on the queue."""
+async def login(context: BrowserContext, username: str, password: str = PASSWORD, *, next_path: str = "") -> Page:
+    """Log in through the real login form; return the page, left on the queue (or on ``next_path``)."""
     page = await context.new_page()
-    await page.goto("/accounts/login/")
+    await page.goto(f"/accounts/login/?next={next_path}" if next_path else "/accounts/login/")
     await page.fill("input[name=username]", username)
     await page.fill("input[name=password]", password)
     async with page.expect_navigation():

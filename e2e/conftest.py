@@ -2,7 +2,8 @@
 
 - ``e2e_template`` (session): one migrated database with alice, bob, carol
   (moderators) and dave (viewer); every module's server starts from a copy of it.
-- ``server`` (module): a real daphne process on a free port over that fresh copy.
+- ``server`` (module): a real daphne process on a free port over that fresh copy,
+  with the project's settings except for a fast password hasher (e2e/settings.py).
 - ``browser`` (module): one headless Chromium per module.
 - ``crowd`` (test): logs users in (one browser context each, through the login form),
   and owns their pages: when the test fails it screenshots every open page and the
@@ -29,6 +30,7 @@ from e2e.pages import RECORDER_JS
 from e2e.server import LiveServer
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+E2E_SETTINGS = "e2e.settings"  # the project's settings with a fast password hasher (see there)
 expect.set_options(timeout=TIMEOUT_MS)
 
 
@@ -57,14 +59,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.fixture(scope="session")
 def e2e_template(tmp_path_factory) -> LiveServer:
-    template = LiveServer(tmp_path_factory.mktemp("e2e-template"))
+    template = LiveServer(tmp_path_factory.mktemp("e2e-template"), settings=E2E_SETTINGS)
     template.prepare()
     return template
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory, request):
-    live = LiveServer(tmp_path_factory.mktemp(f"e2e-{request.module.__name__.rsplit('.', 1)[-1]}"))
+    live = LiveServer(tmp_path_factory.mktemp(f"e2e-{request.module.__name__.rsplit('.', 1)[-1]}"), settings=E2E_SETTINGS)
     live.clone_from(e2e_template)
     # Two Django start-ups, side by side: the server, and the dbtool process tests talk to.
     await asyncio.gather(live.astart(), live.atool("ping"))
@@ -104,14 +106,15 @@ class Crowd:
         self.contexts[label] = context
         return context
 
-    async def login(self, username: str, *, label: str | None = None) -> Page:
-        """A new context logged in as ``username`` through the form; returns its first page.
+    async def login(self, username: str, *, label: str | None = None, next_path: str = "") -> Page:
+        """A new context logged in as ``username`` through the form; returns its first page,
+        on the queue or on ``next_path``.
 
         ``label`` names a second (third...) context for the same user: another
         browser, another session.
         """
         context = await self.context(label or username)
-        return await login(context, username)
+        return await login(context, username, next_path=next_path)
 
     async def anonymous(self, label: str = "anonymous") -> Page:
         return await (await self.context(label)).new_page()

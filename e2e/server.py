@@ -51,7 +51,10 @@ class ServerError(RuntimeError):
 class LiveServer:
     """One server process (restartable) and the database it serves."""
 
-    def __init__(self, workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, db_name: str = "e2e") -> None:
+    def __init__(
+        self, workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, db_name: str = "e2e",
+        settings: str = "reviewqueue.settings",
+    ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -59,6 +62,7 @@ class LiveServer:
         self.db_path = self.workdir / f"{db_name}.sqlite3"
         self.checkpoints_path = self.workdir / f"{db_name}-checkpoints.sqlite3"
         self.log_path = self.workdir / "server.log"
+        self.settings = settings
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self._tool: subprocess.Popen | None = None
@@ -78,7 +82,7 @@ class LiveServer:
             DATABASE_URL=self.database_url,
             DEBUG="true",
             REVIEWQUEUE_VAR_DIR=str(self.workdir),
-            DJANGO_SETTINGS_MODULE="reviewqueue.settings",
+            DJANGO_SETTINGS_MODULE=self.settings,
             PYTHONUNBUFFERED="1",
         )
         return env

@@ -20,6 +20,10 @@ resume happens before the commit:
 - the graph accepts the decision but a later node keeps failing (after LangGraph's
   own retries): the transaction rolls back, then the item is marked NEEDS_ATTENTION
   with the error, visible on the dashboard, until ``manage.py recover`` finishes it.
+- the database connection is lost while the row lock is held (PostgreSQL restart,
+  pg_terminate_backend, a network cut): the lock went with it, so the connection is
+  checked right before the resume, the one step that cannot be rolled back. A lost
+  connection is answered with ``DatabaseUnavailable`` (503, try again).
 - the resume succeeds but the commit fails (crash, lost connection): the graph holds
   a decision the database does not. The next guarded look at the item (another
   attempt, or ``manage.py recover`` at start-up) sees "pending row, finished graph"
@@ -40,7 +44,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation import events
@@ -87,6 +91,14 @@ class ItemNeedsAttention(DecisionError):
     http_status = 409
 
 
+class DatabaseUnavailable(DecisionError):
+    code = "database_unavailable"
+    http_status = 503
+
+
+NOTHING_APPLIED = "the database connection was lost; nothing was applied, try again"
+
+
 def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
     if decision not in Decision.values:
         raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
@@ -121,10 +133,12 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
             return outcome
     except LockTimeout:
         raise ItemBusy("another reviewer is deciding this item right now; try again") from None
-    except OperationalError as exc:
-        if _is_lock_wait(exc):
+    except (OperationalError, InterfaceError) as exc:
+        if isinstance(exc, OperationalError) and _is_lock_wait(exc):
             raise ItemBusy("the database is busy; try again") from None
-        raise
+        if not _connection_lost(exc):
+            raise
+        raise DatabaseUnavailable(_connection_lost_message(key)) from exc
 
 
 class _ResumeFailed(Exception):
@@ -186,6 +200,41 @@ def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
         raise ItemNotFound(f"no item {key}") from None
 
 
+# SQLSTATEs of a connection that is gone: class 08 (connection exception) and 57P01-03
+# (admin shutdown, crash shutdown, cannot connect now). A connection that died without
+# a word from the server (a network cut) comes with no SQLSTATE at all.
+_CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def _connection_lost(exc: OperationalError | InterfaceError) -> bool:
+    """Was the error the connection itself going away? Then make sure the next query reconnects."""
+    if connection.vendor != "postgresql":
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if not (isinstance(exc, InterfaceError) or sqlstate is None or sqlstate.startswith(_CONNECTION_LOST_STATES)):
+        return False
+    connection.close_if_unusable_or_obsolete()
+    return True
+
+
+def _connection_lost_message(key: str) -> str:
+    # Only a graph still paused proves nothing was applied: the connection can also drop
+    # after the resume or during COMMIT, and then the next look at the item adopts it.
+    try:
+        thread_id = QueueItem.objects.values_list("thread_id", flat=True).get(public_id=key)
+        if graph_pending_review(thread_id=thread_id) is not None:
+            return NOTHING_APPLIED
+    except Exception:  # the database (or the checkpointer) is still out of reach
+        logger.warning("could not tell whether item %s was decided before the connection was lost", key, exc_info=True)
+    return "the database connection was lost; the item may have been decided meanwhile, reload it to see"
+
+
+def _row_lock_confirm() -> None:
+    """The row lock lives as long as the connection: fail here, not after the resume, if it is gone."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
 def _is_lock_wait(exc: OperationalError) -> bool:
     cause = exc.__cause__
     if getattr(cause, "sqlstate", None) == "55P03":  # PostgreSQL lock_not_available
@@ -195,6 +244,7 @@ def _is_lock_wait(exc: OperationalError) -> bool:
 
 def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
     decided_at = timezone.now()
+    _row_lock_confirm()
     try:
         graph_resume(
             thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(),

@@ -1,15 +1,20 @@
 """Per-reviewer limit on decision requests, so one client cannot flood the guard.
 
 A fixed-window counter in Django's cache: the cache is Redis when REDIS_URL is set,
-so every server process counts against the same window.
+so every server process counts against the same window. If the cache cannot be
+reached, the limit is not enforced (and a warning is logged): a Redis outage must not
+turn every decision into a server error.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from django.conf import settings
 from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
 
 
 def reviewer_rate_check(*, user_id: int) -> int | None:
@@ -20,12 +25,20 @@ def reviewer_rate_check(*, user_id: int) -> int | None:
     window = settings.DECISION_RATE_WINDOW
     window_start = int(time.time()) // window * window
     key = f"decision-rate:{user_id}:{window_start}"
-    cache.add(key, 0, timeout=window + 1)
     try:
-        count = cache.incr(key)
-    except ValueError:  # expired between add and incr: this request opens a new window
-        cache.set(key, 1, timeout=window + 1)
-        count = 1
+        count = _count(key, timeout=window + 1)
+    except Exception as exc:  # the cache backend's own errors (redis.ConnectionError, timeouts)
+        logger.warning("decision rate limit not checked: the cache is unreachable (%s: %s)", type(exc).__name__, exc)
+        return None
     if count > limit:
         return max(1, window_start + window - int(time.time()))
     return None
+
+
+def _count(key: str, *, timeout: int) -> int:
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr: this request opens a new window
+        cache.set(key, 1, timeout=timeout)
+        return 1

@@ -53,7 +53,12 @@ class QueueItem(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["status", "created_at", "id"], name="item_status_created_idx")]
+        indexes = [
+            # ``source`` is in both indexes because every queue read excludes race-lab items:
+            # counts and deep pages then never visit the table rows they skip.
+            models.Index(fields=["status", "created_at", "id", "source"], name="item_status_created_src_idx"),
+            models.Index(fields=["decided_at", "source"], name="item_decided_at_src_idx"),
+        ]
         permissions = [("decide_item", "Can approve or reject queue items")]
         constraints = [
             models.CheckConstraint(

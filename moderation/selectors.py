@@ -32,11 +32,12 @@ def queue_pending(*, page: int | str | None, per_page: int) -> Page:
     return Paginator(items, per_page).get_page(page)
 
 
-def queue_counts(*, now: datetime | None = None) -> QueueCounts:
+def queue_counts(*, now: datetime | None = None, pending: int | None = None) -> QueueCounts:
+    """``pending``: a count the caller already has (the queue page's paginator), not counted again."""
     now = timezone.localtime(now or timezone.now())
     start_of_day = timezone.make_aware(datetime.combine(now.date(), time.min), now.tzinfo)
     return QueueCounts(
-        pending=_queue_items().filter(status=ItemStatus.PENDING).count(),
+        pending=_queue_items().filter(status=ItemStatus.PENDING).count() if pending is None else pending,
         decided_today=_queue_items().filter(decided_at__gte=start_of_day).count(),
     )
 

@@ -23,12 +23,13 @@ from moderation.selectors import item_get, items_needing_attention, items_recent
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
+    page = queue_pending(page=request.GET.get("page"), per_page=settings.QUEUE_PAGE_SIZE)
     return render(
         request,
         "moderation/queue.html",
         {
-            "page": queue_pending(page=request.GET.get("page"), per_page=settings.QUEUE_PAGE_SIZE),
-            "counts": queue_counts(),
+            "page": page,
+            "counts": queue_counts(pending=page.paginator.count),
             "recent": items_recently_decided(limit=5),
             "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),

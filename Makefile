@@ -8,7 +8,11 @@ PORT ?= 8000
 TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install run test test-sqlite test-postgres e2e clean
+DEMO_PORT ?= 8001
+DEMO_ROUNDS ?= 5
+DEMO_WAIT ?= 10
+
+.PHONY: install run test test-sqlite test-postgres e2e e2e-browser demo clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,12 +36,29 @@ run: install
 
 test: install test-sqlite test-postgres
 
-test-sqlite: install
+test-sqlite: install e2e-browser
 	$(PY) -m pytest
 
 test-postgres: install
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant"
+
+# The e2e tests drive Chromium: Playwright's own where installed, else Debian's
+# (installed here when running as root), or whichever E2E_CHROMIUM names.
+e2e-browser: install
+	@$(PY) e2e/browser.py 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the e2e tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && $(PY) e2e/browser.py; \
+	  else \
+	    echo "e2e: no Chromium found; install it (apt-get install -y chromium) or set E2E_CHROMIUM" >&2; exit 1; \
+	  fi; }
+
+e2e: install e2e-browser
+	$(PY) -m pytest e2e
+
+demo: install e2e-browser
+	$(PY) e2e/demo.py --host $(HOST) --port $(DEMO_PORT) --rounds $(DEMO_ROUNDS) --wait $(DEMO_WAIT)
 
 clean:
 	rm -rf $(VENV) var

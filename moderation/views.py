@@ -33,6 +33,8 @@ def queue(request: HttpRequest) -> HttpResponse:
             "recent": items_recently_decided(limit=5),
             "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),
+            # live.js re-reads this page in the background; only a person's view shows messages.
+            "live_refresh": request.headers.get("X-Live-Refresh") == "1",
         },
     )
 

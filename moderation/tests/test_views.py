@@ -256,3 +256,13 @@ def test_race_lab_link_only_for_staff(client, alice):
     alice.is_staff = True
     alice.save()
     assert 'href="/lab/"' in client.get(reverse("moderation:queue")).content.decode()
+
+
+@pytest.mark.django_db
+def test_background_refresh_does_not_consume_flash_messages(client, alice, make_item):
+    item = make_item(title="Flash")
+    client.force_login(alice)
+    client.post(_item_url(item), {"decision": "approve"})
+    background = client.get(reverse("moderation:queue"), headers={"X-Live-Refresh": "1"})
+    assert "You approved" not in background.content.decode()
+    assert "You approved “Flash”." in client.get(_item_url(item)).content.decode()

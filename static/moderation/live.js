@@ -130,7 +130,8 @@ function queueRefreshSoon() {
 }
 
 async function queueRefresh() {
-  const res = await fetch(location.href, { headers: { Accept: "text/html" } });
+  // The header keeps this background refresh from consuming the page's flash messages.
+  const res = await fetch(location.href, { headers: { Accept: "text/html", "X-Live-Refresh": "1" } });
   if (!res.ok) return;
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
   const fresh = doc.querySelector("#queue-table tbody");

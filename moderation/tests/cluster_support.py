@@ -1,0 +1,131 @@
+"""Several servers on one PostgreSQL and one Redis, for the cluster tests (API and browser).
+
+Each test run gets its own fresh PostgreSQL database (created here, dropped after, its
+leftover connections terminated first) and its own channel-layer prefix, so runs that
+share one PostgreSQL server and one Redis never see each other's rows or events.
+
+PostgreSQL and Redis come from the environment (``CLUSTER_POSTGRES_URL``, else a
+postgres:// ``DATABASE_URL``, else the local default; ``REDIS_URL``, else the local
+default). Unreachable: with ``CI=true`` the test fails, elsewhere it skips and says why.
+
+Used from the pytest process only; it never touches the ORM (the servers and the
+set-up processes do, each with the cluster's own ``DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def services_urls() -> tuple[str, str]:
+    """(PostgreSQL URL of a database to run CREATE DATABASE from, Redis URL)."""
+    database_url = os.environ.get("DATABASE_URL", "")
+    admin = os.environ.get("CLUSTER_POSTGRES_URL") or (
+        database_url if database_url.startswith(("postgres://", "postgresql://")) else DEFAULT_POSTGRES_URL
+    )
+    return admin, os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+def _postgres_problem(url: str) -> str | None:
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL not reachable at {_redact(url)}: {str(exc).strip()}"
+    return None
+
+
+def _redis_problem(url: str) -> str | None:
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=3).close()
+    except OSError as exc:
+        return f"Redis not reachable at {_redact(url)}: {exc}"
+    return None
+
+
+def services_require() -> tuple[str, str]:
+    """The services' URLs; fails in CI (``CI=true``) and skips elsewhere when one is missing."""
+    admin, redis_url = services_urls()
+    problems = [p for p in (_postgres_problem(admin), _redis_problem(redis_url)) if p]
+    if problems:
+        reason = "; ".join(problems) + " (the cluster tests need both; set CLUSTER_POSTGRES_URL / REDIS_URL)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"required in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return admin, redis_url
+
+
+def _redact(url: str) -> str:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.password:
+        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+        return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+    return url
+
+
+def _with_database(url: str, name: str) -> str:
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(path=f"/{name}"))
+
+
+@contextmanager
+def fresh_database(admin_url: str, label: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database for this run; yields its URL; dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"rq_cluster_{label}_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_database(admin_url, name)
+    finally:
+        database_drop(admin_url, name)
+
+
+def database_drop(admin_url: str, name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
+        # Servers that were killed may leave backends behind for a moment; they would block DROP.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
+        force = sql.SQL(" WITH (FORCE)") if conn.info.server_version >= 130000 else sql.SQL("")
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)) + force)
+
+
+def channel_prefix(label: str) -> str:
+    """A channel-layer prefix no other run shares (Redis pub/sub ignores the database number)."""
+    return f"rqc-{label}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def cluster_env(*, database_url: str, redis_url: str, prefix: str, workdir: Path) -> dict[str, str]:
+    """The environment of every server (and set-up process) of one cluster."""
+    scrubbed = ("DATABASE_URL", "REDIS_URL", "REVIEWQUEUE_BACKEND_PASS", "DJANGO_ALLOW_ASYNC_UNSAFE", "SECRET_KEY",
+                "ALLOWED_HOSTS", "REVIEWQUEUE_FAULTS", "CHANNEL_LAYER_PREFIX")
+    env = {k: v for k, v in os.environ.items() if k not in scrubbed}
+    env.update(
+        DATABASE_URL=database_url, REDIS_URL=redis_url, CHANNEL_LAYER_PREFIX=prefix,
+        REVIEWQUEUE_VAR_DIR=str(workdir), DJANGO_SETTINGS_MODULE="reviewqueue.settings",
+        DEBUG="true", PYTHONUNBUFFERED="1",
+        # Two reviewers on one item must end as a winner and a loser, never "busy, try again",
+        # even on a loaded machine; and the per-reviewer rate limit would throttle the race.
+        DECISION_LOCK_TIMEOUT="30", DECISION_RATE_LIMIT="0",
+        CHECKPOINT_POOL_SIZE="4",
+    )
+    return env

@@ -6,13 +6,17 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # PostgreSQL variants of the concurrency tests (CI=true makes a missing server fail).
 TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/postgres
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# Its own Redis database: the suite clears the cache between tests.
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
+# Two servers on one PostgreSQL + Redis; DATABASE_URL / REDIS_URL from the environment win.
+CLUSTER_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/reviewqueue
+CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run test test-sqlite test-postgres e2e e2e-browser demo clean
+.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser demo clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,14 +38,18 @@ run: install
 	@echo ""
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) reviewqueue.asgi:application
 
+run-cluster: install
+	DATABASE_URL="$${DATABASE_URL:-$(CLUSTER_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(CLUSTER_REDIS_URL)}" \
+		PY=$(PY) HOST=$(HOST) scripts/run_cluster.sh
+
 test: install test-sqlite test-postgres
 
 test-sqlite: install e2e-browser
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not cluster"
 
 test-postgres: install
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
-		$(PY) -m pytest -m "postgres_variant"
+		$(PY) -m pytest -m "postgres_variant or cluster"
 
 # The e2e tests drive Chromium: Playwright's own where installed, else Debian's
 # (installed here when running as root), or whichever E2E_CHROMIUM names.

@@ -30,7 +30,7 @@ from e2e.pages import LIVE_TIMEOUT_MS, Submission, item_path, item_ready, race
 from e2e.server import ItemRow, LiveServer
 from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.postgres_variant, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.cluster, pytest.mark.timeout(300)]
 
 ROUNDS = 10
 WANTS = ({"alice": "approve", "bob": "reject"}, {"alice": "reject", "bob": "approve"})

@@ -40,6 +40,8 @@ ALLOWED_HOSTS = [
 if not DEBUG:
     # Production: HTTPS only, behind a proxy that sets X-Forwarded-Proto (see README).
     SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
+    # Load balancers probe each process directly, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

@@ -38,7 +38,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from moderation.history import FinalItem, HistoryRecorder, Op, history_check
 from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
 
-pytestmark = [pytest.mark.postgres_variant, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "cluster-test-pw-1"

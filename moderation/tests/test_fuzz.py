@@ -27,12 +27,18 @@ def _state(item):
     return (row.status, row.decided_by_id, row.decision_note, DecisionAttempt.objects.filter(item=item).count())
 
 
-@pytest.mark.django_db
-def test_any_json_body_gets_a_clear_answer_and_refusals_change_nothing(client, alice, make_item, settings):
+@pytest.fixture
+def endpoint(client, alice, make_item, settings):
+    """A logged-in moderator, a pending item and its decision URL, with no rate limit."""
     settings.DECISION_RATE_LIMIT = 0
     item = make_item()
     client.force_login(alice)
-    url = reverse("moderation:api-decide", args=[item.public_id])
+    return client, item, reverse("moderation:api-decide", args=[item.public_id])
+
+
+@pytest.mark.django_db
+def test_any_json_body_gets_a_clear_answer_and_refusals_change_nothing(endpoint):
+    client, item, url = endpoint
 
     @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(body=bodies)
@@ -50,11 +56,8 @@ def test_any_json_body_gets_a_clear_answer_and_refusals_change_nothing(client, a
 
 
 @pytest.mark.django_db
-def test_arbitrary_bytes_never_break_the_endpoint(client, alice, make_item, settings):
-    settings.DECISION_RATE_LIMIT = 0
-    item = make_item()
-    client.force_login(alice)
-    url = reverse("moderation:api-decide", args=[item.public_id])
+def test_arbitrary_bytes_never_break_the_endpoint(endpoint):
+    client, item, url = endpoint
 
     @hsettings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(raw=st.binary(max_size=200))

@@ -1,50 +1,47 @@
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from moderation.locks import LockTimeout, item_lock, item_lock_count
 
 
-def test_same_key_is_exclusive_and_times_out():
-    held = threading.Event()
-    release = threading.Event()
+@contextmanager
+def _held_elsewhere(key: str):
+    """Hold ``key`` in another thread for the duration of the block."""
+    held, release = threading.Event(), threading.Event()
 
     def holder():
-        with item_lock("x", timeout=1):
+        with item_lock(key, timeout=1):
             held.set()
             release.wait(5)
 
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(5)
-    start = time.monotonic()
-    with pytest.raises(LockTimeout):
-        with item_lock("x", timeout=0.2):
-            pass
-    assert 0.15 < time.monotonic() - start < 2
-    release.set()
-    t.join()
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_same_key_is_exclusive_and_times_out():
+    with _held_elsewhere("x"):
+        start = time.monotonic()
+        with pytest.raises(LockTimeout):
+            with item_lock("x", timeout=0.2):
+                pass
+        assert 0.15 < time.monotonic() - start < 2
 
 
 def test_other_keys_do_not_wait_for_a_held_key():
-    held = threading.Event()
-    release = threading.Event()
-
-    def holder():
-        with item_lock("slow", timeout=1):
-            held.set()
-            release.wait(5)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(5)
-    start = time.monotonic()
-    with item_lock("fast", timeout=0.5):
-        pass
-    assert time.monotonic() - start < 0.1
-    release.set()
-    t.join()
+    with _held_elsewhere("slow"):
+        start = time.monotonic()
+        with item_lock("fast", timeout=0.5):
+            pass
+        assert time.monotonic() - start < 0.1
 
 
 def test_registry_forgets_locks_nobody_uses():
@@ -61,4 +58,3 @@ def test_registry_is_cleaned_after_a_timeout_too():
             with item_lock("k", timeout=0.01):
                 pass
     assert item_lock_count() == before
-

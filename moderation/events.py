@@ -50,17 +50,30 @@ def session_group(session_key: str) -> str:
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
+    _send_all([(group, message)])
+
+
+def _send_all(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    """Push to several groups in one trip into the event loop (each ``async_to_sync``
+    from a plain thread starts a loop of its own), concurrently, each bounded and
+    logged on its own."""
     try:
         layer = get_channel_layer()
         if layer is None:
             return
-        async_to_sync(_group_send_bounded)(layer, group, message)
-    except Exception:
-        logger.exception("could not push %s to %s", message.get("type"), group)
+        results = async_to_sync(_group_send_all_bounded)(layer, sends)
+    except Exception as exc:
+        results = [exc] * len(sends)
+    for (group, message), result in zip(sends, results):
+        if isinstance(result, BaseException):
+            logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
 
 
-async def _group_send_bounded(layer: Any, group: str, message: dict[str, Any]) -> None:
-    await asyncio.wait_for(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
+async def _group_send_all_bounded(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    return await asyncio.gather(
+        *(asyncio.wait_for(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS) for group, message in sends),
+        return_exceptions=True,
+    )
 
 
 def _counts() -> dict[str, int]:
@@ -83,8 +96,7 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     message = {
         "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
     }
-    _send(QUEUE_GROUP, message)
-    _send(item_group(outcome.item_public_id), message)
+    _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
 
 
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
@@ -105,8 +117,7 @@ def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
 def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     """Tell the item's pages and the queue pages who is viewing the item now."""
     message = {"type": "presence.changed", "item": item_public_id, "viewers": viewers}
-    _send(item_group(item_public_id), message)
-    _send(QUEUE_GROUP, message)
+    _send_all([(item_group(item_public_id), message), (QUEUE_GROUP, message)])
 
 
 def session_ended_broadcast(*, session_key: str) -> None:

@@ -1,0 +1,243 @@
+"""Benches against real daphne servers: HTTP decisions vs the floor, notice latency, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections import Counter
+
+import httpx
+from websockets.asyncio.client import connect
+
+from bench.common import Login, Metric, Servers, log, median, percentile
+
+
+def _client(host: str, login: Login) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=f"http://{host}", cookies=login.cookies(),
+        headers={"X-CSRFToken": login.csrftoken, "Accept": "application/json"},
+        timeout=60, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+    )
+
+
+async def _decide(client: httpx.AsyncClient, item: str, decision: str) -> int:
+    response = await client.post(f"/api/items/{item}/decision", json={"decision": decision})
+    return response.status_code
+
+
+async def _timed(workers, seconds: float) -> tuple[int, float, Counter]:
+    """Run worker coroutines (each loops until told to stop); count completions inside the window."""
+    state = {"stop": False, "window": None, "count": 0}
+    statuses: Counter = Counter()
+
+    def done(status: int, finished: float, weight: int = 1) -> None:
+        statuses[status] += weight
+        window = state["window"]
+        if window and window[0] <= finished <= window[1]:
+            state["count"] += weight
+
+    tasks = [asyncio.create_task(w(state, done)) for w in workers]
+    await asyncio.sleep(0.3)  # warm-up, not counted
+    start = time.perf_counter()
+    state["window"] = (start, start + seconds)
+    await asyncio.sleep(seconds)
+    state["stop"] = True
+    await asyncio.gather(*tasks)
+    return state["count"], seconds, statuses
+
+
+async def floor_rate(servers: Servers, logins: list[Login], *, concurrency: int, seconds: float) -> tuple[float, Counter]:
+    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(concurrency)]
+
+    def worker(client):
+        async def run(state, done):
+            while not state["stop"]:
+                response = await client.get("/bench/ping")
+                done(response.status_code, time.perf_counter())
+        return run
+
+    try:
+        count, secs, statuses = await _timed([worker(c) for c in clients], seconds)
+    finally:
+        for c in clients:
+            await c.aclose()
+    return count / secs, statuses
+
+
+async def decisions_uncontended(servers: Servers, logins: list[Login], items: list[str], *, concurrency: int,
+                                seconds: float) -> tuple[float, Counter]:
+    """``concurrency`` reviewers, each deciding a different item at a time."""
+    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(concurrency)]
+
+    def worker(client):
+        async def run(state, done):
+            while not state["stop"] and items:
+                status = await _decide(client, items.pop(), "approve")
+                done(status, time.perf_counter())
+        return run
+
+    try:
+        count, secs, statuses = await _timed([worker(c) for c in clients], seconds)
+    finally:
+        for c in clients:
+            await c.aclose()
+    if not items:
+        log("WARNING: uncontended decisions ran out of items before the window closed")
+    return count / secs, statuses
+
+
+async def decisions_contended(servers: Servers, logins: list[Login], items: list[str], *, ways: int,
+                              seconds: float) -> tuple[float, Counter]:
+    """``ways`` reviewers released together onto each item (one wins, the rest are told who did)."""
+    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(ways)]
+
+    async def rounds(state, done):
+        while not state["stop"] and items:
+            item = items.pop()
+            results = await asyncio.gather(
+                *(_decide(c, item, "approve" if i % 2 == 0 else "reject") for i, c in enumerate(clients))
+            )
+            finished = time.perf_counter()
+            for status in results:
+                done(status, finished)
+
+    try:
+        count, secs, statuses = await _timed([rounds], seconds)
+    finally:
+        for c in clients:
+            await c.aclose()
+    return count / secs, statuses
+
+
+async def _watcher_open(host: str, login: Login):
+    ws = await connect(
+        f"ws://{host}/ws/queue/", origin=f"http://{host}", ping_interval=None, open_timeout=60, max_queue=None,
+        additional_headers={"Cookie": login.cookie_header()},
+    )
+    first = json.loads(await asyncio.wait_for(ws.recv(), 60))
+    if first.get("type") != "state":
+        raise RuntimeError(f"unexpected first frame {first}")
+    return ws
+
+
+async def notice_latency(servers: Servers, logins: list[Login], items: list[str], *, watchers: int, rate: float,
+                         seconds: float, measure_rss: bool) -> dict:
+    """Decisions at a steady ``rate``; every queue watcher's receipt time minus the winner's commit time."""
+    sockets = []
+    for start in range(0, watchers, 20):  # open in small waves: a thundering herd is not what this measures
+        sockets.extend(await asyncio.gather(
+            *(_watcher_open(servers.host(i), logins[i % len(logins)]) for i in range(start, min(watchers, start + 20)))
+        ))
+    await asyncio.sleep(0.5)
+    rss = servers.rss_kib() if measure_rss else None
+    phase_items = [items.pop() for _ in range(int(rate * seconds))]
+    wanted = set(phase_items)
+    latencies: list[float] = []
+    received: Counter = Counter()
+
+    async def watch(ws):
+        try:
+            async for raw in ws:
+                now = time.time()
+                frame = json.loads(raw)
+                if frame.get("type") == "item.decided" and frame.get("item") in wanted and "bench_committed_at" in frame:
+                    latencies.append((now - frame["bench_committed_at"]) * 1000)
+                    received[frame["item"]] += 1
+        except Exception:
+            pass
+
+    watch_tasks = [asyncio.create_task(watch(ws)) for ws in sockets]
+    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(len(servers.hosts))]
+    statuses: Counter = Counter()
+
+    async def one(i: int, item: str) -> None:
+        statuses[await _decide(clients[i % len(clients)], item, "approve")] += 1
+
+    posts = []
+    begin = time.perf_counter()
+    for i, item in enumerate(phase_items):
+        delay = begin + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        posts.append(asyncio.create_task(one(i, item)))
+    await asyncio.gather(*posts)
+    achieved = len(phase_items) / (time.perf_counter() - begin)
+    expected = len(phase_items) * watchers
+    deadline = time.monotonic() + 5
+    while sum(received.values()) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for ws in sockets:
+        await ws.close()
+    for task in watch_tasks:
+        task.cancel()
+    for c in clients:
+        await c.aclose()
+    return {
+        "watchers": watchers, "decisions": len(phase_items), "rate_target": rate, "rate_achieved": achieved,
+        "statuses": dict(statuses), "frames_expected": expected, "frames_received": sum(received.values()),
+        "p50_ms": median(latencies), "p99_ms": percentile(latencies, 99), "max_ms": max(latencies, default=float("nan")),
+        "mean_ms": statistics.fmean(latencies) if latencies else float("nan"), "rss_kib": rss,
+    }
+
+
+def bench_served(servers: Servers, logins: list[Login], items: list[str], *, seconds: float, notice_seconds: float,
+                 process_note: str) -> list[Metric]:
+    return asyncio.run(_bench_served(servers, logins, items, seconds=seconds, notice_seconds=notice_seconds,
+                                     process_note=process_note))
+
+
+async def _bench_served(servers, logins, items, *, seconds, notice_seconds, process_note) -> list[Metric]:
+    metrics: list[Metric] = []
+    concurrency = 8
+    # Warm every process (imports, first connections, compiled graph) before timing anything.
+    await floor_rate(servers, logins, concurrency=concurrency, seconds=0.5)
+    await decisions_uncontended(servers, logins, items, concurrency=len(servers.hosts), seconds=0.5)
+    idle_rss = servers.rss_kib()
+
+    floors = []
+    floor, st = await floor_rate(servers, logins, concurrency=concurrency, seconds=seconds)
+    floors.append(floor)
+    log(f"http: floor /bench/ping {floor:.0f} req/s {dict(st)}")
+    unc, st_unc = await decisions_uncontended(servers, logins, items, concurrency=concurrency, seconds=seconds)
+    log(f"http: uncontended decisions {unc:.1f}/s {dict(st_unc)}")
+    con, st_con = await decisions_contended(servers, logins, items, ways=8, seconds=seconds)
+    log(f"http: 8-way contended decisions {con:.1f}/s {dict(st_con)}")
+    floor, st = await floor_rate(servers, logins, concurrency=concurrency, seconds=seconds)
+    floors.append(floor)
+    log(f"http: floor /bench/ping again {floor:.0f} req/s")
+    floor = statistics.fmean(floors)
+    metrics += [
+        Metric("http_uncontended", f"1. HTTP decisions/s, {concurrency} reviewers on different items ({process_note})", unc, "dec/s",
+               floor, "/bench/ping req/s, same server, same clients", target=0.5, check="ratio", op=">=",
+               detail={"statuses": dict(st_unc), "floor_runs": floors}),
+        Metric("http_contended", f"1. HTTP decisions/s, 8 reviewers per item ({process_note})", con, "dec/s",
+               floor, "/bench/ping req/s, same server, same clients", target=0.5, check="ratio", op=">=",
+               detail={"statuses": dict(st_con), "floor_runs": floors,
+                       "note": "every attempt counts (1 won + 7 told who won per item)"}),
+    ]
+
+    rate = 10.0
+    for watchers, target in ((10, 100.0), (100, 250.0)):
+        result = await notice_latency(servers, logins, items, watchers=watchers, rate=rate, seconds=notice_seconds,
+                                      measure_rss=watchers == 100)
+        log(f"notice {watchers} watchers: p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
+            f"{result['frames_received']}/{result['frames_expected']} frames, {result['rate_achieved']:.1f} dec/s")
+        metrics += [
+            Metric(f"notice_p99_{watchers}", f"4. notice latency p99, {watchers} watchers, {rate:g} dec/s ({process_note})",
+                   result["p99_ms"], "ms", result["p50_ms"], "p50 of the same run", target=target, check="value", op="<=",
+                   detail=result),
+            Metric(f"notice_p50_{watchers}", f"4. notice latency p50, {watchers} watchers", result["p50_ms"], "ms"),
+        ]
+        if result["frames_received"] < result["frames_expected"]:
+            log(f"WARNING: {result['frames_expected'] - result['frames_received']} notices never arrived")
+        if result["rss_kib"]:
+            busy = result["rss_kib"]
+            metrics.append(Metric(
+                "memory_100_sockets", f"7. server RSS with {watchers} open sockets, all processes (MiB)",
+                sum(busy) / 1024, "MiB", sum(idle_rss) / 1024, "same processes after warm-up, no sockets",
+                detail={"per_process_kib": busy, "idle_per_process_kib": idle_rss,
+                        "per_socket_kib": (sum(busy) - sum(idle_rss)) / watchers},
+            ))
+    return metrics

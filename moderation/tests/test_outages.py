@@ -1,0 +1,325 @@
+"""Outages of what a decision leans on: Redis (the channel layer and the cache) and PostgreSQL.
+
+- Redis dies while people work: a real daphne process on a Redis of the test's own,
+  which the test kills and brings back on the same port. Decisions keep winning and
+  losing correctly, the loser is still told by the HTTP response, no request hangs, and
+  once Redis is back sockets (new and already open) get live events again.
+- PostgreSQL drops the deciding connection while it holds the row lock
+  (pg_terminate_backend): the reviewer is told to try again, nothing is half-done, and
+  the retry wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+from websockets.asyncio.client import ClientConnection, connect
+
+from e2e.server import free_port
+from moderation.decisions import DatabaseUnavailable
+from moderation.faults import fault_inject
+from moderation.graph import graph_pending_review, graph_resume_count
+from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.tests.real_server import Reviewer, SiteServer, port_wait, service_missing
+
+# "A few seconds": a decision must answer within this even with the channel layer gone.
+ANSWER_WITHIN = 5.0
+RECOVER_WITHIN = 10.0
+
+
+class RedisProcess:
+    """A throw-away redis-server on its own port, killable and restartable on that port."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )
+        port_wait(self.port)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@pytest.fixture
+def own_redis():
+    binary = shutil.which("redis-server")
+    if binary is None:
+        service_missing("redis-server is not installed")
+    redis = RedisProcess(binary)
+    redis.start()
+    try:
+        yield redis
+    finally:
+        redis.kill()
+
+
+class Tab:
+    """A queue page's socket; frames not yet looked at are kept."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.unread: list[dict] = []
+
+    @classmethod
+    async def open(cls, server: SiteServer, reviewer: Reviewer) -> Tab:
+        ws = await connect(
+            f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
+            additional_headers=reviewer.ws_headers(), open_timeout=5, ping_interval=None,
+        )
+        tab = cls(ws)
+        assert (await tab.frame("state", timeout=5))["type"] == "state"
+        return tab
+
+    async def frame(self, kind: str, item: str | None = None, *, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for frame in self.unread:
+                if frame["type"] == kind and (item is None or frame.get("item") == item):
+                    self.unread.remove(frame)
+                    return frame
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {kind} frame for {item} within {timeout} s; got {self.unread}")
+            self.unread.append(json.loads(await asyncio.wait_for(self.ws.recv(), left)))
+
+
+def _timed_decide(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: str) -> tuple[int, dict, float]:
+    op = history.invoke(reviewer=reviewer.username, item=item, decision=decision)
+    start = time.monotonic()
+    status, body = reviewer.decide(item, decision, timeout=ANSWER_WITHIN * 2)
+    took = time.monotonic() - start
+    if status == 200:
+        history.complete(op, completion="ok", told_winner=body["winner"])
+    elif status == 409 and body.get("outcome") == "lost":
+        history.complete(op, completion="fail", told_winner=body["winner"])
+    else:
+        history.complete(op, completion="unknown", error=f"{status} {body}")
+    return status, body, took
+
+
+def _healthz(server: SiteServer) -> tuple[int, dict]:
+    import http.client
+
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=ANSWER_WITHIN * 2)
+    try:
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.asyncio
+async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
+    server = SiteServer(tmp_path / "site", extra_env={"REDIS_URL": own_redis.url, "CHANNEL_LAYER_PREFIX": "outage"})
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob", "carol"], items=12, prefix="Outage")
+    items = iter(seeded.items)
+    history = HistoryRecorder()
+    await server.astart()
+    try:
+        alice, bob, carol = (Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "bob", "carol"))
+        open_tab = await Tab.open(server, carol)
+        first = next(items)
+        status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, first, "approve")
+        assert status == 200
+        assert (await open_tab.frame("item.decided", first, timeout=5))["winner"] == "alice"
+
+        await asyncio.to_thread(own_redis.kill)
+
+        # One after the other: the winner is told at once, and so is the loser, by name.
+        item = next(items)
+        status, body, took = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
+        assert (status, body["winner"]) == (200, "alice") and took < ANSWER_WITHIN, (status, body, took)
+        status, body, took = await asyncio.to_thread(_timed_decide, history, bob, item, "reject")
+        assert (status, body["outcome"], body["winner"]) == (409, "lost", "alice") and took < ANSWER_WITHIN, (body, took)
+        assert body["message"].startswith("Already reviewed by alice (approved,")
+
+        # At the same moment, on three items: one winner each, the loser told who.
+        barrier = threading.Barrier(2)
+
+        def race(reviewer: Reviewer, item: str, decision: str):
+            barrier.wait(timeout=10)
+            return _timed_decide(history, reviewer, item, decision)
+
+        for item in (next(items), next(items), next(items)):
+            results = await asyncio.gather(
+                asyncio.to_thread(race, alice, item, "approve"), asyncio.to_thread(race, bob, item, "reject")
+            )
+            assert sorted(status for status, _, _ in results) == [200, 409], results
+            winner = next(body["winner"] for status, body, _ in results if status == 200)
+            assert all(body["winner"] == winner for _, body, _ in results), results
+            assert all(took < ANSWER_WITHIN for _, _, took in results), results
+
+        health_status, health = await asyncio.to_thread(_healthz, server)
+        assert health_status == 503 and not health["checks"]["channel_layer"]["ok"], health
+        assert health["checks"]["database"]["ok"], health
+        assert server.process.poll() is None, server.log_tail()
+
+        # Redis returns on the same port: live events flow again, to new and open sockets.
+        await asyncio.to_thread(own_redis.start)
+        back = time.monotonic()
+        delivered = None
+        while delivered is None and time.monotonic() - back < RECOVER_WITHIN:
+            try:
+                tab = await Tab.open(server, bob)
+            except Exception:  # the layer may still be reconnecting; the browser would retry too
+                await asyncio.sleep(0.25)
+                continue
+            item = next(items)
+            status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
+            assert status == 200
+            try:
+                delivered = await tab.frame("item.decided", item, timeout=max(0.1, RECOVER_WITHIN - (time.monotonic() - back)))
+            except TimeoutError:
+                pass
+            await tab.ws.close()
+        assert delivered is not None, f"no item.decided on a new socket within {RECOVER_WITHIN} s of Redis returning"
+        assert delivered["winner"] == "alice"
+        # The tab that stayed open through the outage hears it too (the layer resubscribed).
+        await open_tab.frame("item.decided", item, timeout=max(1.0, RECOVER_WITHIN - (time.monotonic() - back)))
+        await open_tab.ws.close()
+
+        decided = list(dict.fromkeys(op.item for op in history.ops))
+        state = await server.atool("state", *decided)
+        final = {
+            key: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
+            for key, row in state.items()
+        }
+        assert history_check(ops=history.ops, final=final) == []
+        assert all(op.completion in {"ok", "fail"} for op in history.ops), [op for op in history.ops if op.completion == "unknown"]
+    finally:
+        await server.aclose()
+
+
+# --- PostgreSQL: the deciding connection is killed while it holds the row lock --------------
+
+
+def _decide_while_connection_is_killed_at(point: str, client, url: str):
+    """POST a decision that stalls at ``point``; kill its database backend meanwhile; return the response."""
+    reached, release = threading.Event(), threading.Event()
+    backend: dict[str, int] = {}
+
+    def stall(key: str) -> None:
+        # Runs in the request's thread, on the connection that holds the row lock.
+        backend["pid"] = connection.connection.info.backend_pid
+        reached.set()
+        release.wait(timeout=10)
+
+    answer: dict[str, object] = {}
+
+    def post() -> None:
+        try:
+            answer["response"] = client.post(url, data={"decision": "approve"}, content_type="application/json")
+        except Exception as exc:  # the test client re-raises what the view did not handle
+            answer["error"] = exc
+        finally:
+            connection.close()
+
+    with fault_inject(point, stall):
+        request = threading.Thread(target=post)
+        request.start()
+        assert reached.wait(timeout=10), f"the decision never reached {point}"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [backend["pid"]])
+            assert cursor.fetchone()[0] is True
+        release.set()
+        request.join(timeout=20)
+    assert not request.is_alive()
+    assert "error" not in answer, f"unhandled: {answer.get('error')!r}"
+    return answer["response"]
+
+
+@pytest.fixture
+def on_postgres(settings):
+    if connection.vendor != "postgresql":
+        pytest.skip("pg_terminate_backend needs PostgreSQL (the postgres_variant pass)")
+    settings.DECISION_RATE_LIMIT = 0
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_connection_killed_holding_the_row_lock_changes_nothing_and_retry_wins(on_postgres, client, alice, make_item):
+    item = make_item()
+    client.force_login(alice)
+    url = reverse("moderation:api-decide", args=[item.public_id])
+
+    response = _decide_while_connection_is_killed_at("after_row_lock", client, url)
+    assert response.status_code == 503, response.content
+    assert response.json() == {
+        "error": DatabaseUnavailable.code,
+        "message": "the database connection was lost; nothing was applied, try again",
+    }
+    # Nothing half-done: still pending, graph still paused and never resumed, no attempt recorded.
+    item.refresh_from_db()
+    assert (item.status, item.decided_by, item.decided_at) == (ItemStatus.PENDING, None, None)
+    assert graph_pending_review(thread_id=item.thread_id) is not None
+    assert graph_resume_count(thread_id=item.thread_id) == 0
+    assert not DecisionAttempt.objects.filter(item=item).exists()
+
+    retry = client.post(url, data={"decision": "approve"}, content_type="application/json")
+    assert retry.status_code == 200 and retry.json()["winner"] == "alice", retry.content
+    item = QueueItem.objects.get(pk=item.pk)
+    assert item.status == ItemStatus.APPROVED and graph_resume_count(thread_id=item.thread_id) == 1
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_connection_killed_after_the_graph_took_the_decision_is_not_called_nothing(on_postgres, client, alice, make_item):
+    """Past the resume the graph holds the decision: the answer must not say "nothing was applied"."""
+    item = make_item()
+    client.force_login(alice)
+    url = reverse("moderation:api-decide", args=[item.public_id])
+
+    response = _decide_while_connection_is_killed_at("after_graph_resume", client, url)
+    assert response.status_code == 503, response.content
+    body = response.json()
+    assert body["error"] == DatabaseUnavailable.code and "nothing was applied" not in body["message"], body
+    assert "reload" in body["message"], body
+
+    # The next look at the item adopts the graph's decision: alice's, resumed once, recorded once.
+    again = client.post(url, data={"decision": "approve"}, content_type="application/json")
+    assert again.status_code == 409 and again.json()["winner"] == "alice", again.content
+    item = QueueItem.objects.get(pk=item.pk)
+    assert (item.status, item.decided_by.username) == (ItemStatus.APPROVED, "alice")
+    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count() == 1
+
+
+def test_rate_limit_is_skipped_not_fatal_when_its_cache_is_down(settings, monkeypatch, caplog):
+    from moderation import ratelimit
+
+    class DownCache:
+        def add(self, *args, **kwargs):
+            raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+        incr = set = add
+
+    settings.DECISION_RATE_LIMIT = 1
+    monkeypatch.setattr(ratelimit, "cache", DownCache())
+    assert ratelimit.reviewer_rate_check(user_id=1) is None
+    assert ratelimit.reviewer_rate_check(user_id=1) is None
+    assert "rate limit not checked: the cache is unreachable" in caplog.text

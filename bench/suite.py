@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics += [guard, quiet]
 
     log(f"{args.backend}: 3. isolation")
-    metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 2.5 * s))
+    metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 4 * s))
 
     more = int(700 * s) + 200 - len(pool)
     if more > 0:

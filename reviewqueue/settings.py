@@ -142,7 +142,12 @@ else:
 # Shared by every server process when Redis is configured (rate limits).
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # A Redis that stops answering must not hang decisions on the rate-limit check.
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

@@ -16,9 +16,7 @@ Redis fails (CI) or skips (elsewhere).
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import json
-import re
 import socket
 import statistics
 import subprocess
@@ -36,7 +34,13 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from moderation.history import FinalItem, HistoryRecorder, Op, history_check
-from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
+from moderation.tests.cluster_support import (
+    channel_prefix,
+    cluster_env,
+    fresh_database,
+    services_require,
+)
+from moderation.tests.form_session import FormSession
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -171,37 +175,11 @@ def cluster(tmp_path_factory):
             _daphne_stop(site.procs)
 
 
-class Reviewer:
+class Reviewer(FormSession):
     """A moderator's cookies (one login, valid on every server: sessions live in the database)."""
 
     def __init__(self, host: str, username: str) -> None:
-        self.username = username
-        self.jar = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
-        login = f"http://{host}/accounts/login/"
-        form = self.opener.open(login, timeout=HTTP_TIMEOUT).read().decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        fields = {"username": username, "password": PASSWORD, "csrfmiddlewaretoken": token}
-        landed = self.opener.open(login, urllib.parse.urlencode(fields).encode(), timeout=HTTP_TIMEOUT)
-        assert urllib.parse.urlsplit(landed.url).path == "/", f"{username} could not log in on {host}"
-
-    def cookie(self, name: str) -> str:
-        return next(c.value for c in self.jar if c.name == name)
-
-    def decide(self, host: str, item: str, decision: str) -> tuple[int, dict]:
-        request = urllib.request.Request(
-            f"http://{host}/api/items/{item}/decision", data=json.dumps({"decision": decision}).encode(),
-            headers={"Content-Type": "application/json", "X-CSRFToken": self.cookie("csrftoken")},
-        )
-        try:
-            with self.opener.open(request, timeout=HTTP_TIMEOUT) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            body = error.read()
-            try:
-                return error.code, json.loads(body)
-            except ValueError:
-                return error.code, {"raw": body[:300].decode(errors="replace")}
+        super().__init__(host, username, PASSWORD, timeout=HTTP_TIMEOUT)
 
     async def socket(self, host: str, path: str) -> Listener:
         ws = await connect(

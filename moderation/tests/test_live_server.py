@@ -8,10 +8,8 @@ to), which is the set-up presence and the layer have to survive in production.
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -25,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+
+from moderation.tests.form_session import FormSession
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -139,33 +139,11 @@ def site(request, tmp_path_factory):
                 proc.wait()
 
 
-class Browser:
+class Browser(FormSession):
     """A moderator's cookies, got by logging in through the real form."""
 
     def __init__(self, site: Site, username: str) -> None:
-        self.username = username
-        self.jar = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
-        login = f"http://{site.url(0)}/accounts/login/"
-        form = self.opener.open(login, timeout=30).read().decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        fields = {"username": username, "password": PASSWORD, "csrfmiddlewaretoken": token}
-        landed = self.opener.open(login, urllib.parse.urlencode(fields).encode(), timeout=30)
-        assert urllib.parse.urlsplit(landed.url).path == "/", f"{username} could not log in"
-
-    def cookie(self, name: str) -> str:
-        return next(c.value for c in self.jar if c.name == name)
-
-    def decide(self, host: str, item: str, decision: str) -> tuple[int, dict]:
-        request = urllib.request.Request(
-            f"http://{host}/api/items/{item}/decision", data=json.dumps({"decision": decision}).encode(),
-            headers={"Content-Type": "application/json", "X-CSRFToken": self.cookie("csrftoken")},
-        )
-        try:
-            with self.opener.open(request, timeout=30) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
+        super().__init__(site.url(0), username, PASSWORD)
 
     async def watch(self, host: str, item: str) -> Tab:
         """An item page's socket, past its state frame; no client pings, so it really idles."""

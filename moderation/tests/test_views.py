@@ -39,7 +39,7 @@ def test_login_form_logs_a_moderator_in(client, alice):
 @pytest.mark.django_db
 def test_queue_lists_pending_oldest_first_with_counts_and_payload(client, alice, bob, make_item):
     first = make_item(title="First", body="Visit http://spam.test now")
-    second = make_item(title="Second")
+    make_item(title="Second")
     decided = make_item(title="Decided")
     item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
     client.force_login(alice)

@@ -84,6 +84,14 @@ def items_make(count: int) -> list[str]:
     return out
 
 
+def _pop(items: list[str]) -> str:
+    """The next pending item; more are made (outside any timed window's count) if the pool ran dry."""
+    if not items:
+        log("WARNING: item pool ran dry; making more")
+        items.extend(items_make(50))
+    return items.pop()
+
+
 # --- 2. guard overhead ------------------------------------------------------------------------
 
 
@@ -96,7 +104,7 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
     for i in range(pairs):
         for fn, sink in ((guarded_decide, guarded_ms), (naive_decide, naive_ms)) if i % 2 == 0 else (
             (naive_decide, naive_ms), (guarded_decide, guarded_ms)):
-            item = items.pop()
+            item = _pop(items)
             start = time.perf_counter()
             outcome = fn(item_public_id=item, reviewer=reviewer, decision="approve", delay=0.0)
             sink.append((time.perf_counter() - start) * 1000)
@@ -112,7 +120,7 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
     try:
         for _ in range(max(10, pairs // 2)):
             start = time.perf_counter()
-            guarded_decide(item_public_id=items.pop(), reviewer=reviewer, decision="approve", delay=0.0)
+            guarded_decide(item_public_id=_pop(items), reviewer=reviewer, decision="approve", delay=0.0)
             quiet_ms.append((time.perf_counter() - start) * 1000)
     finally:
         events.decision_broadcast = broadcast
@@ -155,7 +163,7 @@ def _isolation_run(decide: Callable, *, stall: bool, items: list[str], reviewers
     """Decisions per second on other items by len(reviewers)-1 threads, with reviewers[0] stalled or not."""
     from moderation.faults import fault_inject
 
-    stalled_item = items.pop()
+    stalled_item = _pop(items)
     entered, release = threading.Event(), threading.Event()
 
     def hold(key: str) -> None:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{args.backend}: 5. ingest")
     ingest, pool = bench_ingest(seconds=3 * s, cap=2000, bulk_size=50)
     metrics += ingest
-    need = int(900 * s) + 200
+    need = int(1300 * s) + 200
     if len(pool) < need:
         log(f"{args.backend}: creating {need - len(pool)} more pending items for the decision benches")
         pool += items_make(need - len(pool))
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics += [guard, quiet]
 
     log(f"{args.backend}: 3. isolation")
-    metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 4 * s))
+    metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 3 * s))
 
     more = int(700 * s) + 200 - len(pool)
     if more > 0:

@@ -16,7 +16,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser demo clean
+.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser demo bench clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ e2e: install e2e-browser
 
 demo: install e2e-browser
 	$(PY) e2e/demo.py --host $(HOST) --port $(DEMO_PORT) --rounds $(DEMO_ROUNDS) --wait $(DEMO_WAIT)
+
+# Speed as ratios against the product's own floor, on SQLite and on PostgreSQL + Redis.
+bench: install
+	BENCH_POSTGRES_URL=$(TEST_POSTGRES_URL) BENCH_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m bench.run
 
 clean:
 	rm -rf $(VENV) var

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,11 @@ def _out_dir() -> Path:
 def _base_env(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP}
     env.update(
-        DJANGO_SETTINGS_MODULE="bench.settings", DECISION_RATE_LIMIT="0", DEBUG="true", PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="bench.settings", DECISION_RATE_LIMIT="0", PYTHONUNBUFFERED="1",
+        # Production mode, as measured: DEBUG would log every query and slow the DB-heavy
+        # decisions more than the ping they are compared with. Plain HTTP on loopback.
+        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1,localhost",
+        SECURE_SSL_REDIRECT="false",
         REVIEWQUEUE_VAR_DIR=str(workdir),
     )
     return env

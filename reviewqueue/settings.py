@@ -115,7 +115,11 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["TEST"] = {"NAME": str(VAR_DIR / "test" / f"db-{os.getpid()}.sqlite3")}
     (VAR_DIR / "test").mkdir(exist_ok=True)
 elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Under ASGI every request runs in a thread of its own, so persistent connections
+    # (CONN_MAX_AGE) are never reused; a pool is what saves a connection per request.
     _db.setdefault("OPTIONS", {})
+    if _env_bool("DB_POOL", True):
+        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_SIZE", "20")), "timeout": 10}
     _db["TEST"] = {"NAME": f"test_reviewqueue_{os.getpid()}"}
 else:
     raise ImproperlyConfigured(f"DATABASE_URL must be sqlite:// or postgres://, not {DATABASE_URL!r}")

@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
-from moderation.graph import graph_pending_review, graph_resume_count
+from moderation.graph import graph_pending_review
+from moderation.history import Anomaly, Op, history_check, history_final_read
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
 from moderation.models import QueueItem
@@ -44,6 +46,7 @@ class RaceReport:
     attempts: list[Attempt]
     verdicts: list[ItemVerdict]
     seconds: float
+    anomalies: list[Anomaly] = field(default_factory=list)
 
     @property
     def lost_decisions(self) -> int:
@@ -235,22 +238,35 @@ def database_url_current() -> str:
 
 
 def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: float) -> RaceReport:
-    final = {str(i.public_id): i for i in QueueItem.objects.filter(public_id__in=items).select_related("decided_by")}
+    """Judge a race with the history checker: the attempts are the history, the rows
+    and checkpoint histories the final read."""
+    final = history_final_read(items=items)
+    ops = [_op_from(attempt) for attempt in attempts]
+    anomalies = history_check(ops=ops, final=final)
+    threads = dict(QueueItem.objects.filter(public_id__in=items).values_list("public_id", "thread_id"))
     verdicts = []
     for item_id in items:
-        row = final[item_id]
-        winner = row.decided_by.get_username() if row.decided_by else None
+        state = final[item_id]
         mine = [a for a in attempts if a.item == item_id]
         acknowledged = [a.reviewer for a in mine if a.won]
         verdicts.append(
             ItemVerdict(
                 item=item_id,
-                winner=winner,
+                winner=state.winner,
                 acknowledged=acknowledged,
-                resumes=graph_resume_count(thread_id=row.thread_id),
-                still_paused=graph_pending_review(thread_id=row.thread_id) is not None,
-                lost=[r for r in acknowledged if r != winner],
-                misinformed=[a.reviewer for a in mine if a.won is False and a.told_winner != winner],
+                resumes=state.resumes,
+                still_paused=graph_pending_review(thread_id=threads[UUID(item_id)]) is not None,
+                lost=[a.detail for a in anomalies if a.item == item_id and a.kind == "lost_decision"],
+                misinformed=[a.detail for a in anomalies if a.item == item_id and a.kind == "misinformed_loser"],
             )
         )
-    return RaceReport(attempts=list(attempts), verdicts=verdicts, seconds=seconds)
+    return RaceReport(attempts=list(attempts), verdicts=verdicts, seconds=seconds, anomalies=anomalies)
+
+
+def _op_from(attempt: Attempt) -> Op:
+    op = Op(reviewer=attempt.reviewer, item=attempt.item, decision=attempt.decision, invoked_at=attempt.started_at)
+    if attempt.won is None:
+        op.completion, op.error = "unknown", attempt.error
+    else:
+        op.completion, op.told_winner = ("ok" if attempt.won else "fail"), attempt.told_winner
+    return op

@@ -26,6 +26,7 @@ def _items(make_item, n):
 
 def _assert_guard_held(report: RaceReport, *, items: list[str], reviewers: int):
     assert report.errors == []
+    assert [str(a) for a in report.anomalies] == []
     assert len(report.attempts) == len(items) * reviewers
     assert report.lost_decisions == 0
     assert report.false_successes == 0
@@ -64,6 +65,7 @@ def test_negative_control_naive_check_then_act_loses_decisions(make_moderator, m
     items = _items(make_item, 10)
     report = race_threads(strategy="naive", items=items, usernames=users, delay=0.05)
     assert report.errors == []
+    assert {"lost_decision", "multiple_winners", "double_resume"} <= {a.kind for a in report.anomalies}
     assert report.lost_decisions >= 1
     assert report.false_successes >= 1
     assert report.double_resumes >= 1

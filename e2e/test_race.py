@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 
 import pytest
 from playwright.async_api import Page, expect
+
+from moderation.history import FinalItem, HistoryRecorder, history_check
 
 from e2e.pages import (
     LIVE_TIMEOUT_MS,
@@ -28,6 +31,30 @@ THREE_PER_BATCH = 2
 DECISIONS = ("approve", "reject")
 # Each row marked decided live must leave the table "within ~2 s"; allow for a busy machine.
 DROP_WITHIN_MS = 5_000
+
+
+TOLD_WINNER = re.compile(r"Already reviewed by (\S+) \(")
+
+
+def _history_record(history: HistoryRecorder, item_id: str, subs: list[Submission]) -> None:
+    """What each browser was shown, as a history: won -> ok, lost -> fail naming a winner, else unknown."""
+    for sub in subs:
+        op = history.invoke(reviewer=sub.user, item=item_id, decision=sub.requested)
+        if sub.kind == "won":
+            history.complete(op, completion="ok", told_winner=sub.user)
+        elif sub.kind == "lost" and (told := TOLD_WINNER.search(sub.text)):
+            history.complete(op, completion="fail", told_winner=told.group(1))
+        else:
+            history.complete(op, completion="unknown", error=f"{sub.kind}: {sub.text[:80]}")
+
+
+async def _history_assert_clean(server, history: HistoryRecorder, ids: list[str]) -> None:
+    state = await server.state(ids)
+    final = {
+        i: FinalItem(winner=state[i]["winner"], winning_attempts=len(state[i]["won_attempts"]), resumes=state[i]["resume_count"])
+        for i in ids
+    }
+    assert [str(a) for a in history_check(ops=history.ops, final=final)] == []
 
 
 def _describe(subs: list[Submission]) -> str:
@@ -83,12 +110,14 @@ async def test_two_moderators_one_item_same_instant(server, crowd):
     alice_item, bob_item = await asyncio.gather(crowd.page("alice"), crowd.page("bob"))
 
     winners: dict[str, tuple[str, str]] = {}
+    history = HistoryRecorder()
     skews = []
     for n, item in enumerate(items):
         # Opposite decisions, swapped every round, so "not applied" is visible in the status.
         alice_wants, bob_wants = DECISIONS if n % 2 == 0 else DECISIONS[::-1]
         await asyncio.gather(alice_item.goto(item_path(item["id"])), bob_item.goto(item_path(item["id"])))
         subs = await race([(alice_item, "alice", alice_wants), (bob_item, "bob", bob_wants)])
+        _history_record(history, item["id"], subs)
         row = (await server.arows([item["id"]]))[item["id"]]
         assert row.status in ("approved", "rejected"), f"round {n}: item still {row.status}; {_describe(subs)}"
         _check_round(subs, title=item["title"], status=row.status, winner=row.winner)
@@ -101,6 +130,7 @@ async def test_two_moderators_one_item_same_instant(server, crowd):
     assert len(skews) == TWO_ROUNDS, "every click should have been recorded in its page"
     print(f"click skew over {len(skews)} rounds: median {statistics.median(skews):.1f} ms, max {max(skews):.1f} ms")
     assert statistics.median(skews) < 100, f"the clicks were not simultaneous: {skews}"
+    await _history_assert_clean(server, history, ids)
     await _queue_pages_dropped([alice_queue, bob_queue], tokens, winners)
     for page in (alice_queue, bob_queue):
         await expect(page.locator("#count-pending")).to_have_text("0", timeout=LIVE_TIMEOUT_MS)
@@ -128,6 +158,7 @@ async def test_three_moderators_several_items_at_once(server, crowd):
     }
 
     winners: dict[str, tuple[str, str]] = {}
+    history = HistoryRecorder()
     for b, batch in enumerate(batches):
         if b:  # the first batch's pages were opened by the login itself
             await asyncio.gather(
@@ -140,6 +171,7 @@ async def test_three_moderators_several_items_at_once(server, crowd):
         results = await asyncio.gather(*(race(group) for group in entries.values()))
         rows = await server.arows(list(entries))
         for item, subs in zip(batch, results):
+            _history_record(history, item["id"], subs)
             row = rows[item["id"]]
             assert row.status in ("approved", "rejected"), f"{item['title']} still {row.status}; {_describe(subs)}"
             _check_round(subs, title=item["title"], status=row.status, winner=row.winner)
@@ -154,4 +186,5 @@ async def test_three_moderators_several_items_at_once(server, crowd):
         assert all(lost["told_winner"] == winner for lost in item["lost_attempts"]), item
         assert item["resume_count"] == 1, f"{item['title']}: graph resumed {item['resume_count']} times"
         assert not item["graph_paused"], item
+    await _history_assert_clean(server, history, ids)
     await _queue_pages_dropped(queues, tokens, winners)

@@ -65,6 +65,16 @@ class HistoryRecorder:
     def complete(self, op: Op, *, completion: Completion, told_winner: str | None = None, error: str | None = None) -> None:
         op.completion, op.told_winner, op.error, op.completed_at = completion, told_winner, error, time.monotonic()
 
+    def complete_from_http(self, op: Op, *, status: int, body: Mapping) -> None:
+        """Read the decision endpoint's answer as the reviewer would: 200 won, 409 lost
+        naming a winner; anything else (a 5xx, a 409 without a winner) leaves them unsure."""
+        if status == 200 and body.get("outcome") == "won":
+            self.complete(op, completion="ok", told_winner=body.get("winner"))
+        elif status == 409 and body.get("outcome") == "lost":
+            self.complete(op, completion="fail", told_winner=body["winner"])
+        else:
+            self.complete(op, completion="unknown", error=f"HTTP {status}: {body}")
+
 
 def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[Anomaly]:
     """Every way the history breaks "exactly one decision wins and the loser is told the truth"."""

@@ -254,12 +254,7 @@ def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, host: str, item: str
         recorder.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
         return op
     latencies.append(time.monotonic() - began)
-    if status == 200 and body.get("outcome") == "won":
-        recorder.complete(op, completion="ok")
-    elif status == 409 and body.get("outcome") == "lost":
-        recorder.complete(op, completion="fail", told_winner=body["winner"])
-    else:
-        recorder.complete(op, completion="unknown", error=f"HTTP {status}: {body}")
+    recorder.complete_from_http(op, status=status, body=body)
     return op
 
 

@@ -75,12 +75,7 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     except Dropped as exc:
         history.complete(op, completion="unknown", error=str(exc))
         raise
-    if status == 200:
-        history.complete(op, completion="ok", told_winner=body["winner"])
-    elif status == 409 and body.get("outcome") == "lost":
-        history.complete(op, completion="fail", told_winner=body["winner"])
-    else:
-        history.complete(op, completion="unknown", error=f"{status} {body}")
+    history.complete_from_http(op, status=status, body=body)
     return status, body
 
 

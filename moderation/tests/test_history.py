@@ -72,3 +72,18 @@ def test_final_read_reflects_the_database_and_the_graph(alice, bob, make_item):
     final = history_final_read(items=[str(decided.public_id), str(pending.public_id)])
     assert final[str(decided.public_id)] == FinalItem(winner="alice", winning_attempts=1, resumes=1)
     assert final[str(pending.public_id)] == FinalItem(winner=None, winning_attempts=0, resumes=0)
+
+
+def test_http_answers_read_as_the_reviewer_reads_them():
+    recorder = HistoryRecorder()
+    answers = [
+        (200, {"outcome": "won", "winner": "alice"}),
+        (409, {"outcome": "lost", "winner": "alice"}),
+        (409, {"error": "needs_attention"}),
+        (503, {"error": "busy"}),
+    ]
+    for status, body in answers:
+        recorder.complete_from_http(recorder.invoke(reviewer="r", item="i1", decision="approve"), status=status, body=body)
+    assert [(op.completion, op.told_winner) for op in recorder.ops] == [
+        ("ok", "alice"), ("fail", "alice"), ("unknown", None), ("unknown", None)
+    ]

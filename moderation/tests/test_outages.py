@@ -111,12 +111,7 @@ def _timed_decide(history: HistoryRecorder, reviewer: Reviewer, item: str, decis
     start = time.monotonic()
     status, body = reviewer.decide(item, decision, timeout=ANSWER_WITHIN * 2)
     took = time.monotonic() - start
-    if status == 200:
-        history.complete(op, completion="ok", told_winner=body["winner"])
-    elif status == 409 and body.get("outcome") == "lost":
-        history.complete(op, completion="fail", told_winner=body["winner"])
-    else:
-        history.complete(op, completion="unknown", error=f"{status} {body}")
+    history.complete_from_http(op, status=status, body=body)
     return status, body, took
 
 

@@ -122,6 +122,14 @@ function rowDecided(msg) {
   setTimeout(() => { row.remove(); queueRefreshSoon(); }, DECIDED_ROW_MS);
 }
 
+// A row the server no longer lists was decided; its event can still be on the way (the
+// refresh may overtake it), so it gets a moment to say who decided it before it goes.
+function rowLeaving(row) {
+  if (row.dataset.leaving) return;
+  row.dataset.leaving = "1";
+  setTimeout(() => { if (!row.classList.contains("decided-live")) row.remove(); }, DECIDED_ROW_MS);
+}
+
 // New rows come from the server's own rendering of this page, so the template stays the
 // only place a row is built; rows still showing "approved by ..." are left to leave on their own.
 function queueRefreshSoon() {
@@ -141,7 +149,7 @@ async function queueRefresh() {
   } else {
     const wanted = new Set([...fresh.rows].map((r) => r.dataset.item));
     for (const row of [...tbody.rows]) {
-      if (!wanted.has(row.dataset.item) && !row.classList.contains("decided-live")) row.remove();
+      if (!wanted.has(row.dataset.item) && !row.classList.contains("decided-live")) rowLeaving(row);
     }
     let previous = null;
     for (const row of [...fresh.rows]) {

@@ -48,9 +48,17 @@ async def _timed(workers, seconds: float) -> tuple[int, float, Counter]:
     return state["count"], seconds, statuses
 
 
-async def floor_rate(servers: Servers, logins: list[Login], *, concurrency: int, seconds: float) -> tuple[float, Counter]:
-    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(concurrency)]
+async def _timed_clients(servers: Servers, logins: list[Login], size: int, workers_for, seconds: float) -> tuple[int, float, Counter]:
+    """``_timed`` over the workers ``workers_for(clients)`` makes from ``size`` logged-in clients, closed after."""
+    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(size)]
+    try:
+        return await _timed(workers_for(clients), seconds)
+    finally:
+        for c in clients:
+            await c.aclose()
 
+
+async def floor_rate(servers: Servers, logins: list[Login], *, concurrency: int, seconds: float) -> tuple[float, Counter]:
     def worker(client):
         async def run(state, done):
             while not state["stop"]:
@@ -58,19 +66,13 @@ async def floor_rate(servers: Servers, logins: list[Login], *, concurrency: int,
                 done(response.status_code, time.perf_counter())
         return run
 
-    try:
-        count, secs, statuses = await _timed([worker(c) for c in clients], seconds)
-    finally:
-        for c in clients:
-            await c.aclose()
+    count, secs, statuses = await _timed_clients(servers, logins, concurrency, lambda cs: [worker(c) for c in cs], seconds)
     return count / secs, statuses
 
 
 async def decisions_uncontended(servers: Servers, logins: list[Login], items: list[str], *, concurrency: int,
                                 seconds: float) -> tuple[float, Counter]:
     """``concurrency`` reviewers, each deciding a different item at a time."""
-    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(concurrency)]
-
     def worker(client):
         async def run(state, done):
             while not state["stop"] and items:
@@ -78,11 +80,7 @@ async def decisions_uncontended(servers: Servers, logins: list[Login], items: li
                 done(status, time.perf_counter())
         return run
 
-    try:
-        count, secs, statuses = await _timed([worker(c) for c in clients], seconds)
-    finally:
-        for c in clients:
-            await c.aclose()
+    count, secs, statuses = await _timed_clients(servers, logins, concurrency, lambda cs: [worker(c) for c in cs], seconds)
     if not items:
         log("WARNING: uncontended decisions ran out of items before the window closed")
     return count / secs, statuses
@@ -91,23 +89,19 @@ async def decisions_uncontended(servers: Servers, logins: list[Login], items: li
 async def decisions_contended(servers: Servers, logins: list[Login], items: list[str], *, ways: int,
                               seconds: float) -> tuple[float, Counter]:
     """``ways`` reviewers released together onto each item (one wins, the rest are told who did)."""
-    clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(ways)]
+    def rounds_for(clients):
+        async def rounds(state, done):
+            while not state["stop"] and items:
+                item = items.pop()
+                results = await asyncio.gather(
+                    *(_decide(c, item, "approve" if i % 2 == 0 else "reject") for i, c in enumerate(clients))
+                )
+                finished = time.perf_counter()
+                for status in results:
+                    done(status, finished)
+        return [rounds]
 
-    async def rounds(state, done):
-        while not state["stop"] and items:
-            item = items.pop()
-            results = await asyncio.gather(
-                *(_decide(c, item, "approve" if i % 2 == 0 else "reject") for i, c in enumerate(clients))
-            )
-            finished = time.perf_counter()
-            for status in results:
-                done(status, finished)
-
-    try:
-        count, secs, statuses = await _timed([rounds], seconds)
-    finally:
-        for c in clients:
-            await c.aclose()
+    count, secs, statuses = await _timed_clients(servers, logins, ways, rounds_for, seconds)
     return count / secs, statuses
 
 

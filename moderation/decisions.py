@@ -230,7 +230,12 @@ def _connection_lost_message(key: str) -> str:
 
 
 def _row_lock_confirm() -> None:
-    """The row lock lives as long as the connection: fail here, not after the resume, if it is gone."""
+    """The row lock lives as long as the connection: fail here, not after the resume, if it is gone.
+
+    PostgreSQL only: SQLite's lock is the file's, held by this process, not by a server.
+    """
+    if connection.vendor != "postgresql":
+        return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
 

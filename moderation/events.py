@@ -80,19 +80,22 @@ def _counts() -> dict[str, int]:
     # These run in on_commit callbacks; an exception there would turn a committed
     # decision into a 500, so a failed count only leaves the counts to the next resync.
     try:
-        counts = queue_counts()
+        return queue_counts().as_dict()
     except DatabaseError:
         logger.exception("could not count the queue for a live update")
         return {}
-    return {"pending": counts.pending, "decided_today": counts.decided_today}
 
 
 def item_created_broadcast(*, item: QueueItem) -> None:
+    if get_channel_layer() is None:  # nobody to tell: skip counting the queue
+        return
     _send(QUEUE_GROUP, {"type": "item.created", "item": str(item.public_id), "title": item.title, "counts": _counts()})
 
 
 def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     """Tell everyone an item was decided (called for the winner's commit)."""
+    if get_channel_layer() is None:  # nobody to tell: skip counting the queue
+        return
     message = {
         "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
     }

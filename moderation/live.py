@@ -15,10 +15,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.utils import timezone
 
 from moderation import events
 from moderation.models import QueueItem
+from moderation.outcomes import seconds_since
 from moderation.permissions import user_can_decide
 from moderation.presence import PRESENCE_HEARTBEAT_SECONDS, presence_by_item, presence_viewers
 from moderation.selectors import item_get, queue_counts
@@ -91,8 +91,7 @@ def live_state_read(*, username: str, item_public_id: str | None) -> dict[str, A
     """Everything a page needs to be current: sent on connect and after every heartbeat."""
     state: dict[str, Any] = {"type": "state", "you": username, "heartbeat_seconds": PRESENCE_HEARTBEAT_SECONDS}
     if item_public_id is None:
-        counts = queue_counts()
-        state["counts"] = {"pending": counts.pending, "decided_today": counts.decided_today}
+        state["counts"] = queue_counts().as_dict()
         state["viewing"] = presence_by_item()
         return state
     item = item_get(public_id=item_public_id)
@@ -104,10 +103,9 @@ def live_state_read(*, username: str, item_public_id: str | None) -> dict[str, A
 def _item_state(item: QueueItem) -> dict[str, Any]:
     state: dict[str, Any] = {"item": str(item.public_id), "title": item.title, "status": item.status}
     if item.decided_by is not None:
-        seconds = max(0, int((timezone.now() - item.decided_at).total_seconds()))
         state.update(
             winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),
-            seconds_ago=seconds,
+            seconds_ago=seconds_since(item.decided_at),
         )
     return state
 

@@ -24,7 +24,7 @@ class DecisionOutcome:
     attempt_id: int
 
     def seconds_ago(self, *, now: datetime | None = None) -> int:
-        return max(0, int(((now or timezone.now()) - self.decided_at).total_seconds()))
+        return seconds_since(self.decided_at, now=now)
 
     def message(self, *, now: datetime | None = None) -> str:
         if self.won:
@@ -42,6 +42,10 @@ class DecisionOutcome:
             "status": self.winner_status,
             "decided_at": self.decided_at.isoformat(),
         }
+
+
+def seconds_since(moment: datetime, *, now: datetime | None = None) -> int:
+    return max(0, int(((now or timezone.now()) - moment).total_seconds()))
 
 
 def format_ago(seconds: int) -> str:

@@ -25,6 +25,9 @@ class QueueCounts:
     pending: int
     decided_today: int
 
+    def as_dict(self) -> dict[str, int]:
+        return {"pending": self.pending, "decided_today": self.decided_today}
+
 
 class _IdsThenRows:
     """A queryset the paginator slices in two steps: the page's ids, then its rows.

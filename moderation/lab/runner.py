@@ -9,9 +9,9 @@ deployment leaves the real queue as it found it.
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -26,8 +26,10 @@ from django.utils import timezone
 
 from moderation.checkpointer import checkpointer_get
 from moderation.decisions import item_decide
+from moderation.demo import DEMO_ITEMS
 from moderation.faults import fault_inject
-from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished, graph_start
+from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished
+from moderation.items import item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES
 from moderation.models import DecisionAttempt, QueueItem
@@ -45,17 +47,6 @@ SLOW_ENTER_TIMEOUT = 30.0
 _QUIET_CHILD = {"REDIS_URL": ""}
 
 Progress = Callable[[int, int, str], None]
-
-_TEXTS = [
-    ("Weekend hiking photos", "Photos from the ridge trail at sunrise."),
-    ("BUY NOW LIMITED OFFER!!!", "CLICK HERE FOR FREE MONEY http://example.test/win GUARANTEED!!!"),
-    ("Question about rate limits", "Is the limit per key or per account?"),
-    ("Recipe: lentil soup", "Onion, carrot, celery, red lentils, cumin."),
-    ("Selling my old bike", "Steel frame, 56cm, new chain. Pickup only."),
-    ("Guaranteed followers", "Get 10k followers: https://example.test/f https://example.test/g"),
-    ("Lost cat near the park", "Grey tabby, answers to Miso."),
-    ("Poem: November", "Grey light on wet slate, the kettle's small weather."),
-]
 
 
 class LabConfigError(ValueError):
@@ -243,8 +234,8 @@ def slow_reviewer_measure(
     errors = [a.error for a in (*baseline, *during, *slow_result) if a.error]
     if not entered:
         errors.insert(0, "the slow reviewer never reached the strategy's lock")
-    baseline_p50 = _median([a.latency_ms for a in baseline])
-    during_p50 = _median([a.latency_ms for a in during])
+    baseline_p50 = statistics.median([a.latency_ms for a in baseline] or [0.0])
+    during_p50 = statistics.median([a.latency_ms for a in during] or [0.0])
     return {
         "strategy": strategy,
         "hold_s": hold,
@@ -284,14 +275,6 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
     for t in threads:
         t.join()
     return results
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def isolation_check(*, username: str, rng: random.Random) -> dict[str, Any]:
@@ -336,21 +319,13 @@ def _users_get(usernames: Sequence[str]) -> list[AbstractBaseUser]:
 
 
 def lab_items_create(*, count: int, rng: random.Random, titles: Sequence[str] | None = None) -> list[QueueItem]:
-    """Fresh lab items paused at review, created without the live "new item" broadcast."""
+    """Fresh lab items paused at review (lab runs turn the channel layer off, so no page hears of them)."""
     items = []
     for n in range(count):
-        title, body = rng.choice(_TEXTS)
+        title, body = rng.choice(DEMO_ITEMS)
         if titles is not None:
             title = titles[n]
-        public_id = uuid.uuid4()
-        thread_id = f"{LAB_SOURCE}-{public_id}"
-        payload = graph_start(thread_id=thread_id, item_id=str(public_id), title=title, body=body, source=LAB_SOURCE)
-        items.append(
-            QueueItem.objects.create(
-                public_id=public_id, title=f"[racelab] {title}", body=body, source=LAB_SOURCE, thread_id=thread_id,
-                review_request=payload,
-            )
-        )
+        items.append(item_create(title=f"[racelab] {title}", body=body, source=LAB_SOURCE))
     return items
 
 

@@ -249,18 +249,20 @@ def _decide_while_connection_is_killed_at(point: str, client, url: str):
 
 
 @pytest.fixture
-def on_postgres(settings):
+def on_postgres(settings, client, alice, make_item):
+    """A pending item and alice's logged-in client with its decision URL, on PostgreSQL only."""
     if connection.vendor != "postgresql":
         pytest.skip("pg_terminate_backend needs PostgreSQL (the postgres_variant pass)")
     settings.DECISION_RATE_LIMIT = 0
+    item = make_item()
+    client.force_login(alice)
+    return item, reverse("moderation:api-decide", args=[item.public_id])
 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_connection_killed_holding_the_row_lock_changes_nothing_and_retry_wins(on_postgres, client, alice, make_item):
-    item = make_item()
-    client.force_login(alice)
-    url = reverse("moderation:api-decide", args=[item.public_id])
+def test_connection_killed_holding_the_row_lock_changes_nothing_and_retry_wins(on_postgres, client):
+    item, url = on_postgres
 
     response = _decide_while_connection_is_killed_at("after_row_lock", client, url)
     assert response.status_code == 503, response.content
@@ -283,11 +285,9 @@ def test_connection_killed_holding_the_row_lock_changes_nothing_and_retry_wins(o
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_connection_killed_after_the_graph_took_the_decision_is_not_called_nothing(on_postgres, client, alice, make_item):
+def test_connection_killed_after_the_graph_took_the_decision_is_not_called_nothing(on_postgres, client):
     """Past the resume the graph holds the decision: the answer must not say "nothing was applied"."""
-    item = make_item()
-    client.force_login(alice)
-    url = reverse("moderation:api-decide", args=[item.public_id])
+    item, url = on_postgres
 
     response = _decide_while_connection_is_killed_at("after_graph_resume", client, url)
     assert response.status_code == 503, response.content

@@ -1,6 +1,7 @@
 import uuid
 
 from django.conf import settings
+from django.core.validators import ProhibitNullCharactersValidator
 from django.db import models
 from django.db.models import Q
 
@@ -23,6 +24,11 @@ class ItemStatus(models.TextChoices):
 DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED)
 
 
+# PostgreSQL text cannot hold NUL and SQLite can: refusing it everywhere keeps the two
+# backends alike and stops a NUL from failing a write after the graph was resumed.
+NO_NUL = ProhibitNullCharactersValidator()
+
+
 STATUS_FOR_DECISION = {Decision.APPROVE: ItemStatus.APPROVED, Decision.REJECT: ItemStatus.REJECTED}
 
 
@@ -34,16 +40,16 @@ class QueueItem(models.Model):
     """
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    title = models.CharField(max_length=200)
-    body = models.TextField()
-    source = models.CharField(max_length=100)
+    title = models.CharField(max_length=200, validators=[NO_NUL])
+    body = models.TextField(validators=[NO_NUL])
+    source = models.CharField(max_length=100, validators=[NO_NUL])
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     status = models.CharField(max_length=16, choices=ItemStatus.choices, default=ItemStatus.PENDING)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_items"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
-    decision_note = models.TextField(blank=True, default="")
+    decision_note = models.TextField(blank=True, default="", validators=[NO_NUL])
     thread_id = models.CharField(max_length=64, unique=True, editable=False)
     review_request = models.JSONField(default=dict, blank=True)
     attention = models.TextField(blank=True, default="")
@@ -108,7 +114,7 @@ class DecisionAttempt(models.Model):
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="attempts")
     requested = models.CharField(max_length=16, choices=Decision.choices)
-    note = models.TextField(blank=True, default="")
+    note = models.TextField(blank=True, default="", validators=[NO_NUL])
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
     # The item's winner at the moment this attempt was judged (the reviewer, if it won).
     winner = models.ForeignKey(

@@ -33,7 +33,10 @@ resume happens before the commit:
 Every judged attempt (won, lost, or refused because the item needs attention) is
 appended to the item's hash-chained attempts log under the same row lock.
 
-Events go out through ``transaction.on_commit``, never from inside the transaction.
+Events go out only after the commit and after the item lock is released
+(``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer
+never keeps the next reviewer of the item waiting, and in a server process the
+request does not wait for the push at all.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -52,7 +56,7 @@ from moderation.audit import attempt_append
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review, graph_resume
 from moderation.locks import LockTimeout, item_lock
-from moderation.models import STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem
+from moderation.models import NO_NUL, STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem
 from moderation.permissions import user_can_decide
 from moderation.outcomes import DecisionOutcome, outcome_for
 from moderation.reconcile import item_reconcile_locked
@@ -100,6 +104,7 @@ NOTHING_APPLIED = "the database connection was lost; nothing was applied, try ag
 
 
 def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
+    """The decision and note as the guard may use them; InvalidDecision before anything is locked."""
     if decision not in Decision.values:
         raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
     if note is None:
@@ -108,6 +113,11 @@ def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
         raise InvalidDecision("note must be text")
     if len(note) > settings.DECISION_NOTE_MAX_LENGTH:
         raise InvalidDecision(f"note is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters")
+    try:
+        NO_NUL(note)
+    except ValidationError:
+        # Found only at the write, after the resume, it left the graph decided and the row pending.
+        raise InvalidDecision("note must not contain NUL (\\u0000) characters") from None
     return str(decision), note
 
 
@@ -126,7 +136,7 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
     requested_at = timezone.now()
     timeout = settings.DECISION_LOCK_TIMEOUT
     try:
-        with item_lock(key, timeout=timeout):
+        with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
             outcome = _decide_locked(key=key, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
             fault_point("after_commit", item_key=key)
@@ -269,7 +279,7 @@ def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, 
     )
     outcome = outcome_for(item=item, won=True, requested=decision, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
-    transaction.on_commit(lambda: events.decision_broadcast(outcome=outcome))
+    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     return outcome
 
 
@@ -281,5 +291,5 @@ def _attempt_lose(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str,
     )
     outcome = outcome_for(item=item, won=False, requested=decision, attempt=attempt)
     reviewer_id = reviewer.pk
-    transaction.on_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
+    events.after_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
     return outcome

@@ -4,6 +4,17 @@ Channel layers deliver at most once and may be down; a failed push is logged and
 never turns a decision into an error, because the HTTP response already tells the
 reviewer the truth and clients resync on reconnect.
 
+A push never sits on a decision's critical path:
+- ``after_commit`` inside ``events_held`` (the guard wraps its item lock in it) keeps
+  the push until the lock is released, so the next reviewer of the item never waits
+  for a channel layer;
+- in a server process (the ASGI application registers its event loop) the push is
+  handed to that loop and the request does not wait for it at all; each send is
+  bounded by ``SEND_TIMEOUT_SECONDS`` and at most ``MAX_PUSHES_IN_FLIGHT`` are
+  pending, so a black-holed Redis costs a request nothing and the process a bounded
+  number of waiting tasks. Outside a server (management commands, the test client)
+  the push runs in the caller's thread, bounded by the same timeout.
+
 Groups: ``queue`` (every open queue page), ``item.<uuid>`` (every open page of that
 item), ``user.<id>`` (every open page of that user), ``session.<hash>`` (every open
 page of one login session, so logging out closes them).
@@ -12,13 +23,17 @@ page of one login session, so logging out closes them).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from moderation.selectors import queue_counts
 
@@ -32,6 +47,9 @@ QUEUE_GROUP = "queue"
 # A layer that hangs (a black-holed Redis) must not hold a reviewer's HTTP response
 # hostage: the push is given up after this long and the client catches up on resync.
 SEND_TIMEOUT_SECONDS = 2.0
+# Beyond this many pushes still waiting on the layer, new ones are dropped (and logged):
+# memory stays bounded however long the layer hangs, and clients resync anyway.
+MAX_PUSHES_IN_FLIGHT = 1000
 
 REQUESTED_NOUN = {"approve": "approval", "reject": "rejection"}
 
@@ -49,31 +67,111 @@ def session_group(session_key: str) -> str:
     return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
 
 
+_held = threading.local()
+_server_loop: asyncio.AbstractEventLoop | None = None
+_in_flight: set[concurrent.futures.Future] = set()
+_in_flight_lock = threading.Lock()
+
+
+def server_loop_register(loop: asyncio.AbstractEventLoop) -> None:
+    """The ASGI application's event loop: pushes from request threads are handed to it.
+
+    It is also the loop the in-memory layer's consumers wait on, so a push made there
+    wakes them; a loop of our own would not.
+    """
+    global _server_loop
+    _server_loop = loop
+
+
+@contextmanager
+def events_held() -> Iterator[None]:
+    """Keep back the pushes ``after_commit`` schedules inside the block; send them when it ends.
+
+    Nested blocks hand their pushes to the outermost one.
+    """
+    if getattr(_held, "pushes", None) is not None:
+        yield
+        return
+    _held.pushes = []
+    try:
+        yield
+    finally:
+        pushes, _held.pushes = _held.pushes, None
+        for push in pushes:
+            push()
+
+
+def after_commit(push: Callable[[], None]) -> None:
+    """Run ``push`` once the current transaction commits (never if it rolls back),
+    or, if that happens inside ``events_held``, when the held block ends."""
+    transaction.on_commit(lambda: _push_or_hold(push))
+
+
+def _push_or_hold(push: Callable[[], None]) -> None:
+    pushes = getattr(_held, "pushes", None)
+    if pushes is None:
+        push()
+    else:
+        pushes.append(push)
+
+
+def pushes_in_flight() -> int:
+    """Pushes handed to the server loop and not finished yet (for tests and bounds)."""
+    with _in_flight_lock:
+        return len(_in_flight)
+
+
 def _send(group: str, message: dict[str, Any]) -> None:
     _send_all([(group, message)])
 
 
 def _send_all(sends: list[tuple[str, dict[str, Any]]]) -> None:
-    """Push to several groups in one trip into the event loop (each ``async_to_sync``
-    from a plain thread starts a loop of its own), concurrently, each bounded and
-    logged on its own."""
+    """Push to several groups at once, each send bounded and logged on its own."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = _server_loop
+    if loop is not None and loop.is_running():
+        _send_in_background(loop, layer, sends)
+        return
     try:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        results = async_to_sync(_group_send_all_bounded)(layer, sends)
+        # One trip into an event loop for all groups: each async_to_sync from a plain
+        # thread starts a loop of its own.
+        async_to_sync(_group_send_all_logged)(layer, sends)
     except Exception as exc:
-        results = [exc] * len(sends)
-    for (group, message), result in zip(sends, results):
-        if isinstance(result, BaseException):
-            logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
+        _failures_log(sends, [exc] * len(sends))
 
 
-async def _group_send_all_bounded(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    return await asyncio.gather(
+def _send_in_background(loop: asyncio.AbstractEventLoop, layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    with _in_flight_lock:
+        if len(_in_flight) >= MAX_PUSHES_IN_FLIGHT:
+            logger.error(
+                "dropped %s: %d pushes are still waiting on the channel layer",
+                ", ".join(str(message.get("type")) for _, message in sends), len(_in_flight),
+            )
+            return
+        future = asyncio.run_coroutine_threadsafe(_group_send_all_logged(layer, sends), loop)
+        _in_flight.add(future)
+    future.add_done_callback(_in_flight_discard)
+
+
+def _in_flight_discard(future: concurrent.futures.Future) -> None:
+    with _in_flight_lock:
+        _in_flight.discard(future)
+
+
+async def _group_send_all_logged(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    results = await asyncio.gather(
         *(asyncio.wait_for(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS) for group, message in sends),
         return_exceptions=True,
     )
+    _failures_log(sends, results)
+
+
+def _failures_log(sends: list[tuple[str, dict[str, Any]]], results: list[Any]) -> None:
+    for (group, message), result in zip(sends, results):
+        if isinstance(result, BaseException):
+            logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
 
 
 def _counts() -> dict[str, int]:

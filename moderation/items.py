@@ -28,6 +28,6 @@ def item_create(*, title: str, body: str, source: str) -> QueueItem:
             thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
         )
         item.save(force_insert=True)
-        transaction.on_commit(lambda: events.item_created_broadcast(item=item))
+        events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from moderation import events
@@ -76,17 +75,22 @@ def _adopt(*, item: QueueItem, accepted: dict[str, str]) -> str:
     item.status = STATUS_FOR_DECISION[Decision(accepted["decision"])]
     item.decided_by = reviewer
     item.decided_at = decided_at
-    item.decision_note = accepted.get("note", "")
+    note, detail = accepted.get("note", ""), ADOPTED_DETAIL
+    if "\x00" in note:
+        # Only a graph resumed before notes were validated holds one; the row cannot
+        # (PostgreSQL refuses NUL), so the note is kept readable rather than the item stuck.
+        note, detail = note.replace("\x00", "\ufffd"), f"{ADOPTED_DETAIL}; NUL characters in the note shown as U+FFFD"
+    item.decision_note = note
     item.attention = ""
     item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "attention"])
     attempt = attempt_append(
         item=item, reviewer=reviewer, requested=accepted["decision"], note=item.decision_note,
         outcome=AttemptOutcome.WON, winner=reviewer, winner_status=item.status, winner_decided_at=decided_at,
-        requested_at=decided_at, detail=ADOPTED_DETAIL,
+        requested_at=decided_at, detail=detail,
     )
     logger.warning("reconciled item %s: adopted %s by %s from its graph", item.public_id, item.status, reviewer)
     outcome = outcome_for(item=item, won=True, requested=accepted["decision"], attempt=attempt)
-    transaction.on_commit(lambda: events.decision_broadcast(outcome=outcome))
+    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     return f"adopted the graph's decision: {item.status} by {reviewer.get_username()}"
 
 
@@ -102,6 +106,7 @@ def _roll_forward(*, item: QueueItem) -> str:
 
 
 def _attention(*, item: QueueItem, reason: str) -> str:
+    reason = reason.replace("\x00", "\\x00")  # graph errors can quote an item's text
     if item.status != ItemStatus.NEEDS_ATTENTION or item.attention != reason:
         _status_set(item=item, status=ItemStatus.NEEDS_ATTENTION, attention=reason)
         logger.error("item %s needs attention: %s", item.public_id, reason)

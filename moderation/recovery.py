@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
 
+from moderation import events
 from moderation.locks import item_lock
 from moderation.models import ItemStatus, QueueItem
 from moderation.reconcile import item_reconcile_locked
+
+logger = logging.getLogger(__name__)
+
+# What an attention reason may keep of an exception's text (it is shown on the dashboard).
+REASON_MAX_LENGTH = 500
 
 
 @dataclass(frozen=True)
@@ -18,29 +25,77 @@ class RecoveryAction:
     item: str
     title: str
     action: str
+    failed: bool = False
+
+
+@dataclass
+class RecoveryReport:
+    checked: int = 0
+    actions: list[RecoveryAction] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(action.failed for action in self.actions)
 
 
 def items_recover(
     *, include_decided: bool = False, progress: Callable[[int, int], None] | None = None
-) -> list[RecoveryAction]:
+) -> RecoveryReport:
     """Reconcile pending and needs-attention items (and decided ones if asked) with their graphs.
 
     Idempotent: a second run finds nothing to do. Each item is handled under the same
-    locks as a decision, so it is safe while reviewers are working. Returns the items
-    that changed or still need an operator.
+    locks as a decision, so it is safe while reviewers are working, and on its own: an
+    item that cannot be repaired (whatever it contains) is marked needs attention with
+    the reason and the run goes on, so no single item can stop a server from starting.
     """
     statuses = [ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
     if include_decided:
         statuses += [ItemStatus.APPROVED, ItemStatus.REJECTED]
     keys = list(QueueItem.objects.filter(status__in=statuses).order_by("id").values_list("public_id", flat=True))
-    actions: list[RecoveryAction] = []
+    report = RecoveryReport()
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
-        with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
-            item = QueueItem.objects.select_for_update().get(public_id=key)
-            action = item_reconcile_locked(item=item, retry=True)
-        if action != "ok":
-            actions.append(RecoveryAction(item=key, title=item.title, action=action))
+        try:
+            title, action = _item_recover(key)
+            if action != "ok":
+                report.actions.append(RecoveryAction(item=key, title=title, action=action))
+        except Exception as exc:
+            logger.exception("recover: item %s could not be repaired", key)
+            reason = _reason(exc)
+            title = _attention_mark(key=key, reason=f"recovery failed: {reason}")
+            report.actions.append(RecoveryAction(item=key, title=title, action=f"could not repair: {reason}", failed=True))
+        report.checked = done
         if progress is not None:
             progress(done, len(keys))
-    return actions
+    return report
+
+
+def _item_recover(key: str) -> tuple[str, str]:
+    with events.events_held(), item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(public_id=key)
+        return item.title, item_reconcile_locked(item=item, retry=True)
+
+
+def _attention_mark(*, key: str, reason: str) -> str:
+    """Flag a pending item the run could not repair; return its title ("" if even that failed).
+
+    A decided row keeps its winner (the database refuses a needs-attention item with
+    one); the failure is still reported and counted.
+    """
+    try:
+        with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
+            item = QueueItem.objects.select_for_update().get(public_id=key)
+            if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
+                item.status = ItemStatus.NEEDS_ATTENTION
+                item.attention = reason
+                item.save(update_fields=["status", "attention"])
+            return item.title
+    except Exception:
+        logger.exception("recover: could not mark item %s as needing attention", key)
+        return ""
+
+
+def _reason(exc: Exception) -> str:
+    # The text came from an item's own data: keep it storable (no NUL) and short.
+    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+    return text if len(text) <= REASON_MAX_LENGTH else text[: REASON_MAX_LENGTH - 1] + "…"

@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP through Django, websockets through Channels."""
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -12,11 +13,18 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from moderation import events  # noqa: E402
 from moderation.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
+_router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+async def application(scope, receive, send):
+    # Live pushes made in request threads are handed to this loop instead of being waited for.
+    events.server_loop_register(asyncio.get_running_loop())
+    await _router(scope, receive, send)

@@ -67,7 +67,9 @@ except OSError as exc:
 # in a migration), demo data in development, reconcile anything a crash left behind.
 "$PY" manage.py migrate --no-input
 if [ "$DEBUG" = "true" ]; then "$PY" manage.py seed_demo; fi
-"$PY" manage.py recover
+# Exit status 2: some items could not be repaired; they are marked needs attention and
+# the servers start anyway (nothing one item contains may keep the site down).
+"$PY" manage.py recover || [ $? -eq 2 ]
 "$PY" manage.py collectstatic --no-input --verbosity 0
 
 pids=()

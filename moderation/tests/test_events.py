@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import socket
+import threading
 import time
 
 import pytest
@@ -12,6 +13,7 @@ from django.urls import reverse
 
 from moderation import events
 from moderation.decisions import item_decide
+from moderation.faults import fault_inject
 from moderation.items import item_create
 from moderation.models import ItemStatus
 
@@ -143,3 +145,67 @@ def test_hanging_layer_delays_a_decision_by_at_most_the_send_timeout(settings, m
     assert outcome.won
     assert time.monotonic() - started < 3  # two bounded sends (queue and item group), not an hour
     assert any("could not push item.decided" in record.getMessage() for record in caplog.records)
+
+
+@pytest.fixture
+def server_loop():
+    """A running event loop registered as the server's, as the ASGI application does in daphne."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    events.server_loop_register(loop)
+    try:
+        yield loop
+    finally:
+        events.server_loop_register(None)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_reviewer_never_waits_for_a_hanging_push(settings, monkeypatch, alice, bob, make_item):
+    """Pushes run after the item lock is released: the second reviewer gets the lock at once."""
+    item = make_item()
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
+    monkeypatch.setattr(events, "SEND_TIMEOUT_SECONDS", 1.5)
+    locked_at: list[float] = []
+    outcomes = []
+    barrier = threading.Barrier(2)
+
+    def decide(reviewer, decision):
+        barrier.wait(timeout=5)
+        outcomes.append(item_decide(item_public_id=item.public_id, reviewer=reviewer, decision=decision))
+
+    with fault_inject("after_item_lock", lambda key: locked_at.append(time.monotonic())):
+        racers = [threading.Thread(target=decide, args=args) for args in ((alice, "approve"), (bob, "reject"))]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=15)
+    assert sorted(outcome.won for outcome in outcomes) == [False, True]
+    # Old code: the first holder's push (1.5 s, bounded) ran under the lock, and the second waited it out.
+    assert len(locked_at) == 2 and locked_at[1] - locked_at[0] < 1.0, locked_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_server_process_a_decision_does_not_wait_for_the_push(settings, server_loop, alice, make_item, caplog):
+    item = make_item()
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
+    started = time.monotonic()
+    assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
+    assert time.monotonic() - started < 0.5  # the send timeout is 2 s; the request waits for none of it
+    assert events.pushes_in_flight() == 1
+    deadline = time.monotonic() + events.SEND_TIMEOUT_SECONDS + 3
+    while events.pushes_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert events.pushes_in_flight() == 0  # given up after the bound, and logged
+    assert any("could not push item.decided" in record.getMessage() for record in caplog.records)
+
+
+def test_pushes_waiting_on_a_hanging_layer_are_bounded(settings, server_loop, monkeypatch, caplog):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
+    monkeypatch.setattr(events, "MAX_PUSHES_IN_FLIGHT", 5)
+    for n in range(8):
+        events.session_ended_broadcast(session_key=f"session-{n}")
+    assert events.pushes_in_flight() == 5
+    assert sum("dropped session.ended" in record.getMessage() for record in caplog.records) == 3

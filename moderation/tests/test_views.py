@@ -5,6 +5,7 @@ import pytest
 from django.urls import reverse
 
 from moderation.decisions import item_decide
+from moderation.graph import graph_pending_review
 from moderation.models import DecisionAttempt, ItemStatus, QueueItem
 
 
@@ -112,6 +113,27 @@ def test_form_post_with_bad_decision_shows_error_and_changes_nothing(client, ali
     assert response.status_code == 400 and "decision must be one of approve, reject" in response.content.decode()
     assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
     assert DecisionAttempt.objects.count() == 0
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db
+@pytest.mark.parametrize("via", ["api", "form"])
+def test_a_nul_in_the_note_is_refused_before_anything_is_resumed(client, alice, bob, make_item, via):
+    """It used to reach the graph, then fail the write on PostgreSQL: the item could never be decided."""
+    item = make_item()
+    client.force_login(alice)
+    if via == "api":
+        refused = _post_json(client, _api_url(item), {"decision": "approve", "note": "spam\u0000"})
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid_decision"
+        assert "NUL" in refused.json()["message"]
+    else:
+        refused = client.post(_item_url(item), {"decision": "approve", "note": "spam\x00"})
+        assert refused.status_code == 400 and "NUL" in refused.content.decode()
+    assert graph_pending_review(thread_id=item.thread_id) is not None
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert DecisionAttempt.objects.count() == 0
+    client.force_login(bob)  # the item is still decidable by anyone
+    assert _post_json(client, _api_url(item), {"decision": "reject", "note": "fine"}).status_code == 200
 
 
 @pytest.mark.django_db

@@ -1,23 +1,34 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from moderation.recovery import items_recover
+
+# Distinct from 1 (a crash of the command itself): the run finished, some items did not.
+EXIT_ITEMS_FAILED = 2
 
 
 class Command(BaseCommand):
     help = (
         "Reconcile items whose database row and LangGraph state disagree (after a crash or a failed node). "
-        "Idempotent; safe while reviewers work."
+        "Idempotent; safe while reviewers work. Each item is handled on its own: one that cannot be repaired "
+        f"is marked needs attention and the run goes on; the exit status is then {EXIT_ITEMS_FAILED}."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--all", action="store_true", help="also check decided items (slower)")
 
     def handle(self, *args, **options):
-        actions = items_recover(include_decided=options["all"], progress=self._progress)
+        report = items_recover(include_decided=options["all"], progress=self._progress)
         self.stdout.write("")
-        for action in actions:
+        for action in report.actions:
             self.stdout.write(f"{action.item} “{action.title}”: {action.action}")
-        self.stdout.write(f"recover: {len(actions)} item(s) changed or need attention.")
+        changed = len(report.actions) - report.failed
+        summary = (
+            f"recover: checked {report.checked} item(s); {changed} changed or need attention, "
+            f"{report.failed} could not be repaired."
+        )
+        if report.failed:
+            raise CommandError(f"{summary} They are marked needs attention; see the log.", returncode=EXIT_ITEMS_FAILED)
+        self.stdout.write(summary)
 
     def _progress(self, done: int, total: int) -> None:
         if done == total or done % 100 == 0:

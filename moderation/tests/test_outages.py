@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
@@ -29,7 +30,7 @@ from moderation.faults import fault_inject
 from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
-from moderation.tests.real_server import Reviewer, SiteServer, port_wait, service_missing
+from moderation.tests.real_server import BlackHole, Reviewer, SiteServer, port_wait, service_missing
 
 # "A few seconds": a decision must answer within this even with the channel layer gone.
 ANSWER_WITHIN = 5.0
@@ -208,6 +209,45 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
         assert all(op.completion in {"ok", "fail"} for op in history.ops), [op for op in history.ops if op.completion == "unknown"]
     finally:
         await server.aclose()
+
+
+# A black-holed Redis (accepts, never answers): what a decision costs, and what a loser is told.
+BLACK_HOLE_BOUND = 1.5  # seconds per racer; the old code's pushes under the lock took 2 s each
+
+
+@pytest.mark.timeout(120)
+def test_a_black_holed_redis_costs_decisions_nothing_and_every_loser_is_told(tmp_path):
+    server = SiteServer(tmp_path / "site")
+    names = ["alice", "bob", "carol", "dave"]
+    seeded = server.seed(users=names, items=4, prefix="Hole")
+    history = HistoryRecorder()
+    with BlackHole() as hole:
+        # The rate limit's cache lives on the same Redis; it is off here so only the channel layer is measured.
+        server.extra_env.update(REDIS_URL=hole.url, CHANNEL_LAYER_PREFIX="blackhole", DECISION_RATE_LIMIT="0")
+        server.start()
+        try:
+            reviewers = [Reviewer(server, name, seeded.sessions[name]) for name in names]
+            for item in seeded.items:
+                barrier = threading.Barrier(len(reviewers))
+
+                def race(reviewer: Reviewer, decision: str, item: str = item, barrier=barrier):
+                    barrier.wait(timeout=10)
+                    return _timed_decide(history, reviewer, item, decision)
+
+                with ThreadPoolExecutor(len(reviewers)) as pool:
+                    results = list(pool.map(race, reviewers, ["approve", "reject", "approve", "reject"]))
+                assert sorted(status for status, _, _ in results) == [200, 409, 409, 409], results
+                winner = next(body["winner"] for status, body, _ in results if status == 200)
+                assert all(body["winner"] == winner for _, body, _ in results), results
+                assert max(took for _, _, took in results) < BLACK_HOLE_BOUND, [took for _, _, took in results]
+            state = server.tool("state", *seeded.items)
+        finally:
+            server.close()
+    final = {
+        key: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
+        for key, row in state.items()
+    }
+    assert history_check(ops=history.ops, final=final) == []
 
 
 # --- PostgreSQL: the deciding connection is killed while it holds the row lock --------------

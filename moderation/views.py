@@ -103,7 +103,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
         )
     try:
         body: Any = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
         return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
     if not isinstance(body, dict):
         return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)

@@ -161,6 +161,9 @@ def test_api_win_then_loss(client, alice, bob, make_item):
     [
         (lambda c, url: c.post(url, data="{not json", content_type="application/json"), 400, "malformed_json"),
         (lambda c, url: c.post(url, data="[1]", content_type="application/json"), 400, "malformed_json"),
+        # Deeper than the JSON parser's recursion limit (it raises RecursionError, not ValueError).
+        (lambda c, url: c.post(url, data="[" * 100_000 + "]" * 100_000, content_type="application/json"), 400, "malformed_json"),
+        (lambda c, url: c.post(url, data='{"a":' * 100_000 + "1" + "}" * 100_000, content_type="application/json"), 400, "malformed_json"),
         (lambda c, url: c.post(url, {"decision": "approve"}), 415, "unsupported_media_type"),
         (lambda c, url: _post_json(c, url, {}), 400, "invalid_decision"),
         (lambda c, url: _post_json(c, url, {"decision": "burn"}), 400, "invalid_decision"),

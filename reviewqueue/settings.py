@@ -188,6 +188,8 @@ DECISION_NOTE_MAX_LENGTH = 2000
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# /healthz runs its checks at once and waits at most this long for all of them (seconds).
+HEALTH_CHECK_TIMEOUT = float(os.environ.get("HEALTH_CHECK_TIMEOUT", "2"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.

@@ -200,5 +200,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "filters": {"no_conflicts": {"()": "moderation.requestlog.ConflictFilter"}},
+    "loggers": {
+        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "django.request": {"filters": ["no_conflicts"]},
+    },
 }

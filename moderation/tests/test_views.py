@@ -269,3 +269,18 @@ def test_background_refresh_does_not_consume_flash_messages(client, alice, make_
     background = client.get(reverse("moderation:queue"), headers={"X-Live-Refresh": "1"})
     assert "You approved" not in background.content.decode()
     assert "You approved “Flash”." in client.get(_item_url(item)).content.decode()
+
+
+@pytest.mark.django_db
+def test_a_lost_race_is_not_logged_as_a_warning_but_other_client_errors_are(client, alice, bob, make_item, caplog):
+    item = make_item()
+    client.force_login(alice)
+    assert _post_json(client, _api_url(item), {"decision": "approve"}).status_code == 200
+    client.force_login(bob)
+    with caplog.at_level("INFO"):
+        assert _post_json(client, _api_url(item), {"decision": "reject"}).status_code == 409
+        assert client.post(_item_url(item), {"decision": "reject"}).status_code == 409
+    assert not [r for r in caplog.records if r.name == "django.request"], caplog.text
+    with caplog.at_level("INFO"):
+        assert _post_json(client, _api_url(item), {"decision": "burn"}).status_code == 400
+    assert [r.levelname for r in caplog.records if r.name == "django.request"] == ["WARNING"]

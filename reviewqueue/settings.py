@@ -188,6 +188,9 @@ DECISION_NOTE_MAX_LENGTH = 2000
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# The largest request body accepted (bytes). reviewqueue.bodylimit refuses a larger one
+# with 413 before Django reads it; Django's own check says the same for the parsed body.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1024 * 1024)))
 # /healthz runs its checks at once and waits at most this long for all of them (seconds).
 HEALTH_CHECK_TIMEOUT = float(os.environ.get("HEALTH_CHECK_TIMEOUT", "2"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).

@@ -8,6 +8,7 @@ into a quick 503, not hold the load balancer's probe for the client's socket tim
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
@@ -63,7 +64,7 @@ CHECKS: dict[str, Callable[[], str] | Callable[[], Awaitable[str]]] = {
 
 async def _check_run(name: str, check, timeout: float) -> tuple[str, dict[str, object]]:
     start = time.perf_counter()
-    if asyncio.iscoroutinefunction(check):
+    if inspect.iscoroutinefunction(check):
         pending = check()
     else:
         pending = asyncio.get_running_loop().run_in_executor(_WORKERS, check)

@@ -27,6 +27,7 @@ $(VENV)/.installed: requirements.txt
 install: $(VENV)/.installed
 
 run: install
+	@$(PY) scripts/port_check.py $(HOST) $(PORT)
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py seed_demo
 	@# Exit status 2: items it could not repair are marked needs attention; start anyway.

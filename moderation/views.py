@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review
-from moderation.health import health_report
+from moderation.health import health_redact, health_report
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
@@ -103,7 +103,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
         )
     try:
         body: Any = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
         return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
     if not isinstance(body, dict):
         return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)
@@ -150,6 +150,12 @@ def _error_json(exc: DecisionError) -> JsonResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """For load balancers: 200 when the database, checkpointer and channel layer answer."""
+    """For load balancers: 200 when the database, checkpointer and channel layer answer.
+
+    Anyone gets ok per check; staff also get backends, errors and timings. Not "loopback
+    callers": behind a proxy on the same host every request comes from loopback.
+    """
     ok, checks = health_report()
+    if not (request.user.is_active and request.user.is_staff):
+        checks = health_redact(checks)
     return JsonResponse({"ok": ok, "checks": checks}, status=200 if ok else 503)

@@ -43,8 +43,9 @@ if not DEBUG:
     # Load balancers probe each process directly, over plain HTTP.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
+    # Off only to try production settings on plain HTTP locally (README): a browser does
+    # not send a Secure cookie over http, so neither logging in nor CSRF would work.
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_bool("SECURE_COOKIES", True)
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
@@ -188,6 +189,11 @@ DECISION_NOTE_MAX_LENGTH = 2000
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# The largest request body accepted (bytes). reviewqueue.bodylimit refuses a larger one
+# with 413 before Django reads it; Django's own check says the same for the parsed body.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1024 * 1024)))
+# /healthz runs its checks at once and waits at most this long for all of them (seconds).
+HEALTH_CHECK_TIMEOUT = float(os.environ.get("HEALTH_CHECK_TIMEOUT", "2"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
@@ -198,5 +204,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "filters": {"no_conflicts": {"()": "moderation.requestlog.ConflictFilter"}},
+    "loggers": {
+        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "django.request": {"filters": ["no_conflicts"]},
+    },
 }

@@ -34,6 +34,8 @@ case "${REDIS_URL:-}" in
   *) die "set REDIS_URL=redis://host:6379/0 (the channel layer every server shares)" ;;
 esac
 [ "$PORT1" != "$PORT2" ] || die "PORT1 and PORT2 must differ"
+# daphne only logs "Listen failure" on a taken port and keeps running: refuse up front.
+"$PY" scripts/port_check.py "$HOST" "$PORT1" "$PORT2" || exit 2
 export DATABASE_URL REDIS_URL
 
 # Create the database when it is missing (connects to the server's "postgres" database to do it).
@@ -82,11 +84,11 @@ trap stop EXIT
 trap 'exit 130' INT TERM
 
 for port in "$PORT1" "$PORT2"; do
-  "$PY" -m daphne -b "$HOST" -p "$port" reviewqueue.asgi:application > >(sed -u "s/^/[:$port] /") 2>&1 &
+  "$PY" -m daphne --proxy-headers -b "$HOST" -p "$port" reviewqueue.asgi:application > >(sed -u "s/^/[:$port] /") 2>&1 &
   pids+=("$!")
 done
 
-# Ready when both answer /healthz with 200 (database, checkpointer and channel layer).
+# Ready when both answer /healthz with 200 (database, checkpointer and channel layer all ok).
 "$PY" - "$HOST" "$PORT1" "$PORT2" <<'EOF'
 import json, sys, time, urllib.error, urllib.request
 
@@ -106,7 +108,7 @@ for port in ports:
         if time.monotonic() > deadline:
             sys.exit(f"run_cluster: {url} not healthy within 60 s: {problem}")
         time.sleep(0.3)
-    summary = ", ".join(f"{name} {check.get('backend')}" for name, check in checks.items())
+    summary = ", ".join(f"{name} ok" for name in checks)
     print(f"run_cluster: http://{host}:{port}/ healthy ({summary})")
 EOF
 

@@ -15,8 +15,9 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,32 +166,10 @@ def port_wait(port: int, *, timeout: float = 10.0) -> None:
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
 
 
-class BlackHole:
-    """A server that accepts connections and never answers: a Redis behind a dead link."""
-
-    def __init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def __enter__(self) -> BlackHole:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._listener.close()
-        for conn in self._held:
-            conn.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:  # closed by __exit__
-                return
-            self._held.append(conn)
+@contextmanager
+def black_hole() -> Iterator[int]:
+    """A port that accepts connections (the kernel completes the handshake) and never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield sock.getsockname()[1]

@@ -30,7 +30,7 @@ from moderation.faults import fault_inject
 from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
-from moderation.tests.real_server import BlackHole, Reviewer, SiteServer, port_wait, service_missing
+from moderation.tests.real_server import Reviewer, SiteServer, black_hole, port_wait, service_missing
 
 # "A few seconds": a decision must answer within this even with the channel layer gone.
 ANSWER_WITHIN = 5.0
@@ -221,9 +221,9 @@ def test_a_black_holed_redis_costs_decisions_nothing_and_every_loser_is_told(tmp
     names = ["alice", "bob", "carol", "dave"]
     seeded = server.seed(users=names, items=4, prefix="Hole")
     history = HistoryRecorder()
-    with BlackHole() as hole:
+    with black_hole() as port:
         # The rate limit's cache lives on the same Redis; it is off here so only the channel layer is measured.
-        server.extra_env.update(REDIS_URL=hole.url, CHANNEL_LAYER_PREFIX="blackhole", DECISION_RATE_LIMIT="0")
+        server.extra_env.update(REDIS_URL=f"redis://127.0.0.1:{port}/0", CHANNEL_LAYER_PREFIX="blackhole", DECISION_RATE_LIMIT="0")
         server.start()
         try:
             reviewers = [Reviewer(server, name, seeded.sessions[name]) for name in names]

@@ -47,3 +47,22 @@ def test_seed_demo_refuses_to_run_in_production():
         DATABASE_URL="sqlite:////tmp/reviewqueue-never-created.sqlite3",
     )
     assert result.returncode != 0 and "only runs with DEBUG on" in result.stderr
+
+
+def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
+    """DEBUG=false with SECURE_SSL_REDIRECT=false and SECURE_COOKIES=false: a real server answers over http."""
+    import urllib.request
+
+    from moderation.tests.real_server import SiteServer
+
+    server = SiteServer(tmp_path, extra_env={
+        "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "127.0.0.1",
+        "SECURE_SSL_REDIRECT": "false", "SECURE_COOKIES": "false",
+    })
+    server.start()  # waits for the login page to answer 200 over http, not a redirect to https
+    try:
+        with urllib.request.urlopen(f"{server.url}/accounts/login/", timeout=10) as response:
+            cookie = response.headers["Set-Cookie"]
+        assert "csrftoken=" in cookie and "secure" not in cookie.lower(), cookie
+    finally:
+        server.close()

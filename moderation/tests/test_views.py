@@ -183,6 +183,9 @@ def test_api_win_then_loss(client, alice, bob, make_item):
     [
         (lambda c, url: c.post(url, data="{not json", content_type="application/json"), 400, "malformed_json"),
         (lambda c, url: c.post(url, data="[1]", content_type="application/json"), 400, "malformed_json"),
+        # Deeper than the JSON parser's recursion limit (it raises RecursionError, not ValueError).
+        (lambda c, url: c.post(url, data="[" * 100_000 + "]" * 100_000, content_type="application/json"), 400, "malformed_json"),
+        (lambda c, url: c.post(url, data='{"a":' * 100_000 + "1" + "}" * 100_000, content_type="application/json"), 400, "malformed_json"),
         (lambda c, url: c.post(url, {"decision": "approve"}), 415, "unsupported_media_type"),
         (lambda c, url: _post_json(c, url, {}), 400, "invalid_decision"),
         (lambda c, url: _post_json(c, url, {"decision": "burn"}), 400, "invalid_decision"),
@@ -288,3 +291,18 @@ def test_background_refresh_does_not_consume_flash_messages(client, alice, make_
     background = client.get(reverse("moderation:queue"), headers={"X-Live-Refresh": "1"})
     assert "You approved" not in background.content.decode()
     assert "You approved “Flash”." in client.get(_item_url(item)).content.decode()
+
+
+@pytest.mark.django_db
+def test_a_lost_race_is_not_logged_as_a_warning_but_other_client_errors_are(client, alice, bob, make_item, caplog):
+    item = make_item()
+    client.force_login(alice)
+    assert _post_json(client, _api_url(item), {"decision": "approve"}).status_code == 200
+    client.force_login(bob)
+    with caplog.at_level("INFO"):
+        assert _post_json(client, _api_url(item), {"decision": "reject"}).status_code == 409
+        assert client.post(_item_url(item), {"decision": "reject"}).status_code == 409
+    assert not [r for r in caplog.records if r.name == "django.request"], caplog.text
+    with caplog.at_level("INFO"):
+        assert _post_json(client, _api_url(item), {"decision": "burn"}).status_code == 400
+    assert [r.levelname for r in caplog.records if r.name == "django.request"] == ["WARNING"]

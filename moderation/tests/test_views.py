@@ -5,6 +5,7 @@ import pytest
 from django.urls import reverse
 
 from moderation.decisions import item_decide
+from moderation.items import lab_item_create
 from moderation.models import DecisionAttempt, ItemStatus, QueueItem
 
 
@@ -242,11 +243,12 @@ def test_item_needing_attention_is_visible_on_queue_and_item_pages(client, alice
 @pytest.mark.django_db
 def test_race_lab_items_never_show_in_the_queue(client, alice, make_item):
     make_item(title="Real one")
-    make_item(title="Lab one", source="racelab")
+    make_item(title="Real, from a feed called racelab", source="racelab")
+    lab_item_create(title="Lab one", body="Raced by the lab.")
     client.force_login(alice)
     response = client.get(reverse("moderation:queue"))
-    assert [i.title for i in response.context["page"].object_list] == ["Real one"]
-    assert response.context["counts"].pending == 1
+    assert [i.title for i in response.context["page"].object_list] == ["Real one", "Real, from a feed called racelab"]
+    assert response.context["counts"].pending == 2
 
 
 @pytest.mark.django_db

@@ -268,3 +268,24 @@ def test_background_refresh_does_not_consume_flash_messages(client, alice, make_
     background = client.get(reverse("moderation:queue"), headers={"X-Live-Refresh": "1"})
     assert "You approved" not in background.content.decode()
     assert "You approved “Flash”." in client.get(_item_url(item)).content.decode()
+
+
+@pytest.mark.django_db
+def test_live_state_endpoint_answers_what_the_socket_would(client, alice, make_viewer, make_item):
+    item = make_item(title="Stated")
+    item_url = reverse("moderation:api-item-state", args=[item.public_id])
+    queue_url = reverse("moderation:api-queue-state")
+    assert client.get(item_url).status_code == 401 and client.get(queue_url).json()["error"] == "unauthenticated"
+    client.force_login(make_viewer())
+    assert client.get(item_url).status_code == 403
+    client.force_login(alice)
+    assert client.get(reverse("moderation:api-item-state", args=[uuid.uuid4()])).status_code == 404
+    assert client.post(item_url).status_code == 405
+
+    pending = client.get(item_url)
+    assert pending.json()["item"] == {"item": str(item.public_id), "title": "Stated", "status": "pending"}
+    assert "no-store" in pending["Cache-Control"]
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    decided = client.get(item_url).json()["item"]
+    assert (decided["winner"], decided["status"]) == ("alice", "rejected")
+    assert client.get(queue_url).json()["counts"] == {"pending": 0, "decided_today": 1}

@@ -55,13 +55,13 @@ function connect() {
 }
 
 async function stateFetch() {
-  return fetch(statePath, { headers: { Accept: "application/json" }, cache: "no-store", redirect: "manual" });
+  return fetch(statePath, { headers: { Accept: "application/json" }, cache: "no-store" });
 }
 
 async function sessionOver() {
   try {
     const res = await stateFetch();
-    return res.status === 401 || res.status === 403 || res.type === "opaqueredirect";
+    return res.status === 401 || res.status === 403;
   } catch {
     return false; // server unreachable: retry with backoff as after any drop
   }

@@ -5,8 +5,8 @@ from moderation.models import DecisionAttempt, QueueItem
 
 @admin.register(QueueItem)
 class QueueItemAdmin(admin.ModelAdmin):
-    list_display = ["title", "status", "decided_by", "decided_at", "source", "created_at"]
-    list_filter = ["status", "source"]
+    list_display = ["title", "status", "decided_by", "decided_at", "source", "is_lab", "created_at"]
+    list_filter = ["status", "is_lab", "source"]
     search_fields = ["title", "body", "public_id"]
     readonly_fields = [
         "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at"

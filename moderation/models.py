@@ -56,14 +56,18 @@ class QueueItem(models.Model):
     # Head of this item's hash-chained attempts log (see moderation.audit).
     attempt_count = models.PositiveIntegerField(default=0)
     audit_head = models.CharField(max_length=64, blank=True, default="")
+    # A race-lab item (moderation.lab): hidden from the queue and deleted, attempts and all,
+    # by the lab's clean-up. Only the lab sets it (items.lab_item_create); no form, admin
+    # or command can, so no real item can be made to look like one.
+    is_lab = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
-            # ``source`` is in both indexes because every queue read excludes race-lab items:
+            # ``is_lab`` is in both indexes because every queue read excludes race-lab items:
             # counts and deep pages then never visit the table rows they skip.
-            models.Index(fields=["status", "created_at", "id", "source"], name="item_status_created_src_idx"),
-            models.Index(fields=["decided_at", "source"], name="item_decided_at_src_idx"),
+            models.Index(fields=["status", "created_at", "id", "is_lab"], name="item_status_created_lab_idx"),
+            models.Index(fields=["decided_at", "is_lab"], name="item_decided_at_lab_idx"),
         ]
         permissions = [("decide_item", "Can approve or reject queue items")]
         constraints = [
@@ -152,6 +156,21 @@ class DecisionAttempt(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("decision attempts are append-only")
+
+
+class LabAccount(models.Model):
+    """Marks a user the race lab created for one run (moderation.lab.runner).
+
+    The lab's clean-up deletes only users with this row, never one picked by name, so a
+    real account can never be taken for a lab reviewer, or be changed or removed by the lab.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="lab_account")
+    run = models.UUIDField(editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"lab reviewer {self.user_id} of run {self.run}"
 
 
 class Presence(models.Model):

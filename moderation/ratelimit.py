@@ -2,19 +2,26 @@
 
 A fixed-window counter in Django's cache: the cache is Redis when REDIS_URL is set,
 so every server process counts against the same window. If the cache cannot be
-reached, the limit is not enforced (and a warning is logged): a Redis outage must not
-turn every decision into a server error.
+reached, each process counts on its own instead (and a warning is logged): a Redis
+outage must not turn every decision into a server error, nor lift the limit. Across
+N processes a reviewer then gets at most N times the limit.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from django.conf import settings
 from django.core.cache import cache
 
 logger = logging.getLogger(__name__)
+
+# user id -> (window start, requests counted in it), used only while the cache is down.
+# One entry per reviewer: an entry is reset, not added, when its window ends.
+_local_windows: dict[int, tuple[int, int]] = {}
+_local_lock = threading.Lock()
 
 
 def reviewer_rate_check(*, user_id: int) -> int | None:
@@ -28,8 +35,11 @@ def reviewer_rate_check(*, user_id: int) -> int | None:
     try:
         count = _count(key, timeout=window + 1)
     except Exception as exc:  # the cache backend's own errors (redis.ConnectionError, timeouts)
-        logger.warning("decision rate limit not checked: the cache is unreachable (%s: %s)", type(exc).__name__, exc)
-        return None
+        logger.warning(
+            "decision rate limit counted in this process only: the cache is unreachable (%s: %s)",
+            type(exc).__name__, exc,
+        )
+        count = _count_local(user_id=user_id, window_start=window_start)
     if count > limit:
         return max(1, window_start + window - int(time.time()))
     return None
@@ -42,3 +52,11 @@ def _count(key: str, *, timeout: int) -> int:
     except ValueError:  # expired between add and incr: this request opens a new window
         cache.set(key, 1, timeout=timeout)
         return 1
+
+
+def _count_local(*, user_id: int, window_start: int) -> int:
+    with _local_lock:
+        start, count = _local_windows.get(user_id, (window_start, 0))
+        count = count + 1 if start == window_start else 1
+        _local_windows[user_id] = (window_start, count)
+        return count

@@ -12,12 +12,9 @@ from django.utils import timezone
 
 from moderation.models import ItemStatus, QueueItem
 
-# Race-lab items live in the same table while a lab run goes; reviewers never see them.
-LAB_SOURCE = "racelab"
-
-
 def _queue_items() -> QuerySet[QueueItem]:
-    return QueueItem.objects.exclude(source=LAB_SOURCE)
+    # Race-lab items live in the same table while a lab run goes; reviewers never see them.
+    return QueueItem.objects.filter(is_lab=False)
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class QueueCounts:
 class _IdsThenRows:
     """A queryset the paginator slices in two steps: the page's ids, then its rows.
 
-    A deep page's OFFSET then walks only the (status, created_at, id, source) index,
+    A deep page's OFFSET then walks only the (status, created_at, id, is_lab) index,
     which covers the id query, instead of reading every skipped row from the table.
     """
 

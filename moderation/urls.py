@@ -8,6 +8,8 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("items/<str:public_id>/", views.item_detail, name="item"),
     path("api/items/<str:public_id>/decision", views.api_decide, name="api-decide"),
+    path("api/items/<uuid:public_id>/state", views.live_state, name="api-item-state"),
+    path("api/live/state", views.live_state, name="api-queue-state"),
     path("healthz", views.healthz, name="healthz"),
     path("lab/", include("moderation.lab.urls")),
 ]

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review
 from moderation.health import health_redact, health_report
+from moderation.live import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, live_socket_admit, live_state_read
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
@@ -87,6 +90,30 @@ def _item_page(request: HttpRequest, *, item, status: int = 200, error: str = ""
         },
         status=status,
     )
+
+
+_REFUSED = {
+    CLOSE_UNAUTHENTICATED: (401, "unauthenticated", "log in first"),
+    CLOSE_FORBIDDEN: (403, "forbidden", "only moderators see the live state"),
+    CLOSE_NOT_FOUND: (404, "not_found", "no such item"),
+}
+
+
+@never_cache
+@require_GET
+def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonResponse:
+    """The live socket's state snapshot, over HTTP, for the same people the socket admits.
+
+    live.js checks what a live event claims against it (events travel through the shared
+    channel layer, where they could be forged), and asks it whether its session is really
+    over before it stops for a ``session.ended``.
+    """
+    item_public_id = str(public_id) if public_id else None
+    refusal = live_socket_admit(user=request.user, item_public_id=item_public_id)
+    if refusal is not None:
+        status, error, message = _REFUSED[refusal]
+        return JsonResponse({"error": error, "message": message}, status=status)
+    return JsonResponse(live_state_read(username=request.user.get_username(), item_public_id=item_public_id))
 
 
 @require_POST

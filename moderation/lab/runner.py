@@ -1,9 +1,10 @@
 """One lab run: the race per strategy × mode, the slow reviewer, the isolation check.
 
-The lab decides its own items (source ``racelab``) as its own users
-(``lab-reviewer-N``, unusable passwords), created without live broadcasts, and removes
-them afterwards together with their checkpoint threads, so a run against the live
-deployment leaves the real queue as it found it.
+The lab decides its own items (``QueueItem.is_lab``) as its own users (created fresh
+for each run, marked by a ``LabAccount`` row, unusable passwords), without live
+broadcasts, and removes them afterwards together with their checkpoint threads, so a
+run against the live deployment leaves every other row as it found it. Lab rows are
+found by those markers only, never by a name or a source someone else could also use.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import random
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.models import AbstractBaseUser, Group
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
@@ -29,12 +30,11 @@ from moderation.decisions import item_decide
 from moderation.demo import DEMO_ITEMS
 from moderation.faults import fault_inject
 from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished
-from moderation.items import item_create
+from moderation.items import lab_item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES
-from moderation.models import DecisionAttempt, QueueItem
+from moderation.models import DecisionAttempt, LabAccount, QueueItem
 from moderation.permissions import MODERATORS_GROUP
-from moderation.selectors import LAB_SOURCE
 
 LAB_USER_PREFIX = "lab-reviewer-"
 MODES = ("threads", "processes")
@@ -111,7 +111,7 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
     # run), so turning the channel layer off here keeps its decisions off real screens.
     with override_settings(CHANNEL_LAYERS={}):
         try:
-            usernames = lab_users_ensure(count=max(config.reviewers, SLOW_OTHERS + 1))
+            usernames = lab_users_create(count=max(config.reviewers, SLOW_OTHERS + 1))
             results, skipped = [], []
             for mode in config.modes:
                 # One set of reviewer processes serves every strategy; spawning costs seconds.
@@ -299,17 +299,24 @@ def isolation_check(*, username: str, rng: random.Random) -> dict[str, Any]:
     return {"items": report, "b_still_paused": b_paused, "a_and_c_finished": a_c_finished, "passed": b_paused and a_c_finished}
 
 
-def lab_users_ensure(*, count: int) -> list[str]:
-    """``lab-reviewer-1..count``: moderators that cannot log in."""
+def lab_users_create(*, count: int) -> list[str]:
+    """``count`` new moderators for this run, marked as the lab's and unable to log in.
+
+    Every user is inserted, never looked up: a name that exists already (however unlikely,
+    the names carry a random run id) fails the run before it starts, instead of handing a
+    real account the moderator role.
+    """
     User = get_user_model()
     group = Group.objects.get(name=MODERATORS_GROUP)
-    names = [f"{LAB_USER_PREFIX}{n}" for n in range(1, count + 1)]
-    for name in names:
-        user, created = User.objects.get_or_create(username=name)
-        if created:
+    run = uuid.uuid4()
+    names = [f"{LAB_USER_PREFIX}{run.hex[:12]}-{n}" for n in range(1, count + 1)]
+    with transaction.atomic():
+        for name in names:
+            user = User(username=name)
             user.set_unusable_password()
-            user.save(update_fields=["password"])
-        user.groups.add(group)
+            user.save(force_insert=True)
+            LabAccount.objects.create(user=user, run=run)
+            user.groups.add(group)
     return names
 
 
@@ -325,17 +332,19 @@ def lab_items_create(*, count: int, rng: random.Random, titles: Sequence[str] | 
         title, body = rng.choice(DEMO_ITEMS)
         if titles is not None:
             title = titles[n]
-        items.append(item_create(title=f"[racelab] {title}", body=body, source=LAB_SOURCE))
+        items.append(lab_item_create(title=f"[racelab] {title}", body=body))
     return items
 
 
 def lab_items_remove() -> int:
     """Delete every lab item, its attempts and its checkpoint thread; return how many items."""
-    items = QueueItem.objects.filter(source=LAB_SOURCE)
+    items = QueueItem.objects.filter(is_lab=True)
     thread_ids = list(items.values_list("thread_id", flat=True))
     # A queryset delete of attempts is a plain DELETE (nothing references them), so the
     # model's append-only delete() is not involved; attempts go first because they PROTECT items.
-    DecisionAttempt.objects.filter(item__source=LAB_SOURCE).delete()
+    # This is the one place attempts are deleted: a database rule refusing DELETE on
+    # attempts can allow exactly the rows whose item is_lab.
+    DecisionAttempt.objects.filter(item__is_lab=True).delete()
     items.delete()
     saver = checkpointer_get()
     for thread_id in thread_ids:
@@ -346,10 +355,9 @@ def lab_items_remove() -> int:
 def lab_cleanup() -> None:
     """Remove lab items, then lab users (items PROTECT the users who decided them).
 
-    Only users named like the lab's and unable to log in are removed, so a real
-    account that happens to share the prefix is never touched.
+    Only users the lab created (those with a LabAccount) are removed; their group
+    membership and marker go with them. Any other row referencing one (it never should)
+    PROTECTs it, so the clean-up fails rather than touch a real row.
     """
     lab_items_remove()
-    get_user_model().objects.filter(
-        username__regex=rf"^{LAB_USER_PREFIX}[0-9]+$", password__startswith=UNUSABLE_PASSWORD_PREFIX
-    ).delete()
+    get_user_model().objects.filter(lab_account__isnull=False).delete()

@@ -342,19 +342,3 @@ def test_connection_killed_after_the_graph_took_the_decision_is_not_called_nothi
     assert (item.status, item.decided_by.username) == (ItemStatus.APPROVED, "alice")
     assert graph_resume_count(thread_id=item.thread_id) == 1
     assert DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count() == 1
-
-
-def test_rate_limit_is_skipped_not_fatal_when_its_cache_is_down(settings, monkeypatch, caplog):
-    from moderation import ratelimit
-
-    class DownCache:
-        def add(self, *args, **kwargs):
-            raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
-
-        incr = set = add
-
-    settings.DECISION_RATE_LIMIT = 1
-    monkeypatch.setattr(ratelimit, "cache", DownCache())
-    assert ratelimit.reviewer_rate_check(user_id=1) is None
-    assert ratelimit.reviewer_rate_check(user_id=1) is None
-    assert "rate limit not checked: the cache is unreachable" in caplog.text

@@ -2,6 +2,7 @@
 
 import io
 import json
+import sqlite3
 import time
 
 import pytest
@@ -11,9 +12,12 @@ from django.db import connection
 from django.urls import reverse
 
 from moderation.graph import graph_get
+from moderation.items import item_create
 from moderation.lab import store
-from moderation.lab.runner import LAB_SOURCE
-from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+from moderation.checkpointer import checkpointer_target
+from moderation.decisions import item_decide
+from moderation.models import DecisionAttempt, ItemStatus, LabAccount, QueueItem
+from moderation.selectors import queue_counts, queue_pending
 
 RESULT_KEYS = {
     "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes", "errors",
@@ -89,7 +93,7 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
     assert isolation["items"]["B"]["next"] == ["request_review"]
 
     # Nothing of the lab is left, and nothing real was touched.
-    assert not QueueItem.objects.filter(source=LAB_SOURCE).exists()
+    assert not QueueItem.objects.filter(is_lab=True).exists()
     assert not DecisionAttempt.objects.exists()
     assert list(get_user_model().objects.filter(username__startswith="lab-reviewer-")) == [lookalike]
     assert QueueItem.objects.get(pk=real_item.pk).status == ItemStatus.PENDING
@@ -98,6 +102,58 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
 
     assert json.loads((store.lab_dir() / "latest.json").read_text()) == report
     assert (store.lab_dir() / "latest.svg").read_text().lstrip().startswith("<?xml")
+
+
+def _rows_snapshot() -> dict[str, list[tuple]]:
+    """Every row of every table but the lab's own marker table, in a stable order; with the
+    checkpoint tables too (their own SQLite file, or the same PostgreSQL database)."""
+    # sqlite_sequence is SQLite's own AUTOINCREMENT counter, not a row of anyone's data.
+    skip = {"sqlite_sequence", LabAccount._meta.db_table}
+    snapshot = {}
+    with connection.cursor() as cursor:
+        for table in sorted(set(connection.introspection.table_names()) - skip):
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            snapshot[table] = sorted(map(repr, cursor.fetchall()))
+    target = checkpointer_target()
+    if connection.vendor == "sqlite":
+        with sqlite3.connect(target) as checkpoints:
+            tables = [t for (t,) in checkpoints.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in sorted(tables):
+                snapshot[f"checkpoints:{table}"] = sorted(map(repr, checkpoints.execute(f'SELECT * FROM "{table}"')))
+    return snapshot
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_a_lab_run_leaves_every_other_row_as_it_was(make_item, make_moderator, make_viewer):
+    """Real rows that look like the lab's (a source of "racelab", names like its users')
+    are neither hidden, changed, promoted nor deleted."""
+    decided = make_item(title="Real, from a feed called racelab", source="racelab")
+    pending = make_item(title="Real and pending", source="racelab")
+    make_item(title="Ordinary")
+    item_decide(item_public_id=decided.public_id, reviewer=make_moderator("alice"), decision="approve")
+    viewer = make_viewer("lab-reviewer-2")
+    sso_viewer = make_viewer("lab-reviewer-1")
+    sso_viewer.set_unusable_password()  # say, an account that logs in through single sign-on
+    sso_viewer.save()
+    assert queue_counts().pending == 2 and queue_counts().decided_today == 1
+    assert pending.pk in {item.pk for item in queue_pending(page=1, per_page=25)}
+    before = _rows_snapshot()
+
+    _small_guarded_run()
+
+    after = _rows_snapshot()
+    assert after.keys() == before.keys()
+    changed = [table for table in before if before[table] != after[table]]
+    assert changed == [], {table: (before[table], after[table]) for table in changed}
+    assert not get_user_model().objects.get(pk=viewer.pk).has_perm("moderation.decide_item")
+    assert not LabAccount.objects.exists() and not QueueItem.objects.filter(is_lab=True).exists()
+
+
+def test_no_public_input_can_mark_an_item_as_the_labs():
+    assert not QueueItem._meta.get_field("is_lab").editable  # so no ModelForm, admin or fixture form sets it
+    with pytest.raises(TypeError):
+        item_create(title="t", body="b", source="racelab", is_lab=True)  # type: ignore[call-arg]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -198,7 +254,7 @@ def test_page_starts_one_background_run_and_reports_its_progress(client, make_mo
     assert state["state"] == "done", (state, (store.lab_dir() / "run.log").read_text())
     assert seen <= {"starting", "running", "done"}
     assert json.loads((store.lab_dir() / "latest.json").read_text())["results"][0]["strategy"] == "guarded"
-    assert not QueueItem.objects.filter(source=LAB_SOURCE).exists()
+    assert not QueueItem.objects.filter(is_lab=True).exists()
 
 
 def test_a_run_that_died_is_reported_failed(lab_dir):

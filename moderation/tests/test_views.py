@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from moderation.decisions import item_decide
 from moderation.graph import graph_pending_review
+from moderation.items import lab_item_create
 from moderation.models import DecisionAttempt, ItemStatus, QueueItem
 
 
@@ -267,11 +268,12 @@ def test_item_needing_attention_is_visible_on_queue_and_item_pages(client, alice
 @pytest.mark.django_db
 def test_race_lab_items_never_show_in_the_queue(client, alice, make_item):
     make_item(title="Real one")
-    make_item(title="Lab one", source="racelab")
+    make_item(title="Real, from a feed called racelab", source="racelab")
+    lab_item_create(title="Lab one", body="Raced by the lab.")
     client.force_login(alice)
     response = client.get(reverse("moderation:queue"))
-    assert [i.title for i in response.context["page"].object_list] == ["Real one"]
-    assert response.context["counts"].pending == 1
+    assert [i.title for i in response.context["page"].object_list] == ["Real one", "Real, from a feed called racelab"]
+    assert response.context["counts"].pending == 2
 
 
 @pytest.mark.django_db
@@ -306,3 +308,24 @@ def test_a_lost_race_is_not_logged_as_a_warning_but_other_client_errors_are(clie
     with caplog.at_level("INFO"):
         assert _post_json(client, _api_url(item), {"decision": "burn"}).status_code == 400
     assert [r.levelname for r in caplog.records if r.name == "django.request"] == ["WARNING"]
+
+
+@pytest.mark.django_db
+def test_live_state_endpoint_answers_what_the_socket_would(client, alice, make_viewer, make_item):
+    item = make_item(title="Stated")
+    item_url = reverse("moderation:api-item-state", args=[item.public_id])
+    queue_url = reverse("moderation:api-queue-state")
+    assert client.get(item_url).status_code == 401 and client.get(queue_url).json()["error"] == "unauthenticated"
+    client.force_login(make_viewer())
+    assert client.get(item_url).status_code == 403
+    client.force_login(alice)
+    assert client.get(reverse("moderation:api-item-state", args=[uuid.uuid4()])).status_code == 404
+    assert client.post(item_url).status_code == 405
+
+    pending = client.get(item_url)
+    assert pending.json()["item"] == {"item": str(item.public_id), "title": "Stated", "status": "pending"}
+    assert "no-store" in pending["Cache-Control"]
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    decided = client.get(item_url).json()["item"]
+    assert (decided["winner"], decided["status"]) == ("alice", "rejected")
+    assert client.get(queue_url).json()["counts"] == {"pending": 0, "decided_today": 1}

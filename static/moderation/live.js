@@ -2,11 +2,16 @@
 // The server sends a "state" snapshot on every (re)connect and after every heartbeat,
 // so an event missed while disconnected (layers deliver at most once) is caught up.
 // The socket reconnects with capped, jittered backoff after any drop.
+// Events come through the channel layer that all servers share, where anyone able to
+// publish could forge one. So an event only prompts a re-read: what the page shows as
+// decided, and whether it stops for a logout, is what the server's own state says (the
+// socket's state frame, or the same snapshot fetched from statePath).
 
 const page = document.body.dataset.page;
 const itemId = document.body.dataset.item;
 const dot = document.getElementById("live-status");
 const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
+const statePath = page === "item" ? `/api/items/${itemId}/state` : "/api/live/state";
 // Logged out: reconnecting cannot help. (Refused handshakes reach a browser only as 1006,
 // indistinguishable from a server restart, so those are retried with backoff.)
 const CLOSE_LOGGED_OUT = 4401;
@@ -45,15 +50,40 @@ function connect() {
     heartbeat = setInterval(() => ws.send(JSON.stringify({ type: "heartbeat" })), heartbeatSeconds * 1000);
   };
   ws.onmessage = (e) => { kick(); handle(JSON.parse(e.data)); };
-  ws.onclose = (e) => drop(e.code === CLOSE_LOGGED_OUT);
+  // A "logged out" close is believed only once the server confirms the session is over.
+  ws.onclose = async (e) => drop(e.code === CLOSE_LOGGED_OUT && await sessionOver());
+}
+
+async function stateFetch() {
+  return fetch(statePath, { headers: { Accept: "application/json" }, cache: "no-store" });
+}
+
+async function sessionOver() {
+  try {
+    const res = await stateFetch();
+    return res.status === 401 || res.status === 403;
+  } catch {
+    return false; // server unreachable: retry with backoff as after any drop
+  }
+}
+
+// The item's state as the server has it now, for an event that claims it changed.
+async function itemStateRead() {
+  try {
+    const res = await stateFetch();
+    return res.ok ? (await res.json()).item : null;
+  } catch (err) {
+    console.warn("live: state fetch failed", err);
+    return null;
+  }
 }
 
 function handle(msg) {
   switch (msg.type) {
     case "state": return stateApply(msg);
     case "item.created": countsSet(msg.counts); return page === "queue" && queueRefreshSoon();
-    case "item.decided": countsSet(msg.counts); rowDecided(msg); return bannerShow(msg);
-    case "decision.lost": return lostShow(msg);
+    case "item.decided": countsSet(msg.counts); rowDecided(msg); return decidedCheck(msg);
+    case "decision.lost": return lostCheck(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
     case "error": return console.warn("live:", msg.message);
   }
@@ -73,7 +103,7 @@ function stateApply(msg) {
     if (stale) queueRefreshSoon();
   } else {
     viewing = { [itemId]: msg.viewers };
-    if (msg.item?.winner) bannerShow(msg.item);
+    itemStateShow(msg.item);
   }
   everLive = true;
   socketFresh = false;
@@ -114,12 +144,25 @@ function presenceShow() {
   }
 }
 
+// Marked at once, then checked by the refresh it asks for: a row the server still lists
+// was not decided, and is unmarked again (rowConfirm) before it would leave.
 function rowDecided(msg) {
   const row = document.querySelector(`#queue-table tr[data-item="${msg.item}"]`);
   if (!row || row.classList.contains("decided-live")) return;
   row.classList.add("decided-live");
-  row.cells[0].append(" ", Object.assign(document.createElement("strong"), { textContent: `${msg.status} by ${msg.winner}` }));
-  setTimeout(() => { row.remove(); queueRefreshSoon(); }, DECIDED_ROW_MS);
+  row.dataset.markedAt = performance.now();
+  row.cells[0].append(Object.assign(document.createElement("strong"), {
+    className: "decided-by", textContent: ` ${msg.status} by ${msg.winner}`,
+  }));
+  queueRefreshSoon();
+  setTimeout(() => { if (row.classList.contains("decided-live")) row.remove(); }, DECIDED_ROW_MS);
+}
+
+// ``listed``: does a refresh that started at ``since`` still list the row?
+function rowConfirm(row, listed, since) {
+  if (!row.classList.contains("decided-live") || !listed || since < Number(row.dataset.markedAt)) return;
+  row.classList.remove("decided-live");
+  row.querySelector(".decided-by")?.remove();
 }
 
 // A row the server no longer lists was decided; its event can still be on the way (the
@@ -138,6 +181,7 @@ function queueRefreshSoon() {
 }
 
 async function queueRefresh() {
+  const since = performance.now();
   // The header keeps this background refresh from consuming the page's flash messages.
   const res = await fetch(location.href, { headers: { Accept: "text/html", "X-Live-Refresh": "1" } });
   if (!res.ok) return;
@@ -149,6 +193,7 @@ async function queueRefresh() {
   } else {
     const wanted = new Set([...fresh.rows].map((r) => r.dataset.item));
     for (const row of [...tbody.rows]) {
+      rowConfirm(row, wanted.has(row.dataset.item), since);
       if (!wanted.has(row.dataset.item) && !row.classList.contains("decided-live")) rowLeaving(row);
     }
     let previous = null;
@@ -171,6 +216,26 @@ async function queueRefresh() {
 
 let bannerTimer = null;
 
+async function decidedCheck(msg) {
+  if (page !== "item" || msg.item !== itemId) return;
+  itemStateShow(await itemStateRead());
+}
+
+// ``item``: the server's state of this page's item (state frame or fetch), never an event.
+function itemStateShow(item) {
+  if (!item) return;
+  if (item.winner) bannerShow(item);
+  else bannerClear();
+}
+
+function bannerClear() {
+  const banner = document.getElementById("decided-banner");
+  if (!banner) return;
+  clearInterval(bannerTimer);
+  banner.remove();
+  for (const control of document.querySelectorAll("#decide-form button, #decide-form textarea")) control.disabled = false;
+}
+
 function bannerShow(msg) {
   const review = document.getElementById("review");
   if (page !== "item" || msg.item !== itemId || !review) return;
@@ -188,15 +253,26 @@ function bannerShow(msg) {
   for (const control of review.querySelectorAll("#decide-form button, #decide-form textarea")) control.disabled = true;
 }
 
-function lostShow(msg) {
-  if (page !== "item" || msg.item !== itemId) return;
+const REQUESTED_NOUN = { approve: "approval", reject: "rejection" };
+
+// Shown only if the server confirms the item was decided by the winner the event names;
+// the words come from that confirmed state, not from the event.
+async function lostCheck(msg) {
+  if (page !== "item" || msg.item !== itemId || !REQUESTED_NOUN[msg.requested]) return;
+  const item = await itemStateRead();
+  if (!item?.winner || item.winner !== msg.winner) return;
+  itemStateShow(item);
+  lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${item.winner} ${item.status} it first`);
+}
+
+function lostShow(message) {
   let notice = document.getElementById("lost-live-notice");
   if (!notice) {
     notice = Object.assign(document.createElement("div"), { id: "lost-live-notice", className: "notice notice-lost" });
     notice.setAttribute("role", "alert");
     document.querySelector("main").prepend(notice);
   }
-  notice.textContent = msg.message;
+  notice.textContent = message;
 }
 
 connect();

@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from moderation.decisions import item_decide
@@ -61,7 +62,7 @@ INLINE = [
 ]
 
 
-def test_no_page_needs_inline_script_or_style(client, alice, bob, make_item, make_moderator):
+def test_no_page_needs_inline_script_or_style(client, alice, bob, make_item, make_moderator, settings):
     # What the e2e suite checks in the browser, here for every template at once.
     staff = make_moderator("staff")
     staff.is_staff = True
@@ -69,6 +70,11 @@ def test_no_page_needs_inline_script_or_style(client, alice, bob, make_item, mak
     decided, pending = make_item(title="Decided"), make_item(title="Pending")
     item_decide(item_public_id=decided.public_id, reviewer=bob, decision="approve", note="fine")
     pages = {"login": client.get(reverse("login")).content}
+    guesser = Client(REMOTE_ADDR="10.9.9.9")
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        locked = guesser.post(reverse("login"), {"username": "nobody", "password": "wrong"})
+    assert locked.status_code == 429
+    pages["locked out"] = locked.content
     client.force_login(staff)
     pages["lab"] = client.get(reverse("moderation:lab:page")).content
     client.force_login(alice)

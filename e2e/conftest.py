@@ -7,7 +7,8 @@
 - ``browser`` (module): one headless Chromium per module.
 - ``crowd`` (test): logs users in (one browser context each, through the login form),
   and owns their pages: when the test fails it screenshots every open page and the
-  server log into e2e/artifacts/<test>/ and says so in the report.
+  server log into e2e/artifacts/<test>/ and says so in the report. Every page of every
+  test is watched for Content-Security-Policy violations; any fails the test.
 
 The test process never touches the ORM (no DJANGO_ALLOW_ASYNC_UNSAFE needed): the
 database is read from the server's file or through e2e/dbtool.py in a child process.
@@ -99,9 +100,13 @@ class Crowd:
         self.browser = browser
         self.server = server
         self.contexts: dict[str, BrowserContext] = {}
+        self.csp_violations: list[str] = []
 
     async def context(self, label: str) -> BrowserContext:
         context = await context_new(self.browser, self.server.url)
+        await context.expose_binding(
+            "__cspViolation", lambda source, text: self.csp_violations.append(f"{label} {source['page'].url}: {text}")
+        )
         await context.add_init_script(RECORDER_JS)
         self.contexts[label] = context
         return context
@@ -167,3 +172,6 @@ async def crowd(browser, server, request):
             request.config._e2e_artifacts = [*getattr(request.config, "_e2e_artifacts", []), line]
             print(f"\ne2e: {line}")
         await people.close()
+    assert not people.csp_violations, "the browser reported Content-Security-Policy violations:\n" + "\n".join(
+        people.csp_violations
+    )

@@ -3,7 +3,7 @@
 Run as a separate process with the server's DATABASE_URL (the e2e tests and the demo
 do this through ``e2e.server``), so the test process itself never touches the ORM:
 
-    python e2e/dbtool.py users                     # alice, bob, carol (moderators), dave (viewer)
+    python e2e/dbtool.py users                     # alice, bob, carol (moderators), dave (viewer), erin (staff)
     python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]
     python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODERATORS = ("alice", "bob", "carol")
 VIEWER = "dave"
+STAFF = "erin"  # a superuser: the race lab and the admin pages
 
 ITEM_BODIES = [
     "Sharing some photos from the ridge trail. The view at sunrise was worth the early start.",
@@ -57,7 +58,10 @@ def cmd_users(args: argparse.Namespace) -> dict:
         user.save()
         if username in MODERATORS:
             user.groups.add(group)
-    return {"moderators": list(MODERATORS), "viewer": VIEWER, "password": password}
+    get_user_model().objects.filter(username=STAFF).exists() or get_user_model().objects.create_superuser(
+        STAFF, password=password
+    )
+    return {"moderators": list(MODERATORS), "viewer": VIEWER, "staff": STAFF, "password": password}
 
 
 def cmd_items(args: argparse.Namespace) -> list[dict]:

@@ -17,6 +17,10 @@ LIVE_TIMEOUT_MS = 10_000
 # decided live and when it left the table.
 RECORDER_JS = r"""
 (() => {
+  // Every Content-Security-Policy violation goes to the test (see e2e/conftest.py).
+  document.addEventListener('securitypolicyviolation', (ev) => {
+    if (window.__cspViolation) window.__cspViolation(`${ev.violatedDirective} blocked ${ev.blockedURI || 'inline'} at ${ev.sourceFile || location.href}:${ev.lineNumber}`);
+  });
   const now = () => performance.timeOrigin + performance.now();
   const rec = window.__e2e = {loadedAt: now(), token: null, decided: {}, removed: {}};
   document.addEventListener('click', (ev) => {

@@ -21,7 +21,12 @@ class DecisionOutcome:
     winner: str
     winner_status: str
     decided_at: datetime
-    attempt_id: int
+    attempt_seq: int  # the attempt's place in its item's log
+
+    @property
+    def attempt_ref(self) -> str:
+        """The attempt's public name: its row id would tell how many attempts the whole site has seen."""
+        return f"{self.item_public_id}-{self.attempt_seq}"
 
     def seconds_ago(self, *, now: datetime | None = None) -> int:
         return seconds_since(self.decided_at, now=now)
@@ -61,5 +66,5 @@ def outcome_for(*, item: QueueItem, won: bool, requested: str, attempt: Decision
     return DecisionOutcome(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at,
-        attempt_id=attempt.pk,
+        attempt_seq=attempt.seq,
     )

@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -152,7 +153,7 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
             "message": outcome.message(),
             "requested": outcome.requested,
             "seconds_ago": outcome.seconds_ago(),
-            "attempt": outcome.attempt_id,
+            "attempt": outcome.attempt_ref,
             **outcome.winner_payload(),
         },
         status=200 if outcome.won else 409,
@@ -174,6 +175,15 @@ def _rate_limited_json(wait: int) -> JsonResponse:
 
 def _error_json(exc: DecisionError) -> JsonResponse:
     return JsonResponse({"error": exc.code, "message": str(exc)}, status=exc.http_status)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: the API answers JSON like every other refusal; pages keep Django's."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"error": "forbidden", "message": f"CSRF check failed: {reason}; nothing was applied"}, status=403
+        )
+    return csrf_failure_page(request, reason=reason)
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -11,17 +11,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from moderation import events  # noqa: E402
+from moderation.origins import SameOriginValidator  # noqa: E402
 from moderation.routing import websocket_urlpatterns  # noqa: E402
 from reviewqueue.bodylimit import BodyLimitMiddleware  # noqa: E402
 
 _router = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

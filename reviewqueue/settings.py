@@ -4,6 +4,7 @@ Everything an operator changes comes from the environment; the defaults are a sa
 single-machine development set-up (SQLite under var/, in-memory channel layer).
 """
 
+from datetime import timedelta
 from pathlib import Path
 import os
 
@@ -54,6 +55,36 @@ X_FRAME_OPTIONS = "DENY"
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
+# The API answers JSON even when the CSRF check refuses a request.
+CSRF_FAILURE_VIEW = "moderation.views.csrf_failure"
+
+# --- Browser policy -------------------------------------------------------------
+# Pages load only our own scripts, styles and images: no inline script or style, no
+# eval, no framing. 'self' in connect-src covers the same-origin ws:// and wss:// sockets.
+from csp.constants import NONE, SELF  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [NONE],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "base-uri": [NONE],
+    }
+}
+# Nothing here uses a camera, microphone, location, payment or similar browser feature.
+PERMISSIONS_POLICY = {
+    feature: []
+    for feature in (
+        "accelerometer", "autoplay", "camera", "display-capture", "encrypted-media", "fullscreen",
+        "geolocation", "gyroscope", "magnetometer", "microphone", "midi", "payment", "publickey-credentials-get",
+        "screen-wake-lock", "serial", "usb", "xr-spatial-tracking",
+    )
+}
 
 INSTALLED_APPS = [
     "daphne",
@@ -65,11 +96,14 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "moderation",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -77,6 +111,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "moderation.middleware.PrivateCacheMiddleware",
+    # Last, as axes asks: it turns a locked-out login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "reviewqueue.urls"
@@ -146,17 +183,21 @@ else:
 
 # Shared by every server process when Redis is configured (rate limits).
 CACHES = {
-    "default": (
-        {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            # A Redis that stops answering must not hang decisions on the rate-limit check
-            # (a healthy one answers in about a millisecond).
-            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
-        }
-        if REDIS_URL
-        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-    )
+    "default": {
+        **(
+            {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": REDIS_URL,
+                # A Redis that stops answering must not hang decisions on the rate-limit check
+                # (a healthy one answers in about a millisecond).
+                "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+            }
+            if REDIS_URL
+            else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+        ),
+        # Sites sharing one Redis must not count into each other's rate-limit windows.
+        "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", os.environ.get("CHANNEL_LAYER_PREFIX", "reviewqueue")),
+    }
 }
 
 # --- Auth ---------------------------------------------------------------------
@@ -166,6 +207,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # Checks the lock-out before the password, so a locked-out guess is never even tried.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins are counted in the database, which every server shares. A client address
+# (see README: the proxy overwrites X-Forwarded-For, daphne --proxy-headers reads it) is
+# locked after LOGIN_FAILURE_LIMIT failures on any accounts, and an account after that
+# many failures from any addresses, for LOGIN_COOLOFF seconds; staff unlock in the admin
+# (Access attempts) or with `manage.py axes_reset_username` / `axes_reset_ip`.
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(seconds=int(os.environ.get("LOGIN_COOLOFF", "900")))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# REMOTE_ADDR only, even should django-ipware get installed: a header the client can
+# write must never pick the address that is locked.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "moderation:queue"
 LOGOUT_REDIRECT_URL = "login"

@@ -106,14 +106,14 @@ def _act(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: st
     QueueItem.objects.filter(pk=item.pk).update(status=status, decided_by=reviewer, decided_at=decided_at, decision_note=note)
     return DecisionOutcome(
         won=True, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-        winner=reviewer.get_username(), winner_status=status, decided_at=decided_at, attempt_id=0,
+        winner=reviewer.get_username(), winner_status=status, decided_at=decided_at, attempt_seq=0,
     )
 
 
 def _outcome_lost(*, item: QueueItem, decision: str) -> DecisionOutcome:
     return DecisionOutcome(
         won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at, attempt_id=0,
+        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at, attempt_seq=0,
     )
 
 

@@ -10,6 +10,7 @@ from moderation.decisions import item_decide
 from reviewqueue.asgi import application
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")  # a browser's socket request always names its host
 TIMEOUT = 5
 
 
@@ -38,7 +39,7 @@ def session_of(client) -> str:
 
 
 def socket(path, client=None, *, origin=ORIGIN):
-    headers = [origin] if origin else []
+    headers = [HOST, origin] if origin else [HOST]
     if client is not None:
         headers.append((b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_of(client)}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)

@@ -34,7 +34,7 @@ def test_winner_decides_item_resumes_graph_and_records_attempt(alice, make_item)
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.APPROVED, alice, "fine")
     assert graph_pending_review(thread_id=item.thread_id) is None
     assert graph_resume_count(thread_id=item.thread_id) == 1
-    attempt = DecisionAttempt.objects.get(pk=outcome.attempt_id)
+    attempt = DecisionAttempt.objects.get(item=item, seq=outcome.attempt_seq)
     assert (attempt.outcome, attempt.winner, attempt.requested) == (AttemptOutcome.WON, alice, "approve")
 
 
@@ -51,7 +51,7 @@ def test_loser_is_told_who_won_and_nothing_of_theirs_is_applied(alice, bob, make
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.APPROVED, alice, "")
     assert graph_resume_count(thread_id=item.thread_id) == 1
-    attempt = DecisionAttempt.objects.get(pk=lost.attempt_id)
+    attempt = DecisionAttempt.objects.get(item=item, seq=lost.attempt_seq)
     assert (attempt.outcome, attempt.reviewer, attempt.winner, attempt.winner_status) == (
         AttemptOutcome.LOST, bob, alice, "approved"
     )
@@ -246,7 +246,7 @@ def test_database_refuses_a_second_winning_attempt(alice, bob, make_item):
 def test_attempts_are_append_only(alice, make_item):
     item = make_item()
     outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    attempt = DecisionAttempt.objects.get(pk=outcome.attempt_id)
+    attempt = DecisionAttempt.objects.get(item=item, seq=outcome.attempt_seq)
     attempt.note = "rewritten"
     with pytest.raises(AppendOnlyError):
         attempt.save()

@@ -66,3 +66,24 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
         assert "csrftoken=" in cookie and "secure" not in cookie.lower(), cookie
     finally:
         server.close()
+
+def _shown(**env) -> list[str]:
+    """AXES_FAILURE_LIMIT, the cool-off in seconds and the cache key prefix under ``env``."""
+    show = (
+        "from django.conf import settings as s; "
+        "print(s.AXES_FAILURE_LIMIT, int(s.AXES_COOLOFF_TIME.total_seconds()), s.CACHES['default']['KEY_PREFIX'])"
+    )
+    full_env = {k: v for k, v in os.environ.items() if k not in {"CHANNEL_LAYER_PREFIX", "CACHE_KEY_PREFIX"}}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", show], cwd=BASE_DIR, env={**full_env, **env},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_login_lock_out_and_cache_prefix_come_from_the_environment():
+    assert _shown() == ["5", "900", "reviewqueue"]
+    # The cache prefix follows the channel-layer prefix unless it is set on its own.
+    assert _shown(LOGIN_FAILURE_LIMIT="20", LOGIN_COOLOFF="60", CHANNEL_LAYER_PREFIX="siteb") == ["20", "60", "siteb"]
+    assert _shown(CHANNEL_LAYER_PREFIX="siteb", CACHE_KEY_PREFIX="sitec")[2] == "sitec"

@@ -179,6 +179,18 @@ def test_api_win_then_loss(client, alice, bob, make_item):
 
 
 @pytest.mark.django_db
+def test_api_names_attempts_by_item_and_place_not_by_global_row_id(client, alice, bob, make_item):
+    make_item()  # attempts on other items must not show in this item's names
+    item_decide(item_public_id=make_item().public_id, reviewer=alice, decision="approve")
+    item = make_item()
+    client.force_login(alice)
+    won = _post_json(client, _api_url(item), {"decision": "approve"}).json()
+    client.force_login(bob)
+    lost = _post_json(client, _api_url(item), {"decision": "reject"}).json()
+    assert (won["attempt"], lost["attempt"]) == (f"{item.public_id}-1", f"{item.public_id}-2")
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("send", "status", "error"),
     [
@@ -220,8 +232,37 @@ def test_api_requires_csrf_for_browser_sessions(alice, make_item):
     item = make_item()
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
-    assert _post_json(client, _api_url(item), {"decision": "approve"}).status_code == 403
+    refused = _post_json(client, _api_url(item), {"decision": "approve"})
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    assert "CSRF" in refused.json()["message"]
     assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_csrf_refusals_answer_json_on_the_api_even_anonymous_and_html_on_pages(alice, make_item):
+    from django.test import Client
+
+    item = make_item()
+    anonymous = Client(enforce_csrf_checks=True)
+    refused = _post_json(anonymous, _api_url(item), {"decision": "approve"})
+    assert refused.status_code == 403 and refused["Content-Type"] == "application/json"
+    assert refused.json()["error"] == "forbidden"
+    anonymous.force_login(alice)
+    page = anonymous.post(_item_url(item), {"decision": "approve"})
+    assert page.status_code == 403 and page["Content-Type"].startswith("text/html")
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert DecisionAttempt.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_notes_are_shown_to_moderators_only(client, alice, bob, make_item, make_viewer):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="private reasoning")
+    client.force_login(bob)
+    assert "private reasoning" in client.get(_item_url(item)).content.decode()
+    client.force_login(make_viewer("dave"))
+    page = client.get(_item_url(item)).content.decode()
+    assert "private reasoning" not in page and "rejected" in page
 
 
 @pytest.mark.django_db

@@ -1,10 +1,22 @@
+from django import forms
 from django.contrib import admin
 
 from moderation.models import DecisionAttempt, QueueItem
 
 
+class QueueItemForm(forms.ModelForm):
+    def clean(self):
+        cleaned = super().clean()
+        if "body" in cleaned:
+            from moderation.items import item_body_check
+
+            item_body_check(body=cleaned["body"])
+        return cleaned
+
+
 @admin.register(QueueItem)
 class QueueItemAdmin(admin.ModelAdmin):
+    form = QueueItemForm
     list_display = ["title", "status", "decided_by", "decided_at", "source", "created_at"]
     list_filter = ["status", "source"]
     search_fields = ["title", "body", "public_id"]

@@ -1,10 +1,21 @@
+from django import forms
 from django.contrib import admin
 
+from moderation.items import item_body_check, item_create
 from moderation.models import DecisionAttempt, QueueItem
+
+
+class QueueItemForm(forms.ModelForm):
+    def clean(self):
+        cleaned = super().clean()
+        if "body" in cleaned:
+            item_body_check(body=cleaned["body"])
+        return cleaned
 
 
 @admin.register(QueueItem)
 class QueueItemAdmin(admin.ModelAdmin):
+    form = QueueItemForm
     list_display = ["title", "status", "decided_by", "decided_at", "source", "is_lab", "created_at"]
     list_filter = ["status", "is_lab", "source"]
     search_fields = ["title", "body", "public_id"]
@@ -17,8 +28,6 @@ class QueueItemAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        from moderation.items import item_create
-
         created = item_create(title=obj.title, body=obj.body, source=obj.source)
         obj.pk = created.pk
         obj.public_id = created.public_id

@@ -1,4 +1,4 @@
-"""Named points inside the decision path where tests can inject a delay or a failure.
+"""Named points inside the item and decision paths where tests can inject a delay or a failure.
 
 Nothing happens at a point unless a test installed an action there, or the
 REVIEWQUEUE_FAULTS setting names it (for crash tests of a real server process:
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POINTS = (
-    "after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit",
+    "in_prescreen_node", "after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit",
     "after_commit", "before_response",
 )
 

@@ -48,6 +48,7 @@ class ResumeValueError(ValueError):
 
 
 def _prescreen(state: ReviewState) -> dict[str, Any]:
+    fault_point("in_prescreen_node", item_key=state["item_id"])
     screen = text_prescreen(title=state["title"], body=state["body"])
     return {"flags": screen.flags, "risk": screen.risk}
 

@@ -4,21 +4,34 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import transaction
+from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from moderation import events
 from moderation.graph import graph_start
 from moderation.models import QueueItem
 
 
+def item_body_check(*, body: str) -> None:
+    """Refuse a body longer than ITEM_BODY_MAX_LENGTH, naming the limit."""
+    limit = settings.ITEM_BODY_MAX_LENGTH
+    if len(body) > limit:
+        raise ValidationError(
+            {"body": f"body is {len(body):,} characters; the limit is {limit:,} (ITEM_BODY_MAX_LENGTH)"}
+        )
+
+
 def item_create(*, title: str, body: str, source: str) -> QueueItem:
     """Create an item and run its graph to the review interrupt.
 
-    Raises ValidationError (and creates nothing) for an empty or oversized field.
+    Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
+    oversized or NUL-bearing field.
 
-    The row and the graph start share one transaction: if the graph cannot start, no
-    item appears. A graph started for a row that then fails to commit is an orphan
-    thread nobody can reach, which is harmless.
+    The graph starts before the row is written and outside any transaction of ours, so
+    pre-screening a person's text never holds the database's write lock (on SQLite,
+    IMMEDIATE transactions take it, for the whole database, at BEGIN). If the graph
+    cannot start, no item appears; a graph started for a row whose insert then fails is
+    an orphan thread nobody can reach, which is harmless.
     """
     return _item_start(title=title, body=body, source=source, is_lab=False)
 
@@ -29,16 +42,16 @@ def lab_item_create(*, title: str, body: str) -> QueueItem:
 
 
 def _item_start(*, title: str, body: str, source: str, is_lab: bool) -> QueueItem:
+    item_body_check(body=body)
     public_id = uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab
     )
     item.full_clean(exclude=["thread_id", "review_request"])
-    with transaction.atomic():
-        item.review_request = graph_start(
-            thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
-        )
-        item.save(force_insert=True)
-        events.after_commit(lambda: events.item_created_broadcast(item=item))
+    item.review_request = graph_start(
+        thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
+    )
+    item.save(force_insert=True)
+    # After the caller's transaction, if there is one; at once otherwise.
+    events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
-

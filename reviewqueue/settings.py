@@ -245,6 +245,8 @@ STATIC_ROOT.mkdir(exist_ok=True)
 # before being told "busy, try again" (seconds).
 DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
+# Longest item body accepted (characters); longer ones are refused before any processing.
+ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
 # Decision requests per reviewer per window (0 turns the limit off, e.g. for benchmarks).
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))

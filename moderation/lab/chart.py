@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 CHART_FORMATS = (".png", ".svg")
 _MODE_COLOURS = {"threads": "#2c5cc5", "processes": "#b3261e"}
 
@@ -16,6 +13,11 @@ def chart_render(*, report: dict[str, Any], path: Path) -> None:
     """Write a two-panel bar chart of ``report`` to ``path`` (.png or .svg)."""
     if path.suffix.lower() not in CHART_FORMATS:
         raise ValueError(f"chart path must end in .png or .svg, not {path.name!r}")
+    # Imported here: matplotlib costs ~1 s to import, and every process that loads the
+    # URLs (management commands run system checks) would pay it without drawing a chart.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     # A Figure with its own Agg canvas: no pyplot global state, safe outside the main thread.
     figure = Figure(figsize=(11, 4.2), layout="constrained")
     FigureCanvasAgg(figure)

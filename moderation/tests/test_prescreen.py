@@ -1,3 +1,9 @@
+import re
+import time
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
 from moderation.prescreen import text_prescreen
 
 
@@ -25,3 +31,82 @@ def test_risk_is_capped_and_deterministic():
 
 def test_short_uppercase_text_is_not_shouting():
     assert "shouting" not in text_prescreen(title="OK", body="FYI").flags
+
+
+def test_unicode_addresses_and_links_are_still_flagged():
+    screen = text_prescreen(title="Kontakt", body="schreib an jürgen.müller@straße.de oder www.beispiel.de")
+    assert "contact details" in screen.flags
+    assert "1 link" in screen.flags
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["mail me at ...@x.com", "at x@y.", "x@y..", "a@b", "@example.com", "x@-.com", "joe@mail.c", "x+@y.z", "Ω@ω.ω"],
+)
+def test_addresses_match_as_the_old_pattern_did(body):
+    assert ("contact details" in text_prescreen(title="t", body=body).flags) == bool(_OLD_EMAIL_RE.search(f"t\n{body}"))
+
+
+# The patterns before they were made linear: an oracle for what gets flagged, on texts
+# short enough that its backtracking costs nothing.
+_OLD_LINK_RE = re.compile(r"\b(?:https?://|www\.)\S+", re.IGNORECASE)
+_OLD_EMAIL_RE = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.]+\b")
+_pieces = st.sampled_from(
+    ["a", "Z", "é", "Ω", "ω", "中", "_", "1", "²", ".", "+", "-", "@", " ", "\n", "!", "/", ":", "http://", "www.",
+     "HTTPS://", "com", "BUY NOW", "scam"]
+)
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(st.lists(_pieces, max_size=40).map("".join), st.lists(_pieces, max_size=8).map("".join))
+def test_flags_and_risk_are_those_of_the_old_patterns(body, title):
+    text = f"{title}\n{body}"
+    screen = text_prescreen(title=title, body=body)
+    links = len(_OLD_LINK_RE.findall(text))
+    assert (f"{links} link{'s' if links != 1 else ''}" in screen.flags) == bool(links)
+    letters = [c for c in _OLD_LINK_RE.sub("", text) if c.isalpha()]
+    shouting = len(letters) >= 20 and sum(c.isupper() for c in letters) / len(letters) > 0.6
+    assert ("shouting" in screen.flags) == shouting
+    assert ("contact details" in screen.flags) == bool(_OLD_EMAIL_RE.search(text))
+
+
+def _fill(unit: str, size: int) -> str:
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+# Shapes that make a backtracking matcher rescan: runs a candidate can start inside of,
+# separators a greedy run gives back one by one, and text no fast path covers.
+ADVERSARIAL_SHAPES = {
+    "dotted run (a.a.a.)": lambda n: _fill("a.", n),
+    "dotted run, then @": lambda n: _fill("a.", n - 1) + "@",
+    "hyphen run after @ (a@a-a-)": lambda n: "a@" + _fill("a-", n - 2),
+    "many @ (a@a@a@)": lambda n: _fill("a@", n),
+    "domain then dots (x@y....)": lambda n: "x@y" + "." * (n - 3),
+    "plus and @ (a+@x-)": lambda n: _fill("a+@x-", n),
+    "scheme run (http://http://)": lambda n: _fill("http://", n),
+    "www run": lambda n: _fill("www.", n),
+    "one letter run": lambda n: "a" * n,
+    "one punctuation run": lambda n: "!" * n,
+    "shouting run": lambda n: "A" * n,
+    "whitespace run": lambda n: " " * n,
+    "many URLs": lambda n: _fill("see https://example.test/p?q=1 and www.x.test/y ", n),
+    "many addresses": lambda n: _fill("write to joe.bloggs+x@mail.example.org now ", n),
+    "mixed scripts": lambda n: _fill("Grüße ПРИВЕТ Γειά שלום مرحبا 你好世界 नमस्ते 😀👍🏽 ÉCOLE e\u0301 ǅ Ⅻ ⓐ ", n),
+}
+
+
+@pytest.mark.parametrize("shape", ADVERSARIAL_SHAPES)
+def test_adversarial_bodies_are_screened_in_linear_time(shape):
+    # CPU time of this thread, best of three, so other work on a shared machine does not
+    # count against the pre-screen. 64 KB first: the old patterns took 8 s on the dotted
+    # run there, so a regression fails in seconds instead of hanging on the megabyte.
+    for size in (64_000, 1_000_000):
+        body = ADVERSARIAL_SHAPES[shape](size)
+        took = min(_cpu_seconds(lambda: text_prescreen(title="t", body=body)) for _ in range(3))
+        assert took < 0.1, f"{shape}: {size:,} characters took {took * 1000:.0f} ms"
+
+
+def _cpu_seconds(run) -> float:
+    start = time.thread_time()
+    run()
+    return time.thread_time() - start

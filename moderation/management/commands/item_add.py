@@ -1,21 +1,84 @@
+import sys
+import time
+from pathlib import Path
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
 from moderation.items import item_create
 
 
+def _errors_text(exc: ValidationError) -> str:
+    return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+
+
 class Command(BaseCommand):
-    help = "Add an item to the review queue and start its graph."
+    help = (
+        "Add items to the review queue and start their graphs: one with --title/--body, or many with "
+        "--file (JSON lines, or CSV with a title,body[,source] header; '-' reads stdin). A bad line is "
+        "reported and skipped; the rest are added, and the command exits non-zero if any line was refused."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--title", required=True)
-        parser.add_argument("--body", required=True)
-        parser.add_argument("--source", default="cli")
+        parser.add_argument("--title")
+        parser.add_argument("--body")
+        parser.add_argument("--source", default="cli", help="source of a single item, and of file lines without one")
+        parser.add_argument("--file", metavar="PATH", help="JSON lines or CSV file of items; '-' for stdin")
+        parser.add_argument("--format", choices=FORMATS, help="default: csv for a .csv file name, else jsonl")
 
     def handle(self, *args, **options):
+        single = options["title"] is not None or options["body"] is not None
+        if options["file"] and single:
+            raise CommandError("give either --file or --title/--body, not both")
+        if options["file"]:
+            self._file_add(options)
+            return
+        if options["title"] is None or options["body"] is None:
+            raise CommandError("give --title and --body for one item, or --file for many")
         try:
             item = item_create(title=options["title"], body=options["body"], source=options["source"])
         except ValidationError as exc:
-            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+            raise CommandError(_errors_text(exc)) from None
+        self.stdout.write(f"Added {item.public_id} ({self._screen_text(item)})")
+
+    def _file_add(self, options):
+        path = options["file"]
+        fmt = options["format"] or item_format_guess(name=path)
+        started = time.monotonic()
+        added, refused = 0, []
+        try:
+            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8", newline="")
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            for row in item_rows_read(stream=stream, fmt=fmt):
+                error = row.error
+                if not error:
+                    try:
+                        item = item_create(**{"source": options["source"], **row.fields})
+                    except ValidationError as exc:
+                        error = _errors_text(exc)
+                if error:
+                    refused.append(row.line)
+                    self.stderr.write(f"line {row.line}: refused: {error}")
+                    continue
+                added += 1
+                self.stdout.write(f"line {row.line}: added {item.public_id} ({self._screen_text(item)})")
+        except ItemFileError as exc:
+            raise CommandError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path} is not UTF-8 text ({exc.reason}); stopped after adding {added}") from None
+        finally:
+            if stream is not sys.stdin:
+                stream.close()
+        seconds = time.monotonic() - started
+        each = f", {seconds / added * 1000:.0f} ms each" if added else ""
+        self.stdout.write(f"Added {added} item{'s' if added != 1 else ''} in {seconds:.1f} s{each}.")
+        if refused:
+            raise CommandError(f"{len(refused)} line{'s' if len(refused) != 1 else ''} refused: {', '.join(map(str, refused))}")
+
+    @staticmethod
+    def _screen_text(item) -> str:
         flags = ", ".join(item.review_request.get("flags", [])) or "none"
-        self.stdout.write(f"Added {item.public_id} (risk {item.review_request.get('risk')}, flags: {flags})")
+        return f"risk {item.review_request.get('risk')}, flags: {flags}"

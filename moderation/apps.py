@@ -19,6 +19,9 @@ class ModerationConfig(AppConfig):
         from moderation.live import live_logout_handle
 
         user_logged_out.connect(live_logout_handle, dispatch_uid="moderation.live.logout")
+        from moderation.rights import rights_signals_connect
+
+        rights_signals_connect()
 
 
 def _moderators_group_ensure(sender, **kwargs) -> None:

@@ -27,7 +27,7 @@ import concurrent.futures
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -219,6 +219,14 @@ def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     """Tell the item's pages and the queue pages who is viewing the item now."""
     message = {"type": "presence.changed", "item": item_public_id, "viewers": viewers}
     _send_all([(item_group(item_public_id), message), (QUEUE_GROUP, message)])
+
+
+def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str | None = None) -> None:
+    """Ask the sockets of these users (or of this session) to re-read their rights; see moderation.rights."""
+    groups = [user_group(user_id) for user_id in user_ids]
+    if session_key:
+        groups.append(session_group(session_key))
+    _send_all([(group, {"type": "rights.changed"}) for group in groups])
 
 
 def session_ended_broadcast(*, session_key: str) -> None:

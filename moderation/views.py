@@ -16,6 +16,7 @@ from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review
 from moderation.health import health_report
+from moderation.live import live_sockets_stats
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
@@ -150,6 +151,10 @@ def _error_json(exc: DecisionError) -> JsonResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """For load balancers: 200 when the database, checkpointer and channel layer answer."""
+    """For load balancers: 200 when the database, checkpointer and channel layer answer.
+
+    ``live`` counts this process's open sockets and their group memberships, for operators
+    (numbers that stay up after everyone left mean sockets were not cleaned up).
+    """
     ok, checks = health_report()
-    return JsonResponse({"ok": ok, "checks": checks}, status=200 if ok else 503)
+    return JsonResponse({"ok": ok, "checks": checks, "live": live_sockets_stats()}, status=200 if ok else 503)

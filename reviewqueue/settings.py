@@ -188,6 +188,12 @@ DECISION_NOTE_MAX_LENGTH = 2000
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# Inbound frames per live socket: a token bucket refilled at LIVE_FRAME_RATE per second up to
+# LIVE_FRAME_BURST (a page sends one heartbeat per 15 s); 0 turns the limit off.
+LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
+LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
+# Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
+LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.

@@ -54,22 +54,22 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     forgotten = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # A client can close between an event's arrival and its delivery; daphne then refuses
+        # the send (autobahn's Disconnected) before it has told us of the disconnect. The
+        # socket is gone and its disconnect follows, so the message is dropped, not raised.
+        async def send_or_drop(message: dict[str, Any]) -> None:
+            try:
+                await send(message)
+            except Exception as exc:
+                logger.debug("live: %s to a closed socket dropped (%s: %s)", message["type"], type(exc).__name__, exc)
+
         # Channels runs disconnect() only when the server's disconnect message reaches a
         # consumer still alive; any exception before it would skip the clean-up and leave a
         # presence row and group subscriptions behind. This runs however the socket ended.
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send_or_drop)
         finally:
             await self._forget()
-
-    async def send(self, message: dict[str, Any]) -> None:
-        # A client can close between an event's arrival and its delivery; daphne then refuses
-        # the send (autobahn's Disconnected) before it has told us of the disconnect. The
-        # socket is gone and its disconnect follows, so the message is dropped, not raised.
-        try:
-            await super().send(message)
-        except Exception as exc:
-            logger.debug("live: %s to a closed socket dropped (%s: %s)", message["type"], type(exc).__name__, exc)
 
     async def connect(self) -> None:
         self.budget = live_frame_budget_new(now=time.monotonic())

@@ -7,13 +7,16 @@ and how often, the state snapshot) live in ``moderation.live`` and presence in
 
 Client -> server: ``{"type": "heartbeat"}`` every ``heartbeat_seconds``; anything
 else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket's
-rate budget are dropped unanswered, and a socket that keeps flooding is closed (4429).
+rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
+told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
 ``item.decided``, ``decision.lost``, ``presence.changed``, ``session.ended``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -26,7 +29,7 @@ from moderation.live import (
     CLOSE_RATE_LIMITED,
     CLOSE_TOO_MANY_SOCKETS,
     CLOSE_UNAUTHENTICATED,
-    RATE_LIMITED_MESSAGE,
+    RATE_LIMITED_FRAME,
     FrameError,
     live_error_frame,
     live_frame_admit,
@@ -63,16 +66,40 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             except Exception as exc:
                 logger.debug("live: %s to a closed socket dropped (%s: %s)", message["type"], type(exc).__name__, exc)
 
+        # Every frame is weighed against the socket's budget as it arrives, by a pump of its own,
+        # not when the consumer gets round to it: a flood is dropped (no task, no database work
+        # per frame) and cut off while the consumer may still be busy with admitted frames.
+        self.budget = live_frame_budget_new(now=time.monotonic())
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def pump() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.receive":
+                    verdict = live_frame_admit(budget=self.budget, now=time.monotonic())
+                    if verdict == "drop":
+                        continue
+                    if verdict == "close":
+                        while not inbox.empty():  # frames admitted but not yet handled go too
+                            inbox.get_nowait()
+                        await send_or_drop({"type": "websocket.send", "text": json.dumps(RATE_LIMITED_FRAME)})
+                        await send_or_drop({"type": "websocket.close", "code": CLOSE_RATE_LIMITED})
+                        continue
+                inbox.put_nowait(message)
+                if message["type"] == "websocket.disconnect":
+                    return
+
+        pumping = asyncio.ensure_future(pump())
         # Channels runs disconnect() only when the server's disconnect message reaches a
         # consumer still alive; any exception before it would skip the clean-up and leave a
         # presence row and group subscriptions behind. This runs however the socket ended.
         try:
-            await super().__call__(scope, receive, send_or_drop)
+            await super().__call__(scope, inbox.get, send_or_drop)
         finally:
+            pumping.cancel()
             await self._forget()
 
     async def connect(self) -> None:
-        self.budget = live_frame_budget_new(now=time.monotonic())
         user = self.scope["user"]
         public_id = self.scope["url_route"]["kwargs"].get("public_id")
         self.item_public_id = str(public_id) if public_id else None
@@ -107,13 +134,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self._forget()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        verdict = live_frame_admit(budget=self.budget, now=time.monotonic())
-        if verdict == "drop":
-            return
-        if verdict == "close":
-            await self.send_json(live_error_frame(code="rate_limited", message=RATE_LIMITED_MESSAGE))
-            await self.close(code=CLOSE_RATE_LIMITED)
-            return
         try:
             live_frame_parse(text_data=text_data, bytes_data=bytes_data)
         except FrameError as exc:

@@ -150,7 +150,9 @@ def live_frame_admit(*, budget: FrameBudget, now: float) -> Literal["admit", "dr
     return "close" if budget.dropped_in_row == FRAME_DROPS_TO_CLOSE else "drop"
 
 
-RATE_LIMITED_MESSAGE = "too many frames from this page; the socket is closed, reconnect later"
+RATE_LIMITED_FRAME = live_error_frame(
+    code="rate_limited", message="too many frames from this page; the socket is closed, reconnect later"
+)
 
 
 def _session_sockets_key(session_key: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import sqlite3
 import statistics
 import sys
@@ -36,10 +37,17 @@ def _ws_url(server: SiteServer, item: str) -> str:
     return f"ws://127.0.0.1:{server.port}/ws/items/{item}/"
 
 
-async def _tab(server: SiteServer, reviewer: Reviewer, item: str):
+async def _tab(server: SiteServer, reviewer: Reviewer, item: str, *, rcvbuf: int | None = None):
+    sock = None
+    if rcvbuf is not None:
+        # A small receive buffer, so a tab that stops reading soon leaves the server with unsent data.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
     ws = await connect(
         _ws_url(server, item), origin=f"http://127.0.0.1:{server.port}", additional_headers=reviewer.ws_headers(),
-        open_timeout=30, ping_interval=None, max_queue=None,
+        open_timeout=30, ping_interval=None, max_queue=None if sock is None else 1, close_timeout=2, sock=sock,
     )
     assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "state"
     return ws
@@ -76,35 +84,43 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+async def _churn(server: SiteServer, reviewer: Reviewer, item: str, until: float) -> int:
+    """Open and close a tab on the item until ``until``: every open and close is broadcast to the item's tabs."""
+    cycles = 0
+    while time.monotonic() < until:
+        await (await _tab(server, reviewer, item)).close()
+        cycles += 1
+    return cycles
+
+
 async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
     viewers = [f"viewer{n}" for n in range(10)]
     server = SiteServer(tmp_path / "site")
-    seeded = await asyncio.to_thread(server.seed, users=["alice", *viewers], items=4, prefix="Ghost")
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "churner", *viewers], items=3, prefix="Ghost")
     await server.astart()
     try:
-        alice = Reviewer(server, "alice", seeded.sessions["alice"])
+        alice, churner = (Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "churner"))
         people = [Reviewer(server, name, seeded.sessions[name]) for name in viewers]
         for item in seeded.items:
-            # 40 tabs on one item; each join and each leave is broadcast to all the others.
-            tabs = await asyncio.gather(*(_tab(server, person, item) for person in people for _ in range(4)))
+            tabs = await asyncio.gather(*(_tab(server, person, item) for person in people for _ in range(3)))
+            # While presence changes are broadcast to the item's tabs many times a second and the
+            # item is decided, all 30 tabs leave at once, as moderators do once an item is decided.
+            churning = [asyncio.create_task(_churn(server, churner, item, time.monotonic() + 2)) for _ in range(3)]
+            await asyncio.sleep(0.5)
             decided = asyncio.create_task(asyncio.to_thread(alice.decide, item, "approve"))
-            await asyncio.sleep(0.02)
-            # They leave at once, as moderators do once an item is decided: half say goodbye, half just vanish.
-            await asyncio.gather(
-                *(tab.close() for tab in tabs[::2]),
-                *(asyncio.to_thread(tab.transport.abort) for tab in tabs[1::2]),
-            )
+            await asyncio.gather(*(tab.close() for tab in tabs))
             assert (await decided)[0] == 200
+            assert sum(await asyncio.gather(*churning)) > 0
 
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             live, rows = await asyncio.to_thread(_live, server), await asyncio.to_thread(_presence_rows, server)
             if (live, rows) == ({"sockets": 0, "group_memberships": 0}, 0):
                 break
             await asyncio.sleep(0.2)
-        assert (live, rows) == ({"sockets": 0, "group_memberships": 0}, 0), (live, rows)
         log = server.log_path.read_text(errors="replace")
         assert "Exception inside application" not in log, server.log_tail(80)
+        assert (live, rows) == ({"sockets": 0, "group_memberships": 0}, 0), (live, rows)
     finally:
         await server.aclose()
 
@@ -175,14 +191,14 @@ def _bob_works(server: SiteServer, bob: Reviewer, items: list[str], until: float
         status, body = bob.decide(item, "reject")
         decisions.append(time.monotonic() - start)
         assert status == 200, body
-        time.sleep(0.05)
+        time.sleep(0.1)
     return pages, decisions
 
 
 async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_memory(tmp_path):
     # Bob decides faster than the per-reviewer decision limit allows; that limit is not under test.
     server = SiteServer(tmp_path / "site", extra_env={"DECISION_RATE_LIMIT": "0"})
-    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"], items=90, prefix="Flood")
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"], items=150, prefix="Flood")
     items = list(seeded.items)
     flooded = items.pop()
     await server.astart()
@@ -224,9 +240,10 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
             "rss MiB before/max during/after": [round(rss_before, 1), round(max(rss_during), 1), round(rss_after, 1)],
         }
         print("\nflood:", json.dumps(report))
-        # Every flooding socket was closed by the server for its rate, within a second.
+        # Every flooding socket was closed by the server for its rate, within a second (1006: the
+        # script was still writing when the server dropped the connection, so it missed the close frame).
         assert flooding["frames"] > 3000 and flooding["opened"] >= 6, report
-        assert set(flooding["codes"]) == {CLOSE_RATE_LIMITED}, report
+        assert CLOSE_RATE_LIMITED in flooding["codes"] and set(flooding["codes"]) <= {CLOSE_RATE_LIMITED, 1006}, report
         assert max(flooding["lifetimes"]) < 1.0, report
         # Others barely notice (the machine is shared: bounds are generous, the old code was 15x slower).
         for before, during in ((before_pages, during_pages), (before_decisions, during_decisions)):

@@ -96,7 +96,7 @@ async def _churn(server: SiteServer, reviewer: Reviewer, item: str, until: float
 async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
     viewers = [f"viewer{n}" for n in range(10)]
     server = SiteServer(tmp_path / "site")
-    seeded = await asyncio.to_thread(server.seed, users=["alice", "churner", *viewers], items=3, prefix="Ghost")
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "churner", *viewers], items=4, prefix="Ghost")
     await server.astart()
     try:
         alice, churner = (Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "churner"))

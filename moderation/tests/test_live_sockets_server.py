@@ -14,18 +14,20 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import socket
 import sqlite3
 import statistics
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
 
-from moderation.live import CLOSE_RATE_LIMITED
-from moderation.tests.real_server import Reviewer, SiteServer
+from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
+from moderation.tests.real_server import Reviewer, SiteServer, service_missing
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -253,3 +255,43 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
         assert _presence_rows(server) == 0
     finally:
         await server.aclose()
+
+
+@pytest.mark.postgres_variant
+async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
+    redis_url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    try:
+        socket.create_connection((urllib.parse.urlsplit(redis_url).hostname, urllib.parse.urlsplit(redis_url).port or 6379), timeout=2).close()
+    except OSError:
+        service_missing(f"Redis not reachable at {redis_url}")
+    env = {"REDIS_URL": redis_url, "CHANNEL_LAYER_PREFIX": f"cap-{os.getpid()}", "LIVE_SOCKETS_PER_SESSION": "2"}
+    # Two processes on one database (the same file) and one Redis, as in a deployment.
+    first, second = SiteServer(tmp_path / "site", extra_env=env), SiteServer(tmp_path / "site", extra_env=env)
+    seeded = await asyncio.to_thread(first.seed, users=["alice"], items=1, prefix="Cap")
+    await asyncio.gather(first.astart(), second.astart())
+    try:
+        alice = Reviewer(first, "alice", seeded.sessions["alice"])
+        item = seeded.items[0]
+        tabs = [await _tab(first, alice, item), await _tab(first, alice, item)]
+        refused = await connect(
+            _ws_url(second, item), origin=f"http://127.0.0.1:{second.port}", additional_headers=alice.ws_headers(),
+            open_timeout=30, ping_interval=None,
+        )
+        reply = json.loads(await asyncio.wait_for(refused.recv(), 30))
+        assert (reply["type"], reply["error"]) == ("error", "too_many_sockets"), reply
+        await asyncio.wait_for(refused.wait_closed(), 30)
+        assert refused.close_code == CLOSE_TOO_MANY_SOCKETS
+
+        await tabs.pop().close()
+        deadline = time.monotonic() + 10  # the release runs after the server has seen the close
+        while True:
+            try:
+                tabs.append(await _tab(second, alice, item))
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, "the freed place was never given to the other process"
+                await asyncio.sleep(0.2)
+        for tab in tabs:
+            await tab.close()
+    finally:
+        await asyncio.gather(first.aclose(), second.aclose())

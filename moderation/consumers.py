@@ -80,6 +80,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                     if verdict == "drop":
                         continue
                     if verdict == "close":
+                        logger.warning("live: closing a socket of %s for flooding (4429)", getattr(self, "username", "?"))
                         while not inbox.empty():  # frames admitted but not yet handled go too
                             inbox.get_nowait()
                         await send_or_drop({"type": "websocket.send", "text": json.dumps(RATE_LIMITED_FRAME)})

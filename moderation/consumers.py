@@ -1,37 +1,106 @@
 """The dashboard's websocket: translates between the browser and the channel layer.
 
 One consumer serves both pages: ``ws/queue/`` and ``ws/items/<uuid>/``. The rules
-(who is admitted, which groups, what a frame may be, the state snapshot) live in
-``moderation.live`` and presence in ``moderation.presence``.
+(who is admitted, how many sockets a login may hold, which groups, what a frame may be
+and how often, the state snapshot) live in ``moderation.live`` and presence in
+``moderation.presence``.
 
 Client -> server: ``{"type": "heartbeat"}`` every ``heartbeat_seconds``; anything
-else gets ``{"type": "error", ...}`` and changes nothing.
+else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket's
+rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
+told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
 ``item.decided``, ``decision.lost``, ``presence.changed``, ``session.ended``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from moderation.live import (
+    CLOSE_RATE_LIMITED,
+    CLOSE_TOO_MANY_SOCKETS,
     CLOSE_UNAUTHENTICATED,
+    RATE_LIMITED_FRAME,
     FrameError,
+    live_error_frame,
+    live_frame_admit,
+    live_frame_budget_new,
     live_frame_parse,
     live_groups,
-    live_session_valid,
+    live_groups_join,
+    live_groups_leave,
+    live_heartbeat,
     live_socket_admit,
+    live_socket_forget,
+    live_socket_hold,
     live_state_read,
+    too_many_sockets_message,
 )
-from moderation.presence import presence_join, presence_leave, presence_touch
+from moderation.presence import presence_join
+
+logger = logging.getLogger(__name__)
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    channel_name = ""
+    item_public_id: str | None = None
+    session_key: str | None = None
+    forgotten = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # A client can close between an event's arrival and its delivery; daphne then refuses
+        # the send (autobahn's Disconnected) before it has told us of the disconnect. The
+        # socket is gone and its disconnect follows, so the message is dropped, not raised.
+        async def send_or_drop(message: dict[str, Any]) -> None:
+            try:
+                await send(message)
+            except Exception as exc:
+                logger.debug("live: %s to a closed socket dropped (%s: %s)", message["type"], type(exc).__name__, exc)
+
+        # Every frame is weighed against the socket's budget as it arrives, by a pump of its own,
+        # not when the consumer gets round to it: a flood is dropped (no task, no database work
+        # per frame) and cut off while the consumer may still be busy with admitted frames.
+        self.budget = live_frame_budget_new(now=time.monotonic())
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def pump() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.receive":
+                    verdict = live_frame_admit(budget=self.budget, now=time.monotonic())
+                    if verdict == "drop":
+                        continue
+                    if verdict == "close":
+                        logger.warning("live: closing a socket of %s for flooding (4429)", getattr(self, "username", "?"))
+                        while not inbox.empty():  # frames admitted but not yet handled go too
+                            inbox.get_nowait()
+                        await send_or_drop({"type": "websocket.send", "text": json.dumps(RATE_LIMITED_FRAME)})
+                        await send_or_drop({"type": "websocket.close", "code": CLOSE_RATE_LIMITED})
+                        continue
+                inbox.put_nowait(message)
+                if message["type"] == "websocket.disconnect":
+                    return
+
+        pumping = asyncio.ensure_future(pump())
+        # Channels runs disconnect() only when the server's disconnect message reaches a
+        # consumer still alive; any exception before it would skip the clean-up and leave a
+        # presence row and group subscriptions behind. This runs however the socket ended.
+        try:
+            await super().__call__(scope, inbox.get, send_or_drop)
+        finally:
+            pumping.cancel()
+            await self._forget()
+
     async def connect(self) -> None:
-        self.groups_joined: list[str] = []
         user = self.scope["user"]
         public_id = self.scope["url_route"]["kwargs"].get("public_id")
         self.item_public_id = str(public_id) if public_id else None
@@ -42,36 +111,43 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.user_id = user.pk
         self.username = user.get_username()
         self.session_key = self.scope["session"].session_key
+        if not await sync_to_async(live_socket_hold)(session_key=self.session_key, channel_name=self.channel_name):
+            # Accepted, told, then closed: a refused handshake reaches a browser only as 1006.
+            await self.accept()
+            await self.send_json(live_error_frame(code="too_many_sockets", message=too_many_sockets_message()))
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            self.session_key = None  # not counted, so nothing to release
+            return
         # Join before reading the state, so nothing can fall between the snapshot and the first event.
-        for group in live_groups(user_id=self.user_id, session_key=self.session_key, item_public_id=self.item_public_id):
-            await self.channel_layer.group_add(group, self.channel_name)
-            self.groups_joined.append(group)
+        await live_groups_join(
+            layer=self.channel_layer, channel_name=self.channel_name,
+            groups=live_groups(user_id=self.user_id, session_key=self.session_key, item_public_id=self.item_public_id),
+        )
         await self.accept()
         if self.item_public_id:
             await database_sync_to_async(presence_join)(
                 user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
             )
-        await self._state_send()
+        state = await database_sync_to_async(live_state_read)(username=self.username, item_public_id=self.item_public_id)
+        await self.send_json(state)
 
     async def disconnect(self, code: int) -> None:
-        await self._groups_leave()
-        if self.item_public_id and hasattr(self, "user_id"):
-            await database_sync_to_async(presence_leave)(channel_name=self.channel_name)
+        await self._forget()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if not await database_sync_to_async(live_session_valid)(session_key=self.session_key, user_id=self.user_id):
-            await self.session_ended({})
-            return
         try:
             live_frame_parse(text_data=text_data, bytes_data=bytes_data)
         except FrameError as exc:
-            await self.send_json({"type": "error", "error": exc.code, "message": str(exc)})
+            await self.send_json(live_error_frame(code=exc.code, message=str(exc)))
             return
-        if self.item_public_id:
-            await database_sync_to_async(presence_touch)(
-                user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
-            )
-        await self._state_send()
+        state = await database_sync_to_async(live_heartbeat)(
+            session_key=self.session_key, user_id=self.user_id, username=self.username,
+            item_public_id=self.item_public_id, channel_name=self.channel_name,
+        )
+        if state is None:
+            await self.session_ended({})
+            return
+        await self.send_json(state)
 
     async def relay(self, event: dict[str, Any]) -> None:
         await self.send_json(event)
@@ -80,14 +156,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def session_ended(self, event: dict[str, Any]) -> None:
         # Leave the groups first: a logged-out page must not get one more event.
-        await self._groups_leave()
+        await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
         await self.send_json({"type": "session.ended", "message": "you have been logged out"})
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
-    async def _groups_leave(self) -> None:
-        while self.groups_joined:
-            await self.channel_layer.group_discard(self.groups_joined.pop(), self.channel_name)
-
-    async def _state_send(self) -> None:
-        state = await database_sync_to_async(live_state_read)(username=self.username, item_public_id=self.item_public_id)
-        await self.send_json(state)
+    async def _forget(self) -> None:
+        if self.forgotten or not self.channel_name:
+            return
+        self.forgotten = True
+        await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
+        await database_sync_to_async(live_socket_forget)(
+            session_key=self.session_key, channel_name=self.channel_name, on_item=self.item_public_id is not None
+        )

@@ -19,7 +19,14 @@ from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review
 from moderation.health import health_redact, health_report
-from moderation.live import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, live_socket_admit, live_state_read
+from moderation.live import (
+    CLOSE_FORBIDDEN,
+    CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHENTICATED,
+    live_socket_admit,
+    live_sockets_stats,
+    live_state_read,
+)
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
@@ -189,10 +196,12 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 def healthz(request: HttpRequest) -> JsonResponse:
     """For load balancers: 200 when the database, checkpointer and channel layer answer.
 
-    Anyone gets ok per check; staff also get backends, errors and timings. Not "loopback
-    callers": behind a proxy on the same host every request comes from loopback.
+    Anyone gets ok per check; staff also get backends, errors and timings, and ``live``:
+    this process's open sockets and their group memberships (numbers that stay up after
+    everyone left mean sockets were not cleaned up). Not "loopback callers": behind a
+    proxy on the same host every request comes from loopback.
     """
     ok, checks = health_report()
     if not (request.user.is_active and request.user.is_staff):
-        checks = health_redact(checks)
-    return JsonResponse({"ok": ok, "checks": checks}, status=200 if ok else 503)
+        return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
+    return JsonResponse({"ok": ok, "checks": checks, "live": live_sockets_stats()}, status=200 if ok else 503)

@@ -256,6 +256,12 @@ QUEUE_PAGE_SIZE = 25
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1024 * 1024)))
 # /healthz runs its checks at once and waits at most this long for all of them (seconds).
 HEALTH_CHECK_TIMEOUT = float(os.environ.get("HEALTH_CHECK_TIMEOUT", "2"))
+# Inbound frames per live socket: a token bucket refilled at LIVE_FRAME_RATE per second up to
+# LIVE_FRAME_BURST (a page sends one heartbeat per 15 s); 0 turns the limit off.
+LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
+LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
+# Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
+LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.

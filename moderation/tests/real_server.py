@@ -43,7 +43,7 @@ call_command("migrate", verbosity=0, interactive=False)
 moderators = Group.objects.get(name=MODERATORS_GROUP)
 users, sessions = {{}}, {{}}
 for name in spec["users"]:
-    user = users[name] = get_user_model().objects.create_user(name)
+    user = users[name] = get_user_model().objects.create_user(name, is_staff=name in spec["staff"])
     user.groups.add(moderators)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
@@ -101,8 +101,14 @@ class SiteServer(LiveServer):
         finally:
             self.faults = ""
 
-    def seed(self, *, users: list[str], items: int, decisions: list[tuple[int, str, str]] = (), prefix: str = "Item") -> Seeded:
-        spec = json.dumps({"users": users, "items": items, "decisions": list(decisions), "prefix": prefix})
+    def seed(
+        self, *, users: list[str], items: int, decisions: list[tuple[int, str, str]] = (), prefix: str = "Item",
+        staff: list[str] = (),
+    ) -> Seeded:
+        """Moderators (``staff`` among them also staff), items, pre-made decisions, ready sessions."""
+        spec = json.dumps(
+            {"users": users, "items": items, "decisions": list(decisions), "prefix": prefix, "staff": list(staff)}
+        )
         out = self.manage("shell", "-c", _SEED.format(spec=spec))
         line = next(line for line in out.stdout.splitlines() if line.startswith("SEED "))
         return Seeded(**json.loads(line.removeprefix("SEED ")))

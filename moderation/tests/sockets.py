@@ -38,16 +38,16 @@ def session_of(client) -> str:
     return client.cookies[django_settings.SESSION_COOKIE_NAME].value
 
 
-def socket(path, client=None, *, origin=ORIGIN):
+def socket(path, client=None, *, origin=ORIGIN, app=application):
     headers = [HOST, origin] if origin else [HOST]
     if client is not None:
         headers.append((b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_of(client)}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
+    return WebsocketCommunicator(app, path, headers=headers)
 
 
-async def opened(path, client):
+async def opened(path, client, *, app=application):
     """Connect and consume the initial state frame; return (communicator, state)."""
-    communicator = socket(path, client)
+    communicator = socket(path, client, app=app)
     connected, code = await communicator.connect(timeout=TIMEOUT)
     assert connected, code
     state = await communicator.receive_json_from(timeout=TIMEOUT)

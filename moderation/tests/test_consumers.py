@@ -6,6 +6,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 
+from moderation import consumers
+from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS, FRAME_DROPS_TO_CLOSE, live_sockets_stats
 from moderation.models import Presence
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     TIMEOUT,
@@ -19,6 +21,7 @@ from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     silent,
     socket,
 )
+from reviewqueue.asgi import application
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -188,3 +191,135 @@ async def test_socket_of_a_moderator_who_lost_the_permission_cannot_act(alice, l
     await communicator.send_json_to({"type": "heartbeat"})
     assert (await next_of(communicator, "session.ended"))["type"] == "session.ended"
     await communicator.disconnect()
+
+
+class ClosingServer:
+    """The application behind a server that, like daphne between a client's close frame and
+    the TCP close, refuses sends on a socket before telling the application it is gone."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        self.refused = 0
+
+    async def __call__(self, scope, receive, send):
+        async def refusing_send(message):
+            if self.closing and message["type"] == "websocket.send":
+                self.refused += 1
+                raise RuntimeError("Attempt to send on a closed protocol")
+            await send(message)
+
+        await application(scope, receive, refusing_send)
+
+
+async def test_a_send_refused_by_a_closing_socket_is_harmless_and_clean_up_runs(alice, bob, login, make_item):
+    item = await database_sync_to_async(make_item)()
+    server = ClosingServer()
+    closing_tab, _ = await opened(item_path(item), await database_sync_to_async(login)(alice), app=server)
+    assert live_sockets_stats() == {"sockets": 1, "group_memberships": 3}
+
+    server.closing = True
+    bob_tab, _ = await opened(item_path(item), await database_sync_to_async(login)(bob))  # broadcasts presence
+    await decide(item_public_id=item.public_id, reviewer=bob, decision="approve")  # broadcasts the decision
+    await next_of(bob_tab, "item.decided")
+    assert server.refused >= 2
+    await closing_tab.send_input({"type": "websocket.disconnect", "code": 1001})
+    await closing_tab.wait(timeout=TIMEOUT)  # the consumer ended by itself: its disconnect ran
+
+    viewers = database_sync_to_async(lambda: sorted(Presence.objects.values_list("user__username", flat=True)))
+    assert await viewers() == ["bob"]
+    assert (await next_of(bob_tab, "presence.changed"))["viewers"] == ["bob"]
+    assert live_sockets_stats() == {"sockets": 1, "group_memberships": 3}  # bob's only
+    await bob_tab.disconnect()
+    assert live_sockets_stats() == {"sockets": 0, "group_memberships": 0}
+    assert await viewers() == []
+
+
+async def test_a_consumer_that_fails_still_cleans_up(alice, login, make_item, monkeypatch):
+    item = await database_sync_to_async(make_item)()
+    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
+
+    def broken(**kwargs):
+        raise RuntimeError("the state read failed")
+
+    monkeypatch.setattr(consumers, "live_heartbeat", broken)
+    await communicator.send_json_to({"type": "heartbeat"})
+    with pytest.raises(RuntimeError, match="the state read failed"):
+        await communicator.wait(timeout=TIMEOUT)
+    assert not await database_sync_to_async(Presence.objects.exists)()
+    assert live_sockets_stats() == {"sockets": 0, "group_memberships": 0}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("[" * 100_000 + "]" * 100_000, "frame_too_large"), ("[" * 3000, "bad_json"), ("{" * 2000, "bad_json")],
+    ids=["100k-deep", "3k-deep-unclosed", "2k-deep-objects"],
+)
+async def test_deeply_nested_or_huge_frame_gets_an_error_and_the_socket_stays(alice, login, make_item, text, error):
+    item = await database_sync_to_async(make_item)()
+    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
+    presence = database_sync_to_async(lambda: list(Presence.objects.values_list("channel_name", "last_seen")))
+    before = await presence()
+
+    await communicator.send_to(text_data=text)
+    reply = await next_of(communicator, "error")
+    assert reply["error"] == error and reply["message"]
+    assert await presence() == before
+    await communicator.send_json_to({"type": "heartbeat"})
+    assert (await next_of(communicator, "state"))["item"]["status"] == "pending"
+    await communicator.disconnect()
+    assert not await database_sync_to_async(Presence.objects.exists)()
+
+
+async def test_a_flooding_socket_is_answered_only_within_its_budget_then_closed(alice, login, make_item, settings):
+    settings.LIVE_FRAME_RATE, settings.LIVE_FRAME_BURST = 0.01, 10  # no refill within the test
+    item = await database_sync_to_async(make_item)()
+    communicator, _ = await opened(item_path(item), await database_sync_to_async(login)(alice))
+    presence = database_sync_to_async(lambda: Presence.objects.get().last_seen)
+
+    for _ in range(10):
+        await communicator.send_json_to({"type": "heartbeat"})
+    for _ in range(10):
+        assert (await next_of(communicator, "state"))["you"] == "alice"
+    touched = await presence()
+    for _ in range(FRAME_DROPS_TO_CLOSE - 1):  # over budget: dropped unanswered, before any database work
+        await communicator.send_json_to({"type": "heartbeat"})
+    await silent(communicator)
+    assert await presence() == touched
+
+    await communicator.send_json_to({"type": "heartbeat"})  # one drop too many: told, then closed
+    reply = await next_of(communicator, "error")
+    assert reply["error"] == "rate_limited" and "reconnect" in reply["message"]
+    assert await communicator.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": CLOSE_RATE_LIMITED}
+    await communicator.disconnect()
+    assert not await database_sync_to_async(Presence.objects.exists)()
+
+
+async def test_frames_within_the_rate_are_all_answered(alice, login, settings):
+    settings.LIVE_FRAME_RATE, settings.LIVE_FRAME_BURST = 1000, 2
+    communicator, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    for _ in range(5):
+        await communicator.send_json_to({"type": "heartbeat"})
+        assert (await next_of(communicator, "state"))["you"] == "alice"
+    await communicator.disconnect()
+
+
+async def test_a_session_may_hold_only_its_cap_of_sockets(alice, login, make_item, settings):
+    settings.LIVE_SOCKETS_PER_SESSION = 3
+    item = await database_sync_to_async(make_item)()
+    client, other_login = await database_sync_to_async(login)(alice), await database_sync_to_async(login)(alice)
+    tabs = [(await opened(path, client))[0] for path in (item_path(item), item_path(item), "/ws/queue/")]
+
+    refused = socket(item_path(item), client)
+    assert (await refused.connect(timeout=TIMEOUT))[0]  # accepted only to be told why
+    reply = await refused.receive_json_from(timeout=TIMEOUT)
+    assert reply["type"] == "error" and reply["error"] == "too_many_sockets" and "3 live pages" in reply["message"]
+    assert await refused.receive_output(timeout=TIMEOUT) == {"type": "websocket.close", "code": CLOSE_TOO_MANY_SOCKETS}
+    await refused.disconnect()
+    assert await database_sync_to_async(Presence.objects.count)() == 2
+
+    other, _ = await opened(item_path(item), other_login)  # the cap is per login session
+    await tabs.pop().disconnect()
+    tabs.append((await opened(item_path(item), client))[0])  # a closed tab frees its place
+    for tab in [*tabs, other]:
+        await tab.disconnect()
+    assert live_sockets_stats() == {"sockets": 0, "group_memberships": 0}

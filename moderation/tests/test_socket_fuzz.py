@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from moderation.live import FRAME_MAX_CHARS
 from moderation.models import DecisionAttempt, Presence, QueueItem
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, login, opened  # noqa: F401 (fixtures)
 
@@ -45,6 +46,7 @@ edge_texts = st.sampled_from([
     "", " ", "null", "[]", "{}", '"heartbeat"', '{"type": "heartbeat"', '{"type": "heartbeat"}}',
     '{"type": "decide", "type": "heartbeat"}', '{"type": "heartbeat", "type": "decide"}', "\ufeff{}", "NaN",
     '{"type": NaN}', "1e999", "[" * 200 + "]" * 200, '{"type": "heartbeat", "item": "../../admin"}',
+    "[" * 3000, '{"a":' * 1500, "[" * 100_000 + "]" * 100_000, " " * 5000 + '{"type": "heartbeat"}',
 ])
 text_frames = st.one_of(json_values.map(json.dumps), object_frames, st.text(max_size=300), edge_texts)
 frames = st.one_of(
@@ -57,6 +59,8 @@ def _expected(frame: dict) -> str:
     """What the frame should get back: "state", or the error code."""
     if "bytes_data" in frame:
         return "bad_frame"
+    if len(frame["text_data"]) > FRAME_MAX_CHARS:
+        return "frame_too_large"
     try:
         parsed = json.loads(frame["text_data"])
     except (ValueError, RecursionError):

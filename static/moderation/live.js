@@ -12,9 +12,14 @@ const itemId = document.body.dataset.item;
 const dot = document.getElementById("live-status");
 const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
 const statePath = page === "item" ? `/api/items/${itemId}/state` : "/api/live/state";
-// Logged out: reconnecting cannot help. (Refused handshakes reach a browser only as 1006,
-// indistinguishable from a server restart, so those are retried with backoff.)
+// Close codes from moderation/live.py. Logged out: reconnecting cannot help. Too many
+// pages open for this login: reconnecting cannot help either, the page says why. Rate
+// limited: back off longer than usual, then reconnect. (Refused handshakes reach a browser
+// only as 1006, indistinguishable from a server restart, so those are retried with backoff.)
 const CLOSE_LOGGED_OUT = 4401;
+const CLOSE_TOO_MANY_SOCKETS = 4409;
+const CLOSE_RATE_LIMITED = 4429;
+const RATE_LIMITED_RETRIES = 5; // the next delay is 8-16 s
 const DECIDED_ROW_MS = 1500;
 
 let you = "";
@@ -50,8 +55,11 @@ function connect() {
     heartbeat = setInterval(() => ws.send(JSON.stringify({ type: "heartbeat" })), heartbeatSeconds * 1000);
   };
   ws.onmessage = (e) => { kick(); handle(JSON.parse(e.data)); };
-  // A "logged out" close is believed only once the server confirms the session is over.
-  ws.onclose = async (e) => drop(e.code === CLOSE_LOGGED_OUT && await sessionOver());
+  ws.onclose = async (e) => {
+    if (e.code === CLOSE_RATE_LIMITED) retries = Math.max(retries, RATE_LIMITED_RETRIES);
+    // A "logged out" close is believed only once the server confirms the session is over.
+    drop(e.code === CLOSE_TOO_MANY_SOCKETS || (e.code === CLOSE_LOGGED_OUT && await sessionOver()));
+  };
 }
 
 async function stateFetch() {
@@ -85,7 +93,7 @@ function handle(msg) {
     case "item.decided": countsSet(msg.counts); rowDecided(msg); return decidedCheck(msg);
     case "decision.lost": return lostCheck(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
-    case "error": return console.warn("live:", msg.message);
+    case "error": return msg.error === "too_many_sockets" ? liveStoppedShow(msg.message) : console.warn("live:", msg.message);
   }
 }
 
@@ -263,6 +271,16 @@ async function lostCheck(msg) {
   if (!item?.winner || item.winner !== msg.winner) return;
   itemStateShow(item);
   lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${item.winner} ${item.status} it first`);
+}
+
+function liveStoppedShow(message) {
+  let notice = document.getElementById("live-stopped-notice");
+  if (!notice) {
+    notice = Object.assign(document.createElement("div"), { id: "live-stopped-notice", className: "notice notice-warning" });
+    notice.setAttribute("role", "alert");
+    document.querySelector("main").prepend(notice);
+  }
+  notice.textContent = `Live updates are off for this page: ${message}.`;
 }
 
 function lostShow(message) {

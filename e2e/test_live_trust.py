@@ -8,20 +8,17 @@ page. Neither may stick; real decisions and real logouts still show.
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 import pytest_asyncio
-import redis
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from playwright.async_api import expect
 
 from e2e.conftest import E2E_SETTINGS
 from e2e.pages import LIVE_TIMEOUT_MS, item_path, item_ready, live_wait, race
 from e2e.server import LiveServer
-from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
-from moderation.tests.real_server import service_missing
+from moderation.tests.real_server import redis_env
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -58,12 +55,10 @@ class RedisLayerServer(LiveServer):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-    try:
-        redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
-    except redis.RedisError as exc:
-        service_missing(f"Redis not reachable at {redis_url}: {exc}")
-    live = RedisLayerServer(tmp_path_factory.mktemp("e2e-live-trust"), redis_url=redis_url, prefix=channel_prefix("trust"))
+    env = redis_env("trust")
+    live = RedisLayerServer(
+        tmp_path_factory.mktemp("e2e-live-trust"), redis_url=env["REDIS_URL"], prefix=env["CHANNEL_LAYER_PREFIX"]
+    )
     live.clone_from(e2e_template)
     await live.astart()
     try:

@@ -11,6 +11,11 @@ rate budget are dropped unanswered before dispatch, and a socket that keeps floo
 told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
 ``item.decided``, ``decision.lost``, ``presence.changed``, ``session.ended``.
+
+Rights are re-read from the database on every heartbeat, on every ``rights.changed``
+(sent by ``moderation.rights`` when a change is made through the ORM, on any server)
+and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECONDS``;
+a socket whose user may no longer hold it leaves its groups and is closed (4401).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from moderation.live import (
     CLOSE_RATE_LIMITED,
@@ -39,6 +45,7 @@ from moderation.live import (
     live_groups_join,
     live_groups_leave,
     live_heartbeat,
+    live_rights_lost,
     live_socket_admit,
     live_socket_forget,
     live_socket_hold,
@@ -55,6 +62,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     item_public_id: str | None = None
     session_key: str | None = None
     forgotten = False
+    ended = False
+    rights_checked_at = 0.0
+    rights_watch: asyncio.Task | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # A client can close between an event's arrival and its delivery; daphne then refuses
@@ -128,6 +138,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await database_sync_to_async(presence_join)(
                 user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
             )
+        self.rights_checked_at = time.monotonic()
+        self.rights_watch = asyncio.ensure_future(self._rights_watch())
         state = await database_sync_to_async(live_state_read)(username=self.username, item_public_id=self.item_public_id)
         await self.send_json(state)
 
@@ -145,25 +157,57 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             item_public_id=self.item_public_id, channel_name=self.channel_name,
         )
         if state is None:
-            await self.session_ended({})
+            await self.rights_changed({})
             return
+        self.rights_checked_at = time.monotonic()
         await self.send_json(state)
 
     async def relay(self, event: dict[str, Any]) -> None:
-        await self.send_json(event)
+        if not self.ended:  # an event already queued for a socket being closed stays unsent
+            await self.send_json(event)
 
     item_created = item_decided = decision_lost = presence_changed = relay
 
     async def session_ended(self, event: dict[str, Any]) -> None:
-        # Leave the groups first: a logged-out page must not get one more event.
+        await self._end(message="you have been logged out")
+
+    async def rights_changed(self, event: dict[str, Any]) -> None:
+        """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""
+        if self.ended:
+            return
+        lost = await database_sync_to_async(live_rights_lost)(session_key=self.session_key, user_id=self.user_id)
+        self.rights_checked_at = time.monotonic()
+        if lost is not None:
+            logger.info("live: closing a socket of %s: %s", self.username, lost)
+            await self._end(message=lost)
+
+    async def _rights_watch(self) -> None:
+        # For a client that sends nothing, and for changes made behind the ORM's back.
+        interval = settings.LIVE_RIGHTS_RECHECK_SECONDS
+        while True:
+            await asyncio.sleep(max(0.0, self.rights_checked_at + interval - time.monotonic()))
+            if time.monotonic() - self.rights_checked_at >= interval:
+                try:
+                    await self.rights_changed({})
+                except Exception:  # the database out of reach: try again next interval
+                    self.rights_checked_at = time.monotonic()
+                    logger.warning("live: could not re-check the rights of %s", self.username, exc_info=True)
+
+    async def _end(self, *, message: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        # Leave the groups first: a socket whose rights are gone must not get one more event.
         await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
-        await self.send_json({"type": "session.ended", "message": "you have been logged out"})
+        await self.send_json({"type": "session.ended", "message": message})
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def _forget(self) -> None:
         if self.forgotten or not self.channel_name:
             return
         self.forgotten = True
+        if self.rights_watch is not None and self.rights_watch is not asyncio.current_task():
+            self.rights_watch.cancel()
         await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
         await database_sync_to_async(live_socket_forget)(
             session_key=self.session_key, channel_name=self.channel_name, on_item=self.item_public_id is not None

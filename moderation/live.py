@@ -71,18 +71,23 @@ def live_socket_admit(*, user: AbstractBaseUser | AnonymousUser, item_public_id:
     return None
 
 
-def live_session_valid(*, session_key: str | None, user_id: int) -> bool:
-    """Is the socket's login session still the same moderator's? Read fresh from the store.
+def live_rights_lost(*, session_key: str | None, user_id: int) -> str | None:
+    """Why the socket's user may no longer hold it (read fresh from the stores), or None.
 
-    The scope's session was loaded once at connect; a logout (or a password change, or
-    a revoked permission) since then is visible only in the store itself.
+    The scope's session and user were loaded once at connect; a logout, a password change
+    (Django's session hash), deleted sessions, a deactivated account or a revoked
+    permission since then are visible only in the database itself.
     """
     if not session_key:
-        return False
+        return "you have been logged out"
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     # Django's own check (session hash included), fed the stored session instead of a request.
     user = auth.get_user(SimpleNamespace(session=store))
-    return user.pk == user_id and user_can_decide(user=user)
+    if user.pk != user_id:
+        return "you have been logged out"
+    if not user_can_decide(user=user):
+        return "you may no longer see the live queue"
+    return None
 
 
 def live_groups(*, user_id: int, session_key: str, item_public_id: str | None) -> list[str]:
@@ -235,8 +240,8 @@ def live_sockets_stats() -> dict[str, int]:
 def live_heartbeat(
     *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str
 ) -> dict[str, Any] | None:
-    """An admitted heartbeat: the fresh state, or None if the socket's login has ended."""
-    if not live_session_valid(session_key=session_key, user_id=user_id):
+    """An admitted heartbeat: the fresh state, or None if the socket's rights are gone."""
+    if live_rights_lost(session_key=session_key, user_id=user_id) is not None:
         return None
     live_socket_hold(session_key=session_key, channel_name=channel_name)
     if item_public_id:

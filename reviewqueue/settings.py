@@ -262,6 +262,9 @@ LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
 LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
 LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
+# A live socket re-reads its user's rights at least this often (seconds), even if its page
+# sends nothing; changes made through the ORM reach it at once (moderation.rights).
+LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from e2e.server import ROOT, LiveServer
+from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
 
 # Any 32 alphanumerics form a valid CSRF secret: the header only has to match the cookie.
 CSRF = "crashtestcrashtestcrashtestcrash"
@@ -68,6 +69,18 @@ def service_missing(message: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{message} (required in CI)")
     pytest.skip(message)
+
+
+def redis_env(label: str) -> dict[str, str]:
+    """REDIS_URL (the suite's, or the machine's) and a channel prefix of this test's own, for a server."""
+    import redis
+
+    url = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        service_missing(f"Redis not reachable at {url}: {exc}")
+    return {"REDIS_URL": url, "CHANNEL_LAYER_PREFIX": channel_prefix(label)}
 
 
 @dataclass(frozen=True)

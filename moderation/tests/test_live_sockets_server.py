@@ -14,20 +14,18 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import socket
 import sqlite3
 import statistics
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
 
 from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
-from moderation.tests.real_server import Reviewer, SiteServer, service_missing
+from moderation.tests.real_server import Reviewer, SiteServer, redis_env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -259,12 +257,7 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
 
 @pytest.mark.postgres_variant
 async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
-    redis_url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-    try:
-        socket.create_connection((urllib.parse.urlsplit(redis_url).hostname, urllib.parse.urlsplit(redis_url).port or 6379), timeout=2).close()
-    except OSError:
-        service_missing(f"Redis not reachable at {redis_url}")
-    env = {"REDIS_URL": redis_url, "CHANNEL_LAYER_PREFIX": f"cap-{os.getpid()}", "LIVE_SOCKETS_PER_SESSION": "2"}
+    env = {**redis_env("cap"), "LIVE_SOCKETS_PER_SESSION": "2"}
     # Two processes on one database (the same file) and one Redis, as in a deployment.
     first, second = SiteServer(tmp_path / "site", extra_env=env), SiteServer(tmp_path / "site", extra_env=env)
     seeded = await asyncio.to_thread(first.seed, users=["alice"], items=1, prefix="Cap")

@@ -1,0 +1,173 @@
+"""Sockets lose what their user lost: rights are re-read on every change, on any server.
+
+Every socket here sends nothing after connecting (a page left open in a background tab):
+the server alone must notice and close it, and no event may reach it afterwards.
+"""
+
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import Group, Permission
+from django.contrib.sessions.models import Session
+from django.db import connection
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from moderation import events
+from moderation.live import CLOSE_UNAUTHENTICATED
+from moderation.permissions import MODERATORS_GROUP
+from moderation.tests.real_server import Reviewer, SiteServer, redis_env
+from moderation.tests.sockets import (  # noqa: F401 (fixtures)
+    decide,
+    fresh_layer,
+    login,
+    next_of,
+    opened,
+    session_of,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+# Well under LIVE_RIGHTS_RECHECK_SECONDS (10 s): these must come from the change itself.
+AT_ONCE = 3
+
+
+async def _ended(communicator, *, timeout: float = AT_ONCE) -> dict:
+    frame = await next_of_within(communicator, "session.ended", timeout=timeout)
+    closed = await communicator.receive_output(timeout=timeout)
+    assert (closed["type"], closed.get("code")) == ("websocket.close", CLOSE_UNAUTHENTICATED), closed
+    return frame
+
+
+async def next_of_within(communicator, kind, *, timeout):
+    while True:
+        frame = await communicator.receive_json_from(timeout=timeout)
+        if frame["type"] == kind:
+            return frame
+        assert frame["type"] in {"presence.changed", "item.created"}, frame
+
+
+def _revocations():
+    group = lambda user: user.groups.remove(Group.objects.get(name=MODERATORS_GROUP))  # noqa: E731
+
+    def deactivate(user):
+        user.is_active = False
+        user.save()
+
+    def password_reset(user):
+        user.set_password("a-new-password-after-an-incident")
+        user.save()
+
+    def sessions_deleted(user):
+        for session in Session.objects.all():
+            if session.get_decoded().get("_auth_user_id") == str(user.pk):
+                session.delete()
+
+    def group_loses_permission(user):
+        Group.objects.get(name=MODERATORS_GROUP).permissions.clear()
+
+    def group_deleted(user):
+        Group.objects.get(name=MODERATORS_GROUP).delete()
+
+    return {
+        "removed from moderators": (group, "you may no longer see the live queue"),
+        "deactivated": (deactivate, "you have been logged out"),
+        "password reset": (password_reset, "you have been logged out"),
+        "sessions deleted": (sessions_deleted, "you have been logged out"),
+        "group loses the permission": (group_loses_permission, "you may no longer see the live queue"),
+        "group deleted": (group_deleted, "you may no longer see the live queue"),
+    }
+
+
+def _own_permission(user):
+    user.user_permissions.add(Permission.objects.get(codename="decide_item"))
+    return type(user).objects.get(pk=user.pk)  # fresh: permissions are cached per instance
+
+
+@pytest.mark.parametrize("revoke", list(_revocations()))
+async def test_a_silent_socket_is_closed_at_once_when_its_rights_go(alice, bob, make_item, login, revoke):
+    change, message = _revocations()[revoke]
+    item = await database_sync_to_async(make_item)(title="Secret title")
+    # bob holds the permission himself too, so he keeps it whatever happens to the group.
+    bob = await database_sync_to_async(_own_permission)(bob)
+    queue_tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    bob_tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(bob))
+
+    await database_sync_to_async(change)(alice)
+    assert (await _ended(queue_tab))["message"] == message
+
+    await decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    assert (await next_of(bob_tab, "item.decided"))["title"] == "Secret title"  # others still hear it
+    assert await queue_tab.receive_nothing(timeout=0.5)  # the closed socket hears nothing more
+    await bob_tab.disconnect()
+
+
+async def test_an_unrelated_change_leaves_the_socket_open(alice, login, make_item):
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+
+    def harmless(user):
+        user.first_name = "Alice"
+        user.save()  # announced, re-checked, still a moderator
+        user.user_permissions.add(Permission.objects.get(codename="view_queueitem"))
+
+    await database_sync_to_async(harmless)(alice)
+    await database_sync_to_async(make_item)(title="Still live")
+    assert (await next_of(tab, "item.created"))["title"] == "Still live"
+    await tab.disconnect()
+
+
+async def test_a_change_behind_the_orms_back_is_caught_by_the_periodic_recheck(alice, login, settings):
+    settings.LIVE_RIGHTS_RECHECK_SECONDS = 1
+    client = await database_sync_to_async(login)(alice)
+    tab, _ = await opened("/ws/queue/", client)
+
+    def raw_delete(session_key):
+        with connection.cursor() as cursor:  # no signal: only the socket's own re-check can see it
+            cursor.execute("DELETE FROM django_session WHERE session_key = %s", [session_key])
+
+    await database_sync_to_async(raw_delete)(session_of(client))
+    assert (await _ended(tab, timeout=4))["message"] == "you have been logged out"
+
+
+async def test_a_forged_rights_changed_closes_nothing(alice, login):
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    await get_channel_layer().group_send(events.user_group(alice.pk), {"type": "rights.changed"})
+    assert await tab.receive_nothing(timeout=1)  # re-checked, still a moderator: open and quiet
+    await tab.send_json_to({"type": "heartbeat"})
+    assert (await next_of(tab, "state"))["you"] == "alice"
+    await tab.disconnect()
+
+
+@pytest.mark.timeout(120)
+async def test_a_change_made_in_another_process_closes_the_socket_through_the_layer(tmp_path):
+    """A real server on Redis; the operator's command runs in a process of its own, as on another host."""
+    # The periodic re-check is pushed far out: only the change's own message can close the socket in time.
+    server = SiteServer(tmp_path / "site", extra_env={**redis_env("rights"), "LIVE_RIGHTS_RECHECK_SECONDS": "300"})
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"], items=1, prefix="Rights")
+    await server.astart()
+    try:
+        tabs = {}
+        for name in ("alice", "bob"):
+            reviewer = Reviewer(server, name, seeded.sessions[name])
+            tabs[name] = await connect(
+                f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
+                additional_headers=reviewer.ws_headers(), open_timeout=10, ping_interval=None,
+            )
+            assert json.loads(await asyncio.wait_for(tabs[name].recv(), 10))["type"] == "state"
+        await asyncio.to_thread(server.manage, "moderator_add", "alice", "--remove")
+        frames = []
+        with pytest.raises(ConnectionClosed):
+            while True:  # until the server closes the socket
+                frames.append(json.loads(await asyncio.wait_for(tabs["alice"].recv(), 10)))
+        assert tabs["alice"].close_code == CLOSE_UNAUTHENTICATED
+        assert frames[-1] == {"type": "session.ended", "message": "you may no longer see the live queue"}
+        status, _ = await asyncio.to_thread(Reviewer(server, "bob", seeded.sessions["bob"]).decide, seeded.items[0], "approve")
+        assert status == 200
+        decided = json.loads(await asyncio.wait_for(tabs["bob"].recv(), 10))
+        assert decided["type"] == "item.decided"  # bob, untouched, still hears everything
+        await tabs["bob"].close()
+    finally:
+        await server.aclose()

@@ -82,3 +82,18 @@ def test_hand_resumed_graph_is_adopted_not_resumed_again(alice, bob, make_item):
     outcome = item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
     assert not outcome.won and outcome.winner == "alice"
     assert graph_resume_count(thread_id=item.thread_id) == 1
+
+
+@pytest.mark.django_db
+def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph(alice, bob, make_item, capsys):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.REJECTED, decided_by=bob)
+    call_command("recover", "--all")
+    out = capsys.readouterr().out
+    assert "row disagrees with its graph, left as is: the item row's decision (reject, bob" in out
+    assert "differs from its graph's (approve, alice" in out
+    assert "recover: 1 item(s) changed or need attention." in out
+    item.refresh_from_db()
+    assert (item.status, item.decided_by) == (ItemStatus.REJECTED, bob)  # reported, not "repaired" either way
+    assert graph_resume_count(thread_id=item.thread_id) == 1

@@ -89,7 +89,8 @@ def triggers_create(apps, schema_editor):
                     END IF;
                     RAISE EXCEPTION '% on %: the audit log is append-only', TG_OP, TG_TABLE_NAME
                         USING ERRCODE = 'restrict_violation';
-                END $$"""
+                END $$""",
+                None,  # no parameters: the % in RAISE is PL/pgSQL's, not a placeholder
             )
             schema_editor.execute(
                 f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "

@@ -53,7 +53,7 @@ class QueueItem(models.Model):
     thread_id = models.CharField(max_length=64, unique=True, editable=False)
     review_request = models.JSONField(default=dict, blank=True)
     attention = models.TextField(blank=True, default="")
-    # Head of this item's hash-chained attempts log (see moderation.audit).
+    # Head of this item's keyed attempts chain, written only by moderation.audit.
     attempt_count = models.PositiveIntegerField(default=0)
     audit_head = models.CharField(max_length=64, blank=True, default="")
 

@@ -74,6 +74,19 @@ def resign(apps, schema_editor):
         prev = entry.mac
 
 
+def unsign(apps, schema_editor):
+    """Back to plain chains, so that 0005's code (and a re-applied 0006) finds them whole."""
+    QueueItem = apps.get_model("moderation", "QueueItem")
+    DecisionAttempt = apps.get_model("moderation", "DecisionAttempt")
+    for item in QueueItem.objects.filter(attempt_count__gt=0).order_by("id"):
+        prev = ""
+        for attempt in DecisionAttempt.objects.filter(item=item).order_by("seq"):
+            attempt.prev_hash = prev
+            prev = _legacy_digest(attempt, str(item.public_id))
+            DecisionAttempt.objects.filter(pk=attempt.pk).update(prev_hash=attempt.prev_hash, entry_hash=prev)
+        QueueItem.objects.filter(pk=item.pk).update(audit_head=prev)
+
+
 def triggers_create(apps, schema_editor):
     from moderation.audit import GUARD_SETTING, SQLITE_GUARD_FUNCTION
 
@@ -154,6 +167,6 @@ class Migration(migrations.Migration):
             field=models.CharField(default='', max_length=16),
             preserve_default=False,
         ),
-        migrations.RunPython(resign, migrations.RunPython.noop),
+        migrations.RunPython(resign, unsign),
         migrations.RunPython(triggers_create, triggers_drop),
     ]

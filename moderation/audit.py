@@ -230,8 +230,43 @@ def audit_head() -> str:
     return f"{last[0]}:{last[1]}" if last else "0:"
 
 
-def audit_verify(*, anchor: str | None = None) -> Iterator[AuditProblem]:
-    """Yield every problem in the log, the ledger and the item rows (nothing for an intact log)."""
+@dataclass(frozen=True)
+class AuditReport:
+    problems: list[AuditProblem]
+    head: str  # the ledger head this check covered, as ``seq:mac``
+
+
+def audit_verify(*, anchor: str | None = None) -> AuditReport:
+    """Every problem in the log, the ledger and the item rows (none for an intact log).
+
+    Reads one snapshot, so decisions made meanwhile are neither waited for nor mistaken
+    for tampering.
+    """
+    with _snapshot():
+        return AuditReport(problems=list(_verify(anchor=anchor)), head=audit_head())
+
+
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    if connection.in_atomic_block:  # the caller's transaction is the view
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+    else:
+        # Django's own SQLite transactions are IMMEDIATE: they take the write lock and would
+        # stall every decision. A DEFERRED one that only reads is a snapshot under WAL.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+
+
+def _verify(*, anchor: str | None) -> Iterator[AuditProblem]:
     keys = audit_keys()
     expected: dict[tuple[str, int], str] = {}
     yield from _ledger_verify(keys=keys, expected=expected, anchor=anchor)

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import threading
 
 import pytest
 from django.core.management import call_command
@@ -30,7 +31,7 @@ def history(alice, bob, make_moderator, make_item):
 
 
 def _problems(**kwargs):
-    return [str(p) for p in audit_verify(**kwargs)]
+    return [str(p) for p in audit_verify(**kwargs).problems]
 
 
 def _sql(statement, params=()):
@@ -224,4 +225,31 @@ def test_lab_purge_leaves_a_signed_trace_and_an_intact_log(alice, make_item):
     assert lab_items_remove() == 1
     assert not QueueItem.objects.filter(pk=lab.pk).exists()
     assert AuditLedgerEntry.objects.filter(kind=LedgerKind.PURGE, item_public_id=lab.public_id).count() == 1
+    assert _problems() == []
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_verify_while_reviewers_decide_sees_one_consistent_snapshot(make_moderator, make_item):
+    reviewers = [make_moderator() for _ in range(2)]
+    items = [make_item(title=f"live {i}") for i in range(15)]
+    done = threading.Event()
+
+    def decide():
+        try:
+            for item in items:
+                for reviewer in reviewers:
+                    item_decide(item_public_id=item.public_id, reviewer=reviewer, decision="approve")
+        finally:
+            done.set()
+            connection.close()
+
+    worker = threading.Thread(target=decide)
+    worker.start()
+    checks = []
+    while not done.is_set():
+        checks.append(_problems())
+    worker.join()
+    assert len(checks) >= 2
+    assert [problems for problems in checks if problems] == []
     assert _problems() == []

@@ -62,4 +62,4 @@ def test_0006_resigns_an_intact_plain_log_and_refuses_a_broken_one(tamper):
         return
     executor.migrate([AFTER])
     # Only the graph check can complain: this hand-made item has no graph.
-    assert [p.problem for p in audit_verify()] == ["its graph records no decision (run manage.py recover)"]
+    assert [p.problem for p in audit_verify().problems] == ["its graph records no decision (run manage.py recover)"]

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from moderation.audit import audit_head, audit_verify
+from moderation.audit import audit_verify
 
 
 class Command(BaseCommand):
@@ -19,10 +19,9 @@ class Command(BaseCommand):
         anchor = options["anchor"]
         if anchor is not None and not anchor.partition(":")[0].isdigit():
             raise CommandError(f"--anchor must look like SEQ:MAC (as printed by verify_audit), not {anchor!r}")
-        problems = list(audit_verify(anchor=anchor))
-        for problem in problems:
+        report = audit_verify(anchor=anchor)
+        for problem in report.problems:
             self.stderr.write(str(problem))
-        if problems:
-            raise CommandError(f"audit log broken: {len(problems)} problem(s)")
-        head = audit_head()
-        self.stdout.write(f"audit log intact: {head.split(':')[0]} ledger entries, head {head}")
+        if report.problems:
+            raise CommandError(f"audit log broken: {len(report.problems)} problem(s)")
+        self.stdout.write(f"audit log intact: {report.head.split(':')[0]} ledger entries, head {report.head}")

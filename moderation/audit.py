@@ -26,6 +26,9 @@ decision's transaction already holds SQLite's one write lock. On PostgreSQL the 
 takes a transaction-scoped advisory lock, as the last statement before the commit, after
 the graph resume; decisions on different items queue only for that insert and the
 commit (a millisecond or two), never for the resume, and there is no hot row to update.
+Its wait is bounded by the decision's ``lock_timeout``; a timeout there rolls back after
+the resume, which is the interrupted-commit case the guard already recovers from (the
+next look at the item adopts the graph's decision).
 
 Keys: entries carry ``key_id`` (a fingerprint of the key, not the key). To rotate, move
 the old key into ``AUDIT_KEYS`` and set a new ``AUDIT_KEY``; new entries use the new

@@ -31,6 +31,30 @@ def _rate_limit_windows_reset():
     cache.clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_flush_may_empty_the_audit_log():
+    """Transactional tests end by emptying every table. On SQLite that is a DELETE, which the
+    audit log's append-only triggers refuse; this teardown, and nothing else in the suite,
+    lifts them for it (PostgreSQL's flush is a TRUNCATE, which fires no row triggers)."""
+    from django.db import connection
+
+    from moderation.audit import audit_guard_lifted
+
+    if connection.vendor != "sqlite":
+        yield
+        return
+    DatabaseOperations = type(connection.ops)
+    original = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        with audit_guard_lifted(using=self.connection.alias):
+            original(self, sql_list)
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush
+    yield
+    DatabaseOperations.execute_sql_flush = original
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     yield

@@ -43,7 +43,8 @@ def _base_env(workdir: Path) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="bench.settings", DECISION_RATE_LIMIT="0", PYTHONUNBUFFERED="1",
         # Production mode, as measured: DEBUG would log every query and slow the DB-heavy
         # decisions more than the ping they are compared with. Plain HTTP on loopback.
-        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1,localhost",
+        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50), AUDIT_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
         SECURE_SSL_REDIRECT="false",
         REVIEWQUEUE_VAR_DIR=str(workdir),
     )

@@ -1,8 +1,13 @@
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.utils.html import format_html_join
+from django.utils.text import Truncator
 
-from moderation.items import item_body_check, item_create
-from moderation.models import DecisionAttempt, QueueItem
+from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
+from moderation.models import AuditLedgerEntry, DecisionAttempt, QueueItem
 
 
 class QueueItemForm(forms.ModelForm):
@@ -19,26 +24,55 @@ class QueueItemAdmin(admin.ModelAdmin):
     list_display = ["title", "status", "decided_by", "decided_at", "source", "is_lab", "created_at"]
     list_filter = ["status", "is_lab", "source"]
     search_fields = ["title", "body", "public_id"]
+    # The audit chain's head is written only by moderation.audit; never by hand.
     readonly_fields = [
-        "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at"
+        "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at",
+        "attention", "attempt_count", "audit_head", "admin_edits",
     ]
 
+    def has_change_permission(self, request, obj=None):
+        # Once decided (or being decided), the content is evidence: view only.
+        if obj is not None and not obj.is_pending:
+            return False
+        return super().has_change_permission(request, obj)
+
     def save_model(self, request, obj, form, change):
-        # New items must start their graph; edits never touch the decision fields.
         if change:
-            super().save_model(request, obj, form, change)
+            try:
+                item_content_edit(item_pk=obj.pk, changes={f: form.cleaned_data[f] for f in form.changed_data})
+            except ItemNotEditable as exc:
+                raise PermissionDenied(str(exc)) from None
             return
+        # New items must start their graph.
         created = item_create(title=obj.title, body=obj.body, source=obj.source)
         obj.pk = created.pk
         obj.public_id = created.public_id
 
+    def construct_change_message(self, request, form, formsets, add=False):
+        # Django records which fields changed; the item's history also needs what they were.
+        if add or not form.changed_data:
+            return super().construct_change_message(request, form, formsets, add)
+        return "; ".join(
+            f"changed {field} from {_excerpt(form.initial.get(field))!r} to {_excerpt(form.cleaned_data[field])!r}"
+            for field in form.changed_data
+        )
 
-@admin.register(DecisionAttempt)
-class DecisionAttemptAdmin(admin.ModelAdmin):
-    list_display = ["recorded_at", "item", "reviewer", "requested", "outcome", "winner", "winner_status"]
-    list_filter = ["outcome", "requested"]
-    search_fields = ["item__title", "reviewer__username"]
+    @admin.display(description="admin edits")
+    def admin_edits(self, obj):
+        if obj.pk is None:
+            return "-"
+        entries = LogEntry.objects.filter(
+            content_type=ContentType.objects.get_for_model(QueueItem), object_id=str(obj.pk)
+        ).select_related("user").order_by("action_time")
+        rows = [(e.action_time.isoformat(timespec="seconds"), e.user.get_username(), e.get_change_message()) for e in entries]
+        return format_html_join("", "<div>{} {}: {}</div>", rows) or "none"
 
+
+def _excerpt(value: object) -> str:
+    return Truncator(str(value)).chars(200)
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
@@ -47,3 +81,16 @@ class DecisionAttemptAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(DecisionAttempt)
+class DecisionAttemptAdmin(_ReadOnlyAdmin):
+    list_display = ["recorded_at", "item", "reviewer", "requested", "outcome", "winner", "winner_status"]
+    list_filter = ["outcome", "requested"]
+    search_fields = ["item__title", "reviewer__username"]
+
+
+@admin.register(AuditLedgerEntry)
+class AuditLedgerEntryAdmin(_ReadOnlyAdmin):
+    list_display = ["seq", "kind", "item_public_id", "attempt_seq", "recorded_at", "key_id"]
+    list_filter = ["kind"]

@@ -31,7 +31,8 @@ resume happens before the commit:
   never disagree unnoticed and no second resume can happen.
 
 Every judged attempt (won, lost, or refused because the item needs attention) is
-appended to the item's hash-chained attempts log under the same row lock.
+appended to the keyed attempts log (per-item chain and global ledger, see
+``moderation.audit``) under the same row lock.
 
 Events go out only after the commit and after the item lock is released
 (``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer

@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from moderation import events
 from moderation.graph import graph_start
@@ -55,3 +56,33 @@ def _item_start(*, title: str, body: str, source: str, is_lab: bool) -> QueueIte
     # After the caller's transaction, if there is one; at once otherwise.
     events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
+
+CONTENT_FIELDS = ("title", "body", "source")
+
+
+class ItemNotEditable(Exception):
+    """The item is no longer pending: its content is what was (or is being) decided."""
+
+
+def item_content_edit(*, item_pk: int, changes: dict[str, str]) -> dict[str, str]:
+    """Change a pending item's title, body or source; return the values they replaced.
+
+    Checked under the row lock, so an edit can never land on an item decided meanwhile
+    (the audit log signs the content each decision was made on).
+    """
+    unknown = sorted(set(changes) - set(CONTENT_FIELDS))
+    if unknown:
+        raise ValueError(f"only {', '.join(CONTENT_FIELDS)} can be edited, not {', '.join(unknown)}")
+    if "body" in changes:
+        item_body_check(body=changes["body"])
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_pk)
+        if not item.is_pending:
+            raise ItemNotEditable(f"the item is {item.status}; its content can no longer change")
+        before = {field: getattr(item, field) for field in changes}
+        for field, value in changes.items():
+            setattr(item, field, value)
+        item.full_clean(exclude=["thread_id", "review_request"])
+        if changes:
+            item.save(update_fields=list(changes))
+    return before

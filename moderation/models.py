@@ -53,7 +53,7 @@ class QueueItem(models.Model):
     thread_id = models.CharField(max_length=64, unique=True, editable=False)
     review_request = models.JSONField(default=dict, blank=True)
     attention = models.TextField(blank=True, default="")
-    # Head of this item's hash-chained attempts log (see moderation.audit).
+    # Head of this item's keyed attempts chain, written only by moderation.audit.
     attempt_count = models.PositiveIntegerField(default=0)
     audit_head = models.CharField(max_length=64, blank=True, default="")
     # A race-lab item (moderation.lab): hidden from the queue and deleted, attempts and all,
@@ -106,13 +106,46 @@ class AppendOnlyError(Exception):
     pass
 
 
-class DecisionAttempt(models.Model):
+class AppendOnlyQuerySet(models.QuerySet):
+    """Refuses bulk edits, which never call a model's save() or delete().
+
+    The database refuses them too (triggers from migration 0007); this says so before
+    the query is sent. The one sanctioned removal is ``moderation.audit.audit_items_purge``.
+    """
+
+    def update(self, **kwargs):
+        raise AppendOnlyError(f"{self.model._meta.verbose_name_plural} are append-only")
+
+    def delete(self):
+        raise AppendOnlyError(f"{self.model._meta.verbose_name_plural} are append-only")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise AppendOnlyError(f"{self.model._meta.verbose_name_plural} are append-only")
+
+
+class AppendOnlyModel(models.Model):
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnlyError(f"{self._meta.verbose_name_plural} are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"{self._meta.verbose_name_plural} are append-only")
+
+
+class DecisionAttempt(AppendOnlyModel):
     """One reviewer's attempt to decide an item, whatever came of it.
 
-    Append-only, and hash-chained per item (``seq``, ``prev_hash``, ``entry_hash``;
-    the item row holds the chain's head), so an edited, deleted or reordered entry is
-    detected by ``manage.py verify_audit``. The chain is per item, not global, so
-    appending never serializes decisions on different items.
+    Append-only (here, in the queryset and in database triggers) and HMAC-chained per
+    item (``seq``, ``prev_hash``, ``entry_hash`` signed with key ``key_id``; the item
+    row holds the chain's head), with every entry also in the global ``AuditLedgerEntry``
+    chain, so ``manage.py verify_audit`` finds any edit, deletion, reordering or
+    truncation. See ``moderation.audit``.
     """
 
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
@@ -132,6 +165,10 @@ class DecisionAttempt(models.Model):
     seq = models.PositiveIntegerField()
     prev_hash = models.CharField(max_length=64, blank=True, default="")
     entry_hash = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=16)
+    # SHA-256 of the item's title, body and source when this attempt was judged, so a
+    # later edit of what was decided shows.
+    content_digest = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["id"]
@@ -149,13 +186,36 @@ class DecisionAttempt(models.Model):
     def __str__(self) -> str:
         return f"{self.reviewer} {self.requested} {self.item_id}: {self.outcome}"
 
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise AppendOnlyError("decision attempts are append-only")
-        super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
-        raise AppendOnlyError("decision attempts are append-only")
+class LedgerKind(models.TextChoices):
+    ATTEMPT = "attempt", "Attempt"
+    # A sanctioned removal of an item and its log (race-lab clean-up).
+    PURGE = "purge", "Purge"
+
+
+class AuditLedgerEntry(AppendOnlyModel):
+    """The global anchor: every attempt (and every purge) in one HMAC chain across items.
+
+    Holds item ids by value, not as foreign keys, so it outlives a deleted item and
+    names it. See ``moderation.audit`` for how appends are serialized.
+    """
+
+    seq = models.PositiveBigIntegerField(unique=True)
+    kind = models.CharField(max_length=16, choices=LedgerKind.choices)
+    item_public_id = models.UUIDField()
+    attempt_seq = models.PositiveIntegerField(default=0)
+    entry_hash = models.CharField(max_length=64, blank=True, default="")
+    recorded_at = models.DateTimeField()
+    prev_mac = models.CharField(max_length=64, blank=True, default="")
+    mac = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=16)
+
+    class Meta:
+        ordering = ["seq"]
+        verbose_name_plural = "audit ledger entries"
+
+    def __str__(self) -> str:
+        return f"{self.seq} {self.kind} {self.item_public_id} #{self.attempt_seq}"
 
 
 class LabAccount(models.Model):

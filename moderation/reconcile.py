@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.utils.dateparse import parse_datetime
 
 from moderation import events
-from moderation.audit import attempt_append
+from moderation.audit import attempt_append, item_graph_mismatch
 from moderation.graph import (
     graph_continue,
     graph_decision_read,
@@ -46,7 +46,9 @@ def item_reconcile_locked(*, item: QueueItem, retry: bool = False) -> str:
             return "graph is waiting for review again: back to pending"
         return "ok"
     if item.is_decided:
-        return "ok"
+        # Which side is right is for an operator (and the audit log) to say, not for us.
+        mismatch = item_graph_mismatch(item=item)
+        return "ok" if mismatch is None else f"row disagrees with its graph, left as is: {mismatch} (run verify_audit)"
     accepted = graph_decision_read(thread_id=thread_id)
     if not accepted:
         error = graph_error_read(thread_id=thread_id) or "no checkpoint for its thread"

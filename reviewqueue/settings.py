@@ -33,6 +33,17 @@ SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
     raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
 
+# The audit log's HMAC key (moderation.audit). It must not live in the database the log
+# is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS
+# (comma-separated) so entries signed with them still verify after a rotation.
+DEVELOPMENT_AUDIT_KEY = "dev-only-insecure-audit-key-do-not-deploy"
+AUDIT_KEY = os.environ.get("AUDIT_KEY", DEVELOPMENT_AUDIT_KEY if DEBUG else "")
+if not DEBUG and AUDIT_KEY in {"", DEVELOPMENT_AUDIT_KEY}:
+    raise ImproperlyConfigured("AUDIT_KEY must be set in the environment when DEBUG is off")
+if AUDIT_KEY == SECRET_KEY and not DEBUG:
+    raise ImproperlyConfigured("AUDIT_KEY must differ from SECRET_KEY")
+AUDIT_KEYS = [k.strip() for k in os.environ.get("AUDIT_KEYS", "").split(",") if k.strip()]
+
 ALLOWED_HOSTS = [
     h.strip()
     for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",")

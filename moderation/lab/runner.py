@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from moderation.audit import audit_items_purge
 from moderation.checkpointer import checkpointer_get
 from moderation.decisions import item_decide
 from moderation.demo import DEMO_ITEMS
@@ -33,7 +34,7 @@ from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished
 from moderation.items import lab_item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES
-from moderation.models import DecisionAttempt, LabAccount, QueueItem
+from moderation.models import LabAccount, QueueItem
 from moderation.permissions import MODERATORS_GROUP
 
 LAB_USER_PREFIX = "lab-reviewer-"
@@ -338,14 +339,8 @@ def lab_items_create(*, count: int, rng: random.Random, titles: Sequence[str] | 
 
 def lab_items_remove() -> int:
     """Delete every lab item, its attempts and its checkpoint thread; return how many items."""
-    items = QueueItem.objects.filter(is_lab=True)
-    thread_ids = list(items.values_list("thread_id", flat=True))
-    # A queryset delete of attempts is a plain DELETE (nothing references them), so the
-    # model's append-only delete() is not involved; attempts go first because they PROTECT items.
-    # This is the one place attempts are deleted: a database rule refusing DELETE on
-    # attempts can allow exactly the rows whose item is_lab.
-    DecisionAttempt.objects.filter(item__is_lab=True).delete()
-    items.delete()
+    # The sanctioned removal: the audit ledger keeps a signed purge entry per item.
+    thread_ids = audit_items_purge(items=QueueItem.objects.filter(is_lab=True))
     saver = checkpointer_get()
     for thread_id in thread_ids:
         saver.delete_thread(thread_id)

@@ -125,3 +125,18 @@ def test_a_nul_already_in_the_graph_is_adopted_readably_not_fatal(alice, make_it
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.REJECTED, alice, "bad\ufffdnote")
     adopted = DecisionAttempt.objects.get(item=item, outcome=AttemptOutcome.WON)
     assert "NUL" in adopted.detail
+
+
+@pytest.mark.django_db
+def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph(alice, bob, make_item, capsys):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.REJECTED, decided_by=bob)
+    call_command("recover", "--all")
+    out = capsys.readouterr().out
+    assert "row disagrees with its graph, left as is: the item row's decision (reject, bob" in out
+    assert "differs from its graph's (approve, alice" in out
+    assert "recover: checked 1 item(s); 1 changed or need attention, 0 could not be repaired." in out
+    item.refresh_from_db()
+    assert (item.status, item.decided_by) == (ItemStatus.REJECTED, bob)  # reported, not "repaired" either way
+    assert graph_resume_count(thread_id=item.thread_id) == 1

@@ -1,4 +1,4 @@
-"""Production mode: `check --deploy` is clean and the development key is refused."""
+"""Production mode: `check --deploy` is clean and the development keys are refused."""
 
 import os
 import secrets
@@ -10,7 +10,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args, **env):
-    full_env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"}}
+    full_env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "AUDIT_KEY", "DEBUG", "ALLOWED_HOSTS"}}
     full_env.update(env)
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=full_env, capture_output=True, text=True, timeout=120
@@ -20,7 +20,8 @@ def _manage(*args, **env):
 def test_check_deploy_reports_nothing_in_production_mode():
     result = _manage(
         "check", "--deploy", "--fail-level", "WARNING",
-        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="reviews.example.org",
+        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),
+        ALLOWED_HOSTS="reviews.example.org",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
@@ -28,12 +29,27 @@ def test_check_deploy_reports_nothing_in_production_mode():
 
 def test_production_refuses_the_development_key_and_a_missing_key():
     for key in ("dev-only-insecure-key-do-not-deploy", None):
-        env = {"DEBUG": "false", "ALLOWED_HOSTS": "reviews.example.org"}
+        env = {"DEBUG": "false", "ALLOWED_HOSTS": "reviews.example.org", "AUDIT_KEY": secrets.token_urlsafe(64)}
         if key:
             env["SECRET_KEY"] = key
         result = _manage("check", **env)
         assert result.returncode != 0
         assert "SECRET_KEY must be set in the environment when DEBUG is off" in result.stderr
+
+
+def test_production_refuses_the_development_audit_key_a_missing_one_and_the_secret_key():
+    secret = secrets.token_urlsafe(64)
+    for key, error in (
+        ("dev-only-insecure-audit-key-do-not-deploy", "AUDIT_KEY must be set in the environment when DEBUG is off"),
+        (None, "AUDIT_KEY must be set in the environment when DEBUG is off"),
+        (secret, "AUDIT_KEY must differ from SECRET_KEY"),
+    ):
+        env = {"DEBUG": "false", "ALLOWED_HOSTS": "reviews.example.org", "SECRET_KEY": secret}
+        if key:
+            env["AUDIT_KEY"] = key
+        result = _manage("check", **env)
+        assert result.returncode != 0
+        assert error in result.stderr
 
 
 def test_bad_boolean_is_a_clear_error():
@@ -43,7 +59,8 @@ def test_bad_boolean_is_a_clear_error():
 
 def test_seed_demo_refuses_to_run_in_production():
     result = _manage(
-        "seed_demo", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="reviews.example.org",
+        "seed_demo", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),
+        ALLOWED_HOSTS="reviews.example.org",
         DATABASE_URL="sqlite:////tmp/reviewqueue-never-created.sqlite3",
     )
     assert result.returncode != 0 and "only runs with DEBUG on" in result.stderr

@@ -9,9 +9,9 @@ from django.db import IntegrityError, connection, transaction
 
 from moderation.audit import audit_guard_lifted, audit_head, audit_key_id, audit_verify
 from moderation.decisions import item_decide
+from moderation.items import lab_item_create
 from moderation.lab.runner import lab_items_remove
 from moderation.models import AppendOnlyError, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem
-from moderation.selectors import LAB_SOURCE
 
 ATTEMPTS = DecisionAttempt._meta.db_table
 LEDGER = AuditLedgerEntry._meta.db_table
@@ -218,7 +218,7 @@ def test_a_forged_entry_signed_with_another_key_is_detected(history, settings):
 
 @pytest.mark.django_db
 def test_lab_purge_leaves_a_signed_trace_and_an_intact_log(alice, make_item):
-    lab = make_item(source=LAB_SOURCE)
+    lab = lab_item_create(title="Lab", body="A lab item.")
     kept = make_item()
     for item in (lab, kept):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")

@@ -139,9 +139,9 @@ def test_server_killed_at_point_loses_nothing_and_recovers(scenarios, point):
     out = scenario.recover_output
     if expect.recover_adopts:
         assert f"{crashed} “Crash 0”: adopted the graph's decision: approved by alice" in out, out
-        assert "recover: 1 item(s) changed or need attention." in out, out
+        assert "1 changed or need attention, 0 could not be repaired." in out, out
     else:
-        assert "recover: 0 item(s) changed or need attention." in out, out
+        assert "0 changed or need attention, 0 could not be repaired." in out, out
 
     # After recover and restart: the row and the graph agree on the crashed item.
     state = scenario.after_crash[crashed]

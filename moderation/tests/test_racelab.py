@@ -16,7 +16,7 @@ from moderation.items import item_create
 from moderation.lab import store
 from moderation.checkpointer import checkpointer_target
 from moderation.decisions import item_decide
-from moderation.models import DecisionAttempt, ItemStatus, LabAccount, QueueItem
+from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
 from moderation.selectors import queue_counts, queue_pending
 
 RESULT_KEYS = {
@@ -108,7 +108,8 @@ def _rows_snapshot() -> dict[str, list[tuple]]:
     """Every row of every table but the lab's own marker table, in a stable order; with the
     checkpoint tables too (their own SQLite file, or the same PostgreSQL database)."""
     # sqlite_sequence is SQLite's own AUTOINCREMENT counter, not a row of anyone's data.
-    skip = {"sqlite_sequence", LabAccount._meta.db_table}
+    # The audit ledger is append-only and the lab leaves its signed trace there: checked apart.
+    skip = {"sqlite_sequence", LabAccount._meta.db_table, AuditLedgerEntry._meta.db_table}
     snapshot = {}
     with connection.cursor() as cursor:
         for table in sorted(set(connection.introspection.table_names()) - skip):
@@ -139,6 +140,7 @@ def test_a_lab_run_leaves_every_other_row_as_it_was(make_item, make_moderator, m
     assert queue_counts().pending == 2 and queue_counts().decided_today == 1
     assert pending.pk in {item.pk for item in queue_pending(page=1, per_page=25)}
     before = _rows_snapshot()
+    ledger_before = list(AuditLedgerEntry.objects.values())
 
     _small_guarded_run()
 
@@ -146,6 +148,10 @@ def test_a_lab_run_leaves_every_other_row_as_it_was(make_item, make_moderator, m
     assert after.keys() == before.keys()
     changed = [table for table in before if before[table] != after[table]]
     assert changed == [], {table: (before[table], after[table]) for table in changed}
+    ledger_after = list(AuditLedgerEntry.objects.values())
+    assert ledger_after[: len(ledger_before)] == ledger_before  # appended to, never changed
+    real = set(QueueItem.objects.values_list("public_id", flat=True))
+    assert ledger_after[len(ledger_before):] and all(e["item_public_id"] not in real for e in ledger_after[len(ledger_before):])
     assert not get_user_model().objects.get(pk=viewer.pk).has_perm("moderation.decide_item")
     assert not LabAccount.objects.exists() and not QueueItem.objects.filter(is_lab=True).exists()
 

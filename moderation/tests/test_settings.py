@@ -73,7 +73,8 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
     from moderation.tests.real_server import SiteServer
 
     server = SiteServer(tmp_path, extra_env={
-        "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "127.0.0.1",
+        "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64), "AUDIT_KEY": secrets.token_urlsafe(64),
+        "ALLOWED_HOSTS": "127.0.0.1",
         "SECURE_SSL_REDIRECT": "false", "SECURE_COOKIES": "false",
     })
     server.start()  # waits for the login page to answer 200 over http, not a redirect to https

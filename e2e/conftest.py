@@ -20,6 +20,7 @@ import asyncio
 import os
 import re
 import shutil
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -65,16 +66,24 @@ def e2e_template(tmp_path_factory) -> LiveServer:
     return template
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server(e2e_template, tmp_path_factory, request):
-    live = LiveServer(tmp_path_factory.mktemp(f"e2e-{request.module.__name__.rsplit('.', 1)[-1]}"), settings=E2E_SETTINGS)
-    live.clone_from(e2e_template)
+@asynccontextmanager
+async def e2e_server_running(template: LiveServer, workdir: Path, *, env: dict[str, str] | None = None):
+    """A server over a fresh copy of the template database (``env`` for its processes only)."""
+    live = LiveServer(workdir, settings=E2E_SETTINGS, extra_env=env)
+    live.clone_from(template)
     # Two Django start-ups, side by side: the server, and the dbtool process tests talk to.
     await asyncio.gather(live.astart(), live.atool("ping"))
     try:
         yield live
     finally:
         await live.aclose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(e2e_template, tmp_path_factory, request):
+    workdir = tmp_path_factory.mktemp(f"e2e-{request.module.__name__.rsplit('.', 1)[-1]}")
+    async with e2e_server_running(e2e_template, workdir) as live:
+        yield live
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

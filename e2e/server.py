@@ -53,9 +53,10 @@ class LiveServer:
 
     def __init__(
         self, workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, db_name: str = "e2e",
-        settings: str = "reviewqueue.settings",
+        settings: str = "reviewqueue.settings", extra_env: dict[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
+        self.extra_env = dict(extra_env or {})  # this server's processes only (REDIS_URL, limits, ...)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.port = port or free_port(host)
@@ -85,6 +86,7 @@ class LiveServer:
             DJANGO_SETTINGS_MODULE=self.settings,
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         return env
 
     # --- database ------------------------------------------------------------------

@@ -13,9 +13,8 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from e2e.conftest import E2E_SETTINGS
+from e2e.conftest import e2e_server_running
 from e2e.pages import item_path, live_wait
-from moderation.tests.real_server import SiteServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -38,14 +37,9 @@ SOCKETS_JS = """
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    live = SiteServer(tmp_path_factory.mktemp("e2e-live-limits"), extra_env={"LIVE_SOCKETS_PER_SESSION": "2"}, db_name="e2e")
-    live.settings = E2E_SETTINGS
-    live.clone_from(e2e_template)
-    await asyncio.gather(live.astart(), live.atool("ping"))
-    try:
+    workdir = tmp_path_factory.mktemp("e2e-live-limits")
+    async with e2e_server_running(e2e_template, workdir, env={"LIVE_SOCKETS_PER_SESSION": "2"}) as live:
         yield live
-    finally:
-        await live.aclose()
 
 
 async def test_a_page_over_the_socket_cap_says_so_and_stops(server, crowd):

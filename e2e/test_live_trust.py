@@ -15,7 +15,7 @@ import pytest_asyncio
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from playwright.async_api import expect
 
-from e2e.conftest import E2E_SETTINGS
+from e2e.conftest import e2e_server_running
 from e2e.pages import LIVE_TIMEOUT_MS, item_path, item_ready, live_wait, race
 from e2e.server import LiveServer
 from moderation.tests.real_server import redis_env
@@ -42,34 +42,16 @@ SOCKET_RECORDER_JS = r"""
 """
 
 
-class RedisLayerServer(LiveServer):
-    """A LiveServer whose channel layer (and cache) is the test Redis, under its own prefix."""
-
-    def __init__(self, workdir, *, redis_url: str, prefix: str) -> None:
-        super().__init__(workdir, settings=E2E_SETTINGS)
-        self.redis_url, self.prefix = redis_url, prefix
-
-    def env(self) -> dict[str, str]:
-        return {**super().env(), "REDIS_URL": self.redis_url, "CHANNEL_LAYER_PREFIX": self.prefix}
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    env = redis_env("trust")
-    live = RedisLayerServer(
-        tmp_path_factory.mktemp("e2e-live-trust"), redis_url=env["REDIS_URL"], prefix=env["CHANNEL_LAYER_PREFIX"]
-    )
-    live.clone_from(e2e_template)
-    await live.astart()
-    try:
+    workdir = tmp_path_factory.mktemp("e2e-live-trust")
+    async with e2e_server_running(e2e_template, workdir, env=redis_env("trust")) as live:
         yield live
-    finally:
-        await live.aclose()
 
 
-async def forge(server: RedisLayerServer, group: str, message: dict) -> None:
+async def forge(server: LiveServer, group: str, message: dict) -> None:
     """Publish ``message`` to ``group`` as an outsider with access to Redis would."""
-    layer = RedisPubSubChannelLayer(hosts=[server.redis_url], prefix=server.prefix)
+    layer = RedisPubSubChannelLayer(hosts=[server.extra_env["REDIS_URL"]], prefix=server.extra_env["CHANNEL_LAYER_PREFIX"])
     try:
         await layer.group_send(group, message)
     finally:

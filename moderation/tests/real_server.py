@@ -94,14 +94,13 @@ class SiteServer(LiveServer):
     """A LiveServer whose process (only) gets fault points and extra environment."""
 
     def __init__(self, workdir: Path, *, extra_env: dict[str, str] | None = None, db_name: str = "site") -> None:
-        super().__init__(workdir, db_name=db_name)
-        self.extra_env = dict(extra_env or {})
+        super().__init__(workdir, db_name=db_name, extra_env=extra_env)
         self.faults = ""
 
     def env(self) -> dict[str, str]:
         env = super().env()
-        env.pop("REVIEWQUEUE_FAULTS", None)
-        env.update(self.extra_env)
+        if "REVIEWQUEUE_FAULTS" not in self.extra_env:
+            env.pop("REVIEWQUEUE_FAULTS", None)
         if self.faults:
             env["REVIEWQUEUE_FAULTS"] = self.faults
         return env

@@ -1,5 +1,4 @@
-import hashlib
-import json
+import importlib
 import threading
 
 import pytest
@@ -40,16 +39,9 @@ def _sql(statement, params=()):
         cursor.execute(statement, params)
 
 
-def _plain_digest(attempt, item_public_id):
-    """The unkeyed SHA-256 entry hash of the previous scheme, which anyone could recompute."""
-    iso = lambda v: v.isoformat() if v else ""  # noqa: E731
-    fields = {
-        "item": item_public_id, "seq": attempt.seq, "prev": attempt.prev_hash, "reviewer": attempt.reviewer_id,
-        "requested": attempt.requested, "note": attempt.note, "outcome": attempt.outcome, "winner": attempt.winner_id,
-        "winner_status": attempt.winner_status, "winner_decided_at": iso(attempt.winner_decided_at),
-        "detail": attempt.detail, "requested_at": iso(attempt.requested_at), "recorded_at": iso(attempt.recorded_at),
-    }
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+# The unkeyed SHA-256 entry hash of the previous scheme, which anyone could recompute:
+# the same function migration 0007 checks old chains with.
+_plain_digest = importlib.import_module("moderation.migrations.0007_audit_keyed_ledger")._legacy_digest
 
 
 @pytest.mark.django_db

@@ -62,7 +62,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from moderation.graph import graph_decision_read
-from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem
+from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -346,7 +346,7 @@ def _item_verify(*, item: QueueItem, keys: dict[str, bytes], expected: dict[tupl
 
 
 def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator[AuditProblem]:
-    """The row's decision must be the log's winning entry, and the graph's."""
+    """The row's decision (or withdrawal) must be the log's winning entry, and the graph's."""
     item_id = str(item.public_id)
     if not item.is_decided:
         if won:
@@ -374,7 +374,7 @@ def item_graph_mismatch(*, item: QueueItem) -> str | None:
     if not accepted:
         return "its graph records no decision (run manage.py recover)"
     graph = (accepted["decision"], accepted["reviewer"], parse_datetime(accepted["decided_at"]))
-    mine = ("approve" if item.status == "approved" else "reject", item.decided_by.get_username(), item.decided_at)
+    mine = (DECISION_FOR_STATUS[item.status].value, item.decided_by.get_username(), item.decided_at)
     if graph != mine:
         return f"the item row's decision {_show(mine)} differs from its graph's {_show(graph)}"
     return None

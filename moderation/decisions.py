@@ -1,6 +1,14 @@
 """The guard: exactly one decision per item wins, and every loser is told by whom.
 
-Locking contract of ``item_decide``, in acquisition order:
+A withdrawal by the item's submitter (``item_withdraw``) is one more competing
+operation on the same guard: a pending item becomes WITHDRAWN, its graph is resumed
+once with ``{"decision": "withdraw", ...}``, and the withdrawing user is recorded as
+the winner (row, attempts log and graph) exactly as a moderator's decision is. So a
+withdrawal racing moderators' clicks has one winner; a withdrawal of a settled item
+loses naming the winner, and a decision on a withdrawn item loses with "Already
+withdrawn by <name>".
+
+Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 
 1. The item's in-process lock (``moderation.locks``): one lock per item, never a
    global one, so reviewers in this process queue only behind others deciding the
@@ -57,7 +65,7 @@ from moderation.audit import attempt_append
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review, graph_resume
 from moderation.locks import LockTimeout, item_lock
-from moderation.models import NO_NUL, STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem
+from moderation.models import NO_NUL, STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem, Requested
 from moderation.permissions import user_can_decide
 from moderation.outcomes import DecisionOutcome, outcome_for
 from moderation.reconcile import item_reconcile_locked
@@ -77,6 +85,11 @@ class InvalidDecision(DecisionError):
 
 
 class NotAModerator(DecisionError):
+    code = "forbidden"
+    http_status = 403
+
+
+class NotAllowed(DecisionError):
     code = "forbidden"
     http_status = 403
 
@@ -108,18 +121,22 @@ def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
     """The decision and note as the guard may use them; InvalidDecision before anything is locked."""
     if decision not in Decision.values:
         raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
-    if note is None:
-        note = ""
-    if not isinstance(note, str):
-        raise InvalidDecision("note must be text")
-    if len(note) > settings.DECISION_NOTE_MAX_LENGTH:
-        raise InvalidDecision(f"note is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters")
+    return str(decision), _text_validate(note, name="note")
+
+
+def _text_validate(text: object, *, name: str) -> str:
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise InvalidDecision(f"{name} must be text")
+    if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
+        raise InvalidDecision(f"{name} is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters")
     try:
-        NO_NUL(note)
+        NO_NUL(text)
     except ValidationError:
         # Found only at the write, after the resume, it left the graph decided and the row pending.
-        raise InvalidDecision("note must not contain NUL (\\u0000) characters") from None
-    return str(decision), note
+        raise InvalidDecision(f"{name} must not contain NUL (\\u0000) characters") from None
+    return text
 
 
 def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "") -> DecisionOutcome:
@@ -133,6 +150,30 @@ def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decis
     if not user_can_decide(user=reviewer):
         raise NotAModerator("you do not have permission to decide items")
     decision, note = decision_validate(decision=decision, note=note)
+    return _guarded(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
+
+
+def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "") -> DecisionOutcome:
+    """Withdraw a pending item for ``by`` (its submitter's account) under the same guard as a decision.
+
+    Who may withdraw is the caller's to decide: the API checks that ``by`` is the item's
+    submitter before calling (this module knows nothing of API clients). Here ``by`` only
+    has to be an active account, and ``reason`` is checked like a decision's note, before
+    anything is locked.
+
+    Returns the outcome: won (the item is now WITHDRAWN, ``by`` its winner), or lost to
+    whoever settled it first (a moderator's decision, or an earlier withdrawal), naming
+    them; the API answers a lost one with 409. Raises a ``DecisionError`` subclass,
+    changing nothing, as ``item_decide`` does.
+    """
+    if not (by.is_authenticated and by.is_active):
+        raise NotAllowed("only an active account may withdraw an item")
+    reason = _text_validate(reason, name="reason")
+    return _guarded(item_public_id=item_public_id, reviewer=by, decision=Requested.WITHDRAW.value, note=reason)
+
+
+def _guarded(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str) -> DecisionOutcome:
+    """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
     key = _item_key(item_public_id)
     requested_at = timezone.now()
     timeout = settings.DECISION_LOCK_TIMEOUT
@@ -269,7 +310,7 @@ def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, 
     except Exception as exc:
         raise _ResumeFailed(item.thread_id, exc) from exc
     fault_point("after_graph_resume", item_key=str(item.public_id))
-    item.status = STATUS_FOR_DECISION[Decision(decision)]
+    item.status = STATUS_FOR_DECISION[decision]
     item.decided_by = reviewer
     item.decided_at = decided_at
     item.decision_note = note

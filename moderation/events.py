@@ -51,9 +51,6 @@ SEND_TIMEOUT_SECONDS = 2.0
 # memory stays bounded however long the layer hangs, and clients resync anyway.
 MAX_PUSHES_IN_FLIGHT = 1000
 
-REQUESTED_NOUN = {"approve": "approval", "reject": "rejection"}
-
-
 def item_group(public_id: str) -> str:
     return f"item.{public_id}"
 
@@ -202,10 +199,7 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
 
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
     """Tell the losing reviewer's other open tabs their decision was not applied."""
-    message = (
-        f"your {REQUESTED_NOUN.get(outcome.requested, outcome.requested)} of item {outcome.item_title} "
-        f"was not applied: {outcome.winner} {outcome.winner_status} it first"
-    )
+    message = outcome.loser_notice()
     _send(
         user_group(reviewer_id),
         {

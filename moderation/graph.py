@@ -19,7 +19,7 @@ from typing_extensions import TypedDict
 
 from moderation.checkpointer import checkpointer_get
 from moderation.faults import fault_point
-from moderation.models import Decision
+from moderation.models import STATUS_FOR_DECISION, Decision, Requested
 from moderation.prescreen import text_prescreen
 
 EXCERPT_LENGTH = 280
@@ -66,16 +66,17 @@ def _request_review(state: ReviewState) -> dict[str, Any]:
             "allowed_decisions": list(Decision.values),
         }
     )
-    # The guard validates before resuming; this keeps a hand-made resume honest too.
-    if not isinstance(decision, dict) or decision.get("decision") not in Decision.values:
-        raise ResumeValueError(f"resume value must name one of {Decision.values}, got {decision!r}")
+    # The guard validates before resuming; this keeps a hand-made resume honest too. A
+    # withdrawal by the submitter ends the review like a decision does.
+    if not isinstance(decision, dict) or decision.get("decision") not in Requested.values:
+        raise ResumeValueError(f"resume value must name one of {Requested.values}, got {decision!r}")
     return {"decision": decision}
 
 
 def _apply_decision(state: ReviewState) -> dict[str, Any]:
     fault_point("in_apply_node", item_key=state["item_id"])
     decision = state["decision"]
-    status = "approved" if decision["decision"] == Decision.APPROVE else "rejected"
+    status = STATUS_FOR_DECISION[decision["decision"]].value
     return {"result": {"status": status, "reviewer": decision["reviewer"], "decided_at": decision["decided_at"]}}
 
 
@@ -139,7 +140,7 @@ def graph_pending_review(*, thread_id: str) -> dict[str, Any] | None:
 
 
 def graph_resume(*, thread_id: str, decision: str, reviewer: str, note: str, decided_at: str) -> dict[str, Any]:
-    """Resume a paused item with a decision and run it to the end.
+    """Resume a paused item with a decision (or a withdrawal) and run it to the end.
 
     Callers must hold the item's guard: LangGraph itself lets two resumes of one
     thread both run the review node.

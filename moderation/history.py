@@ -4,6 +4,11 @@ A recorder logs every attempt as an invocation followed by its completion: ``ok`
 (the reviewer was told they won), ``fail`` (told they lost, and who won) or
 ``unknown`` (a timeout, a dropped connection, a 5xx: the reviewer does not know).
 After the run, a final read of the items and their graphs is checked against it.
+
+A withdrawal by the item's submitter is one more competing operation (``decision``
+``"withdraw"``, its ``reviewer`` the withdrawing account): among the decisions and
+withdrawals on an item exactly one wins, and an acknowledged op must be what the item
+ended as (a withdrawal told it won on an item that ended approved is a lost op too).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class FinalItem:
     winner: str | None
     winning_attempts: int
     resumes: int
+    decision: str | None = None  # what won: approve / reject / withdraw; None if undecided or not read
 
 
 @dataclass(frozen=True)
@@ -87,9 +93,13 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
         acknowledged = [op.reviewer for op in item_ops if op.completion == "ok"]
         if state.winning_attempts > 1 or len(set(acknowledged)) > 1:
             anomalies.append(Anomaly("multiple_winners", item, f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"))
-        for reviewer in acknowledged:
-            if reviewer != state.winner:
-                anomalies.append(Anomaly("lost_decision", item, f"{reviewer} was told they won but the decision is {state.winner}'s"))
+        for op in item_ops:
+            if op.completion != "ok":
+                continue
+            if op.reviewer != state.winner:
+                anomalies.append(Anomaly("lost_decision", item, f"{op.reviewer} was told they won but the decision is {state.winner}'s"))
+            elif state.decision is not None and op.decision != state.decision:
+                anomalies.append(Anomaly("lost_decision", item, f"{op.reviewer} was told their {op.decision} won but {state.decision} did"))
         for op in item_ops:
             if op.completion == "fail" and op.told_winner != state.winner:
                 anomalies.append(Anomaly("misinformed_loser", item, f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
@@ -107,7 +117,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     from django.db.models import Count, Q
 
     from moderation.graph import graph_resume_count
-    from moderation.models import AttemptOutcome, QueueItem
+    from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
 
     rows = (
         QueueItem.objects.filter(public_id__in=list(items))
@@ -119,6 +129,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
             winner=row.decided_by.get_username() if row.decided_by else None,
             winning_attempts=row.won,
             resumes=graph_resume_count(thread_id=row.thread_id),
+            decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
         )
         for row in rows
     }

@@ -13,15 +13,26 @@ class Decision(models.TextChoices):
     REJECT = "reject", "Reject"
 
 
+class Requested(models.TextChoices):
+    """What an attempt asks for: a moderator's decision, or the submitter's withdrawal."""
+
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+    WITHDRAW = "withdraw", "Withdraw"
+
+
 class ItemStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    # Its submitter took it back; settled like a decision, with the withdrawing user as winner.
+    WITHDRAWN = "withdrawn", "Withdrawn"
     # The graph accepted a decision but could not finish; an operator runs `recover`.
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
 
 
-DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED)
+# Settled: the item has a winner and a time, and every later attempt loses to it.
+DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRAWN)
 
 
 # PostgreSQL text cannot hold NUL and SQLite can: refusing it everywhere keeps the two
@@ -29,7 +40,10 @@ DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED)
 NO_NUL = ProhibitNullCharactersValidator()
 
 
-STATUS_FOR_DECISION = {Decision.APPROVE: ItemStatus.APPROVED, Decision.REJECT: ItemStatus.REJECTED}
+STATUS_FOR_DECISION = {
+    Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
+}
+DECISION_FOR_STATUS = {status: requested for requested, status in STATUS_FOR_DECISION.items()}
 
 
 class QueueItem(models.Model):
@@ -150,7 +164,7 @@ class DecisionAttempt(AppendOnlyModel):
 
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="attempts")
-    requested = models.CharField(max_length=16, choices=Decision.choices)
+    requested = models.CharField(max_length=16, choices=Requested.choices)
     note = models.TextField(blank=True, default="", validators=[NO_NUL])
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
     # The item's winner at the moment this attempt was judged (the reviewer, if it won).

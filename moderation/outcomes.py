@@ -1,4 +1,8 @@
-"""What a reviewer is told about their decision."""
+"""What a reviewer (or a withdrawing submitter) is told about their attempt.
+
+Every wording of a won or lost attempt comes from here: the 409 page, the JSON answer
+and the live loser notice all read ``DecisionOutcome``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from moderation.models import DecisionAttempt, QueueItem
+from moderation.models import DecisionAttempt, ItemStatus, QueueItem, Requested
+
+REQUESTED_NOUN = {Requested.APPROVE: "approval", Requested.REJECT: "rejection", Requested.WITHDRAW: "withdrawal"}
 
 
 @dataclass(frozen=True)
@@ -31,13 +37,38 @@ class DecisionOutcome:
     def seconds_ago(self, *, now: datetime | None = None) -> int:
         return seconds_since(self.decided_at, now=now)
 
+    @property
+    def requested_noun(self) -> str:
+        return REQUESTED_NOUN.get(self.requested, self.requested)
+
     def message(self, *, now: datetime | None = None) -> str:
         if self.won:
+            if self.winner_status == ItemStatus.WITHDRAWN:
+                return f"You withdrew “{self.item_title}”."
             return f"You {self.winner_status} “{self.item_title}”."
-        return (
-            f"Already reviewed by {self.winner} ({self.winner_status}, {format_ago(self.seconds_ago(now=now))}) "
-            "— your decision was not applied"
-        )
+        what = "withdrawal" if self.requested == Requested.WITHDRAW else "decision"
+        return f"{self.settled_by(now=now)} — your {what} was not applied"
+
+    def settled_by(self, *, now: datetime | None = None) -> str:
+        """Who settled the item, and how long ago: "Already reviewed by alice (approved, 3 s ago)"."""
+        ago = format_ago(self.seconds_ago(now=now))
+        if self.winner_status == ItemStatus.WITHDRAWN:
+            return f"Already withdrawn by {self.winner} ({ago})"
+        return f"Already reviewed by {self.winner} ({self.winner_status}, {ago})"
+
+    def settled_first(self) -> str:
+        """What the winner did, for the 409 page: "alice approved this item first"."""
+        if self.winner_status == ItemStatus.WITHDRAWN:
+            return f"{self.winner} withdrew this item first"
+        return f"{self.winner} {self.winner_status} this item first"
+
+    def loser_notice(self) -> str:
+        """The line a loser's other open tabs are shown (live.js words it the same way)."""
+        if self.winner_status == ItemStatus.WITHDRAWN:
+            first = f"it was withdrawn by {self.winner} first"
+        else:
+            first = f"{self.winner} {self.winner_status} it first"
+        return f"your {self.requested_noun} of item {self.item_title} was not applied: {first}"
 
     def winner_payload(self) -> dict[str, str]:
         return {

@@ -3,6 +3,7 @@
 The guard resumes the graph before it commits, so after a crash the graph can be
 ahead of the row, never behind it: it may hold a decision the row does not (adopt
 it), or have accepted one and failed in a later node (retry it, or flag the item).
+A withdrawal is handled the same way (the graph records ``"withdraw"``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from moderation.graph import (
     graph_pending_review,
     graph_resume,
 )
-from moderation.models import STATUS_FOR_DECISION, AttemptOutcome, Decision, ItemStatus, QueueItem
+from moderation.models import DECISION_FOR_STATUS, STATUS_FOR_DECISION, AttemptOutcome, ItemStatus, QueueItem
 from moderation.outcomes import outcome_for
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ def _adopt(*, item: QueueItem, accepted: dict[str, str]) -> str:
     except User.DoesNotExist:
         return _attention(item=item, reason=f"the graph's decision names an unknown reviewer {accepted['reviewer']!r}")
     decided_at = parse_datetime(accepted["decided_at"])
-    item.status = STATUS_FOR_DECISION[Decision(accepted["decision"])]
+    # A withdrawal is adopted like a decision: the graph names the withdrawing account.
+    item.status = STATUS_FOR_DECISION[accepted["decision"]]
     item.decided_by = reviewer
     item.decided_at = decided_at
     note, detail = accepted.get("note", ""), ADOPTED_DETAIL
@@ -98,7 +100,7 @@ def _adopt(*, item: QueueItem, accepted: dict[str, str]) -> str:
 
 def _roll_forward(*, item: QueueItem) -> str:
     """A decided row whose graph is still paused: finish the graph with the row's decision."""
-    decision = Decision.APPROVE if item.status == ItemStatus.APPROVED else Decision.REJECT
+    decision = DECISION_FOR_STATUS[item.status]
     graph_resume(
         thread_id=item.thread_id, decision=decision, reviewer=item.decided_by.get_username(),
         note=item.decision_note, decided_at=item.decided_at.isoformat(),

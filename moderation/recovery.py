@@ -11,7 +11,7 @@ from django.db import transaction
 
 from moderation import events
 from moderation.locks import item_lock
-from moderation.models import ItemStatus, QueueItem
+from moderation.models import DECIDED_STATUSES, ItemStatus, QueueItem
 from moderation.reconcile import item_reconcile_locked
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def items_recover(
     """
     statuses = [ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
     if include_decided:
-        statuses += [ItemStatus.APPROVED, ItemStatus.REJECTED]
+        statuses += list(DECIDED_STATUSES)
     keys = list(QueueItem.objects.filter(status__in=statuses).order_by("id").values_list("public_id", flat=True))
     report = RecoveryReport()
     for done, public_id in enumerate(keys, start=1):

@@ -4,6 +4,10 @@ Two modes: ``threads`` (one process, one thread per reviewer) and ``processes`` 
 spawned OS process per reviewer, sharing only the database and the checkpointer).
 Each worker walks the same item list; a barrier releases all of them onto each item
 together. Judging reads the final rows and the graphs' checkpoint history.
+
+By default reviewers alternate approve and reject; ``decisions`` gives each worker its
+own instead, e.g. ``["withdraw", "approve", "reject"]`` to race the item's submitter
+(withdrawing) against two moderators.
 """
 
 from __future__ import annotations
@@ -95,6 +99,14 @@ def decision_for(index: int) -> str:
     return "approve" if index % 2 == 0 else "reject"
 
 
+def decisions_for(usernames: Sequence[str], decisions: Sequence[str] | None) -> list[str]:
+    if decisions is None:
+        return [decision_for(i) for i in range(len(usernames))]
+    if len(decisions) != len(usernames):
+        raise ValueError(f"{len(decisions)} decisions for {len(usernames)} reviewers")
+    return list(decisions)
+
+
 def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float) -> Attempt:
     started_at = time.time()
     start = time.perf_counter()
@@ -111,9 +123,10 @@ def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str,
 
 def race_threads(
     *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
-    on_attempt: Callable[[Attempt], None] | None = None,
+    on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
 ) -> RaceReport:
     decide = STRATEGIES[strategy]
+    chosen = decisions_for(usernames, decisions)
     users = {u.username: u for u in get_user_model().objects.filter(username__in=usernames)}
     barrier = threading.Barrier(len(usernames))
     attempts: list[Attempt] = []
@@ -123,7 +136,7 @@ def race_threads(
         try:
             for item in items:
                 barrier.wait(timeout=BARRIER_TIMEOUT)
-                result = attempt_run(decide, item=item, user=users[username], decision=decision_for(index), delay=delay)
+                result = attempt_run(decide, item=item, user=users[username], decision=chosen[index], delay=delay)
                 with attempts_lock:
                     attempts.append(result)
                     if on_attempt is not None:
@@ -143,10 +156,13 @@ def race_threads(
 def race_processes(
     *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
     on_attempt: Callable[[Attempt], None] | None = None, extra_env: dict[str, str] | None = None,
+    decisions: Sequence[str] | None = None,
 ) -> RaceReport:
     """One race in freshly spawned processes (see ``reviewer_processes`` to race many times)."""
     with reviewer_processes(size=len(usernames), extra_env=extra_env) as pool:
-        return pool.race(strategy=strategy, items=items, usernames=usernames, delay=delay, on_attempt=on_attempt)
+        return pool.race(
+            strategy=strategy, items=items, usernames=usernames, delay=delay, on_attempt=on_attempt, decisions=decisions
+        )
 
 
 class ReviewerProcesses:
@@ -175,17 +191,18 @@ class ReviewerProcesses:
 
     def race(
         self, *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
-        on_attempt: Callable[[Attempt], None] | None = None,
+        on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
     ) -> RaceReport:
         if len(usernames) != self.size:
             raise ValueError(f"{len(usernames)} reviewers for {self.size} processes")
+        chosen = decisions_for(usernames, decisions)
         start = time.perf_counter()
         attempts: list[Attempt] = []
         expected = len(items) * self.size
         if all(p.is_alive() for p in self._procs):
             self._barrier.reset()
-            for i, (inbox, name) in enumerate(zip(self._inboxes, usernames)):
-                inbox.put((strategy, list(items), name, decision_for(i), delay))
+            for inbox, name, decision in zip(self._inboxes, usernames, chosen):
+                inbox.put((strategy, list(items), name, decision, delay))
             deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
             while len(attempts) < expected and time.monotonic() < deadline:
                 try:

@@ -1,7 +1,9 @@
 """Ways to decide an item, from the seed's broken one to the product's guard.
 
 Every strategy has the product's signature and returns a DecisionOutcome, so the
-race harness judges them all the same way. The lab's own strategies never write a
+race harness judges them all the same way. A ``decision`` of ``"withdraw"`` is the
+item's submitter taking it back: the guarded strategy sends it to ``item_withdraw``,
+the others check-then-act it like any decision. The lab's own strategies never write a
 DecisionAttempt: the one-winner-per-item constraint would turn their silent losses
 into errors, and silent losses are what the lab exists to count.
 
@@ -23,11 +25,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from moderation.decisions import DecisionOutcome, item_decide
+from moderation.decisions import DecisionOutcome, item_decide, item_withdraw
 from moderation.faults import fault_point
 from moderation.graph import graph_resume
 from moderation.locks import item_lock
-from moderation.models import STATUS_FOR_DECISION, Decision, QueueItem
+from moderation.models import STATUS_FOR_DECISION, QueueItem, Requested
 
 Strategy = Callable[..., DecisionOutcome]
 
@@ -83,6 +85,8 @@ def guarded_decide(
     *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.0
 ) -> DecisionOutcome:
     """The product's own guard, unchanged (``delay`` is the naive window; the guard has none)."""
+    if decision == Requested.WITHDRAW:
+        return item_withdraw(item_public_id=item_public_id, by=reviewer, reason=note)
     return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
 
 
@@ -102,7 +106,7 @@ def _act(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: st
         thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(), note=note,
         decided_at=decided_at.isoformat(),
     )
-    status = STATUS_FOR_DECISION[Decision(decision)]
+    status = STATUS_FOR_DECISION[decision]
     QueueItem.objects.filter(pk=item.pk).update(status=status, decided_by=reviewer, decided_at=decided_at, decision_note=note)
     return DecisionOutcome(
         won=True, item_public_id=str(item.public_id), item_title=item.title, requested=decision,

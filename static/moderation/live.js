@@ -254,7 +254,11 @@ function bannerShow(msg) {
     review.before(banner);
   }
   const since = Date.now() - (msg.seconds_ago || 0) * 1000;
-  const render = () => { banner.textContent = `${msg.winner} ${msg.status} this item ${ago(Math.floor((Date.now() - since) / 1000))}`; };
+  const render = () => {
+    const when = ago(Math.floor((Date.now() - since) / 1000));
+    banner.textContent = msg.status === "withdrawn"
+      ? `Withdrawn by ${msg.winner} ${when}` : `${msg.winner} ${msg.status} this item ${when}`;
+  };
   render();
   clearInterval(bannerTimer);
   bannerTimer = setInterval(render, 1000);
@@ -270,7 +274,9 @@ async function lostCheck(msg) {
   const item = await itemStateRead();
   if (!item?.winner || item.winner !== msg.winner) return;
   itemStateShow(item);
-  lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${item.winner} ${item.status} it first`);
+  // Worded as moderation/outcomes.py's DecisionOutcome.loser_notice.
+  const first = item.status === "withdrawn" ? `it was withdrawn by ${item.winner} first` : `${item.winner} ${item.status} it first`;
+  lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${first}`);
 }
 
 function liveStoppedShow(message) {

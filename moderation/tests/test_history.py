@@ -53,6 +53,29 @@ def test_double_resume_and_never_resumed_are_caught():
     assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=0)}) == ["never_resumed"]
 
 
+def test_withdrawal_competes_with_decisions_for_the_one_win():
+    recorder = HistoryRecorder()
+    withdraw = recorder.invoke(reviewer="svc", item="i1", decision="withdraw")
+    decide = recorder.invoke(reviewer="alice", item="i1", decision="approve")
+    recorder.complete(withdraw, completion="ok", told_winner="svc")
+    recorder.complete(decide, completion="fail", told_winner="svc")
+    withdrawn = {"i1": FinalItem(winner="svc", winning_attempts=1, resumes=1, decision="withdraw")}
+    assert history_check(ops=recorder.ops, final=withdrawn) == []
+    # Both told they won, the item ended approved: the withdrawal was silently lost.
+    recorder.complete(decide, completion="ok", told_winner="alice")
+    approved = {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, decision="approve")}
+    assert _kinds(recorder.ops, approved) == ["lost_decision", "multiple_winners"]
+
+
+def test_acknowledged_op_must_be_what_the_item_ended_as():
+    """The same account told its withdrawal won, while its approval is what was stored."""
+    recorder = HistoryRecorder()
+    op = recorder.invoke(reviewer="svc", item="i1", decision="withdraw")
+    recorder.complete(op, completion="ok", told_winner="svc")
+    final = {"i1": FinalItem(winner="svc", winning_attempts=1, resumes=1, decision="approve")}
+    assert _kinds(recorder.ops, final) == ["lost_decision"]
+
+
 def test_an_attempt_that_never_completed_is_reported():
     ops = _history(("alice", "i1", "ok", "alice"), ("bob", "i1", None, None))
     assert _kinds(ops, CLEAN_FINAL) == ["incomplete"]
@@ -70,7 +93,7 @@ def test_final_read_reflects_the_database_and_the_graph(alice, bob, make_item):
     item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
     item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
     final = history_final_read(items=[str(decided.public_id), str(pending.public_id)])
-    assert final[str(decided.public_id)] == FinalItem(winner="alice", winning_attempts=1, resumes=1)
+    assert final[str(decided.public_id)] == FinalItem(winner="alice", winning_attempts=1, resumes=1, decision="approve")
     assert final[str(pending.public_id)] == FinalItem(winner=None, winning_attempts=0, resumes=0)
 
 

@@ -89,6 +89,7 @@ def test_moderator_losing_to_a_withdrawal_gets_409_page_and_json(client, alice, 
     text = page.content.decode()
     assert "Already withdrawn by svc-client (" in text and "— your decision was not applied" in text
     assert "svc-client withdrew this item first" in text
+    assert "Withdrawn by its submitter" in text and 'status-withdrawn">withdrawn</span> by <strong>svc-client' in text
     answer = client.post(
         f"/api/items/{item.public_id}/decision", {"decision": "reject"}, content_type="application/json",
     )

@@ -1,6 +1,7 @@
 """A real webhook receiver for the delivery tests: a threaded http.server that verifies signatures.
 
-It can answer 500 to the first N requests, stall (longer than the sender's timeout),
+It can answer 500 to the next N requests, stall the next M (longer than the sender's
+timeout; a request both stalled and failed is held, then refused),
 or be stopped and restarted on the same port (down for a while). Every request whose
 signature verifies with ``standardwebhooks.Webhook(secret).verify`` is kept, in
 arrival order, with the moment it arrived.
@@ -30,7 +31,7 @@ class Receiver:
         self.secret = secret
         self.port = port
         self.fail_next = 0  # answer 500 to this many requests
-        self.stall_next = 0  # hold this many requests for stall_seconds, then answer 200
+        self.stall_next = 0  # hold this many requests for stall_seconds before answering
         self.stall_seconds = 0.0
         self.received: list[Received] = []
         self.requests = 0
@@ -52,7 +53,7 @@ class Receiver:
                     receiver.requests += 1
                     fail = receiver.fail_next > 0
                     receiver.fail_next -= fail
-                    stall = not fail and receiver.stall_next > 0
+                    stall = receiver.stall_next > 0
                     receiver.stall_next -= stall
                 if stall:
                     time.sleep(receiver.stall_seconds)

@@ -1,4 +1,4 @@
-# reviewqueue: `make run` serves the dashboard, `make test` runs every test.
+# reviewqueue: `make run` serves the dashboard (and runs a webhook worker), `make test` runs every test.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -37,8 +37,9 @@ run: install
 	@echo "  reviewqueue is running at http://$(HOST):$(PORT)/"
 	@echo "  log in as alice, bob or carol (moderators) or dave (view only)"
 	@echo "  demo password: $$($(PY) -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
+	@echo "  a webhook worker (manage.py db_worker) runs beside it; Ctrl-C stops both"
 	@echo ""
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) reviewqueue.asgi:application
+	PY=$(PY) HOST=$(HOST) PORT=$(PORT) scripts/run_with_worker.sh
 
 run-cluster: install
 	DATABASE_URL="$${DATABASE_URL:-$(CLUSTER_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(CLUSTER_REDIS_URL)}" \

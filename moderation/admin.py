@@ -1,11 +1,13 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.utils.html import format_html_join
 from django.utils.text import Truncator
 
+from moderation.delivery.models import SUBSCRIBABLE_EVENTS, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
+from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
 from moderation.models import AuditLedgerEntry, DecisionAttempt, QueueItem
 
@@ -94,3 +96,79 @@ class DecisionAttemptAdmin(_ReadOnlyAdmin):
 class AuditLedgerEntryAdmin(_ReadOnlyAdmin):
     list_display = ["seq", "kind", "item_public_id", "attempt_seq", "recorded_at", "key_id"]
     list_filter = ["kind"]
+
+
+# --- Webhooks ---------------------------------------------------------------------
+
+
+class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="http:// or https:// URL that receives POSTed events")
+    events = forms.MultipleChoiceField(
+        choices=[(e.value, e.label) for e in SUBSCRIBABLE_EVENTS], widget=forms.CheckboxSelectMultiple,
+    )
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["name", "url", "events", "active"]
+
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        if not url.lower().startswith(("http://", "https://")):
+            raise forms.ValidationError("the URL must start with http:// or https://")
+        return url
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    form = WebhookEndpointForm
+    list_display = ["name", "url", "events", "active", "created_at"]
+    list_filter = ["active"]
+    readonly_fields = ["secret", "created_at"]
+    actions = ["send_test_ping"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            self.message_user(
+                request, f"Endpoint “{obj.name}” created. Its signing secret (give it to the receiver): {obj.secret}",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Send test ping")
+    def send_test_ping(self, request, queryset):
+        for endpoint in queryset:
+            endpoint_ping(endpoint=endpoint)
+        self.message_user(request, f"Queued a webhook.ping for {queryset.count()} endpoint(s).", messages.SUCCESS)
+
+
+class DeliveryAttemptInline(admin.TabularInline):
+    model = DeliveryAttempt
+    fields = ["at", "status_code", "latency_ms", "error"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(_ReadOnlyAdmin):
+    list_display = ["created_at", "event", "endpoint", "item_public_id", "sequence", "status", "attempts",
+                    "next_attempt_at", "last_error"]
+    list_filter = ["status", "event", "endpoint"]
+    search_fields = ["msg_id", "item_public_id"]
+    inlines = [DeliveryAttemptInline]
+    actions = ["redeliver"]
+
+    def has_redeliver_permission(self, request):
+        return request.user.has_perm("moderation.change_webhookdelivery")
+
+    @admin.action(description="Redeliver (same webhook-id)", permissions=["redeliver"])
+    def redeliver(self, request, queryset):
+        queued = sum(delivery_redeliver(delivery=d) for d in queryset)
+        skipped = queryset.count() - queued
+        self.message_user(
+            request, f"Queued {queued} delivery(ies) again" + (f"; {skipped} still pending, left as they are." if skipped else "."),
+            messages.SUCCESS,
+        )

@@ -40,7 +40,8 @@ resume happens before the commit:
 
 Every judged attempt (won, lost, or refused because the item needs attention) is
 appended to the keyed attempts log (per-item chain and global ledger, see
-``moderation.audit``) under the same row lock.
+``moderation.audit``) under the same row lock. A winning one also records its webhook
+deliveries there (``moderation.delivery.outbox``): committed with the decision or not at all.
 
 Events go out only after the commit and after the item lock is released
 (``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer
@@ -62,6 +63,8 @@ from django.utils import timezone
 
 from moderation import events
 from moderation.audit import attempt_append
+from moderation.delivery.models import WebhookEvent
+from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review, graph_resume
 from moderation.locks import LockTimeout, item_lock
@@ -319,6 +322,7 @@ def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, 
         item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.WON,
         winner=reviewer, winner_status=item.status, winner_decided_at=decided_at, requested_at=requested_at,
     )
+    delivery_record(event=WebhookEvent.ITEM_DECIDED, item=item, payload=item_payload(item=item))
     outcome = outcome_for(item=item, won=True, requested=decision, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))

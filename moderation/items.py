@@ -9,6 +9,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from moderation import events
+from moderation.delivery.models import WebhookEvent
+from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.graph import graph_start
 from moderation.models import QueueItem
 
@@ -52,7 +54,10 @@ def _item_start(*, title: str, body: str, source: str, is_lab: bool) -> QueueIte
     item.review_request = graph_start(
         thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
     )
-    item.save(force_insert=True)
+    # The row and its item.created deliveries commit together (the graph stays outside).
+    with transaction.atomic():
+        item.save(force_insert=True)
+        delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
     # After the caller's transaction, if there is one; at once otherwise.
     events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item

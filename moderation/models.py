@@ -263,3 +263,8 @@ class Presence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} on {self.item_id} at {self.last_seen:%H:%M:%S}"
+
+
+# --- Webhooks ---------------------------------------------------------------------
+# Defined in moderation.delivery (below the guard); imported here so they belong to this app.
+from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, WebhookEndpoint  # noqa: E402, F401

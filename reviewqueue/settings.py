@@ -108,7 +108,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
+    # Before django_tasks_db: moderation's db_worker (the package's, plus the delivery sweep) wins.
     "moderation",
+    "django_tasks",
+    "django_tasks_db",
 ]
 
 MIDDLEWARE = [
@@ -276,6 +279,20 @@ LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
 # sends nothing; changes made through the ORM reach it at once (moderation.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
+# --- Webhooks (moderation.delivery) ---------------------------------------------
+# Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+# One attempt's HTTP timeout (seconds): a slow receiver holds a worker at most this long.
+WEBHOOK_TIMEOUT = float(os.environ.get("WEBHOOK_TIMEOUT", "10"))
+# Retries: exponential backoff from WEBHOOK_RETRY_BASE seconds, capped at WEBHOOK_RETRY_MAX,
+# with jitter; after WEBHOOK_RETRY_FOR seconds without a 2xx the delivery is marked failed.
+WEBHOOK_RETRY_BASE = float(os.environ.get("WEBHOOK_RETRY_BASE", "5"))
+WEBHOOK_RETRY_MAX = float(os.environ.get("WEBHOOK_RETRY_MAX", "3600"))
+WEBHOOK_RETRY_FOR = float(os.environ.get("WEBHOOK_RETRY_FOR", str(24 * 3600)))
+# Each worker re-queues deliveries whose attempt was lost (a worker killed mid-delivery)
+# every WEBHOOK_SWEEP_INTERVAL seconds, once their lease is WEBHOOK_LEASE_GRACE seconds overdue.
+WEBHOOK_SWEEP_INTERVAL = float(os.environ.get("WEBHOOK_SWEEP_INTERVAL", "5"))
+WEBHOOK_LEASE_GRACE = float(os.environ.get("WEBHOOK_LEASE_GRACE", "30"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.

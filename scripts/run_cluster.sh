@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Two reviewqueue servers (daphne processes) on two ports, sharing one PostgreSQL
-# database and one Redis: the smallest "several servers" deployment, to try it out.
+# Two reviewqueue servers (daphne processes) on two ports and two webhook workers
+# (`manage.py db_worker`), sharing one PostgreSQL database and one Redis: the smallest
+# "several servers" deployment, to try it out.
 #
 #   DATABASE_URL=postgres://postgres@127.0.0.1:5432/reviewqueue \
 #   REDIS_URL=redis://127.0.0.1:6379/0 \
 #   scripts/run_cluster.sh            # or: make run-cluster
 #
 # Then open http://127.0.0.1:8001/ as alice and http://127.0.0.1:8002/ as bob and
-# decide the same item. Ctrl-C stops both servers.
+# decide the same item. Ctrl-C stops the servers and the workers.
 #
 # Environment: DATABASE_URL and REDIS_URL (required), HOST (127.0.0.1), PORT1 (8001),
-# PORT2 (8002), PY (.venv/bin/python), DEBUG (true: demo users and items are added),
+# PORT2 (8002), PY (.venv/bin/python), WORKER_INTERVAL (0.1 s, an idle worker's polling
+# interval), DEBUG (true: demo users and items are added),
 # and everything reviewqueue/settings.py reads (SECRET_KEY, ALLOWED_HOSTS, ...).
 # The database is created if it does not exist yet and the server may create it.
 set -euo pipefail
@@ -20,6 +22,7 @@ PY=${PY:-.venv/bin/python}
 HOST=${HOST:-127.0.0.1}
 PORT1=${PORT1:-8001}
 PORT2=${PORT2:-8002}
+WORKER_INTERVAL=${WORKER_INTERVAL:-0.1}
 export DEBUG=${DEBUG:-true}
 
 die() { echo "run_cluster: $*" >&2; exit 2; }
@@ -87,6 +90,12 @@ for port in "$PORT1" "$PORT2"; do
   "$PY" -m daphne --proxy-headers -b "$HOST" -p "$port" reviewqueue.asgi:application > >(sed -u "s/^/[:$port] /") 2>&1 &
   pids+=("$!")
 done
+# Two workers share the database's task queue (each task is claimed by one of them).
+for n in 1 2; do
+  "$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" --worker-id "$(hostname)-$n-$$" \
+    > >(sed -u "s/^/[worker$n] /") 2>&1 &
+  pids+=("$!")
+done
 
 # Ready when both answer /healthz with 200 (database, checkpointer and channel layer all ok).
 "$PY" - "$HOST" "$PORT1" "$PORT2" <<'EOF'
@@ -118,12 +127,12 @@ echo "    http://$HOST:$PORT1/   http://$HOST:$PORT2/"
 if [ "$DEBUG" = "true" ]; then
   echo "  log in as alice, bob or carol (moderators) or dave (view only); password: $("$PY" -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
 fi
-echo "  Ctrl-C stops both."
+echo "  two webhook workers deliver events; Ctrl-C stops everything."
 echo ""
 
-# When either server exits, stop the other too.
+# When any server or worker exits, stop the others too.
 set +e
 wait -n "${pids[@]}"
 status=$?
-echo "run_cluster: a server exited ($status); stopping the other" >&2
+echo "run_cluster: a server or worker exited ($status); stopping the others" >&2
 exit "$status"

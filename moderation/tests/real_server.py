@@ -4,7 +4,8 @@ Built on ``e2e.server.LiveServer`` (restartable daphne on its own SQLite file, d
 for reads). Adds: fault points for the server process only (``faults``), extra
 environment (a Redis of the test's own), a one-process seed that migrates, creates
 moderators, items and pre-made decisions and hands out ready sessions (no login form,
-so no password hashing), and a reviewer that POSTs decisions with that session.
+so no password hashing), a reviewer that POSTs decisions with that session, and a
+task worker (``worker_start``) on the same database.
 """
 
 from __future__ import annotations
@@ -140,6 +141,20 @@ class SiteServer(LiveServer):
             return self.process.wait(timeout=timeout)
         finally:
             self.stop()
+
+
+def worker_start(server: LiveServer, *, interval: float = 0.05) -> subprocess.Popen:
+    """A real ``manage.py db_worker`` on ``server``'s database and environment; its log is worker.log beside the server's.
+
+    Stop it with ``kill()`` (SIGKILL, a crash) or ``terminate()`` and ``wait()``.
+    """
+    with open(server.workdir / "worker.log", "a") as log:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
+             "--interval", str(interval)],
+            cwd=ROOT, env=server.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 class Dropped(Exception):

@@ -1,0 +1,100 @@
+"""Recording deliveries in the transaction that made the event (the transactional outbox).
+
+A delivery row and its task are written with the decision (or the new item), so a
+committed event is always delivered and a rolled-back one never is, whatever happens
+to the process after the commit.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from moderation.delivery.sending import delivery_send
+
+if TYPE_CHECKING:
+    from moderation.models import QueueItem
+
+
+def item_payload(*, item: QueueItem) -> dict:
+    """What every item event says about its item (the body stays out: the sender has it)."""
+    data = {
+        "id": str(item.public_id),
+        "title": item.title,
+        "source": item.source,
+        "status": item.status,
+        "created_at": item.created_at.isoformat() if item.created_at else None,
+        "decision": None,
+    }
+    if item.decided_at is not None and item.decided_by is not None:
+        data["decision"] = {
+            "status": item.status,
+            "by": item.decided_by.get_username(),
+            "at": item.decided_at.isoformat(),
+            "note": item.decision_note,
+        }
+    return data
+
+
+def delivery_record(*, event: str, item: QueueItem, payload: dict) -> list[WebhookDelivery]:
+    """One delivery per active endpoint subscribed to ``event``; call it inside the event's transaction.
+
+    The caller holds the item's row lock (or has just inserted the row), so the item's
+    sequence numbers are handed out in the order its events happen.
+    """
+    if item.is_lab:  # the race lab's items are the lab's business, not other systems'
+        return []
+    endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if event in e.events]
+    if not endpoints:
+        return []
+    last = WebhookDelivery.objects.filter(item_public_id=item.public_id).aggregate(last=Max("sequence"))["last"]
+    sequence = (last or 0) + 1
+    return [
+        _delivery_write(endpoint=endpoint, event=event, item_public_id=item.public_id, sequence=sequence,
+                        data={**payload, "sequence": sequence})
+        for endpoint in endpoints
+    ]
+
+
+def endpoint_ping(*, endpoint: WebhookEndpoint) -> WebhookDelivery:
+    """A ``webhook.ping`` for one endpoint (active or not), delivered like any event."""
+    return _delivery_write(
+        endpoint=endpoint, event=WebhookEvent.PING, item_public_id=None, sequence=0,
+        data={"endpoint": endpoint.name},
+    )
+
+
+def delivery_redeliver(*, delivery: WebhookDelivery) -> bool:
+    """Send a delivered or failed delivery again (same webhook-id); False if it is still pending."""
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().get(pk=delivery.pk)
+        if delivery.status == DeliveryStatus.PENDING:
+            return False
+        now = timezone.now()
+        delivery.status = DeliveryStatus.PENDING
+        delivery.next_attempt_at = now
+        delivery.retry_until = now + timedelta(seconds=settings.WEBHOOK_RETRY_FOR)
+        delivery.save(update_fields=["status", "next_attempt_at", "retry_until"])
+        delivery_send.enqueue(delivery.pk)
+    return True
+
+
+def _delivery_write(
+    *, endpoint: WebhookEndpoint, event: str, item_public_id, sequence: int, data: dict
+) -> WebhookDelivery:
+    now = timezone.now()
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.create(
+            endpoint=endpoint, event=event, item_public_id=item_public_id, sequence=sequence,
+            payload={"type": event, "timestamp": now.isoformat(), "data": data},
+            next_attempt_at=now, retry_until=now + timedelta(seconds=settings.WEBHOOK_RETRY_FOR),
+        )
+        # The task row is in the same transaction: it exists exactly when the delivery does.
+        delivery_send.enqueue(delivery.pk)
+    return delivery

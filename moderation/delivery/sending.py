@@ -1,0 +1,174 @@
+"""Attempting deliveries: one signed POST per attempt, retried with backoff, in order per item.
+
+Each attempt runs as a ``delivery_send`` task in a worker (``manage.py db_worker``),
+never in a web process. The delivery row is the truth; tasks only say "look at it":
+- an attempt first takes a lease on the row (``next_attempt_at`` moves past the HTTP
+  timeout), so a duplicate task finds the lease and does nothing;
+- a delivery whose earlier sibling (same item and endpoint, lower sequence) is still
+  pending is parked; finishing the sibling makes it due and queues it;
+- a worker killed mid-attempt leaves its task claimed forever (the database backend
+  does not reclaim them), so ``deliveries_sweep`` (run by every worker) re-queues
+  deliveries whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from datetime import datetime, timedelta, timezone as dt_timezone
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_tasks import task
+from standardwebhooks import Webhook
+
+from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
+
+logger = logging.getLogger(__name__)
+
+# An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
+LEASE_MARGIN_SECONDS = 2.0
+ERROR_MAX_CHARS = 500
+
+
+@task()
+def delivery_send(delivery_id: int) -> None:
+    delivery_attempt(delivery_id=delivery_id)
+
+
+def delivery_body(*, delivery: WebhookDelivery) -> str:
+    """The exact bytes signed and sent: the same on every attempt (sorted keys, no spaces)."""
+    return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def retry_delay(*, attempts: int) -> float:
+    """Exponential backoff with jitter: between half and all of base·2^(n-1), capped."""
+    ceiling = min(settings.WEBHOOK_RETRY_MAX, settings.WEBHOOK_RETRY_BASE * 2 ** max(0, attempts - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def delivery_attempt(*, delivery_id: int) -> str:
+    """Make one attempt if the delivery is due and first in line; return what happened."""
+    delivery = _lease_take(delivery_id)
+    if delivery is None:
+        return "skipped"
+    started = time.monotonic()
+    status_code, error = _post(delivery)
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
+
+
+def deliveries_sweep() -> int:
+    """Re-queue pending deliveries whose attempt was lost; return how many."""
+    overdue = timezone.now() - timedelta(seconds=settings.WEBHOOK_LEASE_GRACE)
+    with transaction.atomic():
+        lost = list(
+            WebhookDelivery.objects.select_for_update()
+            .filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=overdue)
+            .values_list("pk", flat=True)[:500]
+        )
+        # Due now, so the next sweep leaves them alone for a grace period.
+        WebhookDelivery.objects.filter(pk__in=lost).update(next_attempt_at=timezone.now())
+        for pk in lost:
+            delivery_send.enqueue(pk)
+    if lost:
+        logger.warning("re-queued %d webhook deliveries whose attempt was lost", len(lost))
+    return len(lost)
+
+
+def _lease_take(delivery_id: int) -> WebhookDelivery | None:
+    with transaction.atomic():
+        delivery = (
+            WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint")
+            .filter(pk=delivery_id).first()
+        )
+        now = timezone.now()
+        # Gone, finished, leased by a running attempt, or a retry not yet due.
+        if delivery is None or delivery.status != DeliveryStatus.PENDING or delivery.next_attempt_at > now:
+            return None
+        if _earlier_pending(delivery).exists():
+            # Parked: finishing the earlier one queues this one (and makes it due).
+            delivery.next_attempt_at = delivery.retry_until
+            delivery.save(update_fields=["next_attempt_at"])
+            return None
+        if not delivery.endpoint.active:
+            delivery.status = DeliveryStatus.FAILED
+            delivery.last_error = "the endpoint is inactive"
+            delivery.save(update_fields=["status", "last_error"])
+            _next_in_line_queue(delivery)
+            return None
+        delivery.attempts += 1
+        delivery.next_attempt_at = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + LEASE_MARGIN_SECONDS)
+        delivery.save(update_fields=["attempts", "next_attempt_at"])
+    return delivery
+
+
+def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
+    body = delivery_body(delivery=delivery)
+    sent_at = datetime.now(tz=dt_timezone.utc)
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "reviewqueue-webhooks/1",
+        "webhook-id": delivery.msg_id,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": Webhook(delivery.endpoint.secret).sign(delivery.msg_id, sent_at, body),
+    }
+    try:
+        response = httpx.post(
+            delivery.endpoint.url, content=body.encode(), headers=headers,
+            timeout=settings.WEBHOOK_TIMEOUT, follow_redirects=False,
+        )
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"HTTP {response.status_code}: {response.text[:200]}"[:ERROR_MAX_CHARS]
+
+
+def _result_record(*, delivery_id: int, status_code: int | None, error: str, latency_ms: int) -> str:
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().get(pk=delivery_id)
+        DeliveryAttempt.objects.create(delivery=delivery, status_code=status_code, latency_ms=latency_ms, error=error)
+        now = timezone.now()
+        delivery.last_error = error
+        if not error:
+            delivery.status = DeliveryStatus.DELIVERED
+            delivery.delivered_at = now
+        elif now >= delivery.retry_until:
+            delivery.status = DeliveryStatus.FAILED
+            logger.error("webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id,
+                         delivery.attempts, error)
+        else:
+            delivery.next_attempt_at = now + timedelta(seconds=retry_delay(attempts=delivery.attempts))
+            delivery_send.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
+        delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
+        if delivery.status != DeliveryStatus.PENDING:
+            _next_in_line_queue(delivery)
+    return delivery.status
+
+
+def _earlier_pending(delivery: WebhookDelivery):
+    if delivery.item_public_id is None:
+        return WebhookDelivery.objects.none()
+    return WebhookDelivery.objects.filter(
+        endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
+        sequence__lt=delivery.sequence, status=DeliveryStatus.PENDING,
+    )
+
+
+def _next_in_line_queue(delivery: WebhookDelivery) -> None:
+    if delivery.item_public_id is None:
+        return
+    following = (
+        WebhookDelivery.objects.filter(
+            endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
+            sequence__gt=delivery.sequence, status=DeliveryStatus.PENDING,
+        ).order_by("sequence").values_list("pk", flat=True).first()
+    )
+    if following is not None:
+        WebhookDelivery.objects.filter(pk=following).update(next_attempt_at=timezone.now())
+        delivery_send.enqueue(following)

@@ -1,0 +1,233 @@
+"""Webhook deliveries in-process: the outbox commits with the event, attempts sign, retry, wait their turn.
+
+The receiver is a real HTTP server (moderation/tests/webhook_receiver.py); tasks are
+run by calling the attempt directly, as a worker would. Worker processes, kill -9 and
+latency are in test_delivery_server.py.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
+from standardwebhooks import Webhook
+
+from moderation.admin import WebhookEndpointForm
+from moderation.decisions import item_decide
+from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
+from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
+from moderation.faults import fault_inject
+from moderation.items import lab_item_create
+from moderation.tests.webhook_receiver import Receiver
+
+ALL_EVENTS = ["item.created", "item.decided", "item.cancelled"]
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver().start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def endpoint(db, receiver):
+    endpoint = WebhookEndpoint.objects.create(name="pipeline", url=receiver.url, events=ALL_EVENTS)
+    receiver.secret = endpoint.secret
+    return endpoint
+
+
+def _queued(delivery: WebhookDelivery) -> list[DBTaskResult]:
+    return [t for t in DBTaskResult.objects.all() if t.args_kwargs["args"] == [delivery.pk]]
+
+
+def _deliveries(item, event=None):
+    found = WebhookDelivery.objects.filter(item_public_id=item.public_id).order_by("sequence")
+    return list(found.filter(event=event) if event else found)
+
+
+def test_new_secret_is_standard_webhooks_format(endpoint):
+    assert endpoint.secret.startswith("whsec_")
+    Webhook(endpoint.secret)  # an off-the-shelf verifier accepts it
+    assert WebhookEndpoint.objects.create(name="other", url="http://x.test/", events=ALL_EVENTS).secret != endpoint.secret
+
+
+def test_created_and_decided_items_record_deliveries_with_their_tasks(endpoint, alice, make_item):
+    item = make_item()
+    [created] = _deliveries(item)
+    assert (created.event, created.sequence, created.status) == ("item.created", 1, DeliveryStatus.PENDING)
+    assert created.payload["data"]["status"] == "pending" and len(_queued(created)) == 1
+
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="spam")
+    [decided] = _deliveries(item, WebhookEvent.ITEM_DECIDED)
+    assert decided.sequence == 2 and len(_queued(decided)) == 1
+    data = decided.payload["data"]
+    assert (data["id"], data["status"], data["sequence"]) == (str(item.public_id), "rejected", 2)
+    assert (data["decision"]["by"], data["decision"]["note"]) == ("alice", "spam")
+
+
+def test_rolled_back_decision_records_nothing_and_the_adopted_one_is_delivered_once(endpoint, alice, bob, make_item):
+    item = make_item()
+
+    def explode(key):
+        raise RuntimeError("crash before commit")
+
+    with fault_inject("before_commit", explode), pytest.raises(RuntimeError):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert _deliveries(item, WebhookEvent.ITEM_DECIDED) == []
+    assert DBTaskResult.objects.count() == 1  # item.created's only
+
+    # The graph kept alice's decision; the next guarded look adopts it, and records its delivery.
+    assert not item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject").won
+    [decided] = _deliveries(item, WebhookEvent.ITEM_DECIDED)
+    assert decided.payload["data"]["decision"]["by"] == "alice" and len(_queued(decided)) == 1
+
+
+def test_unsubscribed_inactive_and_lab_items_get_nothing(db, make_item):
+    WebhookEndpoint.objects.create(name="decisions only", url="http://x.test/", events=["item.decided"])
+    WebhookEndpoint.objects.create(name="off", url="http://y.test/", events=ALL_EVENTS, active=False)
+    WebhookEndpoint.objects.create(name="all", url="http://z.test/", events=ALL_EVENTS)
+    lab = lab_item_create(title="Lab", body="A race-lab item.")
+    assert _deliveries(lab) == [] and DBTaskResult.objects.count() == 0
+    item = make_item()
+    assert [d.endpoint.name for d in _deliveries(item)] == ["all"]
+
+
+def test_attempt_posts_a_signed_body_and_records_it(endpoint, receiver, make_item):
+    item = make_item()
+    [delivery] = _deliveries(item)
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
+    [got] = receiver.received
+    assert (got.msg_id, got.type, got.data["id"]) == (delivery.msg_id, "item.created", str(item.public_id))
+    delivery.refresh_from_db()
+    [attempt] = delivery.attempt_log.all()
+    assert (delivery.attempts, attempt.status_code, attempt.error) == (1, 204, "")
+    assert receiver.bad_signatures == 0
+
+
+def test_wrong_secret_is_refused_by_the_receiver(endpoint, receiver, make_item):
+    receiver.secret = WebhookEndpoint.objects.create(name="b", url="http://x.test/", events=["item.decided"]).secret
+    [delivery] = _deliveries(make_item())
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.PENDING
+    assert receiver.bad_signatures == 1 and receiver.received == []
+
+
+def test_failed_attempt_is_retried_later_with_backoff_then_marked_failed(endpoint, receiver, make_item, settings):
+    settings.WEBHOOK_RETRY_BASE = 60
+    receiver.fail_next = 2
+    [delivery] = _deliveries(make_item())
+    before = timezone.now()
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.PENDING
+    delivery.refresh_from_db()
+    assert before + timedelta(seconds=30) <= delivery.next_attempt_at <= timezone.now() + timedelta(seconds=60)
+    assert "HTTP 500" in delivery.last_error
+    retry = max(_queued(delivery), key=lambda t: t.enqueued_at)
+    assert retry.run_after == delivery.next_attempt_at
+    # Not due yet: a task that runs early does nothing.
+    assert delivery_attempt(delivery_id=delivery.pk) == "skipped"
+
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now(), retry_until=timezone.now())
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.FAILED
+    delivery.refresh_from_db()
+    assert [a.status_code for a in delivery.attempt_log.all()] == [500, 500] and delivery.attempts == 2
+
+
+def test_backoff_doubles_with_jitter_and_is_capped(settings):
+    settings.WEBHOOK_RETRY_BASE, settings.WEBHOOK_RETRY_MAX = 10, 100
+    for attempts, ceiling in [(1, 10), (2, 20), (3, 40), (5, 100), (30, 100)]:
+        delays = {retry_delay(attempts=attempts) for _ in range(50)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
+
+
+def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, alice, make_item):
+    receiver.fail_next = 1
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    created, decided = _deliveries(item)
+    assert delivery_attempt(delivery_id=created.pk) == DeliveryStatus.PENDING  # 500: retry later
+    assert delivery_attempt(delivery_id=decided.pk) == "skipped"  # parked behind item.created
+    assert receiver.received == []
+
+    WebhookDelivery.objects.filter(pk=created.pk).update(next_attempt_at=timezone.now())
+    tasks_before = len(_queued(decided))
+    assert delivery_attempt(delivery_id=created.pk) == DeliveryStatus.DELIVERED
+    assert len(_queued(decided)) == tasks_before + 1  # finishing item.created queued item.decided
+    assert delivery_attempt(delivery_id=decided.pk) == DeliveryStatus.DELIVERED
+    assert [r.type for r in receiver.received] == ["item.created", "item.decided"]
+
+
+def test_lost_attempt_is_requeued_by_the_sweep_and_delivered_with_the_same_id(endpoint, receiver, make_item, settings):
+    settings.WEBHOOK_LEASE_GRACE = 0
+    [delivery] = _deliveries(make_item())
+    # A worker took the lease and died: the row is pending, its lease in the future.
+    leased_until = timezone.now() + timedelta(seconds=30)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=1, next_attempt_at=leased_until)
+    assert deliveries_sweep() == 0 and delivery_attempt(delivery_id=delivery.pk) == "skipped"
+
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    tasks_before = len(_queued(delivery))
+    assert deliveries_sweep() == 1 and len(_queued(delivery)) == tasks_before + 1
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
+    assert [r.msg_id for r in receiver.received] == [delivery.msg_id]
+
+
+def test_redeliver_resends_with_the_same_id_and_ping_reaches_the_endpoint(endpoint, receiver, make_item):
+    [delivery] = _deliveries(make_item())
+    assert not delivery_redeliver(delivery=delivery)  # still pending: left alone
+    delivery_attempt(delivery_id=delivery.pk)
+    assert delivery_redeliver(delivery=delivery)
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
+    assert [r.msg_id for r in receiver.received] == [delivery.msg_id] * 2
+
+    ping = endpoint_ping(endpoint=endpoint)
+    assert delivery_attempt(delivery_id=ping.pk) == DeliveryStatus.DELIVERED
+    assert receiver.received[-1].type == "webhook.ping"
+
+
+def test_inactive_endpoint_fails_its_pending_deliveries(endpoint, receiver, make_item):
+    [delivery] = _deliveries(make_item())
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
+    assert delivery_attempt(delivery_id=delivery.pk) == "skipped"
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.last_error) == (DeliveryStatus.FAILED, "the endpoint is inactive")
+    assert receiver.requests == 0
+
+
+@pytest.mark.parametrize(
+    "changes, field, message",
+    [
+        ({"url": "ftp://example.com/hook"}, "url", "http:// or https://"),
+        ({"url": "not a url"}, "url", "Enter a valid URL"),
+        ({"url": "https://example.com/" + "a" * 2000}, "url", "at most 2000"),
+        ({"events": []}, "events", "This field is required"),
+        ({"events": ["item.exploded"]}, "events", "not one of the available choices"),
+        ({"events": ["webhook.ping"]}, "events", "not one of the available choices"),
+        ({"name": ""}, "name", "This field is required"),
+    ],
+)
+def test_bad_endpoint_config_is_refused_and_creates_nothing(db, changes, field, message):
+    data = {"name": "hooks", "url": "https://example.com/hook", "events": ["item.decided"], "active": "on", **changes}
+    form = WebhookEndpointForm(data=data)
+    assert not form.is_valid()
+    assert message in " ".join(form.errors[field]), form.errors
+    assert WebhookEndpoint.objects.count() == 0
+
+
+def test_admin_create_shows_the_secret_and_actions_queue_ping_and_redeliver(admin_client, receiver, make_item):
+    response = admin_client.post(
+        "/admin/moderation/webhookendpoint/add/",
+        {"name": "hooks", "url": receiver.url, "events": ["item.created"], "active": "on"}, follow=True,
+    )
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.secret in response.content.decode()
+    admin_client.post("/admin/moderation/webhookendpoint/",
+                      {"action": "send_test_ping", "_selected_action": [endpoint.pk]})
+    ping = WebhookDelivery.objects.get(event="webhook.ping")
+    receiver.secret = endpoint.secret
+    delivery_attempt(delivery_id=ping.pk)
+    page = admin_client.get(f"/admin/moderation/webhookdelivery/{ping.pk}/change/").content.decode()
+    assert "204" in page and ping.msg_id in page
+    admin_client.post("/admin/moderation/webhookdelivery/", {"action": "redeliver", "_selected_action": [ping.pk]})
+    ping.refresh_from_db()
+    assert ping.status == DeliveryStatus.PENDING

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One daphne server and one webhook worker (`manage.py db_worker`) on the same database;
+# Ctrl-C, or either process exiting, stops both. Used by `make run`.
+#
+# Environment: PY (.venv/bin/python), HOST (127.0.0.1), PORT (8000), WORKER_INTERVAL
+# (0.1: seconds an idle worker waits before looking for tasks again), and everything
+# reviewqueue/settings.py reads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PY:-.venv/bin/python}
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-8000}
+WORKER_INTERVAL=${WORKER_INTERVAL:-0.1}
+
+pids=()
+stop() {
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+"$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" > >(sed -u "s/^/[worker] /") 2>&1 &
+pids+=("$!")
+"$PY" -m daphne -b "$HOST" -p "$PORT" reviewqueue.asgi:application &
+pids+=("$!")
+
+set +e
+wait -n "${pids[@]}"
+status=$?
+echo "run_with_worker: a process exited ($status); stopping the other" >&2
+exit "$status"

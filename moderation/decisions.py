@@ -63,8 +63,7 @@ from django.utils import timezone
 
 from moderation import events
 from moderation.audit import attempt_append
-from moderation.delivery.models import WebhookEvent
-from moderation.delivery.outbox import delivery_record, item_payload
+from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
 from moderation.graph import graph_pending_review, graph_resume
 from moderation.locks import LockTimeout, item_lock
@@ -322,7 +321,7 @@ def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, 
         item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.WON,
         winner=reviewer, winner_status=item.status, winner_decided_at=decided_at, requested_at=requested_at,
     )
-    delivery_record(event=WebhookEvent.ITEM_DECIDED, item=item, payload=item_payload(item=item))
+    item_settled_record(item=item)
     outcome = outcome_for(item=item, won=True, requested=decision, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))

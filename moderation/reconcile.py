@@ -15,8 +15,7 @@ from django.utils.dateparse import parse_datetime
 
 from moderation import events
 from moderation.audit import attempt_append, item_graph_mismatch
-from moderation.delivery.models import WebhookEvent
-from moderation.delivery.outbox import delivery_record, item_payload
+from moderation.delivery.outbox import item_settled_record
 from moderation.graph import (
     graph_continue,
     graph_decision_read,
@@ -94,7 +93,7 @@ def _adopt(*, item: QueueItem, accepted: dict[str, str]) -> str:
         outcome=AttemptOutcome.WON, winner=reviewer, winner_status=item.status, winner_decided_at=decided_at,
         requested_at=decided_at, detail=detail,
     )
-    delivery_record(event=WebhookEvent.ITEM_DECIDED, item=item, payload=item_payload(item=item))
+    item_settled_record(item=item)
     logger.warning("reconciled item %s: adopted %s by %s from its graph", item.public_id, item.status, reviewer)
     outcome = outcome_for(item=item, won=True, requested=accepted["decision"], attempt=attempt)
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))

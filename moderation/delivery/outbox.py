@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.sending import delivery_send
+from moderation.models import ItemStatus
 
 if TYPE_CHECKING:
     from moderation.models import QueueItem
@@ -60,6 +61,12 @@ def delivery_record(*, event: str, item: QueueItem, payload: dict) -> list[Webho
                         data={**payload, "sequence": sequence})
         for endpoint in endpoints
     ]
+
+
+def item_settled_record(*, item: QueueItem) -> list[WebhookDelivery]:
+    """The webhooks for an item just settled in this transaction: cancelled if its submitter withdrew it."""
+    event = WebhookEvent.ITEM_CANCELLED if item.status == ItemStatus.WITHDRAWN else WebhookEvent.ITEM_DECIDED
+    return delivery_record(event=event, item=item, payload=item_payload(item=item))
 
 
 def endpoint_ping(*, endpoint: WebhookEndpoint) -> WebhookDelivery:

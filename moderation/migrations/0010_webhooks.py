@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('moderation', '0007_audit_keyed_ledger'),
+        ('moderation', '0009_item_withdrawn'),
     ]
 
     operations = [

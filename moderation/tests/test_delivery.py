@@ -13,7 +13,7 @@ from django_tasks_db.models import DBTaskResult
 from standardwebhooks import Webhook
 
 from moderation.admin import WebhookEndpointForm
-from moderation.decisions import item_decide
+from moderation.decisions import item_decide, item_withdraw
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
@@ -65,6 +65,13 @@ def test_created_and_decided_items_record_deliveries_with_their_tasks(endpoint, 
     data = decided.payload["data"]
     assert (data["id"], data["status"], data["sequence"]) == (str(item.public_id), "rejected", 2)
     assert (data["decision"]["by"], data["decision"]["note"]) == ("alice", "spam")
+
+
+def test_a_withdrawn_item_is_announced_as_cancelled_not_decided(endpoint, bob, make_item):
+    item = make_item()
+    item_withdraw(item_public_id=item.public_id, by=bob, reason="sent by mistake")
+    assert [d.event for d in _deliveries(item)] == ["item.created", "item.cancelled"]
+    assert _deliveries(item, WebhookEvent.ITEM_CANCELLED)[0].payload["data"]["status"] == "withdrawn"
 
 
 def test_rolled_back_decision_records_nothing_and_the_adopted_one_is_delivered_once(endpoint, alice, bob, make_item):

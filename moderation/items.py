@@ -61,9 +61,10 @@ def _item_start(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
         **fields,
     )
-    # Without submitted_by, the per-client unique keys are left to the insert, which
-    # moderation.submissions expects to fail for a concurrent duplicate.
-    item.full_clean(exclude=["thread_id", "review_request", "submitted_by"])
+    # Uniqueness of public_id and of the per-client keys (constraints with submitted_by)
+    # is left to the insert: moderation.submissions expects it to fail for a concurrent
+    # duplicate, and a check here would only race with it.
+    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by"])
     item.review_request = graph_start(
         thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
     )

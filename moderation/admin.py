@@ -29,6 +29,8 @@ class QueueItemAdmin(admin.ModelAdmin):
     readonly_fields = [
         "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at",
         "attention", "attempt_count", "audit_head", "admin_edits",
+        # What an API client submitted, and idempotent retries compare against: its own.
+        "external_id", "metadata", "priority", "submitted_by", "idempotency_key",
     ]
 
     def has_change_permission(self, request, obj=None):

@@ -179,6 +179,7 @@ def test_read_shows_decision_and_other_clients_items_are_404(api, alice):
     response = other.get(f"/items/{item_id}")
     assert response.status_code == 404 and response.json()["error"] == "not_found"
     assert api.get(f"/items/{uuid.uuid4()}").status_code == 404
+    assert api.get("/items/not-a-uuid").json()["error"] == "invalid"
 
 
 def test_list_filters_and_pages_by_cursor(api, alice):
@@ -280,3 +281,24 @@ def test_apiclient_create_command_prints_the_token_once(capsys):
     token = capsys.readouterr().out.strip()
     assert Api(token).get("/items").status_code == 200
     assert Api(token).post("/items", ITEM).status_code == 403
+
+
+def test_negative_wait_is_422(api):
+    item_id = api.post("/items", ITEM).json()["id"]
+    response = api.get(f"/items/{item_id}/decision", wait=-1)
+    assert response.status_code == 422 and response.json()["error"] == "invalid"
+
+
+def test_admin_creates_a_client_with_its_service_account_and_shows_the_token_once(admin_client):
+    response = admin_client.post(
+        "/admin/moderation/apiclient/add/",
+        {"name": "agent", "scopes": ["items:read"], "is_active": "on",
+         "tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"] if "shown only now" in str(m)]
+    token = shown[0].rsplit(" ", 1)[1]
+    assert Api(token).get("/items").status_code == 200
+    client = ApiToken.objects.get().client
+    assert client.name == "agent" and client.user.username == "api.agent" and client.scopes == ["items:read"]

@@ -15,7 +15,7 @@ from moderation.decisions import item_decide
 from moderation.models import ApiToken, QueueItem
 from moderation.submissions import METADATA_MAX_BYTES
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 
 ITEM = {"title": "A post", "body": "Some harmless text.", "source": "pipeline"}
 

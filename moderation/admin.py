@@ -6,10 +6,11 @@ from django.core.exceptions import PermissionDenied
 from django.utils.html import format_html_join
 from django.utils.text import Truncator
 
+from moderation.apiclients import apiclient_create, token_issue
 from moderation.delivery.models import SUBSCRIBABLE_EVENTS, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
-from moderation.models import AuditLedgerEntry, DecisionAttempt, QueueItem
+from moderation.models import ApiClient, ApiScope, ApiToken, AuditLedgerEntry, DecisionAttempt, QueueItem
 
 
 class QueueItemForm(forms.ModelForm):
@@ -30,6 +31,8 @@ class QueueItemAdmin(admin.ModelAdmin):
     readonly_fields = [
         "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at",
         "attention", "attempt_count", "audit_head", "admin_edits",
+        # What an API client submitted, and idempotent retries compare against: its own.
+        "external_id", "metadata", "priority", "submitted_by", "idempotency_key",
     ]
 
     def has_change_permission(self, request, obj=None):
@@ -172,3 +175,46 @@ class WebhookDeliveryAdmin(_ReadOnlyAdmin):
             request, f"Queued {queued} delivery(ies) again" + (f"; {skipped} still pending, left as they are." if skipped else "."),
             messages.SUCCESS,
         )
+# --- Service clients (/api/v1) ---------------------------------------------------------
+
+
+class ApiTokenInline(admin.TabularInline):
+    model = ApiToken
+    extra = 0
+    fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False  # tokens come from the "issue a token" action, which shows the token once
+
+
+class ApiClientForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(choices=ApiScope.choices, widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = ApiClient
+        fields = ["name", "scopes", "is_active"]
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    form = ApiClientForm
+    list_display = ["name", "scopes", "is_active", "created_at"]
+    readonly_fields = ["user", "created_at"]
+    inlines = [ApiTokenInline]
+    actions = ["token_issue_action"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        client, token = apiclient_create(name=obj.name, scopes=form.cleaned_data["scopes"])
+        obj.pk, obj.user = client.pk, client.user
+        self.message_user(request, f"Token for {client.name}, shown only now: {token}", messages.WARNING)
+
+    @admin.action(description="Issue a new token (shown once)")
+    def token_issue_action(self, request, queryset):
+        for client in queryset:
+            self.message_user(request, f"New token for {client.name}, shown only now: {token_issue(client=client)}",
+                              messages.WARNING)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -39,18 +40,33 @@ def item_create(*, title: str, body: str, source: str) -> QueueItem:
     return _item_start(title=title, body=body, source=source, is_lab=False)
 
 
+def submitted_item_create(
+    *, title: str, body: str, source: str, public_id: uuid.UUID | None, fields: dict[str, Any]
+) -> QueueItem:
+    """An API client's item (moderation.submissions): a caller-chosen public id and the API's columns."""
+    return _item_start(title=title, body=body, source=source, is_lab=False, public_id=public_id, **fields)
+
+
 def lab_item_create(*, title: str, body: str) -> QueueItem:
     """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller."""
     return _item_start(title=title, body=body, source="racelab", is_lab=True)
 
 
-def _item_start(*, title: str, body: str, source: str, is_lab: bool) -> QueueItem:
+def _item_start(
+    *, title: str, body: str, source: str, is_lab: bool, public_id: uuid.UUID | None = None, **fields: Any
+) -> QueueItem:
+    """``public_id``: chosen by the caller when its thread must be known in advance
+    (moderation.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
     item_body_check(body=body)
-    public_id = uuid.uuid4()
+    public_id = public_id or uuid.uuid4()
     item = QueueItem(
-        public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab
+        public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
+        **fields,
     )
-    item.full_clean(exclude=["thread_id", "review_request"])
+    # Uniqueness of public_id and of the per-client keys (constraints with submitted_by)
+    # is left to the insert: moderation.submissions expects it to fail for a concurrent
+    # duplicate, and a check here would only race with it.
+    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by"])
     item.review_request = graph_start(
         thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
     )
@@ -61,6 +77,7 @@ def _item_start(*, title: str, body: str, source: str, is_lab: bool) -> QueueIte
     # After the caller's transaction, if there is one; at once otherwise.
     events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
+
 
 CONTENT_FIELDS = ("title", "body", "source")
 

@@ -1,6 +1,7 @@
 import uuid
 
 from django.conf import settings
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db import models
 from django.db.models import Q
@@ -40,6 +41,8 @@ DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRA
 NO_NUL = ProhibitNullCharactersValidator()
 
 
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+
 STATUS_FOR_DECISION = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
 }
@@ -74,6 +77,16 @@ class QueueItem(models.Model):
     # by the lab's clean-up. Only the lab sets it (items.lab_item_create); no form, admin
     # or command can, so no real item can be made to look like one.
     is_lab = models.BooleanField(default=False, editable=False)
+    # Set by the /api/v1 submit (moderation.submissions); see "Service clients" below.
+    external_id = models.CharField(max_length=200, null=True, blank=True, validators=[NO_NUL])
+    metadata = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    submitted_by = models.ForeignKey(
+        "ApiClient", null=True, blank=True, on_delete=models.PROTECT, related_name="items", editable=False
+    )
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True, editable=False, validators=[NO_NUL])
+    # SHA-256 of what was submitted under the key: a retry with other content is refused.
+    submission_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -95,6 +108,17 @@ class QueueItem(models.Model):
                     | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",
+            ),
+            models.UniqueConstraint(
+                fields=["submitted_by", "external_id"], condition=Q(external_id__isnull=False),
+                name="item_external_id_unique_per_client",
+            ),
+            models.UniqueConstraint(
+                fields=["submitted_by", "idempotency_key"], condition=Q(idempotency_key__isnull=False),
+                name="item_idempotency_key_unique_per_client",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="item_priority_range"
             ),
         ]
 
@@ -263,6 +287,55 @@ class Presence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} on {self.item_id} at {self.last_seen:%H:%M:%S}"
+
+
+# --- Service clients (the /api/v1 HTTP API) ----------------------------------------
+
+
+class ApiScope(models.TextChoices):
+    ITEMS_WRITE = "items:write", "Submit and cancel items"
+    ITEMS_READ = "items:read", "Read items and their decisions"
+
+
+class ApiClient(models.Model):
+    """A system that talks to /api/v1 (see moderation.apiclients).
+
+    Acts through a service account of its own (``user``: unusable password, no groups)
+    so whatever must name a user (the attempts log of a cancel) names the client.
+    """
+
+    # A username's characters: the service account is named ``api.<name>``.
+    name = models.CharField(max_length=100, unique=True, validators=[UnicodeUsernameValidator()])
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_client", editable=False
+    )
+    scopes = models.JSONField(default=list)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def has_scope(self, scope: str) -> bool:
+        return self.is_active and scope in self.scopes
+
+
+class ApiToken(models.Model):
+    """One bearer token of a client, stored as the SHA-256 of the token (never the token).
+
+    Tokens are 32 random bytes, so a plain hash is enough: nothing to brute-force.
+    """
+
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="tokens")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    # The first characters, so an operator can tell tokens apart in the admin.
+    prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.client})"
 
 
 # --- Webhooks ---------------------------------------------------------------------

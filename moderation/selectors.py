@@ -79,3 +79,40 @@ def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
 
 def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
     return _queue_items().filter(status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]
+
+
+# --- Service clients (/api/v1) -------------------------------------------------------
+
+
+def client_item_get(*, client_id: int, public_id: UUID | str) -> QueueItem | None:
+    """One of the client's own items; a client never sees another's (or a moderator-made) item."""
+    try:
+        return QueueItem.objects.select_related("decided_by").get(
+            public_id=UUID(str(public_id)), submitted_by_id=client_id
+        )
+    except (QueueItem.DoesNotExist, ValueError):
+        return None
+
+
+def client_items_page(
+    *, client_id: int, after_id: int, limit: int, status: str | None = None, source: str | None = None,
+    external_id: str | None = None, decided_after: datetime | None = None,
+) -> tuple[list[QueueItem], int | None]:
+    """A page of the client's items in id order after ``after_id``, and the id to continue after.
+
+    Keyset, not OFFSET: items inserted while a client pages get higher ids, so they
+    never shift the items already paged (no duplicates, no skips).
+    """
+    items = QueueItem.objects.filter(submitted_by_id=client_id, id__gt=after_id)
+    if status:
+        items = items.filter(status=status)
+    if source:
+        items = items.filter(source=source)
+    if external_id:
+        items = items.filter(external_id=external_id)
+    if decided_after:
+        items = items.filter(decided_at__gt=decided_after)
+    page = list(items.select_related("decided_by").order_by("id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return page, (page[-1].id if more else None)

@@ -108,6 +108,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
+    # Only for its bundled Swagger UI files: with it installed, /api/v1/docs serves them
+    # from our static files instead of a CDN the CSP (and an offline machine) refuses.
+    "ninja",
     # Before django_tasks_db: moderation's db_worker (the package's, plus the delivery sweep) wins.
     "moderation",
     "django_tasks",

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('moderation', '0007_audit_keyed_ledger'),
+        ('moderation', '0008_api_clients'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

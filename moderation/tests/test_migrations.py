@@ -58,8 +58,9 @@ def test_0006_resigns_an_intact_plain_log_and_refuses_a_broken_one(tamper):
             executor.migrate([AFTER])
         apps = executor.loader.project_state([BEFORE]).apps
         apps.get_model("moderation", "DecisionAttempt").objects.all().delete()  # 0005 had no triggers
-        call_command("migrate", "moderation", AFTER[1], verbosity=0)  # leave the schema as the suite expects
+        call_command("migrate", "moderation", verbosity=0)  # leave the schema as the suite expects
         return
     executor.migrate([AFTER])
+    call_command("migrate", "moderation", verbosity=0)  # later migrations, which today's models need
     # Only the graph check can complain: this hand-made item has no graph.
     assert [p.problem for p in audit_verify().problems] == ["its graph records no decision (run manage.py recover)"]

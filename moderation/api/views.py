@@ -1,0 +1,181 @@
+"""/api/v1 operations: translate HTTP to moderation services and back, errors as {"error", "message"}."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Header, NinjaAPI, Query, Status, Swagger
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from pydantic import ValidationError as PydanticValidationError
+
+from moderation.api.auth import ScopeMissing, read_auth, write_auth
+from moderation.api.longpoll import item_decision_wait, item_undecided
+from moderation.api.schemas import BatchIn, BatchItemIn, BatchOut, BatchOutcome, ErrorOut, ItemIn, ItemOut, ItemPage
+from moderation.models import ItemStatus
+from moderation.selectors import client_item_get, client_items_page
+from moderation.submissions import IdempotencyConflict, Submission, item_submit
+
+LONGPOLL_MAX_SECONDS = 60
+PAGE_MAX = 200
+ERRORS: dict[int | str, Any] = {
+    400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut,
+}
+
+api = NinjaAPI(
+    title="reviewqueue",
+    version="1",
+    urls_namespace="api-v1",
+    # Swagger UI from ninja's own static files (ninja is in INSTALLED_APPS), not a CDN:
+    # the page then loads only our scripts, as the CSP demands.
+    docs=Swagger(settings={"persistAuthorization": False}),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+
+
+def _error(request: HttpRequest, status: int, code: str, message: str, **extra: Any) -> HttpResponse:
+    return api.create_response(request, {"error": code, "message": message, **extra}, status=status)
+
+
+def _field_errors(errors: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', '')}" for e in errors)
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    return _error(request, 422, "invalid", _field_errors(exc.errors), details=exc.errors)
+
+
+@api.exception_handler(DjangoValidationError)
+def _invalid_service(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+    return _error(request, 422, "invalid", _django_message(exc))
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    # Missing, unknown, revoked or the client deactivated: one answer, nothing to probe.
+    return _error(request, 401, "unauthenticated", "send Authorization: Bearer <token> with a live API token")
+
+
+@api.exception_handler(ScopeMissing)
+def _forbidden(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
+    return _error(request, 403, "scope_missing", str(exc))
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return _error(request, 404, "not_found", str(exc) or "no such item")
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja raises HttpError(400) for a body that is not JSON.
+    code = "malformed_request" if exc.status_code == 400 else "http_error"
+    return _error(request, exc.status_code, code, exc.message)
+
+
+@api.exception_handler(IdempotencyConflict)
+def _conflict(request: HttpRequest, exc: IdempotencyConflict) -> HttpResponse:
+    return _error(request, 409, "idempotency_key_reused", str(exc))
+
+
+def _django_message(exc: DjangoValidationError) -> str:
+    if hasattr(exc, "message_dict"):
+        return "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())
+    return " ".join(exc.messages)
+
+
+def _submission(data: ItemIn) -> Submission:
+    return Submission(
+        title=data.title, body=data.body, source=data.source, external_id=data.external_id,
+        metadata=data.metadata, priority=data.priority,
+    )
+
+
+@api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, **ERRORS}, tags=["items"])
+def items_submit(
+    request: HttpRequest, data: ItemIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+):
+    """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item."""
+    result = item_submit(client=request.auth, submission=_submission(data), idempotency_key=idempotency_key)
+    return Status(201 if result.created else 200, ItemOut.of(result.item))
+
+
+@api.post("/items:batch", auth=write_auth, response={200: BatchOut, **ERRORS}, tags=["items"])
+def items_submit_batch(request: HttpRequest, data: BatchIn):
+    """Up to 500 items, each with its own outcome: one bad item never sinks the others."""
+    return BatchOut(results=[_batch_one(request.auth, index, raw) for index, raw in enumerate(data.items)])
+
+
+def _batch_one(client, index: int, raw: dict[str, Any]) -> BatchOutcome:
+    try:
+        item_in = BatchItemIn.model_validate(raw)
+        result = item_submit(client=client, submission=_submission(item_in), idempotency_key=item_in.idempotency_key)
+    except PydanticValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_field_errors(errors))
+    except DjangoValidationError as exc:
+        return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(exc))
+    except IdempotencyConflict as exc:
+        return BatchOutcome(index=index, outcome="invalid", error="idempotency_key_reused", message=str(exc))
+    return BatchOutcome(
+        index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item)
+    )
+
+
+@api.get("/items/{item_id}", auth=read_auth, response={200: ItemOut, **ERRORS}, tags=["items"])
+def item_read(request: HttpRequest, item_id: UUID):
+    item = client_item_get(client_id=request.auth.pk, public_id=item_id)
+    if item is None:
+        raise Http404("no such item")
+    return ItemOut.of(item)
+
+
+def _cursor_decode(cursor: str) -> int:
+    try:
+        return int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise DjangoValidationError({"cursor": "not a cursor this API gave out"}) from None
+
+
+def _cursor_encode(last_id: int) -> str:
+    return base64.urlsafe_b64encode(str(last_id).encode()).decode().rstrip("=")
+
+
+@api.get("/items", auth=read_auth, response={200: ItemPage, **ERRORS}, tags=["items"])
+def items_list(
+    request: HttpRequest,
+    status: ItemStatus | None = None,
+    source: str | None = Query(None, max_length=100),
+    external_id: str | None = Query(None, max_length=200),
+    decided_after: datetime | None = None,
+    cursor: str | None = Query(None, max_length=40),
+    limit: int = Query(50, ge=1, le=PAGE_MAX),
+):
+    """The client's items oldest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    items, last_id = client_items_page(
+        client_id=request.auth.pk, after_id=_cursor_decode(cursor) if cursor else 0, limit=limit,
+        status=status, source=source, external_id=external_id, decided_after=decided_after,
+    )
+    return ItemPage(items=[ItemOut.of(i) for i in items], next_cursor=_cursor_encode(last_id) if last_id else None)
+
+
+@api.get(
+    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, **ERRORS}, tags=["items"]
+)
+async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query(0, ge=0)):
+    """The item once decided (200); with ``wait`` (seconds, at most 60) held open until then, else 204."""
+    item = await item_decision_wait(
+        client_id=request.auth.pk, public_id=str(item_id), timeout=min(wait, LONGPOLL_MAX_SECONDS)
+    )
+    if item is None:
+        raise Http404("no such item")
+    if item_undecided(item):
+        return Status(204, None)
+    return ItemOut.of(item)

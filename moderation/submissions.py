@@ -1,0 +1,161 @@
+"""Items submitted by service clients (/api/v1): validated, idempotent, one graph thread each.
+
+Idempotency. A submit names a key: its ``Idempotency-Key`` header, else its
+``external_id``; both are unique per client in the database. ``items._item_start``
+starts the graph before it inserts the row, outside any transaction (so pre-screening
+never holds SQLite's write lock), so a plain check-then-insert would let two
+concurrent submits of one key each start a graph thread of their own. Instead the
+item's public id, and so its thread id, is derived from (client, key, content
+digest):
+
+- a retry after the first submit committed finds the row and starts nothing;
+- concurrent submits of the same key and content run the graph on the *same* thread
+  (identical checkpoints, the later one on top), and exactly one row insert wins; the
+  others hit the unique constraint and answer with the winner's row. One item, one
+  thread.
+- a concurrent submit of the same key with *other* content derives another thread,
+  loses the insert and is refused (``IdempotencyConflict``); its thread is an orphan
+  nobody can reach, like any graph whose row insert failed (see ``items.item_create``).
+
+Every field is checked before anything starts; a refused submit changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError
+from django.db.models import Q
+
+from moderation.items import item_body_check, submitted_item_create
+from moderation.models import PRIORITY_MAX, PRIORITY_MIN, ApiClient, QueueItem
+
+METADATA_MAX_BYTES = 16 * 1024
+METADATA_MAX_DEPTH = 5
+KEY_MAX_LENGTH = 200
+_NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
+
+
+class IdempotencyConflict(Exception):
+    """The key was already used for different content."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    title: str
+    body: str
+    source: str
+    external_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    priority: int = 0
+
+    def digest(self) -> str:
+        canonical = json.dumps(
+            [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority],
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    item: QueueItem
+    created: bool
+
+
+def metadata_check(*, metadata: Any) -> None:
+    """A JSON object of at most METADATA_MAX_BYTES serialized, METADATA_MAX_DEPTH deep, no NUL anywhere."""
+    if not isinstance(metadata, dict):
+        raise ValidationError({"metadata": "metadata must be a JSON object"})
+    size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > METADATA_MAX_BYTES:
+        raise ValidationError({"metadata": f"metadata is {size:,} bytes as JSON; the limit is {METADATA_MAX_BYTES:,}"})
+    _metadata_walk(metadata, depth=1)
+
+
+def _metadata_walk(value: Any, *, depth: int) -> None:
+    if isinstance(value, (dict, list)):
+        if depth > METADATA_MAX_DEPTH:
+            raise ValidationError({"metadata": f"metadata nests deeper than {METADATA_MAX_DEPTH} levels"})
+        children = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in children:
+            if isinstance(key, str) and "\x00" in key:
+                raise ValidationError({"metadata": "metadata keys cannot contain NUL characters"})
+            _metadata_walk(child, depth=depth + 1)
+    elif isinstance(value, str) and "\x00" in value:
+        # PostgreSQL's jsonb cannot hold \u0000: refused on both backends alike.
+        raise ValidationError({"metadata": "metadata strings cannot contain NUL characters"})
+
+
+def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
+    """Everything that needs no database: raises ValidationError naming the field."""
+    item_body_check(body=submission.body)
+    metadata_check(metadata=submission.metadata or {})
+    if not PRIORITY_MIN <= submission.priority <= PRIORITY_MAX:
+        raise ValidationError({"priority": f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}"})
+    for field, value in (("idempotency_key", idempotency_key), ("external_id", submission.external_id)):
+        if value is None:
+            continue
+        if not value or len(value) > KEY_MAX_LENGTH or "\x00" in value:
+            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters, without NUL"})
+
+
+def _public_id_for(*, client: ApiClient, key: str, digest: str) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE, f"{client.pk}\n{key}\n{digest}")
+
+
+def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: str | None = None) -> SubmitResult:
+    """Create the item, or return the one this key already made (``created`` False).
+
+    Raises ValidationError for bad input and IdempotencyConflict for a reused key with
+    other content; neither changes anything.
+    """
+    submission_check(submission=submission, idempotency_key=idempotency_key)
+    digest = submission.digest()
+    key = f"key:{idempotency_key}" if idempotency_key is not None else (
+        f"ext:{submission.external_id}" if submission.external_id is not None else None
+    )
+    if key is not None:
+        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        if existing is not None:
+            return SubmitResult(item=existing, created=False)
+    fields = {
+        "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
+        "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
+    }
+    try:
+        item = submitted_item_create(
+            title=submission.title, body=submission.body, source=submission.source,
+            public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None, fields=fields,
+        )
+    except IntegrityError:
+        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        if existing is None:
+            raise
+        return SubmitResult(item=existing, created=False)
+    return SubmitResult(item=item, created=True)
+
+
+def _existing(
+    *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str
+) -> QueueItem | None:
+    match = Q()
+    if idempotency_key is not None:
+        match |= Q(idempotency_key=idempotency_key)
+    if submission.external_id is not None:
+        match |= Q(external_id=submission.external_id)
+    item = QueueItem.objects.filter(match, submitted_by=client).select_related("decided_by").first()
+    if item is None:
+        return None
+    if item.submission_digest != digest:
+        used = "Idempotency-Key" if idempotency_key is not None and item.idempotency_key == idempotency_key else "external_id"
+        raise IdempotencyConflict(
+            f"this {used} was already used for item {item.public_id} with different content; "
+            "use a new key for a new item, or resend exactly what was sent"
+        )
+    return item

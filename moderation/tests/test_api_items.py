@@ -1,0 +1,304 @@
+"""/api/v1 through Django's test client: auth, scopes, submit, idempotency, batch, reads, errors."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from moderation.apiclients import apiclient_create, token_revoke
+from moderation.checkpointer import checkpointer_get
+from moderation.decisions import item_decide
+from moderation.models import ApiToken, QueueItem
+from moderation.submissions import METADATA_MAX_BYTES
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
+
+ITEM = {"title": "A post", "body": "Some harmless text.", "source": "pipeline"}
+
+
+@pytest.fixture
+def client_token():
+    return apiclient_create(name="pipeline", scopes=["items:write", "items:read"])
+
+
+@pytest.fixture
+def api(client_token):
+    return Api(client_token[1])
+
+
+class Api:
+    def __init__(self, token: str | None) -> None:
+        self.http = Client(enforce_csrf_checks=True)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def post(self, path: str, payload, **headers):
+        body = payload if isinstance(payload, (str, bytes)) else json.dumps(payload)
+        return self.http.post(f"/api/v1{path}", body, content_type="application/json", headers={**self.headers, **headers})
+
+    def get(self, path: str, **params):
+        return self.http.get(f"/api/v1{path}", params, headers=self.headers)
+
+
+def _thread_exists(public_id: str) -> bool:
+    return checkpointer_get().get_tuple({"configurable": {"thread_id": f"item-{public_id}"}}) is not None
+
+
+def test_submit_creates_an_item_with_its_graph_thread_then_a_retry_returns_it(api):
+    first = api.post("/items", {**ITEM, "metadata": {"a": [1, 2]}, "priority": 5}, **{"Idempotency-Key": "k1"})
+    assert first.status_code == 201, first.content
+    body = first.json()
+    assert body["status"] == "pending" and body["metadata"] == {"a": [1, 2]} and body["priority"] == 5
+    assert body["review_request"]["title"] == "A post"
+    assert _thread_exists(body["id"])
+    again = api.post("/items", {**ITEM, "metadata": {"a": [1, 2]}, "priority": 5}, **{"Idempotency-Key": "k1"})
+    assert again.status_code == 200 and again.json()["id"] == body["id"]
+    assert QueueItem.objects.count() == 1
+    assert first["Cache-Control"] == "private, no-store"
+
+
+def test_external_id_alone_makes_a_submit_idempotent(api):
+    first = api.post("/items", {**ITEM, "external_id": "post-1"})
+    again = api.post("/items", {**ITEM, "external_id": "post-1"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_reused_key_with_other_content_is_409_and_creates_nothing(api, header):
+    key = {"Idempotency-Key": "k2"} if header else {}
+    extra = {} if header else {"external_id": "post-2"}
+    assert api.post("/items", {**ITEM, **extra}, **key).status_code == 201
+    clash = api.post("/items", {**ITEM, **extra, "body": "Something else."}, **key)
+    assert clash.status_code == 409
+    assert clash.json()["error"] == "idempotency_key_reused"
+    assert "different content" in clash.json()["message"]
+    assert QueueItem.objects.count() == 1
+
+
+def test_keys_are_per_client(api):
+    other = Api(apiclient_create(name="other", scopes=["items:write"])[1])
+    a = api.post("/items", ITEM, **{"Idempotency-Key": "same"})
+    b = other.post("/items", ITEM, **{"Idempotency-Key": "same"})
+    assert (a.status_code, b.status_code) == (201, 201)
+    assert a.json()["id"] != b.json()["id"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        ({**ITEM, "colour": "red"}, "Extra inputs are not permitted"),
+        ({**ITEM, "priority": "high"}, "priority"),
+        ({**ITEM, "priority": 10_000}, "priority"),
+        ({**ITEM, "title": "x" * 201}, "title"),
+        ({**ITEM, "title": "A\x00B"}, "Null characters"),
+        ({**ITEM, "source": "s\x00"}, "Null characters"),
+        ({**ITEM, "external_id": "e\x00"}, "external_id"),
+        ({**ITEM, "metadata": {"k": "v\x00"}}, "NUL"),
+        ({**ITEM, "metadata": {"k": "x" * METADATA_MAX_BYTES}}, "the limit is 16,384"),
+        ({**ITEM, "metadata": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}}, "deeper than 5"),
+        ({**ITEM, "metadata": [1]}, "metadata"),
+        ({"title": "only a title"}, "body"),
+    ],
+)
+def test_bad_input_is_422_json_and_creates_nothing(api, payload, needle):
+    response = api.post("/items", payload)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"] == "invalid"
+    assert needle in response.json()["message"]
+    assert not QueueItem.objects.exists()
+
+
+def test_malformed_json_is_400_json(api):
+    response = api.post("/items", "{not json")
+    assert response.status_code == 400 and response.json()["error"] == "malformed_request"
+    assert not QueueItem.objects.exists()
+
+
+def test_body_over_item_limit_is_refused_naming_it(api, settings):
+    settings.ITEM_BODY_MAX_LENGTH = 10
+    response = api.post("/items", {**ITEM, "body": "x" * 11})
+    assert response.status_code == 422 and "ITEM_BODY_MAX_LENGTH" in response.json()["message"]
+
+
+def test_overlong_idempotency_key_is_refused(api):
+    response = api.post("/items", ITEM, **{"Idempotency-Key": "k" * 201})
+    assert response.status_code == 422 and "idempotency_key" in response.json()["message"]
+
+
+@pytest.mark.parametrize("token", [None, "rq_wrong", "garbage with spaces"])
+def test_missing_or_unknown_token_is_401(token):
+    response = Api(token).post("/items", ITEM)
+    assert response.status_code == 401 and response.json()["error"] == "unauthenticated"
+    assert not QueueItem.objects.exists()
+
+
+def test_revoked_token_and_inactive_client_are_401(api, client_token):
+    client, _ = client_token
+    assert api.get("/items").status_code == 200
+    token_revoke(token_pk=ApiToken.objects.get(client=client).pk)
+    assert api.get("/items").status_code == 401
+    ApiToken.objects.filter(client=client).update(revoked_at=None)
+    client.is_active = False
+    client.save()
+    assert api.get("/items").status_code == 401
+
+
+def test_wrong_scope_is_403():
+    reader = Api(apiclient_create(name="reader", scopes=["items:read"])[1])
+    response = reader.post("/items", ITEM)
+    assert response.status_code == 403 and response.json() == {
+        "error": "scope_missing", "message": "this token's client lacks the items:write scope",
+    }
+    writer = Api(apiclient_create(name="writer", scopes=["items:write"])[1])
+    assert writer.get("/items").status_code == 403
+
+
+def test_token_is_stored_hashed_and_last_use_recorded(client_token, api):
+    client, token = client_token
+    row = ApiToken.objects.get(client=client)
+    assert token not in row.digest and len(token) >= 43
+    assert row.last_used_at is None
+    api.get("/items")
+    row.refresh_from_db()
+    assert row.last_used_at is not None
+    assert not client.user.has_usable_password() and not client.user.groups.exists()
+
+
+def test_read_shows_decision_and_other_clients_items_are_404(api, alice):
+    item_id = api.post("/items", ITEM).json()["id"]
+    item_decide(item_public_id=item_id, reviewer=alice, decision="reject", note="spam")
+    body = api.get(f"/items/{item_id}").json()
+    assert body["status"] == "rejected"
+    assert body["decision"]["by"] == "alice" and body["decision"]["note"] == "spam"
+    assert body["review_request"] == {}
+    other = Api(apiclient_create(name="nosy", scopes=["items:read"])[1])
+    response = other.get(f"/items/{item_id}")
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert api.get(f"/items/{uuid.uuid4()}").status_code == 404
+    assert api.get("/items/not-a-uuid").json()["error"] == "invalid"
+
+
+def test_list_filters_and_pages_by_cursor(api, alice):
+    ids = [api.post("/items", {**ITEM, "source": "a" if n % 2 else "b"}).json()["id"] for n in range(5)]
+    item_decide(item_public_id=ids[0], reviewer=alice, decision="approve")
+    seen, cursor = [], None
+    while True:
+        page = api.get("/items", limit=2, **({"cursor": cursor} if cursor else {})).json()
+        seen += [i["id"] for i in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ids
+    assert [i["id"] for i in api.get("/items", source="a").json()["items"]] == ids[1::2]
+    assert [i["id"] for i in api.get("/items", status="approved").json()["items"]] == ids[:1]
+    assert [i["id"] for i in api.get("/items", decided_after="2000-01-01T00:00:00Z").json()["items"]] == ids[:1]
+    bad = api.get("/items", cursor="!!!")
+    assert bad.status_code == 422 and "cursor" in bad.json()["message"]
+    assert api.get("/items", status="nonsense").status_code == 422
+
+
+def test_paging_while_items_are_inserted_neither_skips_nor_repeats(api):
+    existing = [api.post("/items", ITEM).json()["id"] for _ in range(6)]
+    seen, cursor = [], None
+    while True:
+        page = api.get("/items", limit=2, **({"cursor": cursor} if cursor else {})).json()
+        seen += [i["id"] for i in page["items"]]
+        api.post("/items", {**ITEM, "title": "late"})  # lands while we page
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert seen[: len(existing)] == existing
+
+
+def test_batch_gives_each_item_its_outcome(api):
+    api.post("/items", {**ITEM, "external_id": "old"})
+    items = [
+        {**ITEM, "idempotency_key": "b1"},
+        {**ITEM, "external_id": "old"},
+        {**ITEM, "title": "x\x00"},
+        {**ITEM, "unknown": 1},
+        {**ITEM, "external_id": "old", "body": "changed"},
+        {**ITEM, "idempotency_key": "b2"},
+        {**ITEM, "idempotency_key": "nul\x00"},
+    ]
+    response = api.post("/items:batch", {"items": items})
+    assert response.status_code == 200, response.content
+    outcomes = [(r["index"], r["outcome"], r["error"]) for r in response.json()["results"]]
+    assert outcomes == [
+        (0, "created", None), (1, "existing", None), (2, "invalid", "invalid"), (3, "invalid", "invalid"),
+        (4, "invalid", "idempotency_key_reused"), (5, "created", None), (6, "invalid", "invalid"),
+    ]
+    assert QueueItem.objects.count() == 3
+    retry = api.post("/items:batch", {"items": items})
+    assert [r["outcome"] for r in retry.json()["results"]][:2] == ["existing", "existing"]
+    assert QueueItem.objects.count() == 3
+
+
+def test_batch_over_500_is_refused_whole(api):
+    response = api.post("/items:batch", {"items": [ITEM] * 501})
+    assert response.status_code == 422 and "500" in response.json()["message"]
+    assert not QueueItem.objects.exists()
+
+
+def test_decision_without_wait_is_204_then_200(api, alice):
+    item_id = api.post("/items", ITEM).json()["id"]
+    assert api.get(f"/items/{item_id}/decision").status_code == 204
+    item_decide(item_public_id=item_id, reviewer=alice, decision="approve")
+    response = api.get(f"/items/{item_id}/decision", wait=5)
+    assert response.status_code == 200 and response.json()["decision"]["status"] == "approved"
+
+
+def test_openapi_schema_and_docs_work_under_the_csp():
+    schema = Client().get("/api/v1/openapi.json")
+    assert schema.status_code == 200
+    assert "/api/v1/items:batch" in schema.json()["paths"]
+    docs = Client().get("/api/v1/docs")
+    assert docs.status_code == 200
+    html = docs.content.decode()
+    assert "cdn" not in html.lower() and "/static/ninja/swagger-ui-bundle.js" in html
+    assert "script-src 'self'" in docs["Content-Security-Policy"]
+    for line in html.splitlines():
+        # The only inline <script> is JSON (type=application/json), which the CSP does not run.
+        if "<script" in line and "src=" not in line:
+            assert 'type="application/json"' in line
+
+
+def test_session_decision_endpoint_still_needs_csrf(alice, make_item):
+    item = make_item()
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    response = browser.post(f"/api/items/{item.public_id}/decision", {"decision": "approve"})
+    assert response.status_code == 403
+
+
+def test_apiclient_create_command_prints_the_token_once(capsys):
+    call_command("apiclient_create", "cli", "--scope", "items:read")
+    token = capsys.readouterr().out.strip()
+    assert Api(token).get("/items").status_code == 200
+    assert Api(token).post("/items", ITEM).status_code == 403
+
+
+def test_negative_wait_is_422(api):
+    item_id = api.post("/items", ITEM).json()["id"]
+    response = api.get(f"/items/{item_id}/decision", wait=-1)
+    assert response.status_code == 422 and response.json()["error"] == "invalid"
+
+
+def test_admin_creates_a_client_with_its_service_account_and_shows_the_token_once(admin_client):
+    response = admin_client.post(
+        "/admin/moderation/apiclient/add/",
+        {"name": "agent", "scopes": ["items:read"], "is_active": "on",
+         "tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"] if "shown only now" in str(m)]
+    token = shown[0].rsplit(" ", 1)[1]
+    assert Api(token).get("/items").status_code == 200
+    client = ApiToken.objects.get().client
+    assert client.name == "agent" and client.user.username == "api.agent" and client.scopes == ["items:read"]

@@ -1,0 +1,194 @@
+"""/api/v1 against a real daphne server: concurrent idempotent submits, ingest rate, long-poll wake-up.
+
+Concurrency: 8 client processes submit the same 200 Idempotency-Keys at once; exactly
+200 items and 200 graph threads (distinct thread ids in the checkpointer) must exist,
+on SQLite and on PostgreSQL. The negative control runs the same load against a server
+whose submit picks a random thread id, as a check-then-insert design would (the
+unique key still keeps the rows to 200): the same count then sees the extra threads,
+so the check can fail.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from moderation.tests.cluster_support import fresh_database, services_require
+from moderation.tests.real_server import Reviewer, SiteServer
+
+PROCESSES = 8
+KEYS = 200
+CONTROL_KEYS = 40
+ITEM = {"title": "From a pipeline", "body": "Some harmless text.", "source": "load"}
+
+_COUNT = """
+from moderation.checkpointer import checkpointer_get
+from moderation.models import QueueItem
+threads = {c.config["configurable"]["thread_id"] for c in checkpointer_get().list(None)}
+print("COUNT", QueueItem.objects.count(), len(threads))
+"""
+
+
+class ApiHttp:
+    """One keep-alive connection of one client, bearer-authenticated."""
+
+    def __init__(self, server: SiteServer, token: str, timeout: float = 60) -> None:
+        self.conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
+        self.token = token
+
+    def call(self, method: str, path: str, payload=None, **headers) -> tuple[int, dict]:
+        body = json.dumps(payload) if payload is not None else None
+        self.conn.request(
+            method, f"/api/v1{path}", body=body,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **headers},
+        )
+        response = self.conn.getresponse()
+        raw = response.read()
+        return response.status, (json.loads(raw) if raw else {})
+
+
+def _submit_all(host: str, port: int, token: str, start_at: float, keys: int) -> dict[str, tuple[int, str]]:
+    server = type("S", (), {"host": host, "port": port})()
+    http_ = ApiHttp(server, token)
+    time.sleep(max(0.0, start_at - time.time()))
+    seen = {}
+    for n in range(keys):
+        status, body = http_.call("POST", "/items", {**ITEM, "title": f"Item {n}"}, **{"Idempotency-Key": f"key-{n}"})
+        seen[f"key-{n}"] = (status, body.get("id", body.get("error")))
+    return seen
+
+
+def _token(server: SiteServer, name: str = "load") -> str:
+    return server.manage("apiclient_create", name).stdout.strip()
+
+
+def _counts(server: SiteServer) -> tuple[int, int]:
+    line = next(l for l in server.manage("shell", "-c", _COUNT).stdout.splitlines() if l.startswith("COUNT "))
+    items, threads = line.split()[1:]
+    return int(items), int(threads)
+
+
+def _hammer(server: SiteServer, token: str, keys: int = KEYS) -> list[dict[str, tuple[int, str]]]:
+    start_at = time.time() + 1.0
+    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+        return pool.starmap(_submit_all, [(server.host, server.port, token, start_at, keys)] * PROCESSES)
+
+
+@contextmanager
+def _server(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tuple[SiteServer, str]]:
+    # Eight writers on one SQLite file queue for its write lock longer than the default 5 s.
+    server = SiteServer(tmp_path, extra_env={"SQLITE_BUSY_TIMEOUT": "30", **(env or {})})
+    server.seed(users=["alice"], items=0)
+    token = _token(server)
+    server.start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+
+
+def _assert_one_item_and_one_thread_per_key(server: SiteServer, token: str) -> None:
+    results = _hammer(server, token)
+    for key in results[0]:
+        answers = {r[key] for r in results}
+        statuses = sorted(status for status, _ in answers)
+        assert len({item for _, item in answers}) == 1, f"{key}: {answers}"
+        assert set(statuses) <= {200, 201}, f"{key}: {answers}"
+    created = sum(1 for r in results for status, _ in r.values() if status == 201)
+    assert created == KEYS
+    assert _counts(server) == (KEYS, KEYS)
+
+
+@pytest.mark.timeout(300)
+def test_concurrent_submits_of_the_same_keys_make_one_item_and_one_thread_each_sqlite(tmp_path):
+    with _server(tmp_path) as (server, token):
+        _assert_one_item_and_one_thread_per_key(server, token)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.postgres_variant
+def test_concurrent_submits_of_the_same_keys_make_one_item_and_one_thread_each_postgres(tmp_path):
+    admin_url, _ = services_require()
+    with fresh_database(admin_url, "api") as database_url, _server(tmp_path, env={"DATABASE_URL": database_url}) as (
+        server, token,
+    ):
+        _assert_one_item_and_one_thread_per_key(server, token)
+
+
+@pytest.mark.timeout(300)
+def test_negative_control_random_thread_ids_show_as_extra_threads(tmp_path):
+    env = {"DJANGO_SETTINGS_MODULE": "moderation.tests.naive_submit_settings"}
+    with _server(tmp_path, env=env) as (server, token):
+        _hammer(server, token, keys=CONTROL_KEYS)
+        items, threads = _counts(server)
+    print(f"\nnegative control: {items} items, {threads} graph threads")
+    assert items == CONTROL_KEYS  # the unique key still holds the rows
+    assert threads > CONTROL_KEYS, "the load never raced: this test could not see a duplicate thread"
+
+
+@pytest.mark.timeout(300)
+def test_ingest_rate_single_and_batch(tmp_path, record_property):
+    with _server(tmp_path) as (server, token):
+        http_ = ApiHttp(server, token)
+        started = time.perf_counter()
+        for n in range(50):
+            assert http_.call("POST", "/items", {**ITEM, "external_id": f"single-{n}"})[0] == 201
+        single = 50 / (time.perf_counter() - started)
+        batch = [{**ITEM, "external_id": f"batch-{n}"} for n in range(500)]
+        started = time.perf_counter()
+        status, body = http_.call("POST", "/items:batch", {"items": batch})
+        batched = 500 / (time.perf_counter() - started)
+        assert status == 200 and {r["outcome"] for r in body["results"]} == {"created"}
+        # The API shares the site's body limit; the ASGI middleware answers before Django reads it.
+        big = [{**ITEM, "body": "x" * 5000, "external_id": f"big-{n}"} for n in range(250)]
+        status, body = ApiHttp(server, token).call("POST", "/items:batch", {"items": big})
+        assert status == 413 and body["error"] == "request_too_large"
+    record_property("submit_items_per_s", round(single, 1))
+    record_property("batch_items_per_s", round(batched, 1))
+    print(f"\nAPI submit: {single:.0f} items/s one by one, {batched:.0f} items/s in a batch of 500 (SQLite)")
+
+
+@pytest.mark.timeout(300)
+def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wait(tmp_path, record_property):
+    with _server(tmp_path) as (server, token):
+        seeded = server.seed(users=["bob"], items=0)
+        reviewer = Reviewer(server, "bob", seeded.sessions["bob"])
+        http_ = ApiHttp(server, token)
+        ids = [http_.call("POST", "/items", {**ITEM, "external_id": f"lp-{n}"})[1]["id"] for n in range(21)]
+
+        started = time.monotonic()
+        status, _ = ApiHttp(server, token).call("GET", f"/items/{ids[-1]}/decision?wait=1.5")
+        waited = time.monotonic() - started
+        assert status == 204 and 1.4 <= waited < 3.0
+
+        latencies = []
+        for item in ids[:20]:
+            answer: dict = {}
+
+            def poll(item=item, answer=answer) -> None:
+                answer["status"], answer["body"] = ApiHttp(server, token).call("GET", f"/items/{item}/decision?wait=30")
+                answer["at"] = time.monotonic()
+
+            poller = threading.Thread(target=poll)
+            poller.start()
+            time.sleep(0.15)  # the poll has joined the item's group
+            assert reviewer.decide(item, "approve")[0] == 200
+            decided_at = time.monotonic()
+            poller.join(10)
+            assert answer["status"] == 200 and answer["body"]["decision"]["by"] == "bob"
+            latencies.append(max(0.0, answer["at"] - decided_at))
+    p50 = statistics.median(latencies)
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    record_property("longpoll_wake_p50_ms", round(p50 * 1000, 1))
+    record_property("longpoll_wake_p99_ms", round(p99 * 1000, 1))
+    print(f"\nlong-poll wake-up after the decision's response: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+    assert p99 < 1.0

@@ -71,6 +71,22 @@ class ItemOut(Schema):
         )
 
 
+class ErrorOut(Schema):
+    error: str
+    message: str
+
+
+class CancelIn(Strict):
+    # A decision's note and a withdrawal's reason share the guard's limit (DECISION_NOTE_MAX_LENGTH).
+    reason: str = ""
+
+
+class CancelLost(ErrorOut):
+    winner: str
+    status: str
+    decided_at: datetime
+
+
 class ItemPage(Schema):
     items: list[ItemOut]
     next_cursor: str | None
@@ -90,8 +106,3 @@ class BatchOutcome(Schema):
 
 class BatchOut(Schema):
     results: list[BatchOutcome]
-
-
-class ErrorOut(Schema):
-    error: str
-    message: str

@@ -16,8 +16,21 @@ from pydantic import ValidationError as PydanticValidationError
 
 from moderation.api.auth import ScopeMissing, read_auth, write_auth
 from moderation.api.longpoll import item_decision_wait, item_undecided
-from moderation.api.schemas import BatchIn, BatchItemIn, BatchOut, BatchOutcome, ErrorOut, ItemIn, ItemOut, ItemPage
+from moderation.api.schemas import (
+    BatchIn,
+    BatchItemIn,
+    BatchOut,
+    BatchOutcome,
+    CancelIn,
+    CancelLost,
+    ErrorOut,
+    ItemIn,
+    ItemOut,
+    ItemPage,
+)
+from moderation.decisions import DecisionError, item_withdraw
 from moderation.models import ItemStatus
+from moderation.outcomes import DecisionOutcome
 from moderation.selectors import client_item_get, client_items_page
 from moderation.submissions import IdempotencyConflict, Submission, item_submit
 
@@ -25,6 +38,7 @@ LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200
 ERRORS: dict[int | str, Any] = {
     400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut,
+    503: ErrorOut,
 }
 
 api = NinjaAPI(
@@ -80,6 +94,12 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return _error(request, exc.status_code, code, exc.message)
 
 
+@api.exception_handler(DecisionError)
+def _guard_refused(request: HttpRequest, exc: DecisionError) -> HttpResponse:
+    # The guard's own refusals (busy, needs attention, a bad reason), with its codes and statuses.
+    return _error(request, exc.http_status, exc.code, str(exc))
+
+
 @api.exception_handler(IdempotencyConflict)
 def _conflict(request: HttpRequest, exc: IdempotencyConflict) -> HttpResponse:
     return _error(request, 409, "idempotency_key_reused", str(exc))
@@ -127,6 +147,29 @@ def _batch_one(client, index: int, raw: dict[str, Any]) -> BatchOutcome:
     return BatchOutcome(
         index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item)
     )
+
+
+@api.post(
+    "/items/{item_id}/cancel", auth=write_auth, response={200: ItemOut, **ERRORS, 409: CancelLost}, tags=["items"]
+)
+def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn):
+    """Withdraw a pending item this client submitted, through the same guard as a moderator's decision.
+
+    200 with the withdrawn item (also on a retry); 409 ``already_decided`` naming the
+    moderator whose decision came first. Send ``{}`` or ``{"reason": "..."}``.
+    """
+    item = client_item_get(client_id=request.auth.pk, public_id=item_id)
+    if item is None:
+        raise Http404("no such item")
+    outcome = item_withdraw(item_public_id=item.public_id, by=request.auth.user, reason=data.reason)
+    if not outcome.won and outcome.winner != request.auth.user.get_username():
+        return Status(409, CancelLost(error="already_decided", message=outcome.message(), **_lost_fields(outcome)))
+    return ItemOut.of(client_item_get(client_id=request.auth.pk, public_id=item_id))
+
+
+def _lost_fields(outcome: DecisionOutcome) -> dict[str, Any]:
+    payload = outcome.winner_payload()
+    return {"winner": payload["winner"], "status": payload["status"], "decided_at": payload["decided_at"]}
 
 
 @api.get("/items/{item_id}", auth=read_auth, response={200: ItemOut, **ERRORS}, tags=["items"])

@@ -302,3 +302,48 @@ def test_admin_creates_a_client_with_its_service_account_and_shows_the_token_onc
     assert Api(token).get("/items").status_code == 200
     client = ApiToken.objects.get().client
     assert client.name == "agent" and client.user.username == "api.agent" and client.scopes == ["items:read"]
+
+
+def test_cancel_withdraws_through_the_guard_and_a_retry_answers_the_same(api, client_token, alice):
+    item_id = api.post("/items", ITEM).json()["id"]
+    cancelled = api.post(f"/items/{item_id}/cancel", {"reason": "sent by mistake"})
+    assert cancelled.status_code == 200, cancelled.content
+    body = cancelled.json()
+    assert (body["status"], body["decision"]["by"], body["decision"]["note"]) == ("withdrawn", "api.pipeline", "sent by mistake")
+    assert api.post(f"/items/{item_id}/cancel", {}).status_code == 200  # a retry: still this client's withdrawal
+    lost = item_decide(item_public_id=item_id, reviewer=alice, decision="approve")
+    assert not lost.won and lost.message().startswith("Already withdrawn by api.pipeline")
+
+
+def test_cancel_after_a_moderator_decided_is_409_naming_them(api, alice):
+    item_id = api.post("/items", ITEM).json()["id"]
+    item_decide(item_public_id=item_id, reviewer=alice, decision="reject")
+    lost = api.post(f"/items/{item_id}/cancel", {})
+    assert lost.status_code == 409
+    body = lost.json()
+    assert (body["error"], body["winner"], body["status"]) == ("already_decided", "alice", "rejected")
+    assert body["message"].startswith("Already reviewed by alice (rejected,")
+    assert QueueItem.objects.get(public_id=item_id).status == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "error"),
+    [({"reason": "x\u0000"}, 400, "invalid_decision"), ({"reason": "x" * 2001}, 400, "invalid_decision"),
+     ({"why": "typo"}, 422, "invalid"), ("not json", 400, "malformed_request")],
+)
+def test_cancel_bad_input_changes_nothing(api, payload, status, error):
+    item_id = api.post("/items", ITEM).json()["id"]
+    refused = api.post(f"/items/{item_id}/cancel", payload)
+    assert (refused.status_code, refused.json()["error"]) == (status, error), refused.content
+    assert QueueItem.objects.get(public_id=item_id).status == "pending"
+
+
+def test_cancel_needs_the_write_scope_and_the_clients_own_item(api, make_item):
+    reader = Api(apiclient_create(name="reader", scopes=["items:read"])[1])
+    item_id = api.post("/items", ITEM).json()["id"]
+    assert reader.post(f"/items/{item_id}/cancel", {}).json()["error"] == "scope_missing"
+    other = Api(apiclient_create(name="other", scopes=["items:write"])[1])
+    assert other.post(f"/items/{item_id}/cancel", {}).status_code == 404
+    moderators_item = make_item()
+    assert api.post(f"/items/{moderators_item.public_id}/cancel", {}).status_code == 404
+    assert QueueItem.objects.get(public_id=item_id).status == "pending"

@@ -35,6 +35,7 @@ class Receiver:
         self.stall_seconds = 0.0
         self.received: list[Received] = []
         self.requests = 0
+        self.raw: list[tuple[bytes, dict[str, str]]] = []  # verified requests as sent: body and headers
         self.bad_signatures = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -69,6 +70,7 @@ class Receiver:
                     return
                 with receiver._lock:
                     receiver.received.append(Received(self.headers["webhook-id"], event["type"], event["data"], time.time()))
+                    receiver.raw.append((body, dict(self.headers.items())))
                 self._answer(204)
 
             def _answer(self, code: int) -> None:

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
     from django.db import connections
 
+    from bench.api import bench_api
     from bench.common import log, login_make, machine_info, moderators_make, Servers
     from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_page, items_make
     from bench.served import bench_served
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
     try:
         metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s), process_note=note)
+        log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
+        metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline,
+                             env=dict(os.environ), logdir=args.workdir)
     finally:
         servers.stop()
 

@@ -1,0 +1,179 @@
+"""Benches of the service API against real daphne servers and a real webhook worker (issue 13).
+
+- 8. API submit items/s, one per request and in batches of 100, vs the bare graph start
+  in-process (the floor every submit pays); target: batch ≥ 500 items/s.
+- 9. Webhook latency: decision answered → signed webhook received, at 10 decisions/s,
+  with one `manage.py db_worker`; target p99 ≤ 250 ms.
+- 10. Long-poll wake-up: decision answered → the waiting GET answered; target p99 ≤ 100 ms.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+from bench.common import ROOT, Login, Metric, Servers, log, percentile
+
+BATCH = 100
+BODY = "A post to review: buy now at http://example.test, or write to someone@example.test."
+_keys = itertools.count()
+
+
+class _Receiver:
+    """Records when each webhook arrives, by the item it names (first arrival only)."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[str, float] = {}
+        bench = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                import json
+
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                if body.get("type") == "item.decided":
+                    bench.arrived.setdefault(body["data"]["id"], time.perf_counter())
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def _submit_rate(host: str, token: str, *, batch: int, seconds: float, concurrency: int) -> tuple[float, list[str]]:
+    created: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def item() -> dict:
+        return {"title": f"API bench {next(_keys)}", "body": BODY, "source": "bench-api"}
+
+    def work() -> int:
+        n = 0
+        with httpx.Client(base_url=f"http://{host}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
+            while time.perf_counter() < stop_at:
+                if batch == 1:
+                    answer = c.post("/items", json=item(), headers={"Idempotency-Key": uuid.uuid4().hex})
+                    ids = [answer.json()["id"]] if answer.status_code == 201 else []
+                else:
+                    answer = c.post("/items:batch", json={"items": [item() for _ in range(batch)]})
+                    ids = [r["item"]["id"] for r in answer.json()["results"] if r["outcome"] == "created"]
+                with lock:
+                    created.extend(ids)
+                n += len(ids)
+        return n
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        total = sum(pool.map(lambda _: work(), range(concurrency)))
+    return total / (time.perf_counter() - start), created
+
+
+def _decide(host: str, login: Login, item: str) -> float:
+    """Decide ``item`` as ``login``; the moment the answer arrived."""
+    answer = httpx.post(
+        f"http://{host}/api/items/{item}/decision", json={"decision": "approve"}, cookies=login.cookies(),
+        headers={"X-CSRFToken": login.csrftoken}, timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return time.perf_counter()
+
+
+def _longpoll_latency(host: str, token: str, login: Login, items: list[str]) -> list[float]:
+    latencies = []
+    for item in items:
+        woke: dict[str, float] = {}
+
+        def wait(item=item, woke=woke):
+            answer = httpx.get(f"http://{host}/api/v1/items/{item}/decision", params={"wait": 30},
+                               headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            woke["at"] = time.perf_counter()
+            woke["status"] = answer.status_code
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.15)  # the wait is open before the decision
+        decided_at = _decide(host, login, item)
+        waiter.join(timeout=40)
+        if woke.get("status") == 200:
+            latencies.append((woke["at"] - decided_at) * 1000)
+    return latencies
+
+
+def _webhook_latency(host: str, login: Login, items: list[str], receiver: _Receiver, *, rate: float) -> list[float]:
+    answered: dict[str, float] = {}
+    for n, item in enumerate(items):
+        due = time.perf_counter() + 1 / rate
+        answered[item] = _decide(host, login, item)
+        time.sleep(max(0.0, due - time.perf_counter()))
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline and not all(i in receiver.arrived for i in items):
+        time.sleep(0.05)
+    return [(receiver.arrived[i] - answered[i]) * 1000 for i in items if i in receiver.arrived]
+
+
+def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rate: float, env: dict[str, str],
+              logdir: Path) -> list[Metric]:
+    from moderation.apiclients import apiclient_create
+    from moderation.models import WebhookEndpoint
+
+    _, token = apiclient_create(name=f"bench-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
+    receiver = _Receiver()
+    WebhookEndpoint.objects.create(name="bench", url=receiver.url, events=["item.decided"])
+    with (logdir / "worker.log").open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--interval", "0.05"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    host = servers.host(0)
+    metrics: list[Metric] = []
+    try:
+        _submit_rate(host, token, batch=1, seconds=0.5, concurrency=2)  # warm-up
+        one, _ = _submit_rate(host, token, batch=1, seconds=seconds, concurrency=4)
+        log(f"api: submit one per request {one:.0f} items/s")
+        batched, pool = _submit_rate(host, token, batch=BATCH, seconds=seconds, concurrency=2)
+        log(f"api: submit in batches of {BATCH} {batched:.0f} items/s")
+        metrics += [
+            Metric("api_submit_one", "8. API submit, one item per request (4 clients)", one, "items/s", bare_rate,
+                   "bare graph start to interrupt, in-process"),
+            Metric("api_submit_batch", f"8. API submit, batches of {BATCH} (2 clients)", batched, "items/s", bare_rate,
+                   "bare graph start to interrupt, in-process", target=500, check="value", op=">="),
+        ]
+        polls = _longpoll_latency(host, token, logins[0], pool[:20])
+        log(f"api: long-poll wake-up p50 {percentile(polls, 50):.1f} ms, p99 {percentile(polls, 99):.1f} ms ({len(polls)})")
+        metrics.append(Metric(
+            "longpoll_p99", "10. long-poll wake-up after the decision's answer, p99", percentile(polls, 99), "ms",
+            percentile(polls, 50), "p50 of the same run", target=100, check="value", op="<=",
+            detail={"waits": len(polls), "expected": 20},
+        ))
+        hooks = _webhook_latency(host, logins[1], pool[20:20 + int(max(20, 10 * seconds))], receiver, rate=10)
+        log(f"api: webhook p50 {percentile(hooks, 50):.1f} ms, p99 {percentile(hooks, 99):.1f} ms ({len(hooks)})")
+        metrics.append(Metric(
+            "webhook_p99", "9. decision answered → webhook received, 10 dec/s, one worker, p99", percentile(hooks, 99),
+            "ms", percentile(hooks, 50), "p50 of the same run", target=250, check="value", op="<=",
+            detail={"webhooks": len(hooks)},
+        ))
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        receiver.stop()
+    return metrics

@@ -273,12 +273,13 @@ def _queue_rows_insert(rows: int) -> None:
                           "flags": ["1 link", "excessive punctuation", "watch words: click here, free money"], "risk": 45,
                           "allowed_decisions": ["approve", "reject"]})
     columns = ("public_id, title, body, source, created_at, status, decided_by_id, decided_at, decision_note, thread_id, "
-               "review_request, attention, attempt_count, audit_head")
+               "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest")
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"INSERT INTO moderation_queueitem ({columns}) SELECT gen_random_uuid(), 'bulk item ' || x, %s, 'bench-bulk', "
-                "%s + x * interval '1 millisecond', 'pending', NULL, NULL, '', 'bench-fake-' || x, %s::jsonb, '', 0, '' "
+                "%s + x * interval '1 millisecond', 'pending', NULL, NULL, '', 'bench-fake-' || x, %s::jsonb, '', 0, '', "
+                "false, '{}'::jsonb, 0, '' "
                 "FROM generate_series(0, %s - 1) AS x",
                 [WATCH_TEXT, timezone.now(), payload, rows],
             )
@@ -286,7 +287,7 @@ def _queue_rows_insert(rows: int) -> None:
             cursor.execute(
                 f"WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n WHERE x < %s - 1) "
                 f"INSERT INTO moderation_queueitem ({columns}) SELECT lower(hex(randomblob(16))), 'bulk item ' || x, %s, "
-                "'bench-bulk', %s, 'pending', NULL, NULL, '', 'bench-fake-' || x, %s, '', 0, '' FROM n",
+                "'bench-bulk', %s, 'pending', NULL, NULL, '', 'bench-fake-' || x, %s, '', 0, '', 0, '{}', 0, '' FROM n",
                 [rows, WATCH_TEXT, connection.ops.adapt_datetimefield_value(timezone.now()), payload],
             )
             cursor.execute("ANALYZE")

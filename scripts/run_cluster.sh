@@ -77,14 +77,7 @@ if [ "$DEBUG" = "true" ]; then "$PY" manage.py seed_demo; fi
 "$PY" manage.py recover || [ $? -eq 2 ]
 "$PY" manage.py collectstatic --no-input --verbosity 0
 
-pids=()
-stop() {
-  trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap stop EXIT
-trap 'exit 130' INT TERM
+source scripts/processes.sh
 
 for port in "$PORT1" "$PORT2"; do
   "$PY" -m daphne --proxy-headers -b "$HOST" -p "$port" reviewqueue.asgi:application > >(sed -u "s/^/[:$port] /") 2>&1 &

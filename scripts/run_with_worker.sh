@@ -13,14 +13,7 @@ HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 WORKER_INTERVAL=${WORKER_INTERVAL:-0.1}
 
-pids=()
-stop() {
-  trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap stop EXIT
-trap 'exit 130' INT TERM
+source scripts/processes.sh
 
 "$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" > >(sed -u "s/^/[worker] /") 2>&1 &
 pids+=("$!")

@@ -16,11 +16,7 @@ class ModerationConfig(AppConfig):
         connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.audit.sqlite")
         if settings.REVIEWQUEUE_FAULTS:
             faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
-        from django.contrib.auth.signals import user_logged_out
-
-        from moderation.live import live_logout_handle
-
-        user_logged_out.connect(live_logout_handle, dispatch_uid="moderation.live.logout")
+        # A logout deletes its session row; moderation.rights tells that session's sockets.
         from moderation.rights import rights_signals_connect
 
         rights_signals_connect()

@@ -222,7 +222,3 @@ def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str |
         groups.append(session_group(session_key))
     _send_all([(group, {"type": "rights.changed"}) for group in groups])
 
-
-def session_ended_broadcast(*, session_key: str) -> None:
-    """Close every socket of a session that has just logged out."""
-    _send(session_group(session_key), {"type": "session.ended"})

@@ -280,10 +280,3 @@ def _item_state(item: QueueItem) -> dict[str, Any]:
             seconds_ago=seconds_since(item.decided_at),
         )
     return state
-
-
-def live_logout_handle(sender: type, request: Any, user: AbstractBaseUser | None, **kwargs: Any) -> None:
-    """``user_logged_out`` receiver: close the session's sockets at once, in every process the layer reaches."""
-    session_key = getattr(getattr(request, "session", None), "session_key", None)
-    if session_key:
-        events.session_ended_broadcast(session_key=session_key)

@@ -206,6 +206,6 @@ def test_pushes_waiting_on_a_hanging_layer_are_bounded(settings, server_loop, mo
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
     monkeypatch.setattr(events, "MAX_PUSHES_IN_FLIGHT", 5)
     for n in range(8):
-        events.session_ended_broadcast(session_key=f"session-{n}")
+        events.rights_changed_broadcast(session_key=f"session-{n}")
     assert events.pushes_in_flight() == 5
-    assert sum("dropped session.ended" in record.getMessage() for record in caplog.records) == 3
+    assert sum("dropped rights.changed" in record.getMessage() for record in caplog.records) == 3

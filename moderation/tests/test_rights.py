@@ -171,3 +171,12 @@ async def test_a_change_made_in_another_process_closes_the_socket_through_the_la
         await tabs["bob"].close()
     finally:
         await server.aclose()
+
+
+async def test_a_forged_session_end_closes_nothing_a_real_logout_closes(alice, login):
+    client = await database_sync_to_async(login)(alice)
+    tab, _ = await opened("/ws/queue/", client)
+    await get_channel_layer().group_send(events.session_group(session_of(client)), {"type": "session.ended"})
+    assert await tab.receive_nothing(timeout=1)  # the session is alive: nothing forwarded, nothing closed
+    assert (await database_sync_to_async(client.post)("/accounts/logout/")).status_code == 302
+    assert (await _ended(tab))["message"] == "you have been logged out"

@@ -30,8 +30,8 @@ _HARMLESS_USER_FIELDS = frozenset({"last_login"})
 def rights_signals_connect() -> None:
     User = get_user_model()
     uid = "moderation.rights"
-    m2m_changed.connect(_user_groups_changed, sender=User.groups.through, dispatch_uid=f"{uid}.groups")
-    m2m_changed.connect(_user_permissions_changed, sender=User.user_permissions.through, dispatch_uid=f"{uid}.perms")
+    m2m_changed.connect(_user_m2m_changed, sender=User.groups.through, dispatch_uid=f"{uid}.groups")
+    m2m_changed.connect(_user_m2m_changed, sender=User.user_permissions.through, dispatch_uid=f"{uid}.perms")
     m2m_changed.connect(_group_permissions_changed, sender=Group.permissions.through, dispatch_uid=f"{uid}.group_perms")
     post_save.connect(_user_saved, sender=User, dispatch_uid=f"{uid}.user_saved")
     pre_delete.connect(_group_deleting, sender=Group, dispatch_uid=f"{uid}.group_deleted")
@@ -50,25 +50,13 @@ def _group_members(group_ids: Iterable[int]) -> list[int]:
     return list(User.objects.filter(groups__in=list(group_ids)).values_list("pk", flat=True).distinct())
 
 
-def _user_groups_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_set: set | None, **kwargs: Any) -> None:
-    if not reverse:  # user.groups.add / remove / clear
-        if action in {"post_add", "post_remove", "post_clear"}:
-            _users_changed([instance.pk])
-        return
-    # group.user_set.*: on clear the members must be read before they are gone
-    if action == "pre_clear":
-        instance._rights_members = _group_members([instance.pk])
-    elif action == "post_clear":
-        _users_changed(getattr(instance, "_rights_members", []))
-    elif action in {"post_add", "post_remove"}:
-        _users_changed(pk_set or [])
-
-
-def _user_permissions_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_set: set | None, **kwargs: Any) -> None:
+def _user_m2m_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_set: set | None, **kwargs: Any) -> None:
+    """user.groups / user.user_permissions changed, from either side (group.user_set, permission.user_set)."""
     if not reverse:
         if action in {"post_add", "post_remove", "post_clear"}:
             _users_changed([instance.pk])
         return
+    # On clear the members must be read before they are gone.
     if action == "pre_clear":
         instance._rights_members = list(instance.user_set.values_list("pk", flat=True))
     elif action == "post_clear":

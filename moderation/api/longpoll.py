@@ -15,15 +15,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from moderation import events
-from moderation.models import ItemStatus, QueueItem
+from moderation.models import DECIDED_STATUSES, QueueItem
 from moderation.selectors import client_item_get
 
-# Not decided yet: a decision may still come (needs_attention ends in one, via recover).
-UNDECIDED = (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION)
-
-
 def item_undecided(item: QueueItem) -> bool:
-    return item.status in UNDECIDED
+    # Pending or needing attention: a decision may still come (recover finishes the latter).
+    return item.status not in DECIDED_STATUSES
 
 
 async def item_decision_wait(*, client_id: int, public_id: str, timeout: float) -> QueueItem | None:

@@ -14,8 +14,9 @@ from django.db import connection
 from moderation.decisions import item_decide
 from moderation.faults import fault_inject
 from moderation.graph import graph_pending_review, graph_resume_count
-from moderation.lab.harness import RaceReport, race_processes, race_threads
-from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.lab.harness import race_processes, race_threads
+from moderation.models import ItemStatus, QueueItem
+from moderation.tests.races import guard_held_assert
 
 pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=True)]
 
@@ -24,39 +25,19 @@ def _items(make_item, n):
     return [str(make_item(title=f"race {i}").public_id) for i in range(n)]
 
 
-def _assert_guard_held(report: RaceReport, *, items: list[str], reviewers: int):
-    assert report.errors == []
-    assert [str(a) for a in report.anomalies] == []
-    assert len(report.attempts) == len(items) * reviewers
-    assert report.lost_decisions == 0
-    assert report.false_successes == 0
-    assert report.double_resumes == 0
-    assert report.misinformed_losers == 0
-    for verdict in report.verdicts:
-        assert len(verdict.acknowledged) == 1, verdict
-        assert verdict.winner == verdict.acknowledged[0]
-        assert verdict.resumes == 1 and not verdict.still_paused
-    # The audit trail agrees: one won attempt per item, every other attempt lost to that winner.
-    for item in QueueItem.objects.filter(public_id__in=items).select_related("decided_by"):
-        attempts = list(DecisionAttempt.objects.filter(item=item))
-        assert len(attempts) == reviewers
-        assert [a.reviewer_id for a in attempts if a.outcome == AttemptOutcome.WON] == [item.decided_by_id]
-        assert {a.winner_id for a in attempts} == {item.decided_by_id}
-
-
 @pytest.mark.parametrize(("reviewers", "n_items"), [(2, 100), (4, 60), (8, 40)])
 def test_threads_exactly_one_winner_per_item(make_moderator, make_item, reviewers, n_items):
     users = [make_moderator().username for _ in range(reviewers)]
     items = _items(make_item, n_items)
     report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0)
-    _assert_guard_held(report, items=items, reviewers=reviewers)
+    guard_held_assert(report, items=items, reviewers=reviewers)
 
 
 def test_processes_exactly_one_winner_per_item(make_moderator, make_item):
     users = [make_moderator().username for _ in range(2)]
     items = _items(make_item, 40)
     report = race_processes(strategy="guarded", items=items, usernames=users, delay=0.0)
-    _assert_guard_held(report, items=items, reviewers=2)
+    guard_held_assert(report, items=items, reviewers=2)
 
 
 def test_negative_control_naive_check_then_act_loses_decisions(make_moderator, make_item):
@@ -132,6 +113,6 @@ def test_eight_writer_processes_wait_less_than_a_second(make_moderator, make_ite
     users = [make_moderator().username for _ in range(8)]
     items = _items(make_item, 20)
     report = race_processes(strategy="guarded", items=items, usernames=users, delay=0.0)
-    _assert_guard_held(report, items=items, reviewers=8)
+    guard_held_assert(report, items=items, reviewers=8)
     worst = max(a.latency_ms for a in report.attempts)
     assert worst < 1000, f"worst decision latency {worst:.0f} ms"

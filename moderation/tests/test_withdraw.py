@@ -17,6 +17,7 @@ from moderation.graph import graph_decision_read, graph_is_finished, graph_pendi
 from moderation.lab.harness import RaceReport, race_processes, race_threads
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
 from moderation.recovery import items_recover
+from moderation.tests.races import guard_held_assert
 
 WITHDRAW_VS_TWO = ["withdraw", "approve", "reject"]
 
@@ -176,18 +177,7 @@ def _racers(make_moderator, make_viewer):
 
 
 def _assert_one_winner(report: RaceReport, *, items: list[str]):
-    assert report.errors == []
-    assert [str(a) for a in report.anomalies] == []
-    assert len(report.attempts) == len(items) * len(WITHDRAW_VS_TWO)
-    for verdict in report.verdicts:
-        assert len(verdict.acknowledged) == 1, verdict
-        assert verdict.winner == verdict.acknowledged[0]
-        assert verdict.resumes == 1 and not verdict.still_paused
-    for item in QueueItem.objects.filter(public_id__in=items).select_related("decided_by"):
-        attempts = list(DecisionAttempt.objects.filter(item=item))
-        assert len(attempts) == len(WITHDRAW_VS_TWO)
-        assert [a.reviewer_id for a in attempts if a.outcome == AttemptOutcome.WON] == [item.decided_by_id]
-        assert {a.winner_id for a in attempts} == {item.decided_by_id}
+    guard_held_assert(report, items=items, reviewers=len(WITHDRAW_VS_TWO))
     told = {(a.item, a.reviewer): a.told_winner for a in report.attempts}
     winners = {
         str(public_id): winner

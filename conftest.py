@@ -4,6 +4,11 @@ import os
 
 import pytest
 
+# The in-process suite runs no task worker: decisions are applied in the deciding process
+# right after their commit (moderation.apply). Tests of the worker itself, and the servers
+# they start, turn this off.
+os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
+
 
 def _postgres_pass() -> bool:
     return os.environ.get("REVIEWQUEUE_BACKEND_PASS") == "postgres"

@@ -11,6 +11,10 @@ class ModerationConfig(AppConfig):
         from django.conf import settings
 
         from moderation.faults import faults_install_from_setting
+        from moderation.graphs.registry import graphs_check
+
+        # A graph that cannot be imported stops the server (and the worker) here, by name.
+        graphs_check()
 
         post_migrate.connect(_moderators_group_ensure, sender=self)
         connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.audit.sqlite")

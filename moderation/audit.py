@@ -12,8 +12,9 @@ decided content, without ``audit_verify`` reporting it:
 - Every attempt also gets an entry in one global ledger (``AuditLedgerEntry``), itself an
   HMAC chain with contiguous ``seq``. A truncated item chain or a deleted item leaves
   ledger entries with no attempt behind them.
-- The item row is checked against its chain's winning entry (status, winner, time, note,
-  content) and against the decision its graph recorded.
+- Each decided ask is checked against its one winning entry, the item row against its
+  chain's latest winning entry (status, winner, time, note, content), and the asks
+  against the interrupts their graph still waits on.
 
 What it cannot protect against: someone holding both the database and the key (they
 can re-sign everything), and a cut of the newest entries of the *whole* ledger together
@@ -23,12 +24,11 @@ with their attempts and items. For the latter, ``verify_audit`` prints the ledge
 
 The global ledger's cost: its appends are serialized. On SQLite nothing changes, as the
 decision's transaction already holds SQLite's one write lock. On PostgreSQL the append
-takes a transaction-scoped advisory lock, as the last statement before the commit, after
-the graph resume; decisions on different items queue only for that insert and the
-commit (a millisecond or two), never for the resume, and there is no hot row to update.
-Its wait is bounded by the decision's ``lock_timeout``; a timeout there rolls back after
-the resume, which is the interrupted-commit case the guard already recovers from (the
-next look at the item adopts the graph's decision).
+takes a transaction-scoped advisory lock, as the last statement before the commit;
+decisions on different items queue only for that insert and the commit (a millisecond
+or two), and there is no hot row to update. Its wait is bounded by the decision's
+``lock_timeout``; a timeout there rolls the whole decision back (the graph is resumed
+only after a commit, by the worker).
 
 Keys: entries carry ``key_id`` (a fingerprint of the key, not the key). To rotate, move
 the old key into ``AUDIT_KEYS`` and set a new ``AUDIT_KEY``; new entries use the new
@@ -59,10 +59,9 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from moderation.graph import graph_decision_read
-from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem
+from moderation.graphs.runtime import graph_asks_pending
+from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, ItemStatus, LedgerKind, QueueItem
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -132,6 +131,8 @@ def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes)
         "detail": attempt.detail,
         "requested_at": _iso(attempt.requested_at),
         "recorded_at": _iso(attempt.recorded_at),
+        # Signed only where present, so entries written before asks existed still verify.
+        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
     })
 
 
@@ -346,37 +347,50 @@ def _item_verify(*, item: QueueItem, keys: dict[str, bytes], expected: dict[tupl
 
 
 def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator[AuditProblem]:
-    """The row's decision (or withdrawal) must be the log's winning entry, and the graph's."""
+    """Each decided ask (and a decided row) must be its log's one winning entry, and the graph must agree."""
     item_id = str(item.public_id)
-    if not item.is_decided:
-        if won:
-            yield AuditProblem(item_id, None, f"the log has a winning entry but the item is {item.status}")
-        return
-    if len(won) != 1:
-        yield AuditProblem(item_id, None, f"the item is {item.status} but its log has {len(won)} winning entries")
-        return
-    entry = won[0]
-    row = (item.status, item.decided_by_id, item.decided_at, item.decision_note)
-    logged = (entry.winner_status, entry.winner_id, entry.winner_decided_at, entry.note)
-    if row != logged:
-        yield AuditProblem(item_id, None, f"the item row's decision {_show(row)} differs from its log's {_show(logged)}")
-    content = item_content_digest(title=item.title, body=item.body, source=item.source)
-    if not hmac.compare_digest(content, entry.content_digest):
-        yield AuditProblem(item_id, None, "the item's title, body or source changed after it was decided")
+    asks = {ask.pk: ask for ask in item.asks.all()}
+    by_ask: dict[int | None, list[DecisionAttempt]] = defaultdict(list)
+    for entry in won:
+        by_ask[entry.ask_id].append(entry)
+    for pk, ask in asks.items():
+        entries = by_ask.get(pk, [])
+        if ask.is_pending:
+            if entries:
+                yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is pending but its log has a winning entry")
+            continue
+        if len(entries) != 1:
+            yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is {ask.status} but its log has {len(entries)} winning entries")
+            continue
+        entry = entries[0]
+        if (ask.decided_by_id, ask.decided_at, ask.decisions or entry.decisions) != (entry.winner_id, entry.winner_decided_at, entry.decisions):
+            yield AuditProblem(item_id, entry.seq, f"ask {ask.interrupt_id}'s decision differs from its log's winning entry")
+    if item.is_decided:
+        latest = max(won, key=lambda entry: entry.seq, default=None)
+        if latest is None:
+            yield AuditProblem(item_id, None, f"the item is {item.status} but its log has no winning entry")
+            return
+        row = (item.status, item.decided_by_id, item.decided_at, item.decision_note)
+        logged = (latest.winner_status, latest.winner_id, latest.winner_decided_at, latest.note)
+        if row != logged:
+            yield AuditProblem(item_id, None, f"the item row's decision {_show(row)} differs from its log's {_show(logged)}")
+        content = item_content_digest(title=item.title, body=item.body, source=item.source)
+        if not hmac.compare_digest(content, latest.content_digest):
+            yield AuditProblem(item_id, None, "the item's title, body or source changed after it was decided")
     mismatch = item_graph_mismatch(item=item)
     if mismatch:
         yield AuditProblem(item_id, None, mismatch)
 
 
 def item_graph_mismatch(*, item: QueueItem) -> str | None:
-    """How a decided row disagrees with the decision its graph recorded (None if it agrees)."""
-    accepted = graph_decision_read(thread_id=item.thread_id)
-    if not accepted:
-        return "its graph records no decision (run manage.py recover)"
-    graph = (accepted["decision"], accepted["reviewer"], parse_datetime(accepted["decided_at"]))
-    mine = (DECISION_FOR_STATUS[item.status].value, item.decided_by.get_username(), item.decided_at)
-    if graph != mine:
-        return f"the item row's decision {_show(mine)} differs from its graph's {_show(graph)}"
+    """How the item's asks disagree with its graph (None if they agree): an ask recorded
+    as applied must no longer be pending in the graph, and a pending one must be."""
+    waiting = {p.interrupt_id for p in graph_asks_pending(name=item.graph, thread_id=item.thread_id)}
+    for ask in item.asks.all():
+        if ask.applied_at is not None and ask.interrupt_id in waiting:
+            return f"ask {ask.interrupt_id} is recorded as applied but its graph still waits on it (run manage.py recover)"
+        if ask.is_pending and item.status != ItemStatus.WITHDRAWN and ask.interrupt_id not in waiting:
+            return f"ask {ask.interrupt_id} is pending but its graph does not wait on it"
     return None
 
 

@@ -166,7 +166,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not self.ended:  # an event already queued for a socket being closed stays unsent
             await self.send_json(event)
 
-    item_created = item_decided = decision_lost = presence_changed = relay
+    item_created = item_decided = item_applied = decision_lost = presence_changed = relay
 
     async def rights_changed(self, event: dict[str, Any]) -> None:
         """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""

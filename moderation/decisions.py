@@ -1,12 +1,16 @@
-"""The guard: exactly one decision per item wins, and every loser is told by whom.
+"""The guard: exactly one decision per ask wins, every loser is told by whom, and the
+graph is resumed exactly once per decision, by the worker.
+
+An item's graph asks through ``interrupt()``; each interrupt is a ``ReviewAsk``,
+identified by LangGraph's ``Interrupt.id``, decided with LangChain's decision types
+(approve, edit, reject, respond; ``moderation.graphs.asks``). An item may have several
+asks at once (parallel interrupts) and ask again after a decision (a new round).
 
 A withdrawal by the item's submitter (``item_withdraw``) is one more competing
-operation on the same guard: a pending item becomes WITHDRAWN, its graph is resumed
-once with ``{"decision": "withdraw", ...}``, and the withdrawing user is recorded as
-the winner (row, attempts log and graph) exactly as a moderator's decision is. So a
-withdrawal racing moderators' clicks has one winner; a withdrawal of a settled item
-loses naming the winner, and a decision on a withdrawn item loses with "Already
-withdrawn by <name>".
+operation on the same guard: it settles every open ask of a pending item at once
+(each answered with a rejection), the item becomes WITHDRAWN and the withdrawing user
+its winner. A withdrawal of a settled item loses naming the winner; a decision on a
+withdrawn item loses with "Already withdrawn by <name>".
 
 Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 
@@ -17,31 +21,24 @@ Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
    PostgreSQL (bounded by ``lock_timeout``); on SQLite, where Django ignores
    ``select_for_update``, the IMMEDIATE transaction mode takes SQLite's write lock at
    BEGIN (bounded by the busy timeout). This is what excludes other processes.
-3. Under both, check-then-act: the item must still be pending and its graph still
-   paused at the review interrupt; then the graph is resumed exactly once, the item
-   row and the winning attempt are written, and the transaction commits.
+3. Under both, check-then-act on the ask: still pending, so this attempt wins; the
+   ask, the item row, the winning attempt, its webhook deliveries and the worker's
+   task to apply it (``moderation.apply``) are written in that one transaction and
+   commit together, or not at all.
 
-The graph's checkpoints are not in Django's transaction, so the order matters. The
-resume happens before the commit:
-- the resume fails: the transaction rolls back, the graph is still paused, the
-  reviewer gets an error; nothing changed.
-- the graph accepts the decision but a later node keeps failing (after LangGraph's
-  own retries): the transaction rolls back, then the item is marked NEEDS_ATTENTION
-  with the error, visible on the dashboard, until ``manage.py recover`` finishes it.
-- the database connection is lost while the row lock is held (PostgreSQL restart,
-  pg_terminate_backend, a network cut): the lock went with it, so the connection is
-  checked right before the resume, the one step that cannot be rolled back. A lost
-  connection is answered with ``DatabaseUnavailable`` (503, try again).
-- the resume succeeds but the commit fails (crash, lost connection): the graph holds
-  a decision the database does not. The next guarded look at the item (another
-  attempt, or ``manage.py recover`` at start-up) sees "pending row, finished graph"
-  and adopts the graph's decision with its original reviewer and time, so the two
-  never disagree unnoticed and no second resume can happen.
+The graph is not touched under these locks. Everything checkable is checked before
+them (the decision's types against the ask's ``allowed_decisions``, an edit's
+arguments against its ``args_schema``, every text), so a bad decision changes nothing
+and a good one cannot fail after it won. Then, in a worker, ``moderation.apply``
+resumes the thread under the thread's resume lock (at most one resume of a thread in
+flight anywhere; no row lock held while the graph runs), re-checking that the
+interrupt is still pending, so a retried or duplicated task never resumes twice, and
+records what the graph did next. A worker killed before, during or after the resume
+leaves the decided ask unapplied, and the sweep of every worker queues it again.
 
 Every judged attempt (won, lost, or refused because the item needs attention) is
 appended to the keyed attempts log (per-item chain and global ledger, see
-``moderation.audit``) under the same row lock. A winning one also records its webhook
-deliveries there (``moderation.delivery.outbox``): committed with the decision or not at all.
+``moderation.audit``) under the same row lock.
 
 Events go out only after the commit and after the item lock is released
 (``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer
@@ -52,25 +49,28 @@ request does not wait for the push at all.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation import events
+from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
 from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
-from moderation.graph import graph_pending_review, graph_resume
+from moderation.graphs.asks import AskDecisionInvalid, AskSpec, ask_decisions_validate, decisions_kind, text_clean
 from moderation.locks import LockTimeout, item_lock
-from moderation.models import NO_NUL, STATUS_FOR_DECISION, AttemptOutcome, Decision, QueueItem, Requested
-from moderation.permissions import user_can_decide
+from moderation.models import (
+    STATUS_FOR_DECISION, ApplyState, AskStatus, AttemptOutcome, Decision, ItemStatus, QueueItem, Requested, ReviewAsk,
+)
 from moderation.outcomes import DecisionOutcome, outcome_for
-from moderation.reconcile import item_reconcile_locked
+from moderation.permissions import user_can_decide
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +80,15 @@ class DecisionError(Exception):
 
     code = "error"
     http_status = 400
+    field = ""
 
 
 class InvalidDecision(DecisionError):
     code = "invalid_decision"
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class NotAModerator(DecisionError):
@@ -117,42 +122,68 @@ class DatabaseUnavailable(DecisionError):
 
 
 NOTHING_APPLIED = "the database connection was lost; nothing was applied, try again"
+WITHDRAWN_MESSAGE = "withdrawn by its submitter"
 
 
 def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
-    """The decision and note as the guard may use them; InvalidDecision before anything is locked."""
+    """The shorthand decision (approve / reject every action of an ask) and note; InvalidDecision before anything is locked."""
     if decision not in Decision.values:
-        raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
-    return str(decision), _text_validate(note, name="note")
+        raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}", field="decision")
+    return str(decision), _text(note, field="note")
 
 
-def _text_validate(text: object, *, name: str) -> str:
-    if text is None:
-        text = ""
-    if not isinstance(text, str):
-        raise InvalidDecision(f"{name} must be text")
-    if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
-        raise InvalidDecision(f"{name} is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters")
+def _text(text: object, *, field: str) -> str:
     try:
-        NO_NUL(text)
-    except ValidationError:
-        # Found only at the write, after the resume, it left the graph decided and the row pending.
-        raise InvalidDecision(f"{name} must not contain NUL (\\u0000) characters") from None
-    return text
+        return text_clean(text, field=field)
+    except AskDecisionInvalid as exc:
+        raise InvalidDecision(f"{field} {exc}", field=field) from None
 
 
-def item_decide(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "") -> DecisionOutcome:
-    """Decide an item for ``reviewer``; see the module docstring for the locking contract.
+@dataclass(frozen=True)
+class _Target:
+    """The ask an attempt is about, read before any lock (an ask's payload never changes)."""
 
-    Returns the outcome, won or lost (a lost one names the winner). Raises a
-    ``DecisionError`` subclass, changing nothing, for a non-moderator, a bad decision
-    value, an unknown item, a wait past the lock bound, or a graph that is not where
-    the item says it is.
+    key: str
+    ask_pk: int | None
+    spec: AskSpec | None
+
+
+def item_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str | None = None, note: str = "",
+    ask: str | None = None, decisions: Any = None,
+) -> DecisionOutcome:
+    """Decide one ask of an item for ``reviewer``; see the module docstring for the locking contract.
+
+    ``ask`` is the ask's interrupt id; without it, the item's only open ask (or, on a
+    settled item, its latest). Give either ``decisions`` (LangChain's, one per action
+    of the ask, in order) or the shorthand ``decision`` (``approve`` / ``reject``, for
+    every action; a reject carries ``note`` as its message).
+
+    Returns the outcome, won or lost (a lost one names the winner and what they
+    decided). Raises a ``DecisionError`` subclass, changing nothing, for a
+    non-moderator, a decision the ask does not allow or cannot take (``field`` names
+    where), an unknown item or ask, a wait past the lock bound, or an item that needs
+    an operator.
     """
     if not user_can_decide(user=reviewer):
         raise NotAModerator("you do not have permission to decide items")
-    decision, note = decision_validate(decision=decision, note=note)
-    return _guarded(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
+    note = _text(note, field="note")
+    if decisions is None:
+        shorthand, _ = decision_validate(decision=decision, note="")
+    elif decision is not None:
+        raise InvalidDecision("send either decision or decisions, not both", field="decisions")
+    target = _target_read(item_public_id=item_public_id, ask=ask)
+    if target.spec is None:
+        cleaned: list[dict[str, Any]] = []
+    else:
+        if decisions is None:
+            one = {"type": shorthand, **({"message": note} if shorthand == "reject" and note else {})}
+            decisions = [dict(one) for _ in target.spec.actions]
+        try:
+            cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
+        except AskDecisionInvalid as exc:
+            raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
+    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False)
 
 
 def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "") -> DecisionOutcome:
@@ -163,26 +194,51 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
     has to be an active account, and ``reason`` is checked like a decision's note, before
     anything is locked.
 
-    Returns the outcome: won (the item is now WITHDRAWN, ``by`` its winner), or lost to
-    whoever settled it first (a moderator's decision, or an earlier withdrawal), naming
-    them; the API answers a lost one with 409. Raises a ``DecisionError`` subclass,
-    changing nothing, as ``item_decide`` does.
+    Every open ask is settled at once (answered with a rejection). Returns the outcome:
+    won (the item is now WITHDRAWN, ``by`` its winner), or lost to whoever settled it
+    first, naming them; the API answers a lost one with 409. Raises a ``DecisionError``
+    subclass, changing nothing, as ``item_decide`` does.
     """
     if not (by.is_authenticated and by.is_active):
         raise NotAllowed("only an active account may withdraw an item")
-    reason = _text_validate(reason, name="reason")
-    return _guarded(item_public_id=item_public_id, reviewer=by, decision=Requested.WITHDRAW.value, note=reason)
+    reason = _text(reason, field="reason")
+    target = _Target(key=_item_key(item_public_id), ask_pk=None, spec=None)
+    return _guarded(target=target, reviewer=by, decisions=[], note=reason, withdraw=True)
 
 
-def _guarded(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str) -> DecisionOutcome:
-    """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
+def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     key = _item_key(item_public_id)
+    asks = ReviewAsk.objects.filter(item__public_id=key)
+    if ask:
+        row = asks.filter(interrupt_id=str(ask)).values_list("pk", "payload").first()
+        if row is None:
+            if not QueueItem.objects.filter(public_id=key).exists():
+                raise ItemNotFound(f"no item {key}")
+            raise ItemNotFound(f"item {key} has no ask {ask!r}")
+    else:
+        open_rows = list(asks.filter(status=AskStatus.PENDING).values_list("pk", "payload")[:2])
+        if len(open_rows) > 1:
+            count = asks.filter(status=AskStatus.PENDING).count()
+            raise InvalidDecision(f"this item has {count} open asks; name the one you decide (ask)", field="ask")
+        row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list("pk", "payload").first()
+        if row is None:
+            if not QueueItem.objects.filter(public_id=key).exists():
+                raise ItemNotFound(f"no item {key}")
+            # An item whose graph never asked (it needs an operator): judged under the lock.
+            return _Target(key=key, ask_pk=None, spec=None)
+    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]))
+
+
+def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool) -> DecisionOutcome:
+    """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
+    key = target.key
     requested_at = timezone.now()
     timeout = settings.DECISION_LOCK_TIMEOUT
     try:
         with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
-            outcome = _decide_locked(key=key, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
+            outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
+                                     withdraw=withdraw, requested_at=requested_at)
             fault_point("after_commit", item_key=key)
             return outcome
     except LockTimeout:
@@ -192,49 +248,41 @@ def _guarded(*, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision
             raise ItemBusy("the database is busy; try again") from None
         if not _connection_lost(exc):
             raise
-        raise DatabaseUnavailable(_connection_lost_message(key)) from exc
+        raise DatabaseUnavailable(_connection_lost_message(target)) from exc
 
 
-class _ResumeFailed(Exception):
-    def __init__(self, thread_id: str, error: Exception) -> None:
-        super().__init__(str(error))
-        self.thread_id = thread_id
-        self.error = error
-
-
-def _decide_locked(*, key: str, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
+def _decide_locked(
+    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    requested_at: datetime,
+) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
-    try:
-        with transaction.atomic():
-            item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
-            fault_point("after_row_lock", item_key=key)
-            if item.is_pending and graph_pending_review(thread_id=item.thread_id) is None:
-                item_reconcile_locked(item=item)
-            if item.is_decided:
-                return _attempt_lose(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
-            if item.is_pending:
-                return _attempt_win(item=item, reviewer=reviewer, decision=decision, note=note, requested_at=requested_at)
-            attention = item.attention
-            attempt_append(
-                item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.INVALID,
-                detail=attention[:300], requested_at=requested_at,
-            )
-    except _ResumeFailed as failed:
-        attention = _resume_failure_handle(key=key, failed=failed)
-    # Raised only now, so the refused attempt (or the attention mark) is committed.
+    requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
+    with transaction.atomic():
+        item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
+        fault_point("after_row_lock", item_key=target.key)
+        if item.status != ItemStatus.NEEDS_ATTENTION:
+            if withdraw:
+                open_asks = list(item.asks.filter(status=AskStatus.PENDING))
+                if open_asks:
+                    return _withdraw_win(item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at)
+                ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
+            else:
+                ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
+            if ask is not None and ask.status == AskStatus.PENDING:
+                return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
+                                    requested=requested, requested_at=requested_at)
+            if ask is not None:
+                return _attempt_lose(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
+                                     requested=requested, requested_at=requested_at)
+        attention = item.attention or "its graph is not waiting for a review"
+        attempt_append(
+            item=item, reviewer=reviewer, requested=requested or Requested.APPROVE.value, note=note,
+            outcome=AttemptOutcome.INVALID, detail=attention[:300], requested_at=requested_at, decisions=decisions,
+        )
+    # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
 
 
-def _resume_failure_handle(*, key: str, failed: _ResumeFailed) -> str:
-    """After a failed resume rolled back: still paused means nothing happened; else flag it."""
-    if graph_pending_review(thread_id=failed.thread_id) is not None:
-        raise failed.error
-    with transaction.atomic():
-        item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
-        item_reconcile_locked(item=item)
-        if item.is_decided:
-            raise failed.error
-        return item.attention
 def _item_key(item_public_id: UUID | str) -> str:
     try:
         return str(UUID(str(item_public_id)))
@@ -271,27 +319,15 @@ def _connection_lost(exc: OperationalError | InterfaceError) -> bool:
     return True
 
 
-def _connection_lost_message(key: str) -> str:
-    # Only a graph still paused proves nothing was applied: the connection can also drop
-    # after the resume or during COMMIT, and then the next look at the item adopts it.
+def _connection_lost_message(target: _Target) -> str:
+    # The graph is only resumed after a commit, so an ask still pending proves nothing
+    # was applied; the connection can also drop during COMMIT, after it succeeded.
     try:
-        thread_id = QueueItem.objects.values_list("thread_id", flat=True).get(public_id=key)
-        if graph_pending_review(thread_id=thread_id) is not None:
+        if target.ask_pk and ReviewAsk.objects.filter(pk=target.ask_pk, status=AskStatus.PENDING).exists():
             return NOTHING_APPLIED
-    except Exception:  # the database (or the checkpointer) is still out of reach
-        logger.warning("could not tell whether item %s was decided before the connection was lost", key, exc_info=True)
+    except Exception:  # the database is still out of reach
+        logger.warning("could not tell whether item %s was decided before the connection was lost", target.key, exc_info=True)
     return "the database connection was lost; the item may have been decided meanwhile, reload it to see"
-
-
-def _row_lock_confirm() -> None:
-    """The row lock lives as long as the connection: fail here, not after the resume, if it is gone.
-
-    PostgreSQL only: SQLite's lock is the file's, held by this process, not by a server.
-    """
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
 
 
 def _is_lock_wait(exc: OperationalError) -> bool:
@@ -301,40 +337,86 @@ def _is_lock_wait(exc: OperationalError) -> bool:
     return "database is locked" in str(exc)
 
 
-def _attempt_win(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
+def _ask_settle(*, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime) -> None:
+    ask.status = status
+    ask.decisions = decisions
+    ask.decided_by = by
+    ask.decided_at = at
+    ask.note = note
+    ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note"])
+
+
+def _attempt_win(
+    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime,
+) -> DecisionOutcome:
     decided_at = timezone.now()
-    _row_lock_confirm()
-    try:
-        graph_resume(
-            thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(),
-            note=note, decided_at=decided_at.isoformat(),
-        )
-    except Exception as exc:
-        raise _ResumeFailed(item.thread_id, exc) from exc
-    fault_point("after_graph_resume", item_key=str(item.public_id))
-    item.status = STATUS_FOR_DECISION[decision]
-    item.decided_by = reviewer
-    item.decided_at = decided_at
-    item.decision_note = note
-    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at)
+    status = STATUS_FOR_DECISION[requested]
+    settled = not item.asks.filter(status=AskStatus.PENDING).exists()
+    if settled:
+        item.status = status
+        item.decided_by = reviewer
+        item.decided_at = decided_at
+        item.decision_note = note
+    item.apply_state = ApplyState.APPLYING
+    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
     attempt = attempt_append(
-        item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.WON,
-        winner=reviewer, winner_status=item.status, winner_decided_at=decided_at, requested_at=requested_at,
+        item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
+        outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
+        requested_at=requested_at,
     )
-    item_settled_record(item=item)
-    outcome = outcome_for(item=item, won=True, requested=decision, attempt=attempt)
+    if settled:
+        item_settled_record(item=item)
+    item_apply_enqueue(item_id=item.pk)
+    outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     return outcome
 
 
-def _attempt_lose(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str, requested_at: datetime) -> DecisionOutcome:
+def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime) -> DecisionOutcome:
+    decided_at = timezone.now()
+    message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
+    for ask in asks:
+        rejections = [{"type": "reject", "message": message} for _ in ask.payload["action_requests"]]
+        _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
+    item.status = ItemStatus.WITHDRAWN
+    item.decided_by = by
+    item.decided_at = decided_at
+    item.decision_note = reason
+    item.apply_state = ApplyState.APPLYING
+    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
     attempt = attempt_append(
-        item=item, reviewer=reviewer, requested=decision, note=note, outcome=AttemptOutcome.LOST,
-        winner=item.decided_by, winner_status=item.status, winner_decided_at=item.decided_at,
+        item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
+        outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,
         requested_at=requested_at,
     )
-    outcome = outcome_for(item=item, won=False, requested=decision, attempt=attempt)
+    item_settled_record(item=item)
+    item_apply_enqueue(item_id=item.pk)
+    outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
+    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
+    return outcome
+
+
+def _attempt_lose(
+    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime,
+) -> DecisionOutcome:
+    winner_status = ask_status_word(ask)
+    attempt = attempt_append(
+        item=item, ask=ask, reviewer=reviewer, requested=requested or Requested.WITHDRAW.value, decisions=decisions,
+        note=note, outcome=AttemptOutcome.LOST, winner=ask.decided_by, winner_status=winner_status,
+        winner_decided_at=ask.decided_at, requested_at=requested_at,
+    )
+    outcome = outcome_for(item=item, ask=ask, won=False, requested=attempt.requested, attempt=attempt)
     reviewer_id = reviewer.pk
     events.after_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
     return outcome
+
+
+def ask_status_word(ask: ReviewAsk) -> str:
+    """The item status an ask's decision stands for (``withdrawn`` for a withdrawal)."""
+    if ask.status == AskStatus.WITHDRAWN:
+        return ItemStatus.WITHDRAWN.value
+    return STATUS_FOR_DECISION[decisions_kind(ask.decisions)].value

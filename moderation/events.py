@@ -197,6 +197,12 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
 
 
+def item_applied_broadcast(*, item_public_id: str, title: str, status: str, applied: dict[str, Any]) -> None:
+    """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed)."""
+    message = {"type": "item.applied", "item": item_public_id, "title": title, "status": status, "applied": applied}
+    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
+
+
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
     """Tell the losing reviewer's other open tabs their decision was not applied."""
     message = outcome.loser_notice()

@@ -112,11 +112,27 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
     return anomalies
 
 
+def history_wait_applied(*, items: Iterable[str], timeout: float = 30.0) -> None:
+    """Wait until the worker has applied every decision on ``items`` (their graphs resumed), or ``timeout``.
+
+    The guard answers before the graph runs (``moderation.apply``); judging earlier
+    would see decided items whose graphs were simply not resumed yet.
+    """
+    from moderation.models import ApplyState, QueueItem
+
+    ids = list(items)
+    deadline = time.monotonic() + timeout
+    while QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING).exists():
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
 def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     """Read the final state of ``items`` from the database and the checkpointer."""
     from django.db.models import Count, Q
 
-    from moderation.graph import graph_resume_count
+    from moderation.graphs.runtime import graph_resume_count
     from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
 
     rows = (
@@ -128,7 +144,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
         str(row.public_id): FinalItem(
             winner=row.decided_by.get_username() if row.decided_by else None,
             winning_attempts=row.won,
-            resumes=graph_resume_count(thread_id=row.thread_id),
+            resumes=graph_resume_count(name=row.graph, thread_id=row.thread_id),
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
         )
         for row in rows

@@ -12,7 +12,9 @@ from django.db import transaction
 from moderation import events
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
-from moderation.graph import graph_start
+from moderation.apply import asks_create
+from moderation.graphs.registry import graph_name_validate
+from moderation.graphs.runtime import graph_start, graph_values
 from moderation.models import QueueItem
 
 
@@ -25,8 +27,14 @@ def item_body_check(*, body: str) -> None:
         )
 
 
-def item_create(*, title: str, body: str, source: str) -> QueueItem:
-    """Create an item and run its graph to the review interrupt.
+def item_create(
+    *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None
+) -> QueueItem:
+    """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
+    moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
+
+    ``graph_input`` is merged over ``{item_id, title, body, source}`` as the graph's
+    start state (an agent's ``messages``, say). An unknown graph is a ValidationError.
 
     Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
     oversized or NUL-bearing field.
@@ -37,7 +45,7 @@ def item_create(*, title: str, body: str, source: str) -> QueueItem:
     cannot start, no item appears; a graph started for a row whose insert then fails is
     an orphan thread nobody can reach, which is harmless.
     """
-    return _item_start(title=title, body=body, source=source, is_lab=False)
+    return _item_start(title=title, body=body, source=source, is_lab=False, graph=graph, graph_input=graph_input or {})
 
 
 def submitted_item_create(
@@ -47,9 +55,9 @@ def submitted_item_create(
     return _item_start(title=title, body=body, source=source, is_lab=False, public_id=public_id, **fields)
 
 
-def lab_item_create(*, title: str, body: str) -> QueueItem:
+def lab_item_create(*, title: str, body: str, graph: str | None = None, graph_input: dict[str, Any] | None = None) -> QueueItem:
     """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller."""
-    return _item_start(title=title, body=body, source="racelab", is_lab=True)
+    return _item_start(title=title, body=body, source="racelab", is_lab=True, graph=graph, graph_input=graph_input or {})
 
 
 def _item_start(
@@ -58,6 +66,13 @@ def _item_start(
     """``public_id``: chosen by the caller when its thread must be known in advance
     (moderation.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
     item_body_check(body=body)
+    try:
+        fields["graph"] = graph_name_validate(name=fields.get("graph"))
+    except ValueError as exc:
+        raise ValidationError({"graph": str(exc)}) from None
+    graph_input = fields.setdefault("graph_input", {}) or {}
+    if not isinstance(graph_input, dict):
+        raise ValidationError({"input": "a graph's input must be a JSON object"})
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
@@ -66,13 +81,17 @@ def _item_start(
     # Uniqueness of public_id and of the per-client keys (constraints with submitted_by)
     # is left to the insert: moderation.submissions expects it to fail for a concurrent
     # duplicate, and a check here would only race with it.
-    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by"])
-    item.review_request = graph_start(
-        thread_id=item.thread_id, item_id=str(public_id), title=title, body=body, source=source
-    )
-    # The row and its item.created deliveries commit together (the graph stays outside).
+    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"])
+    state = {"item_id": str(public_id), "title": title, "body": body, "source": source, **graph_input}
+    asked = graph_start(name=item.graph, thread_id=item.thread_id, state=state)
+    values = graph_values(name=item.graph, thread_id=item.thread_id)
+    item.risk = max(-1000, min(1000, int(values.get("risk") or 0)))
+    item.flags = [str(f) for f in values.get("flags") or []]
+    item.review_request = asked[0].spec.as_payload()
+    # The row, its asks and its item.created deliveries commit together (the graph stays outside).
     with transaction.atomic():
         item.save(force_insert=True)
+        asks_create(item=item, asked=asked, round=1)
         delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
     # After the caller's transaction, if there is one; at once otherwise.
     events.after_commit(lambda: events.item_created_broadcast(item=item))

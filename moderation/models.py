@@ -15,10 +15,14 @@ class Decision(models.TextChoices):
 
 
 class Requested(models.TextChoices):
-    """What an attempt asks for: a moderator's decision, or the submitter's withdrawal."""
+    """What an attempt asks for: a moderator's decision (LangChain's four types, or
+    ``mixed`` for an ask of several actions decided differently), or the submitter's withdrawal."""
 
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"
+    EDIT = "edit", "Edit"
+    RESPOND = "respond", "Respond"
+    MIXED = "mixed", "Mixed"
     WITHDRAW = "withdraw", "Withdraw"
 
 
@@ -28,12 +32,19 @@ class ItemStatus(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     # Its submitter took it back; settled like a decision, with the withdrawing user as winner.
     WITHDRAWN = "withdrawn", "Withdrawn"
+    EDITED = "edited", "Edited"
+    ANSWERED = "answered", "Answered"
+    # Several actions of one ask, decided differently (see each ask's decisions).
+    DECIDED = "decided", "Decided"
     # The graph accepted a decision but could not finish; an operator runs `recover`.
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
 
 
 # Settled: the item has a winner and a time, and every later attempt loses to it.
-DECIDED_STATUSES = (ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRAWN)
+DECIDED_STATUSES = (
+    ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRAWN, ItemStatus.EDITED, ItemStatus.ANSWERED,
+    ItemStatus.DECIDED,
+)
 
 
 # PostgreSQL text cannot hold NUL and SQLite can: refusing it everywhere keeps the two
@@ -45,15 +56,27 @@ PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 
 STATUS_FOR_DECISION = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
+    Requested.EDIT: ItemStatus.EDITED, Requested.RESPOND: ItemStatus.ANSWERED, Requested.MIXED: ItemStatus.DECIDED,
 }
 DECISION_FOR_STATUS = {status: requested for requested, status in STATUS_FOR_DECISION.items()}
 
 
-class QueueItem(models.Model):
-    """A piece of content waiting for (or past) one human decision.
+class ApplyState(models.TextChoices):
+    IDLE = "", "Idle"
+    # A decision is recorded and its resume is queued for the worker.
+    APPLYING = "applying", "Applying"
+    # The graph failed after the decision; ``recover`` (or a later retry) runs it on.
+    FAILED = "failed", "Failed"
 
-    Its LangGraph run lives in the checkpointer under ``thread_id``; ``review_request``
-    is a copy of the interrupt payload so the queue page never has to open N graphs.
+
+class QueueItem(models.Model):
+    """A piece of content (or an agent's proposed action) and the graph that asks about it.
+
+    Its LangGraph run (the graph ``graph`` names in ``REVIEWQUEUE_GRAPHS``) lives in the
+    checkpointer under ``thread_id``. Each interrupt it raises is a ``ReviewAsk``; the
+    item is pending while one is open, and its ``status`` / ``decided_by`` are those of
+    the latest decision that left no ask open. ``apply_state`` tells whether the worker
+    has yet run the graph on from that decision (``moderation.apply``).
     """
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -69,6 +92,15 @@ class QueueItem(models.Model):
     decision_note = models.TextField(blank=True, default="", validators=[NO_NUL])
     thread_id = models.CharField(max_length=64, unique=True, editable=False)
     review_request = models.JSONField(default=dict, blank=True)
+    graph = models.CharField(max_length=64, default="moderation", editable=False)
+    # Merged over {item_id, title, body, source} as the graph's start state.
+    graph_input = models.JSONField(default=dict, blank=True, editable=False)
+    # Copied from the graph's state at start (the moderation pre-screen), for the queue.
+    risk = models.SmallIntegerField(default=0)
+    flags = models.JSONField(default=list, blank=True)
+    apply_state = models.CharField(max_length=16, choices=ApplyState.choices, blank=True, default=ApplyState.IDLE)
+    # What the graph did after the latest decision: finished, asked again, or failed.
+    applied_result = models.JSONField(default=dict, blank=True)
     attention = models.TextField(blank=True, default="")
     # Head of this item's keyed attempts chain, written only by moderation.audit.
     attempt_count = models.PositiveIntegerField(default=0)
@@ -134,6 +166,59 @@ class QueueItem(models.Model):
         return self.status in DECIDED_STATUSES
 
 
+class AskStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DECIDED = "decided", "Decided"
+    # Its item was withdrawn: answered with a rejection by the withdrawing account.
+    WITHDRAWN = "withdrawn", "Withdrawn"
+
+
+class ReviewAsk(models.Model):
+    """One interrupt of an item's graph, identified by LangGraph's ``Interrupt.id``.
+
+    ``payload`` is the ask normalised to LangChain's HITL request
+    (``moderation.graphs.asks``). Decided once: the database allows one winning attempt
+    per ask, and the row is written only under its item's row lock. ``applied_at`` is
+    set by the worker once the graph has taken the decision.
+    """
+
+    item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="asks")
+    interrupt_id = models.CharField(max_length=64)
+    round = models.PositiveIntegerField(default=1)
+    position = models.PositiveSmallIntegerField(default=0)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=AskStatus.choices, default=AskStatus.PENDING)
+    decisions = models.JSONField(default=list, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_asks"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="", validators=[NO_NUL])
+    applied_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["round", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["item", "interrupt_id"], name="ask_interrupt_unique_per_item"),
+            models.CheckConstraint(
+                condition=(
+                    Q(status=AskStatus.PENDING, decided_by__isnull=True, decided_at__isnull=True, applied_at__isnull=True)
+                    | Q(~Q(status=AskStatus.PENDING), decided_by__isnull=False, decided_at__isnull=False)
+                ),
+                name="ask_decided_iff_winner",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "applied_at"], name="ask_unapplied_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.item_id}/{self.interrupt_id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == AskStatus.PENDING
+
+
 class AttemptOutcome(models.TextChoices):
     WON = "won", "Won"
     LOST = "lost", "Lost"
@@ -187,6 +272,10 @@ class DecisionAttempt(AppendOnlyModel):
     """
 
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
+    # The interrupt decided (null only for attempts recorded before asks existed).
+    ask = models.ForeignKey("ReviewAsk", null=True, blank=True, on_delete=models.PROTECT, related_name="attempts")
+    # The LangChain decisions this attempt asked for, one per action of its ask.
+    decisions = models.JSONField(default=list, blank=True)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="attempts")
     requested = models.CharField(max_length=16, choices=Requested.choices)
     note = models.TextField(blank=True, default="", validators=[NO_NUL])
@@ -213,7 +302,12 @@ class DecisionAttempt(AppendOnlyModel):
         constraints = [
             models.UniqueConstraint(fields=["item", "seq"], name="attempt_seq_unique_per_item"),
             models.UniqueConstraint(
-                fields=["item"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_item"
+                fields=["ask"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_ask"
+            ),
+            # Attempts from before asks existed (ask is null): still one winner per item.
+            models.UniqueConstraint(
+                fields=["item"], condition=Q(outcome=AttemptOutcome.WON, ask__isnull=True),
+                name="one_winning_legacy_attempt_per_item",
             ),
             models.CheckConstraint(
                 condition=Q(outcome=AttemptOutcome.INVALID) | Q(winner__isnull=False),

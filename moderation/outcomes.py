@@ -11,9 +11,15 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from moderation.models import DecisionAttempt, ItemStatus, QueueItem, Requested
+from moderation.graphs.asks import AskSpec, decisions_describe
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, Requested, ReviewAsk
 
-REQUESTED_NOUN = {Requested.APPROVE: "approval", Requested.REJECT: "rejection", Requested.WITHDRAW: "withdrawal"}
+REQUESTED_NOUN = {
+    Requested.APPROVE: "approval", Requested.REJECT: "rejection", Requested.WITHDRAW: "withdrawal",
+    Requested.EDIT: "edit", Requested.RESPOND: "response", Requested.MIXED: "decision",
+}
+# Statuses whose plain verb says too little: the winner's decisions are described instead.
+_DESCRIBED = (ItemStatus.EDITED, ItemStatus.ANSWERED, ItemStatus.DECIDED)
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,9 @@ class DecisionOutcome:
     winner_status: str
     decided_at: datetime
     attempt_seq: int  # the attempt's place in its item's log
+    ask: str = ""  # the interrupt id decided
+    what: str = ""  # the winner's decisions in words: "edited refund (amount 120 → 80)"
+    applying: bool = False
 
     @property
     def attempt_ref(self) -> str:
@@ -54,18 +63,24 @@ class DecisionOutcome:
         ago = format_ago(self.seconds_ago(now=now))
         if self.winner_status == ItemStatus.WITHDRAWN:
             return f"Already withdrawn by {self.winner} ({ago})"
+        if self.winner_status in _DESCRIBED and self.what:
+            return f"Already reviewed by {self.winner} ({self.what}, {ago})"
         return f"Already reviewed by {self.winner} ({self.winner_status}, {ago})"
 
     def settled_first(self) -> str:
         """What the winner did, for the 409 page: "alice approved this item first"."""
         if self.winner_status == ItemStatus.WITHDRAWN:
             return f"{self.winner} withdrew this item first"
+        if self.winner_status in _DESCRIBED and self.what:
+            return f"{self.winner} {self.what} first"
         return f"{self.winner} {self.winner_status} this item first"
 
     def loser_notice(self) -> str:
         """The line a loser's other open tabs are shown (live.js words it the same way)."""
         if self.winner_status == ItemStatus.WITHDRAWN:
             first = f"it was withdrawn by {self.winner} first"
+        elif self.winner_status in _DESCRIBED and self.what:
+            first = f"{self.winner} {self.what} first"
         else:
             first = f"{self.winner} {self.winner_status} it first"
         return f"your {self.requested_noun} of item {self.item_title} was not applied: {first}"
@@ -77,6 +92,8 @@ class DecisionOutcome:
             "winner": self.winner,
             "status": self.winner_status,
             "decided_at": self.decided_at.isoformat(),
+            "ask": self.ask,
+            "what": self.what,
         }
 
 
@@ -92,10 +109,14 @@ def format_ago(seconds: int) -> str:
     return f"{seconds // 3600} h ago"
 
 
-def outcome_for(*, item: QueueItem, won: bool, requested: str, attempt: DecisionAttempt) -> DecisionOutcome:
-    """The outcome of ``attempt`` on a decided ``item`` (its winner is read from the row)."""
+def outcome_for(*, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt) -> DecisionOutcome:
+    """The outcome of ``attempt`` on ``ask``, whose winner (read from the ask's row) has decided it."""
+    if ask.status == AskStatus.WITHDRAWN:
+        what = "withdrew the item"
+    else:
+        what = decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
     return DecisionOutcome(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
-        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at,
-        attempt_seq=attempt.seq,
+        winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
+        attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None,
     )

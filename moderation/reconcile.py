@@ -1,114 +1,65 @@
-"""Bringing an item's row and its graph back into agreement.
+"""Bringing an item's rows (its asks, its status) and its graph back into agreement.
 
-The guard resumes the graph before it commits, so after a crash the graph can be
-ahead of the row, never behind it: it may hold a decision the row does not (adopt
-it), or have accepted one and failed in a later node (retry it, or flag the item).
-A withdrawal is handled the same way (the graph records ``"withdraw"``).
+The graph is resumed only after a decision commits (``moderation.apply``), so after a
+crash the rows can be ahead of the graph, never behind it: a decided ask not yet
+applied is applied now (once: ``item_apply`` re-checks the graph under the thread's
+resume lock), and a graph that failed after a decision is run on. A pending item is
+checked against the interrupts its graph waits on: interrupts with no ask (an item
+from before asks existed) get their asks; an item whose graph waits on nothing it
+knows is flagged NEEDS_ATTENTION for an operator.
 """
 
 from __future__ import annotations
 
 import logging
 
-from django.contrib.auth import get_user_model
-from django.utils.dateparse import parse_datetime
+from django.db import transaction
 
-from moderation import events
-from moderation.audit import attempt_append, item_graph_mismatch
-from moderation.delivery.outbox import item_settled_record
-from moderation.graph import (
-    graph_continue,
-    graph_decision_read,
-    graph_error_read,
-    graph_is_finished,
-    graph_pending_review,
-    graph_resume,
-)
-from moderation.models import DECISION_FOR_STATUS, STATUS_FOR_DECISION, AttemptOutcome, ItemStatus, QueueItem
-from moderation.outcomes import outcome_for
+from moderation.apply import asks_create, item_apply
+from moderation.graphs.runtime import graph_asks_pending, graph_error_read
+from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 
 logger = logging.getLogger(__name__)
 
-ADOPTED_DETAIL = "adopted from the graph after an interrupted commit"
 
+def item_reconcile(*, key: str) -> tuple[str, str]:
+    """Reconcile the item with public id ``key``; return its title and what was done ("ok" if nothing).
 
-def item_reconcile_locked(*, item: QueueItem, retry: bool = False) -> str:
-    """Make ``item`` agree with its graph; return what was done ("ok" if nothing).
-
-    The caller holds the item's row lock inside a transaction (and, in this process,
-    its item lock). ``retry`` re-runs a node that failed after the decision was
-    accepted; without it such an item is only flagged NEEDS_ATTENTION.
+    Takes the locks it needs itself (the apply's, then the row lock), so it is safe
+    while reviewers and workers are at work.
     """
-    thread_id = item.thread_id
-    if graph_pending_review(thread_id=thread_id) is not None:
-        if item.is_decided:
-            return _roll_forward(item=item)
-        if item.status == ItemStatus.NEEDS_ATTENTION:
-            _status_set(item=item, status=ItemStatus.PENDING, attention="")
-            return "graph is waiting for review again: back to pending"
-        return "ok"
-    if item.is_decided:
-        # Which side is right is for an operator (and the audit log) to say, not for us.
-        mismatch = item_graph_mismatch(item=item)
-        return "ok" if mismatch is None else f"row disagrees with its graph, left as is: {mismatch} (run verify_audit)"
-    accepted = graph_decision_read(thread_id=thread_id)
-    if not accepted:
-        error = graph_error_read(thread_id=thread_id) or "no checkpoint for its thread"
+    item = QueueItem.objects.get(public_id=key)
+    done = []
+    unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
+    if unapplied or item.apply_state == ApplyState.FAILED:
+        done.append(f"applied its decision: {item_apply(item_id=item.pk, retry_failed=True)}")
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(public_id=key)
+        if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
+            done.append(_pending_check(item=item))
+    done = [d for d in done if d != "ok"]
+    return item.title, "; ".join(done) or "ok"
+
+
+def _pending_check(*, item: QueueItem) -> str:
+    waiting = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
+    known = set(item.asks.values_list("interrupt_id", flat=True))
+    open_ids = set(item.asks.filter(status=AskStatus.PENDING).values_list("interrupt_id", flat=True))
+    new = [p for p in waiting if p.interrupt_id not in known]
+    if new:
+        round_ = (item.asks.order_by("-round").values_list("round", flat=True).first() or 0) + 1
+        asks_create(item=item, asked=new, round=round_)
+        item.review_request = new[0].spec.as_payload()
+        item.save(update_fields=["review_request"])
+        open_ids |= {p.interrupt_id for p in new}
+    stale = open_ids - {p.interrupt_id for p in waiting}
+    if stale or not open_ids:
+        error = graph_error_read(name=item.graph, thread_id=item.thread_id) or "no checkpoint for its thread"
         return _attention(item=item, reason=f"its graph is not waiting for review ({error})")
-    if not graph_is_finished(thread_id=thread_id):
-        if not retry:
-            error = graph_error_read(thread_id=thread_id) or "unknown error"
-            return _attention(
-                item=item,
-                reason=f"the workflow accepted {accepted['reviewer']}'s {accepted['decision']} but could not finish: {error}",
-            )
-        try:
-            graph_continue(thread_id=thread_id)
-        except Exception as exc:
-            return _attention(item=item, reason=f"retrying the workflow failed again: {type(exc).__name__}: {exc}")
-    return _adopt(item=item, accepted=accepted)
-
-
-def _adopt(*, item: QueueItem, accepted: dict[str, str]) -> str:
-    User = get_user_model()
-    try:
-        reviewer = User.objects.get_by_natural_key(accepted["reviewer"])
-    except User.DoesNotExist:
-        return _attention(item=item, reason=f"the graph's decision names an unknown reviewer {accepted['reviewer']!r}")
-    decided_at = parse_datetime(accepted["decided_at"])
-    # A withdrawal is adopted like a decision: the graph names the withdrawing account.
-    item.status = STATUS_FOR_DECISION[accepted["decision"]]
-    item.decided_by = reviewer
-    item.decided_at = decided_at
-    note, detail = accepted.get("note", ""), ADOPTED_DETAIL
-    if "\x00" in note:
-        # Only a graph resumed before notes were validated holds one; the row cannot
-        # (PostgreSQL refuses NUL), so the note is kept readable rather than the item stuck.
-        note, detail = note.replace("\x00", "\ufffd"), f"{ADOPTED_DETAIL}; NUL characters in the note shown as U+FFFD"
-    item.decision_note = note
-    item.attention = ""
-    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "attention"])
-    attempt = attempt_append(
-        item=item, reviewer=reviewer, requested=accepted["decision"], note=item.decision_note,
-        outcome=AttemptOutcome.WON, winner=reviewer, winner_status=item.status, winner_decided_at=decided_at,
-        requested_at=decided_at, detail=detail,
-    )
-    item_settled_record(item=item)
-    logger.warning("reconciled item %s: adopted %s by %s from its graph", item.public_id, item.status, reviewer)
-    outcome = outcome_for(item=item, won=True, requested=accepted["decision"], attempt=attempt)
-    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
-    return f"adopted the graph's decision: {item.status} by {reviewer.get_username()}"
-
-
-def _roll_forward(*, item: QueueItem) -> str:
-    """A decided row whose graph is still paused: finish the graph with the row's decision."""
-    decision = DECISION_FOR_STATUS[item.status]
-    graph_resume(
-        thread_id=item.thread_id, decision=decision, reviewer=item.decided_by.get_username(),
-        note=item.decision_note, decided_at=item.decided_at.isoformat(),
-    )
-    logger.warning("reconciled item %s: resumed its graph with the recorded %s", item.public_id, item.status)
-    return f"resumed the graph with the recorded decision ({item.status})"
+    if item.status == ItemStatus.NEEDS_ATTENTION:
+        _status_set(item=item, status=ItemStatus.PENDING, attention="")
+        return "graph is waiting for review again: back to pending"
+    return f"recorded {len(new)} ask(s) its graph waits on" if new else "ok"
 
 
 def _attention(*, item: QueueItem, reason: str) -> str:

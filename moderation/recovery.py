@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
-from moderation import events
 from moderation.locks import item_lock
-from moderation.models import DECIDED_STATUSES, ItemStatus, QueueItem
-from moderation.reconcile import item_reconcile_locked
+from moderation.models import DECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
+from moderation.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class RecoveryReport:
 def items_recover(
     *, include_decided: bool = False, progress: Callable[[int, int], None] | None = None
 ) -> RecoveryReport:
-    """Reconcile pending and needs-attention items (and decided ones if asked) with their graphs.
+    """Reconcile pending, needs-attention and not-yet-applied items (decided ones too if asked) with their graphs.
 
     Idempotent: a second run finds nothing to do. Each item is handled under the same
     locks as a decision, so it is safe while reviewers are working, and on its own: an
@@ -51,12 +51,13 @@ def items_recover(
     statuses = [ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
     if include_decided:
         statuses += list(DECIDED_STATUSES)
-    keys = list(QueueItem.objects.filter(status__in=statuses).order_by("id").values_list("public_id", flat=True))
+    unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])
+    keys = list(QueueItem.objects.filter(unsettled).order_by("id").values_list("public_id", flat=True))
     report = RecoveryReport()
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
         try:
-            title, action = _item_recover(key)
+            title, action = item_reconcile(key=key)
             if action != "ok":
                 report.actions.append(RecoveryAction(item=key, title=title, action=action))
         except Exception as exc:
@@ -68,12 +69,6 @@ def items_recover(
         if progress is not None:
             progress(done, len(keys))
     return report
-
-
-def _item_recover(key: str) -> tuple[str, str]:
-    with events.events_held(), item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
-        item = QueueItem.objects.select_for_update().get(public_id=key)
-        return item.title, item_reconcile_locked(item=item, retry=True)
 
 
 def _attention_mark(*, key: str, reason: str) -> str:

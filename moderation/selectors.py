@@ -10,7 +10,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from moderation.models import ItemStatus, QueueItem
+from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
 def _queue_items() -> QuerySet[QueueItem]:
     # Race-lab items live in the same table while a lab run goes; reviewers never see them.
@@ -68,10 +68,15 @@ def item_get(*, public_id: UUID | str) -> QueueItem | None:
         return None
 
 
+def item_asks_open(*, item: QueueItem) -> list[ReviewAsk]:
+    """The asks of ``item`` still waiting for a decision, in the order its graph raised them."""
+    return list(item.asks.filter(status=AskStatus.PENDING).order_by("round", "position", "id"))
+
+
 def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
     return (
         _queue_items()
-        .filter(status__in=[ItemStatus.APPROVED, ItemStatus.REJECTED])
+        .filter(status__in=[s for s in DECIDED_STATUSES if s != ItemStatus.WITHDRAWN])
         .select_related("decided_by")
         .order_by("-decided_at")[:limit]
     )

@@ -17,7 +17,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
-from moderation.graph import graph_pending_review
 from moderation.health import health_redact, health_report
 from moderation.live import (
     CLOSE_FORBIDDEN,
@@ -29,7 +28,7 @@ from moderation.live import (
 )
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
-from moderation.selectors import item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
+from moderation.selectors import item_asks_open, item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
 
 
 @login_required
@@ -66,7 +65,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         return _item_page(request, item=item, error=_rate_limited_message(wait), status=429)
     try:
         outcome = item_decide(
-            item_public_id=item.public_id, reviewer=request.user,
+            item_public_id=item.public_id, reviewer=request.user, ask=request.POST.get("ask") or None,
             decision=request.POST.get("decision"), note=request.POST.get("note", ""),
         )
     except DecisionError as exc:
@@ -89,7 +88,7 @@ def _item_page(request: HttpRequest, *, item, status: int = 200, error: str = ""
         "moderation/item.html",
         {
             "item": item,
-            "review": graph_pending_review(thread_id=item.thread_id) if item.is_pending else None,
+            "asks": item_asks_open(item=item),
             "can_decide": user_can_decide(user=request.user),
             "error": error,
             "lost": lost,
@@ -144,7 +143,8 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
         return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)
     try:
         outcome = item_decide(
-            item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", "")
+            item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", ""),
+            ask=body.get("ask"), decisions=body.get("decisions"),
         )
     except DecisionError as exc:
         return _error_json(exc)
@@ -161,6 +161,7 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
             "requested": outcome.requested,
             "seconds_ago": outcome.seconds_ago(),
             "attempt": outcome.attempt_ref,
+            "applying": outcome.applying,
             **outcome.winner_payload(),
         },
         status=200 if outcome.won else 409,
@@ -181,7 +182,10 @@ def _rate_limited_json(wait: int) -> JsonResponse:
 
 
 def _error_json(exc: DecisionError) -> JsonResponse:
-    return JsonResponse({"error": exc.code, "message": str(exc)}, status=exc.http_status)
+    body = {"error": exc.code, "message": str(exc)}
+    if exc.field:
+        body["field"] = exc.field
+    return JsonResponse(body, status=exc.http_status)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -284,7 +284,28 @@ LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply"]}}
+
+# --- Graphs ---------------------------------------------------------------------
+# The graphs an item may run: name -> "module:callable(checkpointer) -> compiled graph".
+# Each is imported at start-up; REVIEWQUEUE_EXTRA_GRAPHS ("name=module:callable,...")
+# adds more without editing this file.
+REVIEWQUEUE_GRAPHS = {
+    "moderation": "moderation.graph:build",
+}
+for _entry in filter(None, os.environ.get("REVIEWQUEUE_EXTRA_GRAPHS", "").split(",")):
+    _name, _, _path = _entry.partition("=")
+    REVIEWQUEUE_GRAPHS[_name.strip()] = _path.strip()
+# A decision is applied (its graph resumed) by the task worker, never in the request.
+# REVIEWQUEUE_APPLY_INLINE=1 applies it in the deciding process right after the commit
+# instead: for the in-process test suite and single-process tools that run no worker.
+REVIEWQUEUE_APPLY_INLINE = os.environ.get("REVIEWQUEUE_APPLY_INLINE", "") == "1"
+# How long a worker waits for another to finish resuming the same thread.
+APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
+# A decision still unapplied this long after it was made is queued again by the sweep.
+APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
+# An edit's arguments, as JSON.
+DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))
 # One attempt's HTTP timeout (seconds): a slow receiver holds a worker at most this long.
 WEBHOOK_TIMEOUT = float(os.environ.get("WEBHOOK_TIMEOUT", "10"))
 # Retries: exponential backoff from WEBHOOK_RETRY_BASE seconds, capped at WEBHOOK_RETRY_MAX,

@@ -27,7 +27,7 @@ from uuid import UUID
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
-from moderation.graph import graph_pending_review
+from moderation.graphs.runtime import graph_asks_pending
 from moderation.history import Anomaly, Op, history_check, history_final_read
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
@@ -257,10 +257,11 @@ def database_url_current() -> str:
 def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: float) -> RaceReport:
     """Judge a race with the history checker: the attempts are the history, the rows
     and checkpoint histories the final read."""
+    history_wait_applied(items=items)
     final = history_final_read(items=items)
     ops = [_op_from(attempt) for attempt in attempts]
     anomalies = history_check(ops=ops, final=final)
-    threads = dict(QueueItem.objects.filter(public_id__in=items).values_list("public_id", "thread_id"))
+    threads = {pid: (graph, thread) for pid, graph, thread in QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")}
     verdicts = []
     for item_id in items:
         state = final[item_id]
@@ -272,7 +273,7 @@ def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: fl
                 winner=state.winner,
                 acknowledged=acknowledged,
                 resumes=state.resumes,
-                still_paused=graph_pending_review(thread_id=threads[UUID(item_id)]) is not None,
+                still_paused=bool(graph_asks_pending(name=threads[UUID(item_id)][0], thread_id=threads[UUID(item_id)][1])),
                 lost=[a.detail for a in anomalies if a.item == item_id and a.kind == "lost_decision"],
                 misinformed=[a.detail for a in anomalies if a.item == item_id and a.kind == "misinformed_loser"],
             )

@@ -30,7 +30,7 @@ from moderation.checkpointer import checkpointer_get
 from moderation.decisions import item_decide
 from moderation.demo import DEMO_ITEMS
 from moderation.faults import fault_inject
-from moderation.graph import REVIEW_NODE, graph_get, graph_is_finished
+from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.items import lab_item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES
@@ -287,15 +287,14 @@ def isolation_check(*, username: str, rng: random.Random) -> dict[str, Any]:
     report = {}
     for name, item in (("A", a), ("B", b), ("C", c)):
         item.refresh_from_db()
-        state = graph_get().get_state({"configurable": {"thread_id": item.thread_id}})
         report[name] = {
             "thread_id": item.thread_id,
             "status": item.status,
-            "next": list(state.next),
-            "finished": graph_is_finished(thread_id=item.thread_id),
+            "waiting_on": [p.interrupt_id for p in graph_asks_pending(name=item.graph, thread_id=item.thread_id)],
+            "finished": graph_is_finished(name=item.graph, thread_id=item.thread_id),
         }
     lab_items_remove()
-    b_paused = report["B"]["next"] == [REVIEW_NODE] and report["B"]["status"] == "pending"
+    b_paused = bool(report["B"]["waiting_on"]) and report["B"]["status"] == "pending"
     a_c_finished = report["A"]["finished"] and report["C"]["finished"]
     return {"items": report, "b_still_paused": b_paused, "a_and_c_finished": a_c_finished, "passed": b_paused and a_c_finished}
 

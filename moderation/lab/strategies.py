@@ -27,7 +27,8 @@ from django.utils import timezone
 
 from moderation.decisions import DecisionOutcome, item_decide, item_withdraw
 from moderation.faults import fault_point
-from moderation.graph import graph_resume
+from moderation.graphs.asks import ask_resume_value
+from moderation.graphs.runtime import graph_asks_pending, graph_resume
 from moderation.locks import item_lock
 from moderation.models import STATUS_FOR_DECISION, QueueItem, Requested
 
@@ -102,10 +103,16 @@ def _check_then_act(
 
 def _act(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: str) -> DecisionOutcome:
     decided_at = timezone.now()
-    graph_resume(
-        thread_id=item.thread_id, decision=decision, reviewer=reviewer.get_username(), note=note,
-        decided_at=decided_at.isoformat(),
-    )
+    # No guard: whatever the graph waits on now is answered, however many others do the same.
+    meta = {"reviewer": reviewer.get_username(), "note": note, "decided_at": decided_at.isoformat()}
+    if decision == Requested.WITHDRAW:
+        meta["withdrawn"] = True
+    kind = "reject" if decision == Requested.WITHDRAW else decision
+    answers = {
+        ask.interrupt_id: ask_resume_value(spec=ask.spec, decisions=[{"type": kind} for _ in ask.spec.actions], meta=meta)
+        for ask in graph_asks_pending(name=item.graph, thread_id=item.thread_id)[:1]
+    }
+    graph_resume(name=item.graph, thread_id=item.thread_id, answers=answers)
     status = STATUS_FOR_DECISION[decision]
     QueueItem.objects.filter(pk=item.pk).update(status=status, decided_by=reviewer, decided_at=decided_at, decision_note=note)
     return DecisionOutcome(

@@ -80,5 +80,5 @@ class Command(BaseCommand):
 
     @staticmethod
     def _screen_text(item) -> str:
-        flags = ", ".join(item.review_request.get("flags", [])) or "none"
-        return f"risk {item.review_request.get('risk')}, flags: {flags}"
+        flags = ", ".join(item.flags) or "none"
+        return f"risk {item.risk}, flags: {flags}"

@@ -1,0 +1,225 @@
+"""Every interrupt a graph raises, read as LangChain's human-in-the-loop request.
+
+Three shapes of interrupt value are understood, so one page renders them all:
+- ``batched``: LangChain's ``HITLRequest`` (``action_requests`` + ``review_configs``),
+  answered with ``{"decisions": [...]}`` in action order. Our moderation graph asks this way.
+- ``per_call``: LangChain's ``ToolApprovalRequest`` (``type: "tool_approval"``, one
+  tool call per interrupt), answered with one bare decision.
+- ``plain``: any other graph's interrupt value, shown as one action named ``review``
+  with the value as its arguments, answered with ``{"type": ..., ...}``.
+
+Decisions are checked here, before anything is locked: their count, their types
+against ``allowed_decisions``, an edit's arguments against ``args_schema`` (JSON
+Schema, when the request gives one), and every text's length and characters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import ProhibitNullCharactersValidator
+
+DECISION_TYPES = ("approve", "edit", "reject", "respond")
+PLAIN_ACTION = "review"
+# A "plain" interrupt offers what every graph can act on without knowing its tools.
+PLAIN_ALLOWED = ["approve", "reject", "respond"]
+_NO_NUL = ProhibitNullCharactersValidator()
+
+
+class AskDecisionInvalid(ValueError):
+    """A decision the ask cannot take; ``field`` names where (``decisions[0].edited_action.args.amount``)."""
+
+    def __init__(self, message: str, *, field: str = "decisions") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class AskSpec:
+    """One interrupt, normalised: its actions and, aligned with them, what each allows."""
+
+    kind: str
+    actions: list[dict[str, Any]]
+    configs: list[dict[str, Any]]
+
+    def as_payload(self) -> dict[str, Any]:
+        return {"kind": self.kind, "action_requests": self.actions, "review_configs": self.configs}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> AskSpec:
+        return cls(kind=payload["kind"], actions=payload["action_requests"], configs=payload["review_configs"])
+
+
+def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSpec:
+    if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
+        actions = [_action(request) for request in value["action_requests"]]
+        by_name = {c.get("action_name"): c for c in value.get("review_configs") or [] if isinstance(c, dict)}
+        configs = [_config(by_name.get(action["name"]), action["name"]) for action in actions]
+        return AskSpec(kind="batched", actions=actions, configs=configs)
+    if isinstance(value, dict) and value.get("type") == "tool_approval":
+        action = _action(value)
+        allowed = _allowed_from_schema(response_schema) or list(DECISION_TYPES)
+        return AskSpec(kind="per_call", actions=[action], configs=[{"action_name": action["name"], "allowed_decisions": allowed}])
+    args = value if isinstance(value, dict) else {"value": value}
+    action = {"name": PLAIN_ACTION, "args": _jsonable(args), "description": ""}
+    return AskSpec(kind="plain", actions=[action], configs=[{"action_name": PLAIN_ACTION, "allowed_decisions": PLAIN_ALLOWED}])
+
+
+def _action(request: dict[str, Any]) -> dict[str, Any]:
+    args = request.get("args")
+    return {
+        "name": str(request.get("name", "")),
+        "args": _jsonable(args if isinstance(args, dict) else {}),
+        "description": str(request.get("description") or ""),
+    }
+
+
+def _config(config: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    allowed = [d for d in (config or {}).get("allowed_decisions") or DECISION_TYPES if d in DECISION_TYPES]
+    out: dict[str, Any] = {"action_name": name, "allowed_decisions": allowed}
+    if config and isinstance(config.get("args_schema"), dict):
+        out["args_schema"] = config["args_schema"]
+    return out
+
+
+def _allowed_from_schema(schema: Any) -> list[str]:
+    """The decision types a per-call interrupt's ``response_schema`` (a pydantic type) admits."""
+    if schema is None:
+        return []
+    try:
+        from pydantic import TypeAdapter
+
+        text = json.dumps(TypeAdapter(schema).json_schema())
+    except Exception:  # an exotic schema: offer every type, the graph still checks its answer
+        return []
+    return [d for d in DECISION_TYPES if f'"const": "{d}"' in text or f'"enum": ["{d}"]' in text]
+
+
+def _jsonable(value: Any) -> Any:
+    # Args come from a model's tool call or a graph's state: keep what JSON can hold.
+    return json.loads(json.dumps(value, default=str))
+
+
+def ask_decisions_validate(*, spec: AskSpec, decisions: object) -> list[dict[str, Any]]:
+    """The decisions, one per action in order, cleaned; ``AskDecisionInvalid`` names the bad field."""
+    if not isinstance(decisions, list):
+        raise AskDecisionInvalid("decisions must be a list, one per proposed action")
+    if len(decisions) != len(spec.actions):
+        raise AskDecisionInvalid(f"this ask proposes {len(spec.actions)} action(s); send exactly {len(spec.actions)} decision(s), in order")
+    return [_decision_clean(d, action=a, config=c, where=f"decisions[{i}]")
+            for i, (d, a, c) in enumerate(zip(decisions, spec.actions, spec.configs))]
+
+
+def _decision_clean(decision: object, *, action: dict, config: dict, where: str) -> dict[str, Any]:
+    if not isinstance(decision, dict):
+        raise AskDecisionInvalid("each decision must be an object with a type", field=where)
+    kind = decision.get("type")
+    allowed = config["allowed_decisions"]
+    if kind not in DECISION_TYPES:
+        raise AskDecisionInvalid(f"type must be one of {', '.join(DECISION_TYPES)}, not {kind!r}", field=f"{where}.type")
+    if kind not in allowed:
+        raise AskDecisionInvalid(f"{action['name']} allows {', '.join(allowed)}, not {kind}", field=f"{where}.type")
+    if kind == "approve":
+        return {"type": "approve"}
+    if kind == "reject":
+        message = text_clean(decision.get("message"), field=f"{where}.message")
+        return {"type": "reject", "message": message} if message else {"type": "reject"}
+    if kind == "respond":
+        message = text_clean(decision.get("message"), field=f"{where}.message")
+        if not message:
+            raise AskDecisionInvalid("a response needs a message to send in place of the action", field=f"{where}.message")
+        return {"type": "respond", "message": message}
+    return {"type": "edit", "edited_action": _edit_clean(decision.get("edited_action"), action=action, config=config, where=where)}
+
+
+def _edit_clean(edited: object, *, action: dict, config: dict, where: str) -> dict[str, Any]:
+    field = f"{where}.edited_action"
+    if not isinstance(edited, dict) or not isinstance(edited.get("args"), dict):
+        raise AskDecisionInvalid("an edit needs edited_action with an args object", field=field)
+    # Pinned as LangChain pins it: an edit changes the arguments, never which tool runs.
+    name = edited.get("name", action["name"])
+    if name != action["name"]:
+        raise AskDecisionInvalid(f"an edit cannot change the action from {action['name']} to {name!r}", field=f"{field}.name")
+    args = edited["args"]
+    _texts_check(args, field=f"{field}.args")
+    if len(json.dumps(args)) > settings.DECISION_ARGS_MAX_LENGTH:
+        raise AskDecisionInvalid(f"edited arguments are longer than {settings.DECISION_ARGS_MAX_LENGTH} characters", field=f"{field}.args")
+    schema = config.get("args_schema")
+    if schema:
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            error = errors[0]
+            path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.path)
+            raise AskDecisionInvalid(error.message, field=f"{field}.args{path}")
+    return {"name": action["name"], "args": args}
+
+
+def _texts_check(value: Any, *, field: str) -> None:
+    if isinstance(value, str):
+        text_clean(value, field=field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            text_clean(key, field=field)
+            _texts_check(item, field=f"{field}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _texts_check(item, field=f"{field}[{index}]")
+
+
+def text_clean(text: object, *, field: str) -> str:
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise AskDecisionInvalid("must be text", field=field)
+    if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
+        raise AskDecisionInvalid(f"is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters", field=field)
+    try:
+        _NO_NUL(text)
+    except ValidationError:
+        # PostgreSQL refuses NUL at the write; refused here, nothing is locked or recorded.
+        raise AskDecisionInvalid("must not contain NUL (\\u0000) characters", field=field) from None
+    return text
+
+
+def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:
+    """What the graph is resumed with for this ask: its own shape, plus who and when where it has room."""
+    if spec.kind == "per_call":
+        return decisions[0]
+    if spec.kind == "plain":
+        return {**decisions[0], **meta}
+    return {"decisions": decisions, **meta}
+
+
+def decisions_kind(decisions: list[dict[str, Any]]) -> str:
+    """One word for a set of decisions: their common type, or ``mixed``."""
+    kinds = {d["type"] for d in decisions}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+PAST = {"approve": "approved", "edit": "edited", "reject": "rejected", "respond": "answered"}
+
+
+def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> str:
+    """Plain words for what was decided: "approved publish", "edited refund (amount 120 → 80)"."""
+    parts = []
+    for decision, action in zip(decisions, spec.actions):
+        kind = decision["type"]
+        text = f"{PAST[kind]} {action['name']}"
+        if kind == "edit":
+            changes = [f"{k} {_short(action['args'].get(k))} → {_short(v)}"
+                       for k, v in decision["edited_action"]["args"].items() if action["args"].get(k) != v]
+            text += f" ({', '.join(changes)})" if changes else " (no change)"
+        elif decision.get("message"):
+            text += f" (“{_short(decision['message'])}”)"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

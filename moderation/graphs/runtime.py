@@ -1,0 +1,116 @@
+"""Running any registered graph under an item's thread: start, read its asks, resume, inspect.
+
+Callers that resume hold the thread's resume lock (``moderation.apply``): LangGraph
+itself runs two concurrent resumes of one thread both, forking its checkpoints.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Command
+
+from moderation.checkpointer import checkpointer_get
+from moderation.graphs.asks import AskSpec, ask_spec_from_interrupt
+from moderation.graphs.registry import graph_factory
+
+_compiled: dict[tuple[str, int], Any] = {}
+_compiled_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PendingAsk:
+    interrupt_id: str
+    spec: AskSpec
+
+
+def graph_get(*, name: str, checkpointer: BaseCheckpointSaver | None = None) -> Any:
+    saver = checkpointer or checkpointer_get()
+    key = (name, id(saver))
+    graph = _compiled.get(key)
+    # An id can be reused once a closed saver is collected; the identity check catches it.
+    if graph is None or graph.checkpointer is not saver:
+        with _compiled_lock:
+            graph = _compiled[key] = graph_factory(name=name)(saver)
+    return graph
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> list[PendingAsk]:
+    """Run a new item's graph up to its first interrupt(s); return what it asks.
+
+    ``durability="exit"`` saves one checkpoint, at the interrupt, instead of one per
+    step: a start that fails midway leaves nothing to resume and no item row either
+    (``item_create`` commits the row only after this returns). Resumes keep the
+    default, so ``graph_resume_count`` can read their per-step history.
+    """
+    graph_get(name=name).invoke(state, _config(thread_id), durability="exit")
+    asks = graph_asks_pending(name=name, thread_id=thread_id)
+    if not asks:
+        raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
+    return asks
+
+
+def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:
+    """Every interrupt the thread is paused at, in task order."""
+    state = graph_get(name=name).get_state(_config(thread_id))
+    return [
+        PendingAsk(interrupt_id=i.id, spec=ask_spec_from_interrupt(value=i.value, response_schema=getattr(i, "response_schema", None)))
+        for i in state.interrupts
+    ]
+
+
+def graph_resume(*, name: str, thread_id: str, answers: dict[str, Any]) -> None:
+    """Resume the thread with ``{interrupt_id: value}``; interrupts not named stay pending."""
+    graph_get(name=name).invoke(Command(resume=answers), _config(thread_id))
+
+
+def graph_values(*, name: str, thread_id: str) -> dict[str, Any]:
+    return graph_get(name=name).get_state(_config(thread_id)).values
+
+
+def graph_is_finished(*, name: str, thread_id: str) -> bool:
+    state = graph_get(name=name).get_state(_config(thread_id))
+    return state.created_at is not None and state.next == ()
+
+
+def graph_continue(*, name: str, thread_id: str) -> None:
+    """Re-run whatever node failed after a resume (used by the worker's retry and ``recover``)."""
+    graph_get(name=name).invoke(None, _config(thread_id))
+
+
+def graph_error_read(*, name: str, thread_id: str) -> str | None:
+    """The error of the node that last failed on this thread, if any."""
+    for task in graph_get(name=name).get_state(_config(thread_id)).tasks:
+        if task.error:
+            return str(task.error)
+    return None
+
+
+def graph_resume_count(*, name: str, thread_id: str) -> int:
+    """How many resumes the thread took, read from its checkpoint history.
+
+    A resume leaves its first checkpoint as a child of the checkpoint that held the
+    interrupts; two racing resumes leave two sibling children, which the latest state
+    alone would hide.
+    """
+    history = list(graph_get(name=name).get_state_history(_config(thread_id)))
+    asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
+    return sum(1 for s in history if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking)
+
+
+def graph_forks(*, name: str, thread_id: str) -> int:
+    """Checkpoints with more than one child: each is a thread resumed twice from one point."""
+    history = list(graph_get(name=name).get_state_history(_config(thread_id)))
+    children: dict[str, int] = {}
+    for s in history:
+        if s.parent_config:
+            parent = s.parent_config["configurable"]["checkpoint_id"]
+            children[parent] = children.get(parent, 0) + 1
+    return sum(1 for n in children.values() if n > 1)

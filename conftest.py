@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-# The in-process suite runs no task worker: decisions are applied in the deciding process
-# right after their commit (moderation.apply). Tests of the worker itself, and the servers
-# they start, turn this off.
+# The suite runs no task worker unless a test starts one: decisions are applied in the
+# deciding process once the guard's locks are released (moderation.apply). For the servers
+# and tools tests start (they inherit this environment); in-process, _apply_inline below
+# (Django's settings are read before this file). Tests of the worker turn it off.
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
 
 
@@ -26,6 +27,11 @@ def _postgres_reachable() -> str | None:
     except psycopg.Error as exc:
         return str(exc).strip()
     return None
+
+
+@pytest.fixture(autouse=True)
+def _apply_inline(settings):
+    settings.REVIEWQUEUE_APPLY_INLINE = True
 
 
 @pytest.fixture(autouse=True)

@@ -61,7 +61,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, ItemStatus, LedgerKind, QueueItem
+from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, ItemStatus, LedgerKind, QueueItem, ReviewAsk
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -222,6 +222,8 @@ def audit_items_purge(*, items: QuerySet[QueueItem]) -> list[str]:
             with connection.cursor() as cursor:
                 for pk, _, _ in rows:
                     cursor.execute(f"DELETE FROM {DecisionAttempt._meta.db_table} WHERE item_id = %s", [pk])
+        # Asks PROTECT their item (and their attempts PROTECT them): they go once the attempts have.
+        ReviewAsk.objects.filter(item_id__in=[pk for pk, _, _ in rows]).delete()
         QueueItem.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
         for _, public_id, _ in rows:
             _ledger_append(kind=LedgerKind.PURGE, item_public_id=str(public_id))

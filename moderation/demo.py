@@ -39,6 +39,22 @@ DEMO_ITEMS = [
     ("Poem: November", "Grey light on wet slate, / the kettle's small weather, / a letter unanswered."),
 ]
 
+REFUND_AGENT = "refund_agent"
+# Customer messages for the example agent (examples/refund_agent), with how many rounds
+# of asks each makes: one refund to decide; a refund and an email in one ask; a refund,
+# then (a second round) the email saying what was actually refunded.
+DEMO_AGENT_ITEMS = [
+    ("Refund: broken mug (A-17)", "Hi, order A-17 arrived broken. Please refund 120 EUR.", 1),
+    ("Refund: parcel never came (B-9)",
+     "Order B-9 never arrived. Refund the full amount and email me a confirmation at ben@home.example.", 1),
+    ("Refund: lost in transit (C-3)", "Order C-3 was lost. Please refund $250, then email me once it's done.", 2),
+]
+
+
+def demo_agent_input(*, message: str) -> dict:
+    """The refund agent's start state: the customer's message as the conversation."""
+    return {"messages": [{"role": "user", "content": message}]}
+
 
 def demo_seed(*, progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
     """Create demo users and items if missing; return (users created, items created)."""
@@ -56,9 +72,12 @@ def demo_seed(*, progress: Callable[[int, int], None] | None = None) -> tuple[in
         if username in DEMO_MODERATORS:
             user.groups.add(group)
     existing = set(QueueItem.objects.filter(source=DEMO_SOURCE).values_list("title", flat=True))
-    missing = [(title, body) for title, body in DEMO_ITEMS if title not in existing]
-    for done, (title, body) in enumerate(missing, start=1):
-        item_create(title=title, body=body, source=DEMO_SOURCE)
+    items = [(title, body, None) for title, body in DEMO_ITEMS]
+    items += [(title, body, REFUND_AGENT) for title, body, _ in DEMO_AGENT_ITEMS]
+    missing = [item for item in items if item[0] not in existing]
+    for done, (title, body, graph) in enumerate(missing, start=1):
+        graph_input = demo_agent_input(message=body) if graph else None
+        item_create(title=title, body=body, source=DEMO_SOURCE, graph=graph, graph_input=graph_input)
         if progress is not None:
             progress(done, len(missing))
     return users_created, len(missing)

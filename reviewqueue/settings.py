@@ -292,6 +292,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["d
 # adds more without editing this file.
 REVIEWQUEUE_GRAPHS = {
     "moderation": "moderation.graph:build",
+    # The example LangChain agent (examples/refund_agent): runs with no API key.
+    "refund_agent": "examples.refund_agent.agent:build",
 }
 for _entry in filter(None, os.environ.get("REVIEWQUEUE_EXTRA_GRAPHS", "").split(",")):
     _name, _, _path = _entry.partition("=")

@@ -28,8 +28,9 @@ from django.utils import timezone
 from moderation.audit import audit_items_purge
 from moderation.checkpointer import checkpointer_get
 from moderation.decisions import item_decide
-from moderation.demo import DEMO_ITEMS
+from moderation.demo import DEMO_AGENT_ITEMS, DEMO_ITEMS, REFUND_AGENT, demo_agent_input
 from moderation.faults import fault_inject
+from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.items import lab_item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
@@ -64,6 +65,7 @@ class LabConfig:
     hold: float  # seconds the slow reviewer holds item X
     seed: int
     time_limit: float | None  # seconds after which no new strategy × mode is started
+    graph: str = DEFAULT_GRAPH  # the graph the lab's items run (REVIEWQUEUE_GRAPHS)
 
 
 LIMITS = {"trials": (1, 1000), "reviewers": (2, 32), "delay_ms": (0.0, 5000.0), "hold_s": (0.05, 30.0)}
@@ -71,7 +73,7 @@ LIMITS = {"trials": (1, 1000), "reviewers": (2, 32), "delay_ms": (0.0, 5000.0), 
 
 def lab_config_build(
     *, strategies: Sequence[str] | None, mode: str, trials: int, reviewers: int, delay_ms: float, hold_s: float,
-    seed: int | None, time_limit: float | None,
+    seed: int | None, time_limit: float | None, graph: str = DEFAULT_GRAPH,
 ) -> LabConfig:
     """Check every option; raise LabConfigError naming the first bad one."""
     chosen = tuple(dict.fromkeys(strategies or STRATEGIES))
@@ -88,10 +90,14 @@ def lab_config_build(
         raise LabConfigError(f"--time-limit must be a positive number of seconds, not {time_limit:g}")
     if seed is not None and seed < 0:
         raise LabConfigError(f"--seed must be zero or positive, not {seed}")
+    try:
+        graph_name_validate(name=graph)
+    except ValueError as exc:
+        raise LabConfigError(f"--graph: {exc}") from None
     return LabConfig(
         strategies=chosen, modes=MODES if mode == "both" else (mode,), trials=trials, reviewers=reviewers,
         delay=delay_ms / 1000, hold=hold_s, seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
-        time_limit=time_limit,
+        time_limit=time_limit, graph=graph,
     )
 
 
@@ -131,10 +137,11 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
             slow = []
             for strategy in config.strategies:
                 slow.append(slow_reviewer_measure(
-                    strategy=strategy, hold=config.hold, delay=config.delay, usernames=usernames, rng=rng
+                    strategy=strategy, hold=config.hold, delay=config.delay, usernames=usernames, rng=rng,
+                    graph=config.graph,
                 ))
                 ticker.advance(1, f"slow reviewer: {strategy}")
-            isolation = isolation_check(username=usernames[0], rng=rng)
+            isolation = isolation_check(username=usernames[0], rng=rng, graph=config.graph)
             ticker.advance(1, "isolation check")
         finally:
             lab_cleanup()
@@ -172,7 +179,7 @@ def race_cell(
 ) -> dict[str, Any]:
     """``config.trials`` fresh items, each raced by ``config.reviewers`` reviewers at once
     (threads of this process, or the processes of ``pool``)."""
-    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng)]
+    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng, graph=config.graph)]
     # The shuffle decides who approves, who rejects and who starts first.
     names = rng.sample(list(usernames[: config.reviewers]), config.reviewers)
     label = f"{strategy}/{mode}"
@@ -204,14 +211,14 @@ def race_cell(
 
 
 def slow_reviewer_measure(
-    *, strategy: str, hold: float, delay: float, usernames: Sequence[str], rng: random.Random
+    *, strategy: str, hold: float, delay: float, usernames: Sequence[str], rng: random.Random, graph: str = DEFAULT_GRAPH,
 ) -> dict[str, Any]:
     """One reviewer holds item X for ``hold`` seconds inside the strategy's exclusion while
     others decide other items; their latency against an unheld baseline is the wait X caused."""
     decide = STRATEGIES[strategy]
     users = _users_get(usernames[: SLOW_OTHERS + 1])
     slow_user, others = users[0], users[1:]
-    x, *rest = lab_items_create(count=1 + 2 * SLOW_OTHERS, rng=rng)
+    x, *rest = lab_items_create(count=1 + 2 * SLOW_OTHERS, rng=rng, graph=graph)
     baseline_items, held_items = rest[:SLOW_OTHERS], rest[SLOW_OTHERS:]
     baseline = _decide_together(decide, items=baseline_items, users=others, delay=delay)
 
@@ -278,10 +285,10 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
     return results
 
 
-def isolation_check(*, username: str, rng: random.Random) -> dict[str, Any]:
+def isolation_check(*, username: str, rng: random.Random, graph: str = DEFAULT_GRAPH) -> dict[str, Any]:
     """The seed's third section on the product: A and C decided, B never resumed."""
     reviewer = _users_get([username])[0]
-    a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"))
+    a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"), graph=graph)
     item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve")
     item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject")
     report = {}
@@ -325,14 +332,23 @@ def _users_get(usernames: Sequence[str]) -> list[AbstractBaseUser]:
     return [by_name[name] for name in usernames]
 
 
-def lab_items_create(*, count: int, rng: random.Random, titles: Sequence[str] | None = None) -> list[QueueItem]:
+# The agent's lab items ask once and finish on any decision: a race is judged on one
+# ask per item, and the isolation check expects A and C finished after theirs.
+LAB_AGENT_ITEMS = [(title, body) for title, body, rounds in DEMO_AGENT_ITEMS if rounds == 1]
+
+
+def lab_items_create(
+    *, count: int, rng: random.Random, titles: Sequence[str] | None = None, graph: str = DEFAULT_GRAPH,
+) -> list[QueueItem]:
     """Fresh lab items paused at review (lab runs turn the channel layer off, so no page hears of them)."""
+    texts = LAB_AGENT_ITEMS if graph == REFUND_AGENT else DEMO_ITEMS
     items = []
     for n in range(count):
-        title, body = rng.choice(DEMO_ITEMS)
+        title, body = rng.choice(texts)
         if titles is not None:
             title = titles[n]
-        items.append(lab_item_create(title=f"[racelab] {title}", body=body))
+        graph_input = demo_agent_input(message=body) if graph == REFUND_AGENT else None
+        items.append(lab_item_create(title=f"[racelab] {title}", body=body, graph=graph, graph_input=graph_input))
     return items
 
 

@@ -1,3 +1,4 @@
+import json
 import sys
 import time
 from pathlib import Path
@@ -5,6 +6,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.graphs.registry import UnknownGraph, graph_name_validate
 from moderation.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
 from moderation.items import item_create
 
@@ -13,11 +15,25 @@ def _errors_text(exc: ValidationError) -> str:
     return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
 
 
+def _input_parse(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--input is not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise CommandError(f"--input must be a JSON object, not {type(value).__name__}")
+    return value
+
+
 class Command(BaseCommand):
     help = (
         "Add items to the review queue and start their graphs: one with --title/--body, or many with "
         "--file (JSON lines, or CSV with a title,body[,source] header; '-' reads stdin). A bad line is "
-        "reported and skipped; the rest are added, and the command exits non-zero if any line was refused."
+        "reported and skipped; the rest are added, and the command exits non-zero if any line was refused. "
+        "--graph names the graph the items run (REVIEWQUEUE_GRAPHS; default moderation) and --input its "
+        "start state for a single item."
     )
 
     def add_arguments(self, parser):
@@ -26,18 +42,31 @@ class Command(BaseCommand):
         parser.add_argument("--source", default="cli", help="source of a single item, and of file lines without one")
         parser.add_argument("--file", metavar="PATH", help="JSON lines or CSV file of items; '-' for stdin")
         parser.add_argument("--format", choices=FORMATS, help="default: csv for a .csv file name, else jsonl")
+        parser.add_argument("--graph", help="the graph the items run, a REVIEWQUEUE_GRAPHS name (default: moderation)")
+        parser.add_argument(
+            "--input", metavar="JSON",
+            help='a JSON object merged over the item\'s start state, e.g. \'{"messages": [{"role": "user", "content": "..."}]}\'',
+        )
 
     def handle(self, *args, **options):
         single = options["title"] is not None or options["body"] is not None
         if options["file"] and single:
             raise CommandError("give either --file or --title/--body, not both")
+        try:
+            graph_name_validate(name=options["graph"])
+        except UnknownGraph as exc:
+            raise CommandError(f"--graph: {exc}") from None
         if options["file"]:
+            if options["input"] is not None:
+                raise CommandError("--input is for a single item (--title/--body), not --file")
             self._file_add(options)
             return
         if options["title"] is None or options["body"] is None:
             raise CommandError("give --title and --body for one item, or --file for many")
+        graph_input = _input_parse(options["input"])
         try:
-            item = item_create(title=options["title"], body=options["body"], source=options["source"])
+            item = item_create(title=options["title"], body=options["body"], source=options["source"],
+                               graph=options["graph"], graph_input=graph_input)
         except ValidationError as exc:
             raise CommandError(_errors_text(exc)) from None
         self.stdout.write(f"Added {item.public_id} ({self._screen_text(item)})")
@@ -56,7 +85,7 @@ class Command(BaseCommand):
                 error = row.error
                 if not error:
                     try:
-                        item = item_create(**{"source": options["source"], **row.fields})
+                        item = item_create(**{"source": options["source"], **row.fields}, graph=options["graph"])
                     except ValidationError as exc:
                         error = _errors_text(exc)
                 if error:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.graphs.registry import DEFAULT_GRAPH
 from moderation.lab.chart import CHART_FORMATS
 from moderation.lab.runner import LabConfigError, lab_config_build
 from moderation.lab.store import LabBusy, lab_run_recorded
@@ -35,6 +36,10 @@ class Command(BaseCommand):
         parser.add_argument("--hold", type=float, default=1.0, help="seconds the slow reviewer holds item X (default 1)")
         parser.add_argument("--seed", type=int, help="seed for item texts and reviewer order (default: random, reported)")
         parser.add_argument("--time-limit", type=float, help="start no new strategy × mode after this many seconds")
+        parser.add_argument(
+            "--graph", default=DEFAULT_GRAPH,
+            help=f"the graph the lab's items run (default {DEFAULT_GRAPH}; refund_agent: the example agent)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables; no progress bar")
         parser.add_argument("--chart", type=Path, metavar="PATH", help="also write the chart to PATH (.png or .svg)")
 
@@ -49,7 +54,7 @@ class Command(BaseCommand):
             config = lab_config_build(
                 strategies=options["strategies"], mode=options["mode"], trials=options["trials"],
                 reviewers=options["reviewers"], delay_ms=options["delay"], hold_s=options["hold"],
-                seed=options["seed"], time_limit=options["time_limit"],
+                seed=options["seed"], time_limit=options["time_limit"], graph=options["graph"],
             )
         except LabConfigError as exc:
             raise CommandError(str(exc)) from None
@@ -73,7 +78,7 @@ class Command(BaseCommand):
     def _print_report(self, report, *, chart):
         config = report["config"]
         self.stdout.write(
-            f"racelab on {report['database']} (checkpointer {report['checkpointer']}), seed {config['seed']}, "
+            f"racelab of {config['graph']} items on {report['database']} (checkpointer {report['checkpointer']}), seed {config['seed']}, "
             f"{config['delay_ms']:g} ms check-to-act window, {report['seconds']:g} s\n"
         )
         self.stdout.write("  ".join(f"{title:>{w}}" if i > 1 else f"{title:<{w}}" for i, (_, title, w) in enumerate(TABLE_COLUMNS)))
@@ -101,7 +106,7 @@ class Command(BaseCommand):
         isolation = report["isolation"]
         items = isolation["items"]
         self.stdout.write(
-            f"\nIsolation: B never resumed, next={tuple(items['B']['next'])} ({items['B']['status']}); "
+            f"\nIsolation: B never resumed, waiting on {len(items['B']['waiting_on'])} ask(s) ({items['B']['status']}); "
             f"A finished={items['A']['finished']}, C finished={items['C']['finished']} -> "
             f"{'held' if isolation['passed'] else 'FAILED'}"
         )

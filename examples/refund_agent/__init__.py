@@ -1,0 +1,1 @@
+"""An agent to review without an API key (see agent.py)."""

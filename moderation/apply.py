@@ -16,7 +16,8 @@ not wait for the graph. Then, in a worker, ``item_apply``:
 3. records, under the item's row lock in one short transaction, the asks as applied
    and what the graph did next: finished (its result), asked again (new pending asks,
    the item back in the queue), or failed (``apply_state`` FAILED with the error, for
-   ``manage.py recover``); events go out after the commit;
+   ``manage.py recover``), with its ``item.applied`` webhook deliveries (the outbox:
+   announced exactly when recorded); events go out after the commit;
 4. goes round again while decided asks are unapplied (decided during the resume).
 
 A task retried, duplicated or run by two workers at once finds nothing to do, or waits
@@ -38,6 +39,7 @@ from django.utils import timezone
 from django_tasks import task
 
 from moderation import events
+from moderation.delivery.outbox import item_applied_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import PendingAsk, graph_asks_pending, graph_continue, graph_error_read, graph_is_finished, graph_resume, graph_values
@@ -149,6 +151,8 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
         item.apply_state = ApplyState.IDLE
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])
+        applied = list(ReviewAsk.objects.filter(pk__in=ask_ids).values_list("interrupt_id", flat=True))
+        item_applied_record(item=item, applied=applied)
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
     return f"resumed {resumed}, {item.applied_result['state']}"
@@ -180,6 +184,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item.apply_state = ApplyState.FAILED
         item.applied_result = {"state": "failed", "error": error}
         item.save(update_fields=["apply_state", "applied_result"])
+        item_applied_record(item=item, applied=[])
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
     logger.error("item %s: the graph failed after its decision: %s", item_id, error)

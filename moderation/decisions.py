@@ -369,7 +369,7 @@ def _attempt_win(
         requested_at=requested_at,
     )
     if settled:
-        item_settled_record(item=item)
+        item_settled_record(item=item, ask=ask)
     item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))
@@ -394,7 +394,7 @@ def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUse
         outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,
         requested_at=requested_at,
     )
-    item_settled_record(item=item)
+    item_settled_record(item=item, ask=asks[0])
     item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))

@@ -109,12 +109,16 @@ def format_ago(seconds: int) -> str:
     return f"{seconds // 3600} h ago"
 
 
+def ask_what(ask: ReviewAsk) -> str:
+    """A settled ask's decision in words, as losers, the API and webhooks are told it."""
+    if ask.status == AskStatus.WITHDRAWN:
+        return "withdrew the item"
+    return decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
+
+
 def outcome_for(*, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt) -> DecisionOutcome:
     """The outcome of ``attempt`` on ``ask``, whose winner (read from the ask's row) has decided it."""
-    if ask.status == AskStatus.WITHDRAWN:
-        what = "withdrew the item"
-    else:
-        what = decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
+    what = ask_what(ask)
     return DecisionOutcome(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,

@@ -7,10 +7,14 @@ from datetime import datetime, time
 from uuid import UUID
 
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
+
+# An API item shows its asks with who decided each: one query for a whole page.
+_ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by"))
+
 
 def _queue_items() -> QuerySet[QueueItem]:
     # Race-lab items live in the same table while a lab run goes; reviewers never see them.
@@ -92,7 +96,7 @@ def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
 def client_item_get(*, client_id: int, public_id: UUID | str) -> QueueItem | None:
     """One of the client's own items; a client never sees another's (or a moderator-made) item."""
     try:
-        return QueueItem.objects.select_related("decided_by").get(
+        return QueueItem.objects.select_related("decided_by").prefetch_related(_ASKS).get(
             public_id=UUID(str(public_id)), submitted_by_id=client_id
         )
     except (QueueItem.DoesNotExist, ValueError):
@@ -101,7 +105,7 @@ def client_item_get(*, client_id: int, public_id: UUID | str) -> QueueItem | Non
 
 def client_items_page(
     *, client_id: int, after_id: int, limit: int, status: str | None = None, source: str | None = None,
-    external_id: str | None = None, decided_after: datetime | None = None,
+    external_id: str | None = None, decided_after: datetime | None = None, graph: str | None = None,
 ) -> tuple[list[QueueItem], int | None]:
     """A page of the client's items in id order after ``after_id``, and the id to continue after.
 
@@ -117,7 +121,9 @@ def client_items_page(
         items = items.filter(external_id=external_id)
     if decided_after:
         items = items.filter(decided_at__gt=decided_after)
-    page = list(items.select_related("decided_by").order_by("id")[: limit + 1])
+    if graph:
+        items = items.filter(graph=graph)
+    page = list(items.select_related("decided_by").prefetch_related(_ASKS).order_by("id")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     return page, (page[-1].id if more else None)

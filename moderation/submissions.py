@@ -17,6 +17,10 @@ digest):
   loses the insert and is refused (``IdempotencyConflict``); its thread is an orphan
   nobody can reach, like any graph whose row insert failed (see ``items.item_create``).
 
+The submit may name a graph (a ``REVIEWQUEUE_GRAPHS`` name; the moderation graph by
+default) and its ``input`` (merged into the graph's start state); both are part of
+the content digest, so one key cannot start two different graphs.
+
 Every field is checked before anything starts; a refused submit changes nothing.
 """
 
@@ -32,11 +36,15 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError
 from django.db.models import Q
 
+from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
 from moderation.items import item_body_check, submitted_item_create
 from moderation.models import PRIORITY_MAX, PRIORITY_MIN, ApiClient, QueueItem
 
 METADATA_MAX_BYTES = 16 * 1024
 METADATA_MAX_DEPTH = 5
+# A graph's input is held to the same limits: it is stored on the item and in every checkpoint.
+INPUT_MAX_BYTES = METADATA_MAX_BYTES
+INPUT_MAX_DEPTH = METADATA_MAX_DEPTH
 KEY_MAX_LENGTH = 200
 _NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
 
@@ -53,12 +61,16 @@ class Submission:
     external_id: str | None = None
     metadata: dict[str, Any] | None = None
     priority: int = 0
+    graph: str | None = None
+    graph_input: dict[str, Any] | None = None
 
     def digest(self) -> str:
-        canonical = json.dumps(
-            [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority],
-            sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-        )
+        content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
+        # A submit on the default graph without input digests as it did before graphs could
+        # be named, so a retry of an item submitted before the upgrade still matches it.
+        if (self.graph or DEFAULT_GRAPH) != DEFAULT_GRAPH or self.graph_input:
+            content += [self.graph or DEFAULT_GRAPH, self.graph_input or {}]
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -70,32 +82,46 @@ class SubmitResult:
 
 def metadata_check(*, metadata: Any) -> None:
     """A JSON object of at most METADATA_MAX_BYTES serialized, METADATA_MAX_DEPTH deep, no NUL anywhere."""
-    if not isinstance(metadata, dict):
-        raise ValidationError({"metadata": "metadata must be a JSON object"})
-    size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode())
-    if size > METADATA_MAX_BYTES:
-        raise ValidationError({"metadata": f"metadata is {size:,} bytes as JSON; the limit is {METADATA_MAX_BYTES:,}"})
-    _metadata_walk(metadata, depth=1)
+    _json_object_check(metadata, field="metadata", max_bytes=METADATA_MAX_BYTES, max_depth=METADATA_MAX_DEPTH)
 
 
-def _metadata_walk(value: Any, *, depth: int) -> None:
+def graph_input_check(*, graph_input: Any) -> None:
+    """The graph's input, held to metadata's rules (INPUT_MAX_BYTES, INPUT_MAX_DEPTH, no NUL)."""
+    _json_object_check(graph_input, field="input", max_bytes=INPUT_MAX_BYTES, max_depth=INPUT_MAX_DEPTH)
+
+
+def _json_object_check(value: Any, *, field: str, max_bytes: int, max_depth: int) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError({field: f"{field} must be a JSON object"})
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise ValidationError({field: f"{field} is {size:,} bytes as JSON; the limit is {max_bytes:,}"})
+    _json_walk(value, field=field, max_depth=max_depth, depth=1)
+
+
+def _json_walk(value: Any, *, field: str, max_depth: int, depth: int) -> None:
     if isinstance(value, (dict, list)):
-        if depth > METADATA_MAX_DEPTH:
-            raise ValidationError({"metadata": f"metadata nests deeper than {METADATA_MAX_DEPTH} levels"})
+        if depth > max_depth:
+            raise ValidationError({field: f"{field} nests deeper than {max_depth} levels"})
         children = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in children:
             if isinstance(key, str) and "\x00" in key:
-                raise ValidationError({"metadata": "metadata keys cannot contain NUL characters"})
-            _metadata_walk(child, depth=depth + 1)
+                raise ValidationError({field: f"{field} keys cannot contain NUL characters"})
+            _json_walk(child, field=field, max_depth=max_depth, depth=depth + 1)
     elif isinstance(value, str) and "\x00" in value:
         # PostgreSQL's jsonb cannot hold \u0000: refused on both backends alike.
-        raise ValidationError({"metadata": "metadata strings cannot contain NUL characters"})
+        raise ValidationError({field: f"{field} strings cannot contain NUL characters"})
 
 
 def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
     """Everything that needs no database: raises ValidationError naming the field."""
     item_body_check(body=submission.body)
     metadata_check(metadata=submission.metadata or {})
+    try:
+        graph_name_validate(name=submission.graph)
+    except UnknownGraph as exc:
+        raise ValidationError({"graph": str(exc)}) from None
+    graph_input_check(graph_input=submission.graph_input or {})
     if not PRIORITY_MIN <= submission.priority <= PRIORITY_MAX:
         raise ValidationError({"priority": f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}"})
     for field, value in (("idempotency_key", idempotency_key), ("external_id", submission.external_id)):
@@ -127,6 +153,7 @@ def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: s
     fields = {
         "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
         "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
+        "graph": submission.graph, "graph_input": submission.graph_input or {},
     }
     try:
         item = submitted_item_create(

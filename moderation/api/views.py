@@ -97,7 +97,7 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(DecisionError)
 def _guard_refused(request: HttpRequest, exc: DecisionError) -> HttpResponse:
     # The guard's own refusals (busy, needs attention, a bad reason), with its codes and statuses.
-    return _error(request, exc.http_status, exc.code, str(exc))
+    return _error(request, exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
 
 
 @api.exception_handler(IdempotencyConflict)
@@ -114,7 +114,7 @@ def _django_message(exc: DjangoValidationError) -> str:
 def _submission(data: ItemIn) -> Submission:
     return Submission(
         title=data.title, body=data.body, source=data.source, external_id=data.external_id,
-        metadata=data.metadata, priority=data.priority,
+        metadata=data.metadata, priority=data.priority, graph=data.graph, graph_input=data.input,
     )
 
 
@@ -198,13 +198,14 @@ def items_list(
     source: str | None = Query(None, max_length=100),
     external_id: str | None = Query(None, max_length=200),
     decided_after: datetime | None = None,
+    graph: str | None = Query(None, max_length=64),
     cursor: str | None = Query(None, max_length=40),
     limit: int = Query(50, ge=1, le=PAGE_MAX),
 ):
     """The client's items oldest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
     items, last_id = client_items_page(
         client_id=request.auth.pk, after_id=_cursor_decode(cursor) if cursor else 0, limit=limit,
-        status=status, source=source, external_id=external_id, decided_after=decided_after,
+        status=status, source=source, external_id=external_id, decided_after=decided_after, graph=graph,
     )
     return ItemPage(items=[ItemOut.of(i) for i in items], next_cursor=_cursor_encode(last_id) if last_id else None)
 

@@ -16,11 +16,15 @@ class WebhookEvent(models.TextChoices):
     ITEM_CREATED = "item.created", "item.created"
     ITEM_DECIDED = "item.decided", "item.decided"
     ITEM_CANCELLED = "item.cancelled", "item.cancelled"
+    # The worker ran the item's graph on from a decision (moderation.apply).
+    ITEM_APPLIED = "item.applied", "item.applied"
     # Sent only by the admin's "send test ping"; an endpoint never subscribes to it.
     PING = "webhook.ping", "webhook.ping"
 
 
-SUBSCRIBABLE_EVENTS = [WebhookEvent.ITEM_CREATED, WebhookEvent.ITEM_DECIDED, WebhookEvent.ITEM_CANCELLED]
+SUBSCRIBABLE_EVENTS = [
+    WebhookEvent.ITEM_CREATED, WebhookEvent.ITEM_DECIDED, WebhookEvent.ITEM_CANCELLED, WebhookEvent.ITEM_APPLIED,
+]
 
 
 def webhook_secret_new() -> str:

@@ -18,17 +18,23 @@ from django.utils import timezone
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.sending import delivery_send
 from moderation.models import ItemStatus
+from moderation.outcomes import ask_what
 
 if TYPE_CHECKING:
-    from moderation.models import QueueItem
+    from moderation.models import QueueItem, ReviewAsk
 
 
-def item_payload(*, item: QueueItem) -> dict:
-    """What every item event says about its item (the body stays out: the sender has it)."""
+def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
+    """What every item event says about its item (the body stays out: the sender has it).
+
+    ``ask``: the ask whose decision settled the item; its interrupt id, LangChain
+    decisions and their description go into ``decision``.
+    """
     data = {
         "id": str(item.public_id),
         "title": item.title,
         "source": item.source,
+        "graph": item.graph,
         "status": item.status,
         "created_at": item.created_at.isoformat() if item.created_at else None,
         "decision": None,
@@ -40,6 +46,8 @@ def item_payload(*, item: QueueItem) -> dict:
             "at": item.decided_at.isoformat(),
             "note": item.decision_note,
         }
+        if ask is not None:
+            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask))
     return data
 
 
@@ -63,10 +71,20 @@ def delivery_record(*, event: str, item: QueueItem, payload: dict) -> list[Webho
     ]
 
 
-def item_settled_record(*, item: QueueItem) -> list[WebhookDelivery]:
-    """The webhooks for an item just settled in this transaction: cancelled if its submitter withdrew it."""
+def item_settled_record(*, item: QueueItem, ask: ReviewAsk) -> list[WebhookDelivery]:
+    """The webhooks for an item ``ask``'s decision just settled in this transaction: cancelled if its submitter withdrew it."""
     event = WebhookEvent.ITEM_CANCELLED if item.status == ItemStatus.WITHDRAWN else WebhookEvent.ITEM_DECIDED
-    return delivery_record(event=event, item=item, payload=item_payload(item=item))
+    return delivery_record(event=event, item=item, payload=item_payload(item=item, ask=ask))
+
+
+def item_applied_record(*, item: QueueItem, applied: list[str]) -> list[WebhookDelivery]:
+    """The webhooks for the worker's record of an apply (``moderation.apply``), in that record's transaction.
+
+    ``applied``: the interrupt ids the graph took decisions for; ``applied_result`` says
+    what it did next (finished with its result, asked again, or failed).
+    """
+    payload = {**item_payload(item=item), "applied": applied, "applied_result": item.applied_result}
+    return delivery_record(event=WebhookEvent.ITEM_APPLIED, item=item, payload=payload)
 
 
 def endpoint_ping(*, endpoint: WebhookEndpoint) -> WebhookDelivery:

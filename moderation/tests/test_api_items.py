@@ -52,7 +52,10 @@ def test_submit_creates_an_item_with_its_graph_thread_then_a_retry_returns_it(ap
     assert first.status_code == 201, first.content
     body = first.json()
     assert body["status"] == "pending" and body["metadata"] == {"a": [1, 2]} and body["priority"] == 5
-    assert body["review_request"]["title"] == "A post"
+    [ask] = body["asks"]
+    assert body["graph"] == "moderation" and ask["status"] == "pending" and ask["round"] == 1
+    assert ask["action_requests"][0]["name"] == "publish" and ask["action_requests"][0]["args"]["title"] == "A post"
+    assert body["review_request"]["action_requests"] == ask["action_requests"]
     assert _thread_exists(body["id"])
     again = api.post("/items", {**ITEM, "metadata": {"a": [1, 2]}, "priority": 5}, **{"Idempotency-Key": "k1"})
     assert again.status_code == 200 and again.json()["id"] == body["id"]

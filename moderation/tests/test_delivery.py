@@ -13,11 +13,13 @@ from django_tasks_db.models import DBTaskResult
 from standardwebhooks import Webhook
 
 from moderation.admin import WebhookEndpointForm
+from moderation.apply import item_apply
 from moderation.decisions import item_decide, item_withdraw
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
 from moderation.faults import fault_inject
+from moderation.models import ApplyState
 from moderation.items import lab_item_create
 from moderation.tests.webhook_receiver import Receiver
 
@@ -39,7 +41,9 @@ def endpoint(db, receiver):
 
 
 def _queued(delivery: WebhookDelivery) -> list[DBTaskResult]:
-    return [t for t in DBTaskResult.objects.all() if t.args_kwargs["args"] == [delivery.pk]]
+    # Only delivery tasks: an apply task's argument is an item id, which may equal the delivery's.
+    return [t for t in DBTaskResult.objects.filter(task_path="moderation.delivery.sending.delivery_send")
+            if t.args_kwargs["args"] == [delivery.pk]]
 
 
 def _deliveries(item, event=None):
@@ -63,18 +67,23 @@ def test_created_and_decided_items_record_deliveries_with_their_tasks(endpoint, 
     [decided] = _deliveries(item, WebhookEvent.ITEM_DECIDED)
     assert decided.sequence == 2 and len(_queued(decided)) == 1
     data = decided.payload["data"]
-    assert (data["id"], data["status"], data["sequence"]) == (str(item.public_id), "rejected", 2)
+    assert (data["id"], data["status"], data["sequence"], data["graph"]) == (str(item.public_id), "rejected", 2, "moderation")
     assert (data["decision"]["by"], data["decision"]["note"]) == ("alice", "spam")
+    ask = item.asks.get()
+    assert data["decision"]["ask"] == ask.interrupt_id
+    assert data["decision"]["decisions"] == [{"type": "reject", "message": "spam"}]
+    assert data["decision"]["what"] == "rejected publish (“spam”)"
 
 
 def test_a_withdrawn_item_is_announced_as_cancelled_not_decided(endpoint, bob, make_item):
     item = make_item()
     item_withdraw(item_public_id=item.public_id, by=bob, reason="sent by mistake")
     assert [d.event for d in _deliveries(item)] == ["item.created", "item.cancelled"]
-    assert _deliveries(item, WebhookEvent.ITEM_CANCELLED)[0].payload["data"]["status"] == "withdrawn"
+    decision = _deliveries(item, WebhookEvent.ITEM_CANCELLED)[0].payload["data"]["decision"]
+    assert (decision["status"], decision["what"], decision["ask"]) == ("withdrawn", "withdrew the item", item.asks.get().interrupt_id)
 
 
-def test_rolled_back_decision_records_nothing_and_the_adopted_one_is_delivered_once(endpoint, alice, bob, make_item):
+def test_rolled_back_decision_records_nothing_and_the_next_one_is_delivered_once(endpoint, alice, bob, make_item):
     item = make_item()
 
     def explode(key):
@@ -85,10 +94,63 @@ def test_rolled_back_decision_records_nothing_and_the_adopted_one_is_delivered_o
     assert _deliveries(item, WebhookEvent.ITEM_DECIDED) == []
     assert DBTaskResult.objects.count() == 1  # item.created's only
 
-    # The graph kept alice's decision; the next guarded look adopts it, and records its delivery.
-    assert not item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject").won
+    # The graph is resumed only after a commit, so nothing of alice's survives: bob's decision is the first.
+    assert item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject").won
     [decided] = _deliveries(item, WebhookEvent.ITEM_DECIDED)
-    assert decided.payload["data"]["decision"]["by"] == "alice" and len(_queued(decided)) == 1
+    assert decided.payload["data"]["decision"]["by"] == "bob" and len(_queued(decided)) == 1
+
+
+@pytest.fixture
+def applied_endpoint(db):
+    return WebhookEndpoint.objects.create(name="applies", url="http://x.test/", events=["item.applied"])
+
+
+def test_an_apply_is_announced_once_with_what_the_graph_did(applied_endpoint, alice, make_item):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert _deliveries(item) == []  # decided, not yet applied
+    item_apply(item_id=item.pk)
+    [applied] = _deliveries(item)
+    data = applied.payload["data"]
+    assert (applied.event, applied.endpoint, len(_queued(applied))) == ("item.applied", applied_endpoint, 1)
+    assert data["applied"] == [item.asks.get().interrupt_id]
+    assert data["applied_result"]["state"] == "finished" and data["applied_result"]["result"]["status"] == "approved"
+    assert data["decision"]["by"] == "alice"
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert len(_deliveries(item)) == 1
+
+
+def test_a_failed_apply_is_announced_with_its_error(applied_endpoint, alice, make_item):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+
+    def explode(key):
+        raise RuntimeError("the publisher is down")
+
+    with fault_inject("in_apply_node", explode):
+        item_apply(item_id=item.pk)
+    [failed] = _deliveries(item)
+    assert failed.payload["data"]["applied"] == []
+    assert failed.payload["data"]["applied_result"]["state"] == "failed"
+    assert "the publisher is down" in failed.payload["data"]["applied_result"]["error"]
+
+
+def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_endpoint, alice, make_item, monkeypatch):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+
+    def outbox_down(**kwargs):
+        raise RuntimeError("outbox write failed")
+
+    monkeypatch.setattr("moderation.apply.item_applied_record", outbox_down)
+    with pytest.raises(RuntimeError, match="outbox write failed"):
+        item_apply(item_id=item.pk)
+    item.refresh_from_db()
+    assert item.asks.get().applied_at is None and item.apply_state == ApplyState.APPLYING
+    monkeypatch.undo()
+    # The graph was resumed before the failed record; the next run only records it, announced once.
+    assert item_apply(item_id=item.pk) == "resumed 0, finished"
+    assert [d.event for d in _deliveries(item)] == ["item.applied"]
 
 
 def test_unsubscribed_inactive_and_lab_items_get_nothing(db, make_item):

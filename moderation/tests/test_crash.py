@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from moderation.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.real_server import Dropped, Reviewer, Seeded, SiteServer
+from e2e.server import LiveServer, Seeded
+from moderation.tests.real_server import Dropped, Reviewer
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -79,12 +80,12 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     return status, body
 
 
-def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -> Scenario:
+def _crash_scenario(point: str, template: LiveServer, seeded: Seeded, workdir) -> Scenario:
     scenario = Scenario(point=point, seeded=seeded)
     for made in seeded.decided:
         op = scenario.history.invoke(reviewer=made["reviewer"], item=made["item"], decision=made["decision"])
         scenario.history.complete(op, completion="ok" if made["won"] else "fail", told_winner=made["winner"])
-    server = SiteServer(workdir, db_name="crash")
+    server = LiveServer(workdir, db_name="crash")
     server.clone_from(template)
     items = seeded.items
     try:
@@ -96,13 +97,13 @@ def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -
             scenario.crash_response = exc
         scenario.exit_code = server.wait_dead()
 
-        scenario.recover_output = server.manage("recover", "--all").stdout
+        scenario.recover_output = server.manage("recover", "--all")
         server.start()
         scenario.after_crash = server.tool("state", *items)
         scenario.retry = _record(scenario.history, bob, items[CRASHED], "reject")
         scenario.fresh = _record(scenario.history, carol, items[AFTER], "approve")
         scenario.final = server.tool("state", *items)
-        scenario.audit_output = server.manage("verify_audit").stdout
+        scenario.audit_output = server.manage("verify_audit")
     finally:
         server.close()
         scenario.log = server.log_tail(40)
@@ -111,7 +112,7 @@ def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
-    template = SiteServer(tmp_path_factory.mktemp("crash-template"), db_name="crash")
+    template = LiveServer(tmp_path_factory.mktemp("crash-template"), db_name="crash")
     seeded = template.seed(users=USERS, items=4, decisions=PRE_DECISIONS, prefix="Crash")
     with ThreadPoolExecutor(max_workers=len(EXPECTED)) as pool:
         futures = {
@@ -138,7 +139,7 @@ def test_server_killed_at_point_loses_nothing_and_recovers(scenarios, point):
     # recover did what the point calls for, and said so.
     out = scenario.recover_output
     if expect.recover_adopts:
-        assert f"{crashed} “Crash 0”: adopted the graph's decision: approved by alice" in out, out
+        assert f"{crashed} “{scenario.seeded.titles[CRASHED]}”: adopted the graph's decision: approved by alice" in out, out
         assert "1 changed or need attention, 0 could not be repaired." in out, out
     else:
         assert "0 changed or need attention, 0 could not be repaired." in out, out

@@ -10,18 +10,15 @@
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, Login, Metric, Servers, log, percentile
+from bench.common import Login, Metric, Servers, log, percentile
 
 BATCH = 100
 BODY = "A post to review: buy now at http://example.test, or write to someone@example.test."
@@ -128,19 +125,15 @@ def _webhook_latency(host: str, login: Login, items: list[str], receiver: _Recei
     return [(receiver.arrived[i] - answered[i]) * 1000 for i in items if i in receiver.arrived]
 
 
-def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rate: float, env: dict[str, str],
-              logdir: Path) -> list[Metric]:
+def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rate: float) -> list[Metric]:
+    """The API benches against the servers, with a task worker beside the first (stopped with the servers)."""
     from moderation.apiclients import apiclient_create
     from moderation.models import WebhookEndpoint
 
     _, token = apiclient_create(name=f"bench-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
     receiver = _Receiver()
     WebhookEndpoint.objects.create(name="bench", url=receiver.url, events=["item.decided"])
-    with (logdir / "worker.log").open("ab") as out:
-        worker = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--interval", "0.05"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
+    servers.live[0].worker_start(interval=0.05)
     host = servers.host(0)
     metrics: list[Metric] = []
     try:
@@ -170,10 +163,5 @@ def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rat
             detail={"webhooks": len(hooks)},
         ))
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
         receiver.stop()
     return metrics

@@ -5,17 +5,16 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import socket
-import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from e2e.server import LiveServer
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 _T0 = time.monotonic()
 
 
@@ -85,12 +84,6 @@ class Metric:
 # --- daphne ---------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def rss_kib(pid: int) -> int:
     """Resident set size of a process, from /proc (KiB)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -100,53 +93,36 @@ def rss_kib(pid: int) -> int:
 
 
 class Servers:
-    """``count`` daphne processes serving one database (several need the Redis layer)."""
+    """``count`` servers (``e2e.server.LiveServer``) on the bench's database, layer and settings
+    (several need the Redis layer), and the task worker the API bench uses."""
 
     def __init__(self, *, count: int, env: dict[str, str], logdir: Path) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.hosts: list[str] = []
-        for n in range(count):
-            port = free_port()
-            with (logdir / f"daphne-{n}.log").open("ab") as out:
-                proc = subprocess.Popen(
-                    # -v 0: no access log (a proxy keeps it in production); the floor pays the same.
-                    [str(BIN / "daphne"), "-v", "0", "-b", "127.0.0.1", "-p", str(port), "reviewqueue.asgi:application"],
-                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                )
-            self.procs.append(proc)
-            self.hosts.append(f"127.0.0.1:{port}")
-        deadline = time.monotonic() + 60
-        for proc, host in zip(self.procs, self.hosts):
-            port = int(host.rsplit(":", 1)[1])
-            while True:
-                if proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError(f"daphne exited with {proc.returncode}; see {logdir}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        self.stop()
-                        raise RuntimeError(f"daphne did not listen within 60 s; see {logdir}") from None
-                    time.sleep(0.1)
+        self.live = [
+            # -v 0: no access log (a proxy keeps it in production); the floor pays the same.
+            LiveServer(logdir / f"server-{n}", database_url=env["DATABASE_URL"],
+                       settings=env["DJANGO_SETTINGS_MODULE"], extra_env=env, daphne_args=("-v", "0"))
+            for n in range(count)
+        ]
+        try:
+            with ThreadPoolExecutor(count) as pool:
+                list(pool.map(LiveServer.start, self.live))
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def hosts(self) -> list[str]:
+        return [server.netloc for server in self.live]
 
     def host(self, n: int) -> str:
         return self.hosts[n % len(self.hosts)]
 
     def rss_kib(self) -> list[int]:
-        return [rss_kib(p.pid) for p in self.procs]
+        return [rss_kib(server.process.pid) for server in self.live]
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        with ThreadPoolExecutor(len(self.live)) as pool:
+            list(pool.map(LiveServer.close, self.live))
 
 
 # --- users and sessions (Django must be set up) --------------------------------------
@@ -166,39 +142,21 @@ class Login:
         return f"sessionid={self.sessionid}; csrftoken={self.csrftoken}"
 
 
-def moderators_make(count: int, *, prefix: str = "bench-mod") -> list:
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
-
-    from moderation.permissions import MODERATORS_GROUP
-
-    group = Group.objects.get(name=MODERATORS_GROUP)
-    users = []
-    for n in range(count):
-        user, _ = get_user_model().objects.get_or_create(username=f"{prefix}-{n}")
-        user.set_unusable_password()
-        user.save()
-        user.groups.add(group)
-        users.append(get_user_model().objects.get(pk=user.pk))
-    return users
-
-
-def login_make(user) -> Login:
-    """A logged-in session stored the way ``django.contrib.auth.login`` stores it, plus a CSRF secret.
+def moderators_login(count: int, *, prefix: str = "bench-mod") -> tuple[list, list[Login]]:
+    """``count`` moderators (``e2e.seed.site_seed``) and a logged-in session for each, plus a CSRF secret.
 
     The CSRF cookie holds the unmasked secret and the header repeats it, which Django accepts.
     """
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from e2e.seed import site_seed
 
-    store = import_module(settings.SESSION_ENGINE).SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    store.create()
+    seeded = site_seed(moderators=[f"{prefix}-{n}" for n in range(count)], sessions=True)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    csrf = "".join(secrets.choice(alphabet) for _ in range(32))
-    return Login(username=user.get_username(), user_id=user.pk, sessionid=store.session_key, csrftoken=csrf)
+    logins = [
+        Login(username=name, user_id=user.pk, sessionid=seeded.sessions[name],
+              csrftoken="".join(secrets.choice(alphabet) for _ in range(32)))
+        for name, user in seeded.users.items()
+    ]
+    return list(seeded.users.values()), logins
 
 
 def machine_info() -> dict[str, Any]:

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
 
     from bench.api import bench_api
-    from bench.common import log, login_make, machine_info, moderators_make, Servers
+    from bench.common import Servers, log, machine_info, moderators_login
     from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_page, items_make
     from bench.served import bench_served
 
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     s = args.scale
     log(f"{args.backend}: migrating a fresh database")
     call_command("migrate", verbosity=0, interactive=False)
-    users = moderators_make(9)
-    logins = [login_make(u) for u in users[:8]]
+    users, logins = moderators_login(9)
+    logins = logins[:8]
     metrics = []
 
     log(f"{args.backend}: 5. ingest")
@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s), process_note=note)
         log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
-        metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline,
-                             env=dict(os.environ), logdir=args.workdir)
+        metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
     finally:
         servers.stop()
 

@@ -3,7 +3,8 @@
 Run as a separate process with the server's DATABASE_URL (the e2e tests and the demo
 do this through ``e2e.server``), so the test process itself never touches the ORM:
 
-    python e2e/dbtool.py users                     # alice, bob, carol (moderators), dave (viewer), erin (staff)
+    python e2e/dbtool.py seed '{"migrate": true, "moderators": ["alice"], "items": 2}'   # e2e.seed.site_seed
+    python e2e/dbtool.py users [--migrate]         # alice, bob, carol (moderators), dave (viewer), erin (staff)
     python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]
     python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
@@ -26,14 +27,6 @@ MODERATORS = ("alice", "bob", "carol")
 VIEWER = "dave"
 STAFF = "erin"  # a superuser: the race lab and the admin pages
 
-ITEM_BODIES = [
-    "Sharing some photos from the ridge trail. The view at sunrise was worth the early start.",
-    "Does anyone know if the rate limit is per key or per account? The docs are unclear.",
-    "Onion, carrot, celery, red lentils, cumin. Simmer 25 minutes. Lemon at the end.",
-    "We are planning a small meetup near the river. Reply if you want to join.",
-    "The CSV export button does nothing on Firefox. Console shows a CSP error.",
-]
-
 
 def _django_setup() -> None:
     sys.path.insert(0, str(ROOT))
@@ -43,36 +36,28 @@ def _django_setup() -> None:
     django.setup()
 
 
+def cmd_seed(args: argparse.Namespace) -> dict:
+    from e2e.seed import site_seed
+
+    spec = json.loads(args.spec)
+    spec["decisions"] = [tuple(d) for d in spec.get("decisions", ())]
+    return site_seed(**spec).as_json()
+
+
 def cmd_users(args: argparse.Namespace) -> dict:
     from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
 
-    from moderation.permissions import MODERATORS_GROUP
+    from e2e.seed import site_seed
 
-    group = Group.objects.get(name=MODERATORS_GROUP)
     password = args.password or settings.DEMO_PASSWORD
-    for username in (*MODERATORS, VIEWER):
-        user, _ = get_user_model().objects.get_or_create(username=username)
-        user.set_password(password)
-        user.save()
-        if username in MODERATORS:
-            user.groups.add(group)
-    get_user_model().objects.filter(username=STAFF).exists() or get_user_model().objects.create_superuser(
-        STAFF, password=password
-    )
+    site_seed(migrate=args.migrate, moderators=MODERATORS, viewers=[VIEWER], superusers=[STAFF], password=password)
     return {"moderators": list(MODERATORS), "viewer": VIEWER, "staff": STAFF, "password": password}
 
 
 def cmd_items(args: argparse.Namespace) -> list[dict]:
-    from moderation.items import item_create
+    from e2e.seed import site_seed
 
-    created = []
-    for n in range(1, args.count + 1):
-        title = f"{args.prefix} {n}" if args.count > 1 or not args.exact else args.prefix
-        item = item_create(title=title, body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=args.source)
-        created.append({"id": str(item.public_id), "title": item.title})
-    return created
+    return site_seed(items=args.count, prefix=args.prefix, source=args.source).items
 
 
 def cmd_state(args: argparse.Namespace) -> dict:
@@ -111,7 +96,10 @@ def cmd_decide(args: argparse.Namespace) -> dict:
     return {"won": outcome.won, "message": outcome.message(), **outcome.winner_payload()}
 
 
-COMMANDS = {"ping": lambda args: "pong", "users": cmd_users, "items": cmd_items, "state": cmd_state, "decide": cmd_decide}
+COMMANDS = {
+    "ping": lambda args: "pong", "seed": cmd_seed, "users": cmd_users, "items": cmd_items, "state": cmd_state,
+    "decide": cmd_decide,
+}
 
 
 def serve(parser: argparse.ArgumentParser) -> None:
@@ -134,13 +122,15 @@ def serve(parser: argparse.ArgumentParser) -> None:
 def parser_build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    seed = sub.add_parser("seed")
+    seed.add_argument("spec", help="JSON keyword arguments of e2e.seed.site_seed")
     users = sub.add_parser("users")
     users.add_argument("--password", default="")
+    users.add_argument("--migrate", action="store_true", help="migrate the database first")
     items = sub.add_parser("items")
     items.add_argument("--count", type=int, default=1)
     items.add_argument("--prefix", default="E2E item")
     items.add_argument("--source", default="e2e")
-    items.add_argument("--exact", action="store_true", help="with --count 1, use the prefix as the whole title")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")
     decide = sub.add_parser("decide")

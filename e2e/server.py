@@ -1,9 +1,18 @@
-"""A real daphne server process on a free port, over its own SQLite file database.
+"""The one way tests, the demo and the bench run the real thing: ``LiveServer``.
 
-Used by the e2e fixtures and by the demo driver. The test process never imports the
-project's models: set-up and inspection go through ``e2e/dbtool.py`` in a child
-process with the server's DATABASE_URL, and quick reads of an item's state go straight
-to the SQLite file (read-only, WAL lets them run beside the server's writes).
+A daphne process (restartable, on a free port or a given one) against a given
+database (its own SQLite file by default, or any DATABASE_URL: several servers may
+share one) and a given channel layer (in-memory, or Redis when ``extra_env`` names a
+REDIS_URL and a CHANNEL_LAYER_PREFIX), optionally task workers (``manage.py
+db_worker``) on the same database and environment. Start-up waits until the server
+answers ``health_path`` with 200, and a failure to start says why with the tail of its
+log. Every process gets its own process group and is stopped as a group.
+
+The test process never imports the project's models: the database is seeded with
+``seed`` (``e2e.seed.site_seed`` in a child process) and inspected through
+``e2e/dbtool.py`` in a child process with the server's DATABASE_URL; quick reads of
+items' rows go straight to the database (read-only; SQLite's WAL lets them run beside
+the server's writes).
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
 # Environment the server must not inherit from whoever runs the tests.
-_SCRUBBED_ENV = ("REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE", "REVIEWQUEUE_BACKEND_PASS", "SECRET_KEY", "ALLOWED_HOSTS")
+_SCRUBBED_ENV = (
+    "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_PREFIX", "DJANGO_ALLOW_ASYNC_UNSAFE", "REVIEWQUEUE_BACKEND_PASS",
+    "REVIEWQUEUE_FAULTS", "SECRET_KEY", "ALLOWED_HOSTS",
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,40 +56,80 @@ class ItemRow:
     winner: str | None
 
 
+@dataclass(frozen=True)
+class Seeded:
+    items: list[str]
+    titles: list[str]
+    sessions: dict[str, str]
+    decided: list[dict]
+
+
 class ServerError(RuntimeError):
     pass
 
 
+def _group_stop(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to the process's group, SIGKILL to it after ``timeout``."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        proc.wait(timeout=timeout)
+
+
 class LiveServer:
-    """One server process (restartable) and the database it serves."""
+    """One server process (restartable), its workers, and the database they serve."""
 
     def __init__(
         self, workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, db_name: str = "e2e",
-        settings: str = "reviewqueue.settings", extra_env: dict[str, str] | None = None,
+        database_url: str | None = None, settings: str = "reviewqueue.settings",
+        extra_env: dict[str, str] | None = None, health_path: str = "/accounts/login/",
+        daphne_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = Path(workdir)
-        self.extra_env = dict(extra_env or {})  # this server's processes only (REDIS_URL, limits, ...)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.port = port or free_port(host)
-        self.db_path = self.workdir / f"{db_name}.sqlite3"
-        self.checkpoints_path = self.workdir / f"{db_name}-checkpoints.sqlite3"
-        self.log_path = self.workdir / "server.log"
+        self.database_url = database_url or f"sqlite:///{self.workdir / f'{db_name}.sqlite3'}"
         self.settings = settings
+        self.extra_env = dict(extra_env or {})  # this server's processes only (REDIS_URL, limits, ...)
+        self.health_path = health_path
+        self.daphne_args = daphne_args  # e.g. ("-v", "0"), ("--proxy-headers",)
+        self.log_path = self.workdir / "server.log"
+        self.worker_log_path = self.workdir / "worker.log"
         self.process: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
         self.starts = 0
+        self.faults = ""
         self._tool: subprocess.Popen | None = None
         self._tool_lock = threading.Lock()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.netloc}"
 
     @property
-    def database_url(self) -> str:
-        return f"sqlite:///{self.db_path}"
+    def netloc(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file (the checkpoints live beside it, in <name>-checkpoints.sqlite3)."""
+        if not self.database_url.startswith("sqlite:///"):
+            raise ServerError(f"not a SQLite database: {self.database_url}")
+        return Path(self.database_url.removeprefix("sqlite:///"))
+
+    @property
+    def checkpoints_path(self) -> Path:
+        return self.db_path.with_name(f"{self.db_path.stem}-checkpoints.sqlite3")
 
     def env(self) -> dict[str, str]:
+        """The environment of every process of this server; ``faults`` reach the server process only."""
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         env.update(
             DATABASE_URL=self.database_url,
@@ -87,20 +139,42 @@ class LiveServer:
             PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)
+        if self.faults:
+            env["REVIEWQUEUE_FAULTS"] = self.faults
         return env
 
     # --- database ------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Migrate a fresh database and create alice, bob, carol (moderators) and dave."""
-        for path in (self.db_path, self.checkpoints_path):
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-        self._run([sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v0"])
-        self._run([sys.executable, str(DBTOOL), "users"])
+        """Migrate a fresh database and create alice, bob, carol (moderators), dave (viewer) and erin (superuser)."""
+        if self.database_url.startswith("sqlite:///"):
+            for path in (self.db_path, self.checkpoints_path):
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+        self._run([sys.executable, str(DBTOOL), "users", "--migrate"])
+
+    def seed(
+        self, *, users: list[str] = (), items: int = 0, decisions: list[tuple[int, str, str]] = (),
+        prefix: str = "Item", staff: list[str] = (), password: str | None = None, sessions: bool = True,
+    ) -> Seeded:
+        """Migrate, then moderators (``staff`` among them also staff), items, decisions made in order, and
+        (unless told otherwise) one ready session per moderator: ``e2e.seed.site_seed`` in one process."""
+        spec = {
+            "migrate": True, "moderators": list(users), "staff": list(staff), "password": password,
+            "sessions": sessions, "items": items, "prefix": prefix, "decisions": [list(d) for d in decisions],
+        }
+        out = json.loads(self._run([sys.executable, str(DBTOOL), "seed", json.dumps(spec)]).strip().splitlines()[-1])
+        return Seeded(
+            items=[i["id"] for i in out["items"]], titles=[i["title"] for i in out["items"]],
+            sessions=out["sessions"], decided=out["decided"],
+        )
+
+    def manage(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+        """``manage.py`` with this server's environment (plus ``env``); its stdout. Fails loudly."""
+        return self._run([sys.executable, str(ROOT / "manage.py"), *args], timeout=timeout, env=env)
 
     def clone_from(self, other: LiveServer) -> None:
-        """Copy another (stopped or idle) server's databases: a fresh copy of a prepared one."""
+        """Copy another (stopped or idle) server's SQLite databases: a fresh copy of a prepared one."""
         for src, dst in ((other.db_path, self.db_path), (other.checkpoints_path, self.checkpoints_path)):
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{dst}{suffix}").unlink(missing_ok=True)
@@ -148,11 +222,13 @@ class LiveServer:
         return await self.atool("items", "--count", str(count), "--prefix", prefix)  # type: ignore[return-value]
 
     async def state(self, ids: list[str]) -> dict[str, dict]:
-        """Full state per item, graph included (slow: starts a Django process)."""
+        """Full state per item, graph included (through the dbtool process)."""
         return await self.atool("state", *ids)  # type: ignore[return-value]
 
     def rows(self, ids: list[str]) -> dict[str, ItemRow]:
-        """Status and winner per item, read straight from the SQLite file (fast)."""
+        """Status and winner per item, read straight from the database (fast)."""
+        if not self.database_url.startswith("sqlite:///"):
+            return self._postgres_rows(ids)
         keys = {uuid.UUID(i).hex: i for i in ids}
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
         try:
@@ -169,65 +245,118 @@ class LiveServer:
             for pid, title, status, winner in found
         }
 
+    def _postgres_rows(self, ids: list[str]) -> dict[str, ItemRow]:
+        import psycopg
+
+        with psycopg.connect(self.database_url, connect_timeout=10) as conn:
+            found = conn.execute(
+                "SELECT q.public_id::text, q.title, q.status, u.username FROM moderation_queueitem q "
+                "LEFT JOIN auth_user u ON u.id = q.decided_by_id WHERE q.public_id = ANY(%s::uuid[])",
+                [[str(uuid.UUID(i)) for i in ids]],
+            ).fetchall()
+        return {pid: ItemRow(pid, title, status, winner) for pid, title, status, winner in found}
+
     async def arows(self, ids: list[str]) -> dict[str, ItemRow]:
         return await asyncio.to_thread(self.rows, ids)
 
-    def _run(self, cmd: list[str]) -> str:
-        done = subprocess.run(cmd, cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=120)
+    def _run(self, cmd: list[str], *, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(
+            cmd, cwd=ROOT, env={**self.env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
+        )
         if done.returncode != 0:
-            raise ServerError(f"{' '.join(cmd[1:3])} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+            raise ServerError(f"{' '.join(cmd[1:3])} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
         return done.stdout
 
-    # --- process -------------------------------------------------------------------
+    # --- processes -----------------------------------------------------------------
 
-    def start(self, *, timeout: float = 60.0) -> None:
+    def start(self, *, faults: str = "", timeout: float = 60.0) -> None:
+        """Start the server and wait until it is healthy; ``faults`` (a REVIEWQUEUE_FAULTS spec) reach
+        this process only."""
         if self.process is not None and self.process.poll() is None:
             return
         log = open(self.log_path, "a", buffering=1)  # noqa: SIM115 - owned by the child
         log.write(f"\n--- start #{self.starts + 1} on port {self.port} ---\n")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", self.host, "-p", str(self.port), "reviewqueue.asgi:application"],
-            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        self.faults = faults
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", *self.daphne_args, "-b", self.host, "-p", str(self.port),
+                 "reviewqueue.asgi:application"],
+                cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            self.faults = ""
+            log.close()
         self.starts += 1
-        self._wait_ready(timeout)
+        self._wait_healthy(timeout)
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        last = "no answer yet"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerError(f"daphne exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/accounts/login/", timeout=2) as resp:
+                with urllib.request.urlopen(f"{self.url}{self.health_path}", timeout=10) as resp:
                     if resp.status == 200:
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+                    last = f"{self.health_path} {resp.status}"
+            except urllib.error.HTTPError as error:
+                last = f"{self.health_path} {error.code}: {error.read()[:500]!r}"
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
+                last = str(error)
             time.sleep(0.15)
         self.stop()
-        raise ServerError(f"daphne did not answer on {self.url} within {timeout:.0f} s:\n{self.log_tail()}")
+        raise ServerError(
+            f"daphne did not answer {self.health_path} on {self.url} with 200 within {timeout:.0f} s "
+            f"({last}):\n{self.log_tail()}"
+        )
 
-    def stop(self, *, timeout: float = 10.0) -> None:
+    def stop(self, *, timeout: float | None = None) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``: 10 s, or 3 s on the Redis layer, where daphne
+        can take 10 s to stop and nothing here needs it graceful."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout)
+        if proc is not None:
+            _group_stop(proc, timeout if timeout is not None else 3.0 if "REDIS_URL" in self.env() else 10.0)
 
-    def close(self) -> None:
-        """Stop the server and the dbtool process."""
-        self.stop()
-        self.tool_close()
+    def wait_dead(self, timeout: float = 15.0) -> int:
+        """The process's exit code once it has died by itself (a fault kill); stop() is then a no-op."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.stop()
 
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def worker_start(self, *, interval: float = 0.05, faults: str = "") -> subprocess.Popen:
+        """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
+
+        ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. Crash it with
+        ``kill()``; ``close()`` stops any still running.
+        """
+        env = self.env()
+        if faults:
+            env["REVIEWQUEUE_FAULTS"] = faults
+        with open(self.worker_log_path, "a") as log:
+            worker = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
+                 "--interval", str(interval)],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        """Stop the server, its workers and the dbtool process."""
+        self.stop()
+        workers, self.workers = self.workers, []
+        for worker in workers:
+            _group_stop(worker, 10.0)
+        self.tool_close()
 
     async def astart(self) -> None:
         await asyncio.to_thread(self.start)
@@ -238,8 +367,9 @@ class LiveServer:
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
 
-    def log_tail(self, lines: int = 60) -> str:
+    def log_tail(self, lines: int = 60, *, worker: bool = False) -> str:
+        path = self.worker_log_path if worker else self.log_path
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
-            return "(no server log)"
+            return f"(no {path.name})"

@@ -18,8 +18,6 @@ import re
 import shutil
 import statistics
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -27,7 +25,7 @@ from playwright.async_api import expect
 
 from e2e.conftest import ARTIFACTS, Crowd
 from e2e.pages import LIVE_TIMEOUT_MS, Submission, item_path, item_ready, race
-from e2e.server import ItemRow, LiveServer
+from e2e.server import LiveServer
 from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -36,46 +34,13 @@ ROUNDS = 10
 WANTS = ({"alice": "approve", "bob": "reject"}, {"alice": "reject", "bob": "approve"})
 
 
-class ClusterServer(LiveServer):
-    """A LiveServer on a shared PostgreSQL database and Redis layer instead of its own SQLite file."""
-
-    def __init__(self, workdir: Path, *, database_url: str, redis_url: str, prefix: str) -> None:
-        super().__init__(workdir)
-        self._database_url, self._redis_url, self._prefix = database_url, redis_url, prefix
-
-    @property
-    def database_url(self) -> str:
-        return self._database_url
-
-    def env(self) -> dict[str, str]:
-        return cluster_env(database_url=self._database_url, redis_url=self._redis_url, prefix=self._prefix,
-                           workdir=self.workdir)
-
-    def rows(self, ids: list[str]) -> dict[str, ItemRow]:
-        import psycopg
-
-        with psycopg.connect(self._database_url, connect_timeout=10) as conn:
-            found = conn.execute(
-                "SELECT q.public_id::text, q.title, q.status, u.username FROM moderation_queueitem q "
-                "LEFT JOIN auth_user u ON u.id = q.decided_by_id WHERE q.public_id = ANY(%s::uuid[])",
-                [[str(uuid.UUID(i)) for i in ids]],
-            ).fetchall()
-        return {pid: ItemRow(pid, title, status, winner) for pid, title, status, winner in found}
-
-    def close(self) -> None:
-        # With the Redis layer daphne may take 10 s to stop on SIGTERM; nothing here needs it graceful.
-        self.stop(timeout=3)
-        self.tool_close()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory):
     admin_url, redis_url = services_require()
     with fresh_database(admin_url, "e2e") as database_url:
-        prefix = channel_prefix("e2e")
+        env = cluster_env(redis_url=redis_url, prefix=channel_prefix("e2e"))
         one, two = (
-            ClusterServer(tmp_path_factory.mktemp(f"e2e-cluster-{n}"), database_url=database_url,
-                          redis_url=redis_url, prefix=prefix)
+            LiveServer(tmp_path_factory.mktemp(f"e2e-cluster-{n}"), database_url=database_url, extra_env=env)
             for n in (1, 2)
         )
         try:

@@ -20,7 +20,6 @@ import socket
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -114,18 +113,12 @@ def channel_prefix(label: str) -> str:
     return f"rqc-{label}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def cluster_env(*, database_url: str, redis_url: str, prefix: str, workdir: Path) -> dict[str, str]:
-    """The environment of every server (and set-up process) of one cluster."""
-    scrubbed = ("DATABASE_URL", "REDIS_URL", "REVIEWQUEUE_BACKEND_PASS", "DJANGO_ALLOW_ASYNC_UNSAFE", "SECRET_KEY",
-                "ALLOWED_HOSTS", "REVIEWQUEUE_FAULTS", "CHANNEL_LAYER_PREFIX")
-    env = {k: v for k, v in os.environ.items() if k not in scrubbed}
-    env.update(
-        DATABASE_URL=database_url, REDIS_URL=redis_url, CHANNEL_LAYER_PREFIX=prefix,
-        REVIEWQUEUE_VAR_DIR=str(workdir), DJANGO_SETTINGS_MODULE="reviewqueue.settings",
-        DEBUG="true", PYTHONUNBUFFERED="1",
+def cluster_env(*, redis_url: str, prefix: str) -> dict[str, str]:
+    """What every server (and set-up process) of one cluster adds to ``LiveServer``'s environment."""
+    return {
+        "REDIS_URL": redis_url, "CHANNEL_LAYER_PREFIX": prefix,
         # Two reviewers on one item must end as a winner and a loser, never "busy, try again",
         # even on a loaded machine; and the per-reviewer rate limit would throttle the race.
-        DECISION_LOCK_TIMEOUT="30", DECISION_RATE_LIMIT="0",
-        CHECKPOINT_POOL_SIZE="4",
-    )
-    return env
+        "DECISION_LOCK_TIMEOUT": "30", "DECISION_RATE_LIMIT": "0",
+        "CHECKPOINT_POOL_SIZE": "4",
+    }

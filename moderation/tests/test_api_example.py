@@ -15,8 +15,8 @@ import time
 import httpx
 import pytest
 
-from e2e.server import ROOT
-from moderation.tests.real_server import Reviewer, SiteServer, worker_start
+from e2e.server import ROOT, LiveServer
+from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -35,12 +35,12 @@ def _readme_block(starts_with: str, language: str) -> str:
 
 def test_the_readme_example_submits_waits_and_receives_the_decision(tmp_path, capsys):
     receiver = Receiver().start()
-    server = SiteServer(tmp_path / "site", extra_env={"DECISION_RATE_LIMIT": "0"})
+    server = LiveServer(tmp_path / "site", extra_env={"DECISION_RATE_LIMIT": "0"})
     seeded = server.seed(users=["alice"], items=0)
-    receiver.secret = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url)).stdout.split("SECRET ")[1].strip()
-    token = server.manage("apiclient_create", "pipeline").stdout.strip()
+    receiver.secret = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url)).split("SECRET ")[1].strip()
+    token = server.manage("apiclient_create", "pipeline").strip()
     server.start()
-    worker = worker_start(server)
+    server.worker_start()
     try:
         # curl, as written (the first call, and the same call again: one item).
         curl = _readme_block("TOKEN=", "sh").split("\n", 1)[1].split("# ->")[0]
@@ -70,13 +70,11 @@ def test_the_readme_example_submits_waits_and_receives_the_decision(tmp_path, ca
         example["on_webhook"](body, headers, receiver.secret)
         assert f"{item_id} approved" in capsys.readouterr().out
     finally:
-        worker.kill()
-        worker.wait()
         server.close()
         receiver.stop()
 
 
-def _item_wait(server: SiteServer, token: str) -> str:
+def _item_wait(server: LiveServer, token: str) -> str:
     """The id of the item the Python example submitted, once it exists."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

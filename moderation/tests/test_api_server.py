@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from moderation.tests.cluster_support import fresh_database, services_require
-from moderation.tests.real_server import Reviewer, SiteServer
+from e2e.server import LiveServer
+from moderation.tests.real_server import Reviewer
 
 PROCESSES = 8
 KEYS = 200
@@ -41,7 +42,7 @@ print("COUNT", QueueItem.objects.count(), len(threads))
 class ApiHttp:
     """One keep-alive connection of one client, bearer-authenticated."""
 
-    def __init__(self, server: SiteServer, token: str, timeout: float = 60) -> None:
+    def __init__(self, server: LiveServer, token: str, timeout: float = 60) -> None:
         self.conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
         self.token = token
 
@@ -67,26 +68,26 @@ def _submit_all(host: str, port: int, token: str, start_at: float, keys: int) ->
     return seen
 
 
-def _token(server: SiteServer, name: str = "load") -> str:
-    return server.manage("apiclient_create", name).stdout.strip()
+def _token(server: LiveServer, name: str = "load") -> str:
+    return server.manage("apiclient_create", name).strip()
 
 
-def _counts(server: SiteServer) -> tuple[int, int]:
-    line = next(l for l in server.manage("shell", "-c", _COUNT).stdout.splitlines() if l.startswith("COUNT "))
+def _counts(server: LiveServer) -> tuple[int, int]:
+    line = next(l for l in server.manage("shell", "-c", _COUNT).splitlines() if l.startswith("COUNT "))
     items, threads = line.split()[1:]
     return int(items), int(threads)
 
 
-def _hammer(server: SiteServer, token: str, keys: int = KEYS) -> list[dict[str, tuple[int, str]]]:
+def _hammer(server: LiveServer, token: str, keys: int = KEYS) -> list[dict[str, tuple[int, str]]]:
     start_at = time.time() + 1.0
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
         return pool.starmap(_submit_all, [(server.host, server.port, token, start_at, keys)] * PROCESSES)
 
 
 @contextmanager
-def _server(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tuple[SiteServer, str]]:
+def _server(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tuple[LiveServer, str]]:
     # Eight writers on one SQLite file queue for its write lock longer than the default 5 s.
-    server = SiteServer(tmp_path, extra_env={"SQLITE_BUSY_TIMEOUT": "30", **(env or {})})
+    server = LiveServer(tmp_path, extra_env={"SQLITE_BUSY_TIMEOUT": "30", **(env or {})})
     server.seed(users=["alice"], items=0)
     token = _token(server)
     server.start()
@@ -96,7 +97,7 @@ def _server(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tu
         server.stop()
 
 
-def _assert_one_item_and_one_thread_per_key(server: SiteServer, token: str) -> None:
+def _assert_one_item_and_one_thread_per_key(server: LiveServer, token: str) -> None:
     results = _hammer(server, token)
     for key in results[0]:
         answers = {r[key] for r in results}

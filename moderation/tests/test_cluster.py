@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from e2e.server import LiveServer
 from moderation.history import FinalItem, HistoryRecorder, Op, history_check
 from moderation.tests.cluster_support import (
     channel_prefix,
@@ -44,34 +38,16 @@ from moderation.tests.form_session import FormSession
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "cluster-test-pw-1"
 RACE_ITEMS = 60
 ITEMS_IN_FLIGHT = 4  # items raced at the same time (each by two reviewers on two servers)
 HTTP_TIMEOUT = 60
 LIVE_TIMEOUT = 20  # a busy 2-core machine shared with other suites: generous
 
-_SEED = """
-import json, os
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.core.management import call_command
-from moderation.items import item_create
-from moderation.permissions import MODERATORS_GROUP
-call_command("migrate", verbosity=0, interactive=False)
-group = Group.objects.get(name=MODERATORS_GROUP)
-for name in ("alice", "bob"):
-    # alice is staff too: /healthz shows its backends to staff only.
-    user = get_user_model().objects.create_user(name, password=os.environ["CLUSTER_PASSWORD"], is_staff=name == "alice")
-    user.groups.add(group)
-count = int(os.environ["CLUSTER_ITEMS"])
-ids = [str(item_create(title=f"Cluster {n}", body="Nothing to see.", source="cluster").public_id) for n in range(count)]
-print(json.dumps(ids))
-"""
-
 # history_final_read in a process configured for the cluster's database, plus the attempts log.
 _FINAL_READ = """
 import json, os
+from e2e.server import LiveServer
 from moderation.history import history_final_read
 from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
 ids = json.loads(open(os.environ["CLUSTER_IDS_FILE"]).read())
@@ -85,94 +61,48 @@ print(json.dumps({i: {"winner": f.winner, "winning_attempts": f.winning_attempts
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @dataclass
 class Cluster:
-    env: dict[str, str]
-    workdir: Path
+    servers: list[LiveServer]
     items: list[str]
-    hosts: list[str] = field(default_factory=list)
-    procs: list[subprocess.Popen] = field(default_factory=list)
 
-    def manage_shell(self, code: str, **extra_env: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env={**self.env, **extra_env},
-            capture_output=True, text=True, timeout=180,
-        )
-        assert done.returncode == 0, f"manage.py shell failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-        return done.stdout.strip().splitlines()[-1]
+    @property
+    def hosts(self) -> list[str]:
+        return [server.netloc for server in self.servers]
 
     def final_read(self, ids: list[str]) -> dict[str, dict]:
-        ids_file = self.workdir / f"ids-{time.monotonic_ns()}.json"
+        first = self.servers[0]
+        ids_file = first.workdir / f"ids-{time.monotonic_ns()}.json"
         ids_file.write_text(json.dumps(ids))
-        return json.loads(self.manage_shell(_FINAL_READ, CLUSTER_IDS_FILE=str(ids_file)))
-
-
-def _daphne_start(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    """A daphne process on a free port; returns once its /healthz says 200."""
-    port = _free_port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "reviewqueue.asgi:application"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-    host = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://{host}/healthz", timeout=10):
-                return proc, host
-        except urllib.error.HTTPError as error:
-            last = f"/healthz {error.code}: {error.read()[:500]!r}"
-        except OSError as error:
-            last = str(error)
-        time.sleep(0.2)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"daphne on {host} not healthy within 90 s ({last}):\n{log.read_text()[-3000:]}")
-
-
-def _daphne_stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            # With the Redis layer daphne can take 10 s to stop; nothing here needs it graceful.
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        out = first.manage("shell", "-c", _FINAL_READ, timeout=180, env={"CLUSTER_IDS_FILE": str(ids_file)})
+        return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     admin_url, redis_url = services_require()
-    workdir = tmp_path_factory.mktemp("cluster")
     with fresh_database(admin_url, "api") as database_url:
-        env = cluster_env(database_url=database_url, redis_url=redis_url, prefix=channel_prefix("api"), workdir=workdir)
-        site = Cluster(env=env, workdir=workdir, items=[])
+        env = cluster_env(redis_url=redis_url, prefix=channel_prefix("api"))
+        servers = [
+            LiveServer(tmp_path_factory.mktemp(f"cluster-{n}"), database_url=database_url, extra_env=env,
+                       health_path="/healthz")
+            for n in range(2)
+        ]
         started = time.monotonic()
-        site.items = json.loads(site.manage_shell(_SEED, CLUSTER_PASSWORD=PASSWORD, CLUSTER_ITEMS=str(RACE_ITEMS + 2)))
-        seeded = time.monotonic()
+        # alice is staff too: /healthz shows its backends to staff only.
+        seeded = servers[0].seed(users=["alice", "bob"], staff=["alice"], password=PASSWORD, sessions=False,
+                                 items=RACE_ITEMS + 2, prefix="Cluster")
+        site = Cluster(servers=servers, items=seeded.items)
+        seeded_at = time.monotonic()
         try:
             with ThreadPoolExecutor(2) as pool:
-                for proc, host in pool.map(lambda n: _daphne_start(env, workdir / f"daphne-{n}.log"), range(2)):
-                    site.procs.append(proc)
-                    site.hosts.append(host)
-            print(f"\ncluster: migrated + seeded {len(site.items)} items in {seeded - started:.1f} s, "
-                  f"two servers healthy in {time.monotonic() - seeded:.1f} s ({', '.join(site.hosts)})")
+                list(pool.map(lambda server: server.start(timeout=90), servers))
+            print(f"\ncluster: migrated + seeded {len(site.items)} items in {seeded_at - started:.1f} s, "
+                  f"two servers healthy in {time.monotonic() - seeded_at:.1f} s ({', '.join(site.hosts)})")
             yield site
         finally:
-            _daphne_stop(site.procs)
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(LiveServer.close, servers))
 
 
 class Reviewer(FormSession):

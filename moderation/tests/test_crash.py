@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from e2e.server import LiveServer, Seeded
 from moderation.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.real_server import Dropped, Reviewer, Seeded, SiteServer, worker_start
+from moderation.tests.real_server import Dropped, Reviewer
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -85,7 +86,7 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     return status, body
 
 
-def _applied_wait(server: SiteServer, items: list[str], *, timeout: float = 60.0) -> dict:
+def _applied_wait(server: LiveServer, items: list[str], *, timeout: float = 60.0) -> dict:
     """The items' state once no decision on them waits for a worker."""
     deadline = time.monotonic() + timeout
     while True:
@@ -95,19 +96,18 @@ def _applied_wait(server: SiteServer, items: list[str], *, timeout: float = 60.0
         time.sleep(0.1)
 
 
-def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -> Scenario:
+def _crash_scenario(point: str, template: LiveServer, seeded: Seeded, workdir) -> Scenario:
     expect = EXPECTED[point]
     scenario = Scenario(point=point, seeded=seeded)
     for made in seeded.decided:
         op = scenario.history.invoke(reviewer=made["reviewer"], item=made["item"], decision=made["decision"])
         scenario.history.complete(op, completion="ok" if made["won"] else "fail", told_winner=made["winner"])
-    server = SiteServer(workdir, db_name="crash", extra_env=WORKER_ENV)
+    server = LiveServer(workdir, db_name="crash", extra_env=WORKER_ENV)
     server.clone_from(template)
     items = seeded.items
-    workers = []
     try:
         server.start(faults=f"{point}:kill" if expect.process == "server" else "")
-        workers.append(worker_start(server, faults=f"{point}:kill" if expect.process == "worker" else ""))
+        first_worker = server.worker_start(faults=f"{point}:kill" if expect.process == "worker" else "")
         alice, bob, carol = (Reviewer(server, name, seeded.sessions[name]) for name in USERS)
         try:
             scenario.crash_response = _record(scenario.history, alice, items[CRASHED], "approve")
@@ -115,36 +115,25 @@ def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -
             scenario.crash_response = exc
         if expect.process == "server":
             scenario.exit_code = server.wait_dead()
-            scenario.recover_output = server.manage("recover", "--all").stdout
+            scenario.recover_output = server.manage("recover", "--all")
             server.start()
         else:
-            scenario.exit_code = workers[0].wait(timeout=60)
-            workers.append(worker_start(server))
+            scenario.exit_code = first_worker.wait(timeout=60)
+            server.worker_start()
         scenario.after_crash = _applied_wait(server, items)
         scenario.retry = _record(scenario.history, bob, items[CRASHED], "reject")
         scenario.fresh = _record(scenario.history, carol, items[AFTER], "approve")
         scenario.final = _applied_wait(server, items)
-        scenario.audit_output = server.manage("verify_audit").stdout
+        scenario.audit_output = server.manage("verify_audit")
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
         server.close()
-        scenario.log = server.log_tail(40) + "\n--- worker log ---\n" + _tail(workdir / "worker.log")
+        scenario.log = server.log_tail(40) + "\n--- worker log ---\n" + server.log_tail(40, worker=True)
     return scenario
-
-
-def _tail(path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text().splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(none)"
 
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
-    template = SiteServer(tmp_path_factory.mktemp("crash-template"), db_name="crash", extra_env=WORKER_ENV)
+    template = LiveServer(tmp_path_factory.mktemp("crash-template"), db_name="crash", extra_env=WORKER_ENV)
     seeded = template.seed(users=USERS, items=4, decisions=PRE_DECISIONS, prefix="Crash")
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {

@@ -19,7 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from moderation.tests.real_server import Dropped, Reviewer, SiteServer, worker_start
+from e2e.server import LiveServer
+from moderation.tests.real_server import Dropped, Reviewer
 from moderation.tests.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -39,25 +40,23 @@ print("SECRET " + e.secret)
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     receiver = Receiver().start()
-    server = SiteServer(tmp_path_factory.mktemp("delivery"), db_name="delivery", extra_env=WEBHOOK_ENV)
+    server = LiveServer(tmp_path_factory.mktemp("delivery"), db_name="delivery", extra_env=WEBHOOK_ENV)
     server.manage("migrate", "--no-input", "-v0")
-    out = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url)).stdout
+    out = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url))
     receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
     seeded = server.seed(users=["alice", "bob"], items=ITEMS, prefix="Hook")
     server.start()
     site = SimpleNamespace(
-        server=server, receiver=receiver, items=seeded.items, worker=worker_start(server),
+        server=server, receiver=receiver, items=seeded.items, worker=server.worker_start(),
         alice=Reviewer(server, "alice", seeded.sessions["alice"]), bob=Reviewer(server, "bob", seeded.sessions["bob"]),
     )
     try:
         receiver.wait_for(ITEMS, timeout=60)  # every seeded item's item.created
         yield site
     finally:
-        site.worker.kill()
-        site.worker.wait()
         server.close()
         receiver.stop()
-        print(f"\n--- worker log ---\n{(server.workdir / 'worker.log').read_text()[-3000:]}")
+        print(f"\n--- worker log ---\n{server.log_tail(60, worker=True)}")
 
 
 def _firsts(receiver: Receiver) -> list:
@@ -83,7 +82,7 @@ def _check_once_and_in_order(receiver: Receiver, items: list[str], winners: dict
     assert receiver.bad_signatures == 0
 
 
-def _delivery_rows(server: SiteServer, item: str) -> list[tuple]:
+def _delivery_rows(server: LiveServer, item: str) -> list[tuple]:
     conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
     try:
         return conn.execute(
@@ -94,7 +93,7 @@ def _delivery_rows(server: SiteServer, item: str) -> list[tuple]:
         conn.close()
 
 
-def _rows_settled(server: SiteServer, items: list[str], *, timeout: float = 10) -> dict[str, list[tuple]]:
+def _rows_settled(server: LiveServer, items: list[str], *, timeout: float = 10) -> dict[str, list[tuple]]:
     """Each item's delivery rows once none is pending: the receiver answers before the worker records it."""
     deadline = time.monotonic() + timeout
     while True:
@@ -138,7 +137,7 @@ def test_worker_killed_mid_delivery_is_retried_and_nothing_is_lost(site):
     site.worker.kill()
     site.worker.wait()
     assert _decided_wait(receiver, [item], timeout=0.5) == {}
-    site.worker = worker_start(site.server)
+    site.worker = site.server.worker_start()
 
     assert list(_decided_wait(receiver, [item], timeout=20)) == [item]
     _check_once_and_in_order(receiver, [item], {item: "bob"})

@@ -9,134 +9,59 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from e2e.server import LiveServer
 from moderation.tests.form_session import FormSession
+from moderation.tests.real_server import redis_env
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 TIMEOUT = 5
 PASSWORD = "live-test-pw-1"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-_SEED = f"""
-import json
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.core.management import call_command
-from moderation.items import item_create
-from moderation.permissions import MODERATORS_GROUP
-call_command("migrate", verbosity=0, interactive=False)
-for name in ("alice", "bob"):
-    get_user_model().objects.create_user(name, password={PASSWORD!r}).groups.add(Group.objects.get(name=MODERATORS_GROUP))
-print(json.dumps([str(item_create(title=f"Live {{n}}", body="Nothing to see.", source="live").public_id) for n in range(6)]))
-"""
 
 pytestmark = [pytest.mark.timeout(180)]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _reachable(url: str) -> bool:
-    parsed = urllib.parse.urlsplit(url)
-    try:
-        socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=2).close()
-    except OSError:
-        return False
-    return True
 
 
 @dataclass
 class Site:
     """One database and the daphne processes serving it (two when the layer is Redis)."""
 
-    urls: list[str]
+    servers: list[LiveServer]
     items: list[str]
-    procs: list[subprocess.Popen] = field(default_factory=list)
 
     def item(self) -> str:
         return self.items.pop()
 
     def url(self, n: int) -> str:
-        return self.urls[n % len(self.urls)]
-
-
-def _daphne(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "reviewqueue.asgi:application"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"daphne exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"daphne did not listen within 60 s:\n{log.read_text()[-3000:]}")
+        return self.servers[n % len(self.servers)].netloc
 
 
 @pytest.fixture(scope="module", params=["memory", pytest.param("redis", marks=pytest.mark.postgres_variant)])
 def site(request, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp(f"live-{request.param}")
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "REVIEWQUEUE_BACKEND_PASS")}
-    env.update(
-        DATABASE_URL=f"sqlite:///{workdir / 'live.sqlite3'}", REVIEWQUEUE_VAR_DIR=str(workdir),
-        DJANGO_SETTINGS_MODULE="reviewqueue.settings", DEBUG="true", PYTHONUNBUFFERED="1",
-        # A race under a loaded machine must end in a winner and a loser, not "busy, try again".
-        DECISION_LOCK_TIMEOUT="30", SQLITE_BUSY_TIMEOUT="30",
-    )
+    # A race under a loaded machine must end in a winner and a loser, not "busy, try again".
+    env = {"DECISION_LOCK_TIMEOUT": "30", "SQLITE_BUSY_TIMEOUT": "30"}
     processes = 1
     if request.param == "redis":
-        redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-        if not _reachable(redis_url):
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(f"Redis is required in CI but not reachable at {redis_url}")
-            pytest.skip(f"Redis not reachable at {redis_url}")
-        env["REDIS_URL"] = redis_url
+        env.update(redis_env("live"))
         processes = 2
-    seeded = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", _SEED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert seeded.returncode == 0, seeded.stderr
-    site = Site(urls=[], items=json.loads(seeded.stdout.strip().splitlines()[-1]))
+    first = LiveServer(tmp_path_factory.mktemp(f"live-{request.param}"), db_name="live", extra_env=env)
+    servers = [first] + [
+        LiveServer(tmp_path_factory.mktemp(f"live-{request.param}"), database_url=first.database_url, extra_env=env)
+        for _ in range(processes - 1)
+    ]
+    site = Site(servers=servers, items=first.seed(users=["alice", "bob"], password=PASSWORD, sessions=False, items=6,
+                                                  prefix="Live").items)
     try:
-        for n in range(processes):
-            proc, url = _daphne(env, workdir / f"daphne-{n}.log")
-            site.procs.append(proc)
-            site.urls.append(url)
+        for server in servers:
+            server.start()
         yield site
     finally:
-        for proc in site.procs:
-            proc.terminate()
-        for proc in site.procs:
-            try:
-                # With the Redis layer daphne can take 10 s to stop; nothing here needs it graceful.
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for server in servers:
+            server.close()
 
 
 class Browser(FormSession):

@@ -25,7 +25,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
-from moderation.tests.real_server import Reviewer, SiteServer, redis_env
+from e2e.server import LiveServer
+from moderation.tests.real_server import Reviewer, redis_env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -33,11 +34,11 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 RSS_BOUND_MIB = 25
 
 
-def _ws_url(server: SiteServer, item: str) -> str:
+def _ws_url(server: LiveServer, item: str) -> str:
     return f"ws://127.0.0.1:{server.port}/ws/items/{item}/"
 
 
-async def _tab(server: SiteServer, reviewer: Reviewer, item: str, *, rcvbuf: int | None = None):
+async def _tab(server: LiveServer, reviewer: Reviewer, item: str, *, rcvbuf: int | None = None):
     sock = None
     if rcvbuf is not None:
         # A small receive buffer, so a tab that stops reading soon leaves the server with unsent data.
@@ -53,7 +54,7 @@ async def _tab(server: SiteServer, reviewer: Reviewer, item: str, *, rcvbuf: int
     return ws
 
 
-def _get(server: SiteServer, path: str, cookie: str | None = None) -> tuple[int, bytes]:
+def _get(server: LiveServer, path: str, cookie: str | None = None) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
     try:
         conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
@@ -63,13 +64,13 @@ def _get(server: SiteServer, path: str, cookie: str | None = None) -> tuple[int,
         conn.close()
 
 
-def _live(server: SiteServer, staff: Reviewer) -> dict:
+def _live(server: LiveServer, staff: Reviewer) -> dict:
     status, body = _get(server, "/healthz", staff.cookie)
     assert status == 200, body
     return json.loads(body)["live"]
 
 
-def _presence_rows(server: SiteServer) -> int:
+def _presence_rows(server: LiveServer) -> int:
     conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
     try:
         return conn.execute("SELECT COUNT(*) FROM moderation_presence").fetchone()[0]
@@ -84,7 +85,7 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-async def _churn(server: SiteServer, reviewer: Reviewer, item: str, until: float) -> int:
+async def _churn(server: LiveServer, reviewer: Reviewer, item: str, until: float) -> int:
     """Open and close a tab on the item until ``until``: every open and close is broadcast to the item's tabs."""
     cycles = 0
     while time.monotonic() < until:
@@ -95,7 +96,7 @@ async def _churn(server: SiteServer, reviewer: Reviewer, item: str, until: float
 
 async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
     viewers = [f"viewer{n}" for n in range(10)]
-    server = SiteServer(tmp_path / "site")
+    server = LiveServer(tmp_path / "site")
     seeded = await asyncio.to_thread(server.seed, users=["alice", "churner", *viewers], items=4, prefix="Ghost", staff=["alice"])
     await server.astart()
     try:
@@ -178,7 +179,7 @@ def _p50_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000, 1)
 
 
-def _bob_works(server: SiteServer, bob: Reviewer, items: list[str], until: float) -> tuple[list[float], list[float]]:
+def _bob_works(server: LiveServer, bob: Reviewer, items: list[str], until: float) -> tuple[list[float], list[float]]:
     """Bob reads item pages and decides items until ``until``; (page seconds, decision seconds)."""
     pages, decisions = [], []
     while time.monotonic() < until and items:
@@ -197,7 +198,7 @@ def _bob_works(server: SiteServer, bob: Reviewer, items: list[str], until: float
 
 async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_memory(tmp_path):
     # Bob decides faster than the per-reviewer decision limit allows; that limit is not under test.
-    server = SiteServer(tmp_path / "site", extra_env={"DECISION_RATE_LIMIT": "0"})
+    server = LiveServer(tmp_path / "site", extra_env={"DECISION_RATE_LIMIT": "0"})
     seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"], items=150, prefix="Flood", staff=["alice"])
     items = list(seeded.items)
     flooded = items.pop()
@@ -259,7 +260,7 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
 async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
     env = {**redis_env("cap"), "LIVE_SOCKETS_PER_SESSION": "2"}
     # Two processes on one database (the same file) and one Redis, as in a deployment.
-    first, second = SiteServer(tmp_path / "site", extra_env=env), SiteServer(tmp_path / "site", extra_env=env)
+    first, second = LiveServer(tmp_path / "site", extra_env=env), LiveServer(tmp_path / "site", extra_env=env)
     seeded = await asyncio.to_thread(first.seed, users=["alice"], items=1, prefix="Cap")
     await asyncio.gather(first.astart(), second.astart())
     try:

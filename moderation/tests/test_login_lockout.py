@@ -3,8 +3,6 @@ LOGIN_FAILURE_LIMIT failures, counted in the database every server shares."""
 
 import http.cookiejar
 import re
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -20,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from e2e.browser import PASSWORD
-from e2e.server import ROOT, LiveServer
+from e2e.server import LiveServer
 
 RIGHT = "pw-for-tests-1"  # conftest's password for every test user
 
@@ -135,18 +133,14 @@ def test_a_lock_out_on_one_server_holds_on_another(tmp_path):
     """Two real daphne processes sharing only their database: guessed on one, locked on both."""
     first = LiveServer(tmp_path / "first", settings="e2e.settings")
     first.prepare()
-    second = LiveServer(tmp_path / "second", settings="e2e.settings")
-    second.db_path, second.checkpoints_path = first.db_path, first.checkpoints_path
+    second = LiveServer(tmp_path / "second", settings="e2e.settings", database_url=first.database_url)
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(LiveServer.start, (first, second)))
-        hosts = (f"{first.host}:{first.port}", f"{second.host}:{second.port}")
+        hosts = (first.netloc, second.netloc)
         assert [_form_login(hosts[0], "alice", f"wrong-{n}") for n in range(5)] == [200, 200, 200, 200, 429]
         assert _form_login(hosts[1], "alice", PASSWORD) == 429
-        subprocess.run(
-            [sys.executable, "manage.py", "axes_reset_username", "alice"], cwd=ROOT, env=second.env(), check=True,
-            capture_output=True, timeout=60,
-        )
+        second.manage("axes_reset_username", "alice", timeout=60)
         assert _form_login(hosts[1], "alice", PASSWORD) == 302
     finally:
         first.close()

@@ -24,13 +24,13 @@ from django.db import connection
 from django.urls import reverse
 from websockets.asyncio.client import ClientConnection, connect
 
-from e2e.server import free_port
+from e2e.server import LiveServer, free_port
 from moderation.decisions import DatabaseUnavailable
 from moderation.faults import fault_inject
 from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
-from moderation.tests.real_server import Reviewer, SiteServer, black_hole, port_wait, service_missing
+from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing
 
 # "A few seconds": a decision must answer within this even with the channel layer gone.
 ANSWER_WITHIN = 5.0
@@ -85,7 +85,7 @@ class Tab:
         self.unread: list[dict] = []
 
     @classmethod
-    async def open(cls, server: SiteServer, reviewer: Reviewer) -> Tab:
+    async def open(cls, server: LiveServer, reviewer: Reviewer) -> Tab:
         ws = await connect(
             f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
             additional_headers=reviewer.ws_headers(), open_timeout=5, ping_interval=None,
@@ -116,7 +116,7 @@ def _timed_decide(history: HistoryRecorder, reviewer: Reviewer, item: str, decis
     return status, body, took
 
 
-def _healthz(server: SiteServer) -> tuple[int, dict]:
+def _healthz(server: LiveServer) -> tuple[int, dict]:
     import http.client
 
     conn = http.client.HTTPConnection(server.host, server.port, timeout=ANSWER_WITHIN * 2)
@@ -131,7 +131,7 @@ def _healthz(server: SiteServer) -> tuple[int, dict]:
 @pytest.mark.timeout(120)
 @pytest.mark.asyncio
 async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
-    server = SiteServer(tmp_path / "site", extra_env={"REDIS_URL": own_redis.url, "CHANNEL_LAYER_PREFIX": "outage"})
+    server = LiveServer(tmp_path / "site", extra_env={"REDIS_URL": own_redis.url, "CHANNEL_LAYER_PREFIX": "outage"})
     seeded = await asyncio.to_thread(server.seed, users=["alice", "bob", "carol"], items=12, prefix="Outage")
     items = iter(seeded.items)
     history = HistoryRecorder()
@@ -219,7 +219,7 @@ BLACK_HOLE_BOUND = 1.5
 
 @pytest.mark.timeout(120)
 def test_a_black_holed_redis_costs_decisions_nothing_and_every_loser_is_told(tmp_path):
-    server = SiteServer(tmp_path / "site")
+    server = LiveServer(tmp_path / "site")
     names = ["alice", "bob", "carol", "dave"]
     seeded = server.seed(users=names, items=4, prefix="Hole")
     history = HistoryRecorder()

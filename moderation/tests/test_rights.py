@@ -19,7 +19,8 @@ from websockets.exceptions import ConnectionClosed
 from moderation import events
 from moderation.live import CLOSE_UNAUTHENTICATED
 from moderation.permissions import MODERATORS_GROUP
-from moderation.tests.real_server import Reviewer, SiteServer, redis_env
+from e2e.server import LiveServer
+from moderation.tests.real_server import Reviewer, redis_env
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     decide,
     fresh_layer,
@@ -145,7 +146,7 @@ async def test_a_forged_rights_changed_closes_nothing(alice, login):
 async def test_a_change_made_in_another_process_closes_the_socket_through_the_layer(tmp_path):
     """A real server on Redis; the operator's command runs in a process of its own, as on another host."""
     # The periodic re-check is pushed far out: only the change's own message can close the socket in time.
-    server = SiteServer(tmp_path / "site", extra_env={**redis_env("rights"), "LIVE_RIGHTS_RECHECK_SECONDS": "300"})
+    server = LiveServer(tmp_path / "site", extra_env={**redis_env("rights"), "LIVE_RIGHTS_RECHECK_SECONDS": "300"})
     seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"], items=1, prefix="Rights")
     await server.astart()
     try:

@@ -5,14 +5,15 @@ thread of its own under ASGI, and the guard's locks are per item)."""
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from moderation.tests.real_server import Reviewer, SiteServer
+from e2e.server import LiveServer
+from moderation.tests.real_server import Reviewer
 
 STALL = 3.0
 ITEMS = 3
 
 
 def test_stalled_decisions_on_different_items_overlap_in_one_process(tmp_path):
-    server = SiteServer(tmp_path, db_name="isolation")
+    server = LiveServer(tmp_path, db_name="isolation")
     seeded = server.seed(users=["alice", "bob", "carol"], items=ITEMS, prefix="Isolation")
     reviewers = [Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "bob", "carol")]
     try:

@@ -70,9 +70,9 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
     """DEBUG=false with SECURE_SSL_REDIRECT=false and SECURE_COOKIES=false: a real server answers over http."""
     import urllib.request
 
-    from moderation.tests.real_server import SiteServer
+    from e2e.server import LiveServer
 
-    server = SiteServer(tmp_path, extra_env={
+    server = LiveServer(tmp_path, extra_env={
         "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64), "AUDIT_KEY": secrets.token_urlsafe(64),
         "ALLOWED_HOSTS": "127.0.0.1",
         "SECURE_SSL_REDIRECT": "false", "SECURE_COOKIES": "false",

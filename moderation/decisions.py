@@ -71,6 +71,7 @@ from moderation.models import (
 )
 from moderation.outcomes import DecisionOutcome, outcome_for
 from moderation.permissions import user_can_decide
+from moderation.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
 
@@ -222,8 +223,14 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
             raise InvalidDecision(f"this item has {count} open asks; name the one you decide (ask)", field="ask")
         row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list("pk", "payload").first()
         if row is None:
-            if not QueueItem.objects.filter(public_id=key).exists():
+            status = QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
+            if status is None:
                 raise ItemNotFound(f"no item {key}")
+            if status == ItemStatus.PENDING:
+                # Paused before asks were recorded (an item from an earlier version not yet
+                # recovered): record what its graph waits on, then decide as usual.
+                item_reconcile(key=key)
+                return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
     return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]))

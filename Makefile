@@ -1,4 +1,4 @@
-# reviewqueue: `make run` serves the dashboard (and runs a webhook worker), `make test` runs every test.
+# reviewqueue: `make run` serves the dashboard (and runs the task worker), `make test` runs every test.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -37,7 +37,7 @@ run: install
 	@echo "  reviewqueue is running at http://$(HOST):$(PORT)/"
 	@echo "  log in as alice, bob or carol (moderators) or dave (view only)"
 	@echo "  demo password: $$($(PY) -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
-	@echo "  a webhook worker (manage.py db_worker) runs beside it; Ctrl-C stops both"
+	@echo "  the task worker (manage.py db_worker: applies decisions, sends webhooks) runs beside it; Ctrl-C stops both"
 	@echo ""
 	PY=$(PY) HOST=$(HOST) PORT=$(PORT) scripts/run_with_worker.sh
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two reviewqueue servers (daphne processes) on two ports and two webhook workers
+# Two reviewqueue servers (daphne processes) on two ports and two task workers
 # (`manage.py db_worker`), sharing one PostgreSQL database and one Redis: the smallest
 # "several servers" deployment, to try it out.
 #
@@ -120,7 +120,7 @@ echo "    http://$HOST:$PORT1/   http://$HOST:$PORT2/"
 if [ "$DEBUG" = "true" ]; then
   echo "  log in as alice, bob or carol (moderators) or dave (view only); password: $("$PY" -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
 fi
-echo "  two webhook workers deliver events; Ctrl-C stops everything."
+echo "  two task workers deliver events; Ctrl-C stops everything."
 echo ""
 
 # When any server or worker exits, stop the others too.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One daphne server and one webhook worker (`manage.py db_worker`) on the same database;
+# One daphne server and one task worker (`manage.py db_worker`) on the same database;
 # Ctrl-C, or either process exiting, stops both. Used by `make run`.
 #
 # Environment: PY (.venv/bin/python), HOST (127.0.0.1), PORT (8000), WORKER_INTERVAL

@@ -2,7 +2,7 @@
 
 Nothing happens at a point unless a test installed an action there, or the
 REVIEWQUEUE_FAULTS setting names it (for crash tests of a real server process:
-``after_graph_resume:kill`` SIGKILLs the process there, ``after_row_lock:sleep=2``
+``after_resume:kill`` SIGKILLs the process there, ``after_row_lock:sleep=2``
 stalls). Production pays one dict lookup per point.
 """
 
@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POINTS = (
-    "in_prescreen_node", "after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit",
-    "after_commit", "before_response",
+    # The guard (moderation.decisions), in a reviewer's request:
+    "after_item_lock", "after_row_lock", "before_commit", "after_commit", "before_response",
+    # The worker applying a decision (moderation.apply), and the moderation graph's nodes:
+    "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_apply_node",
 )
 
 _actions: dict[str, Callable[[str], None]] = {}

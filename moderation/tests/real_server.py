@@ -143,16 +143,21 @@ class SiteServer(LiveServer):
             self.stop()
 
 
-def worker_start(server: LiveServer, *, interval: float = 0.05) -> subprocess.Popen:
+def worker_start(server: LiveServer, *, interval: float = 0.05, faults: str = "") -> subprocess.Popen:
     """A real ``manage.py db_worker`` on ``server``'s database and environment; its log is worker.log beside the server's.
 
-    Stop it with ``kill()`` (SIGKILL, a crash) or ``terminate()`` and ``wait()``.
+    ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. Stop it with
+    ``kill()`` (SIGKILL, a crash) or ``terminate()`` and ``wait()``.
     """
+    env = server.env()
+    env.pop("REVIEWQUEUE_FAULTS", None)
+    if faults:
+        env["REVIEWQUEUE_FAULTS"] = faults
     with open(server.workdir / "worker.log", "a") as log:
         return subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
              "--interval", str(interval)],
-            cwd=ROOT, env=server.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
 

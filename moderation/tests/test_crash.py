@@ -1,54 +1,68 @@
-"""Crash safety: a real server SIGKILLed at each point of the decision path loses nothing.
+"""Crash safety: a real server, or a real worker, SIGKILLed at each point of a decision's path loses nothing.
 
-For each fault point a daphne process (fresh copy of one prepared SQLite database)
-runs with ``REVIEWQUEUE_FAULTS=<point>:kill``; alice's decision kills it there, so her
-connection drops and her attempt is recorded as *unknown*. Then ``manage.py recover
---all`` runs, the server restarts without faults, bob decides the same item again and
-carol decides a fresh one. The whole history (decisions acknowledged before the crash,
-the unknown one, the ones after) is checked with ``moderation.history.history_check``
-against the final rows, attempts and checkpoint histories, and every item's graph must
-agree with its row: decided items resumed exactly once, pending items still paused.
+A decision has two halves (``moderation.decisions``, ``moderation.apply``): the server
+records it and queues its apply; a worker (``manage.py db_worker``) resumes the graph.
+For each fault point, a fresh copy of one prepared SQLite database runs a daphne
+server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
 
-The five scenarios run side by side in threads (each is mostly waiting on its own
-processes) to keep the module well under a minute on a small machine.
+- server points: alice's decision kills the server there, so her connection drops and
+  her attempt is recorded as *unknown*; ``manage.py recover --all`` runs and the server
+  restarts;
+- worker points: alice is told she won (the answer never waits for the graph), then
+  the worker dies applying it; a second worker's sweep finds the decision unapplied
+  and applies it.
+
+Then bob decides the same item again and carol decides a fresh one. The whole history
+is checked with ``moderation.history.history_check`` against the final rows, attempts
+and checkpoint histories: decided items resumed exactly once (never forked), pending
+items still paused.
+
+The scenarios run side by side in threads (each is mostly waiting on its own
+processes) to keep the module near a minute on a small machine.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
 
 from moderation.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.real_server import Dropped, Reviewer, Seeded, SiteServer
+from moderation.tests.real_server import Dropped, Reviewer, Seeded, SiteServer, worker_start
 
-pytestmark = [pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(300)]
 
 USERS = ["alice", "bob", "carol"]
-# items[0]: alice's decision crashes the server; items[1]: decided (and lost by bob)
+# items[0]: alice's decision crashes a process; items[1]: decided (and lost by bob)
 # before the crash; items[2]: nobody touches it; items[3]: carol decides after the restart.
 CRASHED, PRE_DECIDED, UNTOUCHED, AFTER = range(4)
 PRE_DECISIONS = [(PRE_DECIDED, "alice", "approve"), (PRE_DECIDED, "bob", "reject")]
+# The server answers before the graph runs; a worker applies. A killed worker's task is
+# found again by the next worker's sweep, after APPLY_SWEEP_GRACE.
+WORKER_ENV = {"REVIEWQUEUE_APPLY_INLINE": "", "APPLY_SWEEP_GRACE": "1", "WEBHOOK_SWEEP_INTERVAL": "0.2"}
 
 
 @dataclass(frozen=True)
 class Expect:
+    process: str  # which process the fault kills: "server" or "worker"
     status: str
     winner: str | None
-    recover_adopts: bool
 
 
 EXPECTED = {
-    # Killed holding the row lock, before the graph was touched: nothing happened.
-    "after_row_lock": Expect("pending", None, recover_adopts=False),
-    # The graph holds alice's decision, the row never committed: recover adopts it.
-    "after_graph_resume": Expect("approved", "alice", recover_adopts=True),
-    "before_commit": Expect("approved", "alice", recover_adopts=True),
-    # Committed; only the answer was lost.
-    "after_commit": Expect("approved", "alice", recover_adopts=False),
-    "before_response": Expect("approved", "alice", recover_adopts=False),
+    # Killed holding the row lock, or before the commit: nothing was recorded, nothing resumed.
+    "after_row_lock": Expect("server", "pending", None),
+    "before_commit": Expect("server", "pending", None),
+    # Committed, the apply queued in the same transaction; only the answer was lost.
+    "after_commit": Expect("server", "approved", "alice"),
+    "before_response": Expect("server", "approved", "alice"),
+    # The worker dies before the resume, after it, or before recording it.
+    "before_resume": Expect("worker", "approved", "alice"),
+    "after_resume": Expect("worker", "approved", "alice"),
+    "before_record": Expect("worker", "approved", "alice"),
 }
 
 
@@ -58,14 +72,6 @@ class Scenario:
     seeded: Seeded
     history: HistoryRecorder = field(default_factory=HistoryRecorder)
     crash_response: object = None
-    exit_code: int | None = None
-    recover_output: str = ""
-    after_crash: dict = field(default_factory=dict)
-    retry: tuple[int, dict] | None = None
-    fresh: tuple[int, dict] | None = None
-    final: dict = field(default_factory=dict)
-    audit_output: str = ""
-    log: str = ""
 
 
 def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: str) -> tuple[int, dict]:
@@ -79,41 +85,68 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     return status, body
 
 
+def _applied_wait(server: SiteServer, items: list[str], *, timeout: float = 60.0) -> dict:
+    """The items' state once no decision on them waits for a worker."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = server.tool("state", *items)
+        if all(row["apply_state"] != "applying" for row in state.values()) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.1)
+
+
 def _crash_scenario(point: str, template: SiteServer, seeded: Seeded, workdir) -> Scenario:
+    expect = EXPECTED[point]
     scenario = Scenario(point=point, seeded=seeded)
     for made in seeded.decided:
         op = scenario.history.invoke(reviewer=made["reviewer"], item=made["item"], decision=made["decision"])
         scenario.history.complete(op, completion="ok" if made["won"] else "fail", told_winner=made["winner"])
-    server = SiteServer(workdir, db_name="crash")
+    server = SiteServer(workdir, db_name="crash", extra_env=WORKER_ENV)
     server.clone_from(template)
     items = seeded.items
+    workers = []
     try:
-        server.start(faults=f"{point}:kill")
+        server.start(faults=f"{point}:kill" if expect.process == "server" else "")
+        workers.append(worker_start(server, faults=f"{point}:kill" if expect.process == "worker" else ""))
         alice, bob, carol = (Reviewer(server, name, seeded.sessions[name]) for name in USERS)
         try:
             scenario.crash_response = _record(scenario.history, alice, items[CRASHED], "approve")
         except Dropped as exc:
             scenario.crash_response = exc
-        scenario.exit_code = server.wait_dead()
-
-        scenario.recover_output = server.manage("recover", "--all").stdout
-        server.start()
-        scenario.after_crash = server.tool("state", *items)
+        if expect.process == "server":
+            scenario.exit_code = server.wait_dead()
+            scenario.recover_output = server.manage("recover", "--all").stdout
+            server.start()
+        else:
+            scenario.exit_code = workers[0].wait(timeout=60)
+            workers.append(worker_start(server))
+        scenario.after_crash = _applied_wait(server, items)
         scenario.retry = _record(scenario.history, bob, items[CRASHED], "reject")
         scenario.fresh = _record(scenario.history, carol, items[AFTER], "approve")
-        scenario.final = server.tool("state", *items)
+        scenario.final = _applied_wait(server, items)
         scenario.audit_output = server.manage("verify_audit").stdout
     finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
         server.close()
-        scenario.log = server.log_tail(40)
+        scenario.log = server.log_tail(40) + "\n--- worker log ---\n" + _tail(workdir / "worker.log")
     return scenario
+
+
+def _tail(path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text().splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(none)"
 
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
-    template = SiteServer(tmp_path_factory.mktemp("crash-template"), db_name="crash")
+    template = SiteServer(tmp_path_factory.mktemp("crash-template"), db_name="crash", extra_env=WORKER_ENV)
     seeded = template.seed(users=USERS, items=4, decisions=PRE_DECISIONS, prefix="Crash")
-    with ThreadPoolExecutor(max_workers=len(EXPECTED)) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {
             point: pool.submit(_crash_scenario, point, template, seeded, tmp_path_factory.mktemp(f"crash-{point}"))
             for point in EXPECTED
@@ -122,37 +155,39 @@ def scenarios(tmp_path_factory):
 
 
 @pytest.mark.parametrize("point", list(EXPECTED))
-def test_server_killed_at_point_loses_nothing_and_recovers(scenarios, point):
+def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point):
     scenario: Scenario = scenarios[point].result()
     expect = EXPECTED[point]
     items = scenario.seeded.items
     crashed = items[CRASHED]
     context = f"\n--- server log ---\n{scenario.log}"
 
-    # The kill really happened where it was asked to, and alice does not know her outcome.
-    assert isinstance(scenario.crash_response, Dropped), f"expected a dropped connection, got {scenario.crash_response}{context}"
+    # The kill really happened where it was asked to.
     assert scenario.exit_code == -signal.SIGKILL, context
     crash_op = next(op for op in scenario.history.ops if op.item == crashed and op.reviewer == "alice")
-    assert crash_op.completion == "unknown"
-
-    # recover did what the point calls for, and said so.
-    out = scenario.recover_output
-    if expect.recover_adopts:
-        assert f"{crashed} “Crash 0”: adopted the graph's decision: approved by alice" in out, out
-        assert "1 changed or need attention, 0 could not be repaired." in out, out
+    if expect.process == "server":
+        # alice does not know her outcome, and recover had nothing to repair: the graph
+        # is only resumed after a commit, so a server crash never leaves it ahead.
+        assert isinstance(scenario.crash_response, Dropped), f"expected a dropped connection, got {scenario.crash_response}{context}"
+        assert crash_op.completion == "unknown"
+        assert "could not be repaired." in scenario.recover_output and ", 0 could not" in scenario.recover_output, scenario.recover_output
     else:
-        assert "0 changed or need attention, 0 could not be repaired." in out, out
+        # alice was told she won before any graph ran: the worker's death is not hers to see.
+        status, body = scenario.crash_response
+        assert (status, body["outcome"], body["applying"]) == (200, "won", True), body
+        assert crash_op.completion == "ok"
 
-    # After recover and restart: the row and the graph agree on the crashed item.
+    # After the crash and the recovery: the rows and the graph agree on the crashed item.
     state = scenario.after_crash[crashed]
-    assert (state["status"], state["winner"]) == (expect.status, expect.winner), state
+    assert (state["status"], state["winner"]) == (expect.status, expect.winner), (state, context)
     if expect.winner is None:
         assert state["graph_paused"] and state["resume_count"] == 0 and state["won_attempts"] == [], state
     else:
-        assert not state["graph_paused"] and state["resume_count"] == 1, state
+        assert state["apply_state"] == "" and state["applied_result"]["state"] == "finished", (state, context)
+        assert not state["graph_paused"] and state["resume_count"] == 1 and state["forks"] == 0, (state, context)
         assert state["won_attempts"] == [expect.winner], state
 
-    # Deciding it again on the restarted server is consistent with what was stored.
+    # Deciding it again is consistent with what was stored.
     status, body = scenario.retry
     if expect.winner is None:
         assert (status, body["outcome"], body["winner"], body["status"]) == (200, "won", "bob", "rejected"), body
@@ -161,7 +196,7 @@ def test_server_killed_at_point_loses_nothing_and_recovers(scenarios, point):
         assert body["message"].startswith("Already reviewed by alice (approved,"), body
     assert scenario.fresh[0] == 200 and scenario.fresh[1]["winner"] == "carol", scenario.fresh
 
-    # Every item: decided ones resumed exactly once with one winning attempt; pending ones still paused.
+    # Every item: decided ones resumed exactly once, never forked, one winning attempt; pending ones still paused.
     final = scenario.final
     assert final[items[UNTOUCHED]]["status"] == "pending"
     for item, row in final.items():
@@ -169,7 +204,7 @@ def test_server_killed_at_point_loses_nothing_and_recovers(scenarios, point):
             assert row["graph_paused"] and row["resume_count"] == 0 and row["won_attempts"] == [], (item, row)
         else:
             assert row["status"] in {"approved", "rejected"}, (item, row)
-            assert not row["graph_paused"] and row["resume_count"] == 1, (item, row)
+            assert not row["graph_paused"] and row["resume_count"] == 1 and row["forks"] == 0, (item, row, context)
             assert row["won_attempts"] == [row["winner"]], (item, row)
     checked = {
         item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])

@@ -4,7 +4,7 @@ Run as a separate process with the server's DATABASE_URL (the e2e tests and the 
 do this through ``e2e.server``), so the test process itself never touches the ORM:
 
     python e2e/dbtool.py users                     # alice, bob, carol (moderators), dave (viewer), erin (staff)
-    python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]
+    python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]; --graph NAME
     python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
 
@@ -70,7 +70,8 @@ def cmd_items(args: argparse.Namespace) -> list[dict]:
     created = []
     for n in range(1, args.count + 1):
         title = f"{args.prefix} {n}" if args.count > 1 or not args.exact else args.prefix
-        item = item_create(title=title, body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=args.source)
+        item = item_create(title=title, body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=args.source,
+                           graph=args.graph or None)
         created.append({"id": str(item.public_id), "title": item.title})
     return created
 
@@ -141,6 +142,7 @@ def parser_build() -> argparse.ArgumentParser:
     items.add_argument("--prefix", default="E2E item")
     items.add_argument("--source", default="e2e")
     items.add_argument("--exact", action="store_true", help="with --count 1, use the prefix as the whole title")
+    items.add_argument("--graph", default="", help="a REVIEWQUEUE_GRAPHS name (the server's env may add some); moderation by default")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")
     decide = sub.add_parser("decide")

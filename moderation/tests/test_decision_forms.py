@@ -43,6 +43,13 @@ def test_edit_from_schema_inputs_reads_typed_values():
     assert unchecked.decisions[0]["edited_action"]["args"]["amount"] == 79.5
 
 
+def test_unticking_a_box_the_agent_set_sends_false():
+    spec = _spec()
+    spec.actions[0]["args"]["notify"] = True
+    read = form_decision_read(spec=spec, data=_edit_post())
+    assert read.decisions[0]["edited_action"]["args"]["notify"] is False
+
+
 @pytest.mark.parametrize(("field", "raw", "error"), [
     ("action-0-arg-amount", "eighty", "enter a number"),
     ("action-0-arg-amount", "nan", "enter a finite number"),

@@ -169,7 +169,7 @@ def test_the_loser_is_told_what_the_winner_edited_and_sees_their_note(post, clie
     response = post(_url(item), {"ask": ask, "action-0-type": "approve", "note": "looks right to me"})
     html = response.content.decode()
     assert response.status_code == 409
-    assert "Alice edited refund (amount 120 → 80) first" in html
+    assert "alice edited refund (amount 120 → 80) first" in html
     assert "Already reviewed by alice (edited refund" in html
     assert '<blockquote id="lost-note">looks right to me</blockquote>' in html
 

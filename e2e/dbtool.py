@@ -5,7 +5,7 @@ do this through ``e2e.server``), so the test process itself never touches the OR
 
     python e2e/dbtool.py seed '{"migrate": true, "moderators": ["alice"], "items": 2}'   # e2e.seed.site_seed
     python e2e/dbtool.py users [--migrate]         # alice, bob, carol (moderators), dave (viewer), erin (staff)
-    python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]
+    python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]; --graph NAME
     python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
 
@@ -57,7 +57,7 @@ def cmd_users(args: argparse.Namespace) -> dict:
 def cmd_items(args: argparse.Namespace) -> list[dict]:
     from e2e.seed import site_seed
 
-    return site_seed(items=args.count, prefix=args.prefix, source=args.source).items
+    return site_seed(items=args.count, prefix=args.prefix, source=args.source, graph=args.graph or None).items
 
 
 def cmd_state(args: argparse.Namespace) -> dict:
@@ -131,6 +131,7 @@ def parser_build() -> argparse.ArgumentParser:
     items.add_argument("--count", type=int, default=1)
     items.add_argument("--prefix", default="E2E item")
     items.add_argument("--source", default="e2e")
+    items.add_argument("--graph", default="", help="a REVIEWQUEUE_GRAPHS name (the server's env may add some); moderation by default")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")
     decide = sub.add_parser("decide")

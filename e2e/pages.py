@@ -128,13 +128,17 @@ async def decide_click(page: Page, user: str, decision: str) -> Submission:
         banner = page.locator("#decided-banner")
         text = " ".join((await banner.inner_text()).split()) if await banner.count() else "(no banner either)"
         return Submission(user=user, requested=decision, kind="blocked", text=text)
-    sub = Submission(user=user, requested=decision, http_status=response.status)
+    return await submission_read(page, Submission(user=user, requested=decision, http_status=response.status))
+
+
+async def submission_read(page: Page, sub: Submission) -> Submission:
+    """What the answer page to a decision's POST told its reviewer: won, lost or an error."""
     answer = page.locator(".notice-success, #lost-notice, #error-notice").first
     try:
         await answer.wait_for(state="visible")
     except PlaywrightTimeoutError:
         shown = " ".join((await page.locator("main").inner_text()).split())[:300]
-        return Submission(user=user, requested=decision, http_status=response.status, kind="silent", text=shown)
+        return Submission(user=sub.user, requested=sub.requested, http_status=sub.http_status, kind="silent", text=shown)
     sub.text = " ".join((await answer.inner_text()).split())
     headline = answer.locator("strong")
     sub.headline = " ".join((await headline.first.inner_text()).split()) if await headline.count() else sub.text

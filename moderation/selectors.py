@@ -10,6 +10,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
+from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
 # An API item shows its asks with who decided each: one query for a whole page.
@@ -45,7 +46,9 @@ class _IdsThenRows:
 
     def __getitem__(self, window: slice) -> list[QueueItem]:
         ids = list(self.items.values_list("id", flat=True)[window])
-        rows = QueueItem.objects.in_bulk(ids)
+        # The open asks ride along: the queue names the actions each item asks about.
+        open_asks = Prefetch("asks", queryset=ReviewAsk.objects.filter(status=AskStatus.PENDING), to_attr="open_asks")
+        rows = QueueItem.objects.prefetch_related(open_asks).in_bulk(ids)
         return [rows[i] for i in ids if i in rows]
 
 
@@ -75,6 +78,34 @@ def item_get(*, public_id: UUID | str) -> QueueItem | None:
 def item_asks_open(*, item: QueueItem) -> list[ReviewAsk]:
     """The asks of ``item`` still waiting for a decision, in the order its graph raised them."""
     return list(item.asks.filter(status=AskStatus.PENDING).order_by("round", "position", "id"))
+
+
+def item_ask_get(*, item: QueueItem, interrupt_id: str) -> ReviewAsk | None:
+    return item.asks.filter(interrupt_id=interrupt_id).first()
+
+
+@dataclass(frozen=True)
+class SettledAsk:
+    """One decided (or withdrawn) ask, in words, for the item page."""
+
+    by: str
+    what: str
+    at: datetime
+    applied: bool
+
+
+def item_asks_settled(*, item: QueueItem) -> list[SettledAsk]:
+    """Every settled ask of ``item``, oldest first: who decided what, and whether its graph has taken it."""
+    asks = item.asks.exclude(status=AskStatus.PENDING).select_related("decided_by").order_by("decided_at", "id")
+    return [
+        SettledAsk(
+            by=ask.decided_by.get_username(),
+            what="withdrew the item" if ask.status == AskStatus.WITHDRAWN
+            else decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
+            at=ask.decided_at, applied=ask.applied_at is not None,
+        )
+        for ask in asks
+    ]
 
 
 def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:

@@ -15,8 +15,10 @@ from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.decision_forms import FormInvalid, ask_forms_build, form_decision_read, form_field_for
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
+from moderation.graphs.asks import AskSpec
 from moderation.health import health_redact, health_report
 from moderation.live import (
     CLOSE_FORBIDDEN,
@@ -28,7 +30,16 @@ from moderation.live import (
 )
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
-from moderation.selectors import item_asks_open, item_get, items_needing_attention, items_recently_decided, queue_counts, queue_pending
+from moderation.selectors import (
+    item_ask_get,
+    item_asks_open,
+    item_asks_settled,
+    item_get,
+    items_needing_attention,
+    items_recently_decided,
+    queue_counts,
+    queue_pending,
+)
 
 
 @login_required
@@ -63,15 +74,24 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         if wants_json:
             return _rate_limited_json(wait)
         return _item_page(request, item=item, error=_rate_limited_message(wait), status=429)
+    ask_id = request.POST.get("ask") or None
+    spec = _posted_spec(item=item, ask_id=ask_id)
     try:
+        posted = form_decision_read(spec=spec, data=request.POST)
         outcome = item_decide(
-            item_public_id=item.public_id, reviewer=request.user, ask=request.POST.get("ask") or None,
-            decision=request.POST.get("decision"), note=request.POST.get("note", ""),
+            item_public_id=item.public_id, reviewer=request.user, ask=ask_id, decision=posted.decision,
+            decisions=posted.decisions, note=posted.note,
         )
+    except FormInvalid as exc:
+        if wants_json:
+            return JsonResponse({"error": "invalid_decision", "message": str(exc), "field": exc.field}, status=400)
+        return _item_page(request, item=item, error=_NOT_RECORDED, posted=request.POST, errors={exc.field: str(exc)}, status=400)
     except DecisionError as exc:
         if wants_json:
             return _error_json(exc)
-        return _item_page(request, item=item, error=str(exc), status=exc.http_status)
+        mark = form_field_for(spec=spec, guard_field=exc.field)
+        return _item_page(request, item=item, error=_NOT_RECORDED if mark else str(exc), posted=request.POST,
+                          errors={mark: str(exc).removeprefix(f"{exc.field}: ")} if mark else {}, status=exc.http_status)
     if wants_json:
         return _outcome_json(outcome)
     fault_point("before_response", item_key=outcome.item_public_id)
@@ -79,21 +99,40 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         messages.success(request, outcome.message())
         return redirect("moderation:item", public_id=item.public_id)
     item.refresh_from_db()
-    return _item_page(request, item=item, lost=outcome, status=409)
+    return _item_page(request, item=item, lost=outcome, lost_note=posted.note, status=409)
 
 
-def _item_page(request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None) -> HttpResponse:
+_NOT_RECORDED = "Nothing was recorded: correct the field marked below and send again."
+
+
+def _posted_spec(*, item, ask_id: str | None) -> AskSpec | None:
+    """The ask a form was posted for (by default the only open one), to read its fields by."""
+    if ask_id:
+        ask = item_ask_get(item=item, interrupt_id=ask_id)
+    else:
+        open_asks = item_asks_open(item=item)
+        ask = open_asks[0] if len(open_asks) == 1 else None
+    return AskSpec.from_payload(ask.payload) if ask else None
+
+
+def _item_page(
+    request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None,
+    lost_note: str = "", posted=None, errors: dict[str, str] | None = None,
+) -> HttpResponse:
     return render(
         request,
         "moderation/item.html",
         {
             "item": item,
-            "asks": item_asks_open(item=item),
+            "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors),
+            "settled": item_asks_settled(item=item),
             "can_decide": user_can_decide(user=request.user),
             "error": error,
             "lost": lost,
             "lost_message": lost.message() if lost else "",
+            "lost_note": lost_note,
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
+            "live_refresh": request.headers.get("X-Live-Refresh") == "1",
         },
         status=status,
     )

@@ -91,6 +91,8 @@ function handle(msg) {
     case "state": return stateApply(msg);
     case "item.created": countsSet(msg.counts); return page === "queue" && queueRefreshSoon();
     case "item.decided": countsSet(msg.counts); rowDecided(msg); return decidedCheck(msg);
+    // The worker ran the graph on from a decision: finished, failed, or asked again (a row back in the queue).
+    case "item.applied": return page === "queue" ? queueRefreshSoon() : appliedCheck(msg);
     case "decision.lost": return lostCheck(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
     case "error": return msg.error === "too_many_sockets" ? liveStoppedShow(msg.message) : console.warn("live:", msg.message);
@@ -223,6 +225,38 @@ async function queueRefresh() {
 }
 
 let bannerTimer = null;
+const CONTROLS = ".decide-form button, .decide-form textarea, .decide-form input, .decide-form select";
+
+async function appliedCheck(msg) {
+  if (msg.item !== itemId) return;
+  await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  itemStateShow(await itemStateRead());
+}
+
+// The item's state sections come from the server's own rendering of this page (as the
+// queue's rows do). A form still open keeps what its reviewer has typed into it; a form
+// whose ask is no longer open goes, unless nothing is open any more: then the page
+// keeps it, disabled under the banner that says who decided.
+async function itemRefresh() {
+  const res = await fetch(location.pathname, { headers: { Accept: "text/html", "X-Live-Refresh": "1" }, cache: "no-store" });
+  if (!res.ok) return;
+  const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+  const mine = document.getElementById("item-state");
+  const fresh = doc.getElementById("item-state");
+  if (!mine || !fresh) return;
+  const region = document.adoptNode(fresh);
+  const review = region.querySelector("#review");
+  const current = mine.querySelector("#review");
+  if (review) {
+    for (const form of review.querySelectorAll(".decide-form[data-ask]")) {
+      const kept = current?.querySelector(`.decide-form[data-ask="${CSS.escape(form.dataset.ask)}"]`);
+      if (kept) form.replaceWith(kept);
+    }
+  } else if (current) {
+    region.prepend(current);
+  }
+  mine.replaceWith(region);
+}
 
 async function decidedCheck(msg) {
   if (page !== "item" || msg.item !== itemId) return;
@@ -241,7 +275,7 @@ function bannerClear() {
   if (!banner) return;
   clearInterval(bannerTimer);
   banner.remove();
-  for (const control of document.querySelectorAll("#decide-form button, #decide-form textarea")) control.disabled = false;
+  for (const control of document.querySelectorAll(CONTROLS)) control.disabled = false;
 }
 
 function bannerShow(msg) {
@@ -251,7 +285,8 @@ function bannerShow(msg) {
   if (!banner) {
     banner = Object.assign(document.createElement("div"), { id: "decided-banner", className: "notice notice-warning" });
     banner.setAttribute("role", "alert");
-    review.before(banner);
+    // Outside #item-state, which itemRefresh replaces.
+    document.getElementById("item-state").before(banner);
   }
   const since = Date.now() - (msg.seconds_ago || 0) * 1000;
   const render = () => {
@@ -262,10 +297,10 @@ function bannerShow(msg) {
   render();
   clearInterval(bannerTimer);
   bannerTimer = setInterval(render, 1000);
-  for (const control of review.querySelectorAll("#decide-form button, #decide-form textarea")) control.disabled = true;
+  for (const control of review.querySelectorAll(CONTROLS)) control.disabled = true;
 }
 
-const REQUESTED_NOUN = { approve: "approval", reject: "rejection" };
+const REQUESTED_NOUN = { approve: "approval", reject: "rejection", edit: "edit", respond: "response", mixed: "decision" };
 
 // Shown only if the server confirms the item was decided by the winner the event names;
 // the words come from that confirmed state, not from the event.
@@ -274,7 +309,9 @@ async function lostCheck(msg) {
   const item = await itemStateRead();
   if (!item?.winner || item.winner !== msg.winner) return;
   itemStateShow(item);
-  // Worded as moderation/outcomes.py's DecisionOutcome.loser_notice.
+  // Worded as moderation/outcomes.py's DecisionOutcome.loser_notice, except that an edit or
+  // response is named by its status only: the state read here does not describe decisions,
+  // and the event's ``what`` is not trusted (it travels through the shared layer).
   const first = item.status === "withdrawn" ? `it was withdrawn by ${item.winner} first` : `${item.winner} ${item.status} it first`;
   lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${first}`);
 }

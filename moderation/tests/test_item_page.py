@@ -1,0 +1,270 @@
+"""The item page renders every ask through one path, and its forms decide through the guard."""
+
+import re
+
+import pytest
+from django.test import override_settings
+from django.urls import reverse
+
+from moderation.apply import item_apply
+from moderation.decisions import item_decide
+from moderation.graphs.runtime import graph_values
+from moderation.items import item_create
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
+from moderation.tests.hitl_graph import GRAPHS, NAME
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_graphs")]
+
+
+@pytest.fixture
+def _graphs():
+    # Inline apply set here too: the suite's env switch is read after settings are loaded.
+    with override_settings(REVIEWQUEUE_GRAPHS=GRAPHS, REVIEWQUEUE_APPLY_INLINE=True):
+        yield
+
+
+def _refund(**graph_input):
+    return item_create(title="Refund A-1001", body="The customer asks for a refund.", source="agent", graph=NAME,
+                       graph_input=graph_input)
+
+
+@pytest.fixture
+def post(client, django_capture_on_commit_callbacks):
+    """client.post, then what the commit set off (the inline apply: the test's transaction never commits)."""
+    def send(url, data, **extra):
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(url, data, **extra)
+
+    return send
+
+
+def _url(item):
+    return reverse("moderation:item", args=[item.public_id])
+
+
+def _ask(item):
+    return ReviewAsk.objects.get(item=item, status=AskStatus.PENDING).interrupt_id
+
+
+def _edit(item, **fields):
+    return {"ask": _ask(item), "action-0-type": "edit", "action-0-arg-order_id": "A-1001", "action-0-arg-amount": "80",
+            "action-0-arg-currency": "EUR", **fields}
+
+
+def _buttons(html):
+    return re.findall(r'<button class="(\w+)" name="action-0-type" value="(\w+)"', html)
+
+
+def test_moderation_ask_offers_only_approve_and_reject(client, alice, make_item):
+    item = make_item(title="Hello")
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert _buttons(html) == [("approve", "approve"), ("reject", "reject")]
+    assert 'value="edit"' not in html and 'value="respond"' not in html and "<fieldset" not in html
+    assert "<code>publish</code>" in html and "Publish this post?" in html
+    assert '<th scope="row">title</th><td>Hello</td>' in html  # the action's args, as a table
+
+
+def test_only_the_allowed_types_are_offered(client, alice):
+    item = _refund(allowed=["approve", "respond"])
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert _buttons(html) == [("approve", "approve"), ("respond", "respond")]
+    assert 'value="edit"' not in html and 'value="reject"' not in html
+    assert "(required to respond)" in html
+
+
+def test_edit_form_is_built_from_args_schema(client, alice):
+    item = _refund()
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert _buttons(html) == [("approve", "approve"), ("reject", "reject"), ("respond", "respond")]
+    amount = re.search(r'<input type="number" id="decide-form-action-0-arg-amount"[^>]*>', html).group(0)
+    assert all(part in amount for part in ('value="120"', "required", 'step="any"', 'min="0"', 'max="150"'))
+    assert '<label for="decide-form-action-0-arg-amount">Amount' in html
+    assert re.search(r'<select id="decide-form-action-0-arg-currency" name="action-0-arg-currency" required>\s*'
+                     r'<option value="EUR" selected>EUR</option><option value="USD">USD</option>', html)
+    assert '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
+    assert '<input type="checkbox" id="decide-form-action-0-arg-notify" name="action-0-arg-notify">' in html
+    # The edit's own submit button comes before every other: Enter in an input submits the edit.
+    assert html.index('value="edit"') < html.index('value="approve"')
+    assert 'action-0-args' not in html
+
+
+def test_json_editor_without_args_schema(client, alice):
+    item = _refund(schema=False)
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    editor = re.search(r'<textarea id="decide-form-action-0-args" name="action-0-args"[^>]*>(.*?)</textarea>', html, re.S)
+    assert editor and "json" in editor.group(0)
+    assert editor.group(1) == '{\n  &quot;order_id&quot;: &quot;A-1001&quot;,\n  &quot;amount&quot;: 120,\n  &quot;currency&quot;: &quot;EUR&quot;\n}'
+    assert "arg-amount" not in html
+
+
+def test_an_edit_through_the_form_reaches_the_graph(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    assert post(_url(item), _edit(item, note="80 is what we agreed")).status_code == 302
+    item.refresh_from_db()
+    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.EDITED, alice, "80 is what we agreed")
+    result = graph_values(name=NAME, thread_id=item.thread_id)["result"]
+    assert result["decisions"] == "edit"
+    assert result["args"] == [{"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
+    html = client.get(_url(item)).content.decode()
+    assert "The graph finished" in html and "alice</strong> edited refund (amount 120 → 80) · " in html
+
+
+def test_json_editor_edit_reaches_the_graph(post, client, alice):
+    item = _refund(schema=False)
+    client.force_login(alice)
+    post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-args": '{"order_id": "A-1001", "amount": 5}'})
+    assert graph_values(name=NAME, thread_id=item.thread_id)["result"]["args"] == [{"order_id": "A-1001", "amount": 5}]
+
+
+@pytest.mark.parametrize(("fields", "field", "error"), [
+    ({"action-0-arg-amount": "200"}, "action-0-arg-amount", "200 is greater than the maximum of 150"),
+    ({"action-0-arg-amount": "lots"}, "action-0-arg-amount", "enter a number"),
+    ({"action-0-arg-order_id": ""}, "action-0-arg-order_id", "required"),
+])
+def test_a_bad_edit_is_400_next_to_its_field_and_changes_nothing(post, client, alice, fields, field, error):
+    item = _refund()
+    client.force_login(alice)
+    response = post(_url(item), _edit(item, **fields))
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert re.search(rf'<p class="field-error" id="decide-form-{field}-error" role="alert">{re.escape(error)}</p>', html)
+    assert re.search(rf'id="decide-form-{field}"[^>]*aria-invalid="true"', html)
+    assert "Nothing was recorded" in html
+    if field == "action-0-arg-amount":
+        assert f'value="{fields[field]}"' in html  # what the reviewer typed is still there to correct
+    item.refresh_from_db()
+    assert item.status == ItemStatus.PENDING and item.decided_by is None
+    assert ReviewAsk.objects.get(item=item).status == AskStatus.PENDING
+    assert not DecisionAttempt.objects.filter(item=item).exists()
+
+
+def test_a_response_without_a_message_is_400_on_the_note(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    response = post(_url(item), {"ask": _ask(item), "action-0-type": "respond", "note": "  "})
+    assert response.status_code == 400
+    assert 'id="decide-form-note-error"' in response.content.decode()
+    assert ReviewAsk.objects.get(item=item).status == AskStatus.PENDING
+
+
+def test_a_type_not_allowed_is_refused(post, client, alice, make_item):
+    item = make_item()
+    client.force_login(alice)
+    response = post(_url(item), {"ask": _ask(item), "action-0-type": "respond", "note": "hi"})
+    assert response.status_code == 400 and "publish allows approve, reject, not respond" in response.content.decode()
+    assert not DecisionAttempt.objects.filter(item=item).exists()
+
+
+def test_the_loser_is_told_what_the_winner_edited_and_sees_their_note(post, client, alice, bob):
+    item = _refund()
+    ask = _ask(item)
+    client.force_login(alice)
+    assert post(_url(item), _edit(item)).status_code == 302
+    client.force_login(bob)
+    response = post(_url(item), {"ask": ask, "action-0-type": "approve", "note": "looks right to me"})
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "alice edited refund (amount 120 → 80) first" in html
+    assert "Already reviewed by alice (edited refund" in html
+    assert '<blockquote id="lost-note">looks right to me</blockquote>' in html
+
+
+def test_several_asks_get_a_form_each_posting_its_own_ask(post, client, alice):
+    item = item_create(title="Pair", body="Two things at once.", source="agent", graph="refund_pair")
+    asks = list(ReviewAsk.objects.filter(item=item).order_by("position"))
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    forms = re.findall(r'<form method="post" class="decide-form ask" id="([\w-]+)" data-ask="([^"]+)">', html)
+    assert forms == [("decide-form", asks[0].interrupt_id), ("decide-form-2", asks[1].interrupt_id)]
+    assert "(2 asks, each decided on its own)" in html
+    email = next(a for a in asks if a.payload["action_requests"][0]["name"] == "send_email")
+    assert post(_url(item), {"ask": email.interrupt_id, "action-0-type": "reject"}).status_code == 302
+    email.refresh_from_db()
+    assert email.status == AskStatus.DECIDED and email.decisions == [{"type": "reject"}]
+    html = client.get(_url(item)).content.decode()
+    assert html.count('class="decide-form ask"') == 1 and "alice</strong> rejected send_email" in html
+
+
+def test_an_ask_of_several_actions_posts_a_decision_each(post, client, alice):
+    item = _refund(actions=2)
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert html.count('type="radio" name="action-0-type"') == 4 and html.count('type="radio" name="action-1-type"') == 4
+    response = post(_url(item), {
+        "ask": _ask(item), "action-0-type": "reject", "action-0-message": "already refunded",
+        "action-1-type": "edit", "action-1-arg-order_id": "A-1002", "action-1-arg-amount": "10", "action-1-arg-currency": "USD",
+    })
+    assert response.status_code == 302
+    ask = ReviewAsk.objects.get(item=item)
+    assert ask.decisions == [
+        {"type": "reject", "message": "already refunded"},
+        {"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "A-1002", "amount": 10, "currency": "USD"}}},
+    ]
+    item.refresh_from_db()
+    assert item.status == ItemStatus.DECIDED
+
+
+def test_a_missing_choice_among_several_actions_is_400(post, client, alice):
+    item = _refund(actions=2)
+    client.force_login(alice)
+    response = post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
+    assert response.status_code == 400 and "choose what to do with refund" in response.content.decode()
+
+
+@override_settings(REVIEWQUEUE_APPLY_INLINE=False)
+def test_applying_then_the_result(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
+    html = client.get(_url(item)).content.decode()
+    assert re.search(r'id="applying" role="status">\s*<p>Decided by <strong>alice</strong> · applying…', html)
+    item_apply(item_id=item.pk)
+    html = client.get(_url(item)).content.decode()
+    assert 'id="applying"' not in html
+    assert 'id="applied-result" data-state="finished"' in html and "<th scope=\"row\">decisions</th><td>approve</td>" in html
+
+
+def test_a_response_that_makes_the_graph_ask_again(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    first = _ask(item)
+    post(_url(item), {"ask": first, "action-0-type": "respond", "note": "check the order first"})
+    item.refresh_from_db()
+    assert item.status == ItemStatus.PENDING and item.applied_result["state"] == "asked again"
+    html = client.get(_url(item)).content.decode()
+    second = _ask(item)
+    assert second != first and f'data-ask="{second}"' in html
+    assert "asked again: 1 new ask above" in html
+    assert "alice</strong> answered refund (“check the order first”)" in html
+
+
+def test_a_failed_apply_says_an_operator_must_recover(client, alice):
+    item = _refund()
+    QueueItem.objects.filter(pk=item.pk).update(apply_state="failed", applied_result={"state": "failed", "error": "RuntimeError: tool down"})
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert 'data-state="failed"' in html and "RuntimeError: tool down" in html and "manage.py recover" in html
+
+
+def test_queue_names_the_graph_and_the_actions_asked_about(client, alice, make_item):
+    _refund(actions=2)
+    make_item(title="Plain post")
+    client.force_login(alice)
+    html = client.get(reverse("moderation:queue")).content.decode()
+    assert html.count('<code class="graph" title="graph">refund_test</code>') == 1
+    assert html.count('<code class="action" title="action asked about">refund</code>') == 2
+    assert html.count('<code class="action" title="action asked about">publish</code>') == 1
+    assert '<code class="graph" title="graph">moderation</code>' not in html
+
+
+def test_item_decide_by_another_moderator_shows_on_the_page(client, alice, bob):
+    item = _refund()
+    item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert 'id="decision"' in html and "bob</strong> approved refund · " in html and "decide-form" not in html

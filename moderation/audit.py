@@ -61,7 +61,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, ItemStatus, LedgerKind, QueueItem, ReviewAsk
+from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, ReviewAsk
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -132,7 +132,8 @@ def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes)
         "requested_at": _iso(attempt.requested_at),
         "recorded_at": _iso(attempt.recorded_at),
         # Signed only where present, so entries written before asks existed still verify.
-        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
+        # (getattr: migration 0006 signs with the model as it was then, before asks.)
+        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if getattr(attempt, "ask_id", None) else {}),
     })
 
 
@@ -386,13 +387,18 @@ def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator
 
 def item_graph_mismatch(*, item: QueueItem) -> str | None:
     """How the item's asks disagree with its graph (None if they agree): an ask recorded
-    as applied must no longer be pending in the graph, and a pending one must be."""
-    waiting = {p.interrupt_id for p in graph_asks_pending(name=item.graph, thread_id=item.thread_id)}
-    for ask in item.asks.all():
-        if ask.applied_at is not None and ask.interrupt_id in waiting:
-            return f"ask {ask.interrupt_id} is recorded as applied but its graph still waits on it (run manage.py recover)"
-        if ask.is_pending and item.status != ItemStatus.WITHDRAWN and ask.interrupt_id not in waiting:
-            return f"ask {ask.interrupt_id} is pending but its graph does not wait on it"
+    as applied must no longer be waited on by its graph.
+
+    Only that direction: the rows are read in one snapshot while the checkpointer is read
+    live, so an ask the snapshot still shows pending may have been decided and applied
+    since. (``manage.py recover`` checks pending asks, under the item's lock.)
+    """
+    applied = {ask.interrupt_id for ask in item.asks.all() if ask.applied_at is not None}
+    if not applied:
+        return None
+    for waiting in graph_asks_pending(name=item.graph, thread_id=item.thread_id):
+        if waiting.interrupt_id in applied:
+            return f"ask {waiting.interrupt_id} is recorded as applied but its graph still waits on it (run manage.py recover)"
     return None
 
 

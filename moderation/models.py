@@ -96,11 +96,13 @@ class QueueItem(models.Model):
     # Merged over {item_id, title, body, source} as the graph's start state.
     graph_input = models.JSONField(default=dict, blank=True, editable=False)
     # Copied from the graph's state at start (the moderation pre-screen), for the queue.
-    risk = models.SmallIntegerField(default=0)
-    flags = models.JSONField(default=list, blank=True)
-    apply_state = models.CharField(max_length=16, choices=ApplyState.choices, blank=True, default=ApplyState.IDLE)
+    risk = models.SmallIntegerField(default=0, editable=False)
+    flags = models.JSONField(default=list, blank=True, editable=False)
+    apply_state = models.CharField(
+        max_length=16, choices=ApplyState.choices, blank=True, default=ApplyState.IDLE, editable=False
+    )
     # What the graph did after the latest decision: finished, asked again, or failed.
-    applied_result = models.JSONField(default=dict, blank=True)
+    applied_result = models.JSONField(default=dict, blank=True, editable=False)
     attention = models.TextField(blank=True, default="")
     # Head of this item's keyed attempts chain, written only by moderation.audit.
     attempt_count = models.PositiveIntegerField(default=0)

@@ -78,17 +78,17 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='queueitem',
             name='applied_result',
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(blank=True, default=dict, editable=False),
         ),
         migrations.AddField(
             model_name='queueitem',
             name='apply_state',
-            field=models.CharField(blank=True, choices=[('', 'Idle'), ('applying', 'Applying'), ('failed', 'Failed')], default='', max_length=16),
+            field=models.CharField(blank=True, choices=[('', 'Idle'), ('applying', 'Applying'), ('failed', 'Failed')], default='', max_length=16, editable=False),
         ),
         migrations.AddField(
             model_name='queueitem',
             name='flags',
-            field=models.JSONField(blank=True, default=list),
+            field=models.JSONField(blank=True, default=list, editable=False),
         ),
         migrations.AddField(
             model_name='queueitem',
@@ -103,7 +103,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='queueitem',
             name='risk',
-            field=models.SmallIntegerField(default=0),
+            field=models.SmallIntegerField(default=0, editable=False),
         ),
         migrations.AlterField(
             model_name='decisionattempt',

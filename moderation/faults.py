@@ -2,7 +2,7 @@
 
 Nothing happens at a point unless a test installed an action there, or the
 REVIEWQUEUE_FAULTS setting names it (for crash tests of a real server process:
-``after_graph_resume:kill`` SIGKILLs the process there, ``after_row_lock:sleep=2``
+``after_resume:kill`` SIGKILLs a worker there, ``after_row_lock:sleep=2``
 stalls). Production pays one dict lookup per point.
 """
 
@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POINTS = (
-    "in_prescreen_node", "after_item_lock", "after_row_lock", "in_apply_node", "after_graph_resume", "before_commit",
-    "after_commit", "before_response",
+    "in_prescreen_node", "after_item_lock", "after_row_lock", "before_commit", "after_commit", "before_response",
+    # The apply worker's (moderation.apply), keyed by thread id, and the graph's own node.
+    "before_resume", "in_apply_node", "after_resume", "before_record",
 )
 
 _actions: dict[str, Callable[[str], None]] = {}

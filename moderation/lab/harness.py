@@ -28,7 +28,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.history import Anomaly, Op, history_check, history_final_read
+from moderation.history import Anomaly, Op, history_check, history_final_read, history_wait_applied
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
 from moderation.models import QueueItem

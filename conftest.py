@@ -10,6 +10,14 @@ import pytest
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
 
 
+def pytest_configure(config):
+    # pytest-django has read the settings before this module ran: the environment above
+    # reaches the servers the tests start, this line the test process itself.
+    from django.conf import settings
+
+    settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
+
+
 def _postgres_pass() -> bool:
     return os.environ.get("REVIEWQUEUE_BACKEND_PASS") == "postgres"
 

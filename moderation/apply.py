@@ -59,10 +59,12 @@ def item_apply_enqueue(*, item_id: int) -> None:
     """Queue the item's apply in the caller's transaction (committed with the decision, or not at all).
 
     With ``REVIEWQUEUE_APPLY_INLINE`` (the in-process test suite, which runs no worker)
-    the same ``item_apply`` runs in this process right after the commit instead.
+    the same ``item_apply`` runs in this process after the commit instead, and, like an
+    event, only once the guard has let go of the item's lock (``events.after_commit``):
+    a reviewer of the same item never waits for its graph.
     """
     if settings.REVIEWQUEUE_APPLY_INLINE:
-        transaction.on_commit(lambda: item_apply(item_id=item_id))
+        events.after_commit(lambda: item_apply(item_id=item_id))
     else:
         item_apply_task.enqueue(item_id)
 

@@ -63,6 +63,7 @@ from django.utils import timezone
 from moderation.graphs.runtime import graph_asks_pending
 from moderation.models import (
     AskStatus, AttemptOutcome, AuditLedgerEntry, DecisionAttempt, ItemStatus, LedgerKind, QueueItem, Requested,
+    ReviewAsk,
 )
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
@@ -224,6 +225,8 @@ def audit_items_purge(*, items: QuerySet[QueueItem]) -> list[str]:
             with connection.cursor() as cursor:
                 for pk, _, _ in rows:
                     cursor.execute(f"DELETE FROM {DecisionAttempt._meta.db_table} WHERE item_id = %s", [pk])
+        # An item's asks are PROTECTed (an item with asks is never deleted by accident); purged with it here.
+        ReviewAsk.objects.filter(item_id__in=[pk for pk, _, _ in rows]).delete()
         QueueItem.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
         for _, public_id, _ in rows:
             _ledger_append(kind=LedgerKind.PURGE, item_public_id=str(public_id))

@@ -101,7 +101,7 @@ class Command(BaseCommand):
         isolation = report["isolation"]
         items = isolation["items"]
         self.stdout.write(
-            f"\nIsolation: B never resumed, next={tuple(items['B']['next'])} ({items['B']['status']}); "
+            f"\nIsolation: B never resumed, waiting on {len(items['B']['waiting_on'])} ask(s) ({items['B']['status']}); "
             f"A finished={items['A']['finished']}, C finished={items['C']['finished']} -> "
             f"{'held' if isolation['passed'] else 'FAILED'}"
         )

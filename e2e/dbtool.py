@@ -76,7 +76,7 @@ def cmd_items(args: argparse.Namespace) -> list[dict]:
 
 
 def cmd_state(args: argparse.Namespace) -> dict:
-    from moderation.graph import graph_pending_review, graph_resume_count
+    from moderation.graphs.runtime import graph_asks_pending, graph_resume_count
     from moderation.models import AttemptOutcome, QueueItem
 
     state = {}
@@ -92,8 +92,8 @@ def cmd_state(args: argparse.Namespace) -> dict:
                 for a in attempts
                 if a.outcome == AttemptOutcome.LOST
             ],
-            "resume_count": graph_resume_count(thread_id=item.thread_id),
-            "graph_paused": graph_pending_review(thread_id=item.thread_id) is not None,
+            "resume_count": graph_resume_count(name=item.graph, thread_id=item.thread_id),
+            "graph_paused": bool(graph_asks_pending(name=item.graph, thread_id=item.thread_id)),
         }
     return state
 

@@ -404,6 +404,7 @@ def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUse
     item_settled_record(item=item, ask=asks[0])
     item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
+    fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     return outcome
 

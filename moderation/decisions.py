@@ -60,7 +60,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation import events
-from moderation.apply import item_apply_enqueue, item_apply_inline
+from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
 from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
@@ -247,6 +247,7 @@ def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dic
             outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
                                      withdraw=withdraw, requested_at=requested_at)
             fault_point("after_commit", item_key=key)
+            return outcome
     except LockTimeout:
         raise ItemBusy("another reviewer is deciding this item right now; try again") from None
     except (OperationalError, InterfaceError) as exc:
@@ -255,9 +256,6 @@ def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dic
         if not _connection_lost(exc):
             raise
         raise DatabaseUnavailable(_connection_lost_message(target)) from exc
-    if outcome.won:
-        item_apply_inline(item_public_id=outcome.item_public_id)
-    return outcome
 
 
 def _decide_locked(

@@ -1,4 +1,5 @@
 import uuid
+from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -53,6 +54,39 @@ NO_NUL = ProhibitNullCharactersValidator()
 
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+
+# The queue's priority order (README, "Using the dashboard"): an item is served as if it
+# had arrived earlier by these amounts. One priority point outweighs the whole risk scale
+# (100 points, 5 h), so a submitter's priority always beats the pre-screen; within a
+# priority, a risk-100 item overtakes risk-0 items that arrived up to 5 h before it, and
+# an item that has waited longer than that gap is served first again (aging).
+RANK_PRIORITY_STEP = timedelta(hours=6)
+RANK_RISK_STEP = timedelta(minutes=3)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def queue_rank(*, priority: int, risk: int, created_at: datetime) -> int:
+    """When the item counts as having arrived, in microseconds since 1970: smallest first.
+
+    Fixed at creation: waiting time needs no rewrite, because every item ages at the same
+    rate and the order of ``created - head start`` is the order of ``waited + head start``.
+    Whole microseconds keep it exact, so equal ranks fall back to id (the older item).
+    """
+    head_start = priority * RANK_PRIORITY_STEP + risk * RANK_RISK_STEP
+    return (created_at - head_start - _EPOCH) // _MICROSECOND
+
+
+class QueueRankField(models.BigIntegerField):
+    """``queue_rank`` of its row, recomputed on every save (``bulk_create`` included), so no
+    path that writes an item's priority or risk can leave its place in the queue stale."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> int:
+        value = queue_rank(
+            priority=model_instance.priority, risk=model_instance.risk, created_at=model_instance.created_at
+        )
+        setattr(model_instance, self.attname, value)
+        return value
 
 STATUS_FOR_DECISION = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
@@ -121,6 +155,8 @@ class QueueItem(models.Model):
     idempotency_key = models.CharField(max_length=200, null=True, blank=True, editable=False, validators=[NO_NUL])
     # SHA-256 of what was submitted under the key: a retry with other content is refused.
     submission_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # After created_at, priority and risk: its pre_save reads them once they are final.
+    rank = QueueRankField(default=0, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -129,6 +165,8 @@ class QueueItem(models.Model):
             # counts and deep pages then never visit the table rows they skip.
             models.Index(fields=["status", "created_at", "id", "is_lab"], name="item_status_created_lab_idx"),
             models.Index(fields=["decided_at", "is_lab"], name="item_decided_at_lab_idx"),
+            # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
+            models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
         ]
         permissions = [("decide_item", "Can approve or reject queue items")]
         constraints = [

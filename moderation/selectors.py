@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, time
+from typing import Any
 from uuid import UUID
 
-from django.core.paginator import Page, Paginator
-from django.db.models import Prefetch, QuerySet
+from django.core import signing
+from django.db import connection
+from django.db.models import BooleanField, Prefetch, Q, QuerySet, prefetch_related_objects
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from moderation.graphs.asks import AskSpec, decisions_describe
+from moderation.graphs.registry import graph_names
 from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
 # An API item shows its asks with who decided each: one query for a whole page.
@@ -31,31 +36,232 @@ class QueueCounts:
         return {"pending": self.pending, "decided_today": self.decided_today}
 
 
-class _IdsThenRows:
-    """A queryset the paginator slices in two steps: the page's ids, then its rows.
+# The queue's orders: the sort keys a cursor walks, each ending in id so no two rows tie.
+QUEUE_ORDERS = {
+    "priority": ("rank", "id"),
+    "oldest": ("created_at", "id"),
+    "newest": ("-created_at", "-id"),
+}
+QUEUE_ORDER_DEFAULT = "priority"
+# Risk bands as the queue's legend names them: [low, high) bounds, None for open.
+RISK_BANDS = {"low": (None, 20), "medium": (20, 50), "high": (50, None)}
+_FILTER_MAX_LENGTH = {"source": 100, "flag": 200, "q": 200}
+# PostgreSQL's full-text configuration; migration 0015 indexes this very expression.
+SEARCH_CONFIG = "english"
 
-    A deep page's OFFSET then walks only the (status, created_at, id, is_lab) index,
-    which covers the id query, instead of reading every skipped row from the table.
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """What the queue page shows: an order and filters, each "" when not in use."""
+
+    order: str = QUEUE_ORDER_DEFAULT
+    source: str = ""
+    flag: str = ""
+    risk: str = ""
+    graph: str = ""
+    q: str = ""
+
+    def as_query(self) -> dict[str, str]:
+        """The query parameters that give these filters back (defaults left out)."""
+        values = {"order": "" if self.order == QUEUE_ORDER_DEFAULT else self.order, "source": self.source,
+                  "flag": self.flag, "risk": self.risk, "graph": self.graph, "q": self.q}
+        return {name: value for name, value in values.items() if value}
+
+    @property
+    def narrowed(self) -> bool:
+        return any((self.source, self.flag, self.risk, self.graph, self.q))
+
+
+def queue_filters_read(*, params: Mapping[str, str]) -> tuple[QueueFilters, list[str]]:
+    """The page's order and filters from its query string, and what was wrong with it.
+
+    A bad value never narrows the queue: any bad filter drops them all (the moderator
+    sees the whole queue and a message naming each bad value, not a subset that looks
+    complete); a bad order falls back to the default one.
     """
+    problems = []
+    order = params.get("order") or QUEUE_ORDER_DEFAULT
+    if order not in QUEUE_ORDERS:
+        problems.append(f"Unknown order “{order}”: use one of {', '.join(QUEUE_ORDERS)}. Showing the priority order.")
+        order = QUEUE_ORDER_DEFAULT
+    values = {name: (params.get(name) or "").strip() for name in ("source", "flag", "risk", "graph", "q")}
+    bad = []
+    for name, limit in _FILTER_MAX_LENGTH.items():
+        if "\x00" in values[name] or len(values[name]) > limit:
+            bad.append(f"{name} must be at most {limit} characters of text")
+    if values["risk"] and values["risk"] not in RISK_BANDS:
+        bad.append(f"risk must be one of {', '.join(RISK_BANDS)}, not “{values['risk']}”")
+    if values["graph"] and values["graph"] not in graph_names():
+        bad.append(f"graph must be one of {', '.join(graph_names())}, not “{values['graph']}”")
+    if bad:
+        problems.append(f"Filters not applied: {'; '.join(bad)}. Showing the whole queue.")
+        return QueueFilters(order=order), problems
+    return QueueFilters(order=order, **values), problems
 
-    def __init__(self, items: QuerySet[QueueItem]) -> None:
-        self.items = items
 
-    def count(self) -> int:
-        return self.items.count()
-
-    def __getitem__(self, window: slice) -> list[QueueItem]:
-        ids = list(self.items.values_list("id", flat=True)[window])
-        # The open asks ride along: the queue names the actions each item asks about.
-        open_asks = Prefetch("asks", queryset=ReviewAsk.objects.filter(status=AskStatus.PENDING), to_attr="open_asks")
-        rows = QueueItem.objects.prefetch_related(open_asks).in_bulk(ids)
-        return [rows[i] for i in ids if i in rows]
+class QueueCursorInvalid(ValueError):
+    """A page link that was not made by this server for this order."""
 
 
-def queue_pending(*, page: int | str | None, per_page: int) -> Page:
-    """Pending items, oldest first. Ordering by an indexed (created_at, id) keeps it stable."""
-    items = _queue_items().filter(status=ItemStatus.PENDING).order_by("created_at", "id")
-    return Paginator(_IdsThenRows(items), per_page).get_page(page)
+@dataclass(frozen=True)
+class QueueCursor:
+    """Where a page starts: after (``forward``) or before a row's sort key."""
+
+    order: str
+    forward: bool
+    key: tuple[Any, int]
+
+
+_CURSOR_SALT = "moderation.queue.cursor"
+
+
+def _cursor_make(*, order: str, forward: bool, item: QueueItem) -> str:
+    first = QUEUE_ORDERS[order][0].lstrip("-")
+    value = getattr(item, first)
+    key = [value.isoformat() if isinstance(value, datetime) else value, item.id]
+    return signing.dumps({"o": order, "f": forward, "k": key}, salt=_CURSOR_SALT)
+
+
+def queue_cursor_read(*, token: str | None, order: str) -> QueueCursor | None:
+    """The cursor a page link carries; None for the first page.
+
+    Signed, so a page can only start at a key this server handed out; a cursor that
+    fails the signature or was made for another order raises ``QueueCursorInvalid``.
+    """
+    if not token:
+        return None
+    try:
+        data = signing.loads(token, salt=_CURSOR_SALT)
+        first, item_id = data["k"]
+        if data["o"] != order or not isinstance(data["f"], bool) or type(item_id) is not int:
+            raise ValueError
+        if order == "priority":
+            if type(first) is not int:
+                raise ValueError
+            key: tuple[Any, int] = (first, item_id)
+        else:
+            when = datetime.fromisoformat(first)
+            if when.tzinfo is None:
+                raise ValueError
+            key = (when, item_id)
+    except (signing.BadSignature, KeyError, TypeError, ValueError):
+        raise QueueCursorInvalid("That page link is out of date or damaged: showing the first page.") from None
+    return QueueCursor(order=order, forward=data["f"], key=key)
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    """One page of the queue, with cursors to its neighbours (None where there is none)."""
+
+    object_list: list[QueueItem]
+    next_cursor: str | None
+    previous_cursor: str | None
+
+
+def _has_flag(items: QuerySet[QueueItem], flag: str) -> QuerySet[QueueItem]:
+    if connection.vendor == "postgresql":
+        return items.filter(flags__contains=[flag])
+    # SQLite has no JSON containment lookup: look for the flag among the list's elements.
+    table = QueueItem._meta.db_table
+    in_list = RawSQL(f'EXISTS (SELECT 1 FROM json_each("{table}"."flags") WHERE json_each.value = %s)', [flag],
+                     output_field=BooleanField())
+    return items.filter(in_list)
+
+
+def _matching(items: QuerySet[QueueItem], q: str) -> QuerySet[QueueItem]:
+    if connection.vendor == "postgresql":
+        from django.contrib.postgres.search import SearchQuery, SearchVector
+
+        return items.alias(document=SearchVector("title", "body", config=SEARCH_CONFIG)).filter(
+            document=SearchQuery(q, config=SEARCH_CONFIG, search_type="websearch")
+        )
+    return items.filter(Q(title__icontains=q) | Q(body__icontains=q))
+
+
+def _queue_filtered(filters: QueueFilters) -> QuerySet[QueueItem]:
+    items = _queue_items().filter(status=ItemStatus.PENDING)
+    if filters.source:
+        items = items.filter(source=filters.source)
+    if filters.flag:
+        items = _has_flag(items, filters.flag)
+    if filters.risk:
+        low, high = RISK_BANDS[filters.risk]
+        items = items.filter(**({"risk__gte": low} if low is not None else {}), **({"risk__lt": high} if high is not None else {}))
+    if filters.graph:
+        items = items.filter(graph=filters.graph)
+    if filters.q:
+        items = _matching(items, filters.q)
+    return items
+
+
+def _key(order: str, item: QueueItem) -> tuple[Any, int]:
+    return getattr(item, QUEUE_ORDERS[order][0].lstrip("-")), item.id
+
+
+def _beyond(order: str, key: tuple[Any, int], *, forward: bool, inclusive: bool = False) -> Q:
+    """Rows after ``key`` in ``order`` (before it when not ``forward``; the key's own row too when ``inclusive``).
+
+    Spelled as ``first >= k AND (first > k OR id > i)`` rather than only the OR, so the
+    index range starts at the key on both backends.
+    """
+    first = QUEUE_ORDERS[order][0]
+    ascending = not first.startswith("-") if forward else first.startswith("-")
+    column, value, item_id = first.lstrip("-"), key[0], key[1]
+    later, at_least = ("gt", "gte") if ascending else ("lt", "lte")
+    return Q(**{f"{column}__{at_least}": value}) & (
+        Q(**{f"{column}__{later}": value}) | Q(**{f"id__{at_least if inclusive else later}": item_id})
+    )
+
+
+def _reversed(fields: tuple[str, str]) -> list[str]:
+    return [name[1:] if name.startswith("-") else f"-{name}" for name in fields]
+
+
+def queue_pending(*, filters: QueueFilters, cursor: QueueCursor | None, per_page: int) -> QueuePage:
+    """A page of pending items in ``filters.order`` starting at ``cursor`` (None: the first page).
+
+    Keyset, not OFFSET: a page reads its own rows from the order's index, whatever its
+    depth, in at most three queries (the page, whether there is one beyond it, its open
+    asks) and without counting anything. Items decided or added between page loads
+    shift no page boundary, so paging on never repeats or skips a row still pending.
+    """
+    order = filters.order
+    items = _queue_filtered(filters)
+    ahead = items.order_by(*QUEUE_ORDERS[order])
+    behind = items.order_by(*_reversed(QUEUE_ORDERS[order]))
+    if cursor is None:
+        rows = list(ahead[: per_page + 1])
+        has_before, has_after = False, len(rows) > per_page
+    elif cursor.forward:
+        rows = list(ahead.filter(_beyond(order, cursor.key, forward=True))[: per_page + 1])
+        if rows:
+            has_after = len(rows) > per_page
+            has_before = items.filter(_beyond(order, _key(order, rows[0]), forward=False)).exists()
+        else:
+            # Everything after the cursor was decided meanwhile: the page that ends where the last one did.
+            back = list(behind.filter(_beyond(order, cursor.key, forward=False, inclusive=True))[: per_page + 1])
+            has_before, has_after = len(back) > per_page, False
+            rows = back[:per_page][::-1]
+    else:
+        back = list(behind.filter(_beyond(order, cursor.key, forward=False))[: per_page + 1])
+        if len(back) > per_page:
+            rows = back[:per_page][::-1]
+            has_before = True
+            has_after = items.filter(_beyond(order, _key(order, rows[-1]), forward=True)).exists()
+        else:
+            # Back at the start: the first page, full, rather than only what was left before the cursor.
+            rows = list(ahead[: per_page + 1])
+            has_before, has_after = False, len(rows) > per_page
+    rows = rows[:per_page]
+    # The open asks ride along: the queue names the actions each item asks about.
+    prefetch_related_objects(
+        rows, Prefetch("asks", queryset=ReviewAsk.objects.filter(status=AskStatus.PENDING), to_attr="open_asks")
+    )
+    return QueuePage(
+        object_list=rows,
+        next_cursor=_cursor_make(order=order, forward=True, item=rows[-1]) if rows and has_after else None,
+        previous_cursor=_cursor_make(order=order, forward=False, item=rows[0]) if rows and has_before else None,
+    )
 
 
 def queue_counts(*, now: datetime | None = None, pending: int | None = None) -> QueueCounts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from moderation.decision_forms import FormInvalid, ask_forms_build, form_decisio
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskSpec
+from moderation.graphs.registry import graph_names
 from moderation.health import health_redact, health_report
 from moderation.live import (
     CLOSE_FORBIDDEN,
@@ -31,6 +33,9 @@ from moderation.live import (
 from moderation.permissions import user_can_decide
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import (
+    QUEUE_ORDERS,
+    RISK_BANDS,
+    QueueCursorInvalid,
     item_ask_get,
     item_asks_open,
     item_asks_settled,
@@ -38,19 +43,35 @@ from moderation.selectors import (
     items_needing_attention,
     items_recently_decided,
     queue_counts,
+    queue_cursor_read,
+    queue_filters_read,
     queue_pending,
 )
 
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    page = queue_pending(page=request.GET.get("page"), per_page=settings.QUEUE_PAGE_SIZE)
+    filters, problems = queue_filters_read(params=request.GET)
+    try:
+        cursor = queue_cursor_read(token=request.GET.get("cursor"), order=filters.order)
+    except QueueCursorInvalid as exc:
+        problems.append(str(exc))
+        cursor = None
+    page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE)
+    query = filters.as_query()
     return render(
         request,
         "moderation/queue.html",
         {
             "page": page,
-            "counts": queue_counts(pending=page.paginator.count),
+            "filters": filters,
+            "problems": problems,
+            "next_query": urlencode({**query, "cursor": page.next_cursor}) if page.next_cursor else None,
+            "previous_query": urlencode({**query, "cursor": page.previous_cursor}) if page.previous_cursor else None,
+            "orders": list(QUEUE_ORDERS),
+            "risk_bands": list(RISK_BANDS),
+            "graphs": graph_names(),
+            "counts": queue_counts(),
             "recent": items_recently_decided(limit=5),
             "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),

@@ -17,7 +17,7 @@ from moderation.lab import store
 from moderation.checkpointer import checkpointer_target
 from moderation.decisions import item_decide
 from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
-from moderation.selectors import queue_counts, queue_pending
+from moderation.selectors import QueueFilters, queue_counts, queue_pending
 
 RESULT_KEYS = {
     "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes", "errors",
@@ -138,7 +138,7 @@ def test_a_lab_run_leaves_every_other_row_as_it_was(make_item, make_moderator, m
     sso_viewer.set_unusable_password()  # say, an account that logs in through single sign-on
     sso_viewer.save()
     assert queue_counts().pending == 2 and queue_counts().decided_today == 1
-    assert pending.pk in {item.pk for item in queue_pending(page=1, per_page=25)}
+    assert pending.pk in {item.pk for item in queue_pending(filters=QueueFilters(), cursor=None, per_page=25).object_list}
     before = _rows_snapshot()
     ledger_before = list(AuditLedgerEntry.objects.values())
 

@@ -9,6 +9,9 @@ import pytest
 # and tools tests start (they inherit this environment); in-process, _apply_inline below
 # (Django's settings are read before this file). Tests of the worker turn it off.
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
+# Most tests reject without a reason code; the ones about reasons turn this back on
+# (in-process: _reject_reason_optional below; servers: their extra_env).
+os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
 
 
 def _postgres_pass() -> bool:
@@ -32,6 +35,11 @@ def _postgres_reachable() -> str | None:
 @pytest.fixture(autouse=True)
 def _apply_inline(settings):
     settings.REVIEWQUEUE_APPLY_INLINE = True
+
+
+@pytest.fixture(autouse=True)
+def _reject_reason_optional(settings):
+    settings.REJECT_REASON_REQUIRED = False
 
 
 @pytest.fixture(autouse=True)

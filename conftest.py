@@ -5,13 +5,21 @@ import os
 import pytest
 
 # The suite runs no task worker unless a test starts one: decisions are applied in the
-# deciding process once the guard's locks are released (moderation.apply). For the servers
-# and tools tests start (they inherit this environment); in-process, _apply_inline below
-# (Django's settings are read before this file). Tests of the worker turn it off.
+# deciding process once the guard's locks are released (moderation.apply). Tests of the
+# worker turn it off.
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
-# Most tests reject without a reason code; the ones about reasons turn this back on
-# (in-process: _reject_reason_optional below; servers: their extra_env).
+# Most tests reject without a reason code; the tests of reasons turn this back on
+# (in-process with the settings fixture, for a server in its extra_env).
 os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
+
+
+def pytest_configure(config):
+    # pytest-django has read the settings before this module ran: the environment above
+    # reaches the servers the tests start, this line the test process itself.
+    from django.conf import settings
+
+    settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
+    settings.REJECT_REASON_REQUIRED = os.environ["REJECT_REASON_REQUIRED"].lower() in {"1", "true", "yes", "on"}
 
 
 def _postgres_pass() -> bool:
@@ -30,16 +38,6 @@ def _postgres_reachable() -> str | None:
     except psycopg.Error as exc:
         return str(exc).strip()
     return None
-
-
-@pytest.fixture(autouse=True)
-def _apply_inline(settings):
-    settings.REVIEWQUEUE_APPLY_INLINE = True
-
-
-@pytest.fixture(autouse=True)
-def _reject_reason_optional(settings):
-    settings.REJECT_REASON_REQUIRED = False
 
 
 @pytest.fixture(autouse=True)

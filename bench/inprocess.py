@@ -28,7 +28,7 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
     Returns the metrics and the public ids of every item created (reused by later benches).
     """
     from moderation import items as items_module
-    from moderation.graph import graph_start
+    from moderation.graphs.runtime import graph_start
 
     created: list[str] = []
 
@@ -36,7 +36,8 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
     n, start = 0, time.perf_counter()
     while n < cap and time.perf_counter() - start < seconds:
         thread = f"bench-bare-{uuid.uuid4()}"
-        graph_start(thread_id=thread, item_id=thread, title=_title(n), body=WATCH_TEXT, source="bench")
+        graph_start(name="moderation", thread_id=thread,
+                    state={"item_id": thread, "title": _title(n), "body": WATCH_TEXT, "source": "bench"})
         n += 1
     bare_rate = n / (time.perf_counter() - start)
     log(f"ingest: bare graph start {bare_rate:.0f}/s ({n})")
@@ -269,26 +270,32 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
-    payload = json.dumps({"item_id": "bulk", "title": "bulk item", "excerpt": WATCH_TEXT, "source": "bench-bulk",
-                          "flags": ["1 link", "excessive punctuation", "watch words: click here, free money"], "risk": 45,
-                          "allowed_decisions": ["approve", "reject"]})
+    flags = ["1 link", "excessive punctuation", "watch words: click here, free money"]
+    payload = json.dumps({
+        "kind": "batched",
+        "action_requests": [{"name": "publish", "description": "Publish this post?", "args": {
+            "title": "bulk item", "excerpt": WATCH_TEXT, "source": "bench-bulk", "flags": flags, "risk": 45}}],
+        "review_configs": [{"action_name": "publish", "allowed_decisions": ["approve", "reject"]}],
+    })
     columns = ("public_id, title, body, source, created_at, status, decided_by_id, decided_at, decision_note, thread_id, "
-               "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest")
+               "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest, "
+               "graph, graph_input, risk, flags, apply_state, applied_result")
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"INSERT INTO moderation_queueitem ({columns}) SELECT gen_random_uuid(), 'bulk item ' || x, %s, 'bench-bulk', "
                 "%s + x * interval '1 millisecond', 'pending', NULL, NULL, '', 'bench-fake-' || x, %s::jsonb, '', 0, '', "
-                "false, '{}'::jsonb, 0, '' "
+                "false, '{}'::jsonb, 0, '', 'moderation', '{}'::jsonb, 45, %s::jsonb, '', '{}'::jsonb "
                 "FROM generate_series(0, %s - 1) AS x",
-                [WATCH_TEXT, timezone.now(), payload, rows],
+                [WATCH_TEXT, timezone.now(), payload, json.dumps(flags), rows],
             )
         else:
             cursor.execute(
                 f"WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n WHERE x < %s - 1) "
                 f"INSERT INTO moderation_queueitem ({columns}) SELECT lower(hex(randomblob(16))), 'bulk item ' || x, %s, "
-                "'bench-bulk', %s, 'pending', NULL, NULL, '', 'bench-fake-' || x, %s, '', 0, '', 0, '{}', 0, '' FROM n",
-                [rows, WATCH_TEXT, connection.ops.adapt_datetimefield_value(timezone.now()), payload],
+                "'bench-bulk', %s, 'pending', NULL, NULL, '', 'bench-fake-' || x, %s, '', 0, '', 0, '{}', 0, '', "
+                "'moderation', '{}', 45, %s, '', '{}' FROM n",
+                [rows, WATCH_TEXT, connection.ops.adapt_datetimefield_value(timezone.now()), payload, json.dumps(flags)],
             )
             cursor.execute("ANALYZE")
     if connection.vendor == "postgresql":

@@ -47,6 +47,10 @@ def _base_env(workdir: Path) -> dict[str, str]:
         ALLOWED_HOSTS="127.0.0.1,localhost",
         SECURE_SSL_REDIRECT="false",
         REVIEWQUEUE_VAR_DIR=str(workdir),
+        # The servers leave the graph's work to the task worker, as in production.
+        REVIEWQUEUE_APPLY_INLINE="",
+        # The example agent's refund tool stands for a payment provider's latency (bench 11).
+        REFUND_AGENT_TOOL_SECONDS="0.5",
     )
     return env
 

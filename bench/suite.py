@@ -2,7 +2,12 @@
 
 Started by ``bench.run`` with the database, the layer and the server count in the
 environment; writes one JSON file. Order matters: the servers' benches run before the
-queue-page bench fills the table with 100,000 rows.
+queue-page bench fills the table with 100,000 rows, and the HTTP benches 1, 4 and 7
+run before the task worker starts (they measure the request path alone).
+
+The servers and the worker run as in production (the worker applies decisions). In
+this process the benches 2 and 3 apply inline: the naive strategy they compare with
+resumes the graph in the call, so the guard does too.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
     from django.db import connections
+    from django.test import override_settings
 
     from bench.api import bench_api
+    from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Servers, log, machine_info, moderators_login
     from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_page, items_make
     from bench.served import bench_served
@@ -53,13 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{args.backend}: creating {need - len(pool)} more pending items for the decision benches")
         pool += items_make(need - len(pool))
 
-    log(f"{args.backend}: 2. guard overhead")
-    quiet, guard = bench_guard_overhead(items=pool, reviewer=users[8], pairs=max(20, int(80 * s)))
-    metrics += [guard, quiet]
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=True):
+        log(f"{args.backend}: 2. guard overhead")
+        quiet, guard = bench_guard_overhead(items=pool, reviewer=users[8], pairs=max(20, int(80 * s)))
+        metrics += [guard, quiet]
 
-    log(f"{args.backend}: 3. isolation")
-    metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 3 * s))
+        log(f"{args.backend}: 3. isolation")
+        metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 3 * s))
 
+    agent_count, applied_count = max(30, int(100 * s)), max(100, int(300 * s))
     more = int(700 * s) + 200 - len(pool)
     if more > 0:
         log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
@@ -70,6 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
     try:
         metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s), process_note=note)
+        log(f"{args.backend}: 11, 12. one task worker applying decisions")
+        servers.live[0].worker_start(interval=0.05)
+        backlog_drain(timeout=120)
+        need = agent_count + applied_count + 10  # and a few for warm-up and the one-at-a-time contrast
+        if len(pool) < need:
+            log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
+            pool += items_make(need - len(pool))
+        metrics += bench_agent_response(servers, logins, pool, count=agent_count, rate=4.0)
+        metrics += bench_applied_rate(servers, logins, pool, count=applied_count)
         log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
         metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
     finally:

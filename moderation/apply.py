@@ -61,18 +61,14 @@ def item_apply_enqueue(*, item_id: int) -> None:
     """Queue the item's apply in the caller's transaction (committed with the decision, or not at all).
 
     With ``REVIEWQUEUE_APPLY_INLINE`` (the in-process test suite, which runs no worker)
-    nothing is queued: the guard calls ``item_apply_inline`` once its locks are released.
+    the same ``item_apply`` runs in this process after the commit instead, and, like an
+    event, only once the guard has let go of the item's lock (``events.after_commit``):
+    a reviewer of the same item never waits for its graph.
     """
-    if not settings.REVIEWQUEUE_APPLY_INLINE:
-        item_apply_task.enqueue(item_id)
-
-
-def item_apply_inline(*, item_public_id: str) -> None:
-    """``REVIEWQUEUE_APPLY_INLINE``: apply a decision in the deciding process, after the guard's locks."""
     if settings.REVIEWQUEUE_APPLY_INLINE:
-        item_id = QueueItem.objects.filter(public_id=item_public_id).values_list("pk", flat=True).first()
-        if item_id is not None:
-            item_apply(item_id=item_id)
+        events.after_commit(lambda: item_apply(item_id=item_id))
+    else:
+        item_apply_task.enqueue(item_id)
 
 
 def item_apply(*, item_id: int, retry_failed: bool = False) -> str:

@@ -61,7 +61,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, ReviewAsk
+from moderation.models import (
+    AskStatus, AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, Requested,
+    ReviewAsk,
+)
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -358,8 +361,15 @@ def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator
     by_ask: dict[int | None, list[DecisionAttempt]] = defaultdict(list)
     for entry in won:
         by_ask[entry.ask_id].append(entry)
+    # One withdrawal settles every open ask with one entry (logged on the first of them):
+    # each withdrawn ask must match it by who and when; its rejections are derived, not logged.
+    withdrawals = [entry for entry in won if entry.requested == Requested.WITHDRAW]
     for pk, ask in asks.items():
         entries = by_ask.get(pk, [])
+        if ask.status == AskStatus.WITHDRAWN:
+            if len(withdrawals) != 1 or (ask.decided_by_id, ask.decided_at) != (withdrawals[0].winner_id, withdrawals[0].winner_decided_at):
+                yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is withdrawn but its log has no matching withdrawal")
+            continue
         if ask.is_pending:
             if entries:
                 yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is pending but its log has a winning entry")

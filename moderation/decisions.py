@@ -60,7 +60,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation import events
-from moderation.apply import item_apply_enqueue, item_apply_inline
+from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
 from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
@@ -265,6 +265,7 @@ def _guarded(
             outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
                                      withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin)
             fault_point("after_commit", item_key=key)
+            return outcome
     except LockTimeout:
         raise ItemBusy("another reviewer is deciding this item right now; try again") from None
     except (OperationalError, InterfaceError) as exc:
@@ -273,9 +274,6 @@ def _guarded(
         if not _connection_lost(exc):
             raise
         raise DatabaseUnavailable(_connection_lost_message(target)) from exc
-    if outcome.won:
-        item_apply_inline(item_public_id=outcome.item_public_id)
-    return outcome
 
 
 def _decide_locked(
@@ -430,6 +428,7 @@ def _withdraw_win(
     item_settled_record(item=item, ask=asks[0])
     item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
+    fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     return outcome
 

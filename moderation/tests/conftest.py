@@ -44,3 +44,20 @@ def alice(make_moderator):
 @pytest.fixture
 def bob(make_moderator):
     return make_moderator("bob")
+
+
+@pytest.fixture
+def test_graphs(settings):
+    """The small asking graphs of moderation.tests.graphs_support, registered for this test."""
+    from moderation.tests.graphs_support import TEST_GRAPHS
+
+    settings.REVIEWQUEUE_GRAPHS = dict(TEST_GRAPHS)
+    return TEST_GRAPHS
+
+
+@pytest.fixture
+def make_asking_item(db, test_graphs):
+    def make(graph: str = "t_hitl", title: str = "An agent's action"):
+        return item_create(title=title, body="The agent wants to act.", source="agent", graph=graph)
+
+    return make

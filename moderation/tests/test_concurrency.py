@@ -13,9 +13,9 @@ from django.db import connection
 
 from moderation.decisions import item_decide
 from moderation.faults import fault_inject
-from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.lab.harness import race_processes, race_threads
 from moderation.models import ItemStatus, QueueItem
+from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
 
 pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=True)]
@@ -31,6 +31,7 @@ def test_threads_exactly_one_winner_per_item(make_moderator, make_item, reviewer
     items = _items(make_item, n_items)
     report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0)
     guard_held_assert(report, items=items, reviewers=reviewers)
+    assert sum(item_forks(item) for item in QueueItem.objects.filter(public_id__in=items)) == 0
 
 
 def test_processes_exactly_one_winner_per_item(make_moderator, make_item):
@@ -50,6 +51,7 @@ def test_negative_control_naive_check_then_act_loses_decisions(make_moderator, m
     assert report.lost_decisions >= 1
     assert report.false_successes >= 1
     assert report.double_resumes >= 1
+    assert sum(item_forks(item) for item in QueueItem.objects.filter(public_id__in=items)) >= 1
 
 
 def test_negative_control_naive_across_processes(make_moderator, make_item):
@@ -64,7 +66,7 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
     if point == "after_row_lock" and connection.vendor == "sqlite":
         pytest.skip(
             "SQLite has one writer per database: a stall inside the write transaction holds every item, "
-            "which is why the guard keeps that window to the graph resume (PostgreSQL locks one row)"
+            "which is why the graph runs after the commit, outside it (PostgreSQL locks one row)"
         )
     slow_user, fast_user = make_moderator(), make_moderator()
     slow_item = make_item(title="X")
@@ -96,14 +98,52 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
     assert QueueItem.objects.get(pk=slow_item.pk).status == ItemStatus.APPROVED
 
 
+def test_a_slow_graph_after_a_decision_holds_no_reviewer(make_moderator, make_item):
+    """The graph runs after the commit, under the thread's resume lock only: while one item's
+    graph is stuck in its apply node, every other item, and a late reviewer of the same
+    item, gets an answer at once (on SQLite too: no write transaction is open)."""
+    slow_user, late_user, fast_user = make_moderator(), make_moderator(), make_moderator()
+    slow_item = make_item(title="X")
+    others = [make_item(title=f"other {i}") for i in range(4)]
+    stall_seconds = 4.0
+    inside = threading.Event()
+
+    def stall(key):
+        if key == str(slow_item.public_id):
+            inside.set()
+            time.sleep(stall_seconds)
+
+    with fault_inject("in_apply_node", stall):
+        slow = threading.Thread(
+            target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
+        )
+        slow.start()
+        assert inside.wait(5)
+        start = time.monotonic()
+        late = item_decide(item_public_id=slow_item.public_id, reviewer=late_user, decision="reject")
+        for item in others:
+            assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
+        others_took = time.monotonic() - start
+        still_applying = slow.is_alive()
+        slow.join()
+    assert not late.won and late.winner == slow_user.username and late.applying
+    assert still_applying, "the slow graph should still be running while the others were decided"
+    assert others_took < stall_seconds * 0.75
+    slow_item.refresh_from_db()
+    assert slow_item.status == ItemStatus.APPROVED and slow_item.applied_result["state"] == "finished"
+    assert item_resumes(slow_item) == 1
+
+
 def test_undecided_item_stays_paused_and_blocks_nothing(alice, make_item):
     a, b, c = make_item(title="A"), make_item(title="B"), make_item(title="C")
     assert item_decide(item_public_id=a.public_id, reviewer=alice, decision="approve").won
     assert item_decide(item_public_id=c.public_id, reviewer=alice, decision="reject").won
     b.refresh_from_db()
     assert b.status == ItemStatus.PENDING
-    assert graph_pending_review(thread_id=b.thread_id)["title"] == "B"
-    assert graph_resume_count(thread_id=b.thread_id) == 0
+    assert item_waiting_on(b) == [b.asks.get().interrupt_id]
+    assert b.asks.get().payload["action_requests"][0]["args"]["title"] == "B"
+    assert item_resumes(b) == 0
+    assert item_resumes(a) == item_resumes(c) == 1
     assert item_decide(item_public_id=b.public_id, reviewer=alice, decision="approve").won
 
 

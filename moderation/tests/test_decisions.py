@@ -14,35 +14,65 @@ from moderation.decisions import (
     item_decide,
 )
 from moderation.faults import fault_inject
-from moderation.graph import graph_pending_review, graph_resume, graph_resume_count
-from moderation.models import AppendOnlyError, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.graphs.runtime import graph_resume, graph_values
+from moderation.models import (
+    AppendOnlyError, ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk,
+)
+from moderation.tests.graphs_support import item_resumes, item_waiting_on
 
 
 def _snapshot():
     return (
-        list(QueueItem.objects.values_list("public_id", "status", "decided_by", "decided_at", "decision_note")),
+        list(QueueItem.objects.values_list("public_id", "status", "decided_by", "decided_at", "decision_note", "apply_state")),
+        list(ReviewAsk.objects.values_list("pk", "status", "decisions", "decided_by", "decided_at", "applied_at")),
         DecisionAttempt.objects.count(),
     )
 
 
+def _waiting(item) -> bool:
+    """The item's graph is still paused at its (one) ask, never resumed."""
+    return item_waiting_on(item) == [item.asks.get().interrupt_id]
+
+
 @pytest.mark.django_db
-def test_winner_decides_item_resumes_graph_and_records_attempt(alice, make_item):
+def test_winner_decides_the_ask_and_the_apply_resumes_the_graph_once(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve", note="fine")
+    [ask] = item.asks.all()
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve", note="fine")
     assert outcome.won and outcome.winner == "alice" and outcome.winner_status == "approved"
+    assert outcome.ask == ask.interrupt_id and outcome.what == "approved publish"
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.APPROVED, alice, "fine")
-    assert graph_pending_review(thread_id=item.thread_id) is None
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    ask.refresh_from_db()
+    assert (ask.status, ask.decisions, ask.decided_by, ask.note) == (AskStatus.DECIDED, [{"type": "approve"}], alice, "fine")
+    assert ask.applied_at is not None
+    assert item_waiting_on(item) == [] and item_resumes(item) == 1
+    assert item.apply_state == ApplyState.IDLE
+    assert item.applied_result == {"state": "finished", "result": graph_values(name="moderation", thread_id=item.thread_id)["result"]}
+    assert item.applied_result["result"]["status"] == "approved" and item.applied_result["result"]["reviewer"] == "alice"
     attempt = DecisionAttempt.objects.get(item=item, seq=outcome.attempt_seq)
-    assert (attempt.outcome, attempt.winner, attempt.requested) == (AttemptOutcome.WON, alice, "approve")
+    assert (attempt.outcome, attempt.winner, attempt.requested, attempt.ask) == (AttemptOutcome.WON, alice, "approve", ask)
+    assert attempt.decisions == [{"type": "approve"}]
 
 
 @pytest.mark.django_db
-def test_loser_is_told_who_won_and_nothing_of_theirs_is_applied(alice, bob, make_item):
+def test_the_guard_records_and_queues_but_never_resumes_in_the_request(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    lost = item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject", note="spam")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
+    item.refresh_from_db()
+    assert (item.status, item.apply_state) == (ItemStatus.APPROVED, ApplyState.APPLYING)
+    assert item.asks.get().applied_at is None
+    assert _waiting(item) and item_resumes(item) == 0
+
+
+@pytest.mark.django_db
+def test_loser_is_told_who_won_and_nothing_of_theirs_is_applied(alice, bob, make_item, django_capture_on_commit_callbacks):
+    item = make_item()
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+        lost = item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject", note="spam")
     assert not lost.won
     assert (lost.winner, lost.winner_status, lost.requested) == ("alice", "approved", "reject")
     assert lost.message(now=lost.decided_at + timezone.timedelta(seconds=3)) == (
@@ -50,11 +80,14 @@ def test_loser_is_told_who_won_and_nothing_of_theirs_is_applied(alice, bob, make
     )
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.APPROVED, alice, "")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item.asks.get().decisions == [{"type": "approve"}]
+    assert item_resumes(item) == 1
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["reviewer"] == "alice"
     attempt = DecisionAttempt.objects.get(item=item, seq=lost.attempt_seq)
     assert (attempt.outcome, attempt.reviewer, attempt.winner, attempt.winner_status) == (
         AttemptOutcome.LOST, bob, alice, "approved"
     )
+    assert attempt.decisions == [{"type": "reject", "message": "spam"}]
 
 
 @pytest.mark.django_db
@@ -65,7 +98,7 @@ def test_invalid_decision_changes_nothing(alice, make_item, decision):
     with pytest.raises(InvalidDecision):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision=decision)
     assert _snapshot() == before
-    assert graph_pending_review(thread_id=item.thread_id) is not None
+    assert _waiting(item)
 
 
 @pytest.mark.django_db
@@ -85,6 +118,29 @@ def test_non_moderator_cannot_decide(make_viewer, make_item):
     before = _snapshot()
     with pytest.raises(NotAModerator):
         item_decide(item_public_id=item.public_id, reviewer=make_viewer(), decision="approve")
+    assert _snapshot() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("decision", ["approve", None])
+def test_a_nul_in_the_note_is_refused_before_anything_is_locked(alice, make_item, decision):
+    item = make_item()
+    before = _snapshot()
+    touched = []
+    decisions = None if decision else [{"type": "reject", "message": "spam\x00"}]
+    note = "bad\x00note" if decision else ""
+    with fault_inject("after_item_lock", touched.append), pytest.raises(InvalidDecision, match="NUL") as refused:
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision=decision, decisions=decisions, note=note)
+    assert refused.value.field == ("note" if decision else "decisions[0].message")
+    assert touched == [] and _snapshot() == before and _waiting(item)
+
+
+@pytest.mark.django_db
+def test_unknown_ask_is_not_found_and_changes_nothing(alice, make_item):
+    item = make_item()
+    before = _snapshot()
+    with pytest.raises(ItemNotFound, match="has no ask"):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve", ask="not-an-interrupt")
     assert _snapshot() == before
 
 
@@ -123,57 +179,61 @@ def test_reviewer_waiting_past_the_bound_gets_busy_and_changes_nothing(alice, bo
 
 
 @pytest.mark.django_db
-def test_graph_failure_rolls_back_and_leaves_item_pending(alice, make_item):
+def test_failure_under_the_row_lock_rolls_everything_back(alice, make_item):
     item = make_item()
 
     def explode(key):
-        raise RuntimeError("checkpointer went away")
+        raise RuntimeError("database went away")
 
     before = _snapshot()
     with fault_inject("after_row_lock", explode), pytest.raises(RuntimeError):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert _snapshot() == before
-    assert graph_pending_review(thread_id=item.thread_id) is not None
+    assert _waiting(item)
 
 
 @pytest.mark.django_db
-def test_commit_lost_after_resume_is_reconciled_from_the_graph(alice, bob, make_item):
-    """Resume succeeded, commit failed: the next guarded look adopts the graph's decision."""
+def test_commit_lost_decides_nothing_and_the_next_reviewer_wins(alice, bob, make_item, django_capture_on_commit_callbacks):
+    """The graph is resumed only after a commit: a lost commit leaves nothing to adopt."""
     item = make_item()
 
     def crash(key):
         raise ConnectionError("database connection dropped")
 
-    with fault_inject("before_commit", crash), pytest.raises(ConnectionError):
-        item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
-    item.refresh_from_db()
-    assert item.status == ItemStatus.PENDING and graph_pending_review(thread_id=item.thread_id) is None
+    before = _snapshot()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with fault_inject("before_commit", crash), pytest.raises(ConnectionError):
+            item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
+    assert callbacks == [] and _snapshot() == before
+    assert _waiting(item) and item_resumes(item) == 0
 
-    lost = item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
-    assert not lost.won and lost.winner == "alice" and lost.winner_status == "rejected"
+    with django_capture_on_commit_callbacks(execute=True):
+        won = item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    assert won.won and won.winner == "bob"
     item.refresh_from_db()
-    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.REJECTED, alice, "dup")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
-    adopted = DecisionAttempt.objects.get(item=item, outcome=AttemptOutcome.WON)
-    assert adopted.reviewer == alice and "adopted" in adopted.detail
+    assert (item.status, item.decided_by) == (ItemStatus.APPROVED, bob)
+    assert item_resumes(item) == 1
+    assert [a.reviewer for a in DecisionAttempt.objects.filter(item=item)] == [bob]
 
 
 @pytest.mark.django_db
-def test_pending_item_whose_graph_vanished_needs_attention(alice, bob, make_item):
+def test_needs_attention_item_refuses_decisions_and_records_them(alice, bob, make_item):
     item = make_item()
-    QueueItem.objects.filter(pk=item.pk).update(thread_id=f"missing-{uuid.uuid4()}")
+    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="its graph is not waiting for review")
     with pytest.raises(ItemNeedsAttention, match="not waiting for review"):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    item.refresh_from_db()
-    assert item.status == ItemStatus.NEEDS_ATTENTION and item.decided_by is None
     with pytest.raises(ItemNeedsAttention):
         item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.NEEDS_ATTENTION and item.decided_by is None
+    assert item.asks.get().status == AskStatus.PENDING
     refused = DecisionAttempt.objects.filter(item=item)
     assert [a.outcome for a in refused] == [AttemptOutcome.INVALID, AttemptOutcome.INVALID]
+    assert _waiting(item)
 
 
 @pytest.mark.django_db
-def test_transient_node_failure_is_retried_by_langgraph(alice, make_item):
+def test_transient_node_failure_is_retried_by_langgraph(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
     failures = []
 
@@ -182,33 +242,39 @@ def test_transient_node_failure_is_retried_by_langgraph(alice, make_item):
             failures.append(key)
             raise ConnectionError("checkpoint store blinked")
 
-    with fault_inject("in_apply_node", flaky):
+    with fault_inject("in_apply_node", flaky), django_capture_on_commit_callbacks(execute=True):
         outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert outcome.won and len(failures) == 2
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item_resumes(item) == 1
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.IDLE and item.applied_result["state"] == "finished"
 
 
 @pytest.mark.django_db
-def test_node_that_keeps_failing_leaves_item_visibly_needing_attention(alice, bob, make_item):
+def test_node_that_keeps_failing_leaves_the_decision_and_a_visible_failed_apply(alice, bob, make_item, django_capture_on_commit_callbacks):
     item = make_item()
 
     def broken(key):
         raise KeyError("reporting service schema changed")
 
-    with fault_inject("in_apply_node", broken), pytest.raises(ItemNeedsAttention, match="could not finish"):
-        item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    with fault_inject("in_apply_node", broken), django_capture_on_commit_callbacks(execute=True):
+        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    # The reviewer's decision stands (it won before the graph ran); the apply is what failed.
+    assert outcome.won
     item.refresh_from_db()
-    assert item.status == ItemStatus.NEEDS_ATTENTION
-    assert "alice's reject" in item.attention and "reporting service schema changed" in item.attention
-    with pytest.raises(ItemNeedsAttention):
-        item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert (item.status, item.decided_by, item.apply_state) == (ItemStatus.REJECTED, alice, ApplyState.FAILED)
+    assert item.applied_result["state"] == "failed" and "reporting service schema changed" in item.applied_result["error"]
+    assert item.asks.get().applied_at is None
+    lost = item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    assert not lost.won and lost.winner == "alice"
+    assert item_resumes(item) == 1
 
 
 @pytest.mark.django_db
 def test_events_are_sent_only_after_commit(alice, bob, make_item, monkeypatch, django_capture_on_commit_callbacks):
     item = make_item()
     sent = []
+    monkeypatch.setattr("moderation.apply.item_apply", lambda *, item_id: sent.append(("applied", item_id)))
     monkeypatch.setattr("moderation.events.decision_broadcast", lambda *, outcome: sent.append(("decided", outcome.winner)))
     monkeypatch.setattr("moderation.events.loser_notify", lambda *, outcome, reviewer_id: sent.append(("lost", reviewer_id)))
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -217,7 +283,7 @@ def test_events_are_sent_only_after_commit(alice, bob, make_item, monkeypatch, d
     assert sent == []
     for callback in callbacks:
         callback()
-    assert sent == [("decided", "alice"), ("lost", bob.pk)]
+    assert sorted(sent, key=str) == sorted([("applied", item.pk), ("decided", "alice"), ("lost", bob.pk)], key=str)
 
 
 @pytest.mark.django_db
@@ -230,13 +296,13 @@ def test_database_refuses_decided_item_without_winner(make_item):
 
 
 @pytest.mark.django_db
-def test_database_refuses_a_second_winning_attempt(alice, bob, make_item):
+def test_database_refuses_a_second_winning_attempt_on_an_ask(alice, bob, make_item):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     item.refresh_from_db()
     with pytest.raises(IntegrityError), transaction.atomic():
         DecisionAttempt.objects.create(
-            item=item, reviewer=bob, requested="reject", outcome=AttemptOutcome.WON, winner=bob,
+            item=item, ask=item.asks.get(), reviewer=bob, requested="reject", outcome=AttemptOutcome.WON, winner=bob,
             winner_status="rejected", requested_at=timezone.now(), recorded_at=timezone.now(),
             seq=item.attempt_count + 1, entry_hash="0" * 64,
         )
@@ -255,8 +321,11 @@ def test_attempts_are_append_only(alice, make_item):
 
 
 @pytest.mark.django_db
-def test_hand_made_double_resume_is_refused_after_the_guard(alice, make_item):
+def test_hand_made_second_resume_of_an_applied_ask_changes_nothing(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    graph_resume(thread_id=item.thread_id, decision="reject", reviewer="mallory", note="", decided_at="x")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    interrupt_id = item.asks.get().interrupt_id
+    graph_resume(name="moderation", thread_id=item.thread_id, answers={interrupt_id: {"decisions": [{"type": "reject"}], "reviewer": "mallory"}})
+    assert item_resumes(item) == 1
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "approved"

@@ -65,11 +65,12 @@ def _legacy_item() -> QueueItem:
     )
 
 
-def test_a_legacy_item_is_decided_and_finished_by_todays_graph(alice):
+def test_a_legacy_item_is_decided_and_finished_by_todays_graph(alice, django_capture_on_commit_callbacks):
     item = _legacy_item()
     assert not item.asks.exists()
 
-    outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="spam")
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="spam")
 
     assert outcome.won
     item.refresh_from_db()

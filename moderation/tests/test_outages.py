@@ -27,9 +27,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from e2e.server import LiveServer, free_port
 from moderation.decisions import DatabaseUnavailable
 from moderation.faults import fault_inject
-from moderation.graph import graph_pending_review, graph_resume_count
 from moderation.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing
 
 # "A few seconds": a decision must answer within this even with the channel layer gone.
@@ -315,32 +315,35 @@ def test_connection_killed_holding_the_row_lock_changes_nothing_and_retry_wins(o
     # Nothing half-done: still pending, graph still paused and never resumed, no attempt recorded.
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decided_at) == (ItemStatus.PENDING, None, None)
-    assert graph_pending_review(thread_id=item.thread_id) is not None
-    assert graph_resume_count(thread_id=item.thread_id) == 0
+    assert item.asks.get().status == "pending"
+    assert item_waiting_on(item) == [item.asks.get().interrupt_id] and item_resumes(item) == 0
     assert not DecisionAttempt.objects.filter(item=item).exists()
 
     retry = client.post(url, data={"decision": "approve"}, content_type="application/json")
     assert retry.status_code == 200 and retry.json()["winner"] == "alice", retry.content
     item = QueueItem.objects.get(pk=item.pk)
-    assert item.status == ItemStatus.APPROVED and graph_resume_count(thread_id=item.thread_id) == 1
+    assert item.status == ItemStatus.APPROVED and item_resumes(item) == 1
 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_connection_killed_after_the_graph_took_the_decision_is_not_called_nothing(on_postgres, client):
-    """Past the resume the graph holds the decision: the answer must not say "nothing was applied"."""
+def test_connection_killed_with_every_write_done_but_not_committed_changes_nothing(on_postgres, client):
+    """Killed at the last moment before COMMIT (ask, item, attempt, outbox, apply task all
+    written): it all goes together, and since the graph only runs after a commit, the
+    answer may honestly say nothing was applied."""
     item, url = on_postgres
 
-    response = _decide_while_connection_is_killed_at("after_graph_resume", client, url)
+    response = _decide_while_connection_is_killed_at("before_commit", client, url)
     assert response.status_code == 503, response.content
-    body = response.json()
-    assert body["error"] == DatabaseUnavailable.code and "nothing was applied" not in body["message"], body
-    assert "reload" in body["message"], body
+    assert response.json()["message"] == "the database connection was lost; nothing was applied, try again"
+    item.refresh_from_db()
+    assert (item.status, item.apply_state) == (ItemStatus.PENDING, "")
+    assert item.asks.get().status == "pending" and item_resumes(item) == 0
+    assert not DecisionAttempt.objects.filter(item=item).exists()
 
-    # The next look at the item adopts the graph's decision: alice's, resumed once, recorded once.
     again = client.post(url, data={"decision": "approve"}, content_type="application/json")
-    assert again.status_code == 409 and again.json()["winner"] == "alice", again.content
+    assert again.status_code == 200 and again.json()["winner"] == "alice", again.content
     item = QueueItem.objects.get(pk=item.pk)
     assert (item.status, item.decided_by.username) == (ItemStatus.APPROVED, "alice")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item_resumes(item) == 1
     assert DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count() == 1

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from moderation.graph import graph_get
+from moderation.graphs.runtime import graph_get
 from moderation.items import item_create
 from moderation.lab import store
 from moderation.checkpointer import checkpointer_target
@@ -90,7 +90,7 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
 
     isolation = report["isolation"]
     assert isolation["passed"] and isolation["b_still_paused"] and isolation["a_and_c_finished"]
-    assert isolation["items"]["B"]["next"] == ["request_review"]
+    assert len(isolation["items"]["B"]["waiting_on"]) == 1 and not isolation["items"]["B"]["finished"]
 
     # Nothing of the lab is left, and nothing real was touched.
     assert not QueueItem.objects.filter(is_lab=True).exists()
@@ -98,7 +98,7 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
     assert list(get_user_model().objects.filter(username__startswith="lab-reviewer-")) == [lookalike]
     assert QueueItem.objects.get(pk=real_item.pk).status == ItemStatus.PENDING
     b_thread = isolation["items"]["B"]["thread_id"]
-    assert graph_get().get_state({"configurable": {"thread_id": b_thread}}).created_at is None
+    assert graph_get(name="moderation").get_state({"configurable": {"thread_id": b_thread}}).created_at is None
 
     assert json.loads((store.lab_dir() / "latest.json").read_text()) == report
     assert (store.lab_dir() / "latest.svg").read_text().lstrip().startswith("<?xml")
@@ -172,6 +172,7 @@ def test_table_output_progress_bar_and_png_chart(tmp_path):
     )
     text = out.getvalue()
     assert "lost  false ok  2x resume" in text
+    assert "Isolation: B never resumed, waiting on 1 ask(s) (pending); A finished=True, C finished=True -> held" in text
     assert text.count("row-lock") >= 2  # the race table and the slow-reviewer table
     assert "isolation" in text.lower() and "-> held" in text
     assert "2/" in err.getvalue() and "isolation check" in err.getvalue()

@@ -1,105 +1,118 @@
+"""manage.py recover: the rows can be ahead of the graph after a crash, never behind it."""
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DataError
+from django.test import override_settings
 
+from moderation import recovery
 from moderation.decisions import ItemNeedsAttention, item_decide
 from moderation.faults import fault_inject
-from moderation.graph import graph_is_finished, graph_pending_review, graph_resume, graph_resume_count
-from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
-from moderation import recovery
+from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
+from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
 from moderation.recovery import items_recover
+from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 
 
 def _crash(key):
     raise ConnectionResetError("server killed before commit")
 
 
+def _decided_unapplied(item, reviewer, decision="approve"):
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
+        assert item_decide(item_public_id=item.public_id, reviewer=reviewer, decision=decision).won
+    return item
+
+
 @pytest.mark.django_db
-def test_recover_adopts_a_decision_whose_commit_was_lost(alice, make_item):
+def test_a_lost_commit_leaves_nothing_to_recover(alice, make_item):
     item = make_item()
     with fault_inject("before_commit", _crash), pytest.raises(ConnectionResetError):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    actions = items_recover().actions
-    assert [a.action for a in actions] == ["adopted the graph's decision: approved by alice"]
+    assert items_recover().actions == []
     item.refresh_from_db()
-    assert (item.status, item.decided_by) == (ItemStatus.APPROVED, alice)
+    assert item.status == ItemStatus.PENDING and item_resumes(item) == 0
+    assert not DecisionAttempt.objects.filter(item=item).exists()
+
+
+@pytest.mark.django_db
+def test_recover_applies_a_decision_the_worker_never_ran_exactly_once(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="reject")
+    [action] = items_recover().actions
+    assert action.action == "applied its decision: resumed 1, finished"
     assert items_recover().actions == []  # idempotent
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "rejected"
     assert DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count() == 1
 
 
 @pytest.mark.django_db
-def test_recover_retries_a_failed_node_and_finishes_the_item(alice, make_item):
+def test_recover_retries_a_failed_node_and_finishes_the_item(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
     with fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("down"))):
-        with pytest.raises(ItemNeedsAttention):
-            item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
-    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.NEEDS_ATTENTION
-    actions = items_recover().actions
-    assert actions[0].action == "adopted the graph's decision: rejected by alice"
+        with django_capture_on_commit_callbacks(execute=True):
+            assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject").won
+    assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.FAILED
+    [action] = items_recover().actions
+    assert action.action == "applied its decision: resumed 0, finished"
     item.refresh_from_db()
-    assert item.status == ItemStatus.REJECTED and item.attention == ""
-    assert graph_is_finished(thread_id=item.thread_id)
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert (item.status, item.apply_state, item.applied_result["state"]) == (ItemStatus.REJECTED, ApplyState.IDLE, "finished")
+    assert graph_is_finished(name="moderation", thread_id=item.thread_id)
+    assert item_resumes(item) == 1
 
 
 @pytest.mark.django_db
-def test_recover_keeps_flagging_while_the_node_still_fails(alice, make_item):
+def test_recover_keeps_reporting_while_the_node_still_fails(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
     boom = lambda key: (_ for _ in ()).throw(KeyError("still down"))  # noqa: E731
     with fault_inject("in_apply_node", boom):
-        with pytest.raises(ItemNeedsAttention):
+        with django_capture_on_commit_callbacks(execute=True):
             item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
-        actions = items_recover().actions
-    assert "retrying the workflow failed again" in actions[0].action
-    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.NEEDS_ATTENTION
+        [action] = items_recover().actions
+    assert action.action.startswith("applied its decision: failed: ") and "still down" in action.action
+    assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.FAILED
+    assert item_resumes(item) == 1
 
 
 @pytest.mark.django_db
-def test_recover_rolls_a_decided_row_forward_into_its_paused_graph(alice, make_item):
-    item = make_item()
-    # A row decided behind the guard's back (e.g. restored from a backup taken mid-decision).
-    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.APPROVED, decided_by=alice, decided_at=item.created_at)
-    assert items_recover().actions == []  # decided rows are only checked on request
-    actions = items_recover(include_decided=True).actions
-    assert actions[0].action == "resumed the graph with the recorded decision (approved)"
-    assert graph_pending_review(thread_id=item.thread_id) is None
-    assert graph_resume_count(thread_id=item.thread_id) == 1
-
-
-@pytest.mark.django_db
-def test_recover_leaves_healthy_items_alone_and_command_reports(alice, make_item, capsys):
+def test_recover_leaves_healthy_items_alone_and_command_reports(alice, make_item, capsys, django_capture_on_commit_callbacks):
     healthy = make_item()
     decided = make_item()
-    item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
     call_command("recover", "--all")
     out = capsys.readouterr().out
     assert "recover: checked 2 item(s); 0 changed or need attention, 0 could not be repaired." in out
-    assert graph_pending_review(thread_id=healthy.thread_id) is not None
+    assert item_waiting_on(healthy) == [healthy.asks.get().interrupt_id]
 
 
 @pytest.mark.django_db
-def test_hand_resumed_graph_is_adopted_not_resumed_again(alice, bob, make_item):
+def test_a_graph_resumed_behind_the_guard_is_flagged_not_decided(alice, bob, make_item):
     item = make_item()
-    graph_resume(thread_id=item.thread_id, decision="approve", reviewer="alice", note="", decided_at=item.created_at.isoformat())
-    outcome = item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
-    assert not outcome.won and outcome.winner == "alice"
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    interrupt_id = item.asks.get().interrupt_id
+    graph_resume(name="moderation", thread_id=item.thread_id,
+                 answers={interrupt_id: {"decisions": [{"type": "approve"}], "reviewer": "mallory"}})
+    [action] = items_recover().actions
+    assert action.action.startswith("needs attention: its graph is not waiting for review")
+    with pytest.raises(ItemNeedsAttention):
+        item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
+    assert item_resumes(item) == 1
+    assert not DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).exists()
 
 
 @pytest.mark.django_db
 def test_one_item_that_cannot_be_repaired_does_not_stop_the_run(alice, make_item, monkeypatch, capsys):
     first, broken, last = make_item(title="first"), make_item(title="broken"), make_item(title="last")
-    for item in (first, broken, last):  # each one's commit lost: all three need adopting
-        with fault_inject("before_commit", _crash), pytest.raises(ConnectionResetError):
-            item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    reconcile = recovery.item_reconcile_locked
+    for item in (first, last):
+        _decided_unapplied(item, alice)
+    reconcile = recovery.item_reconcile
 
-    def reconcile_or_fail(*, item, retry):
-        if item.pk == broken.pk:
+    def reconcile_or_fail(*, key):
+        if key == str(broken.public_id):
             raise DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes\x00")
-        return reconcile(item=item, retry=retry)
+        return reconcile(key=key)
 
-    monkeypatch.setattr(recovery, "item_reconcile_locked", reconcile_or_fail)
+    monkeypatch.setattr(recovery, "item_reconcile", reconcile_or_fail)
     with pytest.raises(CommandError) as failed:
         call_command("recover")
     assert failed.value.returncode == 2
@@ -107,36 +120,20 @@ def test_one_item_that_cannot_be_repaired_does_not_stop_the_run(alice, make_item
     assert "could not repair: DataError" in capsys.readouterr().out
     statuses = dict(QueueItem.objects.values_list("title", "status"))
     assert statuses == {"first": ItemStatus.APPROVED, "broken": ItemStatus.NEEDS_ATTENTION, "last": ItemStatus.APPROVED}
+    assert item_resumes(first) == item_resumes(last) == 1
     broken.refresh_from_db()
     assert broken.attention.startswith("recovery failed: DataError") and "\x00" not in broken.attention
 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db
-def test_a_nul_already_in_the_graph_is_adopted_readably_not_fatal(alice, make_item):
-    """Before notes were validated, a NUL reached the graph and every later write failed on PostgreSQL."""
+def test_a_nul_in_a_graph_error_is_stored_readably(alice, make_item, django_capture_on_commit_callbacks):
+    """A node's error can quote an item's text; PostgreSQL refuses NUL in what records it."""
     item = make_item()
-    graph_resume(
-        thread_id=item.thread_id, decision="reject", reviewer="alice", note="bad\x00note", decided_at=item.created_at.isoformat()
-    )
-    report = items_recover()
+    with fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("bad\x00key"))):
+        with django_capture_on_commit_callbacks(execute=True):
+            item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+        report = items_recover()
     assert report.failed == 0
     item.refresh_from_db()
-    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.REJECTED, alice, "bad\ufffdnote")
-    adopted = DecisionAttempt.objects.get(item=item, outcome=AttemptOutcome.WON)
-    assert "NUL" in adopted.detail
-
-
-@pytest.mark.django_db
-def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph(alice, bob, make_item, capsys):
-    item = make_item()
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.REJECTED, decided_by=bob)
-    call_command("recover", "--all")
-    out = capsys.readouterr().out
-    assert "row disagrees with its graph, left as is: the item row's decision (reject, bob" in out
-    assert "differs from its graph's (approve, alice" in out
-    assert "recover: checked 1 item(s); 1 changed or need attention, 0 could not be repaired." in out
-    item.refresh_from_db()
-    assert (item.status, item.decided_by) == (ItemStatus.REJECTED, bob)  # reported, not "repaired" either way
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item.apply_state == ApplyState.FAILED and "bad\\x00key" in item.applied_result["error"]

@@ -5,7 +5,7 @@ import pytest
 from django.urls import reverse
 
 from moderation.decisions import item_decide
-from moderation.graph import graph_pending_review
+from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.items import lab_item_create
 from moderation.models import DecisionAttempt, ItemStatus, QueueItem
 
@@ -130,7 +130,7 @@ def test_a_nul_in_the_note_is_refused_before_anything_is_resumed(client, alice, 
     else:
         refused = client.post(_item_url(item), {"decision": "approve", "note": "spam\x00"})
         assert refused.status_code == 400 and "NUL" in refused.content.decode()
-    assert graph_pending_review(thread_id=item.thread_id) is not None
+    assert item_waiting_on(item) == [item.asks.get().interrupt_id] and item_resumes(item) == 0
     assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
     assert DecisionAttempt.objects.count() == 0
     client.force_login(bob)  # the item is still decidable by anyone

@@ -6,6 +6,9 @@ withdrawer against two moderators per item, judged by the history checker, with 
 seed's naive check-then-act as the negative control in the same harness.
 """
 
+import random
+import time
+
 import pytest
 from django.db import IntegrityError, transaction
 
@@ -13,10 +16,12 @@ from moderation.audit import audit_verify
 from moderation.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
 from moderation.events import loser_notify
 from moderation.faults import fault_inject
-from moderation.graph import graph_decision_read, graph_is_finished, graph_pending_review, graph_resume_count
+from moderation.graphs.runtime import graph_is_finished, graph_values
+from moderation.lab import strategies
 from moderation.lab.harness import RaceReport, race_processes, race_threads
-from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
 from moderation.recovery import items_recover
+from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
 
 WITHDRAW_VS_TWO = ["withdraw", "approve", "reject"]
@@ -29,17 +34,22 @@ def client_user(make_viewer):
 
 
 @pytest.mark.django_db
-def test_withdraw_pending_item_settles_it_for_the_withdrawer(client_user, make_item):
+def test_withdraw_pending_item_settles_it_for_the_withdrawer(client_user, make_item, django_capture_on_commit_callbacks):
     item = make_item(title="Mine")
-    outcome = item_withdraw(item_public_id=item.public_id, by=client_user, reason="sent by mistake")
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = item_withdraw(item_public_id=item.public_id, by=client_user, reason="sent by mistake")
     assert outcome.won and outcome.winner == "svc-client" and outcome.winner_status == "withdrawn"
     assert outcome.message() == "You withdrew “Mine”."
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, client_user, "sent by mistake")
     assert item.decided_at is not None
-    assert graph_is_finished(thread_id=item.thread_id) and graph_resume_count(thread_id=item.thread_id) == 1
-    accepted = graph_decision_read(thread_id=item.thread_id)
-    assert (accepted["decision"], accepted["reviewer"]) == ("withdraw", "svc-client")
+    [ask] = item.asks.all()
+    assert (ask.status, ask.decided_by) == (AskStatus.WITHDRAWN, client_user)
+    assert ask.decisions == [{"type": "reject", "message": "withdrawn by its submitter: sent by mistake"}]
+    assert graph_is_finished(name="moderation", thread_id=item.thread_id) and item_resumes(item) == 1
+    accepted = graph_values(name="moderation", thread_id=item.thread_id)["decision"]
+    assert (accepted["withdrawn"], accepted["reviewer"], accepted["decisions"]) == (True, "svc-client", ask.decisions)
+    assert item.applied_result["result"]["status"] == "withdrawn"
     [attempt] = DecisionAttempt.objects.filter(item=item)
     assert (attempt.requested, attempt.outcome, attempt.winner, attempt.winner_status) == (
         "withdraw", AttemptOutcome.WON, client_user, "withdrawn",
@@ -48,26 +58,29 @@ def test_withdraw_pending_item_settles_it_for_the_withdrawer(client_user, make_i
 
 
 @pytest.mark.django_db
-def test_withdraw_of_a_decided_item_loses_naming_the_winner(alice, client_user, make_item):
+def test_withdraw_of_a_decided_item_loses_naming_the_winner(alice, client_user, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    outcome = item_withdraw(item_public_id=item.public_id, by=client_user)
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+        outcome = item_withdraw(item_public_id=item.public_id, by=client_user)
     assert not outcome.won
     assert (outcome.winner, outcome.winner_status, outcome.requested) == ("alice", "approved", "withdraw")
     assert outcome.message().startswith("Already reviewed by alice (approved, ")
     assert outcome.message().endswith("— your withdrawal was not applied")
     item.refresh_from_db()
     assert (item.status, item.decided_by) == (ItemStatus.APPROVED, alice)
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item_resumes(item) == 1
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "approved"
     assert DecisionAttempt.objects.get(item=item, reviewer=client_user).outcome == AttemptOutcome.LOST
     assert audit_verify().problems == []
 
 
 @pytest.mark.django_db
-def test_decision_on_a_withdrawn_item_loses_saying_withdrawn_by(alice, client_user, make_item):
+def test_decision_on_a_withdrawn_item_loses_saying_withdrawn_by(alice, client_user, make_item, django_capture_on_commit_callbacks):
     item = make_item(title="Gone")
-    item_withdraw(item_public_id=item.public_id, by=client_user)
-    outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
+    with django_capture_on_commit_callbacks(execute=True):
+        item_withdraw(item_public_id=item.public_id, by=client_user)
+        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")
     assert not outcome.won and outcome.winner == "svc-client"
     message = outcome.message()
     assert message.startswith("Already withdrawn by svc-client (") and message.endswith("s ago) — your decision was not applied")
@@ -75,7 +88,7 @@ def test_decision_on_a_withdrawn_item_loses_saying_withdrawn_by(alice, client_us
     # A second withdrawal loses to the first.
     again = item_withdraw(item_public_id=item.public_id, by=client_user)
     assert not again.won and again.message().startswith("Already withdrawn by svc-client (")
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item_resumes(item) == 1
     assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.WITHDRAWN
     assert audit_verify().problems == []
 
@@ -112,7 +125,7 @@ def test_bad_reason_is_refused_before_anything_is_locked(client_user, make_item,
         item_withdraw(item_public_id=item.public_id, by=client_user, reason=reason)
     assert touched == []
     item.refresh_from_db()
-    assert item.status == ItemStatus.PENDING and graph_pending_review(thread_id=item.thread_id) is not None
+    assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [item.asks.get().interrupt_id]
     assert not DecisionAttempt.objects.filter(item=item).exists()
 
 
@@ -138,21 +151,38 @@ def test_database_refuses_a_withdrawn_item_without_its_withdrawer(make_item):
 
 
 @pytest.mark.django_db
-def test_recover_adopts_a_withdrawal_whose_commit_was_lost(client_user, alice, make_item):
+def test_a_withdrawal_whose_commit_was_lost_withdrew_nothing(client_user, alice, make_item, django_capture_on_commit_callbacks):
+    """The graph is resumed only after a commit: a lost commit leaves a pending item and a paused graph."""
     item = make_item()
 
     def crash(key):
         raise ConnectionResetError("server killed before commit")
 
-    with fault_inject("before_commit", crash), pytest.raises(ConnectionResetError):
-        item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
-    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING  # rolled back, graph finished
-    actions = items_recover().actions
-    assert [a.action for a in actions] == ["adopted the graph's decision: withdrawn by svc-client"]
+    with django_capture_on_commit_callbacks(execute=True):
+        with fault_inject("before_commit", crash), pytest.raises(ConnectionResetError):
+            item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
     item.refresh_from_db()
-    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, client_user, "oops")
-    assert items_recover(include_decided=True).actions == []  # idempotent, and row agrees with graph
-    assert graph_resume_count(thread_id=item.thread_id) == 1
+    assert item.status == ItemStatus.PENDING and item.asks.get().status == AskStatus.PENDING
+    assert item_waiting_on(item) == [item.asks.get().interrupt_id] and item_resumes(item) == 0
+    assert items_recover().actions == []
+    assert not DecisionAttempt.objects.filter(item=item).exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
+    assert item_resumes(item) == 1
+
+
+@pytest.mark.django_db
+def test_recover_applies_a_withdrawal_the_worker_never_ran(client_user, alice, make_item, settings):
+    item = make_item()
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+    item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
+    item.refresh_from_db()
+    assert (item.status, item.apply_state) == (ItemStatus.WITHDRAWN, ApplyState.APPLYING) and item_resumes(item) == 0
+    [action] = items_recover().actions
+    assert action.action == "applied its decision: resumed 1, finished"
+    assert items_recover(include_decided=True).actions == []  # idempotent
+    assert item_resumes(item) == 1
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "withdrawn"
     assert audit_verify().problems == []
     lost = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert not lost.won and lost.winner == "svc-client"
@@ -189,7 +219,13 @@ def _assert_one_winner(report: RaceReport, *, items: list[str]):
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_threads_withdraw_racing_two_moderators_has_one_winner(make_moderator, make_viewer, make_item):
+def test_threads_withdraw_racing_two_moderators_has_one_winner(make_moderator, make_viewer, make_item, monkeypatch):
+    # A withdrawal reads nothing before the lock (a decision first reads its ask), so in
+    # threads released together it would always arrive first; a jitter of up to 3 ms
+    # lets either side reach the lock first, so both ways of losing are exercised.
+    withdraw = strategies.item_withdraw
+    jitter = random.Random(14)
+    monkeypatch.setattr(strategies, "item_withdraw", lambda **kw: (time.sleep(jitter.uniform(0, 0.003)), withdraw(**kw))[1])
     users = _racers(make_moderator, make_viewer)
     items = [str(make_item(title=f"race {i}").public_id) for i in range(100)]
     report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0, decisions=WITHDRAW_VS_TWO)

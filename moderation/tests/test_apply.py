@@ -1,0 +1,147 @@
+"""moderation.apply: the worker's half of a decision, applied exactly once whatever runs it."""
+
+import threading
+
+import pytest
+from django.test import override_settings
+
+from moderation.apply import applies_sweep, item_apply
+from moderation.decisions import item_decide, item_withdraw
+from moderation.faults import fault_inject
+from moderation.graphs.runtime import graph_values
+from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.recovery import items_recover
+from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
+
+pytestmark = pytest.mark.django_db
+
+
+def _decided_unapplied(item, reviewer, **kwargs):
+    """A decision committed with its apply queued, the queue's worker never having run."""
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
+        assert item_decide(item_public_id=item.public_id, reviewer=reviewer, **kwargs).won
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.APPLYING and item_resumes(item) == 0 and item_waiting_on(item)
+    return item
+
+
+def test_decided_unapplied_ask_is_applied_once_and_a_second_apply_does_nothing(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    item.refresh_from_db()
+    assert (item.apply_state, item.applied_result["state"]) == (ApplyState.IDLE, "finished")
+    assert item.asks.get().applied_at is not None
+    assert item_resumes(item) == 1 and item_waiting_on(item) == []
+
+
+def test_recover_applies_a_decided_unapplied_ask_once(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="reject", note="spam")
+    [action] = items_recover().actions
+    assert action.action == "applied its decision: resumed 1, finished"
+    assert items_recover(include_decided=True).actions == []
+    assert item_resumes(item) == 1
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "rejected"
+
+
+def test_a_withdrawal_is_applied_as_withdrawn(make_viewer, make_item):
+    item = make_item()
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
+        item_withdraw(item_public_id=item.public_id, by=make_viewer("svc"))
+    assert item.asks.get().status == AskStatus.WITHDRAWN
+    item_apply(item_id=item.pk)
+    assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "withdrawn"
+    assert item_resumes(item) == 1
+
+
+@pytest.mark.parametrize("point", ["in_apply_node", "after_resume"])
+def test_failed_apply_is_left_for_recover_which_finishes_it_once(alice, make_item, point):
+    """The graph took the decision and then failed (a node raised, or reading it back did):
+    recover runs it on from where it failed, never resuming the decision a second time."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+
+    def down(key):
+        raise ConnectionError("tool service down")
+
+    with fault_inject(point, down):
+        assert item_apply(item_id=item.pk).startswith("failed: ConnectionError: tool service down")
+    item.refresh_from_db()
+    assert (item.status, item.apply_state) == (ItemStatus.APPROVED, ApplyState.FAILED)
+    assert item.applied_result == {"state": "failed", "error": "ConnectionError: tool service down"}
+    assert item.asks.get().applied_at is None
+    # The worker's own retries and the sweep leave a failed item to the operator.
+    assert item_apply(item_id=item.pk) == "failed earlier; left for manage.py recover"
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("a failed apply was queued again")) == 0
+    [action] = items_recover().actions
+    assert action.action == "applied its decision: resumed 0, finished"
+    item.refresh_from_db()
+    assert (item.apply_state, item.applied_result["state"]) == (ApplyState.IDLE, "finished")
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+    assert items_recover().actions == []
+
+
+def test_apply_killed_before_the_resume_is_resumed_by_the_next_run(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject("before_resume", killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.APPLYING and item_resumes(item) == 0 and item_waiting_on(item)
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_resumes(item) == 1
+
+
+def test_apply_killed_after_the_resume_records_without_resuming_again(alice, make_item):
+    """The graph took the decision but the worker died before recording it: the next run only records."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject("before_record", killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.APPLYING and item.asks.get().applied_at is None
+    assert item_resumes(item) == 1
+    assert item_apply(item_id=item.pk) == "resumed 0, finished"
+    assert item_resumes(item) == 1
+
+
+def test_sweep_queues_only_overdue_unapplied_decisions(alice, bob, make_item, settings):
+    overdue = _decided_unapplied(make_item(title="overdue"), alice, decision="approve")
+    make_item(title="pending")
+    settings.APPLY_SWEEP_GRACE = 3600
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued too early")) == 0
+    settings.APPLY_SWEEP_GRACE = 0
+    queued = []
+    assert applies_sweep(enqueue=queued.append) == 1
+    assert queued == [overdue.pk]
+    item_apply(item_id=overdue.pk)
+    assert applies_sweep(enqueue=queued.append) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_applying_one_item_at_once_resume_it_once(alice, make_item):
+    """A duplicated task: the resume lock serialises the two, the second finds nothing to do."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    barrier = threading.Barrier(2)
+    results = []
+
+    def worker():
+        from django.db import connection
+
+        barrier.wait()
+        try:
+            results.append(item_apply(item_id=item.pk))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(results) == ["nothing to apply", "resumed 1, finished"]
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+    assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.IDLE

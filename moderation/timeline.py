@@ -169,6 +169,13 @@ class TimelineEntry:
     seq: int | None = None
 
     @property
+    def verb(self) -> str:
+        """What was asked for, without the decisions' messages (a reject's message is the reviewer's note)."""
+        return {Requested.WITHDRAW: "withdrew the item", Requested.MIXED: "decided"}.get(
+            self.requested, PAST.get(self.requested, self.requested)
+        )
+
+    @property
     def after_created_words(self) -> str:
         return duration_words(self.after_created)
 

@@ -8,6 +8,9 @@ import pytest
 # deciding process once the guard's locks are released (moderation.apply). Tests of the
 # worker turn it off.
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
+# Most tests reject without a reason code; the tests of reasons turn this back on
+# (in-process with the settings fixture, for a server in its extra_env).
+os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
 
 
 def pytest_configure(config):
@@ -16,6 +19,7 @@ def pytest_configure(config):
     from django.conf import settings
 
     settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
+    settings.REJECT_REASON_REQUIRED = os.environ["REJECT_REASON_REQUIRED"].lower() in {"1", "true", "yes", "on"}
 
 
 def _postgres_pass() -> bool:

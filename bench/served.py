@@ -23,7 +23,9 @@ def _client(host: str, login: Login) -> httpx.AsyncClient:
 
 
 async def _decide(client: httpx.AsyncClient, item: str, decision: str) -> int:
-    response = await client.post(f"/api/items/{item}/decision", json={"decision": decision})
+    # A reject names a reason: REJECT_REASON_REQUIRED is on by default.
+    body = {"decision": decision, **({"reason": "spam"} if decision == "reject" else {})}
+    response = await client.post(f"/api/items/{item}/decision", json=body)
     return response.status_code
 
 

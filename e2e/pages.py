@@ -113,6 +113,8 @@ async def decide_prepare(page: Page, decision: str) -> None:
     release (which is when the browser fires the click) happens in decide_click.
     """
     await page.evaluate("() => sessionStorage.removeItem('e2e-click')")
+    if decision == "reject":  # a reject names a reason wherever REJECT_REASON_REQUIRED is on (make demo)
+        await page.locator("#decide-form select[name=reason]").select_option("spam")
     await page.locator(f"#decide-form button[value={decision}]").hover()
     await page.mouse.down()
 

@@ -10,7 +10,7 @@ from moderation.apiclients import apiclient_create, token_issue
 from moderation.delivery.models import SUBSCRIBABLE_EVENTS, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
-from moderation.models import ApiClient, ApiScope, ApiToken, AuditLedgerEntry, DecisionAttempt, QueueItem
+from moderation.models import ApiClient, ApiScope, ApiToken, AuditLedgerEntry, DecisionAttempt, QueueItem, ReasonCode
 
 
 class QueueItemForm(forms.ModelForm):
@@ -218,3 +218,14 @@ class ApiClientAdmin(admin.ModelAdmin):
         for client in queryset:
             self.message_user(request, f"New token for {client.name}, shown only now: {token_issue(client=client)}",
                               messages.WARNING)
+
+
+@admin.register(ReasonCode)
+class ReasonCodeAdmin(admin.ModelAdmin):
+    list_display = ["code", "label", "active", "ordering"]
+    list_editable = ["label", "active", "ordering"]
+    list_filter = ["active"]
+
+    def has_delete_permission(self, request, obj=None):
+        # Decisions keep the code: retire one (active off) instead, so its label still reads.
+        return False

@@ -137,6 +137,8 @@ def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes)
         # Signed only where present, so entries written before asks existed still verify.
         # (getattr: migration 0006 signs with the model as it was then, before asks.)
         **({"ask": attempt.ask_id, "decisions": attempt.decisions} if getattr(attempt, "ask_id", None) else {}),
+        # Likewise for fields added later: signed when set, so older entries verify unchanged.
+        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name, ""))},
     })
 
 
@@ -376,7 +378,9 @@ def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator
             yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is {ask.status} but its log has {len(entries)} winning entries")
             continue
         entry = entries[0]
-        if (ask.decided_by_id, ask.decided_at, ask.decisions or entry.decisions) != (entry.winner_id, entry.winner_decided_at, entry.decisions):
+        if (ask.decided_by_id, ask.decided_at, ask.decisions or entry.decisions, ask.reason) != (
+            entry.winner_id, entry.winner_decided_at, entry.decisions, entry.reason
+        ):
             yield AuditProblem(item_id, entry.seq, f"ask {ask.interrupt_id}'s decision differs from its log's winning entry")
     if item.is_decided:
         latest = max(won, key=lambda entry: entry.seq, default=None)

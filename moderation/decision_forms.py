@@ -8,6 +8,8 @@ their fields are:
 
 - ``ask``: the interrupt id; ``note``: the reviewer's note, also the message of a reject
   or response that has none of its own (a one-action ask has no message field);
+- ``reason``: the reason code of a reject (``moderation.reasons``), one per ask; ignored
+  when nothing is rejected, so a reason chosen before clicking Approve is no error;
 - ``action-<i>-type``, ``action-<i>-message``, and for an edit either one
   ``action-<i>-arg-<key>`` per schema property or ``action-<i>-args`` (JSON);
 - or, from a script, ``decision`` (the approve / reject shorthand) or ``decisions`` (JSON).
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moderation.graphs.asks import AskSpec
-from moderation.models import ReviewAsk
+from moderation.models import ReasonCode, ReviewAsk
+from moderation.reasons import decisions_rejecting
 
 TYPE_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 _INPUT_TYPES = {"number": "number", "integer": "number", "string": "text", "boolean": "checkbox"}
@@ -48,6 +51,7 @@ class FormDecision:
     decision: str | None
     decisions: list[dict[str, Any]] | None
     note: str
+    reason: str | None = None
 
 
 @dataclass
@@ -121,6 +125,12 @@ class AskForm:
     actions: list[ActionForm]
     note: str = ""
     errors: dict[str, str] = field(default_factory=dict)
+    reasons: list[ReasonCode] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def takes_reason(self) -> bool:
+        return any("reject" in action.allowed for action in self.actions)
 
     @property
     def single(self) -> bool:
@@ -133,17 +143,24 @@ class AskForm:
 
 def ask_forms_build(
     *, asks: list[ReviewAsk], posted: Mapping[str, str] | None = None, errors: dict[str, str] | None = None,
+    reasons: list[ReasonCode] | None = None,
 ) -> list[AskForm]:
-    """A form per open ask; the posted ask's form is refilled with ``posted`` and shows ``errors``."""
+    """A form per open ask; the posted ask's form is refilled with ``posted`` and shows ``errors``.
+
+    ``reasons``: the reason codes a reject may name (the active ones).
+    """
     forms = []
     for n, ask in enumerate(asks):
         mine = posted is not None and posted.get("ask") == ask.interrupt_id
         forms.append(_ask_form(ask, form_id="decide-form" if n == 0 else f"decide-form-{n + 1}",
-                               posted=posted if mine else None, errors=(errors or {}) if mine else {}))
+                               posted=posted if mine else None, errors=(errors or {}) if mine else {},
+                               reasons=reasons or []))
     return forms
 
 
-def _ask_form(ask: ReviewAsk, *, form_id: str, posted: Mapping[str, str] | None, errors: dict[str, str]) -> AskForm:
+def _ask_form(
+    ask: ReviewAsk, *, form_id: str, posted: Mapping[str, str] | None, errors: dict[str, str], reasons: list[ReasonCode],
+) -> AskForm:
     spec = AskSpec.from_payload(ask.payload)
     actions = []
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
@@ -156,7 +173,8 @@ def _ask_form(ask: ReviewAsk, *, form_id: str, posted: Mapping[str, str] | None,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
             errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
         ))
-    return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors)
+    return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors,
+                   reasons=reasons, reason=(posted or {}).get("reason", ""))
 
 
 def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]) -> list[ArgInput]:
@@ -236,20 +254,22 @@ def form_decision_read(*, spec: AskSpec | None, data: Mapping[str, str]) -> Form
     are allowed and the edited arguments valid is the guard's to say, before any lock.
     """
     note = data.get("note", "")
+    reason = data.get("reason") or None
     if "decisions" in data:
         try:
             decisions = json.loads(data["decisions"])
         except ValueError:
             raise FormInvalid("decisions is not valid JSON", field="decisions") from None
-        return FormDecision(decision=None, decisions=decisions, note=note)
+        return FormDecision(decision=None, decisions=decisions, note=note, reason=reason)
     if spec is None or not any(f"action-{i}-type" in data for i in range(len(spec.actions))):
-        return FormDecision(decision=data.get("decision"), decisions=None, note=note)
+        decision = data.get("decision")
+        return FormDecision(decision=decision, decisions=None, note=note, reason=reason if decision == "reject" else None)
     single = len(spec.actions) == 1
     decisions = [
         _decision_read(i, action=action, config=config, data=data, note=note if single else "")
         for i, (action, config) in enumerate(zip(spec.actions, spec.configs))
     ]
-    return FormDecision(decision=None, decisions=decisions, note=note)
+    return FormDecision(decision=None, decisions=decisions, note=note, reason=reason if decisions_rejecting(decisions) else None)
 
 
 def _decision_read(i: int, *, action: dict, config: dict, data: Mapping[str, str], note: str) -> dict[str, Any]:
@@ -326,8 +346,8 @@ _GUARD_FIELD = re.compile(r"^decisions\[(\d+)\]\.(type|message|edited_action)(?:
 
 def form_field_for(*, spec: AskSpec | None, guard_field: str) -> str:
     """The form field a guard error (``decisions[0].edited_action.args.amount``) belongs to; "" for the whole form."""
-    if guard_field == "note":
-        return "note"
+    if guard_field in ("note", "reason"):
+        return guard_field
     match = _GUARD_FIELD.match(guard_field or "")
     if spec is None or match is None or int(match.group(1)) >= len(spec.actions):
         return ""

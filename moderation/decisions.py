@@ -71,6 +71,7 @@ from moderation.models import (
 )
 from moderation.outcomes import DecisionOutcome, outcome_for
 from moderation.permissions import user_can_decide
+from moderation.reasons import ReasonInvalid, decisions_rejecting, reason_check, reason_message
 from moderation.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -151,14 +152,17 @@ class _Target:
 
 def item_decide(
     *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str | None = None, note: str = "",
-    ask: str | None = None, decisions: Any = None,
+    ask: str | None = None, decisions: Any = None, reason: Any = None, origin: str = "",
 ) -> DecisionOutcome:
     """Decide one ask of an item for ``reviewer``; see the module docstring for the locking contract.
 
     ``ask`` is the ask's interrupt id; without it, the item's only open ask (or, on a
     settled item, its latest). Give either ``decisions`` (LangChain's, one per action
     of the ask, in order) or the shorthand ``decision`` (``approve`` / ``reject``, for
-    every action; a reject carries ``note`` as its message).
+    every action; a reject carries ``note`` as its message). ``reason``: a reason code
+    (``moderation.reasons``), for a decision with a reject only, required for one when
+    ``REJECT_REASON_REQUIRED``; it goes in front of each reject's message. ``origin``:
+    where the attempt came from (``AttemptOrigin``), for the log.
 
     Returns the outcome, won or lost (a lost one names the winner and what they
     decided). Raises a ``DecisionError`` subclass, changing nothing, for a
@@ -184,10 +188,21 @@ def item_decide(
             cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
         except AskDecisionInvalid as exc:
             raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
-    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False)
+    rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
+    try:
+        reason = reason_check(reason=reason, rejecting=rejecting)
+    except ReasonInvalid as exc:
+        raise InvalidDecision(f"reason: {exc}", field="reason") from None
+    if reason:
+        cleaned = [
+            {**d, "message": reason_message(reason=reason, message=d.get("message", ""))} if d["type"] == "reject" else d
+            for d in cleaned
+        ]
+    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False, reason=reason,
+                    origin=origin)
 
 
-def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "") -> DecisionOutcome:
+def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "", origin: str = "") -> DecisionOutcome:
     """Withdraw a pending item for ``by`` (its submitter's account) under the same guard as a decision.
 
     Who may withdraw is the caller's to decide: the API checks that ``by`` is the item's
@@ -204,7 +219,7 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
         raise NotAllowed("only an active account may withdraw an item")
     reason = _text(reason, field="reason")
     target = _Target(key=_item_key(item_public_id), ask_pk=None, spec=None)
-    return _guarded(target=target, reviewer=by, decisions=[], note=reason, withdraw=True)
+    return _guarded(target=target, reviewer=by, decisions=[], note=reason, withdraw=True, origin=origin)
 
 
 def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
@@ -236,7 +251,10 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]))
 
 
-def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool) -> DecisionOutcome:
+def _guarded(
+    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    reason: str = "", origin: str = "",
+) -> DecisionOutcome:
     """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
     key = target.key
     requested_at = timezone.now()
@@ -245,7 +263,7 @@ def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dic
         with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
             outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
-                                     withdraw=withdraw, requested_at=requested_at)
+                                     withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin)
             fault_point("after_commit", item_key=key)
             return outcome
     except LockTimeout:
@@ -260,7 +278,7 @@ def _guarded(*, target: _Target, reviewer: AbstractBaseUser, decisions: list[dic
 
 def _decide_locked(
     *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
-    requested_at: datetime,
+    requested_at: datetime, reason: str, origin: str,
 ) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
     requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
@@ -271,20 +289,22 @@ def _decide_locked(
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))
                 if open_asks:
-                    return _withdraw_win(item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at)
+                    return _withdraw_win(item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at,
+                                         origin=origin)
                 ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
             else:
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
             if ask is not None and ask.status == AskStatus.PENDING:
                 return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
-                                    requested=requested, requested_at=requested_at)
+                                    requested=requested, requested_at=requested_at, reason=reason, origin=origin)
             if ask is not None:
                 return _attempt_lose(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
-                                     requested=requested, requested_at=requested_at)
+                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
         attention = item.attention or "its graph is not waiting for a review"
         attempt_append(
             item=item, reviewer=reviewer, requested=requested or Requested.APPROVE.value, note=note,
             outcome=AttemptOutcome.INVALID, detail=attention[:300], requested_at=requested_at, decisions=decisions,
+            reason=reason, origin=origin,
         )
     # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
@@ -344,21 +364,25 @@ def _is_lock_wait(exc: OperationalError) -> bool:
     return "database is locked" in str(exc)
 
 
-def _ask_settle(*, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime) -> None:
+def _ask_settle(
+    *, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime,
+    reason: str = "",
+) -> None:
     ask.status = status
     ask.decisions = decisions
     ask.decided_by = by
     ask.decided_at = at
     ask.note = note
-    ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note"])
+    ask.reason = reason
+    ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note", "reason"])
 
 
 def _attempt_win(
     *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
-    requested: str, requested_at: datetime,
+    requested: str, requested_at: datetime, reason: str, origin: str,
 ) -> DecisionOutcome:
     decided_at = timezone.now()
-    _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at)
+    _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
     status = STATUS_FOR_DECISION[requested]
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
     if settled:
@@ -371,7 +395,7 @@ def _attempt_win(
     attempt = attempt_append(
         item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
         outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
-        requested_at=requested_at,
+        requested_at=requested_at, reason=reason, origin=origin,
     )
     if settled:
         item_settled_record(item=item, ask=ask)
@@ -382,7 +406,9 @@ def _attempt_win(
     return outcome
 
 
-def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime) -> DecisionOutcome:
+def _withdraw_win(
+    *, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime, origin: str,
+) -> DecisionOutcome:
     decided_at = timezone.now()
     message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
     for ask in asks:
@@ -397,7 +423,7 @@ def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUse
     attempt = attempt_append(
         item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
         outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,
-        requested_at=requested_at,
+        requested_at=requested_at, origin=origin,
     )
     item_settled_record(item=item, ask=asks[0])
     item_apply_enqueue(item_id=item.pk)
@@ -409,13 +435,13 @@ def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUse
 
 def _attempt_lose(
     *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
-    requested: str, requested_at: datetime,
+    requested: str, requested_at: datetime, reason: str, origin: str,
 ) -> DecisionOutcome:
     winner_status = ask_status_word(ask)
     attempt = attempt_append(
         item=item, ask=ask, reviewer=reviewer, requested=requested or Requested.WITHDRAW.value, decisions=decisions,
         note=note, outcome=AttemptOutcome.LOST, winner=ask.decided_by, winner_status=winner_status,
-        winner_decided_at=ask.decided_at, requested_at=requested_at,
+        winner_decided_at=ask.decided_at, requested_at=requested_at, reason=reason, origin=origin,
     )
     outcome = outcome_for(item=item, ask=ask, won=False, requested=attempt.requested, attempt=attempt)
     reviewer_id = reviewer.pk

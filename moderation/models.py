@@ -234,6 +234,8 @@ class ReviewAsk(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True, default="", validators=[NO_NUL])
+    # The winner's ReasonCode.code for a reject (kept as text: a code retired later still reads).
+    reason = models.CharField(max_length=32, blank=True, default="")
     applied_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -257,6 +259,34 @@ class ReviewAsk(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == AskStatus.PENDING
+
+
+class ReasonCode(models.Model):
+    """Why an item was rejected, from a list the admin keeps (``moderation.reasons``).
+
+    Decisions store the code, not a foreign key: retiring a code (``active`` off) keeps
+    every decision that used it readable, and the signed attempts log never points at a
+    row that can change.
+    """
+
+    code = models.SlugField(max_length=32, unique=True)
+    label = models.CharField(max_length=100)
+    active = models.BooleanField(default=True)
+    ordering = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["ordering", "code"]
+
+    def __str__(self) -> str:
+        return f"{self.code} ({self.label})"
+
+
+class AttemptOrigin(models.TextChoices):
+    """Where an attempt came from."""
+
+    DASHBOARD = "dashboard", "Dashboard"
+    API = "api", "API"
+    LAB = "lab", "Race lab"
 
 
 class AttemptOutcome(models.TextChoices):
@@ -327,6 +357,9 @@ class DecisionAttempt(AppendOnlyModel):
     winner_status = models.CharField(max_length=16, choices=ItemStatus.choices, blank=True, default="")
     winner_decided_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=300, blank=True, default="")
+    # The reviewer's reason code for a reject ("" for none, and for attempts from before codes).
+    reason = models.CharField(max_length=32, blank=True, default="")
+    origin = models.CharField(max_length=16, choices=AttemptOrigin.choices, blank=True, default="")
     requested_at = models.DateTimeField()
     recorded_at = models.DateTimeField()
     seq = models.PositiveIntegerField()

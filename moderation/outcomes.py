@@ -37,6 +37,11 @@ class DecisionOutcome:
     ask: str = ""  # the interrupt id decided
     what: str = ""  # the winner's decisions in words: "edited refund (amount 120 → 80)"
     applying: bool = False
+    reason: str = ""  # the winner's reason code, for a reject
+
+    @property
+    def _because(self) -> str:
+        return f", reason: {self.reason}" if self.reason else ""
 
     @property
     def attempt_ref(self) -> str:
@@ -65,7 +70,7 @@ class DecisionOutcome:
             return f"Already withdrawn by {self.winner} ({ago})"
         if self.winner_status in _DESCRIBED and self.what:
             return f"Already reviewed by {self.winner} ({self.what}, {ago})"
-        return f"Already reviewed by {self.winner} ({self.winner_status}, {ago})"
+        return f"Already reviewed by {self.winner} ({self.winner_status}{self._because}, {ago})"
 
     def settled_first(self) -> str:
         """What the winner did, for the 409 page: "alice approved this item first"."""
@@ -73,7 +78,7 @@ class DecisionOutcome:
             return f"{self.winner} withdrew this item first"
         if self.winner_status in _DESCRIBED and self.what:
             return f"{self.winner} {self.what} first"
-        return f"{self.winner} {self.winner_status} this item first"
+        return f"{self.winner} {self.winner_status} this item first" + (f" (reason: {self.reason})" if self.reason else "")
 
     def loser_notice(self) -> str:
         """The line a loser's other open tabs are shown (live.js words it the same way)."""
@@ -82,7 +87,7 @@ class DecisionOutcome:
         elif self.winner_status in _DESCRIBED and self.what:
             first = f"{self.winner} {self.what} first"
         else:
-            first = f"{self.winner} {self.winner_status} it first"
+            first = f"{self.winner} {self.winner_status} it first" + (f" (reason: {self.reason})" if self.reason else "")
         return f"your {self.requested_noun} of item {self.item_title} was not applied: {first}"
 
     def winner_payload(self) -> dict[str, str]:
@@ -94,6 +99,7 @@ class DecisionOutcome:
             "decided_at": self.decided_at.isoformat(),
             "ask": self.ask,
             "what": self.what,
+            "reason": self.reason,
         }
 
 
@@ -122,5 +128,5 @@ def outcome_for(*, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, a
     return DecisionOutcome(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
-        attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None,
+        attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None, reason=ask.reason,
     )

@@ -30,7 +30,9 @@ from moderation.live import (
     live_sockets_stats,
     live_state_read,
 )
+from moderation.models import AttemptOrigin
 from moderation.permissions import user_can_decide
+from moderation.reasons import reason_codes_active
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import (
     QUEUE_ORDERS,
@@ -101,7 +103,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         posted = form_decision_read(spec=spec, data=request.POST)
         outcome = item_decide(
             item_public_id=item.public_id, reviewer=request.user, ask=ask_id, decision=posted.decision,
-            decisions=posted.decisions, note=posted.note,
+            decisions=posted.decisions, note=posted.note, reason=posted.reason, origin=AttemptOrigin.DASHBOARD,
         )
     except FormInvalid as exc:
         if wants_json:
@@ -120,7 +122,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         messages.success(request, outcome.message())
         return redirect("moderation:item", public_id=item.public_id)
     item.refresh_from_db()
-    return _item_page(request, item=item, lost=outcome, lost_note=posted.note, status=409)
+    return _item_page(request, item=item, lost=outcome, lost_note=posted.note, lost_reason=posted.reason, status=409)
 
 
 _NOT_RECORDED = "Nothing was recorded: correct the field marked below and send again."
@@ -138,21 +140,24 @@ def _posted_spec(*, item, ask_id: str | None) -> AskSpec | None:
 
 def _item_page(
     request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None,
-    lost_note: str = "", posted=None, errors: dict[str, str] | None = None,
+    lost_note: str = "", lost_reason: str = "", posted=None, errors: dict[str, str] | None = None,
 ) -> HttpResponse:
     return render(
         request,
         "moderation/item.html",
         {
             "item": item,
-            "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors),
+            "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
+                                     reasons=reason_codes_active()),
             "settled": item_asks_settled(item=item),
             "can_decide": user_can_decide(user=request.user),
             "error": error,
             "lost": lost,
             "lost_message": lost.message() if lost else "",
             "lost_note": lost_note,
+            "lost_reason": lost_reason,
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
+            "reason_required": settings.REJECT_REASON_REQUIRED,
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
         },
         status=status,
@@ -185,7 +190,7 @@ def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonRespo
 
 @require_POST
 def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
-    """POST {"decision": "approve"|"reject", "note": "..."} -> 200 won / 409 lost."""
+    """POST {"decision": "approve"|"reject", "note": "...", "reason": "spam"} -> 200 won / 409 lost."""
     if not request.user.is_authenticated:
         return JsonResponse({"error": "unauthenticated", "message": "log in first"}, status=401)
     wait = reviewer_rate_check(user_id=request.user.pk)
@@ -204,7 +209,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
     try:
         outcome = item_decide(
             item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", ""),
-            ask=body.get("ask"), decisions=body.get("decisions"),
+            ask=body.get("ask"), decisions=body.get("decisions"), reason=body.get("reason"), origin=AttemptOrigin.API,
         )
     except DecisionError as exc:
         return _error_json(exc)

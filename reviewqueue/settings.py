@@ -262,6 +262,10 @@ STATIC_ROOT.mkdir(exist_ok=True)
 # before being told "busy, try again" (seconds).
 DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
+# A reject must name one of the admin's reason codes (moderation.reasons).
+REJECT_REASON_REQUIRED = _env_bool("REJECT_REASON_REQUIRED", True)
+# Rows per page of the Decided page (moderation.timeline).
+DECIDED_PAGE_SIZE = 50
 # Longest item body accepted (characters); longer ones are refused before any processing.
 ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
 # Decision requests per reviewer per window (0 turns the limit off, e.g. for benchmarks).

@@ -61,6 +61,7 @@ class AskOut(Schema):
     # LangChain decisions, one per action: {"type": "approve" | "edit" | "reject" | "respond", ...}
     decisions: list[dict[str, Any]]
     what: str  # the decisions in words: "edited refund (amount 120 → 80)"
+    reason: str  # the reason code of a reject ("" for none): one of the admin's ReasonCode codes
     applied: bool  # the worker has resumed the graph with the decision
 
     @classmethod
@@ -70,7 +71,8 @@ class AskOut(Schema):
             id=ask.interrupt_id, round=ask.round, status=ask.status,
             action_requests=ask.payload["action_requests"], review_configs=ask.payload["review_configs"],
             decided_by=ask.decided_by.get_username() if decided else None, decided_at=ask.decided_at,
-            decisions=ask.decisions, what=ask_what(ask) if decided else "", applied=ask.applied_at is not None,
+            decisions=ask.decisions, what=ask_what(ask) if decided else "", reason=ask.reason,
+            applied=ask.applied_at is not None,
         )
 
 

@@ -29,7 +29,7 @@ from moderation.api.schemas import (
     ItemPage,
 )
 from moderation.decisions import DecisionError, item_withdraw
-from moderation.models import ItemStatus
+from moderation.models import AttemptOrigin, ItemStatus
 from moderation.outcomes import DecisionOutcome
 from moderation.selectors import client_item_get, client_items_page
 from moderation.submissions import IdempotencyConflict, Submission, item_submit
@@ -161,7 +161,7 @@ def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn):
     item = client_item_get(client_id=request.auth.pk, public_id=item_id)
     if item is None:
         raise Http404("no such item")
-    outcome = item_withdraw(item_public_id=item.public_id, by=request.auth.user, reason=data.reason)
+    outcome = item_withdraw(item_public_id=item.public_id, by=request.auth.user, reason=data.reason, origin=AttemptOrigin.API)
     if not outcome.won and outcome.winner != request.auth.user.get_username():
         return Status(409, CancelLost(error="already_decided", message=outcome.message(), **_lost_fields(outcome)))
     return ItemOut.of(client_item_get(client_id=request.auth.pk, public_id=item_id))

@@ -28,7 +28,7 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
     """What every item event says about its item (the body stays out: the sender has it).
 
     ``ask``: the ask whose decision settled the item; its interrupt id, LangChain
-    decisions and their description go into ``decision``.
+    decisions, their description and the reject's reason code go into ``decision``.
     """
     data = {
         "id": str(item.public_id),
@@ -47,7 +47,7 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
             "note": item.decision_note,
         }
         if ask is not None:
-            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask))
+            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), reason=ask.reason)
     return data
 
 

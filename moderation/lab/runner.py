@@ -34,8 +34,8 @@ from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.items import lab_item_create
 from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
-from moderation.lab.strategies import HOLD_POINT, STRATEGIES
-from moderation.models import LabAccount, QueueItem
+from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
+from moderation.models import AttemptOrigin, LabAccount, QueueItem
 from moderation.permissions import MODERATORS_GROUP
 
 LAB_USER_PREFIX = "lab-reviewer-"
@@ -289,8 +289,9 @@ def isolation_check(*, username: str, rng: random.Random, graph: str = DEFAULT_G
     """The seed's third section on the product: A and C decided, B never resumed."""
     reviewer = _users_get([username])[0]
     a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"), graph=graph)
-    item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve")
-    item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject")
+    item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve", origin=AttemptOrigin.LAB)
+    item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject", reason=lab_reason("reject"),
+                origin=AttemptOrigin.LAB)
     report = {}
     for name, item in (("A", a), ("B", b), ("C", c)):
         item.refresh_from_db()

@@ -30,7 +30,7 @@ from moderation.faults import fault_point
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
 from moderation.locks import item_lock
-from moderation.models import STATUS_FOR_DECISION, QueueItem, Requested
+from moderation.models import STATUS_FOR_DECISION, AttemptOrigin, QueueItem, ReasonCode, Requested
 
 Strategy = Callable[..., DecisionOutcome]
 
@@ -88,7 +88,15 @@ def guarded_decide(
     """The product's own guard, unchanged (``delay`` is the naive window; the guard has none)."""
     if decision == Requested.WITHDRAW:
         return item_withdraw(item_public_id=item_public_id, by=reviewer, reason=note)
-    return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note)
+    return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note,
+                       reason=lab_reason(decision), origin=AttemptOrigin.LAB)
+
+
+def lab_reason(decision: str) -> str | None:
+    """A reject names a reason like any other (REJECT_REASON_REQUIRED): the first active one."""
+    if decision != Requested.REJECT:
+        return None
+    return ReasonCode.objects.filter(active=True).values_list("code", flat=True).first()
 
 
 def _check_then_act(

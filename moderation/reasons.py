@@ -1,0 +1,54 @@
+"""Reason codes: why an item was rejected, from a list the admin keeps.
+
+A reject names one active code (``REJECT_REASON_REQUIRED``, on by default, makes it
+mandatory); the code is stored on the ask and on the attempt, and travels to the graph
+as the start of the reject's message ("spam: <note>"). Codes are never deleted in use:
+an admin retires one by turning ``active`` off, and decisions that used it keep it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from moderation.models import ReasonCode
+
+
+class ReasonInvalid(ValueError):
+    pass
+
+
+def reason_codes_active() -> list[ReasonCode]:
+    return list(ReasonCode.objects.filter(active=True))
+
+
+def reason_labels() -> dict[str, str]:
+    """Every code's label, retired ones too: old decisions still name them."""
+    return dict(ReasonCode.objects.values_list("code", "label"))
+
+
+def reason_check(*, reason: Any, rejecting: bool) -> str:
+    """The cleaned reason code for a decision ("" for none); ``ReasonInvalid`` if it cannot go with it."""
+    if reason is None or reason == "":
+        if rejecting and settings.REJECT_REASON_REQUIRED:
+            raise ReasonInvalid("choose a reason for the rejection")
+        return ""
+    if not isinstance(reason, str):
+        raise ReasonInvalid("must be a reason code (text)")
+    if not rejecting:
+        raise ReasonInvalid("a reason goes with a rejection only")
+    if not ReasonCode.objects.filter(code=reason, active=True).exists():
+        raise ReasonInvalid(f"{reason[:40]!r} is not one of the active reason codes")
+    return reason
+
+
+def reason_message(*, reason: str, message: str) -> str:
+    """A reject's message to the graph, with its code in front: "spam: link farm"."""
+    if not reason:
+        return message
+    return f"{reason}: {message}" if message else reason
+
+
+def decisions_rejecting(decisions: list[dict[str, Any]]) -> bool:
+    return any(isinstance(d, dict) and d.get("type") == "reject" for d in decisions)

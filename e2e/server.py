@@ -194,11 +194,14 @@ class LiveServer:
                     [sys.executable, str(DBTOOL), "serve"], cwd=ROOT, env=self.env(), text=True,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.workdir / "dbtool.log", "a"),
                 )
-            self._tool.stdin.write(json.dumps(list(args)) + "\n")
-            self._tool.stdin.flush()
-            line = self._tool.stdout.readline()
+            tool = self._tool
+            tool.stdin.write(json.dumps(list(args)) + "\n")
+            tool.stdin.flush()
+            line = tool.stdout.readline()
         if not line:
-            raise ServerError(f"dbtool {args[0]} died: see {self.workdir / 'dbtool.log'}")
+            log = self.workdir / "dbtool.log"
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else "(no log)"
+            raise ServerError(f"dbtool {args[0]} died (exit {tool.wait(timeout=10)}); {log} ends:\n{tail}")
         answer = json.loads(line)
         if "error" in answer:
             raise ServerError(f"dbtool {' '.join(args)} failed:\n{answer['error']}")

@@ -7,15 +7,16 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from moderation import events
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.apply import asks_create
 from moderation.graphs.registry import graph_name_validate
-from moderation.graphs.runtime import graph_start, graph_values
+from moderation.graphs.runtime import PendingAsk, graph_asks_pending, graph_start, graph_values
 from moderation.models import QueueItem
+from moderation.resumelock import thread_resume_lock
 
 
 def item_body_check(*, body: str) -> None:
@@ -73,6 +74,7 @@ def _item_start(
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
+    chosen_id = public_id is not None
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
@@ -83,7 +85,24 @@ def _item_start(
     # duplicate, and a check here would only race with it.
     item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"])
     state = {"item_id": str(public_id), "title": title, "body": body, "source": source, **graph_input}
-    asked = graph_start(name=item.graph, thread_id=item.thread_id, state=state)
+    if chosen_id:
+        # Concurrent submits of one key share this thread (moderation.submissions). Two
+        # starts on it would each raise interrupts of their own ids, and the row's asks
+        # could name the one the thread no longer waits on: one start runs, under the
+        # thread's lock, and whoever comes after it joins it or finds its row.
+        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+            if QueueItem.objects.filter(public_id=public_id).exists():
+                raise IntegrityError(f"item {public_id} already exists")
+            asked = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
+            _item_insert(item=item, asked=asked or graph_start(name=item.graph, thread_id=item.thread_id, state=state))
+    else:
+        _item_insert(item=item, asked=graph_start(name=item.graph, thread_id=item.thread_id, state=state))
+    # After the caller's transaction, if there is one; at once otherwise.
+    events.after_commit(lambda: events.item_created_broadcast(item=item))
+    return item
+
+
+def _item_insert(*, item: QueueItem, asked: list[PendingAsk]) -> None:
     values = graph_values(name=item.graph, thread_id=item.thread_id)
     item.risk = max(-1000, min(1000, int(values.get("risk") or 0)))
     item.flags = [str(f) for f in values.get("flags") or []]
@@ -93,9 +112,6 @@ def _item_start(
         item.save(force_insert=True)
         asks_create(item=item, asked=asked, round=1)
         delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
-    # After the caller's transaction, if there is one; at once otherwise.
-    events.after_commit(lambda: events.item_created_broadcast(item=item))
-    return item
 
 
 CONTENT_FIELDS = ("title", "body", "source")

@@ -9,10 +9,10 @@ item's public id, and so its thread id, is derived from (client, key, content
 digest):
 
 - a retry after the first submit committed finds the row and starts nothing;
-- concurrent submits of the same key and content run the graph on the *same* thread
-  (identical checkpoints, the later one on top), and exactly one row insert wins; the
-  others hit the unique constraint and answer with the winner's row. One item, one
-  thread.
+- concurrent submits of the same key and content share the *same* thread, taken in
+  turn under its resume lock (``items._item_start``): the first starts the graph and
+  inserts the row; the others find the row and answer with it, so the graph runs once
+  and the row's asks are the interrupts its thread waits on. One item, one thread.
 - a concurrent submit of the same key with *other* content derives another thread,
   loses the insert and is refused (``IdempotencyConflict``); its thread is an orphan
   nobody can reach, like any graph whose row insert failed (see ``items.item_create``).

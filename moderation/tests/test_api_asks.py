@@ -99,7 +99,8 @@ def test_a_default_submission_digests_as_before_graphs_could_be_named():
     assert submission.digest() == hashlib.sha256(before.encode()).hexdigest()
 
 
-def test_the_item_shows_an_edit_its_decider_and_what_the_graph_did_with_it(api, alice):
+def test_the_item_shows_an_edit_its_decider_and_what_the_graph_did_with_it(api, alice, settings):
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's half runs below, by hand
     item_id = api.post("/items", REFUND).json()["id"]
     ask_id = api.get(f"/items/{item_id}").json()["asks"][0]["id"]
     assert item_decide(item_public_id=item_id, reviewer=alice, ask=ask_id, decisions=_edit(80)).won

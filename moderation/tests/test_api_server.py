@@ -2,7 +2,7 @@
 
 Concurrency: 8 client processes submit the same 200 Idempotency-Keys at once; exactly
 200 items and 200 graph threads (distinct thread ids in the checkpointer) must exist,
-on SQLite and on PostgreSQL. The negative control runs the same load against a server
+each thread waiting on the asks its row records, on SQLite and on PostgreSQL. The negative control runs the same load against a server
 whose submit picks a random thread id, as a check-then-insert design would (the
 unique key still keeps the rows to 200): the same count then sees the extra threads,
 so the check can fail.
@@ -33,9 +33,16 @@ ITEM = {"title": "From a pipeline", "body": "Some harmless text.", "source": "lo
 
 _COUNT = """
 from moderation.checkpointer import checkpointer_get
+from moderation.graphs.runtime import graph_asks_pending
 from moderation.models import QueueItem
 threads = {c.config["configurable"]["thread_id"] for c in checkpointer_get().list(None)}
 print("COUNT", QueueItem.objects.count(), len(threads))
+astray = sum(
+    sorted(item.asks.values_list("interrupt_id", flat=True))
+    != sorted(p.interrupt_id for p in graph_asks_pending(name=item.graph, thread_id=item.thread_id))
+    for item in QueueItem.objects.all()
+)
+print("ASTRAY", astray)
 """
 
 
@@ -72,10 +79,12 @@ def _token(server: LiveServer, name: str = "load") -> str:
     return server.manage("apiclient_create", name).strip()
 
 
-def _counts(server: LiveServer) -> tuple[int, int]:
-    line = next(l for l in server.manage("shell", "-c", _COUNT).splitlines() if l.startswith("COUNT "))
-    items, threads = line.split()[1:]
-    return int(items), int(threads)
+def _counts(server: LiveServer) -> tuple[int, int, int]:
+    """Items, graph threads, and items whose recorded asks are not what their thread waits on."""
+    lines = server.manage("shell", "-c", _COUNT).splitlines()
+    items, threads = next(l for l in lines if l.startswith("COUNT ")).split()[1:]
+    astray = next(l for l in lines if l.startswith("ASTRAY ")).split()[1]
+    return int(items), int(threads), int(astray)
 
 
 def _hammer(server: LiveServer, token: str, keys: int = KEYS) -> list[dict[str, tuple[int, str]]]:
@@ -106,7 +115,9 @@ def _assert_one_item_and_one_thread_per_key(server: LiveServer, token: str) -> N
         assert set(statuses) <= {200, 201}, f"{key}: {answers}"
     created = sum(1 for r in results for status, _ in r.values() if status == 201)
     assert created == KEYS
-    assert _counts(server) == (KEYS, KEYS)
+    # One thread per key, each waiting on exactly the asks its row records (a second start
+    # on a shared thread would raise interrupts of other ids than the row's).
+    assert _counts(server) == (KEYS, KEYS, 0)
 
 
 @pytest.mark.timeout(300)
@@ -130,7 +141,7 @@ def test_negative_control_random_thread_ids_show_as_extra_threads(tmp_path):
     env = {"DJANGO_SETTINGS_MODULE": "moderation.tests.naive_submit_settings"}
     with _server(tmp_path, env=env) as (server, token):
         _hammer(server, token, keys=CONTROL_KEYS)
-        items, threads = _counts(server)
+        items, threads, _ = _counts(server)
     print(f"\nnegative control: {items} items, {threads} graph threads")
     assert items == CONTROL_KEYS  # the unique key still holds the rows
     assert threads > CONTROL_KEYS, "the load never raced: this test could not see a duplicate thread"

@@ -86,6 +86,10 @@ async def test_decision_reaches_the_item_and_the_queue_but_not_other_items(alice
     assert seen_by_bob["seconds_ago"] == 0
     seen_by_carol = await next_of(carol_queue, "item.decided")
     assert seen_by_carol["counts"] == {"pending": 1, "decided_today": 1}
+    # Then what the graph did with it, to the same pages.
+    for communicator in (bob_item, carol_queue):
+        applied = await next_of(communicator, "item.applied")
+        assert (applied["item"], applied["status"], applied["applied"]["state"]) == (str(item.public_id), "approved", "finished")
     await silent(bob_item)  # exactly once: an item page is not also in the queue group
     await silent(dave_other)
     for communicator in (bob_item, carol_queue, dave_other):
@@ -104,6 +108,7 @@ async def test_loser_notice_goes_to_the_losers_tabs_only(alice, bob, make_modera
     await decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     for tab in (bob_item_tab, bob_queue_tab, alice_tab, carol_tab):
         await next_of(tab, "item.decided")
+        await next_of(tab, "item.applied")
     lost = await decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
     assert not lost.won
 
@@ -221,6 +226,7 @@ async def test_a_send_refused_by_a_closing_socket_is_harmless_and_clean_up_runs(
     bob_tab, _ = await opened(item_path(item), await database_sync_to_async(login)(bob))  # broadcasts presence
     await decide(item_public_id=item.public_id, reviewer=bob, decision="approve")  # broadcasts the decision
     await next_of(bob_tab, "item.decided")
+    await next_of(bob_tab, "item.applied")
     assert server.refused >= 2
     await closing_tab.send_input({"type": "websocket.disconnect", "code": 1001})
     await closing_tab.wait(timeout=TIMEOUT)  # the consumer ended by itself: its disconnect ran

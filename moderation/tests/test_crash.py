@@ -34,7 +34,8 @@ from e2e.server import LiveServer, Seeded
 from moderation.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.real_server import Dropped, Reviewer
 
-pytestmark = [pytest.mark.timeout(300)]
+# The first test waits for every scenario (the module fixture): near 300 s on a loaded 2-core machine.
+pytestmark = [pytest.mark.timeout(600)]
 
 USERS = ["alice", "bob", "carol"]
 # items[0]: alice's decision crashes a process; items[1]: decided (and lost by bob)

@@ -105,7 +105,23 @@ def applied_endpoint(db):
     return WebhookEndpoint.objects.create(name="applies", url="http://x.test/", events=["item.applied"])
 
 
-def test_an_apply_is_announced_once_with_what_the_graph_did(applied_endpoint, alice, make_item):
+@pytest.fixture
+def applied_by_hand(settings):
+    """The decision is only recorded; the test runs the worker's half (``item_apply``) itself."""
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+
+
+def test_an_inline_apply_is_announced_once_after_the_decision(applied_endpoint, alice, make_item):
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    [applied] = _deliveries(item)
+    assert (applied.event, len(_queued(applied))) == ("item.applied", 1)
+    assert applied.payload["data"]["applied"] == [item.asks.get().interrupt_id]
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert len(_deliveries(item)) == 1
+
+
+def test_an_apply_is_announced_once_with_what_the_graph_did(applied_endpoint, applied_by_hand, alice, make_item):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert _deliveries(item) == []  # decided, not yet applied
@@ -120,7 +136,7 @@ def test_an_apply_is_announced_once_with_what_the_graph_did(applied_endpoint, al
     assert len(_deliveries(item)) == 1
 
 
-def test_a_failed_apply_is_announced_with_its_error(applied_endpoint, alice, make_item):
+def test_a_failed_apply_is_announced_with_its_error(applied_endpoint, applied_by_hand, alice, make_item):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
 
@@ -135,7 +151,7 @@ def test_a_failed_apply_is_announced_with_its_error(applied_endpoint, alice, mak
     assert "the publisher is down" in failed.payload["data"]["applied_result"]["error"]
 
 
-def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_endpoint, alice, make_item, monkeypatch):
+def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_endpoint, applied_by_hand, alice, make_item, monkeypatch):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
 

@@ -61,7 +61,10 @@ def test_decision_events_wait_for_the_commit(recorded, alice, make_item):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
         assert recorded == []
     groups = [group for group, _ in recorded]
-    assert groups == [events.QUEUE_GROUP, events.item_group(str(item.public_id))]
+    # The decision, then what its graph did (applied in this process, after the guard's locks).
+    assert groups == [events.QUEUE_GROUP, events.item_group(str(item.public_id))] * 2
+    assert [message["type"] for _, message in recorded] == ["item.decided"] * 2 + ["item.applied"] * 2
+    assert recorded[2][1]["applied"]["state"] == "finished"
     message = recorded[0][1]
     assert message["type"] == "item.decided"
     assert (message["winner"], message["status"], message["title"]) == ("alice", "approved", "Later")
@@ -145,6 +148,7 @@ def test_hanging_layer_delays_a_decision_by_at_most_the_send_timeout(settings, m
     assert outcome.won
     assert time.monotonic() - started < 3  # two bounded sends (queue and item group), not an hour
     assert any("could not push item.decided" in record.getMessage() for record in caplog.records)
+    assert any("could not push item.applied" in record.getMessage() for record in caplog.records)
 
 
 @pytest.fixture
@@ -193,13 +197,15 @@ def test_in_a_server_process_a_decision_does_not_wait_for_the_push(settings, ser
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"{__name__}.HangingLayer"}}
     started = time.monotonic()
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
-    assert time.monotonic() - started < 0.5  # the send timeout is 2 s; the request waits for none of it
-    assert events.pushes_in_flight() == 1
+    # Waiting for a push would take the 2 s send timeout; the request (with its inline apply) waits for none.
+    assert time.monotonic() - started < 1.5
+    assert events.pushes_in_flight() == 2  # the decision and its apply
     deadline = time.monotonic() + events.SEND_TIMEOUT_SECONDS + 3
     while events.pushes_in_flight() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert events.pushes_in_flight() == 0  # given up after the bound, and logged
     assert any("could not push item.decided" in record.getMessage() for record in caplog.records)
+    assert any("could not push item.applied" in record.getMessage() for record in caplog.records)
 
 
 def test_pushes_waiting_on_a_hanging_layer_are_bounded(settings, server_loop, monkeypatch, caplog):

@@ -42,7 +42,7 @@ def search_index_drop(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('moderation', '0012_webhook_item_applied'),
+        ('moderation', '0014_reason_codes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

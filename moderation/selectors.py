@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, time
+from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
+from moderation.counts import counted_day, counts_read
 from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
@@ -26,6 +27,8 @@ def _queue_items() -> QuerySet[QueueItem]:
 class QueueCounts:
     pending: int
     decided_today: int
+    # Per queue: an item's queue is the graph that asks about it.
+    pending_by_graph: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
         return {"pending": self.pending, "decided_today": self.decided_today}
@@ -58,13 +61,13 @@ def queue_pending(*, page: int | str | None, per_page: int) -> Page:
     return Paginator(_IdsThenRows(items), per_page).get_page(page)
 
 
-def queue_counts(*, now: datetime | None = None, pending: int | None = None) -> QueueCounts:
-    """``pending``: a count the caller already has (the queue page's paginator), not counted again."""
-    now = timezone.localtime(now or timezone.now())
-    start_of_day = timezone.make_aware(datetime.combine(now.date(), time.min), now.tzinfo)
+def queue_counts(*, now: datetime | None = None) -> QueueCounts:
+    """Read from the counter rows moderation.counts keeps: no item is counted, whatever the queue's size."""
+    read = counts_read(day=counted_day(now or timezone.now()))
     return QueueCounts(
-        pending=_queue_items().filter(status=ItemStatus.PENDING).count() if pending is None else pending,
-        decided_today=_queue_items().filter(decided_at__gte=start_of_day).count(),
+        pending=read.status_total(ItemStatus.PENDING),
+        decided_today=sum(read.decided_on_day.values()),
+        pending_by_graph={graph: n for (graph, status), n in read.by_status.items() if status == ItemStatus.PENDING and n},
     )
 
 

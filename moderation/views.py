@@ -50,7 +50,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "moderation/queue.html",
         {
             "page": page,
-            "counts": queue_counts(pending=page.paginator.count),
+            "counts": queue_counts(),
             "recent": items_recently_decided(limit=5),
             "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -16,7 +18,7 @@ from django.utils import timezone
 from moderation import recovery
 from moderation.apply import item_apply
 from moderation.audit import audit_items_purge
-from moderation.counts import SHARDS, counts_actual
+from moderation.counts import SHARDS, counts_actual, counts_recount
 from moderation.decisions import item_decide, item_withdraw
 from moderation.items import item_create, lab_item_create
 from moderation.lab.harness import race_threads
@@ -25,6 +27,8 @@ from moderation.reconcile import item_reconcile
 from moderation.selectors import queue_counts
 from moderation.tests.hitl_graph import GRAPHS, NAME
 from moderation.tests.races import guard_held_assert
+
+pytestmark = pytest.mark.postgres_variant
 
 
 def _counters() -> dict[tuple, int]:
@@ -217,15 +221,34 @@ def test_a_decision_and_its_events_carry_the_counts_without_counting_anything(se
     assert any("moderation_queuecounter" in q["sql"] for q in decided.captured_queries)  # the counts were read
 
 
-@pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_eight_reviewers_racing_fifty_items_leave_no_drift(make_moderator, make_item):
+def test_eight_reviewers_racing_fifty_items_leave_no_drift_while_recount_runs_beside_them(make_moderator, make_item):
     users = [make_moderator().username for _ in range(8)]
     items = [str(make_item(title=f"race {i}").public_id) for i in range(50)]
-    # Every reviewer asks for something else where it can, so the winners spread over statuses.
-    report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0,
-                          decisions=["approve", "reject", "withdraw", "approve"] * 2)
+    racing = threading.Event()
+    recounts: list[list] = []
+
+    def recount_meanwhile():
+        # A recount while decisions commit must find nothing to repair (and so must not "repair" a right count).
+        try:
+            while racing.is_set():
+                recounts.append(counts_recount())
+                time.sleep(0.05)  # SQLite: leave the one write lock to the reviewers between recounts
+        finally:
+            connection.close()
+
+    racing.set()
+    recounter = threading.Thread(target=recount_meanwhile)
+    recounter.start()
+    try:
+        # Every reviewer asks for something else where it can, so the winners spread over statuses.
+        report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0,
+                              decisions=["approve", "reject", "withdraw", "approve"] * 2)
+    finally:
+        racing.clear()
+        recounter.join()
     guard_held_assert(report, items=items, reviewers=8)
+    assert recounts and all(drifts == [] for drifts in recounts), [d for d in recounts if d]
     actual = _exact()
     decided = sum(n for k, n in actual.items() if k[0] == "status" and k[2] != ItemStatus.PENDING)
     assert (queue_counts().pending, queue_counts().decided_today, decided) == (0, 50, 50)

@@ -269,6 +269,8 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
+    from moderation.counts import counts_recount
+
     payload = json.dumps({"item_id": "bulk", "title": "bulk item", "excerpt": WATCH_TEXT, "source": "bench-bulk",
                           "flags": ["1 link", "excessive punctuation", "watch words: click here, free money"], "risk": 45,
                           "allowed_decisions": ["approve", "reject"]})
@@ -291,6 +293,8 @@ def _queue_rows_insert(rows: int) -> None:
                 [rows, WATCH_TEXT, connection.ops.adapt_datetimefield_value(timezone.now()), payload],
             )
             cursor.execute("ANALYZE")
+    # Raw rows bypass the counters (moderation.counts): bring them to the real COUNT, as recover --counts does.
+    counts_recount()
     if connection.vendor == "postgresql":
         # What autovacuum does to a table that stopped changing: statistics and the visibility
         # map (without it, index-only counts still visit the heap); outside a transaction.

@@ -11,6 +11,7 @@ import pytest
 from channels.layers import InMemoryChannelLayer
 from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -252,3 +253,26 @@ def test_eight_reviewers_racing_fifty_items_leave_no_drift_while_recount_runs_be
     actual = _exact()
     decided = sum(n for k, n in actual.items() if k[0] == "status" and k[2] != ItemStatus.PENDING)
     assert (queue_counts().pending, queue_counts().decided_today, decided) == (0, 50, 50)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0016_starts_the_counters_from_a_real_count():
+    before, after = ("moderation", "0012_webhook_item_applied"), ("moderation", "0016_queue_counters")
+    executor = MigrationExecutor(connection)
+    executor.migrate([before])
+    executor.loader.build_graph()
+    apps = executor.loader.project_state([before]).apps
+    alice = apps.get_model("auth", "User").objects.create(username="alice")
+    Item = apps.get_model("moderation", "QueueItem")
+    yesterday = timezone.now() - timedelta(days=1)
+    for n, (status, decided_at, is_lab) in enumerate([
+        ("pending", None, False), ("pending", None, False), ("approved", timezone.now(), False),
+        ("rejected", yesterday, False), ("approved", timezone.now(), True),
+    ]):
+        Item.objects.create(title="t", body="b", source="s", thread_id=f"item-{n}", status=status, is_lab=is_lab,
+                            decided_by=alice if decided_at else None, decided_at=decided_at)
+    MigrationExecutor(connection).migrate([after])
+    call_command("migrate", "moderation", verbosity=0)  # leave the schema as the suite expects
+    _exact()
+    assert (queue_counts().pending, queue_counts().decided_today) == (2, 1)
+    assert _counters()[("status", "moderation", "rejected")] == 1

@@ -270,6 +270,8 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
+    from moderation.counts import counts_recount
+
     flags = ["1 link", "excessive punctuation", "watch words: click here, free money"]
     payload = json.dumps({
         "kind": "batched",
@@ -298,6 +300,8 @@ def _queue_rows_insert(rows: int) -> None:
                 [rows, WATCH_TEXT, connection.ops.adapt_datetimefield_value(timezone.now()), payload, json.dumps(flags)],
             )
             cursor.execute("ANALYZE")
+    # Raw rows bypass the counters (moderation.counts): bring them to the real COUNT, as recover --counts does.
+    counts_recount()
     if connection.vendor == "postgresql":
         # What autovacuum does to a table that stopped changing: statistics and the visibility
         # map (without it, index-only counts still visit the heap); outside a transaction.

@@ -39,6 +39,7 @@ from django.utils import timezone
 from django_tasks import task
 
 from moderation import events
+from moderation.counts import counts_apply, item_counted
 from moderation.delivery.outbox import item_applied_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskSpec, ask_resume_value
@@ -166,11 +167,14 @@ def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
     """A new round: the item is pending again, with the new asks; earlier decisions stay on their asks."""
     last = item.asks.order_by("-round").values_list("round", flat=True).first() or 0
     asks_create(item=item, asked=asked, round=last + 1)
+    before = item_counted(item)
     item.status = ItemStatus.PENDING
     item.decided_by = None
     item.decided_at = None
     item.decision_note = ""
     item.review_request = asked[0].spec.as_payload()
+    # The caller saves the row in this transaction.
+    counts_apply(before=before, after=item_counted(item))
 
 
 def _record_failure(*, item_id: int, error: str) -> str:

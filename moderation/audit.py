@@ -60,6 +60,7 @@ from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from moderation.counts import counts_forget
 from moderation.graphs.runtime import graph_asks_pending
 from moderation.models import (
     AskStatus, AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, Requested,
@@ -230,6 +231,7 @@ def audit_items_purge(*, items: QuerySet[QueueItem]) -> list[str]:
                     cursor.execute(f"DELETE FROM {DecisionAttempt._meta.db_table} WHERE item_id = %s", [pk])
         # Asks PROTECT their item (and their attempts PROTECT them): they go once the attempts have.
         ReviewAsk.objects.filter(item_id__in=[pk for pk, _, _ in rows]).delete()
+        counts_forget(items=QueueItem.objects.filter(pk__in=[pk for pk, _, _ in rows]))
         QueueItem.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()
         for _, public_id, _ in rows:
             _ledger_append(kind=LedgerKind.PURGE, item_public_id=str(public_id))

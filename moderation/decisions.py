@@ -62,6 +62,7 @@ from django.utils import timezone
 from moderation import events
 from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
+from moderation.counts import counts_apply, item_counted
 from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskDecisionInvalid, AskSpec, ask_decisions_validate, decisions_kind, text_clean
@@ -385,6 +386,7 @@ def _attempt_win(
     _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
     status = STATUS_FOR_DECISION[requested]
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
+    before = item_counted(item)
     if settled:
         item.status = status
         item.decided_by = reviewer
@@ -392,6 +394,7 @@ def _attempt_win(
         item.decision_note = note
     item.apply_state = ApplyState.APPLYING
     item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
+    counts_apply(before=before, after=item_counted(item))
     attempt = attempt_append(
         item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
         outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
@@ -414,12 +417,14 @@ def _withdraw_win(
     for ask in asks:
         rejections = [{"type": "reject", "message": message} for _ in ask.payload["action_requests"]]
         _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
+    before = item_counted(item)
     item.status = ItemStatus.WITHDRAWN
     item.decided_by = by
     item.decided_at = decided_at
     item.decision_note = reason
     item.apply_state = ApplyState.APPLYING
     item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
+    counts_apply(before=before, after=item_counted(item))
     attempt = attempt_append(
         item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
         outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,

@@ -13,6 +13,7 @@ from moderation import events
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.apply import asks_create
+from moderation.counts import counts_apply, item_counted
 from moderation.graphs.registry import graph_name_validate
 from moderation.graphs.runtime import PendingAsk, graph_asks_pending, graph_start, graph_values
 from moderation.models import QueueItem
@@ -111,6 +112,7 @@ def _item_insert(*, item: QueueItem, asked: list[PendingAsk]) -> None:
     with transaction.atomic():
         item.save(force_insert=True)
         asks_create(item=item, asked=asked, round=1)
+        counts_apply(before=None, after=item_counted(item))
         delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
 
 

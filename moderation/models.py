@@ -505,6 +505,36 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.client})"
 
 
+# --- Counts -----------------------------------------------------------------------
+# Written only by moderation.counts, in the transaction of the change they count; read by
+# summing a handful of rows, so a count costs the same at ten items as at a million.
+
+
+class QueueCounter(models.Model):
+    """Items of one graph in one status, split over ``SHARDS`` rows (``n`` may go below 0 on one shard; the sum is exact)."""
+
+    graph = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=ItemStatus.choices)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["graph", "status", "shard"], name="queue_counter_key")]
+
+
+class DecidedDayCounter(models.Model):
+    """Items of one graph whose ``decided_at`` falls on ``day`` (in ``TIME_ZONE``), split over shards."""
+
+    day = models.DateField()
+    graph = models.CharField(max_length=64)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        # ``day`` first: the read asks for one day.
+        constraints = [models.UniqueConstraint(fields=["day", "graph", "shard"], name="decided_day_counter_key")]
+
+
 # --- Webhooks ---------------------------------------------------------------------
 # Defined in moderation.delivery (below the guard); imported here so they belong to this app.
 from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, WebhookEndpoint  # noqa: E402, F401

@@ -16,6 +16,7 @@ import logging
 from django.db import transaction
 
 from moderation.apply import asks_create, item_apply
+from moderation.counts import counts_apply, item_counted
 from moderation.graphs.runtime import graph_asks_pending, graph_error_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 
@@ -71,6 +72,8 @@ def _attention(*, item: QueueItem, reason: str) -> str:
 
 
 def _status_set(*, item: QueueItem, status: str, attention: str) -> None:
+    before = item_counted(item)
     item.status = status
     item.attention = attention
     item.save(update_fields=["status", "attention"])
+    counts_apply(before=before, after=item_counted(item))

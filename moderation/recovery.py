@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from moderation.counts import counts_apply, item_counted
 from moderation.locks import item_lock
 from moderation.models import DECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
 from moderation.reconcile import item_reconcile
@@ -81,9 +82,11 @@ def _attention_mark(*, key: str, reason: str) -> str:
         with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
             item = QueueItem.objects.select_for_update().get(public_id=key)
             if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
+                before = item_counted(item)
                 item.status = ItemStatus.NEEDS_ATTENTION
                 item.attention = reason
                 item.save(update_fields=["status", "attention"])
+                counts_apply(before=before, after=item_counted(item))
             return item.title
     except Exception:
         logger.exception("recover: could not mark item %s as needing attention", key)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, time
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -14,6 +14,7 @@ from django.db.models import BooleanField, Prefetch, Q, QuerySet, prefetch_relat
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from moderation.counts import counted_day, counts_read
 from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
@@ -31,6 +32,8 @@ def _queue_items() -> QuerySet[QueueItem]:
 class QueueCounts:
     pending: int
     decided_today: int
+    # Per queue: an item's queue is the graph that asks about it.
+    pending_by_graph: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
         return {"pending": self.pending, "decided_today": self.decided_today}
@@ -264,13 +267,13 @@ def queue_pending(*, filters: QueueFilters, cursor: QueueCursor | None, per_page
     )
 
 
-def queue_counts(*, now: datetime | None = None, pending: int | None = None) -> QueueCounts:
-    """``pending``: a count the caller already has (the queue page's paginator), not counted again."""
-    now = timezone.localtime(now or timezone.now())
-    start_of_day = timezone.make_aware(datetime.combine(now.date(), time.min), now.tzinfo)
+def queue_counts(*, now: datetime | None = None) -> QueueCounts:
+    """Read from the counter rows moderation.counts keeps: no item is counted, whatever the queue's size."""
+    read = counts_read(day=counted_day(now or timezone.now()))
     return QueueCounts(
-        pending=_queue_items().filter(status=ItemStatus.PENDING).count() if pending is None else pending,
-        decided_today=_queue_items().filter(decided_at__gte=start_of_day).count(),
+        pending=read.status_total(ItemStatus.PENDING),
+        decided_today=sum(read.decided_on_day.values()),
+        pending_by_graph={graph: n for (graph, status), n in read.by_status.items() if status == ItemStatus.PENDING and n},
     )
 
 

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.counts import counts_recount
 from moderation.recovery import items_recover
 
 # Distinct from 1 (a crash of the command itself): the run finished, some items did not.
@@ -15,8 +16,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--all", action="store_true", help="also check decided items (slower)")
+        parser.add_argument(
+            "--counts", action="store_true",
+            help="only compare the queue's counters with real COUNTs and repair any that drifted (items are not checked)",
+        )
 
     def handle(self, *args, **options):
+        if options["counts"]:
+            self._counts()
+            return
         report = items_recover(include_decided=options["all"], progress=self._progress)
         self.stdout.write("")
         for action in report.actions:
@@ -29,6 +37,12 @@ class Command(BaseCommand):
         if report.failed:
             raise CommandError(f"{summary} They are marked needs attention; see the log.", returncode=EXIT_ITEMS_FAILED)
         self.stdout.write(summary)
+
+    def _counts(self) -> None:
+        drifts = counts_recount()
+        for drift in drifts:
+            self.stdout.write(f"{drift} — repaired")
+        self.stdout.write(f"recover --counts: {len(drifts)} counter(s) repaired." if drifts else "recover --counts: every counter matches a real COUNT.")
 
     def _progress(self, done: int, total: int) -> None:
         if done == total or done % 100 == 0:

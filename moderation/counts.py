@@ -1,0 +1,211 @@
+"""Queue counts kept in counter rows, written in the transaction of every status change.
+
+Counting the queue (``COUNT(*) ... WHERE status = 'pending'``) costs O(queue size), and
+every live event and queue page used to do it. Instead each change moves its item's
+count from the old (graph, status, decided day) to the new one in ``QueueCounter`` and
+``DecidedDayCounter``, in the same transaction, so a reader sums a few rows and the
+counts are exact at every commit. Race-lab items are not counted: the queue hides them.
+
+Sharding: on PostgreSQL a transaction that adds to a counter row holds that row's lock
+until it commits, so with one row per status every decision would wait for the previous
+decision's commit. Each change adds to one of ``SHARDS`` rows picked at random, so up to
+that many commit side by side; a read sums the shards. (SQLite has one writer anyway.)
+A shard can go below zero; only the sum means anything.
+
+The write is one ``INSERT ... ON CONFLICT DO UPDATE SET n = n + excluded.n`` per table:
+it creates a shard's row on first use (a new graph, a new day) with no insert race,
+and adds atomically otherwise; Django's ``bulk_create(update_conflicts=...)`` can only
+overwrite ``n``, not add to it.
+
+Nothing but out-of-band writes (a raw SQL insert, a shell) can make the counters drift;
+``counts_recount`` (``manage.py recover --counts``) compares them with real COUNTs and
+repairs them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from django.db import connection, transaction
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from moderation.models import DecidedDayCounter, QueueCounter, QueueItem
+
+SHARDS = 8
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What one item counts towards."""
+
+    graph: str
+    status: str
+    decided_day: date | None
+
+
+def counted_day(at: datetime) -> date:
+    # The default time zone, not the request's: every writer must put an item on the same day.
+    return at.astimezone(timezone.get_default_timezone()).date()
+
+
+def item_counted(item: QueueItem) -> Counted | None:
+    """What ``item`` counts towards as it is now; None for a race-lab item (never counted)."""
+    if item.is_lab:
+        return None
+    return Counted(graph=item.graph, status=item.status, decided_day=counted_day(item.decided_at) if item.decided_at else None)
+
+
+def counts_apply(*, before: Counted | None, after: Counted | None) -> None:
+    """Move one item's count from ``before`` to ``after`` (None: not counted, e.g. not yet created).
+
+    Call inside the transaction that writes the change; nothing is written when nothing counted changed.
+    """
+    statuses: Counter[tuple[str, str]] = Counter()
+    days: Counter[tuple[date, str]] = Counter()
+    for counted, sign in ((before, -1), (after, 1)):
+        if counted is not None:
+            statuses[(counted.graph, counted.status)] += sign
+            if counted.decided_day is not None:
+                days[(counted.decided_day, counted.graph)] += sign
+    _add(statuses=statuses, days=days)
+
+
+def counts_forget(*, items: QuerySet[QueueItem]) -> None:
+    """Take ``items`` out of the counts; call in the transaction that deletes them."""
+    statuses: Counter[tuple[str, str]] = Counter()
+    days: Counter[tuple[date, str]] = Counter()
+    for graph, status, decided_at in items.filter(is_lab=False).values_list("graph", "status", "decided_at"):
+        statuses[(graph, status)] -= 1
+        if decided_at is not None:
+            days[(counted_day(decided_at), graph)] -= 1
+    _add(statuses=statuses, days=days)
+
+
+def _add(*, statuses: Counter[tuple[str, str]], days: Counter[tuple[date, str]]) -> None:
+    shard = random.randrange(SHARDS)
+    # Sorted: two transactions touching the same rows lock them in the same order (no deadlock).
+    status_rows = sorted((graph, status, shard, n) for (graph, status), n in statuses.items() if n)
+    day_rows = sorted(
+        (connection.ops.adapt_datefield_value(day), graph, shard, n) for (day, graph), n in days.items() if n
+    )
+    _upsert(QueueCounter, ("graph", "status", "shard"), status_rows)
+    _upsert(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
+
+
+def _upsert(model: type[QueueCounter | DecidedDayCounter], key: tuple[str, ...], rows: list[tuple]) -> None:
+    if not rows:
+        return
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    columns = ", ".join(qn(c) for c in (*key, "n"))
+    values = ", ".join(["(" + ", ".join(["%s"] * (len(key) + 1)) + ")"] * len(rows))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES {values} "
+            f"ON CONFLICT ({', '.join(qn(c) for c in key)}) DO UPDATE SET {qn('n')} = {table}.{qn('n')} + excluded.{qn('n')}",
+            [v for row in rows for v in row],
+        )
+
+
+@dataclass(frozen=True)
+class CountsRead:
+    by_status: dict[tuple[str, str], int]  # (graph, status) -> items
+    decided_on_day: dict[str, int]  # graph -> items decided on the day asked for
+
+    def status_total(self, status: str) -> int:
+        return sum(n for (_, s), n in self.by_status.items() if s == status)
+
+
+def counts_read(*, day: date) -> CountsRead:
+    """Every (graph, status) count and the items decided on ``day``: two queries over a few rows each."""
+    by_status = {
+        (row["graph"], row["status"]): row["total"]
+        for row in QueueCounter.objects.values("graph", "status").annotate(total=Sum("n")).order_by()
+    }
+    decided = {
+        row["graph"]: row["total"]
+        for row in DecidedDayCounter.objects.filter(day=day).values("graph").annotate(total=Sum("n")).order_by()
+    }
+    return CountsRead(by_status=by_status, decided_on_day=decided)
+
+
+@dataclass(frozen=True)
+class CountDrift:
+    what: str
+    counter: int
+    actual: int
+
+    def __str__(self) -> str:
+        return f"{self.what}: counter {self.counter}, actual {self.actual}"
+
+
+def counts_recount() -> list[CountDrift]:
+    """Compare every counter with a real COUNT and set those that differ to it; return what differed.
+
+    Safe while reviewers work: on PostgreSQL the counter tables are locked against writes
+    first, so a change either committed before the COUNT (it is in both) or adds its
+    delta after the repair; SQLite's write transaction holds the whole database.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in (QueueCounter, DecidedDayCounter))
+                cursor.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
+        counters = _counters_summed()
+        actual = counts_actual()
+        drifts = []
+        for key in sorted(set(counters) | set(actual), key=str):
+            if counters.get(key, 0) != actual.get(key, 0):
+                drifts.append(CountDrift(what=_key_words(key), counter=counters.get(key, 0), actual=actual.get(key, 0)))
+                _key_set(key, actual.get(key, 0))
+    return drifts
+
+
+def counts_actual() -> dict[tuple, int]:
+    """The real COUNTs, keyed like ``_counters_summed``: ("status", graph, status) and ("day", day, graph)."""
+    items = QueueItem.objects.filter(is_lab=False).order_by()
+    actual: dict[tuple, int] = {
+        ("status", row["graph"], row["status"]): row["total"]
+        for row in items.values("graph", "status").annotate(total=Count("id"))
+    }
+    days = (
+        items.filter(decided_at__isnull=False)
+        .annotate(day=TruncDate("decided_at", tzinfo=timezone.get_default_timezone()))
+        .values("day", "graph").annotate(total=Count("id"))
+    )
+    actual.update({("day", row["day"], row["graph"]): row["total"] for row in days})
+    return actual
+
+
+def _counters_summed() -> dict[tuple, int]:
+    summed = {
+        ("status", row["graph"], row["status"]): row["total"]
+        for row in QueueCounter.objects.values("graph", "status").annotate(total=Sum("n")).order_by()
+    }
+    days = DecidedDayCounter.objects.values("day", "graph").annotate(total=Sum("n")).order_by()
+    summed.update({("day", row["day"], row["graph"]): row["total"] for row in days})
+    return summed
+
+
+def _key_words(key: tuple) -> str:
+    if key[0] == "status":
+        return f"{key[2]} ({key[1]})"
+    return f"decided on {key[1].isoformat()} ({key[2]})"
+
+
+def _key_set(key: tuple, value: int) -> None:
+    if key[0] == "status":
+        _, graph, status = key
+        QueueCounter.objects.filter(graph=graph, status=status).delete()
+        if value:
+            QueueCounter.objects.create(graph=graph, status=status, shard=0, n=value)
+    else:
+        _, day, graph = key
+        DecidedDayCounter.objects.filter(day=day, graph=graph).delete()
+        if value:
+            DecidedDayCounter.objects.create(day=day, graph=graph, shard=0, n=value)

@@ -6,7 +6,9 @@ app_name = "moderation"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("next/", views.next_item, name="next"),
     path("items/<str:public_id>/", views.item_detail, name="item"),
+    path("items/<str:public_id>/claim", views.item_claim, name="item-claim"),
     path("api/items/<str:public_id>/decision", views.api_decide, name="api-decide"),
     path("api/items/<uuid:public_id>/state", views.live_state, name="api-item-state"),
     path("api/live/state", views.live_state, name="api-queue-state"),

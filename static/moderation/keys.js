@@ -1,7 +1,7 @@
 // Keyboard triage (README, "Using the dashboard"). Queue: j / k move the selection, Enter
 // opens, x ticks the row's checkbox. Item: a approve, r reject, e edit, n next item, u back to
 // the queue. Anywhere: ? shows these. Keys are ignored while typing in a field and with Ctrl,
-// Alt or Meta held, so they never eat a character or a browser shortcut.
+// Alt or Meta held, so they never eat a character or a browser shortcut; Escape leaves a field.
 // On an item page, activity (a key, a click, typing) renews the moderator's claim on it.
 
 const page = document.body.dataset.page;
@@ -110,7 +110,11 @@ const ACTIONS = {
 };
 
 document.addEventListener("keydown", (e) => {
-  if (e.defaultPrevented || e.ctrlKey || e.altKey || e.metaKey || e.isComposing || typing(e.target)) return;
+  if (e.defaultPrevented || e.ctrlKey || e.altKey || e.metaKey || e.isComposing) return;
+  if (typing(e.target)) {
+    if (e.key === "Escape") e.target.blur(); // out of the field, back to the keys
+    return;
+  }
   if (e.key === "?") {
     e.preventDefault();
     return helpToggle();

@@ -34,6 +34,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from moderation import events
+from moderation.models import ItemStatus, QueueItem
 
 
 class ItemClaim(models.Model):
@@ -160,8 +161,9 @@ def next_item_pick(*, candidates: Iterable, user: AbstractBaseUser, skip_public_
     """The first of ``candidates`` (pending items in the moderator's order) that ``user`` can claim, claimed.
 
     Skips the item just decided and, with claims on, every item someone else holds; an
-    item claimed by someone else between the read and the take is skipped too. None
-    when nothing is left. With claims off, simply the first candidate.
+    item claimed by someone else between the read and the take is skipped too, and so is
+    one decided meanwhile (its decider's claim ends with the decision, so the take finds
+    it free). None when nothing is left. With claims off, simply the first candidate.
     """
     for item in candidates:
         if str(item.public_id) == skip_public_id:
@@ -169,6 +171,9 @@ def next_item_pick(*, candidates: Iterable, user: AbstractBaseUser, skip_public_
         if not settings.CLAIMS_ENABLED:
             return item
         claim = claim_take(item=item, user=user)
-        if claim is not None and claim.holder_id == user.pk:
+        if claim is None or claim.holder_id != user.pk:
+            continue
+        if QueueItem.objects.filter(pk=item.pk, status=ItemStatus.PENDING).exists():
             return item
+        claim_release(item_public_id=str(item.public_id), user_id=user.pk)
     return None

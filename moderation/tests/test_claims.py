@@ -8,7 +8,9 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from moderation.claims import ItemClaim, claim_extend, claim_live, claim_release, claim_take, claims_live
+from moderation.claims import (
+    ItemClaim, claim_extend, claim_live, claim_release, claim_take, claims_live, next_item_pick,
+)
 from moderation.decisions import ItemClaimed, item_decide
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus
 
@@ -264,3 +266,12 @@ def test_a_decision_refused_over_a_claim_is_a_409_naming_the_holder(settings, cl
                          content_type="application/json")
     assert answer.status_code == 409
     assert answer.json()["error"] == "claimed" and answer.json()["message"].startswith("bob has claimed this item (5 min left)")
+
+
+def test_next_skips_an_item_decided_after_the_queue_was_read(alice, bob, make_item):
+    decided, waiting = make_item(title="decided"), make_item(title="waiting")
+    read = [decided, waiting]  # the queue as read just before bob's decision committed
+    claim_take(item=decided, user=bob)
+    assert item_decide(item_public_id=decided.public_id, reviewer=bob, decision="approve").won
+    assert next_item_pick(candidates=read, user=alice) == waiting
+    assert list(ItemClaim.objects.values_list("item_id", "user__username")) == [(waiting.pk, "alice")]

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 
@@ -99,8 +98,6 @@ async def _work_through(page: Page, user: str, opened: list[tuple[str, str, floa
             await expect(page.get_by_text(NOTHING_LEFT)).to_be_visible()
             return
         opened.append((user, item_id, time.monotonic()))
-        if os.environ.get("E2E_CLAIMS_DEBUG"):
-            print(user, item_id[:8], await page.locator("#claim").text_content(), await page.locator(".notice").all_text_contents())
         # An item someone else has just decided has its buttons disabled: a leads nowhere, n moves on.
         if not await _press_and_land(page, "a", timeout=3_000) or _item_on(page) == item_id:
             assert await _press_and_land(page, "n"), f"{user}: n on {page.url} went nowhere"

@@ -16,6 +16,7 @@ import re
 import time
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import Page, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
@@ -28,6 +29,13 @@ NOTHING_LEFT = "Nothing left to review."
 DUPLICATE_WINDOW_S = 60
 MODERATORS = ("alice", "bob", "carol")
 ITEMS = 30
+NEXT_ON = {"NEXT_ITEM_AFTER_DECISION": "true"}  # off by default in e2e/settings.py
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(e2e_template, tmp_path_factory):
+    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-claims"), env=NEXT_ON) as live:
+        yield live
 
 
 def _item_on(page: Page) -> str | None:
@@ -128,7 +136,7 @@ async def _measure(browser_crowd, live, label: str) -> tuple[float, int, int]:
 
 async def test_duplicate_reading_rate_with_and_without_claims(e2e_template, tmp_path_factory, browser):
     rates = {}
-    for label, env in (("claims", {}), ("no-claims", {"CLAIMS_ENABLED": "false"})):
+    for label, env in (("claims", NEXT_ON), ("no-claims", {**NEXT_ON, "CLAIMS_ENABLED": "false"})):
         async with e2e_server_running(e2e_template, tmp_path_factory.mktemp(f"e2e-{label}"), env=env) as live:
             people = Crowd(browser, live)
             try:

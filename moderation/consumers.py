@@ -10,7 +10,8 @@ else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket
 rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
 told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
-``item.decided``, ``decision.lost``, ``presence.changed``, ``session.ended``.
+``item.decided``, ``decision.lost``, ``presence.changed``, ``item.claimed``, ``item.released``
+(``moderation.claims``), ``session.ended``.
 
 Rights are re-read from the database on every heartbeat, on every ``rights.changed``
 (sent by ``moderation.rights`` when a change is made through the ORM, on any server)
@@ -24,12 +25,16 @@ import asyncio
 import json
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.utils import timezone
+
+from moderation.claims import claim_release
 
 from moderation.live import (
     CLOSE_RATE_LIMITED,
@@ -65,6 +70,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     ended = False
     rights_checked_at = 0.0
     rights_watch: asyncio.Task | None = None
+    # When an item page's socket was admitted: leaving releases only claims taken before it.
+    opened_at: datetime | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # A client can close between an event's arrival and its delivery; daphne then refuses
@@ -135,6 +142,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         )
         await self.accept()
         if self.item_public_id:
+            self.opened_at = timezone.now()
             await database_sync_to_async(presence_join)(
                 user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
             )
@@ -166,7 +174,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not self.ended:  # an event already queued for a socket being closed stays unsent
             await self.send_json(event)
 
-    item_created = item_decided = item_applied = decision_lost = presence_changed = relay
+    item_created = item_decided = item_applied = decision_lost = presence_changed = item_claimed = item_released = relay
 
     async def rights_changed(self, event: dict[str, Any]) -> None:
         """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""
@@ -214,3 +222,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await database_sync_to_async(live_socket_forget)(
             session_key=self.session_key, channel_name=self.channel_name, on_item=self.item_public_id is not None
         )
+        if self.opened_at is not None:
+            # The page is gone (navigated away, closed, or its connection died): so is its claim.
+            await database_sync_to_async(claim_release)(
+                item_public_id=self.item_public_id, user_id=self.user_id, taken_before=self.opened_at
+            )

@@ -12,6 +12,11 @@ operation on the same guard: it settles every open ask of a pending item at once
 its winner. A withdrawal of a settled item loses naming the winner; a decision on a
 withdrawn item loses with "Already withdrawn by <name>".
 
+Claims (``moderation.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
+decision on an open ask of an item someone else holds a live claim on is refused under
+the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that
+settles the item ends the decider's claim in the same transaction.
+
 Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 
 1. The item's in-process lock (``moderation.locks``): one lock per item, never a
@@ -63,6 +68,7 @@ from moderation import events
 from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
 from moderation.counts import counts_apply, item_counted
+from moderation.claims import claim_held_by_other, claim_release
 from moderation.delivery.outbox import item_settled_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskDecisionInvalid, AskSpec, ask_decisions_validate, decisions_kind, text_clean
@@ -116,6 +122,13 @@ class ItemBusy(DecisionError):
 
 class ItemNeedsAttention(DecisionError):
     code = "needs_attention"
+    http_status = 409
+
+
+class ItemClaimed(DecisionError):
+    """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.claims``)."""
+
+    code = "claimed"
     http_status = 409
 
 
@@ -296,6 +309,9 @@ def _decide_locked(
             else:
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
             if ask is not None and ask.status == AskStatus.PENDING:
+                if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
+                    raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
+                                      "nothing was recorded, decide it when their claim ends")
                 return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
             if ask is not None:
@@ -402,6 +418,7 @@ def _attempt_win(
     )
     if settled:
         item_settled_record(item=item, ask=ask)
+        claim_release(item_public_id=str(item.public_id), user_id=reviewer.pk)
     item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
     fault_point("before_commit", item_key=str(item.public_id))

@@ -38,6 +38,7 @@ from django.db import DatabaseError, transaction
 from moderation.selectors import queue_counts
 
 if TYPE_CHECKING:
+    from moderation.claims import Claim
     from moderation.outcomes import DecisionOutcome
     from moderation.models import QueueItem
 
@@ -219,6 +220,18 @@ def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     """Tell the item's pages and the queue pages who is viewing the item now."""
     message = {"type": "presence.changed", "item": item_public_id, "viewers": viewers}
     _send_all([(item_group(item_public_id), message), (QUEUE_GROUP, message)])
+
+
+def claim_broadcast(*, claim: Claim) -> None:
+    """Tell the queue and the item's pages who claimed the item and for how long (``moderation.claims``)."""
+    message = {"type": "item.claimed", "item": claim.item_public_id, "holder": claim.holder,
+               "seconds_left": claim.seconds_left()}
+    _send_all([(QUEUE_GROUP, message), (item_group(claim.item_public_id), message)])
+
+
+def claim_released_broadcast(*, item_public_id: str) -> None:
+    message = {"type": "item.released", "item": item_public_id}
+    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
 
 
 def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str | None = None) -> None:

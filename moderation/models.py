@@ -538,3 +538,7 @@ class DecidedDayCounter(models.Model):
 # --- Webhooks ---------------------------------------------------------------------
 # Defined in moderation.delivery (below the guard); imported here so they belong to this app.
 from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, WebhookEndpoint  # noqa: E402, F401
+
+# --- Claims -----------------------------------------------------------------------
+# Defined with their rules in moderation.claims (below the guard); imported here so they belong to this app.
+from moderation.claims import ItemClaim  # noqa: E402, F401

@@ -10,12 +10,14 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.claims import Claim, claim_live, claim_take, claims_live, next_item_pick
 from moderation.decision_forms import FormInvalid, ask_forms_build, form_decision_read, form_field_for
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.faults import fault_point
@@ -61,6 +63,11 @@ def queue(request: HttpRequest) -> HttpResponse:
         cursor = None
     page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE)
     query = filters.as_query()
+    # "Next item" follows the order and filters this moderator last looked at the queue in.
+    request.session[_QUEUE_QUERY] = urlencode(query)
+    claims = claims_live(items=page.object_list)
+    for item in page.object_list:
+        item.live_claim = claims.get(item.pk)
     return render(
         request,
         "moderation/queue.html",
@@ -90,7 +97,8 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     if item is None:
         raise Http404("No such item")
     if request.method == "GET":
-        return _item_page(request, item=item)
+        claim = claim_take(item=item, user=request.user) if item.is_pending and user_can_decide(user=request.user) else None
+        return _item_page(request, item=item, claim=claim)
     wants_json = "application/json" in request.headers.get("Accept", "")
     wait = reviewer_rate_check(user_id=request.user.pk)
     if wait is not None:
@@ -120,6 +128,9 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     fault_point("before_response", item_key=outcome.item_public_id)
     if outcome.won:
         messages.success(request, outcome.message())
+        item.refresh_from_db(fields=["status"])
+        if settings.NEXT_ITEM_AFTER_DECISION and not item.is_pending:
+            return redirect(f"{reverse('moderation:next')}?after={item.public_id}")
         return redirect("moderation:item", public_id=item.public_id)
     item.refresh_from_db()
     return _item_page(request, item=item, lost=outcome, lost_note=posted.note, lost_reason=posted.reason, status=409)
@@ -141,6 +152,7 @@ def _posted_spec(*, item, ask_id: str | None) -> AskSpec | None:
 def _item_page(
     request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None,
     lost_note: str = "", lost_reason: str = "", posted=None, errors: dict[str, str] | None = None,
+    claim: Claim | None = None,
 ) -> HttpResponse:
     return render(
         request,
@@ -159,9 +171,56 @@ def _item_page(
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
+            "claim": claim or (claim_live(item=item) if item.is_pending else None),
         },
         status=status,
     )
+
+
+_QUEUE_QUERY = "queue_query"
+
+
+@login_required
+@require_GET
+def next_item(request: HttpRequest) -> HttpResponse:
+    """The next pending item nobody else has claimed, in this moderator's queue order, claimed for them.
+
+    ``?after=<id>``: the item just decided or skipped, never picked again.
+    """
+    if not user_can_decide(user=request.user):
+        return redirect("moderation:queue")
+    filters, _ = queue_filters_read(params=QueryDict(request.session.get(_QUEUE_QUERY, "")))
+
+    def candidates():
+        cursor = None
+        while True:
+            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE)
+            yield from page.object_list
+            if page.next_cursor is None:
+                return
+            cursor = queue_cursor_read(token=page.next_cursor, order=filters.order)
+
+    item = next_item_pick(candidates=candidates(), user=request.user, skip_public_id=request.GET.get("after"))
+    if item is None:
+        messages.info(request, "Nothing left to review.")
+        return redirect("moderation:queue")
+    return redirect("moderation:item", public_id=item.public_id)
+
+
+@login_required
+@require_POST
+def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
+    """Activity on an item's page (a key pressed, a field typed in): claim it, or renew the claim."""
+    item = item_get(public_id=public_id)
+    if item is None:
+        return JsonResponse({"error": "not_found", "message": "no such item"}, status=404)
+    if not user_can_decide(user=request.user):
+        return JsonResponse({"error": "forbidden", "message": "only moderators claim items"}, status=403)
+    claim = claim_take(item=item, user=request.user) if item.is_pending else None
+    if claim is None:
+        return JsonResponse({"claimed": False})
+    return JsonResponse({"claimed": True, "holder": claim.holder, "mine": claim.holder_id == request.user.pk,
+                         "seconds_left": claim.seconds_left()})
 
 
 _REFUSED = {

@@ -272,6 +272,15 @@ ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# --- Claims (moderation.claims) -------------------------------------------------
+# Opening an item claims it for this long (seconds); activity on its page renews it.
+CLAIM_SECONDS = int(os.environ.get("CLAIM_SECONDS", "300"))
+# Off: nobody claims anything and "next item" takes the first pending item (for comparison).
+CLAIMS_ENABLED = os.environ.get("CLAIMS_ENABLED", "true").lower() not in ("0", "false", "no")
+# On: deciding an item someone else holds a live claim on is refused (409 "claimed").
+CLAIMS_REQUIRED = os.environ.get("CLAIMS_REQUIRED", "false").lower() in ("1", "true", "yes")
+# After a decision the moderator lands on the next unclaimed pending item.
+NEXT_ITEM_AFTER_DECISION = os.environ.get("NEXT_ITEM_AFTER_DECISION", "true").lower() not in ("0", "false", "no")
 # The largest request body accepted (bytes). reviewqueue.bodylimit refuses a larger one
 # with 413 before Django reads it; Django's own check says the same for the parsed body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1024 * 1024)))

@@ -27,7 +27,7 @@ def reasons_unseed(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('moderation', '0012_webhook_item_applied'),
+        ('moderation', '0013_item_claims'),
     ]
 
     operations = [

@@ -7,6 +7,7 @@ from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 
 from moderation import consumers
+from moderation.claims import ItemClaim, claim_take
 from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS, FRAME_DROPS_TO_CLOSE, live_sockets_stats
 from moderation.models import Presence
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
@@ -329,3 +330,27 @@ async def test_a_session_may_hold_only_its_cap_of_sockets(alice, login, make_ite
     for tab in [*tabs, other]:
         await tab.disconnect()
     assert live_sockets_stats() == {"sockets": 0, "group_memberships": 0}
+
+
+async def test_claims_reach_the_queue_and_leaving_the_item_page_releases_the_claim(alice, bob, login, make_item):
+    item = await database_sync_to_async(make_item)()
+    alice_client, bob_client = await database_sync_to_async(login)(alice), await database_sync_to_async(login)(bob)
+    queue, _ = await opened("/ws/queue/", bob_client)
+    await database_sync_to_async(alice_client.get)(f"/items/{item.public_id}/")  # opening the item claims it
+    claimed = await next_of(queue, "item.claimed")
+    assert (claimed["item"], claimed["holder"], claimed["seconds_left"]) == (str(item.public_id), "alice", 300)
+
+    page, _ = await opened(item_path(item), alice_client)
+    await page.disconnect()
+    released = await next_of(queue, "item.released")
+    assert released["item"] == str(item.public_id)
+    assert not await database_sync_to_async(ItemClaim.objects.filter(item=item).exists)()
+
+    # A page that closes after its own reload claimed the item again leaves that new claim alone.
+    stale, _ = await opened(item_path(item), alice_client)
+    await database_sync_to_async(claim_take)(item=item, user=alice)
+    await next_of(queue, "item.claimed")
+    await stale.disconnect()
+    await silent(queue)
+    assert await database_sync_to_async(ItemClaim.objects.filter(item=item, user=alice).exists)()
+    await queue.disconnect()

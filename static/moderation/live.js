@@ -95,6 +95,8 @@ function handle(msg) {
     case "item.applied": return page === "queue" ? queueRefreshSoon() : appliedCheck(msg);
     case "decision.lost": return lostCheck(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
+    case "item.claimed": return claimSet(msg.item, msg.holder, msg.seconds_left);
+    case "item.released": return claimSet(msg.item, null, 0);
     case "error": return msg.error === "too_many_sockets" ? liveStoppedShow(msg.message) : console.warn("live:", msg.message);
   }
 }
@@ -213,6 +215,8 @@ async function queueRefresh() {
         mine = document.adoptNode(row);
         if (previous) previous.after(mine);
         else tbody.prepend(mine);
+      } else {
+        claimReplace(mine.cells[0], row.querySelector(".claim"));
       }
       previous = mine;
     }
@@ -222,6 +226,47 @@ async function queueRefresh() {
     });
   }
   presenceShow();
+  claimsTick();
+}
+
+// Claims (moderation/claims.py): "claimed by alice · 3 min left" is counted down here and
+// disappears when it runs out (the server ignores an expired claim; nothing announces it),
+// and is rewritten by item.claimed / item.released. The server's words are the template's
+// (_claim.html); these are the same.
+const CLAIM_TICK_MS = 10_000;
+
+function claimText(el) {
+  if (!el.dataset.expiresAt) el.dataset.expiresAt = Date.now() + Number(el.dataset.secondsLeft) * 1000;
+  const left = Number(el.dataset.expiresAt) - Date.now();
+  if (left <= 0) return el.remove();
+  const holder = el.classList.contains("claim-mine") ? "you" : el.dataset.holder;
+  el.textContent = `claimed by ${holder} · ${Math.max(1, Math.ceil(left / 60000))} min left`;
+}
+
+function claimsTick() {
+  for (const el of document.querySelectorAll(".claim")) claimText(el);
+}
+
+function claimReplace(host, fresh) {
+  host.querySelector(".claim")?.remove();
+  if (!fresh) return;
+  const el = document.adoptNode(fresh);
+  host.append(el);
+  claimText(el);
+}
+
+function claimSet(item, holder, secondsLeft) {
+  const host = page === "item"
+    ? (item === itemId ? document.getElementById("claim") : null)
+    : document.querySelector(`#queue-table tr[data-item="${item}"]`)?.cells[0];
+  if (!host) return;
+  let el = null;
+  if (holder) {
+    el = Object.assign(document.createElement("span"), { className: holder === you ? "claim claim-mine" : "claim" });
+    el.dataset.holder = holder;
+    el.dataset.secondsLeft = secondsLeft;
+  }
+  claimReplace(host, el);
 }
 
 let bannerTimer = null;
@@ -337,3 +382,5 @@ function lostShow(message) {
 }
 
 connect();
+claimsTick();
+setInterval(claimsTick, CLAIM_TICK_MS);

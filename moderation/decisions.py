@@ -419,10 +419,11 @@ def _attempt_win(
     if settled:
         item_settled_record(item=item, ask=ask)
         claim_release(item_public_id=str(item.public_id), user_id=reviewer.pk)
-    item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
-    fault_point("before_commit", item_key=str(item.public_id))
+    # Registered first, so an inline apply's item.applied never goes out before item.decided.
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
+    item_apply_enqueue(item_id=item.pk)
+    fault_point("before_commit", item_key=str(item.public_id))
     return outcome
 
 
@@ -448,10 +449,10 @@ def _withdraw_win(
         requested_at=requested_at, origin=origin,
     )
     item_settled_record(item=item, ask=asks[0])
-    item_apply_enqueue(item_id=item.pk)
     outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
-    fault_point("before_commit", item_key=str(item.public_id))
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
+    item_apply_enqueue(item_id=item.pk)
+    fault_point("before_commit", item_key=str(item.public_id))
     return outcome
 
 

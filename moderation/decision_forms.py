@@ -151,7 +151,8 @@ def ask_forms_build(
     """
     forms = []
     for n, ask in enumerate(asks):
-        mine = posted is not None and posted.get("ask") == ask.interrupt_id
+        # A post naming no ask was for the only one open (the guard's own default).
+        mine = posted is not None and posted.get("ask", ask.interrupt_id if len(asks) == 1 else None) == ask.interrupt_id
         forms.append(_ask_form(ask, form_id="decide-form" if n == 0 else f"decide-form-{n + 1}",
                                posted=posted if mine else None, errors=(errors or {}) if mine else {},
                                reasons=reasons or []))

@@ -303,14 +303,17 @@ class SettledAsk:
     applied: bool
 
 
-def item_asks_settled(*, item: QueueItem) -> list[SettledAsk]:
-    """Every settled ask of ``item``, oldest first: who decided what, and whether its graph has taken it."""
+def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
+    """Every settled ask of ``item``, oldest first: who decided what, and whether its graph has taken it.
+
+    ``messages``: include what reviewers wrote (moderators see notes, view-only users do not).
+    """
     asks = item.asks.exclude(status=AskStatus.PENDING).select_related("decided_by").order_by("decided_at", "id")
     return [
         SettledAsk(
             by=ask.decided_by.get_username(),
             what="withdrew the item" if ask.status == AskStatus.WITHDRAWN
-            else decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
+            else decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, messages=messages),
             at=ask.decided_at, applied=ask.applied_at is not None,
         )
         for ask in asks

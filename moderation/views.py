@@ -161,7 +161,7 @@ def _item_page(
             "item": item,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
                                      reasons=reason_codes_active()),
-            "settled": item_asks_settled(item=item),
+            "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
             "error": error,
             "lost": lost,

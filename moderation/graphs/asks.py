@@ -224,8 +224,12 @@ def decisions_kind(decisions: list[dict[str, Any]]) -> str:
 PAST = {"approve": "approved", "edit": "edited", "reject": "rejected", "respond": "answered"}
 
 
-def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> str:
-    """Plain words for what was decided: "approved publish", "edited refund (amount 120 → 80)"."""
+def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]], messages: bool = True) -> str:
+    """Plain words for what was decided: "approved publish", "edited refund (amount 120 → 80)".
+
+    ``messages=False`` leaves out what a reviewer wrote (a reject's reason, a response),
+    for people who may see decisions but not notes.
+    """
     parts = []
     for decision, action in zip(decisions, spec.actions):
         kind = decision["type"]
@@ -234,7 +238,7 @@ def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> str
             changes = [f"{k} {_short(action['args'].get(k))} → {_short(v)}"
                        for k, v in decision["edited_action"]["args"].items() if action["args"].get(k) != v]
             text += f" ({', '.join(changes)})" if changes else " (no change)"
-        elif decision.get("message"):
+        elif messages and decision.get("message"):
             text += f" (“{_short(decision['message'])}”)"
         parts.append(text)
     return "; ".join(parts)

@@ -111,9 +111,10 @@ def applied_by_hand(settings):
     settings.REVIEWQUEUE_APPLY_INLINE = False
 
 
-def test_an_inline_apply_is_announced_once_after_the_decision(applied_endpoint, alice, make_item):
+def test_an_inline_apply_is_announced_once_after_the_decision(applied_endpoint, alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     [applied] = _deliveries(item)
     assert (applied.event, len(_queued(applied))) == ("item.applied", 1)
     assert applied.payload["data"]["applied"] == [item.asks.get().interrupt_id]

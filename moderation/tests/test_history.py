@@ -88,10 +88,11 @@ def test_unknown_outcomes_are_allowed_either_way():
 
 
 @pytest.mark.django_db
-def test_final_read_reflects_the_database_and_the_graph(alice, bob, make_item):
+def test_final_read_reflects_the_database_and_the_graph(alice, bob, make_item, django_capture_on_commit_callbacks):
     decided, pending = make_item(), make_item()
-    item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
-    item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
+    with django_capture_on_commit_callbacks(execute=True):
+        item_decide(item_public_id=decided.public_id, reviewer=alice, decision="approve")
+        item_decide(item_public_id=decided.public_id, reviewer=bob, decision="reject")
     final = history_final_read(items=[str(decided.public_id), str(pending.public_id)])
     assert final[str(decided.public_id)] == FinalItem(winner="alice", winning_attempts=1, resumes=1, decision="approve")
     assert final[str(pending.public_id)] == FinalItem(winner=None, winning_attempts=0, resumes=0)

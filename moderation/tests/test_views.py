@@ -72,7 +72,8 @@ def test_item_page_for_unknown_item_is_404(client, alice):
 
 
 @pytest.mark.django_db
-def test_winner_is_redirected_to_a_clear_success(client, alice, make_item):
+def test_winner_is_redirected_to_a_clear_success(client, alice, make_item, settings):
+    settings.NEXT_ITEM_AFTER_DECISION = False  # (with it, the winner lands on the next item: test_claims)
     item = make_item(title="Nice post")
     client.force_login(alice)
     response = client.post(_item_url(item), {"decision": "approve", "note": "ok"}, follow=True)

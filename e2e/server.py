@@ -334,19 +334,21 @@ class LiveServer:
         self.stop()
         self.start()
 
-    def worker_start(self, *, interval: float = 0.05, faults: str = "") -> subprocess.Popen:
+    def worker_start(self, *, interval: float = 0.05, faults: str = "", worker_id: str = "") -> subprocess.Popen:
         """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
 
-        ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. Crash it with
-        ``kill()``; ``close()`` stops any still running.
+        ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. ``worker_id`` names it in
+        the task rows it claims (``worker_ids``; random by default). Crash it with ``kill()``;
+        ``close()`` stops any still running.
         """
         env = self.env()
         if faults:
             env["REVIEWQUEUE_FAULTS"] = faults
+        named = ["--worker-id", worker_id] if worker_id else []
         with open(self.worker_log_path, "a") as log:
             worker = subprocess.Popen(
                 [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
-                 "--interval", str(interval)],
+                 "--interval", str(interval), *named],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import islice
 from typing import Any
 
 from django.conf import settings
@@ -37,6 +38,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django_tasks import task
+from django_tasks.base import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 
 from moderation import events
 from moderation.counts import counts_apply, item_counted
@@ -197,13 +200,27 @@ def _snapshot(item: QueueItem) -> dict[str, Any]:
 
 
 def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
-    """Queue again every item with a decided ask not applied for ``APPLY_SWEEP_GRACE`` seconds."""
+    """Queue again every item with a decided ask not applied for ``APPLY_SWEEP_GRACE`` seconds.
+
+    Only items no apply task is still going to run: one waiting in the queue, or claimed
+    within the grace (a live worker's, presumably), will. Without that, a backlog longer
+    than the grace had every sweep of every worker queue each overdue item again, and the
+    duplicates (each taking the resume lock to find nothing to do) kept the queue from
+    draining. A dead worker's task is never finished, so once it is older than the grace
+    its item is queued again, once: the next sweep finds that task waiting.
+    """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
-    item_ids = list(
+    will_run = set(
+        DBTaskResult.objects.filter(task_path=item_apply_task.module_path)
+        .filter(Q(status=TaskResultStatus.READY) | Q(status=TaskResultStatus.RUNNING, started_at__gte=overdue))
+        .values_list("args_kwargs__args__0", flat=True)
+    )
+    unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
-        .values_list("item_id", flat=True).distinct()[:500]
+        .values_list("item_id", flat=True).distinct()
     )
+    item_ids = list(islice((i for i in unapplied.iterator() if i not in will_run), 500))
     for item_id in item_ids:
         (enqueue or item_apply_task.enqueue)(item_id)
     if item_ids:

@@ -1,11 +1,15 @@
 """moderation.apply: the worker's half of a decision, applied exactly once whatever runs it."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
+from django_tasks.base import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 
-from moderation.apply import applies_sweep, item_apply
+from moderation.apply import applies_sweep, item_apply, item_apply_task
 from moderation.decisions import item_decide, item_withdraw
 from moderation.faults import fault_inject
 from moderation.graphs.runtime import graph_values
@@ -110,17 +114,26 @@ def test_apply_killed_after_the_resume_records_without_resuming_again(alice, mak
     assert item_resumes(item) == 1
 
 
-def test_sweep_queues_only_overdue_unapplied_decisions(alice, bob, make_item, settings):
+def _apply_tasks(item, status):
+    return DBTaskResult.objects.filter(task_path=item_apply_task.module_path, status=status, args_kwargs__args=[item.pk])
+
+
+def test_sweep_queues_only_overdue_unapplied_decisions_no_task_will_run(alice, bob, make_item, settings):
     overdue = _decided_unapplied(make_item(title="overdue"), alice, decision="approve")
     make_item(title="pending")
     settings.APPLY_SWEEP_GRACE = 3600
     assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued too early")) == 0
     settings.APPLY_SWEEP_GRACE = 0
-    queued = []
-    assert applies_sweep(enqueue=queued.append) == 1
-    assert queued == [overdue.pk]
+    # A backlog: the decision's own task still waits in the queue, however long.
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued again while its task waits")) == 0
+    # A worker claimed it and died: the task stays RUNNING for good.
+    _apply_tasks(overdue, TaskResultStatus.READY).update(
+        status=TaskResultStatus.RUNNING, started_at=timezone.now() - timedelta(seconds=1))
+    assert applies_sweep() == 1
+    assert _apply_tasks(overdue, TaskResultStatus.READY).count() == 1
+    assert applies_sweep() == 0  # the task it queued waits: once, not once per sweep
     item_apply(item_id=overdue.pk)
-    assert applies_sweep(enqueue=queued.append) == 0
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("applied already")) == 0
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,318 @@
+"""Workers scale out: two servers and two task workers on one PostgreSQL and one Redis, one worker SIGKILLed mid-apply.
+
+Eight moderators race 200 items, two per item, each of the two on a different server
+(so every item has a winner and a loser), while two ``db_worker`` processes apply the
+decisions (resume the graphs) and deliver the webhooks to a real receiver subscribed to
+item.decided and item.applied. One worker holds every apply for 2.5 s between the
+graph's resume and its record (a ``before_record`` sleep fault): once it has applied
+one, it is SIGKILLed inside that window, during the burst, the worst moment for
+exactly-once (the graph has moved on, nothing says so yet). A replacement starts, as a
+process supervisor would start one. The killed worker's task stays claimed for good;
+only a sweep (``applies_sweep``, ``deliveries_sweep``) brings its work back.
+
+Then, once every item is idle and every delivery delivered: the race is checked as a
+history (``moderation.history``), every graph resumed exactly once and never forked,
+and the receiver saw exactly one webhook-id per (event, item), repeats of an id being
+the only duplicates at-least-once delivery may add.
+
+The negative control shows the wait can see a lost apply: a lone worker killed in the
+same window and never replaced leaves the decision resumed but unrecorded, however long
+one waits; a new worker's sweep then records it without resuming the graph again.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+
+from e2e.server import LiveServer
+from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
+from moderation.tests.real_server import Reviewer
+from moderation.tests.webhook_receiver import Receiver
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+ITEMS = 200
+MODERATORS = [f"mod{n}" for n in range(8)]
+IN_FLIGHT = 8  # items raced at the same time
+DOOMED_HOLD = 2.5  # seconds the doomed worker holds each apply between resume and record
+KILL_MARGIN = 0.5  # seconds the kill may take after the last look
+DOOMED_APPLIES_BEFORE_KILL = 1
+SETTLE_TIMEOUT = 60
+WORKER_ENV = {
+    # The suite's conftest sets "1" (apply in the deciding process); here the workers apply.
+    "REVIEWQUEUE_APPLY_INLINE": "",
+    # A killed worker's apply is queued again after 3 s, its lost delivery after its lease
+    # (WEBHOOK_TIMEOUT + 2 s) and 5 s of grace; both sweeps run every 0.5 s.
+    "APPLY_SWEEP_GRACE": "3", "WEBHOOK_SWEEP_INTERVAL": "0.5", "WEBHOOK_LEASE_GRACE": "5",
+    "WEBHOOK_TIMEOUT": "2", "WEBHOOK_RETRY_BASE": "0.2", "WEBHOOK_RETRY_MAX": "1",
+}
+EVENTS = ("item.decided", "item.applied")
+_ENDPOINT = """
+from moderation.models import WebhookEndpoint
+e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
+print("SECRET " + e.secret)
+"""
+APPLY_TASK = "moderation.apply.item_apply_task"
+
+
+def _sql(database_url: str, query: str, params: list | tuple = ()) -> list[tuple]:
+    with psycopg.connect(database_url, connect_timeout=10, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def _unsettled(database_url: str) -> dict[str, int]:
+    """What still waits for a worker: items applying, decided asks unapplied, deliveries not delivered."""
+    (applying, unapplied, undelivered), = _sql(database_url, """
+        SELECT (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
+               (SELECT count(*) FROM moderation_reviewask WHERE status <> 'pending' AND applied_at IS NULL),
+               (SELECT count(*) FROM moderation_webhookdelivery WHERE status <> 'delivered')""")
+    return {"applying": applying, "unapplied": unapplied, "undelivered": undelivered}
+
+
+def _settled_wait(database_url: str, *, timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while any((left := _unsettled(database_url)).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
+    """(task path, args) of the task rows ``worker_id`` claimed that are now in ``status``."""
+    return _sql(database_url, """
+        SELECT task_path, args_kwargs FROM django_tasks_database_dbtaskresult
+        WHERE status = %s AND worker_ids @> %s::jsonb ORDER BY started_at""", [status, f'["{worker_id}"]'])
+
+
+def _item_public_id(database_url: str, pk: int) -> str:
+    return _sql(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    admin_url, redis_url = services_require()
+    receiver = Receiver().start()
+    with fresh_database(admin_url, "workers") as database_url:
+        env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("workers")), **WORKER_ENV}
+        servers = [
+            LiveServer(tmp_path_factory.mktemp(f"workers-{n}"), database_url=database_url, extra_env=env)
+            for n in range(2)
+        ]
+        try:
+            began = time.monotonic()
+            # One item more than the burst: the negative control's.
+            seeded = servers[0].seed(users=MODERATORS, items=ITEMS + 1, prefix="Burst")
+            out = servers[0].manage("shell", "-c", _ENDPOINT.format(url=receiver.url, events=list(EVENTS)))
+            receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda server: server.start(timeout=90), servers))
+            print(f"\ncluster workers: {ITEMS + 1} items seeded and two servers up in {time.monotonic() - began:.1f} s")
+            # Moderator n posts to server n % 2, so an item's two reviewers (n, n + 1) are on different servers.
+            reviewers = [Reviewer(servers[n % 2], name, seeded.sessions[name]) for n, name in enumerate(MODERATORS)]
+            yield SimpleNamespace(servers=servers, database_url=database_url, receiver=receiver,
+                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS], reviewers=reviewers)
+        finally:
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(LiveServer.close, servers))
+            receiver.stop()
+            for server in servers:
+                print(f"\n--- {server.workdir.name} worker log ---\n{server.log_tail(30, worker=True)}")
+
+
+def _workers_ready(servers: list[LiveServer], worker_ids: list[str], *, timeout: float = 60) -> None:
+    """Wait until each worker has started polling (a Django start-up takes seconds on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while not all(any(f"worker_id={w} " in s.log_tail(200, worker=True) for s in servers) for w in worker_ids):
+        assert time.monotonic() < deadline, [s.log_tail(20, worker=True) for s in servers]
+        time.sleep(0.1)
+
+
+def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str, start: threading.Barrier) -> None:
+    start.wait()
+    op = recorder.invoke(reviewer=reviewer.username, item=item, decision=decision)
+    try:
+        status, body = reviewer.decide(item, decision, timeout=60)
+    except Exception as exc:  # noqa: BLE001 - a timeout or dropped connection: the reviewer does not know
+        recorder.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
+        return
+    recorder.complete_from_http(op, status=status, body=body)
+
+
+class Killer(threading.Thread):
+    """Waits until the doomed worker has applied a few decisions, then SIGKILLs it between a resume and its record."""
+
+    def __init__(self, site: SimpleNamespace, doomed, burst_done: threading.Event) -> None:
+        super().__init__(name="killer", daemon=True)
+        self.site, self.doomed, self.burst_done = site, doomed, burst_done
+        self.killed_at: float | None = None
+        self.orphan: str | None = None  # the item whose apply the kill interrupted
+        self.orphan_state: dict = {}
+        self.applied_before = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._hunt()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def _hunt(self) -> None:
+        url, tool = self.site.database_url, self.site.servers[1].tool
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.burst_done.is_set():
+            applied = [t for t in _tasks(url, "doomed", "SUCCESSFUL") if t[0] == APPLY_TASK]
+            running = _sql(url, """
+                SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult
+                WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["doomed"]'::jsonb""", [APPLY_TASK])
+            if len(applied) >= DOOMED_APPLIES_BEFORE_KILL and running:
+                task_id, args = running[0]
+                item = _item_public_id(url, args["args"][0])
+                if tool("state", item)[item]["graph_paused"]:
+                    continue  # not resumed yet
+                # Resumed, and the hold (which began after the claim) cannot have ended yet: the kill
+                # lands between the resume and its record.
+                claimed_ago = _sql(url, """
+                    SELECT EXTRACT(EPOCH FROM now() - started_at)::float FROM django_tasks_database_dbtaskresult
+                    WHERE id = %s AND status = 'RUNNING'""", [task_id])
+                if claimed_ago and claimed_ago[0][0] < DOOMED_HOLD - KILL_MARGIN:
+                    self.doomed.kill()
+                    self.killed_at = time.monotonic()
+                    self.applied_before = len(applied)
+                    self.doomed.wait(timeout=10)
+                    self.orphan, self.orphan_state = item, tool("state", item)[item]
+                    return
+            time.sleep(0.02)
+
+
+def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_nothing_twice(site):
+    url, items, receiver = site.database_url, site.items, site.receiver
+    doomed = site.servers[0].worker_start(worker_id="doomed", faults=f"before_record:sleep={DOOMED_HOLD}")
+    site.servers[1].worker_start(worker_id="steady")
+    _workers_ready(site.servers, ["doomed", "steady"])
+    site.servers[1].tool("ping")  # the killer's state reads: start their process now, not mid-hunt
+    burst_done = threading.Event()
+    killer = Killer(site, doomed, burst_done)
+    killer.start()
+
+    recorder = HistoryRecorder()
+    began = time.monotonic()
+    with ThreadPoolExecutor(2 * IN_FLIGHT) as pool:
+        for n, item in enumerate(items):
+            first, second = site.reviewers[n % 8], site.reviewers[(n + 1) % 8]
+            wants = ("approve", "reject") if n % 2 == 0 else ("reject", "approve")
+            start = threading.Barrier(2, timeout=60)
+            # The two halves of a pair are queued side by side, so a pair never waits on a missing partner.
+            pool.submit(_attempt, recorder, first, item, wants[0], start)
+            pool.submit(_attempt, recorder, second, item, wants[1], start)
+    burst_end = time.monotonic()
+    burst_done.set()
+    killer.join(timeout=30)
+    assert killer.error is None, killer.error
+    assert killer.killed_at is not None, "the doomed worker was never caught between a resume and its record"
+    assert doomed.returncode == -signal.SIGKILL
+    # What a supervisor does: start another (the sweeps of any worker would do without it).
+    site.servers[0].worker_start(worker_id="replacement")
+
+    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    settled_at = time.monotonic()
+    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+
+    # The kill landed in the burst, after the graph's resume and before the record.
+    assert killer.killed_at < burst_end, "the worker was killed after the burst"
+    assert killer.applied_before >= DOOMED_APPLIES_BEFORE_KILL
+    orphan = killer.orphan_state
+    assert (orphan["apply_state"], orphan["graph_paused"], orphan["resume_count"]) == ("applying", False, 1), orphan
+    # Its task stays claimed by the dead worker for good: the sweep, not the task, finished the job.
+    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "RUNNING")] == [
+        (APPLY_TASK, [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
+    ]
+
+    # The race: one winner and one loser per item, told the truth, through both servers.
+    unknown = [op for op in recorder.ops if op.completion != "ok" and op.completion != "fail"]
+    assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
+    state = site.servers[1].tool("state", *items)
+    assert sorted(state) == sorted(items)
+    final = {
+        item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"],
+                        decision={"approved": "approve", "rejected": "reject"}.get(row["status"]))
+        for item, row in state.items()
+    }
+    anomalies = history_check(ops=recorder.ops, final=final)
+    assert not anomalies, "\n".join(map(str, anomalies))
+    by_item = defaultdict(list)
+    for op in recorder.ops:
+        by_item[op.item].append(op)
+    for item in items:
+        row = state[item]
+        assert sorted(op.completion for op in by_item[item]) == ["fail", "ok"], (item, by_item[item])
+        assert len(row["won_attempts"]) == 1 and row["status"] in {"approved", "rejected"}, (item, row)
+        # Applied exactly once: one resume, no fork, recorded as finished.
+        assert (row["resume_count"], row["forks"], row["graph_paused"]) == (1, 0, False), (item, row)
+        assert (row["apply_state"], row["applied_result"]["state"]) == ("", "finished"), (item, row)
+
+    # Webhooks: exactly one webhook-id per (event, item); repeats of an id are the only duplicates.
+    ids: dict[tuple[str, str], set[str]] = defaultdict(set)
+    firsts = receiver.unique()
+    for received in firsts.values():
+        ids[(received.type, received.data["id"])].add(received.msg_id)
+    assert set(ids) == {(event, item) for event in EVENTS for item in items}, "webhooks missing or unexpected"
+    assert all(len(msg_ids) == 1 for msg_ids in ids.values()), {k: v for k, v in ids.items() if len(v) > 1}
+    assert receiver.bad_signatures == 0
+    for received in firsts.values():
+        row = state[received.data["id"]]
+        if received.type == "item.decided":
+            assert received.data["decision"]["by"] == row["winner"], received
+        else:
+            assert received.data["applied_result"]["state"] == "finished", received
+    repeats = len(receiver.received) - len(firsts)
+
+    worked = Counter()
+    for worker in ("doomed", "steady", "replacement"):
+        worked[worker] = sum(1 for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == APPLY_TASK)
+    (apply_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
+    wins = Counter(row["winner"] for row in state.values())
+    print(
+        f"\ncluster workers: {ITEMS} items x 2 moderators on 2 servers in {burst_end - began:.1f} s "
+        f"(wins {dict(sorted(wins.items()))}); worker 'doomed' SIGKILLed {killer.killed_at - began:.1f} s in, "
+        f"after {killer.applied_before} applies, between item {killer.orphan}'s resume and its record; "
+        f"settled {settled_at - burst_end:.1f} s after the burst; apply tasks succeeded per worker {dict(worked)} "
+        f"({apply_tasks} apply tasks for {ITEMS} decisions, the sweeps' re-queues included); "
+        f"{len(firsts)} webhooks, {repeats} repeated deliveries of an id; every graph resumed once, no fork"
+    )
+
+
+def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sweep(site):
+    url, item, receiver = site.database_url, site.spare, site.receiver
+    for server in site.servers:  # the first test's workers: nobody may sweep
+        for worker in server.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
+    assert not any(_unsettled(url).values()), "the first test left work behind"
+    doomed = site.servers[0].worker_start(worker_id="control-doomed", faults="before_record:kill")
+    status, body = site.reviewers[0].decide(item, "approve")
+    assert (status, body["outcome"]) == (200, "won"), body
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+
+    # Longer than the sweep's grace: with no worker alive, time alone repairs nothing.
+    time.sleep(float(WORKER_ENV["APPLY_SWEEP_GRACE"]) + 2)
+    lost = site.servers[0].tool("state", item)[item]
+    assert (lost["apply_state"], lost["graph_paused"], lost["resume_count"]) == ("applying", False, 1), lost
+    assert _unsettled(url)["applying"] == 1  # what the burst test's wait would have timed out on
+    assert not [r for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item]
+
+    site.servers[1].worker_start(worker_id="control-rescuer")
+    left = _settled_wait(url, timeout=30)
+    assert not any(left.values()), left
+    row = site.servers[0].tool("state", item)[item]
+    assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
+    applied = {r.msg_id for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item}
+    assert len(applied) == 1

@@ -11,7 +11,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from e2e.conftest import e2e_server_running
 from e2e.pages import LIVE_TIMEOUT_MS, Submission, decide_click, decide_prepare, item_path, item_ready, submission_read
-from moderation.tests.hitl_graph import EXTRA_GRAPHS_ENV, NAME
+from moderation.tests.graphs_support import REFUND_GRAPH, TEST_GRAPHS_ENV
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -22,9 +22,9 @@ MAX_TABS = 30
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    """The usual server, which also runs the test agent graph (its dbtool too)."""
+    """The usual server, which also runs the test graphs (its dbtool too)."""
     async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-edit-race"),
-                                  env={"REVIEWQUEUE_EXTRA_GRAPHS": EXTRA_GRAPHS_ENV}) as live:
+                                  env=TEST_GRAPHS_ENV) as live:
         yield live
 
 
@@ -59,7 +59,7 @@ async def _press_enter(page: Page, user: str) -> Submission:
 
 
 async def test_alice_edits_bob_approves_same_instant(server, crowd):
-    items = await server.atool("items", "--count", str(ROUNDS), "--prefix", "Refund", "--graph", NAME)
+    items = await server.atool("items", "--count", str(ROUNDS), "--prefix", "Refund", "--graph", REFUND_GRAPH)
     alice, bob = await asyncio.gather(crowd.login("alice"), crowd.login("bob"))
     outcomes = []
     for item in items:

@@ -1,12 +1,13 @@
-"""Small graphs that ask the way agents ask, for tests of the guard's asks.
+"""Every test graph: small graphs that ask the way agents ask (LangChain's HITLRequest).
 
 Registered per test with ``override_settings(REVIEWQUEUE_GRAPHS=TEST_GRAPHS)`` (the
 ``test_graphs`` fixture) and, for processes the tests start, with the environment of
 ``TEST_GRAPHS_ENV``. Each name always maps to the same builder, so ``graph_get``'s
 cache per (name, saver) never serves one test another test's graph.
 
-Every node that asks keeps the resume value it received in the state, verbatim, so a
-test reads exactly what the guard sent into the graph.
+The askers built on ``hitl_request`` keep each resume value in the state verbatim, so a
+test reads exactly what the guard sent into the graph; ``t_refund`` proposes a shop's
+refund, shaped by its start state, for the dashboard, API and e2e tests.
 """
 
 from __future__ import annotations
@@ -30,12 +31,27 @@ REFUND_SCHEMA = {
 }
 ALL_TYPES = ["approve", "edit", "reject", "respond"]
 
+REFUND_GRAPH = "t_refund"
+ORDER_ARGS = {"order_id": "A-1001", "amount": 120, "currency": "EUR"}
+ORDER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "title": "Order"},
+        "amount": {"type": "number", "title": "Amount", "minimum": 0, "maximum": 150},
+        "currency": {"type": "string", "enum": ["EUR", "USD"], "title": "Currency"},
+        "notify": {"type": "boolean", "title": "Notify the customer"},
+    },
+    "required": ["order_id", "amount", "currency"],
+    "additionalProperties": False,
+}
+
 TEST_GRAPHS = {
     "moderation": "moderation.graph:build",
     "t_hitl": "moderation.tests.graphs_support:build_hitl",
     "t_parallel": "moderation.tests.graphs_support:build_parallel",
     "t_rounds": "moderation.tests.graphs_support:build_rounds",
     "t_failing": "moderation.tests.graphs_support:build_failing",
+    REFUND_GRAPH: "moderation.tests.graphs_support:build_refund",
 }
 TEST_GRAPHS_ENV = {"REVIEWQUEUE_EXTRA_GRAPHS": ",".join(f"{k}={v}" for k, v in TEST_GRAPHS.items() if k != "moderation")}
 
@@ -46,6 +62,10 @@ class AskState(TypedDict, total=False):
     body: str
     source: str
     answers: Annotated[list[dict[str, Any]], operator.add]
+    schema: bool  # t_refund: False leaves out the args_schema (the page falls back to a JSON editor)
+    allowed: list[str]  # t_refund: the decision types offered
+    actions: int  # t_refund: refunds proposed in one ask
+    rounds: int
     result: dict[str, Any]
 
 
@@ -118,6 +138,39 @@ def build_failing(checkpointer: Any) -> Any:
     builder.add_edge(START, "ask")
     builder.add_edge("ask", "fail")
     builder.add_edge("fail", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _propose_refund(state: AskState) -> dict[str, Any]:
+    config: dict[str, Any] = {"action_name": REFUND, "allowed_decisions": state.get("allowed") or ALL_TYPES}
+    if state.get("schema", True):
+        config["args_schema"] = ORDER_SCHEMA
+    answer = interrupt({
+        "action_requests": [
+            {"name": REFUND, "args": {**ORDER_ARGS, "order_id": f"A-{1001 + n}"}, "description": "Refund the order?"}
+            for n in range(state.get("actions", 1))
+        ],
+        "review_configs": [config],
+    })
+    decisions = answer["decisions"]
+    return {"rounds": state.get("rounds", 0) + 1, "result": {
+        "decisions": ", ".join(d["type"] for d in decisions), "reviewer": answer.get("reviewer", ""),
+        "args": [d["edited_action"]["args"] for d in decisions if d["type"] == "edit"],
+    }}
+
+
+def _after_refund(state: AskState) -> str:
+    # A response answers the agent instead of acting: it proposes again (a second round).
+    return "propose" if state["result"]["decisions"] == "respond" and state["rounds"] < 2 else END
+
+
+def build_refund(checkpointer: Any) -> Any:
+    """Proposes ``refund`` of ORDER_ARGS (its start state may set ``allowed``, ``schema``, ``actions``);
+    a respond proposes once more; the result names the decisions and any edited args."""
+    builder = StateGraph(AskState)
+    builder.add_node("propose", _propose_refund)
+    builder.add_edge(START, "propose")
+    builder.add_conditional_edges("propose", _after_refund, ["propose", END])
     return builder.compile(checkpointer=checkpointer)
 
 

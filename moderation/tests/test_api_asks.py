@@ -13,17 +13,13 @@ from moderation.apply import item_apply
 from moderation.decisions import InvalidDecision, item_decide
 from moderation.models import QueueItem, ReviewAsk
 from moderation.submissions import INPUT_MAX_BYTES, Submission
-from moderation.tests.api_graph import GRAPHS
+from moderation.tests.graphs_support import ORDER_ARGS, REFUND_GRAPH
 from moderation.tests.test_api_items import ITEM, Api
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant, pytest.mark.usefixtures("test_graphs")]
 
-REFUND = {**ITEM, "title": "Refund order 4711", "graph": "refund", "input": {"order": 4711, "amount": 120}}
-
-
-@pytest.fixture(autouse=True)
-def _refund_graph(settings):
-    settings.REVIEWQUEUE_GRAPHS = GRAPHS
+NO_RESPOND = {"allowed": ["approve", "edit", "reject"]}
+REFUND = {**ITEM, "title": "Refund order A-1001", "graph": REFUND_GRAPH, "input": NO_RESPOND}
 
 
 @pytest.fixture
@@ -32,7 +28,7 @@ def api():
 
 
 def _edit(amount: int) -> list[dict]:
-    return [{"type": "edit", "edited_action": {"name": "refund", "args": {"order": 4711, "amount": amount}}}]
+    return [{"type": "edit", "edited_action": {"name": "refund", "args": {**ORDER_ARGS, "amount": amount}}}]
 
 
 def test_submit_to_a_named_graph_starts_it_with_the_input(api):
@@ -40,22 +36,23 @@ def test_submit_to_a_named_graph_starts_it_with_the_input(api):
     assert response.status_code == 201, response.content
     body = response.json()
     [ask] = body["asks"]
-    assert body["graph"] == "refund" and body["status"] == "pending" and body["apply_state"] == ""
+    assert body["graph"] == REFUND_GRAPH and body["status"] == "pending" and body["apply_state"] == ""
     assert ask["action_requests"] == [
-        {"name": "refund", "args": {"order": 4711, "amount": 120}, "description": "Refund the order?"}
+        {"name": "refund", "args": ORDER_ARGS, "description": "Refund the order?"}
     ]
     assert ask["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
-    assert ask["review_configs"][0]["args_schema"]["properties"]["amount"]["maximum"] == 500
+    assert ask["review_configs"][0]["args_schema"]["properties"]["amount"]["maximum"] == 150
     assert (ask["status"], ask["decided_by"], ask["decisions"], ask["applied"]) == ("pending", None, [], False)
     assert ask["id"] == ReviewAsk.objects.get().interrupt_id
     assert body["review_request"]["action_requests"] == ask["action_requests"]
-    assert QueueItem.objects.get().graph_input == {"order": 4711, "amount": 120}
+    assert QueueItem.objects.get().graph_input == NO_RESPOND
 
 
 def test_an_unknown_graph_is_refused_listing_the_registered_ones_and_creates_nothing(api):
     response = api.post("/items", {**REFUND, "graph": "refnud"}, **{"Idempotency-Key": "typo"})
     assert response.status_code == 422, response.content
-    assert response.json()["message"] == "graph: unknown graph 'refnud'; this server runs moderation, refund"
+    assert response.json()["message"] == (
+        "graph: unknown graph 'refnud'; this server runs moderation, t_failing, t_hitl, t_parallel, t_refund, t_rounds")
     assert not QueueItem.objects.exists() and not ReviewAsk.objects.exists()
 
 
@@ -79,7 +76,7 @@ def test_bad_input_is_422_and_creates_nothing(api, graph_input, needle):
 def test_graph_and_input_are_part_of_the_idempotent_content(api):
     first = api.post("/items", REFUND, **{"Idempotency-Key": "r1"})
     assert api.post("/items", REFUND, **{"Idempotency-Key": "r1"}).json()["id"] == first.json()["id"]
-    other_input = api.post("/items", {**REFUND, "input": {"order": 4711, "amount": 121}}, **{"Idempotency-Key": "r1"})
+    other_input = api.post("/items", {**REFUND, "input": {**NO_RESPOND, "actions": 2}}, **{"Idempotency-Key": "r1"})
     other_graph = api.post("/items", {**REFUND, "graph": "moderation", "input": {}}, **{"Idempotency-Key": "r1"})
     assert (other_input.status_code, other_graph.status_code) == (409, 409)
     assert QueueItem.objects.count() == 1
@@ -113,7 +110,8 @@ def test_the_item_shows_an_edit_its_decider_and_what_the_graph_did_with_it(api, 
     [ask] = body["asks"]
     assert (ask["status"], ask["decided_by"], ask["applied"]) == ("decided", "alice", True)
     assert ask["decisions"] == _edit(80) and ask["what"] == "edited refund (amount 120 → 80)"
-    assert body["apply_state"] == "" and body["applied_result"] == {"state": "finished", "result": {"refunded": 80}}
+    assert body["apply_state"] == "" and body["applied_result"] == {"state": "finished", "result": {
+        "decisions": "edit", "reviewer": "alice", "args": [{**ORDER_ARGS, "amount": 80}]}}
     assert body["decision"]["by"] == "alice"
 
 
@@ -128,7 +126,7 @@ def test_an_edit_failing_the_schema_changes_nothing(api, alice):
 def test_the_list_filters_by_graph(api):
     refunds = [api.post("/items", REFUND).json()["id"] for _ in range(2)]
     api.post("/items", ITEM)
-    listed = api.get("/items", graph="refund").json()["items"]
+    listed = api.get("/items", graph=REFUND_GRAPH).json()["items"]
     assert [i["id"] for i in listed] == refunds
     assert all(i["asks"][0]["action_requests"][0]["name"] == "refund" for i in listed)
     assert len(api.get("/items", graph="moderation").json()["items"]) == 1
@@ -145,7 +143,7 @@ def test_the_session_endpoint_decides_an_edit_as_the_readme_shows(api, alice):
         return browser.post(f"/api/items/{item_id}/decision", {"ask": ask_id, "decisions": decisions},
                             content_type="application/json")
 
-    bad = decide(_edit(0))
+    bad = decide(_edit(-1))
     assert bad.status_code == 400, bad.content
     assert (bad.json()["error"], bad.json()["field"]) == ("invalid_decision", "decisions[0].edited_action.args.amount")
     won = decide(_edit(80))

@@ -26,10 +26,10 @@ from moderation.lab.harness import race_threads
 from moderation.models import DecidedDayCounter, ItemStatus, QueueCounter, QueueItem
 from moderation.reconcile import item_reconcile
 from moderation.selectors import queue_counts
-from moderation.tests.hitl_graph import GRAPHS, NAME
+from moderation.tests.graphs_support import REFUND_GRAPH
 from moderation.tests.races import guard_held_assert
 
-pytestmark = pytest.mark.postgres_variant
+pytestmark = [pytest.mark.postgres_variant, pytest.mark.usefixtures("test_graphs")]
 
 
 def _counters() -> dict[tuple, int]:
@@ -53,20 +53,15 @@ def _status(graph: str = "moderation", status: str = ItemStatus.PENDING) -> int:
     return _counters().get(("status", graph, status), 0)
 
 
-@pytest.fixture(autouse=True)
-def _refund_graph(settings):
-    settings.REVIEWQUEUE_GRAPHS = GRAPHS
-
-
 @pytest.mark.django_db
 def test_a_new_item_counts_as_pending_in_its_queue_and_a_lab_item_not_at_all(make_item):
     make_item()
-    item_create(title="Refund", body="Order A-1001.", source="shop", graph=NAME)
+    item_create(title="Refund", body="Order A-1001.", source="shop", graph=REFUND_GRAPH)
     lab_item_create(title="Lab one", body="Raced by the lab.")
     _exact()
-    assert (_status(), _status(NAME)) == (1, 1)
+    assert (_status(), _status(REFUND_GRAPH)) == (1, 1)
     counts = queue_counts()
-    assert (counts.pending, counts.decided_today, counts.pending_by_graph) == (2, 0, {"moderation": 1, NAME: 1})
+    assert (counts.pending, counts.decided_today, counts.pending_by_graph) == (2, 0, {"moderation": 1, REFUND_GRAPH: 1})
 
 
 @pytest.mark.django_db
@@ -84,11 +79,11 @@ def test_a_decision_moves_the_item_from_pending_to_its_status_and_to_today(alice
 
 @pytest.mark.django_db
 def test_an_edit_counts_under_edited_in_its_own_queue(alice):
-    item = item_create(title="Refund", body="Order A-1001.", source="shop", graph=NAME)
+    item = item_create(title="Refund", body="Order A-1001.", source="shop", graph=REFUND_GRAPH)
     edit = [{"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "A-1001", "amount": 80, "currency": "EUR"}}}]
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=edit).won
     _exact()
-    assert (_status(NAME), _status(NAME, ItemStatus.EDITED)) == (0, 1)
+    assert (_status(REFUND_GRAPH), _status(REFUND_GRAPH, ItemStatus.EDITED)) == (0, 1)
 
 
 @pytest.mark.django_db
@@ -102,14 +97,14 @@ def test_a_withdrawal_counts_as_decided_today(alice, make_item):
 @pytest.mark.django_db
 def test_a_new_round_puts_the_item_back_to_pending_and_out_of_today(alice, settings):
     settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's half runs below, when the test says
-    item = item_create(title="Refund", body="Order A-1001.", source="shop", graph=NAME)
+    item = item_create(title="Refund", body="Order A-1001.", source="shop", graph=REFUND_GRAPH)
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=[{"type": "respond", "message": "ask first"}]).won
-    assert (_status(NAME, ItemStatus.ANSWERED), queue_counts().decided_today) == (1, 1)
+    assert (_status(REFUND_GRAPH, ItemStatus.ANSWERED), queue_counts().decided_today) == (1, 1)
     item_apply(item_id=item.pk)  # the graph proposes again: a second round
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING
     _exact()
-    assert (_status(NAME), _status(NAME, ItemStatus.ANSWERED), queue_counts().decided_today) == (1, 0, 0)
+    assert (_status(REFUND_GRAPH), _status(REFUND_GRAPH, ItemStatus.ANSWERED), queue_counts().decided_today) == (1, 0, 0)
 
 
 @pytest.mark.django_db

@@ -2,16 +2,14 @@ import pytest
 
 from moderation.decision_forms import FormInvalid, form_decision_read, form_field_for
 from moderation.graphs.asks import AskSpec
-from moderation.tests.hitl_graph import ARGS, ARGS_SCHEMA
-
-ALL = ["approve", "edit", "reject", "respond"]
+from moderation.tests.graphs_support import ALL_TYPES, ORDER_ARGS, ORDER_SCHEMA
 
 
 def _spec(*, schema=True, actions=1):
-    config = {"action_name": "refund", "allowed_decisions": ALL, **({"args_schema": ARGS_SCHEMA} if schema else {})}
+    config = {"action_name": "refund", "allowed_decisions": ALL_TYPES, **({"args_schema": ORDER_SCHEMA} if schema else {})}
     return AskSpec(
         kind="batched",
-        actions=[{"name": "refund", "args": dict(ARGS), "description": ""} for _ in range(actions)],
+        actions=[{"name": "refund", "args": dict(ORDER_ARGS), "description": ""} for _ in range(actions)],
         configs=[dict(config) for _ in range(actions)],
     )
 

@@ -11,7 +11,7 @@ from moderation.decisions import item_decide
 from moderation.graphs.runtime import graph_values
 from moderation.items import item_create
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
-from moderation.tests.hitl_graph import GRAPHS, NAME
+from moderation.tests.graphs_support import REFUND_GRAPH, TEST_GRAPHS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_graphs")]
 
@@ -19,12 +19,12 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_graphs")]
 @pytest.fixture
 def _graphs():
     # Inline apply set here too: the suite's env switch is read after settings are loaded.
-    with override_settings(REVIEWQUEUE_GRAPHS=GRAPHS, REVIEWQUEUE_APPLY_INLINE=True):
+    with override_settings(REVIEWQUEUE_GRAPHS=TEST_GRAPHS, REVIEWQUEUE_APPLY_INLINE=True):
         yield
 
 
 def _refund(**graph_input):
-    return item_create(title="Refund A-1001", body="The customer asks for a refund.", source="agent", graph=NAME,
+    return item_create(title="Refund A-1001", body="The customer asks for a refund.", source="agent", graph=REFUND_GRAPH,
                        graph_input=graph_input)
 
 
@@ -107,7 +107,7 @@ def test_an_edit_through_the_form_reaches_the_graph(post, client, alice):
     assert post(_url(item), _edit(item, note="80 is what we agreed")).status_code == 302
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.EDITED, alice, "80 is what we agreed")
-    result = graph_values(name=NAME, thread_id=item.thread_id)["result"]
+    result = graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]
     assert result["decisions"] == "edit"
     assert result["args"] == [{"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
     html = client.get(_url(item)).content.decode()
@@ -118,7 +118,7 @@ def test_json_editor_edit_reaches_the_graph(post, client, alice):
     item = _refund(schema=False)
     client.force_login(alice)
     post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-args": '{"order_id": "A-1001", "amount": 5}'})
-    assert graph_values(name=NAME, thread_id=item.thread_id)["result"]["args"] == [{"order_id": "A-1001", "amount": 5}]
+    assert graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]["args"] == [{"order_id": "A-1001", "amount": 5}]
 
 
 @pytest.mark.parametrize(("fields", "field", "error"), [
@@ -175,19 +175,19 @@ def test_the_loser_is_told_what_the_winner_edited_and_sees_their_note(post, clie
 
 
 def test_several_asks_get_a_form_each_posting_its_own_ask(post, client, alice):
-    item = item_create(title="Pair", body="Two things at once.", source="agent", graph="refund_pair")
+    item = item_create(title="Pair", body="Two things at once.", source="agent", graph="t_parallel")
     asks = list(ReviewAsk.objects.filter(item=item).order_by("position"))
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     forms = re.findall(r'<form method="post" class="decide-form ask" id="([\w-]+)" data-ask="([^"]+)">', html)
     assert forms == [("decide-form", asks[0].interrupt_id), ("decide-form-2", asks[1].interrupt_id)]
     assert "(2 asks, each decided on its own)" in html
-    email = next(a for a in asks if a.payload["action_requests"][0]["name"] == "send_email")
-    assert post(_url(item), {"ask": email.interrupt_id, "action-0-type": "reject"}).status_code == 302
-    email.refresh_from_db()
-    assert email.status == AskStatus.DECIDED and email.decisions == [{"type": "reject"}]
+    notify = next(a for a in asks if a.payload["action_requests"][0]["name"] == "notify")
+    assert post(_url(item), {"ask": notify.interrupt_id, "action-0-type": "reject"}).status_code == 302
+    notify.refresh_from_db()
+    assert notify.status == AskStatus.DECIDED and notify.decisions == [{"type": "reject"}]
     html = client.get(_url(item)).content.decode()
-    assert html.count('class="decide-form ask"') == 1 and "alice</strong> rejected send_email" in html
+    assert html.count('class="decide-form ask"') == 1 and "alice</strong> rejected notify" in html
 
 
 def test_an_ask_of_several_actions_posts_a_decision_each(post, client, alice):
@@ -256,7 +256,7 @@ def test_queue_names_the_graph_and_the_actions_asked_about(client, alice, make_i
     make_item(title="Plain post")
     client.force_login(alice)
     html = client.get(reverse("moderation:queue")).content.decode()
-    assert html.count('<code class="graph" title="graph">refund_test</code>') == 1
+    assert html.count('<code class="graph" title="graph">t_refund</code>') == 1
     assert html.count('<code class="action" title="action asked about">refund</code>') == 2
     assert html.count('<code class="action" title="action asked about">publish</code>') == 1
     assert '<code class="graph" title="graph">moderation</code>' not in html

@@ -284,8 +284,10 @@ def bench_loser(servers: Servers, logins: list[Login], items: list[str], *, roun
 
 def bench_socket_memory(servers: Servers, logins: list[Login], *, sockets: int) -> list[Metric]:
     """Open ``sockets`` queue sockets to the first server; its RSS before and after, per socket."""
+    failed: list[str] = []
+    opened: list = []
+
     async def run() -> tuple[int, int, int]:
-        opened = []
         warm = [await _watcher_open(servers.host(0), logins[i]) for i in range(10)]  # first-use allocations
         for ws in warm:
             await ws.close()
@@ -293,9 +295,14 @@ def bench_socket_memory(servers: Servers, logins: list[Login], *, sockets: int) 
         before = servers.rss_kib()[0]
         try:
             for start in range(0, sockets, 20):  # small waves, as notice_latency opens them
-                opened.extend(await asyncio.gather(
-                    *(_watcher_open(servers.host(0), logins[i % len(logins)]) for i in range(start, min(sockets, start + 20)))
-                ))
+                wave = await asyncio.gather(
+                    *(_watcher_open(servers.host(0), logins[i % len(logins)]) for i in range(start, min(sockets, start + 20))),
+                    return_exceptions=True,
+                )
+                opened.extend(ws for ws in wave if not isinstance(ws, BaseException))
+                failed.extend(repr(ws) for ws in wave if isinstance(ws, BaseException))
+                if len(failed) > sockets // 10:  # a loaded machine timing handshakes out: measure what is open
+                    break
             await asyncio.sleep(1.0)
             after = servers.rss_kib()[0]
         finally:
@@ -304,6 +311,9 @@ def bench_socket_memory(servers: Servers, logins: list[Login], *, sockets: int) 
         return before, after, servers.rss_kib()[0]
 
     before, after, closed = asyncio.run(run())
+    sockets = len(opened)
+    if failed:
+        log(f"memory: {len(failed)} sockets failed to open (first: {failed[0]}); measured over the {sockets} open")
     per_socket = (after - before) / sockets
     log(f"memory: {sockets} sockets, RSS {before / 1024:.0f} -> {after / 1024:.0f} MiB ({per_socket:.1f} KiB/socket), "
         f"{closed / 1024:.0f} MiB after closing")
@@ -313,7 +323,7 @@ def bench_socket_memory(servers: Servers, logins: list[Login], *, sockets: int) 
         # memberships and websockets' buffers are tens of KiB; 256 KiB would still fit
         # 4,000 sockets in a GiB.
         None, "", target=256, check="value", op="<=",
-        detail={"sockets": sockets, "rss_before_kib": before, "rss_after_kib": after, "rss_after_close_kib": closed},
+        detail={"sockets": sockets, "failed_to_open": len(failed), "rss_before_kib": before, "rss_after_kib": after, "rss_after_close_kib": closed},
     )]
 
 

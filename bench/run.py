@@ -70,7 +70,7 @@ def _postgres_reachable() -> str | None:
     return None
 
 
-def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int) -> dict | None:
+def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None) -> dict | None:
     out = _out_dir()
     workdir = out / f"run-{stamp}-{name}"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int) -> dict
     try:
         done = subprocess.run(
             [sys.executable, "-m", "bench.suite", "--backend", name, "--json", str(result_path), "--workdir", str(workdir),
-             "--scale", str(scale), "--servers", str(servers), "--queue-rows", str(queue_rows)],
+             "--scale", str(scale), "--servers", str(servers), *(["--queue-rows", str(queue_rows)] if queue_rows else [])],
             cwd=ROOT, env=env,
         )
     finally:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--queue-rows", type=int, default=100_000)
+    parser.add_argument("--queue-rows", type=int, default=None)
     parser.add_argument("--show", action="store_true", help="print the latest tables without measuring")
     args = parser.parse_args(argv)
     names = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]

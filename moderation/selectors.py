@@ -25,7 +25,10 @@ _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by")
 
 def _queue_items() -> QuerySet[QueueItem]:
     # Race-lab items live in the same table while a lab run goes; reviewers never see them.
-    return QueueItem.objects.filter(is_lab=False)
+    # ``IN (false)``, not ``= False``: Django writes the latter as ``NOT is_lab`` on SQLite,
+    # which SQLite cannot match to the indexes' ``is_lab`` column, so the queue page sorted
+    # every pending row (300 ms at a million); ``IN`` is an equality it seeks on.
+    return QueueItem.objects.filter(is_lab__in=[False])
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,10 @@ def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
 def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
     return (
         _queue_items()
-        .filter(status__in=[s for s in DECIDED_STATUSES if s != ItemStatus.WITHDRAWN])
+        # Implied by the statuses (item_decided_iff_winner), and it keeps the pending rows'
+        # NULLs out of the decided_at index walk: without it, a queue with a million pending
+        # and few decided items read them all on every page.
+        .filter(status__in=[s for s in DECIDED_STATUSES if s != ItemStatus.WITHDRAWN], decided_at__isnull=False)
         .select_related("decided_by")
         .order_by("-decided_at")[:limit]
     )

@@ -7,6 +7,7 @@ app_name = "moderation"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("next/", views.next_item, name="next"),
+    path("bulk/", views.bulk_decide, name="bulk"),
     path("items/<str:public_id>/", views.item_detail, name="item"),
     path("items/<str:public_id>/history", decided_views.item_history, name="item-history"),
     path("decided/", decided_views.decided, name="decided"),

@@ -17,6 +17,7 @@ from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.bulk import BulkResult, items_decide_bulk
 from moderation.claims import Claim, claim_live, claim_take, claims_live, next_item_pick
 from moderation.decision_forms import FormInvalid, ask_forms_build, form_decision_read, form_field_for
 from moderation.decisions import DecisionError, DecisionOutcome, item_decide
@@ -84,10 +85,43 @@ def queue(request: HttpRequest) -> HttpResponse:
             "recent": items_recently_decided(limit=5),
             "attention": items_needing_attention(),
             "can_decide": user_can_decide(user=request.user),
+            "reasons": reason_codes_active(),
+            "reason_required": settings.REJECT_REASON_REQUIRED,
+            "bulk_max": settings.BULK_MAX_ITEMS,
             # live.js re-reads this page in the background; only a person's view shows messages.
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
         },
     )
+
+
+@login_required
+@require_POST
+def bulk_decide(request: HttpRequest) -> HttpResponse:
+    """The queue's bulk bar: one decision for the ticked items (or every item the page showed), judged per item."""
+    back = f"{reverse('moderation:queue')}?{request.session.get(_QUEUE_QUERY, '')}".rstrip("?")
+    if not user_can_decide(user=request.user):
+        return _bulk_page(request, back=back, error="You do not have permission to decide items.", status=403)
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        return _bulk_page(request, back=back, error=_rate_limited_message(wait), status=429)
+    items = request.POST.getlist("items")
+    if request.POST.get("all_on_page"):
+        items += request.POST.getlist("page_items")
+    try:
+        results = items_decide_bulk(
+            item_public_ids=items, reviewer=request.user, decision=request.POST.get("decision", ""),
+            note=request.POST.get("note", ""), reason=request.POST.get("reason") or None, origin=AttemptOrigin.DASHBOARD,
+        )
+    except DecisionError as exc:
+        return _bulk_page(request, back=back, error=f"Nothing was decided: {exc}", status=exc.http_status)
+    return _bulk_page(request, back=back, results=results)
+
+
+def _bulk_page(
+    request: HttpRequest, *, back: str, results: list[BulkResult] | None = None, error: str = "", status: int = 200,
+) -> HttpResponse:
+    return render(request, "moderation/bulk_result.html", {"results": results or [], "error": error, "back": back},
+                  status=status)
 
 
 @login_required

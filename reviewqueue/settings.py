@@ -272,6 +272,8 @@ ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
+# Most items one bulk decision may name (moderation.bulk); a larger selection decides nothing.
+BULK_MAX_ITEMS = int(os.environ.get("BULK_MAX_ITEMS", "100"))
 # --- Claims (moderation.claims) -------------------------------------------------
 # Opening an item claims it for this long (seconds); activity on its page renews it.
 CLAIM_SECONDS = int(os.environ.get("CLAIM_SECONDS", "300"))

@@ -16,7 +16,9 @@ const KEYS = {
     ["n", "next item nobody has claimed"], ["u", "back to the queue"]],
 };
 
-const typing = (el) => el instanceof HTMLElement && (el.isContentEditable || el.closest("input, textarea, select"));
+// A focused checkbox or radio takes no text, so the keys stay active on it (x right after a click).
+const typing = (el) => el instanceof HTMLElement
+  && (el.isContentEditable || el.closest("input:not([type=checkbox]):not([type=radio]), textarea, select"));
 const rows = () => [...document.querySelectorAll("#queue-table tbody tr[data-item]")];
 const selected = () => document.querySelector("#queue-table tbody tr.selected");
 const form = () => document.querySelector(".decide-form");
@@ -131,6 +133,18 @@ document.addEventListener("keydown", (e) => {
   e.preventDefault();
   action();
 });
+
+// "Select all on this page" ticks every row; unticking a row unticks it, since the server
+// reads a ticked "all" as every item the page was rendered with.
+const bulkAll = document.getElementById("bulk-all");
+if (page === "queue" && bulkAll) {
+  bulkAll.addEventListener("change", () => {
+    for (const box of document.querySelectorAll("#queue-table input.bulk-pick")) box.checked = bulkAll.checked;
+  });
+  document.addEventListener("change", (e) => {
+    if (e.target instanceof HTMLInputElement && e.target.matches("input.bulk-pick") && !e.target.checked) bulkAll.checked = false;
+  });
+}
 
 // Activity on an item page renews the claim the page took when it opened (or takes it
 // again after it ran out), at most once a minute.

@@ -60,7 +60,7 @@ def test_item_page_shows_what_the_graph_asks_and_buttons(client, alice, make_ite
     item = make_item(title="Loud", body="BUY NOW AND CLICK HERE, THIS IS ALL CAPS TEXT")
     client.force_login(alice)
     html = client.get(_item_url(item)).content.decode()
-    assert "The graph asks for a decision" in html and "shouting" in html
+    assert "Review requested" in html and "shouting" in html
     assert 'value="approve"' in html and 'value="reject"' in html
 
 

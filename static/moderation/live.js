@@ -188,7 +188,7 @@ function presenceShow() {
       marker = Object.assign(document.createElement("span"), { className: "viewing" });
       row.cells[0].append(" ", marker);
     }
-    marker.textContent = `👁 ${names.join(", ")}`;
+    marker.textContent = `viewing: ${names.join(", ")}`;
     marker.title = `${listed(names)} viewing now`;
   }
 }

@@ -16,7 +16,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser e2e-axe demo bench clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,7 +56,7 @@ test-postgres: install
 
 # The e2e tests drive Chromium: Playwright's own where installed, else Debian's
 # (installed here when running as root), or whichever E2E_CHROMIUM names.
-e2e-browser: install
+e2e-browser: install e2e-axe
 	@$(PY) e2e/browser.py 2>/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian's chromium for the e2e tests"; \
@@ -64,6 +64,12 @@ e2e-browser: install
 	  else \
 	    echo "e2e: no Chromium found; install it (apt-get install -y chromium) or set E2E_CHROMIUM" >&2; exit 1; \
 	  fi; }
+
+# The accessibility check (e2e/test_look.py) runs axe-core from npm inside the pages.
+AXE_JS := var/npm/node_modules/axe-core/axe.min.js
+e2e-axe: $(AXE_JS)
+$(AXE_JS):
+	npm install --no-save --prefix var/npm axe-core@4
 
 e2e: install e2e-browser
 	$(PY) -m pytest e2e

@@ -31,6 +31,10 @@ async def test_reconnect_after_server_restart(server, crowd):
     await server.astop()
     for page in (alice_queue, bob_item):
         await expect(page.locator("#live-status")).to_have_attribute("data-state", "reconnecting")
+        # Said in words, not only by the dot's colour.
+        await expect(page.get_by_role("status").filter(has_text="Reconnecting")).to_have_text(
+            "Reconnecting… — what you see may be out of date"
+        )
     # While the server is down, carol decides through the guard itself (as another
     # server process would): no live event can reach these pages, they must catch up.
     outcome = await server.atool("decide", decided_meanwhile["id"], "--user", "carol", "--decision", "reject")
@@ -39,6 +43,7 @@ async def test_reconnect_after_server_restart(server, crowd):
 
     for page in (alice_queue, bob_item):
         await live_wait(page, timeout=BACK_LIVE_MS)
+        await expect(page.locator("#live-status")).to_have_text("Live")
     await expect(bob_item.locator("#decided-banner")).to_have_text(re.compile(r"^carol rejected this item \d+ (s|min) ago$"))
     for decision in ("approve", "reject"):
         await expect(bob_item.locator(f"#decide-form button[value={decision}]")).to_be_disabled()

@@ -13,6 +13,10 @@ Server -> client: ``state`` (on connect and after each heartbeat), ``item.create
 ``item.decided``, ``decision.lost``, ``presence.changed``, ``item.claimed``, ``item.released``
 (``moderation.claims``), ``session.ended``.
 
+Every login may hold a socket; a view-only user's is read-only: the heartbeat is the only
+frame a socket accepts and decisions go through HTTP (which refuses viewers), and a
+viewer's socket writes no presence and releases no claim.
+
 Rights are re-read from the database on every heartbeat, on every ``rights.changed``
 (sent by ``moderation.rights`` when a change is made through the ORM, on any server)
 and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECONDS``;
@@ -57,6 +61,7 @@ from moderation.live import (
     live_state_read,
     too_many_sockets_message,
 )
+from moderation.permissions import user_can_decide
 from moderation.presence import presence_join
 
 logger = logging.getLogger(__name__)
@@ -72,6 +77,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     rights_watch: asyncio.Task | None = None
     # When an item page's socket was admitted: leaving releases only claims taken before it.
     opened_at: datetime | None = None
+    # Admitted as a moderator (presence, claims) or as a viewer (listening only).
+    can_decide = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # A client can close between an event's arrival and its delivery; daphne then refuses
@@ -126,6 +133,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=refusal)
             return
         self.user_id = user.pk
+        self.can_decide = await database_sync_to_async(user_can_decide)(user=user)
         self.username = user.get_username()
         self.session_key = self.scope["session"].session_key
         if not await sync_to_async(live_socket_hold)(session_key=self.session_key, channel_name=self.channel_name):
@@ -141,14 +149,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             groups=live_groups(user_id=self.user_id, session_key=self.session_key, item_public_id=self.item_public_id),
         )
         await self.accept()
-        if self.item_public_id:
+        if self.item_public_id and self.can_decide:
             self.opened_at = timezone.now()
             await database_sync_to_async(presence_join)(
                 user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
             )
         self.rights_checked_at = time.monotonic()
         self.rights_watch = asyncio.ensure_future(self._rights_watch())
-        state = await database_sync_to_async(live_state_read)(username=self.username, item_public_id=self.item_public_id)
+        state = await database_sync_to_async(live_state_read)(
+            username=self.username, item_public_id=self.item_public_id, can_decide=self.can_decide
+        )
         await self.send_json(state)
 
     async def disconnect(self, code: int) -> None:
@@ -162,7 +172,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         state = await database_sync_to_async(live_heartbeat)(
             session_key=self.session_key, user_id=self.user_id, username=self.username,
-            item_public_id=self.item_public_id, channel_name=self.channel_name,
+            item_public_id=self.item_public_id, channel_name=self.channel_name, can_decide=self.can_decide,
         )
         if state is None:
             await self.rights_changed({})
@@ -180,7 +190,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""
         if self.ended:
             return
-        lost = await database_sync_to_async(live_rights_lost)(session_key=self.session_key, user_id=self.user_id)
+        lost = await database_sync_to_async(live_rights_lost)(
+            session_key=self.session_key, user_id=self.user_id, can_decide=self.can_decide
+        )
         self.rights_checked_at = time.monotonic()
         if lost is not None:
             logger.info("live: closing a socket of %s: %s", self.username, lost)
@@ -220,7 +232,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.rights_watch.cancel()
         await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
         await database_sync_to_async(live_socket_forget)(
-            session_key=self.session_key, channel_name=self.channel_name, on_item=self.item_public_id is not None
+            session_key=self.session_key, channel_name=self.channel_name, on_item=self.opened_at is not None
         )
         if self.opened_at is not None:
             # The page is gone (navigated away, closed, or its connection died): so is its claim.

@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from moderation import events
 from moderation.models import QueueItem
 from moderation.outcomes import seconds_since
-from moderation.permissions import user_can_decide
+from moderation.permissions import user_can_decide, user_can_view
 from moderation.presence import (
     PRESENCE_HEARTBEAT_SECONDS,
     PRESENCE_TTL,
@@ -46,6 +46,8 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_MANY_SOCKETS = 4409
 CLOSE_RATE_LIMITED = 4429
 
+LOST_DECIDE_MESSAGE = "you may no longer decide items; reload the page to follow the queue read-only"
+
 FRAME_TYPES = ("heartbeat",)
 # A heartbeat is 20 characters; anything near this bound is not ours, and is refused unread.
 FRAME_MAX_CHARS = 4096
@@ -61,18 +63,27 @@ class FrameError(Exception):
 
 
 def live_socket_admit(*, user: AbstractBaseUser | AnonymousUser, item_public_id: str | None) -> int | None:
-    """None to accept the socket, else the close code to refuse it with."""
+    """None to accept the socket, else the close code to refuse it with.
+
+    View-only users are admitted too: a socket only listens (its one frame, the heartbeat,
+    re-reads state), and a viewer's socket writes no presence either (``live_heartbeat``).
+    """
     if not user.is_authenticated:
         return CLOSE_UNAUTHENTICATED
-    if not user_can_decide(user=user):
+    if not user_can_view(user=user):
         return CLOSE_FORBIDDEN
     if item_public_id is not None and not QueueItem.objects.filter(public_id=item_public_id).exists():
         return CLOSE_NOT_FOUND
     return None
 
 
-def live_rights_lost(*, session_key: str | None, user_id: int) -> str | None:
+def live_rights_lost(*, session_key: str | None, user_id: int, can_decide: bool) -> str | None:
     """Why the socket's user may no longer hold it (read fresh from the stores), or None.
+
+    ``can_decide``: what the socket was admitted as. A moderator's page holds decision
+    forms, so losing the decide right ends its socket (the page says to reload, and follows
+    the queue read-only after that); a viewer who becomes a moderator keeps a read-only
+    socket until the page is reloaded.
 
     The scope's session and user were loaded once at connect; a logout, a password change
     (Django's session hash), deleted sessions, a deactivated account or a revoked
@@ -85,8 +96,10 @@ def live_rights_lost(*, session_key: str | None, user_id: int) -> str | None:
     user = auth.get_user(SimpleNamespace(session=store))
     if user.pk != user_id:
         return "you have been logged out"
-    if not user_can_decide(user=user):
-        return "you may no longer see the live queue"
+    if not user_can_view(user=user):
+        return "you have been logged out"
+    if can_decide and not user_can_decide(user=user):
+        return LOST_DECIDE_MESSAGE
     return None
 
 
@@ -238,15 +251,19 @@ def live_sockets_stats() -> dict[str, int]:
 
 
 def live_heartbeat(
-    *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str
+    *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str, can_decide: bool
 ) -> dict[str, Any] | None:
-    """An admitted heartbeat: the fresh state, or None if the socket's rights are gone."""
-    if live_rights_lost(session_key=session_key, user_id=user_id) is not None:
+    """An admitted heartbeat: the fresh state, or None if the socket's rights are gone.
+
+    Only a moderator's heartbeat marks them as viewing the item: presence tells moderators
+    who else may be about to decide it, which a viewer never is.
+    """
+    if live_rights_lost(session_key=session_key, user_id=user_id, can_decide=can_decide) is not None:
         return None
     live_socket_hold(session_key=session_key, channel_name=channel_name)
-    if item_public_id:
+    if item_public_id and can_decide:
         presence_touch(user_id=user_id, item_public_id=item_public_id, channel_name=channel_name)
-    return live_state_read(username=username, item_public_id=item_public_id)
+    return live_state_read(username=username, item_public_id=item_public_id, can_decide=can_decide)
 
 
 def live_socket_forget(*, session_key: str | None, channel_name: str, on_item: bool) -> None:
@@ -259,11 +276,17 @@ def live_socket_forget(*, session_key: str | None, channel_name: str, on_item: b
             live_socket_release(session_key=session_key, channel_name=channel_name)
 
 
-def live_state_read(*, username: str, item_public_id: str | None) -> dict[str, Any]:
-    """Everything a page needs to be current: sent on connect and after every heartbeat."""
-    state: dict[str, Any] = {"type": "state", "you": username, "heartbeat_seconds": PRESENCE_HEARTBEAT_SECONDS}
+def live_state_read(*, username: str, item_public_id: str | None, can_decide: bool) -> dict[str, Any]:
+    """Everything a page needs to be current: sent on connect and after every heartbeat.
+
+    ``can_decide`` lets a page rendered for a moderator notice that it no longer may.
+    """
+    state: dict[str, Any] = {
+        "type": "state", "you": username, "can_decide": can_decide, "heartbeat_seconds": PRESENCE_HEARTBEAT_SECONDS,
+    }
     if item_public_id is None:
         state["counts"] = queue_counts().as_dict()
+        state["resync_seconds"] = settings.LIVE_QUEUE_RESYNC_SECONDS
         state["viewing"] = presence_by_item()
         return state
     item = item_get(public_id=item_public_id)

@@ -103,6 +103,10 @@ class ApplyState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+# Risk bands as the queue's legend and filter name them: [low, high) bounds, None for open.
+RISK_BANDS = {"low": (None, 20), "medium": (20, 50), "high": (50, None)}
+
+
 class QueueItem(models.Model):
     """A piece of content (or an agent's proposed action) and the graph that asks about it.
 
@@ -196,6 +200,13 @@ class QueueItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.title} ({self.status})"
+
+    @property
+    def risk_band(self) -> str:
+        return next(
+            name for name, (low, high) in RISK_BANDS.items()
+            if (low is None or self.risk >= low) and (high is None or self.risk < high)
+        )
 
     @property
     def is_pending(self) -> bool:

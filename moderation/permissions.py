@@ -5,6 +5,11 @@ DECIDE_PERMISSION = "moderation.decide_item"
 MODERATORS_GROUP = "moderators"
 
 
+def user_can_view(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Any active login may follow the queue (read-only); deciding needs ``user_can_decide``."""
+    return bool(user.is_authenticated and user.is_active)
+
+
 def user_can_decide(*, user: AbstractBaseUser | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 

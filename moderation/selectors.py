@@ -17,7 +17,7 @@ from django.utils import timezone
 from moderation.counts import counted_day, counts_read
 from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
-from moderation.models import DECIDED_STATUSES, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
 # An API item shows its asks with who decided each: one query for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by"))
@@ -49,8 +49,6 @@ QUEUE_ORDERS = {
     "newest": ("-created_at", "-id"),
 }
 QUEUE_ORDER_DEFAULT = "priority"
-# Risk bands as the queue's legend names them: [low, high) bounds, None for open.
-RISK_BANDS = {"low": (None, 20), "medium": (20, 50), "high": (50, None)}
 _FILTER_MAX_LENGTH = {"source": 100, "flag": 200, "q": 200}
 # PostgreSQL's full-text configuration; migration 0015 indexes this very expression.
 SEARCH_CONFIG = "english"

@@ -259,7 +259,7 @@ def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
 
 _REFUSED = {
     CLOSE_UNAUTHENTICATED: (401, "unauthenticated", "log in first"),
-    CLOSE_FORBIDDEN: (403, "forbidden", "only moderators see the live state"),
+    CLOSE_FORBIDDEN: (403, "forbidden", "this account is not active"),
     CLOSE_NOT_FOUND: (404, "not_found", "no such item"),
 }
 
@@ -278,7 +278,10 @@ def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonRespo
     if refusal is not None:
         status, error, message = _REFUSED[refusal]
         return JsonResponse({"error": error, "message": message}, status=status)
-    return JsonResponse(live_state_read(username=request.user.get_username(), item_public_id=item_public_id))
+    return JsonResponse(live_state_read(
+        username=request.user.get_username(), item_public_id=item_public_id,
+        can_decide=user_can_decide(user=request.user),
+    ))
 
 
 @require_POST

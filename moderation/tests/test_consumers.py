@@ -32,13 +32,41 @@ async def test_anonymous_socket_is_refused():
     assert (connected, code) == (False, 4401)
 
 
-async def test_non_moderator_socket_is_refused(make_viewer, make_item, login):
+async def test_inactive_user_socket_is_refused(make_viewer, make_item, login):
     viewer = await database_sync_to_async(make_viewer)("dave")
     client = await database_sync_to_async(login)(viewer)
-    item = await database_sync_to_async(make_item)()
-    for path in ("/ws/queue/", item_path(item)):
-        connected, code = await socket(path, client).connect(timeout=TIMEOUT)
-        assert (connected, code) == (False, 4403)
+    viewer.is_active = False
+    await database_sync_to_async(viewer.save)()
+    connected, code = await socket("/ws/queue/", client).connect(timeout=TIMEOUT)
+    assert (connected, code) == (False, 4401)
+
+
+async def test_a_viewer_follows_the_queue_and_an_item_read_only(alice, make_viewer, make_item, login):
+    viewer = await database_sync_to_async(make_viewer)("dave")
+    client = await database_sync_to_async(login)(viewer)
+    item = await database_sync_to_async(make_item)(title="Watched")
+    queue_tab, queue_state = await opened("/ws/queue/", client)
+    item_tab, item_state = await opened(item_path(item), client)
+    assert queue_state["can_decide"] is False and queue_state["counts"]["pending"] == 1
+    assert item_state["can_decide"] is False and item_state["item"]["status"] == "pending"
+
+    # Listening writes nothing: no presence on open or heartbeat, and no action frame is taken.
+    await item_tab.send_json_to({"type": "heartbeat"})
+    assert (await next_of(item_tab, "state"))["viewers"] == []
+    await item_tab.send_json_to({"type": "decide", "decision": "approve"})
+    assert (await next_of(item_tab, "error"))["error"] == "unknown_type"
+    assert not await database_sync_to_async(Presence.objects.exists)()
+
+    fresh = await database_sync_to_async(make_item)(title="Fresh")
+    assert (await next_of(queue_tab, "item.created"))["item"] == str(fresh.public_id)
+    await decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert (await next_of(queue_tab, "item.decided"))["winner"] == "alice"
+    assert (await next_of(item_tab, "item.decided"))["winner"] == "alice"
+    await database_sync_to_async(item.refresh_from_db)()
+    assert item.status == "approved"
+
+    for tab in (queue_tab, item_tab):
+        await tab.disconnect()
 
 
 @pytest.mark.parametrize("origin", [(b"origin", b"http://evil.example"), None], ids=["foreign", "missing"])
@@ -58,7 +86,8 @@ async def test_queue_socket_starts_with_the_current_state(alice, login, make_ite
     await database_sync_to_async(make_item)()
     client = await database_sync_to_async(login)(alice)
     communicator, state = await opened("/ws/queue/", client)
-    assert state["you"] == "alice"
+    assert state["you"] == "alice" and state["can_decide"] is True
+    assert state["resync_seconds"] > 0
     assert state["counts"] == {"pending": 1, "decided_today": 0}
     assert state["viewing"] == {} and state["heartbeat_seconds"] > 0
     await communicator.disconnect()

@@ -111,7 +111,7 @@ def test_an_edit_through_the_form_reaches_the_graph(post, client, alice):
     assert result["decisions"] == "edit"
     assert result["args"] == [{"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
     html = client.get(_url(item)).content.decode()
-    assert "The graph finished" in html and "alice</strong> edited refund (amount 120 → 80) · " in html
+    assert "Done: the decision was carried out" in html and "alice</strong> edited refund (amount 120 → 80) · " in html
 
 
 def test_json_editor_edit_reaches_the_graph(post, client, alice):
@@ -181,7 +181,7 @@ def test_several_asks_get_a_form_each_posting_its_own_ask(post, client, alice):
     html = client.get(_url(item)).content.decode()
     forms = re.findall(r'<form method="post" class="decide-form ask" id="([\w-]+)" data-ask="([^"]+)">', html)
     assert forms == [("decide-form", asks[0].interrupt_id), ("decide-form-2", asks[1].interrupt_id)]
-    assert "(2 asks, each decided on its own)" in html
+    assert "(2 requests, each decided on its own)" in html
     notify = next(a for a in asks if a.payload["action_requests"][0]["name"] == "notify")
     assert post(_url(item), {"ask": notify.interrupt_id, "action-0-type": "reject"}).status_code == 302
     notify.refresh_from_db()
@@ -239,7 +239,7 @@ def test_a_response_that_makes_the_graph_ask_again(post, client, alice):
     html = client.get(_url(item)).content.decode()
     second = _ask(item)
     assert second != first and f'data-ask="{second}"' in html
-    assert "asked again: 1 new ask above" in html
+    assert "a new review was requested: 1 new request above" in html
     assert "alice</strong> answered refund (“check the order first”)" in html
 
 

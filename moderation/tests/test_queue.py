@@ -127,6 +127,18 @@ def test_filter_by_risk_band(band, expected):
     for risk in (0, 19, 20, 49, 50, 100):
         _row(title=f"r{risk}", risk=risk, created=T0)
     assert sorted(_titles(_first_page(risk=band, order="oldest"))) == sorted(expected)
+    # The row's band, as the queue shows it beside the number, is the filter's band.
+    assert {item.risk_band for item in _first_page(risk=band, order="oldest").object_list} == {band}
+
+
+def test_queue_page_names_each_risk_band_and_explains_them(client, alice):
+    for risk in (19, 20, 50):
+        _row(title=f"r{risk}", risk=risk)
+    client.force_login(alice)
+    html = client.get(reverse("moderation:queue")).content.decode()
+    for risk, band in ((19, "low"), (20, "medium"), (50, "high")):
+        assert f'<span class="risk risk-{band}">{risk}<span class="risk-band"> {band}</span></span>' in html
+    assert 'id="risk-legend"' in html and "under 20" in html and "20–49" in html and "50 and over" in html
 
 
 def test_filter_by_graph():

@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from moderation import events
-from moderation.live import CLOSE_UNAUTHENTICATED
+from moderation.live import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE
 from moderation.permissions import MODERATORS_GROUP
 from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, redis_env
@@ -74,12 +74,12 @@ def _revocations():
         Group.objects.get(name=MODERATORS_GROUP).delete()
 
     return {
-        "removed from moderators": (group, "you may no longer see the live queue"),
+        "removed from moderators": (group, LOST_DECIDE_MESSAGE),
         "deactivated": (deactivate, "you have been logged out"),
         "password reset": (password_reset, "you have been logged out"),
         "sessions deleted": (sessions_deleted, "you have been logged out"),
-        "group loses the permission": (group_loses_permission, "you may no longer see the live queue"),
-        "group deleted": (group_deleted, "you may no longer see the live queue"),
+        "group loses the permission": (group_loses_permission, LOST_DECIDE_MESSAGE),
+        "group deleted": (group_deleted, LOST_DECIDE_MESSAGE),
     }
 
 
@@ -104,6 +104,28 @@ async def test_a_silent_socket_is_closed_at_once_when_its_rights_go(alice, bob, 
     assert (await next_of(bob_tab, "item.decided"))["title"] == "Secret title"  # others still hear it
     assert await queue_tab.receive_nothing(timeout=0.5)  # the closed socket hears nothing more
     await bob_tab.disconnect()
+
+
+@pytest.mark.parametrize("revoke", ["deactivated", "password reset", "sessions deleted"])
+async def test_a_viewers_socket_is_closed_at_once_when_its_login_goes(make_viewer, login, revoke):
+    change, message = _revocations()[revoke]
+    dave = await database_sync_to_async(make_viewer)("dave")
+    tab, state = await opened("/ws/queue/", await database_sync_to_async(login)(dave))
+    assert state["can_decide"] is False
+
+    await database_sync_to_async(change)(dave)
+    assert (await _ended(tab))["message"] == message
+    await tab.disconnect()
+
+
+async def test_a_viewer_made_moderator_keeps_a_read_only_socket(make_viewer, login):
+    """Promotion takes nothing away: the open page stays read-only until it is reloaded."""
+    dave = await database_sync_to_async(make_viewer)("dave")
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(dave))
+    await database_sync_to_async(lambda: dave.groups.add(Group.objects.get(name=MODERATORS_GROUP)))()
+    await tab.send_json_to({"type": "heartbeat"})
+    assert (await next_of(tab, "state"))["can_decide"] is False
+    await tab.disconnect()
 
 
 async def test_an_unrelated_change_leaves_the_socket_open(alice, login, make_item):
@@ -164,7 +186,7 @@ async def test_a_change_made_in_another_process_closes_the_socket_through_the_la
             while True:  # until the server closes the socket
                 frames.append(json.loads(await asyncio.wait_for(tabs["alice"].recv(), 10)))
         assert tabs["alice"].close_code == CLOSE_UNAUTHENTICATED
-        assert frames[-1] == {"type": "session.ended", "message": "you may no longer see the live queue"}
+        assert frames[-1] == {"type": "session.ended", "message": LOST_DECIDE_MESSAGE}
         status, _ = await asyncio.to_thread(Reviewer(server, "bob", seeded.sessions["bob"]).decide, seeded.items[0], "approve")
         assert status == 200
         decided = json.loads(await asyncio.wait_for(tabs["bob"].recv(), 10))

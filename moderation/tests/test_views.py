@@ -60,7 +60,7 @@ def test_item_page_shows_what_the_graph_asks_and_buttons(client, alice, make_ite
     item = make_item(title="Loud", body="BUY NOW AND CLICK HERE, THIS IS ALL CAPS TEXT")
     client.force_login(alice)
     html = client.get(_item_url(item)).content.decode()
-    assert "The graph asks for a decision" in html and "shouting" in html
+    assert "Review requested" in html and "shouting" in html
     assert 'value="approve"' in html and 'value="reject"' in html
 
 
@@ -348,12 +348,15 @@ def test_live_state_endpoint_answers_what_the_socket_would(client, alice, make_v
     queue_url = reverse("moderation:api-queue-state")
     assert client.get(item_url).status_code == 401 and client.get(queue_url).json()["error"] == "unauthenticated"
     client.force_login(make_viewer())
-    assert client.get(item_url).status_code == 403
+    # A viewer's socket is admitted (read-only), so is its snapshot; it says the viewer cannot decide.
+    viewed = client.get(item_url).json()
+    assert viewed["can_decide"] is False and viewed["item"]["status"] == "pending"
     client.force_login(alice)
     assert client.get(reverse("moderation:api-item-state", args=[uuid.uuid4()])).status_code == 404
     assert client.post(item_url).status_code == 405
 
     pending = client.get(item_url)
+    assert pending.json()["can_decide"] is True
     assert pending.json()["item"] == {"item": str(item.public_id), "title": "Stated", "status": "pending"}
     assert "no-store" in pending["Cache-Control"]
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject")

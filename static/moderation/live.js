@@ -10,6 +10,14 @@
 const page = document.body.dataset.page;
 const itemId = document.body.dataset.item;
 const dot = document.getElementById("live-status");
+// Rendered for a moderator or a viewer: a page whose reader's rights changed since is told to reload.
+const renderedCanDecide = dot.dataset.canDecide === "1";
+const STATUS_TEXT = {
+  connecting: "Connecting…",
+  live: "Live",
+  reconnecting: "Reconnecting… — what you see may be out of date",
+  offline: "Live updates off — reload the page to see changes",
+};
 const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
 const statePath = page === "item" ? `/api/items/${itemId}/state` : "/api/live/state";
 // Close codes from moderation/live.py. Logged out: reconnecting cannot help. Too many
@@ -24,6 +32,10 @@ const DECIDED_ROW_MS = 1500;
 
 let you = "";
 let heartbeatSeconds = 15;
+// The queue page re-reads the counts more often than a heartbeat is needed: see stateApply.
+let resyncSeconds = 0;
+let heartbeat = null;
+let socket = null;
 let retries = 0;
 let everLive = false; // has any socket of this page delivered a state yet?
 let socketFresh = true; // is the next state the first of the current socket?
@@ -32,8 +44,8 @@ let refreshTimer = null;
 
 function connect() {
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
+  socket = ws;
   socketFresh = true;
-  let heartbeat = null;
   let watchdog = null;
   let gone = false;
   const drop = (final) => {
@@ -41,7 +53,7 @@ function connect() {
     gone = true;
     clearInterval(heartbeat);
     clearTimeout(watchdog);
-    dot.dataset.state = final ? "offline" : "reconnecting";
+    statusSet(final ? "offline" : "reconnecting");
     if (!final) setTimeout(connect, Math.min(30000, 500 * 2 ** retries++) * (0.5 + Math.random() / 2));
   };
   // A connection can die without a close event (sleeping laptop, dead NAT); silence
@@ -50,16 +62,25 @@ function connect() {
     clearTimeout(watchdog);
     watchdog = setTimeout(() => { ws.close(); drop(false); }, heartbeatSeconds * 2500);
   };
-  ws.onopen = () => {
-    kick();
-    heartbeat = setInterval(() => ws.send(JSON.stringify({ type: "heartbeat" })), heartbeatSeconds * 1000);
-  };
+  ws.onopen = () => { kick(); beat(); };
   ws.onmessage = (e) => { kick(); handle(JSON.parse(e.data)); };
   ws.onclose = async (e) => {
     if (e.code === CLOSE_RATE_LIMITED) retries = Math.max(retries, RATE_LIMITED_RETRIES);
     // A "logged out" close is believed only once the server confirms the session is over.
     drop(e.code === CLOSE_TOO_MANY_SOCKETS || (e.code === CLOSE_LOGGED_OUT && await sessionOver()));
   };
+}
+
+function statusSet(state) {
+  dot.dataset.state = state;
+  document.getElementById("live-status-text").textContent = STATUS_TEXT[state];
+}
+
+function beat() {
+  clearInterval(heartbeat);
+  const seconds = resyncSeconds > 0 ? Math.min(resyncSeconds, heartbeatSeconds) : heartbeatSeconds;
+  const ws = socket;
+  heartbeat = setInterval(() => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ type: "heartbeat" })), seconds * 1000);
 }
 
 async function stateFetch() {
@@ -69,7 +90,8 @@ async function stateFetch() {
 async function sessionOver() {
   try {
     const res = await stateFetch();
-    return res.status === 401 || res.status === 403;
+    if (res.status === 401 || res.status === 403) return true;
+    return res.ok && (await res.json()).can_decide !== renderedCanDecide;
   } catch {
     return false; // server unreachable: retry with backoff as after any drop
   }
@@ -90,7 +112,8 @@ function handle(msg) {
   switch (msg.type) {
     case "state": return stateApply(msg);
     case "item.created": countsSet(msg.counts); return page === "queue" && queueRefreshSoon();
-    case "item.decided": countsSet(msg.counts); rowDecided(msg); return decidedCheck(msg);
+    // The queue re-reads itself on any decision, for its "Recently decided" list as well as its rows.
+    case "item.decided": countsSet(msg.counts); rowDecided(msg); return page === "queue" ? queueRefreshSoon() : decidedCheck(msg);
     // The worker ran the graph on from a decision: finished, failed, or asked again (a row back in the queue).
     case "item.applied": return page === "queue" ? queueRefreshSoon() : appliedCheck(msg);
     case "decision.lost": return lostCheck(msg);
@@ -102,14 +125,28 @@ function handle(msg) {
 }
 
 function stateApply(msg) {
+  if (msg.can_decide !== undefined && msg.can_decide !== renderedCanDecide) {
+    // The page's forms (or their absence) no longer match what this login may do.
+    liveStoppedShow("your rights changed; reload the page");
+    socket.onclose = null;
+    socket.close();
+    clearInterval(heartbeat);
+    return statusSet("offline");
+  }
   you = msg.you;
   retries = 0; // reset only once admitted, so a server that accepts and drops still backs off
+  const interval = [heartbeatSeconds, resyncSeconds];
   heartbeatSeconds = msg.heartbeat_seconds || heartbeatSeconds;
-  dot.dataset.state = "live";
+  resyncSeconds = msg.resync_seconds || 0;
+  if (interval[0] !== heartbeatSeconds || interval[1] !== resyncSeconds) beat();
+  statusSet("live");
   if (page === "queue") {
     // After a reconnect anything may have changed; otherwise differing counts mean an event
-    // never reached us (say an item added by a process the in-memory layer cannot reach).
-    const stale = (socketFresh && everLive) || String(msg.counts.pending) !== text("count-pending");
+    // never reached us (say an item added or decided by a process the in-memory layer cannot
+    // reach). The server answers every resync_seconds heartbeat with fresh counts for this.
+    const stale = (socketFresh && everLive)
+      || String(msg.counts.pending) !== text("count-pending")
+      || String(msg.counts.decided_today) !== text("count-decided-today");
     countsSet(msg.counts);
     viewing = msg.viewing;
     if (stale) queueRefreshSoon();
@@ -151,7 +188,7 @@ function presenceShow() {
       marker = Object.assign(document.createElement("span"), { className: "viewing" });
       row.cells[0].append(" ", marker);
     }
-    marker.textContent = `👁 ${names.join(", ")}`;
+    marker.textContent = `viewing: ${names.join(", ")}`;
     marker.title = `${listed(names)} viewing now`;
   }
 }
@@ -220,6 +257,8 @@ async function queueRefresh() {
       }
       previous = mine;
     }
+    const recent = doc.getElementById("recent-decided");
+    if (recent) document.getElementById("recent-decided")?.replaceWith(document.adoptNode(recent));
     countsSet({
       pending: doc.getElementById("count-pending")?.textContent,
       decided_today: doc.getElementById("count-decided-today")?.textContent,

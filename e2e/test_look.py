@@ -1,0 +1,93 @@
+"""Issue 15, "Look": the queue at phone width, words instead of symbols, an accessibility check."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, expect
+
+from e2e.pages import item_path, item_ready, live_wait
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PHONE = {"width": 390, "height": 844}
+
+
+async def test_the_queue_fits_a_phone_without_sideways_scrolling(server, crowd):
+    items = await server.items_create(3, "A rather long title that would not fit beside four other columns")
+    alice = await crowd.login("alice")
+    await alice.set_viewport_size(PHONE)
+    await alice.reload()
+    await live_wait(alice)
+    assert await alice.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    # Stacked, each row still says what its values are and stays usable.
+    row = alice.locator(f"tr[data-item='{items[0]['id']}']")
+    # (The column names are CSS-generated: in the cells' accessible names, not their text.)
+    await expect(row.get_by_role("cell", name="Risk: 0 low")).to_be_visible()
+    await expect(row.get_by_role("cell", name="Source: e2e")).to_be_visible()
+    await row.get_by_role("link", name=items[0]["title"]).click()
+    await item_ready(alice)
+    assert await alice.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+
+
+async def test_markers_are_words_and_risk_has_a_legend(server, crowd):
+    [item] = await server.items_create(1, "Looked at")
+    alice, bob = await crowd.login("alice"), await crowd.login("bob")
+    await bob.goto(item_path(item["id"]))
+    await asyncio.gather(live_wait(alice), item_ready(bob))
+    row = alice.locator(f"tr[data-item='{item['id']}']")
+    await expect(row.locator(".viewing")).to_have_text("viewing: bob")
+    await expect(alice.get_by_role("columnheader", name="Review requested")).to_be_visible()
+    await expect(alice.locator("#risk-legend")).to_have_text(
+        "Risk is the pre-screen's score from 0 to 100: low under 20, medium 20–49, high 50 and over."
+    )
+
+
+# axe-core from npm (`make e2e-axe`); the pages must have no serious or critical violation.
+AXE_JS = Path(__file__).resolve().parent.parent / "var" / "npm" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_RUN_JS = """async () => (await axe.run(document)).violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.impact} ${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`)"""
+
+
+def _axe_or_skip() -> Path:
+    if not AXE_JS.exists():
+        message = f"axe-core is not installed ({AXE_JS}); run `make e2e-axe`"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return AXE_JS
+
+
+async def _serious_violations(page: Page) -> list[str]:
+    # Evaluated, not added as a <script>: the page's Content-Security-Policy (script-src
+    # 'self') rightly refuses an inline script, and the check must see the page as served.
+    await page.evaluate(_axe_or_skip().read_text())
+    return await page.evaluate(AXE_RUN_JS)
+
+
+async def test_the_pages_pass_an_accessibility_check(server, crowd):
+    _axe_or_skip()
+    decided, pending = await server.items_create(2, "Checked for accessibility")
+    assert (await server.atool("decide", decided["id"], "--user", "carol", "--decision", "reject"))["won"]
+    login_page = await crowd.anonymous()
+    await login_page.goto("/accounts/login/")
+    found = {"login": await _serious_violations(login_page)}
+
+    for user in ("alice", "dave"):  # a moderator's pages and a viewer's differ (forms, notes)
+        page = await crowd.login(user)
+        await live_wait(page)
+        found[f"{user} queue"] = await _serious_violations(page)
+        for name, path in (("item", item_path(pending["id"])), ("decided item", item_path(decided["id"])),
+                           ("decided", "/decided/")):
+            await page.goto(path)
+            await live_wait(page)
+            found[f"{user} {name}"] = await _serious_violations(page)
+    assert {name: problems for name, problems in found.items() if problems} == {}
+
+    # The check itself works: an image without a text alternative is caught.
+    await page.evaluate("document.querySelector('main').append(document.createElement('img'))")
+    assert any(problem.startswith("critical image-alt") for problem in await _serious_violations(page))

@@ -46,7 +46,7 @@ from moderation.counts import counts_apply, item_counted
 from moderation.delivery.outbox import item_applied_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskSpec, ask_resume_value
-from moderation.graphs.runtime import PendingAsk, graph_asks_pending, graph_continue, graph_error_read, graph_is_finished, graph_resume, graph_values
+from moderation.graphs.runtime import PendingAsk, graph_continue, graph_resume, graph_state_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.resumelock import thread_resume_lock
 
@@ -101,25 +101,23 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
     name, thread_id = item.graph, item.thread_id
     fault_point("before_resume", item_key=thread_id)
     try:
-        waiting = {p.interrupt_id for p in graph_asks_pending(name=name, thread_id=thread_id)}
+        before = graph_state_read(name=name, thread_id=thread_id)
+        waiting = {p.interrupt_id for p in before.asks}
         answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
         if answers:
             graph_resume(name=name, thread_id=thread_id, answers=answers)
-        elif retry_failed and graph_error_read(name=name, thread_id=thread_id):
+        elif retry_failed and before.error:
             graph_continue(name=name, thread_id=thread_id)
         fault_point("after_resume", item_key=thread_id)
-        error = graph_error_read(name=name, thread_id=thread_id)
-        asked = graph_asks_pending(name=name, thread_id=thread_id)
-        finished = graph_is_finished(name=name, thread_id=thread_id)
-        values = graph_values(name=name, thread_id=thread_id) if finished else {}
+        after = graph_state_read(name=name, thread_id=thread_id)
     except Exception as exc:
         logger.exception("applying item %s failed", item.pk)
         return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
-    if error and not asked:
-        return _record_failure(item_id=item.pk, error=error)
+    if after.error and not after.asks:
+        return _record_failure(item_id=item.pk, error=after.error)
     fault_point("before_record", item_key=thread_id)
-    return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=asked, finished=finished, values=values,
-                   resumed=len(answers))
+    return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
+                   values=after.values if after.finished else {}, resumed=len(answers))
 
 
 def _resume_value(ask: ReviewAsk) -> Any:

@@ -394,6 +394,20 @@ def _ask_settle(
     ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note", "reason"])
 
 
+def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, at: datetime, note: str) -> None:
+    """The item row after a winning attempt: settled as ``status`` (None: other asks are still
+    open, so it stays pending), its apply queued, its counters moved in the same transaction."""
+    before = item_counted(item)
+    if status is not None:
+        item.status = status
+        item.decided_by = by
+        item.decided_at = at
+        item.decision_note = note
+    item.apply_state = ApplyState.APPLYING
+    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
+    counts_apply(before=before, after=item_counted(item))
+
+
 def _attempt_win(
     *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
     requested: str, requested_at: datetime, reason: str, origin: str,
@@ -402,15 +416,7 @@ def _attempt_win(
     _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
     status = STATUS_FOR_DECISION[requested]
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
-    before = item_counted(item)
-    if settled:
-        item.status = status
-        item.decided_by = reviewer
-        item.decided_at = decided_at
-        item.decision_note = note
-    item.apply_state = ApplyState.APPLYING
-    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
-    counts_apply(before=before, after=item_counted(item))
+    _item_decided(item=item, status=status if settled else None, by=reviewer, at=decided_at, note=note)
     attempt = attempt_append(
         item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
         outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
@@ -435,14 +441,7 @@ def _withdraw_win(
     for ask in asks:
         rejections = [{"type": "reject", "message": message} for _ in ask.payload["action_requests"]]
         _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
-    before = item_counted(item)
-    item.status = ItemStatus.WITHDRAWN
-    item.decided_by = by
-    item.decided_at = decided_at
-    item.decision_note = reason
-    item.apply_state = ApplyState.APPLYING
-    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
-    counts_apply(before=before, after=item_counted(item))
+    _item_decided(item=item, status=ItemStatus.WITHDRAWN, by=by, at=decided_at, note=reason)
     attempt = attempt_append(
         item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
         outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,

@@ -15,7 +15,7 @@ from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.apply import asks_create
 from moderation.counts import counts_apply, item_counted
 from moderation.graphs.registry import graph_name_validate
-from moderation.graphs.runtime import PendingAsk, graph_asks_pending, graph_start, graph_values
+from moderation.graphs.runtime import GraphState, graph_start, graph_state_read
 from moderation.models import QueueItem
 from moderation.resumelock import thread_resume_lock
 
@@ -94,17 +94,19 @@ def _item_start(
         with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
             if QueueItem.objects.filter(public_id=public_id).exists():
                 raise IntegrityError(f"item {public_id} already exists")
-            asked = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
-            _item_insert(item=item, asked=asked or graph_start(name=item.graph, thread_id=item.thread_id, state=state))
+            started = graph_state_read(name=item.graph, thread_id=item.thread_id)
+            if not started.asks:
+                started = graph_start(name=item.graph, thread_id=item.thread_id, state=state)
+            _item_insert(item=item, started=started)
     else:
-        _item_insert(item=item, asked=graph_start(name=item.graph, thread_id=item.thread_id, state=state))
+        _item_insert(item=item, started=graph_start(name=item.graph, thread_id=item.thread_id, state=state))
     # After the caller's transaction, if there is one; at once otherwise.
     events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
 
 
-def _item_insert(*, item: QueueItem, asked: list[PendingAsk]) -> None:
-    values = graph_values(name=item.graph, thread_id=item.thread_id)
+def _item_insert(*, item: QueueItem, started: GraphState) -> None:
+    values, asked = started.values, started.asks
     item.risk = max(-1000, min(1000, int(values.get("risk") or 0)))
     item.flags = [str(f) for f in values.get("flags") or []]
     item.review_request = asked[0].spec.as_payload()

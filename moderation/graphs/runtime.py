@@ -42,8 +42,35 @@ def _config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
-def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> list[PendingAsk]:
-    """Run a new item's graph up to its first interrupt(s); return what it asks.
+@dataclass(frozen=True)
+class GraphState:
+    """What a thread is doing now, from one read of its checkpoint."""
+
+    asks: list[PendingAsk]
+    error: str | None  # the error of the node that last failed, if any
+    finished: bool
+    values: dict[str, Any]
+
+
+def graph_state_read(*, name: str, thread_id: str) -> GraphState:
+    state = graph_get(name=name).get_state(_config(thread_id))
+    return GraphState(
+        asks=_asks(state),
+        error=next((str(task.error) for task in state.tasks if task.error), None),
+        finished=state.created_at is not None and state.next == (),
+        values=state.values,
+    )
+
+
+def _asks(state: Any) -> list[PendingAsk]:
+    return [
+        PendingAsk(interrupt_id=i.id, spec=ask_spec_from_interrupt(value=i.value, response_schema=getattr(i, "response_schema", None)))
+        for i in state.interrupts
+    ]
+
+
+def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphState:
+    """Run a new item's graph up to its first interrupt(s); return its state there (what it asks).
 
     ``durability="exit"`` saves one checkpoint, at the interrupt, instead of one per
     step: a start that fails midway leaves nothing to resume and no item row either
@@ -51,19 +78,15 @@ def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> list[Pen
     default, so ``graph_resume_count`` can read their per-step history.
     """
     graph_get(name=name).invoke(state, _config(thread_id), durability="exit")
-    asks = graph_asks_pending(name=name, thread_id=thread_id)
-    if not asks:
+    started = graph_state_read(name=name, thread_id=thread_id)
+    if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
-    return asks
+    return started
 
 
 def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:
     """Every interrupt the thread is paused at, in task order."""
-    state = graph_get(name=name).get_state(_config(thread_id))
-    return [
-        PendingAsk(interrupt_id=i.id, spec=ask_spec_from_interrupt(value=i.value, response_schema=getattr(i, "response_schema", None)))
-        for i in state.interrupts
-    ]
+    return _asks(graph_get(name=name).get_state(_config(thread_id)))
 
 
 def graph_resume(*, name: str, thread_id: str, answers: dict[str, Any]) -> None:
@@ -76,8 +99,7 @@ def graph_values(*, name: str, thread_id: str) -> dict[str, Any]:
 
 
 def graph_is_finished(*, name: str, thread_id: str) -> bool:
-    state = graph_get(name=name).get_state(_config(thread_id))
-    return state.created_at is not None and state.next == ()
+    return graph_state_read(name=name, thread_id=thread_id).finished
 
 
 def graph_continue(*, name: str, thread_id: str) -> None:
@@ -87,10 +109,7 @@ def graph_continue(*, name: str, thread_id: str) -> None:
 
 def graph_error_read(*, name: str, thread_id: str) -> str | None:
     """The error of the node that last failed on this thread, if any."""
-    for task in graph_get(name=name).get_state(_config(thread_id)).tasks:
-        if task.error:
-            return str(task.error)
-    return None
+    return graph_state_read(name=name, thread_id=thread_id).error
 
 
 def graph_resume_count(*, name: str, thread_id: str) -> int:

@@ -23,7 +23,7 @@ DECIDED_AT = "2026-01-01T00:00:00+00:00"
 
 def _start(title="Hello", body="Plain text", thread_id=None):
     thread_id = thread_id or f"test-{uuid.uuid4()}"
-    asks = graph_start(name=NAME, thread_id=thread_id, state={"item_id": "item-1", "title": title, "body": body, "source": "unit"})
+    asks = graph_start(name=NAME, thread_id=thread_id, state={"item_id": "item-1", "title": title, "body": body, "source": "unit"}).asks
     return thread_id, asks
 
 
@@ -110,7 +110,9 @@ def test_two_unguarded_resumes_both_run_and_fork_the_thread():
         doubled += graph_resume_count(name=NAME, thread_id=thread_id) == 2
         forked += graph_forks(name=NAME, thread_id=thread_id) >= 1
     assert doubled >= 1, "the history should show the double resume the resume lock prevents"
-    assert forked == doubled
+    # Every double resume forks the checkpoints; a race can also fork one step later (the
+    # second resume starting from the first's newest checkpoint), so forks may be more.
+    assert forked >= doubled
 
 
 @pytest.mark.django_db

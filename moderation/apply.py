@@ -48,6 +48,7 @@ from moderation.faults import fault_point
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import PendingAsk, graph_continue, graph_resume, graph_state_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.policies.rules import policy_parse
 from moderation.resumelock import thread_resume_lock
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ def _resume_value(ask: ReviewAsk) -> Any:
     meta = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
     if ask.status == AskStatus.WITHDRAWN:
         meta["withdrawn"] = True
+    if ask.tally:
+        meta["tally"] = ask.tally
     return ask_resume_value(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, meta=meta)
 
 
@@ -157,9 +160,21 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
 
 
 def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list[ReviewAsk]:
-    """Rows for the interrupts a graph raised (its first asks at start, or a later round)."""
+    """Rows for the interrupts a graph raised (its first asks at start, or a later round).
+
+    Each ask's deadline: the graph's own (its interrupt's ``deadline_seconds``), else the
+    item's policy's; the task worker enforces it (``moderation.deadlines``).
+    """
+    now = timezone.now()
+    policy_seconds = policy_parse(item.policy).deadline_seconds
+
+    def deadline(p: PendingAsk) -> Any:
+        seconds = p.spec.deadline_seconds or policy_seconds
+        return now + timedelta(seconds=seconds) if seconds else None
+
     return ReviewAsk.objects.bulk_create([
-        ReviewAsk(item=item, interrupt_id=p.interrupt_id, round=round, position=i, payload=p.spec.as_payload())
+        ReviewAsk(item=item, interrupt_id=p.interrupt_id, round=round, position=i, payload=p.spec.as_payload(),
+                  deadline_at=deadline(p))
         for i, p in enumerate(asked)
     ])
 

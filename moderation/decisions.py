@@ -17,6 +17,18 @@ decision on an open ask of an item someone else holds a live claim on is refused
 the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that
 settles the item ends the decider's claim in the same transaction.
 
+Approval policies (``moderation.policies``). Under the row lock, and before anything
+else is judged, the decider must be allowed: a moderator of the item's team (the team
+read from the locked row, so an escalation is seen) holding a live membership, whose
+row is locked too, so a removal committed first refuses the decision and a removal
+committed later waits for it; or a supervisor; never the item's requester (four eyes).
+A refusal raises ``NotAllowed`` and records nothing. On a quorum item an attempt is a
+vote: the voter's one ``Vote`` row is written (or changed), the tally is read under the
+same lock, and the vote that makes the outcome certain resolves the ask as a winning
+attempt would, with the whole tally; a vote that does not is recorded VOTED. So the Nth
+approval and a veto, or two last approvals, are judged one after the other: the first
+committed decides, and the graph is resumed once, by the worker, with every vote.
+
 Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 
 1. The item's in-process lock (``moderation.locks``): one lock per item, never a
@@ -55,7 +67,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -69,14 +82,18 @@ from moderation.apply import item_apply_enqueue
 from moderation.audit import attempt_append
 from moderation.counts import counts_apply, item_counted
 from moderation.claims import claim_held_by_other, claim_release
-from moderation.delivery.outbox import item_settled_record
+from moderation.delivery.outbox import item_escalated_record, item_settled_record, item_voted_record
 from moderation.faults import fault_point
 from moderation.graphs.asks import AskDecisionInvalid, AskSpec, ask_decisions_validate, decisions_kind, text_clean
 from moderation.locks import LockTimeout, item_lock
 from moderation.models import (
-    STATUS_FOR_DECISION, ApplyState, AskStatus, AttemptOutcome, Decision, ItemStatus, QueueItem, Requested, ReviewAsk,
+    PRIORITY_MAX, STATUS_FOR_DECISION, ApplyState, AskStatus, AttemptOrigin, AttemptOutcome, Decision, ItemStatus,
+    QueueItem, Requested, ReviewAsk,
 )
-from moderation.outcomes import DecisionOutcome, outcome_for
+from moderation.outcomes import DecisionOutcome, outcome_for, vote_outcome
+from moderation.policies.models import Vote, VoteKind
+from moderation.policies.rules import Policy, Resolution, policy_parse, tally_describe, tally_resolve
+from moderation.policies.teams import NotAMember, decide_right_check, eligible_count
 from moderation.permissions import user_can_decide
 from moderation.reasons import ReasonInvalid, decisions_rejecting, reason_check, reason_message
 from moderation.reconcile import item_reconcile
@@ -157,11 +174,14 @@ def _text(text: object, *, field: str) -> str:
 
 @dataclass(frozen=True)
 class _Target:
-    """The ask an attempt is about, read before any lock (an ask's payload never changes)."""
+    """The ask an attempt is about, read before any lock (an ask's payload, an item's policy
+    and requester never change)."""
 
     key: str
     ask_pk: int | None
     spec: AskSpec | None
+    policy: Policy = Policy()
+    requester_id: int | None = None
 
 
 def item_decide(
@@ -202,6 +222,11 @@ def item_decide(
             cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
         except AskDecisionInvalid as exc:
             raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
+    if target.requester_id is not None and target.requester_id == reviewer.pk:
+        raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
+    if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
+        raise InvalidDecision(f"this item is decided by vote ({target.policy.describe()}): vote approve or reject",
+                              field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
     try:
         reason = reason_check(reason=reason, rejecting=rejecting)
@@ -239,18 +264,19 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
 def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     key = _item_key(item_public_id)
     asks = ReviewAsk.objects.filter(item__public_id=key)
+    columns = ("pk", "payload", "item__policy", "item__requested_by_id")
     if ask:
-        row = asks.filter(interrupt_id=str(ask)).values_list("pk", "payload").first()
+        row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
         if row is None:
             if not QueueItem.objects.filter(public_id=key).exists():
                 raise ItemNotFound(f"no item {key}")
             raise ItemNotFound(f"item {key} has no ask {ask!r}")
     else:
-        open_rows = list(asks.filter(status=AskStatus.PENDING).values_list("pk", "payload")[:2])
+        open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
         if len(open_rows) > 1:
             count = asks.filter(status=AskStatus.PENDING).count()
             raise InvalidDecision(f"this item has {count} open asks; name the one you decide (ask)", field="ask")
-        row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list("pk", "payload").first()
+        row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list(*columns).first()
         if row is None:
             status = QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
             if status is None:
@@ -262,12 +288,12 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
-    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]))
+    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3])
 
 
 def _guarded(
     *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
-    reason: str = "", origin: str = "",
+    reason: str = "", origin: str = "", by_deadline: bool = False,
 ) -> DecisionOutcome:
     """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
     key = target.key
@@ -277,7 +303,8 @@ def _guarded(
         with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
             outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
-                                     withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin)
+                                     withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin,
+                                     by_deadline=by_deadline)
             fault_point("after_commit", item_key=key)
             return outcome
     except LockTimeout:
@@ -292,7 +319,7 @@ def _guarded(
 
 def _decide_locked(
     *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
-    requested_at: datetime, reason: str, origin: str,
+    requested_at: datetime, reason: str, origin: str, by_deadline: bool = False,
 ) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
     requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
@@ -307,7 +334,12 @@ def _decide_locked(
                                          origin=origin)
                 ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
             else:
+                _decide_right_check(item=item, reviewer=reviewer, by_deadline=by_deadline)
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
+            if ask is not None and ask.status == AskStatus.PENDING and target.policy.is_quorum and not by_deadline:
+                return _vote_cast(item=item, ask=ask, voter=reviewer, decisions=decisions, note=note,
+                                  requested=requested, requested_at=requested_at, reason=reason, origin=origin,
+                                  policy=target.policy)
             if ask is not None and ask.status == AskStatus.PENDING:
                 if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
                     raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
@@ -325,6 +357,66 @@ def _decide_locked(
         )
     # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
+
+
+def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadline: bool) -> None:
+    if by_deadline:  # the deadline decides for the team, by the policy's default
+        return
+    try:
+        decide_right_check(team_id=item.team_id, requester_id=item.requested_by_id, user=reviewer)
+    except NotAMember as exc:
+        raise NotAllowed(str(exc)) from None
+
+
+def _vote_cast(
+    *, item: QueueItem, ask: ReviewAsk, voter: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime, reason: str, origin: str, policy: Policy,
+) -> DecisionOutcome:
+    """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
+    now = timezone.now()
+    Vote.objects.update_or_create(ask=ask, voter=voter, defaults={"vote": requested, "note": note, "reason": reason,
+                                                                   "cast_at": now})
+    votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
+    tally = _tally(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
+    if resolution is None:
+        attempt = attempt_append(
+            item=item, ask=ask, reviewer=voter, requested=requested, decisions=decisions, note=note,
+            outcome=AttemptOutcome.VOTED, requested_at=requested_at, reason=reason, origin=origin,
+        )
+        item_voted_record(item=item, ask=ask, tally=tally)
+        outcome = vote_outcome(item=item, ask=ask, requested=requested, attempt=attempt, tally=tally)
+        events.after_commit(lambda: events.vote_broadcast(outcome=outcome))
+        return outcome
+    ask.tally = tally
+    ask.save(update_fields=["tally"])
+    return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution,
+                        votes=[v for _, _, v in votes]), note=note, requested=requested, requested_at=requested_at,
+                        reason=reason, origin=origin)
+
+
+def _tally(*, policy: Policy, votes: list[tuple[str, str, Vote]], eligible: int, resolution: Resolution | None) -> dict[str, Any]:
+    """The votes as the API, the pages, the events and the resumed graph read them."""
+    return {
+        "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
+        "votes": [{"voter": name, "vote": kind, "at": vote.cast_at.isoformat()} for name, kind, vote in votes],
+        "resolution": resolution.outcome if resolution else None, "why": resolution.why if resolution else None,
+        "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
+                                  resolution=resolution),
+    }
+
+
+def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution, votes: list[Vote]) -> list[dict[str, Any]]:
+    """LangChain decisions for the whole ask from a resolved tally: approve every action, or reject with the rejecters' words."""
+    actions = AskSpec.from_payload(ask.payload).actions
+    if resolution.outcome == VoteKind.APPROVE:
+        return [{"type": "approve"} for _ in actions]
+    words = {v.pk: reason_message(reason=v.reason, message=v.note) for v in votes}
+    said = "; ".join(f"{v.voter.get_username()}: {words[v.pk]}" if words[v.pk] else v.voter.get_username()
+                     for v in votes if v.vote == VoteKind.REJECT)
+    why = "vetoed" if resolution.why == "veto" else "rejected by vote"
+    return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
 
 
 def _item_key(item_public_id: UUID | str) -> str:
@@ -414,7 +506,9 @@ def _attempt_win(
 ) -> DecisionOutcome:
     decided_at = timezone.now()
     _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
-    status = STATUS_FOR_DECISION[requested]
+    # What was decided, not what was asked: a quorum's last vote may be an approval that
+    # leaves approval out of reach (a member removed), resolving the ask as rejected.
+    status = STATUS_FOR_DECISION[decisions_kind(decisions)]
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
     _item_decided(item=item, status=status if settled else None, by=reviewer, at=decided_at, note=note)
     attempt = attempt_append(
@@ -476,3 +570,56 @@ def ask_status_word(ask: ReviewAsk) -> str:
     if ask.status == AskStatus.WITHDRAWN:
         return ItemStatus.WITHDRAWN.value
     return STATUS_FOR_DECISION[decisions_kind(ask.decisions)].value
+
+
+DEADLINE_NOTE = "no decision before the deadline"
+ESCALATION_PRIORITY_STEP = 10
+
+
+def ask_deadline_settle(*, ask_pk: int, by: AbstractBaseUser, outcome: str) -> DecisionOutcome:
+    """Resolve an ask whose deadline passed with the policy's default ``outcome`` (approve / reject), as ``by`` (the deadline's account).
+
+    Judged under the same locks as a moderator's decision (the module docstring), so a
+    deadline firing while a moderator clicks has one winner; the deadline, when it
+    loses, is recorded as a lost attempt like any other loser. Membership and quorum do
+    not apply: the deadline decides for the whole team, once.
+    """
+    row = ReviewAsk.objects.filter(pk=ask_pk).values_list("item__public_id", "payload", "item__policy").first()
+    if row is None:
+        raise ItemNotFound(f"no ask {ask_pk}")
+    spec = AskSpec.from_payload(row[1])
+    decisions = [{"type": outcome, **({"message": DEADLINE_NOTE} if outcome == "reject" else {})} for _ in spec.actions]
+    target = _Target(key=str(row[0]), ask_pk=ask_pk, spec=spec, policy=policy_parse(row[2]))
+    return _guarded(target=target, reviewer=by, decisions=decisions, note=DEADLINE_NOTE, withdraw=False,
+                    origin=AttemptOrigin.DEADLINE, by_deadline=True)
+
+
+def ask_escalate(*, ask_pk: int) -> bool:
+    """Hand an overdue ask's item to its team's ``escalate_to`` team, with a higher priority; False if it is no longer open.
+
+    Under the item's locks: an escalation and a decision are judged one after the other,
+    and a vote after it is judged by the new team's membership. The item takes the new
+    team's deadline (none: it waits for the supervisors).
+    """
+    key = str(ReviewAsk.objects.filter(pk=ask_pk).values_list("item__public_id", flat=True).first() or "")
+    if not key:
+        raise ItemNotFound(f"no ask {ask_pk}")
+    with events.events_held(), item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
+        item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
+        ask = ReviewAsk.objects.get(pk=ask_pk)
+        now = timezone.now()
+        # Not overdue any more: another worker's sweep escalated it a moment ago.
+        overdue = ask.deadline_at is not None and ask.deadline_at <= now
+        if ask.status != AskStatus.PENDING or not overdue or item.team is None or item.team.escalate_to is None:
+            return False
+        to = item.team.escalate_to
+        policy = replace(policy_parse(item.policy), deadline_seconds=to.deadline_seconds, on_deadline=to.on_deadline)
+        item.team, item.policy, item.escalated_at = to, policy.as_json(), now
+        item.priority = min(PRIORITY_MAX, item.priority + ESCALATION_PRIORITY_STEP)
+        item.save(update_fields=["team", "policy", "escalated_at", "priority", "rank"])
+        ask.deadline_at = now + timedelta(seconds=to.deadline_seconds) if to.deadline_seconds else None
+        ask.save(update_fields=["deadline_at"])
+        item_escalated_record(item=item)
+        snapshot = {"item_public_id": key, "title": item.title, "team": to.slug, "team_name": to.name}
+        events.after_commit(lambda: events.item_escalated_broadcast(**snapshot))
+        return True

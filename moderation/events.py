@@ -198,6 +198,18 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
 
 
+def vote_broadcast(*, outcome: DecisionOutcome) -> None:
+    """Tell everyone a vote was counted on a quorum ask that is still open (its tally so far)."""
+    message = {"type": "item.voted", **outcome.winner_payload(), "voter_requested": outcome.requested}
+    _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
+
+
+def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team_name: str) -> None:
+    """Tell everyone an overdue item went to its team's supervisors."""
+    message = {"type": "item.escalated", "item": item_public_id, "title": title, "team": team, "team_name": team_name}
+    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
+
+
 def item_applied_broadcast(*, item_public_id: str, title: str, status: str, applied: dict[str, Any]) -> None:
     """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed)."""
     message = {"type": "item.applied", "item": item_public_id, "title": title, "status": status, "applied": applied}

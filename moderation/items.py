@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
@@ -17,6 +18,8 @@ from moderation.counts import counts_apply, item_counted
 from moderation.graphs.registry import graph_name_validate
 from moderation.graphs.runtime import GraphState, graph_start, graph_state_read
 from moderation.models import QueueItem
+from moderation.policies.rules import PolicyInvalid
+from moderation.policies.teams import item_policy_resolve
 from moderation.resumelock import thread_resume_lock
 
 
@@ -30,13 +33,18 @@ def item_body_check(*, body: str) -> None:
 
 
 def item_create(
-    *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None
+    *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
+    team: str | None = None, policy: Any = None, requested_by: AbstractBaseUser | None = None,
 ) -> QueueItem:
     """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
     moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
 
     ``graph_input`` is merged over ``{item_id, title, body, source}`` as the graph's
     start state (an agent's ``messages``, say). An unknown graph is a ValidationError.
+
+    ``team`` (a team's slug), ``policy`` (``moderation.policies.rules``) and
+    ``requested_by`` (who asked for the decision, and so may never make it): see
+    ``item_policy_resolve``; a team or policy that cannot be satisfied is refused.
 
     Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
     oversized or NUL-bearing field.
@@ -47,7 +55,8 @@ def item_create(
     cannot start, no item appears; a graph started for a row whose insert then fails is
     an orphan thread nobody can reach, which is harmless.
     """
-    return _item_start(title=title, body=body, source=source, is_lab=False, graph=graph, graph_input=graph_input or {})
+    return _item_start(title=title, body=body, source=source, is_lab=False, graph=graph, graph_input=graph_input or {},
+                       team=team, policy=policy, requested_by=requested_by)
 
 
 def submitted_item_create(
@@ -72,6 +81,12 @@ def _item_start(
         fields["graph"] = graph_name_validate(name=fields.get("graph"))
     except ValueError as exc:
         raise ValidationError({"graph": str(exc)}) from None
+    try:
+        team, policy = item_policy_resolve(slug=fields.pop("team", None), source=source, graph=fields["graph"],
+                                           policy=fields.pop("policy", None), requester=fields.get("requested_by"))
+    except PolicyInvalid as exc:
+        raise ValidationError({exc.field: str(exc)}) from None
+    fields.update(team=team, policy=policy.as_json())
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})

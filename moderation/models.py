@@ -161,6 +161,16 @@ class QueueItem(models.Model):
     submission_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
     # After created_at, priority and risk: its pre_save reads them once they are final.
     rank = QueueRankField(default=0, editable=False)
+    # Approval policy (moderation.policies): the team whose moderators decide it (none: any
+    # moderator), the rules copied from the team or the submit at creation, and the
+    # person it was requested by, who may never decide it (four eyes).
+    team = models.ForeignKey("Team", null=True, blank=True, on_delete=models.PROTECT, related_name="items", editable=False)
+    policy = models.JSONField(default=dict, blank=True, editable=False)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_items",
+        editable=False,
+    )
+    escalated_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -172,7 +182,10 @@ class QueueItem(models.Model):
             # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
             models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
         ]
-        permissions = [("decide_item", "Can approve or reject queue items")]
+        permissions = [
+            ("decide_item", "Can approve or reject queue items"),
+            ("supervise_teams", "Can decide the items of every team"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=ItemStatus.values),
@@ -249,6 +262,10 @@ class ReviewAsk(models.Model):
     reason = models.CharField(max_length=32, blank=True, default="")
     applied_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the task worker settles or escalates it (moderation.deadlines); null: it waits.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    # A quorum ask's votes when it resolved, as the graph was resumed with them.
+    tally = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["round", "position", "id"]
@@ -262,7 +279,10 @@ class ReviewAsk(models.Model):
                 name="ask_decided_iff_winner",
             ),
         ]
-        indexes = [models.Index(fields=["status", "applied_at"], name="ask_unapplied_idx")]
+        indexes = [
+            models.Index(fields=["status", "applied_at"], name="ask_unapplied_idx"),
+            models.Index(fields=["status", "deadline_at"], name="ask_deadline_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.item_id}/{self.interrupt_id} ({self.status})"
@@ -298,12 +318,15 @@ class AttemptOrigin(models.TextChoices):
     DASHBOARD = "dashboard", "Dashboard"
     API = "api", "API"
     LAB = "lab", "Race lab"
+    DEADLINE = "deadline", "Deadline"
 
 
 class AttemptOutcome(models.TextChoices):
     WON = "won", "Won"
     LOST = "lost", "Lost"
     INVALID = "invalid", "Rejected as invalid"
+    # A quorum vote counted without resolving its ask (moderation.policies).
+    VOTED = "voted", "Voted"
 
 
 class AppendOnlyError(Exception):
@@ -394,7 +417,7 @@ class DecisionAttempt(AppendOnlyModel):
                 name="one_winning_legacy_attempt_per_item",
             ),
             models.CheckConstraint(
-                condition=Q(outcome=AttemptOutcome.INVALID) | Q(winner__isnull=False),
+                condition=Q(outcome__in=[AttemptOutcome.INVALID, AttemptOutcome.VOTED]) | Q(winner__isnull=False),
                 name="attempt_names_winner",
             ),
         ]
@@ -549,6 +572,10 @@ class DecidedDayCounter(models.Model):
 # --- Webhooks ---------------------------------------------------------------------
 # Defined in moderation.delivery (below the guard); imported here so they belong to this app.
 from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, WebhookEndpoint  # noqa: E402, F401
+
+# --- Approval policies -----------------------------------------------------------
+# Defined in moderation.policies (below the guard); imported here so they belong to this app.
+from moderation.policies.models import Team, TeamMembership, Vote  # noqa: E402, F401
 
 # --- Claims -----------------------------------------------------------------------
 # Defined with their rules in moderation.claims (below the guard); imported here so they belong to this app.

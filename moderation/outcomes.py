@@ -6,8 +6,9 @@ and the live loser notice all read ``DecisionOutcome``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -38,6 +39,19 @@ class DecisionOutcome:
     what: str = ""  # the winner's decisions in words: "edited refund (amount 120 → 80)"
     applying: bool = False
     reason: str = ""  # the winner's reason code, for a reject
+    # A quorum ask (moderation.policies): the reviewer's vote was counted (resolving the ask
+    # or not), and the votes so far, with the resolution once there is one.
+    counted: bool = False
+    tally: dict = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        """The attempt did what was asked: it won, or its vote counted (a 200 rather than a 409)."""
+        return self.won or self.counted
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.winner)
 
     @property
     def _because(self) -> str:
@@ -56,6 +70,8 @@ class DecisionOutcome:
         return REQUESTED_NOUN.get(self.requested, self.requested)
 
     def message(self, *, now: datetime | None = None) -> str:
+        if self.counted and not self.won:
+            return f"Your {self.requested} vote on “{self.item_title}” is counted: {self.tally.get('summary', '')}."
         if self.won:
             if self.winner_status == ItemStatus.WITHDRAWN:
                 return f"You withdrew “{self.item_title}”."
@@ -90,8 +106,12 @@ class DecisionOutcome:
             first = f"{self.winner} {self.winner_status} it first" + (f" (reason: {self.reason})" if self.reason else "")
         return f"your {self.requested_noun} of item {self.item_title} was not applied: {first}"
 
-    def winner_payload(self) -> dict[str, str]:
+    def winner_payload(self) -> dict[str, Any]:
+        if not self.resolved:  # a counted vote on a still open ask: nobody has won yet
+            return {"item": self.item_public_id, "title": self.item_title, "winner": "", "status": "pending",
+                    "ask": self.ask, "tally": self.tally}
         return {
+            **({"tally": self.tally} if self.tally else {}),
             "item": self.item_public_id,
             "title": self.item_title,
             "winner": self.winner,
@@ -122,11 +142,23 @@ def ask_what(ask: ReviewAsk) -> str:
     return decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
 
 
-def outcome_for(*, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt) -> DecisionOutcome:
+def outcome_for(
+    *, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt, counted: bool = False,
+) -> DecisionOutcome:
     """The outcome of ``attempt`` on ``ask``, whose winner (read from the ask's row) has decided it."""
     what = ask_what(ask)
     return DecisionOutcome(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
         attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None, reason=ask.reason,
+        counted=counted or won, tally=dict(ask.tally),
+    )
+
+
+def vote_outcome(*, item: QueueItem, ask: ReviewAsk, requested: str, attempt: DecisionAttempt, tally: dict) -> DecisionOutcome:
+    """A vote counted on an ask that is still open."""
+    return DecisionOutcome(
+        won=False, item_public_id=str(item.public_id), item_title=item.title, requested=requested, winner="",
+        winner_status="pending", decided_at=attempt.recorded_at, attempt_seq=attempt.seq, ask=ask.interrupt_id,
+        counted=True, tally=tally,
     )

@@ -339,6 +339,9 @@ WEBHOOK_RETRY_FOR = float(os.environ.get("WEBHOOK_RETRY_FOR", str(24 * 3600)))
 # Each worker re-queues deliveries whose attempt was lost (a worker killed mid-delivery)
 # every WEBHOOK_SWEEP_INTERVAL seconds, once their lease is WEBHOOK_LEASE_GRACE seconds overdue.
 WEBHOOK_SWEEP_INTERVAL = float(os.environ.get("WEBHOOK_SWEEP_INTERVAL", "5"))
+# How often every worker looks for asks past their deadline (moderation.deadlines): a
+# deadline fires at most this late. One indexed query on (status, deadline_at).
+DEADLINE_SWEEP_INTERVAL = float(os.environ.get("DEADLINE_SWEEP_INTERVAL", "1"))
 WEBHOOK_LEASE_GRACE = float(os.environ.get("WEBHOOK_LEASE_GRACE", "30"))
 # Test-only fault injection for crash tests of a real server (see moderation.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")

@@ -18,12 +18,17 @@ class WebhookEvent(models.TextChoices):
     ITEM_CANCELLED = "item.cancelled", "item.cancelled"
     # The worker ran the item's graph on from a decision (moderation.apply).
     ITEM_APPLIED = "item.applied", "item.applied"
+    # Approval policies (moderation.policies): a counted vote that left the ask open, and
+    # an item handed to its team's supervisors at a deadline.
+    ITEM_VOTED = "item.voted", "item.voted"
+    ITEM_ESCALATED = "item.escalated", "item.escalated"
     # Sent only by the admin's "send test ping"; an endpoint never subscribes to it.
     PING = "webhook.ping", "webhook.ping"
 
 
 SUBSCRIBABLE_EVENTS = [
     WebhookEvent.ITEM_CREATED, WebhookEvent.ITEM_DECIDED, WebhookEvent.ITEM_CANCELLED, WebhookEvent.ITEM_APPLIED,
+    WebhookEvent.ITEM_VOTED, WebhookEvent.ITEM_ESCALATED,
 ]
 
 

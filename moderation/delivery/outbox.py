@@ -37,6 +37,8 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
         "graph": item.graph,
         "status": item.status,
         "created_at": item.created_at.isoformat() if item.created_at else None,
+        "team": item.team.slug if item.team_id else None,
+        "policy": item.policy or None,
         "decision": None,
     }
     if item.decided_at is not None and item.decided_by is not None:
@@ -47,7 +49,8 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
             "note": item.decision_note,
         }
         if ask is not None:
-            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), reason=ask.reason)
+            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), reason=ask.reason,
+                                    **({"tally": ask.tally} if ask.tally else {}))
     return data
 
 
@@ -75,6 +78,18 @@ def item_settled_record(*, item: QueueItem, ask: ReviewAsk) -> list[WebhookDeliv
     """The webhooks for an item ``ask``'s decision just settled in this transaction: cancelled if its submitter withdrew it."""
     event = WebhookEvent.ITEM_CANCELLED if item.status == ItemStatus.WITHDRAWN else WebhookEvent.ITEM_DECIDED
     return delivery_record(event=event, item=item, payload=item_payload(item=item, ask=ask))
+
+
+def item_voted_record(*, item: QueueItem, ask: ReviewAsk, tally: dict) -> list[WebhookDelivery]:
+    """The webhooks for a counted vote that left its quorum ask open, in the vote's transaction."""
+    payload = {**item_payload(item=item), "ask": ask.interrupt_id, "tally": tally}
+    return delivery_record(event=WebhookEvent.ITEM_VOTED, item=item, payload=payload)
+
+
+def item_escalated_record(*, item: QueueItem) -> list[WebhookDelivery]:
+    """The webhooks for an item handed to its team's supervisors at a deadline, in that transaction."""
+    payload = {**item_payload(item=item), "escalated_at": item.escalated_at.isoformat(), "priority": item.priority}
+    return delivery_record(event=WebhookEvent.ITEM_ESCALATED, item=item, payload=payload)
 
 
 def item_applied_record(*, item: QueueItem, applied: list[str]) -> list[WebhookDelivery]:

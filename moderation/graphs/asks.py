@@ -46,13 +46,17 @@ class AskSpec:
     kind: str
     actions: list[dict[str, Any]]
     configs: list[dict[str, Any]]
+    # How long the graph lets a human take (its interrupt's ``deadline_seconds``), over the item's policy.
+    deadline_seconds: int | None = None
 
     def as_payload(self) -> dict[str, Any]:
-        return {"kind": self.kind, "action_requests": self.actions, "review_configs": self.configs}
+        payload = {"kind": self.kind, "action_requests": self.actions, "review_configs": self.configs}
+        return {**payload, "deadline_seconds": self.deadline_seconds} if self.deadline_seconds else payload
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> AskSpec:
-        return cls(kind=payload["kind"], actions=payload["action_requests"], configs=payload["review_configs"])
+        return cls(kind=payload["kind"], actions=payload["action_requests"], configs=payload["review_configs"],
+                   deadline_seconds=payload.get("deadline_seconds"))
 
 
 def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSpec:
@@ -62,11 +66,12 @@ def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSp
         actions = [_action(request) for request in value["action_requests"]]
         by_name = {c.get("action_name"): c for c in value.get("review_configs") or [] if isinstance(c, dict)}
         configs = [_config(by_name.get(action["name"]), action["name"]) for action in actions]
-        return AskSpec(kind="batched", actions=actions, configs=configs)
+        return AskSpec(kind="batched", actions=actions, configs=configs, deadline_seconds=_deadline(value))
     if isinstance(value, dict) and value.get("type") == "tool_approval":
         action = _action(value)
         allowed = _allowed_from_schema(response_schema) or list(DECISION_TYPES)
-        return AskSpec(kind="per_call", actions=[action], configs=[{"action_name": action["name"], "allowed_decisions": allowed}])
+        return AskSpec(kind="per_call", actions=[action], configs=[{"action_name": action["name"], "allowed_decisions": allowed}],
+                       deadline_seconds=_deadline(value))
     args = value if isinstance(value, dict) else {"value": value}
     action = {"name": PLAIN_ACTION, "args": _jsonable(args), "description": ""}
     return AskSpec(kind="plain", actions=[action], configs=[{"action_name": PLAIN_ACTION, "allowed_decisions": PLAIN_ALLOWED}])
@@ -88,6 +93,12 @@ def _legacy_moderation_request(value: dict[str, Any]) -> dict[str, Any]:
         "action_requests": [{"name": "publish", "args": args, "description": "Publish this post?"}],
         "review_configs": [{"action_name": "publish", "allowed_decisions": ["approve", "reject"]}],
     }
+
+
+def _deadline(value: dict[str, Any]) -> int | None:
+    """A graph's own time limit for its ask: a positive whole number of seconds, else none (a bad one is ignored, not fatal)."""
+    seconds = value.get("deadline_seconds")
+    return seconds if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0 else None
 
 
 def _action(request: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,137 @@
+"""The approval rules, as pure functions: what a policy is, and when a tally resolves.
+
+A policy (copied onto each item at creation, ``QueueItem.policy``):
+
+- ``approvals``: distinct moderators who must approve; 1 (the default) is the original
+  rule, the first decision settles the ask. ``majority``: more than half of the
+  eligible moderators instead of a fixed number.
+- ``veto``: one rejection ends the vote as rejected. Without it a rejection is one vote,
+  and the ask is rejected as soon as approval has become impossible (too few eligible
+  moderators left who have not rejected).
+- ``deadline_seconds`` / ``on_deadline``: how long an ask may wait, and what then
+  (``approve`` / ``reject``: resolved so, by "deadline"; ``escalate``: handed to the
+  team's ``escalate_to`` with a higher priority; nothing: it just waits).
+
+A vote resolves the ask the moment the outcome is certain: the Nth approval approves; a
+veto, or the rejection that makes N approvals unreachable, rejects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
+
+DEADLINE_MAX_SECONDS = 30 * 24 * 3600
+
+
+class PolicyInvalid(ValueError):
+    """A policy that is malformed or cannot be satisfied; ``field`` names where."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Policy:
+    approvals: int = 1
+    majority: bool = False
+    veto: bool = False
+    deadline_seconds: int | None = None
+    on_deadline: str = OnDeadline.NOTHING.value
+
+    @property
+    def is_quorum(self) -> bool:
+        """Votes are counted (anything but "the first decision settles it")."""
+        return self.majority or self.approvals > 1
+
+    def needed(self, *, eligible: int) -> int:
+        return eligible // 2 + 1 if self.majority else self.approvals
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if not self.is_quorum:
+            return "one decision settles it"
+        words = "a majority of the team" if self.majority else f"{self.approvals} approvals"
+        return words + (", one rejection vetoes" if self.veto else "")
+
+
+def policy_parse(value: Any, *, base: Policy | None = None) -> Policy:
+    """A policy from JSON (``{"approvals": 2, "veto": true, ...}``), over ``base``'s values; PolicyInvalid names the bad field."""
+    base = base or Policy()
+    if value in (None, {}):
+        return base
+    if not isinstance(value, dict):
+        raise PolicyInvalid("a policy must be a JSON object", field="policy")
+    unknown = sorted(set(value) - set(Policy.__dataclass_fields__))
+    if unknown:
+        raise PolicyInvalid(f"unknown policy field(s): {', '.join(unknown)}", field=f"policy.{unknown[0]}")
+    fields = {**base.as_json(), **value}
+    approvals = fields["approvals"]
+    if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= APPROVALS_MAX:
+        raise PolicyInvalid(f"approvals must be a whole number from 1 to {APPROVALS_MAX}", field="policy.approvals")
+    for flag in ("majority", "veto"):
+        if not isinstance(fields[flag], bool):
+            raise PolicyInvalid(f"{flag} must be true or false", field=f"policy.{flag}")
+    seconds = fields["deadline_seconds"]
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= DEADLINE_MAX_SECONDS):
+        raise PolicyInvalid(f"deadline_seconds must be a whole number from 1 to {DEADLINE_MAX_SECONDS}",
+                            field="policy.deadline_seconds")
+    if fields["on_deadline"] not in OnDeadline.values:
+        raise PolicyInvalid(f"on_deadline must be one of {', '.join(v or '(empty)' for v in OnDeadline.values)}",
+                            field="policy.on_deadline")
+    if fields["on_deadline"] and seconds is None:
+        raise PolicyInvalid("on_deadline needs deadline_seconds", field="policy.deadline_seconds")
+    return Policy(**fields)
+
+
+def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> None:
+    """Refuse a policy no tally could ever approve: more approvals than moderators who may vote."""
+    if not policy.majority and policy.approvals > eligible:
+        raise PolicyInvalid(
+            f"{policy.approvals} approvals can never be reached: {team} has {eligible} moderator(s) who may vote",
+            field="policy.approvals",
+        )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    outcome: str  # approve / reject
+    why: str  # quorum / veto / impossible
+
+
+def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Resolution | None:
+    """The resolution ``votes`` (voter → approve / reject) force, or None while it is still open.
+
+    ``eligible``: moderators who may vote on the item (voters included). A voter outside
+    it (a supervisor) still counts, so the remaining voters are never fewer than zero.
+    """
+    approvals = sum(1 for v in votes.values() if v == VoteKind.APPROVE)
+    rejections = len(votes) - approvals
+    eligible = max(eligible, len(votes))
+    needed = policy.needed(eligible=eligible)
+    if policy.veto and rejections:
+        return Resolution(outcome="reject", why="veto")
+    if approvals >= needed:
+        return Resolution(outcome="approve", why="quorum")
+    if approvals + (eligible - len(votes)) < needed:
+        return Resolution(outcome="reject", why="impossible")
+    return None
+
+
+def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: int, resolution: Resolution | None) -> str:
+    """ "2 of 3 approvals: alice, bob · carol rejected — vetoed" """
+    approvers = [v for v, kind in votes if kind == VoteKind.APPROVE]
+    rejecters = [v for v, kind in votes if kind == VoteKind.REJECT]
+    text = f"{len(approvers)} of {policy.needed(eligible=max(eligible, len(votes)))} approvals"
+    if approvers:
+        text += ": " + ", ".join(approvers)
+    if rejecters:
+        text += " · " + ", ".join(rejecters) + " rejected"
+    if resolution is not None:
+        text += {"veto": " — vetoed", "quorum": " — approved", "impossible": " — approval no longer possible"}[resolution.why]
+    return text

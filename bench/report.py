@@ -27,6 +27,7 @@ def table(result: dict[str, Any]) -> str:
         f"{result['duration_s']} s\nmachine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}; "
         f"load {m['load_at_start'][0]:.2f} at start, {m['load_at_end'][0]:.2f} at end"
         + (f"; scale {result['scale']}" if result.get("scale", 1) != 1 else "")
+        + (f"; measures {', '.join(map(str, result['only']))} only" if result.get("only") else "")
     )
     rows = [("measure", "value", "unit", "baseline", "ratio", "target", "result")]
     for metric in result["metrics"]:

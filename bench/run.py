@@ -3,12 +3,13 @@
     python -m bench.run                      # both backends (PostgreSQL skipped if unreachable)
     python -m bench.run --backend sqlite     # one backend
     python -m bench.run --scale 0.3          # a short smoke run (smaller windows, same measures)
+    python -m bench.run --only 17            # one measure (repeatable), and what it needs
     python -m bench.run --show               # print the latest tables again
 
 Each backend gets a fresh database (a file under var/bench/, or CREATE DATABASE
 bench_<pid> dropped afterwards) and its own Redis channel prefix. Progress goes to
 stderr; the tables go to stdout; results go to var/bench/<timestamp>-<backend>.json and
-var/bench/latest-<backend>.json.
+var/bench/latest-<backend>.json (a run with --only keeps the latest full run there).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _postgres_reachable() -> str | None:
     return None
 
 
-def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None) -> dict | None:
+def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None, only: list[int]) -> dict | None:
     out = _out_dir()
     workdir = out / f"run-{stamp}-{name}"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,8 @@ def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None) 
     try:
         done = subprocess.run(
             [sys.executable, "-m", "bench.suite", "--backend", name, "--json", str(result_path), "--workdir", str(workdir),
-             "--scale", str(scale), "--servers", str(servers), *(["--queue-rows", str(queue_rows)] if queue_rows else [])],
+             "--scale", str(scale), "--servers", str(servers), *(["--queue-rows", str(queue_rows)] if queue_rows else []),
+             *(arg for n in only for arg in ("--only", str(n)))],
             cwd=ROOT, env=env,
         )
     finally:
@@ -108,7 +110,8 @@ def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None) 
         log(f"{name}: the bench failed (exit {done.returncode}); logs kept in {workdir}")
         return None
     shutil.rmtree(workdir, ignore_errors=True)  # databases and server logs; the JSON stays
-    shutil.copyfile(result_path, out / f"latest-{name}.json")
+    if not only:
+        shutil.copyfile(result_path, out / f"latest-{name}.json")
     return json.loads(result_path.read_text())
 
 
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--queue-rows", type=int, default=None)
+    parser.add_argument("--only", type=int, action="append", default=[], metavar="N", help="run measure N (repeatable)")
     parser.add_argument("--show", action="store_true", help="print the latest tables without measuring")
     args = parser.parse_args(argv)
     names = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
@@ -131,15 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in names:
         log(f"=== {name} ===")
-        result = backend_run(name, scale=args.scale, stamp=stamp, queue_rows=args.queue_rows)
+        result = backend_run(name, scale=args.scale, stamp=stamp, queue_rows=args.queue_rows, only=args.only)
         if result is None:
             failed = failed or name == "sqlite"
             continue
         results.append(result)
     for result in results:
         print(table(result))
-    if results:
+    if results and not args.only:
         log(f"results in {_out_dir()}/latest-<backend>.json")
+    elif results:
+        log(f"results in {_out_dir()}/{stamp}-<backend>.json")
     return 1 if failed else 0
 
 

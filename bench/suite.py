@@ -4,7 +4,9 @@ Started by ``bench.run`` with the database, the layer and the server count in th
 environment; writes one JSON file. Order matters: the servers' benches run before the
 queue-size benches (6, 13) fill the table to 10,000 and then 1,000,000 pending rows, the
 HTTP benches 1, 4, 7 and 15 run before the task worker starts (they measure the request
-path alone), and the counts are checked (16) after every concurrent bench.
+path alone), the browsers of 17 on servers of their own after those, and the counts are
+checked (16) after every concurrent bench. ``--only N`` (repeatable) runs those measures
+alone, with what they need (8's baseline is 5's).
 
 The servers and the worker run as in production (the worker applies decisions). In
 this process the benches 2 and 3 apply inline: the naive strategy they compare with
@@ -30,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=1)
     parser.add_argument("--queue-rows", type=int, default=None,
                         help="pending items for the queue-size benches (default 1,000,000 times the scale, at most 1,000,000)")
+    parser.add_argument("--only", type=int, action="append", default=[], help="run this measure (repeatable); all by default")
     args = parser.parse_args(argv)
+    only = set(args.only)
+
+    def wanted(*measures: int) -> bool:
+        return not only or bool(only.intersection(measures))
 
     import django
 
@@ -42,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.api import bench_api
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
+    from bench.duplicates import bench_duplicate_reading
     from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.counts import counts_recount
@@ -57,27 +65,32 @@ def main(argv: list[str] | None = None) -> int:
     _, watch_logins = moderators_login(60, prefix="bench-watch")
     metrics = []
 
-    log(f"{args.backend}: 5. ingest")
-    ingest, pool = bench_ingest(seconds=3 * s, cap=2000, bulk_size=50)
-    metrics += ingest
-    need = int(1300 * s) + 200
-    if len(pool) < need:
-        log(f"{args.backend}: creating {need - len(pool)} more pending items for the decision benches")
-        pool += items_make(need - len(pool))
+    pool: list[str] = []
+    ingest = []
+    if wanted(5, 8):  # 8's baseline is 5's bare graph start
+        log(f"{args.backend}: 5. ingest")
+        ingest, pool = bench_ingest(seconds=3 * s, cap=2000, bulk_size=50)
+        metrics += [m for m in ingest if wanted(5)]
 
-    with override_settings(REVIEWQUEUE_APPLY_INLINE=True):
-        log(f"{args.backend}: 2. guard overhead")
-        quiet, guard = bench_guard_overhead(items=pool, reviewer=users[8], pairs=max(20, int(80 * s)))
-        metrics += [guard, quiet]
+    if wanted(2, 3):
+        need = int(1300 * s) + 200
+        if len(pool) < need:
+            log(f"{args.backend}: creating {need - len(pool)} more pending items for the decision benches")
+            pool += items_make(need - len(pool))
+        with override_settings(REVIEWQUEUE_APPLY_INLINE=True):
+            if wanted(2):
+                log(f"{args.backend}: 2. guard overhead")
+                quiet, guard = bench_guard_overhead(items=pool, reviewer=users[8], pairs=max(20, int(80 * s)))
+                metrics += [guard, quiet]
+            if wanted(3):
+                log(f"{args.backend}: 3. isolation")
+                metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 3 * s))
 
-        log(f"{args.backend}: 3. isolation")
-        metrics += bench_isolation(items=pool, reviewers=users[5:9], seconds=max(1.0, 3 * s))
-
-    # The contrast strategies (naive, global lock) are the race lab's: they write the row with
-    # a bare UPDATE and no counter, as they may for the lab's uncounted items. Here they ran on
-    # real items, so bring the counters back to the COUNT before the concurrent run is checked.
-    repaired = counts_recount()
-    log(f"{args.backend}: counters repaired after the contrast strategies' bare writes: {[str(d) for d in repaired]}")
+        # The contrast strategies (naive, global lock) are the race lab's: they write the row with
+        # a bare UPDATE and no counter, as they may for the lab's uncounted items. Here they ran on
+        # real items, so bring the counters back to the COUNT before the concurrent run is checked.
+        repaired = counts_recount()
+        log(f"{args.backend}: counters repaired after the contrast strategies' bare writes: {[str(d) for d in repaired]}")
 
     # Sized so the full run stays under 10 minutes on 2 cores (PostgreSQL applies ~10/s there).
     agent_count, applied_count = max(30, int(60 * s)), max(100, int(150 * s))
@@ -86,51 +99,70 @@ def main(argv: list[str] | None = None) -> int:
     # One decision a second: each decision's fan-out to 1,000 sockets is measured on its own,
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
-    more = int(700 * s) + 200 + int(many_rate * many_seconds) - len(pool)
-    if more > 0:
-        log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
-        pool += items_make(more)
-    connections.close_all()
-    log(f"{args.backend}: 1, 4, 7. starting {args.servers} daphne process(es)")
-    servers = Servers(count=args.servers, env=dict(os.environ), logdir=args.workdir)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    try:
-        metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s), process_note=note)
-        log(f"{args.backend}: 15. memory per socket")
-        metrics += bench_socket_memory(servers, watch_logins, sockets=max(200, int(1000 * s)))
-        if many:
-            log(f"{args.backend}: 4. notice latency, {many} watchers")
-            metrics += bench_many_watchers(servers, watch_logins, pool, watchers=many, rate=many_rate, seconds=many_seconds,
-                                           process_note=note)
-        log(f"{args.backend}: 11, 12. one task worker applying decisions")
-        servers.live[0].worker_start(interval=0.05)
-        backlog_drain(timeout=120)
-        need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
-        if len(pool) < need:
-            log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
-            pool += items_make(need - len(pool))
-        metrics += bench_agent_response(servers, logins, pool, count=agent_count, rate=4.0)
-        metrics += bench_applied_rate(servers, logins, pool, count=applied_count)
-        log(f"{args.backend}: 14. two reviewers race one item, worker mode")
-        metrics += bench_loser(servers, logins, pool, rounds=race_rounds, process_note=note)
-        log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
-        metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
-    finally:
-        servers.stop()
+    if wanted(1, 4, 7, 15, 11, 12, 14, 8, 9, 10):
+        more = int(700 * s) + 200 + int(many_rate * many_seconds) - len(pool)
+        if more > 0:
+            log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
+            pool += items_make(more)
+        connections.close_all()
+        log(f"{args.backend}: starting {args.servers} daphne process(es)")
+        servers = Servers(count=args.servers, env=dict(os.environ), logdir=args.workdir)
+        try:
+            if wanted(1, 4, 7):
+                log(f"{args.backend}: 1, 4, 7. decisions, notices, memory")
+                metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s),
+                                        process_note=note)
+            if wanted(15):
+                log(f"{args.backend}: 15. memory per socket")
+                metrics += bench_socket_memory(servers, watch_logins, sockets=max(200, int(1000 * s)))
+            if many and wanted(4):
+                log(f"{args.backend}: 4. notice latency, {many} watchers")
+                metrics += bench_many_watchers(servers, watch_logins, pool, watchers=many, rate=many_rate,
+                                               seconds=many_seconds, process_note=note)
+            if wanted(11, 12, 14, 8, 9, 10):
+                log(f"{args.backend}: one task worker applying decisions")
+                servers.live[0].worker_start(interval=0.05)
+                backlog_drain(timeout=120)
+                need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
+                if len(pool) < need:
+                    log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
+                    pool += items_make(need - len(pool))
+            if wanted(11):
+                log(f"{args.backend}: 11. agent items, a 500 ms tool")
+                metrics += bench_agent_response(servers, logins, pool, count=agent_count, rate=4.0)
+            if wanted(12):
+                log(f"{args.backend}: 12. decisions applied by one worker")
+                metrics += bench_applied_rate(servers, logins, pool, count=applied_count)
+            if wanted(14):
+                log(f"{args.backend}: 14. two reviewers race one item, worker mode")
+                metrics += bench_loser(servers, logins, pool, rounds=race_rounds, process_note=note)
+            if wanted(8, 9, 10):
+                log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
+                metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
+        finally:
+            servers.stop()
+
+    if wanted(17):
+        metrics += bench_duplicate_reading(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
+                                           items=max(9, int(30 * s)), process_note=note)
 
     # Every decision since the repair above went through the product, concurrently (8 reviewers,
     # races, the worker applying, API submits): the counters must equal a real COUNT.
     # counts_recount reports (and repairs) any drift.
-    drifts = counts_recount()
-    log(f"{args.backend}: 16. counts after the concurrent run: {len(drifts)} counters drifted {[str(d) for d in drifts]}")
-    metrics.append(Metric(
-        "counts_drift", "16. counts after the concurrent run: |counter - COUNT| summed over counters",
-        sum(abs(d.counter - d.actual) for d in drifts), "items", target=0, check="value", op="<=", detail={"drifts": [str(d) for d in drifts]},
-    ))
+    if wanted(16):
+        drifts = counts_recount()
+        log(f"{args.backend}: 16. counts after the concurrent run: {len(drifts)} counters drifted {[str(d) for d in drifts]}")
+        metrics.append(Metric(
+            "counts_drift", "16. counts after the concurrent run: |counter - COUNT| summed over counters",
+            sum(abs(d.counter - d.actual) for d in drifts), "items", target=0, check="value", op="<=",
+            detail={"drifts": [str(d) for d in drifts]},
+        ))
 
-    rows = args.queue_rows or int(1_000_000 * min(1.0, s))
-    log(f"{args.backend}: 6, 13. queue page and a decision's events at 10,000 and {rows:,} pending")
-    metrics += bench_queue_size(user=users[0], items=pool, rows=rows, small=10_000, reps=max(10, int(30 * s)))
+    if wanted(6, 13):
+        rows = args.queue_rows or int(1_000_000 * min(1.0, s))
+        log(f"{args.backend}: 6, 13. queue page and a decision's events at 10,000 and {rows:,} pending")
+        metrics += bench_queue_size(user=users[0], items=pool, rows=rows, small=10_000, reps=max(10, int(30 * s)))
 
     from django.db import connection
 
@@ -140,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "channel_layer": "redis pub/sub" if os.environ.get("REDIS_URL") else "in-memory",
         "servers": args.servers,
         "scale": s,
+        "only": sorted(only),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "machine": {**machine, "load_at_end": list(os.getloadavg())},

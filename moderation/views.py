@@ -160,6 +160,9 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     if wants_json:
         return _outcome_json(outcome)
     fault_point("before_response", item_key=outcome.item_public_id)
+    if outcome.counted and not outcome.won:
+        messages.success(request, outcome.message())
+        return redirect("moderation:item", public_id=item.public_id)
     if outcome.won:
         messages.success(request, outcome.message())
         item.refresh_from_db(fields=["status"])
@@ -316,7 +319,7 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
     fault_point("before_response", item_key=outcome.item_public_id)
     return JsonResponse(
         {
-            "outcome": "won" if outcome.won else "lost",
+            "outcome": "won" if outcome.won else "voted" if outcome.counted else "lost",
             "applied": outcome.won,
             "message": outcome.message(),
             "requested": outcome.requested,
@@ -325,7 +328,7 @@ def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
             "applying": outcome.applying,
             **outcome.winner_payload(),
         },
-        status=200 if outcome.won else 409,
+        status=200 if outcome.accepted else 409,
     )
 
 

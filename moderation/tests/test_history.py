@@ -111,3 +111,43 @@ def test_http_answers_read_as_the_reviewer_reads_them():
     assert [(op.completion, op.told_winner) for op in recorder.ops] == [
         ("ok", "alice"), ("fail", "alice"), ("unknown", None), ("unknown", None)
     ]
+
+
+def _vote(recorder, reviewer, decision, *, status=200, outcome="voted", winner=None):
+    op = recorder.invoke(reviewer=reviewer, item="q1", decision=decision)
+    recorder.complete_from_http(op, status=status, body={"outcome": outcome, **({"winner": winner} if winner else {})})
+
+
+def test_counted_votes_must_all_be_in_the_final_votes_and_the_tally():
+    recorder = HistoryRecorder()
+    _vote(recorder, "alice", "approve")
+    _vote(recorder, "bob", "approve", outcome="won", winner="bob")
+    _vote(recorder, "carol", "reject", status=409, outcome="lost", winner="bob")
+    both = {"alice": "approve", "bob": "approve"}
+    clean = FinalItem(winner="bob", winning_attempts=1, resumes=1, votes=both, tally=both)
+    assert history_check(ops=recorder.ops, final={"q1": clean}) == []
+    lost = FinalItem(winner="bob", winning_attempts=1, resumes=1, votes={"bob": "approve"}, tally={"bob": "approve"})
+    assert _kinds(recorder.ops, {"q1": lost}) == ["vote_lost"]
+    short = FinalItem(winner="bob", winning_attempts=1, resumes=1, votes=both, tally={"bob": "approve"})
+    assert _kinds(recorder.ops, {"q1": short}) == ["tally_incomplete"]
+    outsider = FinalItem(winner="bob", winning_attempts=1, resumes=1, votes=both, tally=both, ineligible=("alice",))
+    assert _kinds(recorder.ops, {"q1": outsider}) == ["ineligible_vote"]
+
+
+def test_a_changed_vote_is_judged_by_the_last_one_acknowledged():
+    recorder = HistoryRecorder()
+    _vote(recorder, "alice", "reject")
+    _vote(recorder, "alice", "approve")
+    final = {"q1": FinalItem(winner=None, winning_attempts=0, resumes=0, votes={"alice": "approve"})}
+    assert history_check(ops=recorder.ops, final=final) == []
+    stale = {"q1": FinalItem(winner=None, winning_attempts=0, resumes=0, votes={"alice": "reject"})}
+    assert _kinds(recorder.ops, stale) == ["vote_lost"]
+
+
+def test_two_resolutions_of_a_quorum_item_are_multiple_winners():
+    recorder = HistoryRecorder()
+    _vote(recorder, "alice", "approve", outcome="won", winner="alice")
+    _vote(recorder, "carol", "reject", outcome="won", winner="carol")
+    votes = {"alice": "approve", "carol": "reject"}
+    final = {"q1": FinalItem(winner="carol", winning_attempts=2, resumes=1, votes=votes, tally=votes)}
+    assert "multiple_winners" in _kinds(recorder.ops, final)

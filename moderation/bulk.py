@@ -47,6 +47,8 @@ class BulkResult:
             return self.what
         if self.outcome == "lost":
             return f"lost to {self.winner} ({self.what})"
+        if self.outcome == "voted":
+            return f"vote counted: {self.what}"
         return f"not decided: {self.error}"
 
 
@@ -97,6 +99,8 @@ def _item_decide_one(
         if exc.field == "ask":
             message = "it has several open asks; decide it on its own page"
         return BulkResult(item=key, title=title, outcome="refused", error=message)
+    if outcome.counted and not outcome.won:  # a quorum item: the vote is in, the item still open
+        return BulkResult(item=key, title=outcome.item_title, outcome="voted", what=outcome.tally.get("summary", ""))
     return BulkResult(item=key, title=outcome.item_title, outcome="won" if outcome.won else "lost",
                       winner=outcome.winner, what=outcome.winner_status)
 

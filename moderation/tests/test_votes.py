@@ -175,6 +175,8 @@ def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(team
         assert deadlines_sweep() == 1
     item.refresh_from_db()
     assert (item.status, item.decided_by.username) == (ItemStatus.REJECTED, "deadline") and item_resumes(item) == 1
+    resumed = graph_values(name="moderation", thread_id=item.thread_id)["decision"]["tally"]
+    assert resumed["summary"] == "1 of 2 approvals: alice — rejected by the deadline"
     assert deadlines_sweep() == 0  # settled: nothing more to fire
     late = _decide(item, alice)
     assert not late.accepted and late.winner == "deadline"

@@ -183,10 +183,11 @@ def test_deadline_firing_while_a_moderator_clicks_has_one_winner_and_the_other_i
 # --- 4. a moderator removed from the team while voting -------------------------------------
 
 
-def _removal_race(team, mods, items, remove) -> HistoryRecorder:
+def _removal_race(team, mods, items, remove, *, stagger: float = 0.0) -> HistoryRecorder:
+    """bob votes on each item while he is removed from the team (re-added before each round);
+    the removal starts ``stagger`` × (0 to 3) seconds after the vote, so both orders of commit come up."""
     history = HistoryRecorder()
-    # The removal starts 0 to 15 ms after the vote, so both orders of commit come up.
-    race_rounds(len(items), lambda n: (time.sleep(n % 4 * 0.005), remove(team=team, user=mods["bob"])),
+    race_rounds(len(items), lambda n: (time.sleep(n % 4 * stagger), remove(team=team, user=mods["bob"])),
                 lambda n: _recorded(history, items[n], mods["bob"], "approve"),
                 before=lambda n: team_member_add(team=team, user=mods["bob"]))
     return history
@@ -195,7 +196,7 @@ def _removal_race(team, mods, items, remove) -> HistoryRecorder:
 def test_a_removal_while_voting_refuses_or_counts_the_vote_as_its_commit_says(team, mods):
     rounds = 2 * ROUNDS
     items = _items(rounds, {"approvals": 2})
-    history = _removal_race(team, mods, items, team_member_remove)
+    history = _removal_race(team, mods, items, team_member_remove, stagger=0.005)
     assert _judged(history, items) == []  # ineligible_vote among them
     counted = 0
     op_of = {op.item: op for op in history.ops}

@@ -113,6 +113,14 @@ def _judge(server: LiveServer, history: HistoryRecorder, ids: list[str], *, dead
     return Judged(finals, attempts, [str(a) for a in history_check(ops=history.ops, final=finals)])
 
 
+def _worker_ready(server: LiveServer, worker_id: str, *, timeout: float = 60) -> None:
+    """Wait until the worker polls (and so sweeps deadlines): a Django start-up takes seconds on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while f"worker_id={worker_id} " not in server.log_tail(200, worker=True):
+        assert time.monotonic() < deadline, server.log_tail(20, worker=True)
+        time.sleep(0.1)
+
+
 def _attempt(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: str) -> None:
     op = history.invoke(reviewer=reviewer.username, item=item, decision=decision)
     try:
@@ -202,15 +210,17 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
             })
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(lambda server: server.start(timeout=90), servers))
-            servers[0].worker_start()
+            servers[0].worker_start(worker_id="sweeper")
+            _worker_ready(servers[0], "sweeper")
             # bob on server 1, carol on server 2.
             bob, carol = Reviewer(servers[0], "bob", seeded.sessions["bob"]), Reviewer(servers[1], "carol", seeded.sessions["carol"])
             bob_2 = Reviewer(servers[1], "bob", seeded.sessions["bob"])
             history = HistoryRecorder()
             _pair_race(history, ids["race1"], (bob, "approve"), (carol, "reject"))
             _pair_race(history, ids["race2"], (bob, "approve"), (carol, "approve"))
-            # Race 3: every item falls due at once; the worker's sweep fires them one by one while
-            # bob (through both servers) approves them, so some are his and some the deadline's.
+            # Race 3: every item falls due at once; bob (through both servers) approves them one
+            # every 50 ms from that moment while the worker's sweep fires whatever is still open,
+            # so the first few are his, the rest the deadline's, and the ones between raced.
             lead = 1.0
             with psycopg.connect(database_url, autocommit=True) as conn:
                 conn.execute("UPDATE moderation_reviewask SET deadline_at = now() + make_interval(secs => %s) "
@@ -218,7 +228,7 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
                              [lead, ids["race3"]])
             time.sleep(lead)
             with ThreadPoolExecutor(4) as pool:
-                list(pool.map(lambda n: _attempt(history, (bob, bob_2)[n % 2], ids["race3"][n], "approve"),
+                list(pool.map(lambda n: (time.sleep(n * 0.05), _attempt(history, (bob, bob_2)[n % 2], ids["race3"][n], "approve")),
                               range(len(ids["race3"]))))
             judged = _judge(servers[0], history, [i for race in ids.values() for i in race], deadline_ops=True)
         finally:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from moderation.decisions import DecisionError, ask_deadline_settle, ask_escalate
 from moderation.models import AskStatus, ReviewAsk
 from moderation.policies.models import OnDeadline
-from moderation.policies.rules import policy_parse
+from moderation.policies.rules import PAST, policy_parse
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def ask_deadline_fire(*, ask_pk: int) -> str:
         return "escalated" if ask_escalate(ask_pk=ask_pk) else "not escalated (decided or moved meanwhile)"
     if action in (OnDeadline.APPROVE, OnDeadline.REJECT):
         outcome = ask_deadline_settle(ask_pk=ask_pk, by=deadline_account(), outcome=action)
-        return f"{action}d by the deadline" if outcome.won else f"lost to {outcome.winner}"
+        return f"{PAST[action]} by the deadline" if outcome.won else f"lost to {outcome.winner}"
     return "waits (no deadline action)"
 
 

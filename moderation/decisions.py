@@ -341,6 +341,8 @@ def _decide_locked(
                                   requested=requested, requested_at=requested_at, reason=reason, origin=origin,
                                   policy=target.policy)
             if ask is not None and ask.status == AskStatus.PENDING:
+                if by_deadline and target.policy.is_quorum:
+                    _deadline_tally_record(item=item, ask=ask, policy=target.policy, outcome=decisions_kind(decisions))
                 if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
                     raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
                                       "nothing was recorded, decide it when their claim ends")
@@ -394,6 +396,14 @@ def _vote_cast(
     return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution,
                         votes=[v for _, _, v in votes]), note=note, requested=requested, requested_at=requested_at,
                         reason=reason, origin=origin)
+
+
+def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
+    """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
+    votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    ask.tally = _tally(policy=policy, votes=votes, eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.save(update_fields=["tally"])
 
 
 def _tally(*, policy: Policy, votes: list[tuple[str, str, Vote]], eligible: int, resolution: Resolution | None) -> dict[str, Any]:

@@ -141,7 +141,11 @@ def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Ano
     anomalies: list[Anomaly] = []
     votes = state.votes or {}
     last: dict[str, Op] = {}
-    for op in sorted((op for op in item_ops if op.completion == "ok"), key=lambda op: op.completed_at or 0):
+    from moderation.deadlines import DEADLINE_USERNAME
+
+    # The deadline resolves for the whole team by the policy's default; it never votes.
+    for op in sorted((op for op in item_ops if op.completion == "ok" and op.reviewer != DEADLINE_USERNAME),
+                     key=lambda op: op.completed_at or 0):
         last[op.reviewer] = op
     for reviewer, op in last.items():
         if votes.get(reviewer) != op.decision:

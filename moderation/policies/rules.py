@@ -24,6 +24,7 @@ from typing import Any
 from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
 
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
+PAST = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
 
 
 class PolicyInvalid(ValueError):
@@ -101,7 +102,7 @@ def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> Non
 @dataclass(frozen=True)
 class Resolution:
     outcome: str  # approve / reject
-    why: str  # quorum / veto / impossible
+    why: str  # quorum / veto / impossible / deadline (the policy's default, when time ran out)
 
 
 def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Resolution | None:
@@ -133,5 +134,6 @@ def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: in
     if rejecters:
         text += " · " + ", ".join(rejecters) + " rejected"
     if resolution is not None:
-        text += {"veto": " — vetoed", "quorum": " — approved", "impossible": " — approval no longer possible"}[resolution.why]
+        text += {"veto": " — vetoed", "quorum": " — approved", "impossible": " — approval no longer possible",
+                 "deadline": f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
     return text

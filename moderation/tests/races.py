@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
+from django.db import connection
+
 from moderation.lab.harness import RaceReport
 from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
 
@@ -25,3 +30,32 @@ def guard_held_assert(report: RaceReport, *, items: list[str], reviewers: int) -
         assert len(attempts) == reviewers
         assert [a.reviewer_id for a in attempts if a.outcome == AttemptOutcome.WON] == [item.decided_by_id]
         assert {a.winner_id for a in attempts} == {item.decided_by_id}
+
+
+def race_rounds(rounds: int, *workers: Callable[[int], None], before: Callable[[int], None] | None = None) -> None:
+    """Run ``rounds`` races: in each, every worker (one thread each, kept for all rounds) is
+    released by one barrier and calls ``worker(round)``. ``before(round)`` runs once per round,
+    while every worker waits at the barrier (the barrier's action). A worker's exception ends
+    the run and is raised here; each thread closes its database connection."""
+    upcoming = iter(range(rounds))
+    barrier = threading.Barrier(len(workers), action=(lambda: before(next(upcoming))) if before else None)
+    errors: list[BaseException] = []
+
+    def run(worker: Callable[[int], None]) -> None:
+        try:
+            for n in range(rounds):
+                barrier.wait(timeout=60)
+                worker(n)
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(worker,)) for worker in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

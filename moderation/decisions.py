@@ -92,7 +92,7 @@ from moderation.models import (
 )
 from moderation.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.policies.models import Vote, VoteKind
-from moderation.policies.rules import Policy, Resolution, policy_parse, tally_describe, tally_resolve
+from moderation.policies.rules import Policy, Resolution, policy_parse, tally_build, tally_resolve
 from moderation.policies.teams import NotAMember, decide_right_check, eligible_count
 from moderation.permissions import user_can_decide
 from moderation.reasons import ReasonInvalid, decisions_rejecting, reason_check, reason_message
@@ -381,7 +381,8 @@ def _vote_cast(
     votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
-    tally = _tally(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
+    tally = tally_build(policy=policy, votes=[(name, kind, v.cast_at) for name, kind, v in votes], eligible=eligible,
+                        resolution=resolution)
     if resolution is None:
         attempt = attempt_append(
             item=item, ask=ask, reviewer=voter, requested=requested, decisions=decisions, note=note,
@@ -400,21 +401,10 @@ def _vote_cast(
 
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
-    votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
+    votes = [(v.voter.get_username(), v.vote, v.cast_at) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = _tally(policy=policy, votes=votes, eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
     ask.save(update_fields=["tally"])
-
-
-def _tally(*, policy: Policy, votes: list[tuple[str, str, Vote]], eligible: int, resolution: Resolution | None) -> dict[str, Any]:
-    """The votes as the API, the pages, the events and the resumed graph read them."""
-    return {
-        "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
-        "votes": [{"voter": name, "vote": kind, "at": vote.cast_at.isoformat()} for name, kind, vote in votes],
-        "resolution": resolution.outcome if resolution else None, "why": resolution.why if resolution else None,
-        "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
-                                  resolution=resolution),
-    }
 
 
 def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution, votes: list[Vote]) -> list[dict[str, Any]]:

@@ -1,4 +1,9 @@
-"""Reading many items from a JSON lines or CSV file, each line judged on its own."""
+"""Reading many items from a JSON lines or CSV file, each line judged on its own.
+
+Besides title, body and source a line may name its approval policy (README "Approval
+policies"): ``team`` (a slug), ``policy`` (a JSON object; in CSV its JSON text) and
+``requested_by`` (a username). A blank CSV cell of these three leaves it unset.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,12 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
-ITEM_FIELDS = ("title", "body", "source")
+ITEM_FIELDS = ("title", "body", "source", "team", "policy", "requested_by")
 REQUIRED_FIELDS = ("title", "body")
+# Optional columns a CSV line may leave blank: unset, not an empty team or user.
+BLANK_IS_UNSET = ("team", "policy", "requested_by")
 FORMATS = ("jsonl", "csv")
 
 
@@ -19,7 +26,7 @@ class ItemRow:
     """One line of the file: the item's fields, or why the line cannot be an item."""
 
     line: int
-    fields: dict[str, str]
+    fields: dict[str, Any]
     error: str = ""
 
 
@@ -51,7 +58,7 @@ def _jsonl_rows(stream: TextIO) -> Iterator[ItemRow]:
             yield ItemRow(number, {}, f"not valid JSON: {exc.msg} (column {exc.colno})")
             continue
         if not isinstance(value, dict):
-            yield ItemRow(number, {}, f"must be a JSON object with {', '.join(ITEM_FIELDS)}, not {type(value).__name__}")
+            yield ItemRow(number, {}, f"must be a JSON object with {', '.join(REQUIRED_FIELDS)}, not {type(value).__name__}")
             continue
         yield _row_check(number, value)
 
@@ -66,14 +73,16 @@ def _csv_rows(stream: TextIO) -> Iterator[ItemRow]:
     unknown = [f for f in header if f not in ITEM_FIELDS]
     if missing or unknown:
         raise ItemFileError(
-            f"the CSV header must name {', '.join(REQUIRED_FIELDS)} (and optionally source); "
+            f"the CSV header must name {', '.join(REQUIRED_FIELDS)} (and optionally "
+            f"{', '.join(f for f in ITEM_FIELDS if f not in REQUIRED_FIELDS)}); "
             f"missing: {', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}"
         )
     for record in reader:
         if None in record:
             yield ItemRow(reader.line_num, {}, f"has {len(header) + len(record[None])} fields; the header names {len(header)}")
             continue
-        yield _row_check(reader.line_num, {k: v for k, v in record.items() if v is not None})
+        yield _row_check(reader.line_num, {k: v for k, v in record.items()
+                                           if v is not None and not (k in BLANK_IS_UNSET and not v.strip())})
 
 
 def _row_check(number: int, value: dict) -> ItemRow:
@@ -83,7 +92,15 @@ def _row_check(number: int, value: dict) -> ItemRow:
     missing = [f for f in REQUIRED_FIELDS if f not in value]
     if missing:
         return ItemRow(number, {}, f"missing {', '.join(missing)}")
-    not_text = [k for k, v in value.items() if not isinstance(v, str)]
+    not_text = [k for k, v in value.items() if k != "policy" and not isinstance(v, str)]
     if not_text:
         return ItemRow(number, {}, f"{', '.join(not_text)} must be text")
-    return ItemRow(number, dict(value))
+    fields = dict(value)
+    if isinstance(fields.get("policy"), str):  # a CSV cell
+        try:
+            fields["policy"] = json.loads(fields["policy"])
+        except json.JSONDecodeError as exc:
+            return ItemRow(number, {}, f"policy is not valid JSON: {exc.msg} (column {exc.colno})")
+    if "policy" in fields and not isinstance(fields["policy"], dict):
+        return ItemRow(number, {}, f"policy must be a JSON object, not {type(fields['policy']).__name__}")
+    return ItemRow(number, fields)

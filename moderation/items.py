@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -30,6 +31,16 @@ def item_body_check(*, body: str) -> None:
         raise ValidationError(
             {"body": f"body is {len(body):,} characters; the limit is {limit:,} (ITEM_BODY_MAX_LENGTH)"}
         )
+
+
+def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
+    """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
+    if username is None:
+        return None
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"requested_by": f"no user named {username!r} on this server"})
+    return user
 
 
 def item_create(

@@ -19,8 +19,9 @@ from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
 
-# An API item shows its asks with who decided each: one query for a whole page.
-_ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by"))
+# An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
+_ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))
+_API_ITEM_RELATED = ("decided_by", "team", "requested_by")
 
 
 def _queue_items() -> QuerySet[QueueItem]:
@@ -343,7 +344,7 @@ def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
 def client_item_get(*, client_id: int, public_id: UUID | str) -> QueueItem | None:
     """One of the client's own items; a client never sees another's (or a moderator-made) item."""
     try:
-        return QueueItem.objects.select_related("decided_by").prefetch_related(_ASKS).get(
+        return QueueItem.objects.select_related(*_API_ITEM_RELATED).prefetch_related(_ASKS).get(
             public_id=UUID(str(public_id)), submitted_by_id=client_id
         )
     except (QueueItem.DoesNotExist, ValueError):
@@ -370,7 +371,7 @@ def client_items_page(
         items = items.filter(decided_at__gt=decided_after)
     if graph:
         items = items.filter(graph=graph)
-    page = list(items.select_related("decided_by").prefetch_related(_ASKS).order_by("id")[: limit + 1])
+    page = list(items.select_related(*_API_ITEM_RELATED).prefetch_related(_ASKS).order_by("id")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     return page, (page[-1].id if more else None)

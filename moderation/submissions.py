@@ -19,7 +19,9 @@ digest):
 
 The submit may name a graph (a ``REVIEWQUEUE_GRAPHS`` name; the moderation graph by
 default) and its ``input`` (merged into the graph's start state); both are part of
-the content digest, so one key cannot start two different graphs.
+the content digest, so one key cannot start two different graphs. Likewise its
+approval policy (``team``, ``policy``, ``requested_by``; ``moderation.policies``): part
+of the digest when given, so a submit without them digests exactly as before.
 
 Every field is checked before anything starts; a refused submit changes nothing.
 """
@@ -37,7 +39,7 @@ from django.db import IntegrityError
 from django.db.models import Q
 
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
-from moderation.items import item_body_check, submitted_item_create
+from moderation.items import item_body_check, item_requester_get, submitted_item_create
 from moderation.models import PRIORITY_MAX, PRIORITY_MIN, ApiClient, QueueItem
 
 METADATA_MAX_BYTES = 16 * 1024
@@ -63,6 +65,9 @@ class Submission:
     priority: int = 0
     graph: str | None = None
     graph_input: dict[str, Any] | None = None
+    team: str | None = None  # a Team's slug
+    policy: dict[str, Any] | None = None  # over the team's (moderation.policies.rules.policy_parse)
+    requested_by: str | None = None  # the username on whose behalf the client submits
 
     def digest(self) -> str:
         content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
@@ -70,6 +75,10 @@ class Submission:
         # be named, so a retry of an item submitted before the upgrade still matches it.
         if (self.graph or DEFAULT_GRAPH) != DEFAULT_GRAPH or self.graph_input:
             content += [self.graph or DEFAULT_GRAPH, self.graph_input or {}]
+        # Likewise without a policy; an object, never a string, so it cannot pass for a graph's name.
+        approval = {"team": self.team, "policy": self.policy or None, "requested_by": self.requested_by}
+        if any(v is not None for v in approval.values()):
+            content.append({k: v for k, v in approval.items() if v is not None})
         canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -138,10 +147,12 @@ def _public_id_for(*, client: ApiClient, key: str, digest: str) -> uuid.UUID:
 def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: str | None = None) -> SubmitResult:
     """Create the item, or return the one this key already made (``created`` False).
 
-    Raises ValidationError for bad input and IdempotencyConflict for a reused key with
-    other content; neither changes anything.
+    Raises ValidationError for bad input (an unknown ``requested_by`` or team, a policy
+    that cannot be satisfied: ``items.item_create``) and IdempotencyConflict for a reused
+    key with other content; neither changes anything.
     """
     submission_check(submission=submission, idempotency_key=idempotency_key)
+    requester = item_requester_get(username=submission.requested_by)
     digest = submission.digest()
     key = f"key:{idempotency_key}" if idempotency_key is not None else (
         f"ext:{submission.external_id}" if submission.external_id is not None else None
@@ -154,6 +165,7 @@ def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: s
         "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
         "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
         "graph": submission.graph, "graph_input": submission.graph_input or {},
+        "team": submission.team, "policy": submission.policy, "requested_by": requester,
     }
     try:
         item = submitted_item_create(

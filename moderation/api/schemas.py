@@ -7,10 +7,14 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool, StrictInt
 
+from moderation.deadlines import DEADLINE_USERNAME
 from moderation.models import PRIORITY_MAX, PRIORITY_MIN, AskStatus, QueueItem, ReviewAsk
 from moderation.outcomes import ask_what
+from moderation.policies.models import APPROVALS_MAX
+from moderation.policies.rules import DEADLINE_MAX_SECONDS
+from moderation.policies.teams import ask_tally_read
 from moderation.submissions import KEY_MAX_LENGTH
 
 BATCH_MAX_ITEMS = 500
@@ -19,6 +23,24 @@ BATCH_MAX_ITEMS = 500
 class Strict(Schema):
     # An unknown field is a client's bug (a typo drops data silently otherwise): refused.
     model_config = ConfigDict(extra="forbid")
+
+
+class PolicyIn(Strict):
+    """An item's approval policy; each field left out is the team's (or the default: one decision settles it).
+
+    The service (``moderation.policies.rules.policy_parse``) checks it again, with the
+    team: more approvals than the team's moderators, its requester excluded, is a 422
+    naming ``policy.approvals``.
+    """
+
+    approvals: StrictInt | None = Field(default=None, ge=1, le=APPROVALS_MAX, description="distinct moderators who must approve")
+    majority: StrictBool | None = Field(default=None, description="approve with more than half of the moderators who may vote")
+    veto: StrictBool | None = Field(default=None, description="one rejection ends the vote as rejected")
+    deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=DEADLINE_MAX_SECONDS,
+                                               description="how long each ask may wait for its decision")
+    on_deadline: Literal["", "approve", "reject", "escalate"] | None = Field(
+        default=None, description='at the deadline: resolved as "deadline", or escalated to the team\'s supervisor team; "" waits',
+    )
 
 
 class ItemIn(Strict):
@@ -34,6 +56,12 @@ class ItemIn(Strict):
     graph: str | None = Field(default=None, min_length=1, max_length=64)
     # Merged into the graph's start state; its limits are metadata's, checked by the service.
     input: dict[str, Any] = Field(default_factory=dict)
+    # Approval policies (README "Approval policies"): the team (a slug; else the team that
+    # owns the source or graph), the policy over the team's, and the user on whose behalf
+    # the client submits, who may never decide the item (four eyes).
+    team: str | None = Field(default=None, min_length=1, max_length=50)
+    policy: PolicyIn | None = None
+    requested_by: str | None = Field(default=None, min_length=1, max_length=150)
 
 
 class BatchItemIn(ItemIn):
@@ -46,6 +74,24 @@ class DecisionOut(Schema):
     by: str
     at: datetime
     note: str
+
+
+class VoteOut(Schema):
+    voter: str
+    vote: Literal["approve", "reject"]
+    at: datetime
+
+
+class TallyOut(Schema):
+    """The votes on a quorum ask: counted so far while it is open, as they stood when it resolved after."""
+
+    needed: int  # approvals that approve it
+    eligible: int  # moderators who may vote (its requester excluded)
+    veto: bool
+    votes: list[VoteOut]  # one per moderator, oldest first (a changed vote dates from its change)
+    resolution: Literal["approve", "reject"] | None
+    why: Literal["quorum", "veto", "impossible"] | None
+    summary: str  # "2 of 3 approvals: alice, bob · carol rejected — vetoed"
 
 
 class AskOut(Schema):
@@ -63,17 +109,33 @@ class AskOut(Schema):
     what: str  # the decisions in words: "edited refund (amount 120 → 80)"
     reason: str  # the reason code of a reject ("" for none): one of the admin's ReasonCode codes
     applied: bool  # the worker has resumed the graph with the decision
+    # When the worker's deadline sweep settles or escalates it (null: it waits).
+    deadline_at: datetime | None
+    tally: TallyOut | None  # quorum asks only
+    # How it was resolved: "quorum" / "veto" / "impossible" (votes), "deadline", "decision"
+    # (one moderator's, no quorum), "withdrawn"; null while open.
+    resolution: Literal["quorum", "veto", "impossible", "deadline", "decision", "withdrawn"] | None
 
     @classmethod
-    def of(cls, ask: ReviewAsk) -> AskOut:
+    def of(cls, ask: ReviewAsk, *, item: QueueItem) -> AskOut:
         decided = ask.status != AskStatus.PENDING
+        tally = ask_tally_read(item=item, ask=ask)
         return cls(
             id=ask.interrupt_id, round=ask.round, status=ask.status,
             action_requests=ask.payload["action_requests"], review_configs=ask.payload["review_configs"],
             decided_by=ask.decided_by.get_username() if decided else None, decided_at=ask.decided_at,
             decisions=ask.decisions, what=ask_what(ask) if decided else "", reason=ask.reason,
-            applied=ask.applied_at is not None,
+            applied=ask.applied_at is not None, deadline_at=ask.deadline_at, tally=tally,
+            resolution=_resolution(ask, tally=tally) if decided else None,
         )
+
+
+def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> str:
+    if ask.status == AskStatus.WITHDRAWN:
+        return "withdrawn"
+    if tally and tally.get("why"):
+        return tally["why"]
+    return "deadline" if ask.decided_by.get_username() == DEADLINE_USERNAME else "decision"
 
 
 class ItemOut(Schema):
@@ -94,6 +156,11 @@ class ItemOut(Schema):
     applied_result: dict[str, Any]
     # Kept for clients written before asks: the first open ask's request ({} when none is open).
     review_request: dict[str, Any]
+    team: str | None  # the team's slug; only its moderators (and supervisors) may decide
+    policy: dict[str, Any]  # the policy copied onto the item at submit: approvals, majority, veto, deadline_seconds, on_deadline
+    requested_by: str | None  # who may never decide it (four eyes)
+    deadline_at: datetime | None  # the first open ask's deadline
+    escalated_at: datetime | None  # when a deadline handed it to the supervisor team
 
     @classmethod
     def of(cls, item: QueueItem) -> ItemOut:
@@ -108,8 +175,11 @@ class ItemOut(Schema):
             id=item.public_id, title=item.title, source=item.source, status=item.status,
             external_id=item.external_id, metadata=item.metadata, priority=item.priority,
             created_at=item.created_at, decided_at=item.decided_at, decision=decision,
-            graph=item.graph, asks=[AskOut.of(a) for a in asks], apply_state=item.apply_state,
+            graph=item.graph, asks=[AskOut.of(a, item=item) for a in asks], apply_state=item.apply_state,
             applied_result=item.applied_result, review_request=first_open.payload if first_open else {},
+            team=item.team.slug if item.team_id else None, policy=item.policy,
+            requested_by=item.requested_by.get_username() if item.requested_by_id else None,
+            deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,
         )
 
 

@@ -19,6 +19,7 @@ veto, or the rejection that makes N approvals unreachable, rejects.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
@@ -122,6 +123,19 @@ def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Re
     if approvals + (eligible - len(votes)) < needed:
         return Resolution(outcome="reject", why="impossible")
     return None
+
+
+def tally_build(
+    *, policy: Policy, votes: list[tuple[str, str, datetime]], eligible: int, resolution: Resolution | None,
+) -> dict[str, Any]:
+    """The votes (voter, approve / reject, cast at; oldest first) as the API, the pages, the events and the resumed graph read them."""
+    return {
+        "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
+        "votes": [{"voter": name, "vote": kind, "at": at.isoformat()} for name, kind, at in votes],
+        "resolution": resolution.outcome if resolution else None, "why": resolution.why if resolution else None,
+        "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
+                                  resolution=resolution),
+    }
 
 
 def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: int, resolution: Resolution | None) -> str:

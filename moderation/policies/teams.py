@@ -10,14 +10,17 @@ after the removal committed is refused. Never half of each.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Permission
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from moderation.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
-from moderation.policies.rules import Policy, PolicyInvalid, policy_parse, policy_satisfiable_check
+from moderation.policies.rules import Policy, PolicyInvalid, policy_parse, policy_satisfiable_check, tally_build
 
 SUPERVISE_PERMISSION = "moderation.supervise_teams"
 DECIDE_CODENAME = "decide_item"
@@ -122,3 +125,21 @@ def item_policy_resolve(
         eligible = eligible_count(team_id=team.pk if team else None, requester_id=requester.pk if requester else None)
         policy_satisfiable_check(policy=resolved, eligible=eligible, team=f"team {team.name}" if team else "this site")
     return team, resolved
+
+
+def ask_tally_read(*, item: QueueItem, ask: ReviewAsk) -> dict[str, Any] | None:
+    """An ask's tally for readers outside the guard (the API); None when votes are not counted.
+
+    A resolved ask shows the tally the guard froze at resolution (``ReviewAsk.tally``); an
+    open quorum ask the votes counted so far, read without locks: a snapshot that a vote
+    committing meanwhile makes old, never a tally the guard would not have seen. Reads
+    ``ask.votes`` (prefetch them with their voters for a page of items).
+    """
+    if ask.status != AskStatus.PENDING:
+        return ask.tally or None
+    policy = policy_parse(item.policy)
+    if not policy.is_quorum:
+        return None
+    votes = [(v.voter.get_username(), v.vote, v.cast_at) for v in sorted(ask.votes.all(), key=lambda v: (v.cast_at, v.pk))]
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    return tally_build(policy=policy, votes=votes, eligible=eligible, resolution=None)

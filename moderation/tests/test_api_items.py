@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from moderation.apiclients import apiclient_create, token_revoke
 from moderation.checkpointer import checkpointer_get
-from moderation.decisions import item_decide
-from moderation.models import ApiToken, QueueItem
-from moderation.submissions import METADATA_MAX_BYTES
+from moderation.deadlines import deadlines_sweep
+from moderation.decisions import NotAllowed, item_decide
+from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
+from moderation.policies.teams import team_member_add
+from moderation.submissions import METADATA_MAX_BYTES, Submission
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 
@@ -350,3 +355,113 @@ def test_cancel_needs_the_write_scope_and_the_clients_own_item(api, make_item):
     moderators_item = make_item()
     assert api.post(f"/items/{moderators_item.public_id}/cancel", {}).status_code == 404
     assert QueueItem.objects.get(public_id=item_id).status == "pending"
+
+
+# Approval policies through the API (README "Approval policies").
+
+
+@pytest.fixture
+def payments(make_moderator, alice, bob):
+    carol = make_moderator("carol")
+    team = Team.objects.create(slug="payments", name="Payments")
+    for user in (alice, bob, carol):
+        team_member_add(team=team, user=user)
+    return team
+
+
+def test_a_digest_without_policy_fields_is_what_it_was_before_them():
+    # Pinned: items submitted before policies existed must still match their retries.
+    legacy = Submission(title="A post", body="Some harmless text.", source="pipeline", external_id="post-1", metadata={"a": 1})
+    assert legacy.digest() == "e0f2338999980d4dd88753666ddbe10ed7d371735b2a1addb214a7661e613d28"
+    for extra in ({"team": "payments"}, {"policy": {"approvals": 2}}, {"requested_by": "carol"}):
+        assert Submission(**{**legacy.__dict__, **extra}).digest() != legacy.digest()
+    assert Submission(**{**legacy.__dict__, "policy": {}}).digest() == legacy.digest()
+
+
+def test_submit_with_a_policy_shows_team_requester_and_the_tally_as_it_grows(api, payments, alice, bob):
+    payload = {**ITEM, "team": "payments", "requested_by": "carol",
+               "policy": {"approvals": 2, "deadline_seconds": 600, "on_deadline": "reject"}}
+    created = api.post("/items", payload, **{"Idempotency-Key": "p1"})
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["team"], body["requested_by"], body["escalated_at"]) == ("payments", "carol", None)
+    assert body["policy"] == {"approvals": 2, "majority": False, "veto": False, "deadline_seconds": 600,
+                              "on_deadline": "reject"}
+    [ask] = body["asks"]
+    assert body["deadline_at"] == ask["deadline_at"] is not None
+    assert ask["tally"] == {"needed": 2, "eligible": 2, "veto": False, "votes": [], "resolution": None, "why": None,
+                            "summary": "0 of 2 approvals"}
+    assert ask["resolution"] is None
+    assert api.post("/items", payload, **{"Idempotency-Key": "p1"}).status_code == 200
+    assert api.post("/items", {**payload, "requested_by": "bob"}, **{"Idempotency-Key": "p1"}).status_code == 409
+
+    carol = get_user_model().objects.get(username="carol")
+    with pytest.raises(NotAllowed, match="four eyes"):
+        item_decide(item_public_id=body["id"], reviewer=carol, decision="approve")
+    item_decide(item_public_id=body["id"], reviewer=alice, decision="approve")
+    [ask] = api.get(f"/items/{body['id']}").json()["asks"]
+    assert [(v["voter"], v["vote"]) for v in ask["tally"]["votes"]] == [("alice", "approve")]
+    assert (ask["status"], ask["tally"]["summary"], ask["resolution"]) == ("pending", "1 of 2 approvals: alice", None)
+
+    item_decide(item_public_id=body["id"], reviewer=bob, decision="approve")
+    [listed] = api.get("/items", status="approved").json()["items"]
+    [ask] = listed["asks"]
+    assert (ask["resolution"], ask["tally"]["resolution"], ask["tally"]["why"]) == ("quorum", "approve", "quorum")
+    assert [v["voter"] for v in ask["tally"]["votes"]] == ["alice", "bob"] and listed["deadline_at"] is None
+    frozen = QueueItem.objects.get(public_id=body["id"]).asks.get().tally  # the guard's, not recounted
+    assert ask["tally"]["summary"] == frozen["summary"] == "2 of 2 approvals: alice, bob — approved"
+
+
+def test_a_deadline_and_an_escalation_show_in_the_item(api, payments, make_moderator):
+    leads = Team.objects.create(slug="leads", name="Leads")
+    team_member_add(team=leads, user=make_moderator("boss"))
+    payments.escalate_to = leads
+    payments.save()
+    escalating = api.post("/items", {**ITEM, "team": "payments",
+                                     "policy": {"deadline_seconds": 60, "on_deadline": "escalate"}}).json()
+    settling = api.post("/items", {**ITEM, "team": "payments",
+                                   "policy": {"deadline_seconds": 60, "on_deadline": "approve"}}).json()
+    ReviewAsk.objects.update(deadline_at=timezone.now() - timedelta(seconds=1))
+    assert deadlines_sweep() == 2
+    moved = api.get(f"/items/{escalating['id']}").json()
+    assert (moved["team"], moved["priority"], moved["status"]) == ("leads", 10, "pending")
+    assert moved["escalated_at"] is not None and moved["deadline_at"] is None
+    settled = api.get(f"/items/{settling['id']}").json()
+    assert (settled["status"], settled["decision"]["by"], settled["asks"][0]["resolution"]) == ("approved", "deadline", "deadline")
+    assert settled["asks"][0]["tally"] is None  # one decision settles it: no votes counted
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"requested_by": "nobody"}, "requested_by: no user named 'nobody' on this server"),
+        ({"team": "nosuch"}, "team: no team 'nosuch'"),
+        ({"team": "payments", "policy": {"approvals": 4}},
+         "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote"),
+        # Four eyes: the requester is not one of the moderators who may vote.
+        ({"team": "payments", "requested_by": "alice", "policy": {"approvals": 3}},
+         "policy.approvals: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote"),
+        ({"policy": {"approvals": 0}}, "policy.approvals"),
+        ({"policy": {"approvals": True}}, "policy.approvals"),
+        ({"policy": {"quorum": 2}}, "policy.quorum"),
+        ({"policy": {"on_deadline": "approve"}}, "policy.deadline_seconds: on_deadline needs deadline_seconds"),
+        ({"team": "payments", "policy": {"deadline_seconds": 5, "on_deadline": "escalate"}}, "policy.on_deadline"),
+        ({"policy": {"on_deadline": "shrug", "deadline_seconds": 5}}, "policy.on_deadline"),
+    ],
+)
+def test_a_bad_policy_is_422_naming_its_field_and_creates_nothing(api, payments, extra, needle):
+    response = api.post("/items", {**ITEM, **extra})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"] == "invalid" and needle in response.json()["message"]
+    batch = api.post("/items:batch", {"items": [{**ITEM, **extra}, ITEM]}).json()["results"]
+    assert [(r["outcome"], needle in (r["message"] or "")) for r in batch] == [("invalid", True), ("created", False)]
+    assert QueueItem.objects.count() == 1  # the batch's good item alone
+
+
+def test_the_openapi_schema_documents_policies_and_tallies():
+    schemas = Client().get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert {"team", "policy", "requested_by"} <= set(schemas["ItemIn"]["properties"])
+    assert set(schemas["PolicyIn"]["properties"]) == {"approvals", "majority", "veto", "deadline_seconds", "on_deadline"}
+    assert {"team", "policy", "requested_by", "deadline_at", "escalated_at"} <= set(schemas["ItemOut"]["properties"])
+    assert {"deadline_at", "tally", "resolution"} <= set(schemas["AskOut"]["properties"])
+    assert {"needed", "eligible", "veto", "votes", "resolution", "why", "summary"} == set(schemas["TallyOut"]["properties"])

@@ -14,13 +14,15 @@ from standardwebhooks import Webhook
 
 from moderation.admin import WebhookEndpointForm
 from moderation.apply import item_apply
+from moderation.deadlines import deadlines_sweep
 from moderation.decisions import item_decide, item_withdraw
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
 from moderation.faults import fault_inject
-from moderation.models import ApplyState
-from moderation.items import lab_item_create
+from moderation.models import ApplyState, ReviewAsk, Team
+from moderation.items import item_create, lab_item_create
+from moderation.policies.teams import team_member_add
 from moderation.tests.webhook_receiver import Receiver
 
 ALL_EVENTS = ["item.created", "item.decided", "item.cancelled"]
@@ -317,3 +319,77 @@ def test_admin_create_shows_the_secret_and_actions_queue_ping_and_redeliver(admi
     admin_client.post("/admin/moderation/webhookdelivery/", {"action": "redeliver", "_selected_action": [ping.pk]})
     ping.refresh_from_db()
     assert ping.status == DeliveryStatus.PENDING
+
+
+# Approval policies (moderation.policies): votes and escalations are events of their own.
+
+
+@pytest.fixture
+def policy_endpoint(db, receiver):
+    endpoint = WebhookEndpoint.objects.create(
+        name="policies", url=receiver.url, events=["item.voted", "item.decided", "item.escalated"],
+    )
+    receiver.secret = endpoint.secret
+    return endpoint
+
+
+@pytest.fixture
+def payments(make_moderator, alice, bob):
+    team = Team.objects.create(slug="payments", name="Payments")
+    for user in (alice, bob, make_moderator("carol")):
+        team_member_add(team=team, user=user)
+    return team
+
+
+def _sent(item, receiver) -> list[dict]:
+    """Deliver the item's pending events in order, as a worker would; all the receiver verified and got for it."""
+    for delivery in _deliveries(item):
+        if delivery.status != DeliveryStatus.PENDING:
+            continue
+        assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
+    assert receiver.bad_signatures == 0
+    return [{"type": got.type, **got.data} for got in receiver.received if got.data["id"] == str(item.public_id)]
+
+
+def test_the_policy_events_are_offered_by_the_admin_forms(admin_client):
+    form = WebhookEndpointForm(data={"name": "hooks", "url": "https://example.com/hook", "active": "on",
+                                     "events": ["item.voted", "item.escalated"]})
+    assert form.is_valid(), form.errors
+    page = admin_client.get("/admin/moderation/webhookendpoint/add/").content.decode()
+    assert 'value="item.voted"' in page and 'value="item.escalated"' in page
+
+
+def test_a_vote_that_does_not_resolve_sends_item_voted_and_the_resolving_one_item_decided_with_the_tally(
+        policy_endpoint, receiver, payments, alice, bob):
+    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments", policy={"approvals": 2})
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    [voted] = _sent(item, receiver)
+    assert (voted["type"], voted["status"], voted["team"], voted["ask"]) == (
+        "item.voted", "pending", "payments", item.asks.get().interrupt_id)
+    assert voted["tally"]["summary"] == "1 of 2 approvals: alice" and voted["tally"]["resolution"] is None
+    assert [(v["voter"], v["vote"]) for v in voted["tally"]["votes"]] == [("alice", "approve")]
+
+    item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    assert [e["type"] for e in _sent(item, receiver)] == ["item.voted", "item.decided"]  # no voted for the resolving vote
+    decided = _sent(item, receiver)[-1]
+    assert (decided["status"], decided["decision"]["by"], decided["sequence"]) == ("approved", "bob", 2)
+    assert decided["decision"]["tally"]["summary"] == "2 of 2 approvals: alice, bob — approved"
+    assert decided["decision"]["tally"]["why"] == "quorum" and decided["policy"]["approvals"] == 2
+
+
+def test_an_escalation_sends_item_escalated_once(policy_endpoint, receiver, payments, make_moderator):
+    leads = Team.objects.create(slug="leads", name="Leads")
+    team_member_add(team=leads, user=make_moderator("boss"))
+    payments.escalate_to = leads
+    payments.save()
+    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments",
+                       policy={"deadline_seconds": 60, "on_deadline": "escalate"})
+    ReviewAsk.objects.filter(item=item).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    assert deadlines_sweep() == 1
+    assert deadlines_sweep() == 0  # escalated: the supervisors' team sets no deadline, nothing fires again
+    [escalated] = _sent(item, receiver)
+    item.refresh_from_db()
+    assert (escalated["type"], escalated["team"], escalated["priority"], escalated["status"]) == (
+        "item.escalated", "leads", 10, "pending")
+    assert escalated["escalated_at"] == item.escalated_at.isoformat()
+    assert escalated["policy"]["on_deadline"] == "" and escalated["decision"] is None

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from moderation.models import QueueItem
+from moderation.models import QueueItem, Team
+from moderation.policies.teams import team_member_add
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -79,6 +80,60 @@ def test_single_item_and_wrong_combinations(tmp_path, monkeypatch):
     ]:
         assert re.fullmatch(message, _add(*args)[2])
     assert QueueItem.objects.count() == 1
+
+
+@pytest.fixture
+def payments(make_moderator, alice, bob):
+    team = Team.objects.create(slug="payments", name="Payments")
+    for user in (alice, bob, make_moderator("carol")):
+        team_member_add(team=team, user=user)
+    return team
+
+
+def test_team_policy_and_requester_for_one_item_and_as_defaults_of_a_file(tmp_path, payments):
+    out, _, error = _add("--title", "Refund", "--body", "Order 7.", "--team", "payments",
+                         "--policy", '{"approvals": 2, "veto": true}', "--requested-by", "carol")
+    assert error == ""
+    item = QueueItem.objects.get()
+    assert (item.team, item.requested_by.username, item.policy["approvals"], item.policy["veto"]) == (payments, "carol", 2, True)
+
+    path = tmp_path / "items.csv"
+    path.write_text('title,body,policy,requested_by\r\n'
+                    'Own,a,"{""approvals"": 1}",alice\r\n'          # its own policy and requester
+                    'Default,b,,\r\n'                              # the options' policy and requester
+                    'Unreachable,c,"{""approvals"": 3}",alice\r\n'  # alice cannot vote on her own request
+                    'Stranger,d,,nobody\r\n', encoding="utf-8")
+    out, err, error = _add("--file", str(path), "--team", "payments", "--policy", '{"approvals": 2}',
+                           "--requested-by", "bob")
+    assert error == "2 lines refused: 4, 5"
+    assert err.splitlines() == [
+        "line 4: refused: policy.approvals: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote",
+        "line 5: refused: requested_by: no user named 'nobody' on this server",
+    ]
+    added = {i.title: (i.team.slug, i.policy["approvals"], i.requested_by and i.requested_by.username)
+             for i in QueueItem.objects.exclude(pk=item.pk)}
+    assert added == {"Own": ("payments", 1, "alice"), "Default": ("payments", 2, "bob")}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--requested-by", "nobody"], "--requested-by: no user named 'nobody' on this server"),
+        (["--team", "nosuch"], "--team: no team 'nosuch'"),
+        (["--policy", "{approvals"], "--policy is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
+        (["--policy", "[2]"], "--policy must be a JSON object, not list"),
+        (["--team", "payments", "--policy", '{"approvals": 4}'],
+         "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote"),
+        (["--policy", '{"on_deadline": "approve"}'], "policy.deadline_seconds: on_deadline needs deadline_seconds"),
+    ],
+)
+def test_a_bad_team_policy_or_requester_adds_nothing(tmp_path, payments, args, message):
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"title": "A", "body": "a"}\n', encoding="utf-8")
+    assert _add("--title", "Solo", "--body", "One.", *args)[2] == message
+    error = _add("--file", str(path), *args)[2]
+    assert error == message or error == "1 line refused: 1"  # options checked up front, or per line
+    assert not QueueItem.objects.exists()
 
 
 def test_starting_item_add_does_not_import_matplotlib():

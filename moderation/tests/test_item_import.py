@@ -25,8 +25,8 @@ def test_json_lines_give_each_line_its_fields_or_its_error():
     assert _rows(text, "jsonl") == [
         ItemRow(1, {"title": "One", "body": "First."}),
         ItemRow(3, {}, "not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
-        ItemRow(4, {}, "must be a JSON object with title, body, source, not list"),
-        ItemRow(5, {}, "unknown field tilte; fields are title, body, source"),
+        ItemRow(4, {}, "must be a JSON object with title, body, not list"),
+        ItemRow(5, {}, "unknown field tilte; fields are title, body, source, team, policy, requested_by"),
         ItemRow(6, {}, "missing body"),
         ItemRow(7, {}, "body must be text"),
         ItemRow(8, {"title": "Five", "body": "Fifth.", "source": "feed"}),
@@ -40,6 +40,30 @@ def test_csv_rows_may_span_lines_and_bodies_may_exceed_csvs_own_field_limit():
         ItemRow(3, {"title": "One", "body": "two\r\nlines"}),
         ItemRow(4, {}, "has 3 fields; the header names 2"),
         ItemRow(5, {"title": "Long", "body": long_body}),
+    ]
+
+
+def test_policy_columns_json_objects_or_their_json_text_in_csv_and_blank_cells_unset():
+    jsonl = "\n".join([
+        '{"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}',
+        '{"title": "B", "body": "b", "policy": "{\\"veto\\": true}"}',
+        '{"title": "C", "body": "c", "policy": [2]}',
+        '{"title": "D", "body": "d", "team": 7}',
+    ])
+    assert _rows(jsonl, "jsonl") == [
+        ItemRow(1, {"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}),
+        ItemRow(2, {"title": "B", "body": "b", "policy": {"veto": True}}),
+        ItemRow(3, {}, "policy must be a JSON object, not list"),
+        ItemRow(4, {}, "team must be text"),
+    ]
+    csv_text = ('title,body,team,policy,requested_by\r\n'
+                'A,a,payments,"{""approvals"": 2}",carol\r\n'
+                'B,b,,,\r\n'
+                'C,c,payments,{approvals,\r\n')
+    assert _rows(csv_text, "csv") == [
+        ItemRow(2, {"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}),
+        ItemRow(3, {"title": "B", "body": "b"}),
+        ItemRow(4, {}, "policy is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
     ]
 
 

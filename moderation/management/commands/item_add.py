@@ -8,32 +8,35 @@ from django.core.management.base import BaseCommand, CommandError
 
 from moderation.graphs.registry import UnknownGraph, graph_name_validate
 from moderation.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
-from moderation.items import item_create
+from moderation.items import item_create, item_requester_get
+from moderation.models import Team
 
 
 def _errors_text(exc: ValidationError) -> str:
     return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
 
 
-def _input_parse(text: str | None) -> dict | None:
+def _object_parse(text: str | None, *, option: str) -> dict | None:
     if text is None:
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CommandError(f"--input is not valid JSON: {exc.msg} (column {exc.colno})") from None
+        raise CommandError(f"{option} is not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(value, dict):
-        raise CommandError(f"--input must be a JSON object, not {type(value).__name__}")
+        raise CommandError(f"{option} must be a JSON object, not {type(value).__name__}")
     return value
 
 
 class Command(BaseCommand):
     help = (
         "Add items to the review queue and start their graphs: one with --title/--body, or many with "
-        "--file (JSON lines, or CSV with a title,body[,source] header; '-' reads stdin). A bad line is "
+        "--file (JSON lines, or CSV with a title,body[,source,team,policy,requested_by] header; '-' reads stdin). A bad line is "
         "reported and skipped; the rest are added, and the command exits non-zero if any line was refused. "
         "--graph names the graph the items run (REVIEWQUEUE_GRAPHS; default moderation) and --input its "
-        "start state for a single item."
+        "start state for a single item. --team, --policy and --requested-by set the approval policy "
+        "(README \"Approval policies\"): of a single item, and of file lines without their own team, "
+        "policy or requested_by columns."
     )
 
     def add_arguments(self, parser):
@@ -47,6 +50,14 @@ class Command(BaseCommand):
             "--input", metavar="JSON",
             help='a JSON object merged over the item\'s start state, e.g. \'{"messages": [{"role": "user", "content": "..."}]}\'',
         )
+        parser.add_argument("--team", help="the team (slug) whose moderators decide; default: the team owning the source or graph")
+        parser.add_argument(
+            "--policy", metavar="JSON",
+            help='the approval policy over the team\'s, e.g. \'{"approvals": 2, "veto": true, "deadline_seconds": 3600, '
+                 '"on_deadline": "escalate"}\'',
+        )
+        parser.add_argument("--requested-by", metavar="USERNAME",
+                            help="who asks for the decision, and so may never make it (four eyes)")
 
     def handle(self, *args, **options):
         single = options["title"] is not None or options["body"] is not None
@@ -56,6 +67,14 @@ class Command(BaseCommand):
             graph_name_validate(name=options["graph"])
         except UnknownGraph as exc:
             raise CommandError(f"--graph: {exc}") from None
+        # Checked before any line is read, so a mistyped option is one error, not one per line.
+        options["policy"] = _object_parse(options["policy"], option="--policy")
+        try:
+            item_requester_get(username=options["requested_by"])
+        except ValidationError as exc:
+            raise CommandError(f"--requested-by: {' '.join(exc.messages)}") from None
+        if options["team"] is not None and not Team.objects.filter(slug=options["team"]).exists():
+            raise CommandError(f"--team: no team {options['team']!r}")
         if options["file"]:
             if options["input"] is not None:
                 raise CommandError("--input is for a single item (--title/--body), not --file")
@@ -63,10 +82,10 @@ class Command(BaseCommand):
             return
         if options["title"] is None or options["body"] is None:
             raise CommandError("give --title and --body for one item, or --file for many")
-        graph_input = _input_parse(options["input"])
+        graph_input = _object_parse(options["input"], option="--input")
         try:
-            item = item_create(title=options["title"], body=options["body"], source=options["source"],
-                               graph=options["graph"], graph_input=graph_input)
+            item = self._item_create({"title": options["title"], "body": options["body"]}, options,
+                                     graph_input=graph_input)
         except ValidationError as exc:
             raise CommandError(_errors_text(exc)) from None
         self.stdout.write(f"Added {item.public_id} ({self._screen_text(item)})")
@@ -85,7 +104,7 @@ class Command(BaseCommand):
                 error = row.error
                 if not error:
                     try:
-                        item = item_create(**{"source": options["source"], **row.fields}, graph=options["graph"])
+                        item = self._item_create(row.fields, options)
                     except ValidationError as exc:
                         error = _errors_text(exc)
                 if error:
@@ -106,6 +125,14 @@ class Command(BaseCommand):
         self.stdout.write(f"Added {added} item{'s' if added != 1 else ''} in {seconds:.1f} s{each}.")
         if refused:
             raise CommandError(f"{len(refused)} line{'s' if len(refused) != 1 else ''} refused: {', '.join(map(str, refused))}")
+
+    @staticmethod
+    def _item_create(fields: dict, options: dict, *, graph_input: dict | None = None):
+        """One item: its own fields over the options' defaults (source, team, policy, requested_by)."""
+        fields = {"source": options["source"], "team": options["team"], "policy": options["policy"],
+                  "requested_by": options["requested_by"], **fields}
+        requester = item_requester_get(username=fields.pop("requested_by"))
+        return item_create(**fields, graph=options["graph"], graph_input=graph_input, requested_by=requester)
 
     @staticmethod
     def _screen_text(item) -> str:

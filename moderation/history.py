@@ -138,10 +138,14 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
 
 
 def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Anomaly]:
+    from moderation.deadlines import DEADLINE_USERNAME
+
     anomalies: list[Anomaly] = []
     votes = state.votes or {}
     last: dict[str, Op] = {}
-    for op in sorted((op for op in item_ops if op.completion == "ok"), key=lambda op: op.completed_at or 0):
+    # The deadline decides for the whole team (moderation.deadlines): a resolution, not a vote.
+    ballots = (op for op in item_ops if op.completion == "ok" and op.reviewer != DEADLINE_USERNAME)
+    for op in sorted(ballots, key=lambda op: op.completed_at or 0):
         last[op.reviewer] = op
     for reviewer, op in last.items():
         if votes.get(reviewer) != op.decision:

@@ -24,7 +24,6 @@ from moderation.policies.rules import PAST, policy_parse
 
 logger = logging.getLogger(__name__)
 
-DEADLINE_USERNAME = "deadline"
 SWEEP_BATCH = 200
 
 

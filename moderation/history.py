@@ -30,6 +30,8 @@ from typing import Literal
 
 from django.db.models import Q
 
+from moderation.policies.rules import DEADLINE_USERNAME
+
 Completion = Literal["ok", "fail", "unknown"]
 
 
@@ -141,11 +143,9 @@ def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Ano
     anomalies: list[Anomaly] = []
     votes = state.votes or {}
     last: dict[str, Op] = {}
-    from moderation.deadlines import DEADLINE_USERNAME
-
-    # The deadline resolves for the whole team by the policy's default; it never votes.
-    for op in sorted((op for op in item_ops if op.completion == "ok" and op.reviewer != DEADLINE_USERNAME),
-                     key=lambda op: op.completed_at or 0):
+    # The deadline decides for the whole team (moderation.deadlines): a resolution, not a vote.
+    ballots = (op for op in item_ops if op.completion == "ok" and op.reviewer != DEADLINE_USERNAME)
+    for op in sorted(ballots, key=lambda op: op.completed_at or 0):
         last[op.reviewer] = op
     for reviewer, op in last.items():
         if votes.get(reviewer) != op.decision:

@@ -77,9 +77,16 @@ def submitted_item_create(
     return _item_start(title=title, body=body, source=source, is_lab=False, public_id=public_id, **fields)
 
 
-def lab_item_create(*, title: str, body: str, graph: str | None = None, graph_input: dict[str, Any] | None = None) -> QueueItem:
-    """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller."""
-    return _item_start(title=title, body=body, source="racelab", is_lab=True, graph=graph, graph_input=graph_input or {})
+def lab_item_create(
+    *, title: str, body: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
+    team: str | None = None, policy: Any = None,
+) -> QueueItem:
+    """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller.
+
+    ``team`` and ``policy`` as for ``item_create`` (the lab names its own team, so a real
+    team claiming the source or the graph never takes its items)."""
+    return _item_start(title=title, body=body, source="racelab", is_lab=True, graph=graph, graph_input=graph_input or {},
+                       team=team, policy=policy)
 
 
 def _item_start(

@@ -7,7 +7,13 @@ together. Judging reads the final rows and the graphs' checkpoint history.
 
 By default reviewers alternate approve and reject; ``decisions`` gives each worker its
 own instead, e.g. ``["withdraw", "approve", "reject"]`` to race the item's submitter
-(withdrawing) against two moderators.
+(withdrawing) against two moderators, or ``"deadline"`` for the item's deadline firing
+(``strategies.deadline_fire``, as the account "deadline"). With ``at_deadline`` every
+racer, released by the barrier, waits for the item's deadline and acts at that instant.
+
+On quorum items (``moderation.policies``) the checker's policy invariants are counted
+too: double resolutions (more than one winning attempt or acknowledged winner) and
+votes lost (acknowledged votes missing from the final votes or the resolved tally).
 """
 
 from __future__ import annotations
@@ -26,12 +32,18 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
+from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.history import Anomaly, Op, history_check, history_final_read, history_wait_applied
-from moderation.lab.strategies import STRATEGIES
+from moderation.deadlines import DEADLINE_USERNAME
+from moderation.history import Anomaly, FinalItem, Op, history_check, history_final_read, history_wait_applied
+from moderation.lab.strategies import STRATEGIES, deadline_fire
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
-from moderation.models import QueueItem
+from moderation.models import AskStatus, QueueItem, ReviewAsk
+
+DEADLINE_DECISION = "deadline"
+# Past the deadline by this much, so the deadline's own "is it due" check agrees.
+DEADLINE_SLACK_S = 0.005
 
 
 @dataclass
@@ -43,6 +55,8 @@ class ItemVerdict:
     still_paused: bool
     lost: list[str] = field(default_factory=list)
     misinformed: list[str] = field(default_factory=list)
+    double_resolution: bool = False
+    votes_lost: int = 0
 
 
 @dataclass
@@ -63,6 +77,18 @@ class RaceReport:
     @property
     def double_resumes(self) -> int:
         return sum(1 for v in self.verdicts if v.resumes > 1)
+
+    @property
+    def double_resolutions(self) -> int:
+        return sum(1 for v in self.verdicts if v.double_resolution)
+
+    @property
+    def votes_lost(self) -> int:
+        return sum(v.votes_lost for v in self.verdicts)
+
+    @property
+    def deadline_wins(self) -> int:
+        return sum(1 for a in self.attempts if a.reviewer == DEADLINE_USERNAME and a.won)
 
     @property
     def misinformed_losers(self) -> int:
@@ -107,23 +133,42 @@ def decisions_for(usernames: Sequence[str], decisions: Sequence[str] | None) -> 
     return list(decisions)
 
 
-def attempt_run(strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float) -> Attempt:
+def attempt_run(
+    strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float, at_deadline: bool = False,
+) -> Attempt:
+    if at_deadline:
+        deadline_wait(item=item)
     started_at = time.time()
     start = time.perf_counter()
+    counted, judged = False, True
     try:
-        outcome = strategy(item_public_id=item, reviewer=user, decision=decision, delay=delay)
-        won, told, error = outcome.won, outcome.winner, None
+        if decision == DEADLINE_DECISION:
+            fired = deadline_fire(item_public_id=item)
+            won, told, judged, decision = bool(fired.won), fired.winner, fired.won is not None, fired.decision
+        else:
+            outcome = strategy(item_public_id=item, reviewer=user, decision=decision, delay=delay)
+            won, told, counted = outcome.won, outcome.winner, outcome.counted
+        error = None
     except Exception as exc:  # the harness counts every failure instead of stopping
         won, told, error = None, None, f"{type(exc).__name__}: {exc}"
     return Attempt(
         item=item, reviewer=user.get_username(), decision=decision, won=won, told_winner=told, error=error,
-        latency_ms=(time.perf_counter() - start) * 1000, started_at=started_at,
+        latency_ms=(time.perf_counter() - start) * 1000, started_at=started_at, counted=counted, judged=judged,
     )
+
+
+def deadline_wait(*, item: str) -> None:
+    """Sleep until the item's open ask is due (at once if it has none, or is overdue already)."""
+    due = ReviewAsk.objects.filter(item__public_id=item, status=AskStatus.PENDING).values_list(
+        "deadline_at", flat=True).first()
+    if due is not None:
+        time.sleep(max(0.0, (due - timezone.now()).total_seconds() + DEADLINE_SLACK_S))
 
 
 def race_threads(
     *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
     on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
+    at_deadline: bool = False,
 ) -> RaceReport:
     decide = STRATEGIES[strategy]
     chosen = decisions_for(usernames, decisions)
@@ -136,7 +181,8 @@ def race_threads(
         try:
             for item in items:
                 barrier.wait(timeout=BARRIER_TIMEOUT)
-                result = attempt_run(decide, item=item, user=users[username], decision=chosen[index], delay=delay)
+                result = attempt_run(decide, item=item, user=users[username], decision=chosen[index], delay=delay,
+                                     at_deadline=at_deadline)
                 with attempts_lock:
                     attempts.append(result)
                     if on_attempt is not None:
@@ -192,6 +238,7 @@ class ReviewerProcesses:
     def race(
         self, *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
         on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
+        at_deadline: bool = False,
     ) -> RaceReport:
         if len(usernames) != self.size:
             raise ValueError(f"{len(usernames)} reviewers for {self.size} processes")
@@ -202,7 +249,7 @@ class ReviewerProcesses:
         if all(p.is_alive() for p in self._procs):
             self._barrier.reset()
             for inbox, name, decision in zip(self._inboxes, usernames, chosen):
-                inbox.put((strategy, list(items), name, decision, delay))
+                inbox.put((strategy, list(items), name, decision, delay, at_deadline))
             deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
             while len(attempts) < expected and time.monotonic() < deadline:
                 try:
@@ -259,7 +306,7 @@ def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: fl
     and checkpoint histories the final read."""
     history_wait_applied(items=items)
     final = history_final_read(items=items)
-    ops = [_op_from(attempt) for attempt in attempts]
+    ops = [_op_from(attempt) for attempt in attempts if attempt.judged]
     anomalies = history_check(ops=ops, final=final)
     threads = {pid: (graph, thread) for pid, graph, thread in QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")}
     verdicts = []
@@ -276,15 +323,29 @@ def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: fl
                 still_paused=bool(graph_asks_pending(name=threads[UUID(item_id)][0], thread_id=threads[UUID(item_id)][1])),
                 lost=[a.detail for a in anomalies if a.item == item_id and a.kind == "lost_decision"],
                 misinformed=[a.detail for a in anomalies if a.item == item_id and a.kind == "misinformed_loser"],
+                double_resolution=any(a.item == item_id and a.kind == "multiple_winners" for a in anomalies),
+                votes_lost=_votes_lost(item=item_id, state=state, anomalies=anomalies),
             )
         )
     return RaceReport(attempts=list(attempts), verdicts=verdicts, seconds=seconds, anomalies=anomalies)
 
 
+def _votes_lost(*, item: str, state: FinalItem, anomalies: Sequence[Anomaly]) -> int:
+    """Acknowledged votes missing from the final votes (one ``vote_lost`` each), plus, when
+    the resolved tally is short of the final votes (``tally_incomplete``), the votes it misses."""
+    mine = [a for a in anomalies if a.item == item]
+    lost = sum(1 for a in mine if a.kind == "vote_lost")
+    if state.tally is not None and any(a.kind == "tally_incomplete" for a in mine):
+        lost += len(set((state.votes or {}).items()) - set(state.tally.items()))
+    return lost
+
+
 def _op_from(attempt: Attempt) -> Op:
-    op = Op(reviewer=attempt.reviewer, item=attempt.item, decision=attempt.decision, invoked_at=attempt.started_at)
+    op = Op(reviewer=attempt.reviewer, item=attempt.item, decision=attempt.decision, invoked_at=attempt.started_at,
+            completed_at=attempt.started_at + attempt.latency_ms / 1000)
     if attempt.won is None:
         op.completion, op.error = "unknown", attempt.error
     else:
-        op.completion, op.told_winner = ("ok" if attempt.won else "fail"), attempt.told_winner
+        op.completion, op.told_winner = ("ok" if attempt.won or attempt.counted else "fail"), attempt.told_winner
+        op.voted = attempt.counted and not attempt.won
     return op

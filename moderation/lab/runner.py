@@ -5,6 +5,13 @@ for each run, marked by a ``LabAccount`` row, unusable passwords), without live
 broadcasts, and removes them afterwards together with their checkpoint threads, so a
 run against the live deployment leaves every other row as it found it. Lab rows are
 found by those markers only, never by a name or a source someone else could also use.
+
+Every lab item belongs to one of the run's two teams (so a real team claiming the
+source or the graph never takes it): the racers' team, whose members are exactly the
+racing reviewers (a quorum's N and a majority are counted among them), and the run's
+team of all its reviewers, for the other experiments and as the racers' team's
+escalation target. Both are named after the run's id, which only the run's
+``LabAccount`` rows hold, and are removed with them.
 """
 
 from __future__ import annotations
@@ -33,10 +40,16 @@ from moderation.faults import fault_inject
 from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.items import lab_item_create
-from moderation.lab.harness import Attempt, ReviewerProcesses, attempt_run, race_threads, reviewer_processes
+from moderation.deadlines import DEADLINE_USERNAME, deadline_account
+from moderation.lab.harness import (
+    DEADLINE_DECISION, Attempt, ReviewerProcesses, attempt_run, decision_for, race_threads, reviewer_processes,
+)
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
 from moderation.models import AttemptOrigin, LabAccount, QueueItem
 from moderation.permissions import MODERATORS_GROUP
+from moderation.policies.models import APPROVALS_MAX, OnDeadline, Team
+from moderation.policies.rules import Policy, PolicyInvalid, policy_parse
+from moderation.policies.teams import team_member_add
 
 LAB_USER_PREFIX = "lab-reviewer-"
 MODES = ("threads", "processes")
@@ -66,14 +79,25 @@ class LabConfig:
     seed: int
     time_limit: float | None  # seconds after which no new strategy × mode is started
     graph: str = DEFAULT_GRAPH  # the graph the lab's items run (REVIEWQUEUE_GRAPHS)
+    policies: tuple[str, ...] = ()  # --policy as given: quorum:N, veto, majority
+    policy: dict[str, Any] | None = None  # the raced items' policy (moderation.policies.rules), None: the default
+    deadline_s: int | None = None  # the raced items' deadline; the deadline then races too
+
+    @property
+    def racers(self) -> int:
+        """Competitors per item: the reviewers, and the deadline when there is one."""
+        return self.reviewers + (1 if self.deadline_s else 0)
 
 
 LIMITS = {"trials": (1, 1000), "reviewers": (2, 32), "delay_ms": (0.0, 5000.0), "hold_s": (0.05, 30.0)}
+DEADLINE_MAX_S = 60
+ON_DEADLINE = (OnDeadline.REJECT.value, OnDeadline.APPROVE.value, OnDeadline.ESCALATE.value)
 
 
 def lab_config_build(
     *, strategies: Sequence[str] | None, mode: str, trials: int, reviewers: int, delay_ms: float, hold_s: float,
-    seed: int | None, time_limit: float | None, graph: str = DEFAULT_GRAPH,
+    seed: int | None, time_limit: float | None, graph: str = DEFAULT_GRAPH, policies: Sequence[str] | None = None,
+    deadline: str | None = None, on_deadline: str | None = None,
 ) -> LabConfig:
     """Check every option; raise LabConfigError naming the first bad one."""
     chosen = tuple(dict.fromkeys(strategies or STRATEGIES))
@@ -94,11 +118,59 @@ def lab_config_build(
         graph_name_validate(name=graph)
     except ValueError as exc:
         raise LabConfigError(f"--graph: {exc}") from None
+    policy, deadline_s = lab_policy_build(specs=policies or (), deadline=deadline, on_deadline=on_deadline,
+                                          reviewers=reviewers)
     return LabConfig(
         strategies=chosen, modes=MODES if mode == "both" else (mode,), trials=trials, reviewers=reviewers,
         delay=delay_ms / 1000, hold=hold_s, seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
-        time_limit=time_limit, graph=graph,
+        time_limit=time_limit, graph=graph, policies=tuple(policies or ()), policy=policy, deadline_s=deadline_s,
     )
+
+
+def lab_policy_build(
+    *, specs: Sequence[str], deadline: str | None, on_deadline: str | None, reviewers: int,
+) -> tuple[dict[str, Any] | None, int | None]:
+    """The raced items' policy from ``--policy`` (quorum:N, veto, majority; repeatable),
+    ``--deadline`` (whole seconds: 1s) and ``--on-deadline``; None when none is given.
+    Refuses a quorum the racing reviewers could never reach."""
+    approvals, majority, veto = 1, False, False
+    for spec in specs:
+        name, colon, arg = spec.partition(":")
+        if name == "quorum" and colon:
+            if not (arg.isascii() and arg.isdigit()) or not 2 <= int(arg) <= APPROVALS_MAX:
+                raise LabConfigError(f"--policy quorum:N needs N, the approvals, a whole number from 2 to "
+                                     f"{APPROVALS_MAX}, not {arg!r}")
+            approvals = int(arg)
+        elif spec == "veto":
+            veto = True
+        elif spec == "majority":
+            majority = True
+        else:
+            raise LabConfigError(f"unknown --policy {spec!r}; use quorum:N (N approvals), veto or majority")
+    if majority and approvals > 1:
+        raise LabConfigError("--policy majority and quorum:N do not combine; choose one")
+    if approvals > reviewers:
+        raise LabConfigError(f"--policy quorum:{approvals} can never be reached by {reviewers} reviewers; "
+                             f"give --reviewers {approvals} or more")
+    deadline_s = None
+    if deadline is not None:
+        number = deadline.removesuffix("s")
+        if not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= DEADLINE_MAX_S:
+            raise LabConfigError(f"--deadline must be whole seconds from 1 to {DEADLINE_MAX_S}, like 1s, not {deadline!r}")
+        deadline_s = int(number)
+    if on_deadline is not None:
+        if deadline_s is None:
+            raise LabConfigError("--on-deadline needs --deadline")
+        if on_deadline not in ON_DEADLINE:
+            raise LabConfigError(f"--on-deadline must be {', '.join(ON_DEADLINE)}, not {on_deadline!r}")
+    if not specs and deadline_s is None:
+        return None, None
+    policy = Policy(approvals=approvals, majority=majority, veto=veto, deadline_seconds=deadline_s,
+                    on_deadline=(on_deadline or OnDeadline.REJECT.value) if deadline_s else OnDeadline.NOTHING.value)
+    try:
+        return policy_parse(policy.as_json()).as_json(), deadline_s
+    except PolicyInvalid as exc:  # the product's own rules, should the lab's ever drift from them
+        raise LabConfigError(f"--policy: {exc}") from None
 
 
 def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -109,7 +181,7 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
     """
     rng = random.Random(config.seed)
     cells = [(s, m) for s in config.strategies for m in config.modes]
-    total = len(cells) * config.trials * config.reviewers + len(config.strategies) + 1
+    total = len(cells) * config.trials * config.racers + len(config.strategies) + 1
     ticker = _Ticker(total=total, progress=progress)
     started, clock = timezone.now(), time.monotonic()
     lab_cleanup()
@@ -119,29 +191,32 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
     with override_settings(CHANNEL_LAYERS={}):
         try:
             usernames = lab_users_create(count=max(config.reviewers, SLOW_OTHERS + 1))
+            teams = lab_teams_create(usernames=usernames, racers=config.reviewers)
+            if config.deadline_s:
+                deadline_account()  # the product's own, as a worker's first sweep would create it
             results, skipped = [], []
             for mode in config.modes:
                 # One set of reviewer processes serves every strategy; spawning costs seconds.
-                processes = reviewer_processes(size=config.reviewers, extra_env=_QUIET_CHILD) if mode == "processes" else None
+                processes = reviewer_processes(size=config.racers, extra_env=_QUIET_CHILD) if mode == "processes" else None
                 with processes or nullcontext() as pool:
                     for strategy in config.strategies:
                         if config.time_limit is not None and time.monotonic() - clock > config.time_limit:
                             skipped.append({"strategy": strategy, "mode": mode})
-                            ticker.advance(config.trials * config.reviewers, f"{strategy}/{mode} skipped (time limit)")
+                            ticker.advance(config.trials * config.racers, f"{strategy}/{mode} skipped (time limit)")
                             continue
                         results.append(race_cell(
                             strategy=strategy, mode=mode, config=config, usernames=usernames, rng=rng, ticker=ticker,
-                            pool=pool,
+                            pool=pool, team=teams.racers,
                         ))
             results.sort(key=lambda r: cells.index((r["strategy"], r["mode"])))
             slow = []
             for strategy in config.strategies:
                 slow.append(slow_reviewer_measure(
                     strategy=strategy, hold=config.hold, delay=config.delay, usernames=usernames, rng=rng,
-                    graph=config.graph,
+                    graph=config.graph, team=teams.everyone,
                 ))
                 ticker.advance(1, f"slow reviewer: {strategy}")
-            isolation = isolation_check(username=usernames[0], rng=rng, graph=config.graph)
+            isolation = isolation_check(username=usernames[0], rng=rng, graph=config.graph, team=teams.everyone)
             ticker.advance(1, "isolation check")
         finally:
             lab_cleanup()
@@ -175,22 +250,27 @@ class _Ticker:
 
 def race_cell(
     *, strategy: str, mode: str, config: LabConfig, usernames: Sequence[str], rng: random.Random, ticker: _Ticker,
-    pool: ReviewerProcesses | None,
+    pool: ReviewerProcesses | None, team: str,
 ) -> dict[str, Any]:
-    """``config.trials`` fresh items, each raced by ``config.reviewers`` reviewers at once
-    (threads of this process, or the processes of ``pool``)."""
-    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng, graph=config.graph)]
+    """``config.trials`` fresh items of ``team``, each raced by ``config.reviewers`` reviewers
+    at once (threads of this process, or the processes of ``pool``), and by the deadline
+    when the items have one, everyone acting at the item's deadline."""
+    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng, graph=config.graph,
+                                                                 team=team, policy=config.policy)]
     # The shuffle decides who approves, who rejects and who starts first.
     names = rng.sample(list(usernames[: config.reviewers]), config.reviewers)
+    decisions = [decision_for(i) for i in range(config.reviewers)]
+    if config.deadline_s:
+        names.append(DEADLINE_USERNAME)
+        decisions.append(DEADLINE_DECISION)
     label = f"{strategy}/{mode}"
 
     def tick(_attempt: Attempt) -> None:
         ticker.advance(1, label)
 
-    if pool is None:
-        report = race_threads(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick)
-    else:
-        report = pool.race(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick)
+    race = race_threads if pool is None else pool.race
+    report = race(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick,
+                  decisions=decisions, at_deadline=bool(config.deadline_s))
     lab_items_remove()
     errors = report.errors
     return {
@@ -201,6 +281,9 @@ def race_cell(
         "lost_decisions": report.lost_decisions,
         "false_successes": report.false_successes,
         "double_resumes": report.double_resumes,
+        "double_resolutions": report.double_resolutions,
+        "votes_lost": report.votes_lost,
+        "deadline_wins": report.deadline_wins,
         "misinformed_losers": report.misinformed_losers,
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
@@ -212,13 +295,14 @@ def race_cell(
 
 def slow_reviewer_measure(
     *, strategy: str, hold: float, delay: float, usernames: Sequence[str], rng: random.Random, graph: str = DEFAULT_GRAPH,
+    team: str | None = None,
 ) -> dict[str, Any]:
     """One reviewer holds item X for ``hold`` seconds inside the strategy's exclusion while
     others decide other items; their latency against an unheld baseline is the wait X caused."""
     decide = STRATEGIES[strategy]
     users = _users_get(usernames[: SLOW_OTHERS + 1])
     slow_user, others = users[0], users[1:]
-    x, *rest = lab_items_create(count=1 + 2 * SLOW_OTHERS, rng=rng, graph=graph)
+    x, *rest = lab_items_create(count=1 + 2 * SLOW_OTHERS, rng=rng, graph=graph, team=team)
     baseline_items, held_items = rest[:SLOW_OTHERS], rest[SLOW_OTHERS:]
     baseline = _decide_together(decide, items=baseline_items, users=others, delay=delay)
 
@@ -285,10 +369,12 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
     return results
 
 
-def isolation_check(*, username: str, rng: random.Random, graph: str = DEFAULT_GRAPH) -> dict[str, Any]:
+def isolation_check(
+    *, username: str, rng: random.Random, graph: str = DEFAULT_GRAPH, team: str | None = None,
+) -> dict[str, Any]:
     """The seed's third section on the product: A and C decided, B never resumed."""
     reviewer = _users_get([username])[0]
-    a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"), graph=graph)
+    a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"), graph=graph, team=team)
     item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve", origin=AttemptOrigin.LAB)
     item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject", reason=lab_reason("reject"),
                 origin=AttemptOrigin.LAB)
@@ -328,6 +414,31 @@ def lab_users_create(*, count: int) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class LabTeams:
+    racers: str  # slugs
+    everyone: str
+
+
+def lab_teams_create(*, usernames: Sequence[str], racers: int) -> LabTeams:
+    """The run's two teams (module docstring), named after the run of ``usernames``' LabAccount;
+    the first ``racers`` users race."""
+    users = _users_get(usernames)
+    slugs = _lab_team_slugs(users[0].lab_account.run)
+    with transaction.atomic():
+        everyone = Team.objects.create(slug=slugs.everyone, name="race lab: all reviewers")
+        racing = Team.objects.create(slug=slugs.racers, name="race lab: racers", escalate_to=everyone)
+        for n, user in enumerate(users):
+            team_member_add(team=everyone, user=user)
+            if n < racers:
+                team_member_add(team=racing, user=user)
+    return slugs
+
+
+def _lab_team_slugs(run: uuid.UUID) -> LabTeams:
+    return LabTeams(racers=f"racelab-{run.hex}-race", everyone=f"racelab-{run.hex}-all")
+
+
 def _users_get(usernames: Sequence[str]) -> list[AbstractBaseUser]:
     by_name = {u.get_username(): u for u in get_user_model().objects.filter(username__in=usernames)}
     return [by_name[name] for name in usernames]
@@ -340,6 +451,7 @@ LAB_AGENT_ITEMS = [(title, body) for title, body, rounds in DEMO_AGENT_ITEMS if 
 
 def lab_items_create(
     *, count: int, rng: random.Random, titles: Sequence[str] | None = None, graph: str = DEFAULT_GRAPH,
+    team: str | None = None, policy: dict[str, Any] | None = None,
 ) -> list[QueueItem]:
     """Fresh lab items paused at review (lab runs turn the channel layer off, so no page hears of them)."""
     texts = LAB_AGENT_ITEMS if graph == REFUND_AGENT else DEMO_ITEMS
@@ -349,7 +461,8 @@ def lab_items_create(
         if titles is not None:
             title = titles[n]
         graph_input = demo_agent_input(message=body) if graph == REFUND_AGENT else None
-        items.append(lab_item_create(title=f"[racelab] {title}", body=body, graph=graph, graph_input=graph_input))
+        items.append(lab_item_create(title=f"[racelab] {title}", body=body, graph=graph, graph_input=graph_input,
+                                     team=team, policy=policy))
     return items
 
 
@@ -364,11 +477,17 @@ def lab_items_remove() -> int:
 
 
 def lab_cleanup() -> None:
-    """Remove lab items, then lab users (items PROTECT the users who decided them).
+    """Remove lab items, then the lab's teams (items PROTECT their team), then lab users
+    (items PROTECT the users who decided them).
 
     Only users the lab created (those with a LabAccount) are removed; their group
     membership and marker go with them. Any other row referencing one (it never should)
-    PROTECTs it, so the clean-up fails rather than touch a real row.
+    PROTECTs it, so the clean-up fails rather than touch a real row. Only teams named
+    after a lab run's id are removed, the racers' team first (it escalates to the other).
     """
     lab_items_remove()
+    for run in set(LabAccount.objects.values_list("run", flat=True)):
+        slugs = _lab_team_slugs(run)
+        Team.objects.filter(slug=slugs.racers).delete()
+        Team.objects.filter(slug=slugs.everyone).delete()
     get_user_model().objects.filter(lab_account__isnull=False).delete()

@@ -11,6 +11,11 @@ Each strategy passes the fault point ``HOLD_POINT`` right after taking its own
 exclusion (nothing for naive, the process-wide lock, the item's lock, the row lock),
 and the guarded path passes the same point after its per-item lock, so one injected
 action holds every strategy at the equivalent place (the slow-reviewer experiment).
+
+On quorum items (``--policy``) ``naive-tally`` is the vote's negative control: it counts
+votes the way a read-count-add-one-write handler would, outside every lock. The deadline
+(``--deadline``) races as one more competitor through the product's own deadline path
+(``deadline_fire``), whatever the strategy of the reviewers.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from uuid import UUID
 
 from django.conf import settings
@@ -25,12 +31,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from moderation.deadlines import DEADLINE_USERNAME, ask_deadline_fire
 from moderation.decisions import DecisionOutcome, item_decide, item_withdraw
 from moderation.faults import fault_point
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
 from moderation.locks import item_lock
-from moderation.models import STATUS_FOR_DECISION, AttemptOrigin, QueueItem, ReasonCode, Requested
+from moderation.models import STATUS_FOR_DECISION, AskStatus, AttemptOrigin, QueueItem, ReasonCode, Requested, ReviewAsk
+from moderation.policies.models import Vote
+from moderation.policies.rules import policy_parse, tally_resolve
+from moderation.policies.teams import eligible_count
 
 Strategy = Callable[..., DecisionOutcome]
 
@@ -92,6 +102,70 @@ def guarded_decide(
                        reason=lab_reason(decision), origin=AttemptOrigin.LAB)
 
 
+def naive_tally_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str, note: str = "", delay: float = 0.05
+) -> DecisionOutcome:
+    """A vote counted with no lock: read the votes, wait, add this one, write the whole tally
+    back (the ask's Vote rows deleted and rewritten), and resolve on that stale count."""
+    fault_point(HOLD_POINT, item_key=str(item_public_id))
+    item = QueueItem.objects.select_related("decided_by").get(public_id=item_public_id)
+    ask = item.asks.order_by("-round", "-position").first()
+    votes = {v.voter.get_username(): (v.voter_id, v.vote) for v in ask.votes.select_related("voter")}
+    time.sleep(delay)  # the window between reading the count and writing it back
+    if not item.is_pending:
+        return _outcome_lost(item=item, decision=decision)
+    votes[reviewer.get_username()] = (reviewer.pk, decision)
+    policy = policy_parse(item.policy)
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    resolution = tally_resolve(policy=policy, votes={name: kind for name, (_, kind) in votes.items()}, eligible=eligible)
+    now = timezone.now()
+    tally = {"votes": [{"voter": name, "vote": kind} for name, (_, kind) in votes.items()],
+             "resolution": resolution.outcome if resolution else None}
+    with transaction.atomic():
+        Vote.objects.filter(ask=ask).delete()
+        # A row another writer inserted meanwhile is kept, as an upsert-less rewrite would.
+        Vote.objects.bulk_create([Vote(ask=ask, voter_id=pk, vote=kind, cast_at=now) for pk, kind in votes.values()],
+                                 ignore_conflicts=True)
+    if resolution is None:
+        return DecisionOutcome(
+            won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision, winner="",
+            winner_status="pending", decided_at=now, attempt_seq=0, counted=True, tally=tally,
+        )
+    ReviewAsk.objects.filter(pk=ask.pk).update(tally=tally)
+    return _act(item=item, reviewer=reviewer, decision=resolution.outcome, note=note)
+
+
+# ask_deadline_fire's words: "approved by the deadline", "lost to alice".
+WON_SUFFIX = "d by the deadline"
+LOST_TO = "lost to "
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What the deadline was told: ``won`` None when it had nothing to judge (the ask was
+    settled before it fired, or it escalated the item instead of deciding it)."""
+
+    won: bool | None
+    winner: str | None
+    said: str
+    decision: str = "deadline"  # what it decided, when it won: the policy's on_deadline
+
+
+def deadline_fire(*, item_public_id: UUID | str) -> Fired:
+    """The deadline as a racer: the item's open ask fired through ``moderation.deadlines``,
+    as every worker's sweep fires it."""
+    ask_pk = ReviewAsk.objects.filter(item__public_id=item_public_id, status=AskStatus.PENDING).values_list(
+        "pk", flat=True).first()
+    if ask_pk is None:
+        return Fired(won=None, winner=None, said="already decided")
+    said = ask_deadline_fire(ask_pk=ask_pk)
+    if said.endswith(WON_SUFFIX):
+        return Fired(won=True, winner=DEADLINE_USERNAME, said=said, decision=said.removesuffix(WON_SUFFIX))
+    if said.startswith(LOST_TO):
+        return Fired(won=False, winner=said.removeprefix(LOST_TO), said=said)
+    return Fired(won=None, winner=None, said=said)
+
+
 def lab_reason(decision: str) -> str | None:
     """A reject names a reason like any other (REJECT_REASON_REQUIRED): the first active one."""
     if decision != Requested.REJECT:
@@ -138,6 +212,7 @@ def _outcome_lost(*, item: QueueItem, decision: str) -> DecisionOutcome:
 
 STRATEGIES: dict[str, Strategy] = {
     "naive": naive_decide,
+    "naive-tally": naive_tally_decide,
     "global-lock": global_lock_decide,
     "item-lock": item_lock_decide,
     "row-lock": row_lock_decide,

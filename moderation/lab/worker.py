@@ -24,12 +24,14 @@ class Attempt:
     error: str | None
     latency_ms: float
     started_at: float = 0.0  # wall clock (time.time()), comparable across processes
+    counted: bool = False  # a vote counted on a quorum item that did not resolve with it
+    judged: bool = True  # False: the deadline found nothing to decide (settled before, or it escalated)
 
 
 def reviewer_main(env, inbox, barrier, results) -> None:
     """One reviewer process: set Django up once, then race every job it is sent.
 
-    A job is (strategy, items, username, decision, delay); ``None`` ends the process.
+    A job is (strategy, items, username, decision, delay, at_deadline); ``None`` ends the process.
     """
     os.environ.update(env)
     import django
@@ -41,7 +43,7 @@ def reviewer_main(env, inbox, barrier, results) -> None:
     from moderation.lab.harness import attempt_run
     from moderation.lab.strategies import STRATEGIES
 
-    for strategy, items, username, decision, delay in iter(inbox.get, None):
+    for strategy, items, username, decision, delay, at_deadline in iter(inbox.get, None):
         decide = STRATEGIES[strategy]
         user = get_user_model().objects.get(username=username)
         for item in items:
@@ -51,6 +53,6 @@ def reviewer_main(env, inbox, barrier, results) -> None:
                 results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
                                     error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
                 continue
-            results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay))
+            results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay, at_deadline=at_deadline))
         # Idle between jobs without holding a database connection.
         connections.close_all()

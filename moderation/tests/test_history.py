@@ -134,6 +134,18 @@ def test_counted_votes_must_all_be_in_the_final_votes_and_the_tally():
     assert _kinds(recorder.ops, {"q1": outsider}) == ["ineligible_vote"]
 
 
+def test_a_deadline_resolving_a_quorum_item_is_a_resolution_not_a_missing_vote():
+    recorder = HistoryRecorder()
+    _vote(recorder, "alice", "approve")
+    _vote(recorder, "deadline", "reject", outcome="won", winner="deadline")
+    _vote(recorder, "bob", "approve", status=409, outcome="lost", winner="deadline")
+    votes = {"alice": "approve"}
+    final = {"q1": FinalItem(winner="deadline", winning_attempts=1, resumes=1, decision="reject", votes=votes)}
+    assert history_check(ops=recorder.ops, final=final) == []
+    forgotten = {"q1": FinalItem(winner="deadline", winning_attempts=1, resumes=1, decision="reject", votes={})}
+    assert _kinds(recorder.ops, forgotten) == ["vote_lost"]
+
+
 def test_a_changed_vote_is_judged_by_the_last_one_acknowledged():
     recorder = HistoryRecorder()
     _vote(recorder, "alice", "reject")

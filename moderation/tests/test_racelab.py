@@ -17,12 +17,15 @@ from moderation.lab import store
 from moderation.checkpointer import checkpointer_target
 from moderation.decisions import item_decide
 from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
+from moderation.policies.models import Team
 from moderation.selectors import QueueFilters, queue_counts, queue_pending
 
 RESULT_KEYS = {
-    "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes", "errors",
-    "p50_ms", "p99_ms", "decisions_per_s",
+    "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes",
+    "double_resolutions", "votes_lost", "deadline_wins", "errors", "p50_ms", "p99_ms", "decisions_per_s",
 }
+ANOMALY_KEYS = ("lost_decisions", "false_successes", "double_resumes", "double_resolutions", "votes_lost",
+                "misinformed_losers", "errors")
 SLOW_KEYS = {"strategy", "hold_s", "others", "baseline_p50_ms", "during_p50_ms", "waited_ms", "errors"}
 HOLD_S = 0.4
 
@@ -102,6 +105,27 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
 
     assert json.loads((store.lab_dir() / "latest.json").read_text()) == report
     assert (store.lab_dir() / "latest.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_quorum_votes_and_the_deadline_race_the_guard_holds_and_a_naive_tally_loses_votes():
+    """quorum:2 with veto, four reviewers (two approve, two reject) and the deadline all
+    acting at the item's deadline: the guard counts every vote and resolves once; the
+    naive tally (read the votes, add one, write them all back) loses votes and resolves
+    twice on the same items."""
+    report, _ = _racelab_json(
+        "--strategy", "naive-tally", "--strategy", "guarded", "--mode", "threads", "--trials", "4", "--reviewers", "4",
+        "--policy", "quorum:2", "--policy", "veto", "--deadline", "1s", "--hold", "0.05", "--seed", "3",
+    )
+
+    assert report["config"]["policy"] == {"approvals": 2, "majority": False, "veto": True, "deadline_seconds": 1,
+                                          "on_deadline": "reject"}
+    cells = {r["strategy"]: r for r in report["results"]}
+    guarded, naive = cells["guarded"], cells["naive-tally"]
+    assert {key: guarded[key] for key in ANOMALY_KEYS} == dict.fromkeys(ANOMALY_KEYS, 0), guarded
+    assert naive["votes_lost"] > 0 and naive["double_resolutions"] > 0, naive
+    assert not Team.objects.exists() and not QueueItem.objects.filter(is_lab=True).exists()
+    assert not LabAccount.objects.exists()
 
 
 def _rows_snapshot() -> dict[str, list[tuple]]:
@@ -192,6 +216,15 @@ def test_table_output_progress_bar_and_png_chart(tmp_path):
         (["--time-limit", "0"], "--time-limit must be a positive number"),
         (["--chart", "lab.gif"], "--chart must end in .png or .svg"),
         (["--chart", "/no/such/dir/lab.png"], "does not exist"),
+        (["--policy", "quorum:0"], r"--policy quorum:N needs N, the approvals, a whole number from 2 to 50, not '0'"),
+        (["--policy", "quorum:two"], "a whole number from 2 to 50, not 'two'"),
+        (["--policy", "nonsense"], r"unknown --policy 'nonsense'; use quorum:N \(N approvals\), veto or majority"),
+        (["--policy", "quorum:5"], r"quorum:5 can never be reached by 4 reviewers; give --reviewers 5 or more"),
+        (["--policy", "majority", "--policy", "quorum:2"], "majority and quorum:N do not combine"),
+        (["--deadline", "x"], "--deadline must be whole seconds from 1 to 60, like 1s, not 'x'"),
+        (["--deadline", "0s"], "--deadline must be whole seconds"),
+        (["--on-deadline", "approve"], "--on-deadline needs --deadline"),
+        (["--deadline", "1s", "--on-deadline", "shrug"], "--on-deadline must be reject, approve, escalate, not 'shrug'"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(args, message):

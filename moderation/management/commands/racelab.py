@@ -13,6 +13,7 @@ from moderation.lab.strategies import STRATEGIES
 TABLE_COLUMNS = [
     ("strategy", "strategy", 12), ("mode", "mode", 10), ("trials", "trials", 6), ("reviewers", "reviewers", 9),
     ("lost_decisions", "lost", 5), ("false_successes", "false ok", 8), ("double_resumes", "2x resume", 9),
+    ("double_resolutions", "2x resolve", 10), ("votes_lost", "votes lost", 10), ("deadline_wins", "deadline won", 12),
     ("errors", "errors", 6), ("p50_ms", "p50 ms", 8), ("p99_ms", "p99 ms", 8), ("decisions_per_s", "dec/s", 7),
 ]
 
@@ -21,7 +22,8 @@ class Command(BaseCommand):
     help = (
         "Race N reviewers onto the same fresh items for each decision strategy, in threads and in "
         "processes, on the configured database; report lost decisions, false successes, double resumes, "
-        "errors and latency, then the slow-reviewer experiment and the isolation check."
+        "double resolutions, votes lost, errors and latency, then the slow-reviewer experiment and the isolation check. "
+        "--policy and --deadline race quorum items and the deadline."
     )
 
     def add_arguments(self, parser):
@@ -40,6 +42,14 @@ class Command(BaseCommand):
             "--graph", default=DEFAULT_GRAPH,
             help=f"the graph the lab's items run (default {DEFAULT_GRAPH}; refund_agent: the example agent)",
         )
+        parser.add_argument(
+            "--policy", action="append", dest="policies", metavar="RULE",
+            help="the raced items' approval policy, repeatable: quorum:N (N approvals), veto, majority "
+                 "(e.g. --policy quorum:2 --policy veto); reviewers vote approve or reject",
+        )
+        parser.add_argument("--deadline", metavar="SECONDS",
+                            help="the raced items' deadline, e.g. 1s; the deadline then races the reviewers")
+        parser.add_argument("--on-deadline", metavar="ACTION", help="approve, reject (default) or escalate")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables; no progress bar")
         parser.add_argument("--chart", type=Path, metavar="PATH", help="also write the chart to PATH (.png or .svg)")
 
@@ -55,6 +65,7 @@ class Command(BaseCommand):
                 strategies=options["strategies"], mode=options["mode"], trials=options["trials"],
                 reviewers=options["reviewers"], delay_ms=options["delay"], hold_s=options["hold"],
                 seed=options["seed"], time_limit=options["time_limit"], graph=options["graph"],
+                policies=options["policies"], deadline=options["deadline"], on_deadline=options["on_deadline"],
             )
         except LabConfigError as exc:
             raise CommandError(str(exc)) from None
@@ -79,8 +90,14 @@ class Command(BaseCommand):
         config = report["config"]
         self.stdout.write(
             f"racelab of {config['graph']} items on {report['database']} (checkpointer {report['checkpointer']}), seed {config['seed']}, "
-            f"{config['delay_ms']:g} ms check-to-act window, {report['seconds']:g} s\n"
+            f"{config['delay_ms']:g} ms check-to-act window, {report['seconds']:g} s"
         )
+        policy = config.get("policy")
+        if policy:
+            deadline = (f", deadline {policy['deadline_seconds']} s then {policy['on_deadline']} (the deadline races too)"
+                        if policy["deadline_seconds"] else "")
+            self.stdout.write(f"policy {' '.join(config['policies']) or '(one decision)'}{deadline}")
+        self.stdout.write("")
         self.stdout.write("  ".join(f"{title:>{w}}" if i > 1 else f"{title:<{w}}" for i, (_, title, w) in enumerate(TABLE_COLUMNS)))
         for row in report["results"]:
             self.stdout.write("  ".join(

@@ -12,15 +12,16 @@ in the item's log). Two workers sweeping at once are two competitors as well.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from moderation.decisions import DecisionError, ask_deadline_settle, ask_escalate
+from moderation.decisions import DecisionError, DecisionOutcome, ask_deadline_settle, ask_escalate
 from moderation.models import AskStatus, ReviewAsk
 from moderation.policies.models import OnDeadline
-from moderation.policies.rules import PAST, policy_parse
+from moderation.policies.rules import DEADLINE_USERNAME, PAST, policy_parse
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +37,35 @@ def deadline_account() -> AbstractBaseUser:
     return user
 
 
-def ask_deadline_fire(*, ask_pk: int) -> str:
-    """What happens to one overdue ask; says what it did (the sweep logs it)."""
+@dataclass(frozen=True)
+class Fired:
+    """What one overdue ask's deadline did. ``outcome``: the guard's judgement when it tried
+    to decide (won, or lost naming the winner); None when it had nothing to judge."""
+
+    said: str
+    acted: bool = False
+    outcome: DecisionOutcome | None = None
+
+
+def ask_deadline_fire(*, ask_pk: int) -> Fired:
+    """Fire one overdue ask's deadline (see the module docstring)."""
     row = ReviewAsk.objects.filter(pk=ask_pk).values_list("status", "deadline_at", "item__policy").first()
     if row is None:
-        return "gone"
+        return Fired(said="gone")
     status, deadline_at, policy = row
     if status != AskStatus.PENDING:
-        return "already decided"
+        return Fired(said="already decided")
     if deadline_at is None or deadline_at > timezone.now():
-        return "not due"
+        return Fired(said="not due")
     action = policy_parse(policy).on_deadline
     if action == OnDeadline.ESCALATE:
-        return "escalated" if ask_escalate(ask_pk=ask_pk) else "not escalated (decided or moved meanwhile)"
+        escalated = ask_escalate(ask_pk=ask_pk)
+        return Fired(said="escalated" if escalated else "not escalated (decided or moved meanwhile)", acted=escalated)
     if action in (OnDeadline.APPROVE, OnDeadline.REJECT):
         outcome = ask_deadline_settle(ask_pk=ask_pk, by=deadline_account(), outcome=action)
-        return f"{PAST[action]} by the deadline" if outcome.won else f"lost to {outcome.winner}"
-    return "waits (no deadline action)"
+        said = f"{PAST[action]} by the deadline" if outcome.won else f"lost to {outcome.winner}"
+        return Fired(said=said, acted=True, outcome=outcome)
+    return Fired(said="waits (no deadline action)")
 
 
 def deadlines_sweep() -> int:
@@ -68,6 +81,6 @@ def deadlines_sweep() -> int:
         except DecisionError as exc:  # busy, or the item needs an operator: the next sweep tries again
             logger.warning("deadline of ask %s not fired: %s", ask_pk, exc)
             continue
-        fired += result not in ("gone", "already decided", "not due", "waits (no deadline action)")
-        logger.info("deadline of ask %s: %s", ask_pk, result)
+        fired += result.acted
+        logger.info("deadline of ask %s: %s", ask_pk, result.said)
     return fired

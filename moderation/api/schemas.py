@@ -9,7 +9,7 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt
 
-from moderation.deadlines import DEADLINE_USERNAME
+from moderation.policies.rules import DEADLINE_USERNAME
 from moderation.models import PRIORITY_MAX, PRIORITY_MIN, AskStatus, QueueItem, ReviewAsk
 from moderation.outcomes import ask_what
 from moderation.policies.models import APPROVALS_MAX

@@ -35,7 +35,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.deadlines import DEADLINE_USERNAME
+from moderation.policies.rules import DEADLINE_USERNAME
 from moderation.history import Anomaly, FinalItem, Op, history_check, history_final_read, history_wait_applied
 from moderation.lab.strategies import STRATEGIES, deadline_fire
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main

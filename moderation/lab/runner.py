@@ -40,7 +40,8 @@ from moderation.faults import fault_inject
 from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.items import lab_item_create
-from moderation.deadlines import DEADLINE_USERNAME, deadline_account
+from moderation.deadlines import deadline_account
+from moderation.policies.rules import DEADLINE_USERNAME
 from moderation.lab.harness import (
     DEADLINE_DECISION, Attempt, ReviewerProcesses, attempt_run, decision_for, race_threads, reviewer_processes,
 )

@@ -31,7 +31,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from moderation.deadlines import DEADLINE_USERNAME, ask_deadline_fire
+from moderation.deadlines import ask_deadline_fire
+from moderation.policies.rules import DEADLINE_USERNAME
 from moderation.decisions import DecisionOutcome, item_decide, item_withdraw
 from moderation.faults import fault_point
 from moderation.graphs.asks import ask_resume_value
@@ -135,11 +136,6 @@ def naive_tally_decide(
     return _act(item=item, reviewer=reviewer, decision=resolution.outcome, note=note)
 
 
-# ask_deadline_fire's words: "approved by the deadline", "lost to alice".
-WON_SUFFIX = "d by the deadline"
-LOST_TO = "lost to "
-
-
 @dataclass(frozen=True)
 class Fired:
     """What the deadline was told: ``won`` None when it had nothing to judge (the ask was
@@ -158,12 +154,12 @@ def deadline_fire(*, item_public_id: UUID | str) -> Fired:
         "pk", flat=True).first()
     if ask_pk is None:
         return Fired(won=None, winner=None, said="already decided")
-    said = ask_deadline_fire(ask_pk=ask_pk)
-    if said.endswith(WON_SUFFIX):
-        return Fired(won=True, winner=DEADLINE_USERNAME, said=said, decision=said.removesuffix(WON_SUFFIX))
-    if said.startswith(LOST_TO):
-        return Fired(won=False, winner=said.removeprefix(LOST_TO), said=said)
-    return Fired(won=None, winner=None, said=said)
+    fired = ask_deadline_fire(ask_pk=ask_pk)
+    if fired.outcome is None:
+        return Fired(won=None, winner=None, said=fired.said)
+    won = fired.outcome.won
+    return Fired(won=won, winner=DEADLINE_USERNAME if won else fired.outcome.winner, said=fired.said,
+                 decision=fired.outcome.requested if won else "deadline")
 
 
 def lab_reason(decision: str) -> str | None:

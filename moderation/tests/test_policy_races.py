@@ -143,14 +143,13 @@ def test_last_two_approvals_at_once_resume_the_graph_once_with_both_votes(team, 
 
 def _deadline_recorded(history: HistoryRecorder, item: QueueItem) -> str:
     op = history.invoke(reviewer="deadline", item=str(item.public_id), decision="reject")
-    said = ask_deadline_fire(ask_pk=item.asks.get().pk)
-    if said.endswith("by the deadline"):
+    fired = ask_deadline_fire(ask_pk=item.asks.get().pk)
+    if fired.outcome is not None and fired.outcome.won:
         history.complete(op, completion="ok", told_winner="deadline")
     else:  # lost in the guard, or found it decided before trying: either way told who decided
         winner = ReviewAsk.objects.filter(item=item).values_list("decided_by__username", flat=True).get()
-        told = said.removeprefix("lost to ") if said.startswith("lost to ") else winner
-        history.complete(op, completion="fail", told_winner=told)
-    return said
+        history.complete(op, completion="fail", told_winner=fired.outcome.winner if fired.outcome else winner)
+    return fired.said
 
 
 def test_deadline_firing_while_a_moderator_clicks_has_one_winner_and_the_other_is_told(team, mods):

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -93,7 +92,7 @@ from moderation.models import (
 from moderation.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.policies.models import Vote, VoteKind
 from moderation.policies.rules import Policy, Resolution, policy_parse, tally_build, tally_resolve
-from moderation.policies.teams import NotAMember, decide_right_check, eligible_count
+from moderation.policies.teams import NotAMember, decide_right_check, eligible_count, team_policy
 from moderation.permissions import user_can_decide
 from moderation.reasons import ReasonInvalid, decisions_rejecting, reason_check, reason_message
 from moderation.reconcile import item_reconcile
@@ -336,13 +335,18 @@ def _decide_locked(
             else:
                 _decide_right_check(item=item, reviewer=reviewer, by_deadline=by_deadline)
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
-            if ask is not None and ask.status == AskStatus.PENDING and target.policy.is_quorum and not by_deadline:
+            # The locked row's policy, not the one read before the lock: an escalation may have changed it.
+            policy = policy_parse(item.policy)
+            if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
+                if requested not in VoteKind.values:
+                    raise InvalidDecision(f"this item is now decided by vote ({policy.describe()}): vote approve or reject",
+                                          field="decisions")
                 return _vote_cast(item=item, ask=ask, voter=reviewer, decisions=decisions, note=note,
                                   requested=requested, requested_at=requested_at, reason=reason, origin=origin,
-                                  policy=target.policy)
+                                  policy=policy)
             if ask is not None and ask.status == AskStatus.PENDING:
-                if by_deadline and target.policy.is_quorum:
-                    _deadline_tally_record(item=item, ask=ask, policy=target.policy, outcome=decisions_kind(decisions))
+                if by_deadline and policy.is_quorum:
+                    _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
                 if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
                     raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
                                       "nothing was recorded, decide it when their claim ends")
@@ -377,7 +381,7 @@ def _vote_cast(
     """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
     now = timezone.now()
     Vote.objects.update_or_create(ask=ask, voter=voter, defaults={"vote": requested, "note": note, "reason": reason,
-                                                                   "cast_at": now})
+                                                                   "cast_at": now, "team_id": item.team_id})
     votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
@@ -598,8 +602,8 @@ def ask_escalate(*, ask_pk: int) -> bool:
     """Hand an overdue ask's item to its team's ``escalate_to`` team, with a higher priority; False if it is no longer open.
 
     Under the item's locks: an escalation and a decision are judged one after the other,
-    and a vote after it is judged by the new team's membership. The item takes the new
-    team's deadline (none: it waits for the supervisors).
+    and a vote after it is judged by the new team's membership and policy. The item takes
+    the new team's policy, deadline included (none: it waits for the supervisors).
     """
     key = str(ReviewAsk.objects.filter(pk=ask_pk).values_list("item__public_id", flat=True).first() or "")
     if not key:
@@ -613,7 +617,9 @@ def ask_escalate(*, ask_pk: int) -> bool:
         if ask.status != AskStatus.PENDING or not overdue or item.team is None or item.team.escalate_to is None:
             return False
         to = item.team.escalate_to
-        policy = replace(policy_parse(item.policy), deadline_seconds=to.deadline_seconds, on_deadline=to.on_deadline)
+        # The supervisors decide by their own team's rules; votes cast so far stay counted (each
+        # was cast by a member of the team the item then belonged to, ``Vote.team``).
+        policy = team_policy(team=to)
         item.team, item.policy, item.escalated_at = to, policy.as_json(), now
         item.priority = min(PRIORITY_MAX, item.priority + ESCALATION_PRIORITY_STEP)
         item.save(update_fields=["team", "policy", "escalated_at", "priority", "rank"])

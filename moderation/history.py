@@ -214,9 +214,9 @@ def _votes_read(item: object) -> dict:
         voter = vote.voter
         if voter.pk == item.requested_by_id:
             ineligible.append(voter.get_username())
-        elif item.team_id and not voter.has_perm(SUPERVISE_PERMISSION) and not TeamMembership.objects.filter(
+        elif vote.team_id and not voter.has_perm(SUPERVISE_PERMISSION) and not TeamMembership.objects.filter(
             Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
-            team_id=item.team_id, user=voter, added_at__lte=vote.cast_at,
+            team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
         ).exists():
             ineligible.append(voter.get_username())
     return {"votes": {v.voter.get_username(): v.vote for v in votes}, "tally": tally, "ineligible": tuple(ineligible)}

@@ -99,6 +99,9 @@ class Vote(models.Model):
     note = models.TextField(blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
     cast_at = models.DateTimeField()
+    # The item's team when the vote was cast (an escalation moves the item, not the vote):
+    # what the voter's membership is checked against (moderation.history).
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
 
     class Meta:
         app_label = "moderation"

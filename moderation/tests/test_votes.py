@@ -201,11 +201,14 @@ def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(tea
     team_member_add(team=supervisors, user=boss)
     team.escalate_to, team.deadline_seconds, team.on_deadline = supervisors, 30, "escalate"
     team.save()
-    item = _item(team="payments")
+    item = _item(team="payments", policy={"approvals": 2})
+    assert _decide(item, alice).counted
     _overdue(item)
     assert deadlines_sweep() == 1
     item.refresh_from_db()
     assert (item.team, item.priority) == (supervisors, 10) and item.escalated_at is not None
+    # The supervisors decide by their own rules (one decision); alice's vote stays on record.
+    assert item.policy["approvals"] == 1 and Vote.objects.get().team == team
     assert item.asks.get().deadline_at is None and item.asks.get().status == AskStatus.PENDING
     assert deadlines_sweep() == 0
     with pytest.raises(NotAllowed):

@@ -256,7 +256,6 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
         await server.aclose()
 
 
-@pytest.mark.postgres_variant
 async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
     env = {**redis_env("cap"), "LIVE_SOCKETS_PER_SESSION": "2"}
     # Two processes on one database (the same file) and one Redis, as in a deployment.

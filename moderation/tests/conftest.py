@@ -47,6 +47,23 @@ def bob(make_moderator):
 
 
 @pytest.fixture
+def carol(make_moderator):
+    return make_moderator("carol")
+
+
+@pytest.fixture
+def payments(alice, bob, carol):
+    """A team (moderation.policies) of alice, bob and carol."""
+    from moderation.models import Team
+    from moderation.policies.teams import team_member_add
+
+    team = Team.objects.create(slug="payments", name="Payments")
+    for user in (alice, bob, carol):
+        team_member_add(team=team, user=user)
+    return team
+
+
+@pytest.fixture
 def test_graphs(settings):
     """The small asking graphs of moderation.tests.graphs_support, registered for this test."""
     from moderation.tests.graphs_support import TEST_GRAPHS

@@ -360,15 +360,6 @@ def test_cancel_needs_the_write_scope_and_the_clients_own_item(api, make_item):
 # Approval policies through the API (README "Approval policies").
 
 
-@pytest.fixture
-def payments(make_moderator, alice, bob):
-    carol = make_moderator("carol")
-    team = Team.objects.create(slug="payments", name="Payments")
-    for user in (alice, bob, carol):
-        team_member_add(team=team, user=user)
-    return team
-
-
 def test_a_digest_without_policy_fields_is_what_it_was_before_them():
     # Pinned: items submitted before policies existed must still match their retries.
     legacy = Submission(title="A post", body="Some harmless text.", source="pipeline", external_id="post-1", metadata={"a": 1})

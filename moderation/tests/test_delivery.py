@@ -333,14 +333,6 @@ def policy_endpoint(db, receiver):
     return endpoint
 
 
-@pytest.fixture
-def payments(make_moderator, alice, bob):
-    team = Team.objects.create(slug="payments", name="Payments")
-    for user in (alice, bob, make_moderator("carol")):
-        team_member_add(team=team, user=user)
-    return team
-
-
 def _sent(item, receiver) -> list[dict]:
     """Deliver the item's pending events in order, as a worker would; all the receiver verified and got for it."""
     for delivery in _deliveries(item):

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from moderation.models import QueueItem, Team
-from moderation.policies.teams import team_member_add
+from moderation.models import QueueItem
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -80,14 +79,6 @@ def test_single_item_and_wrong_combinations(tmp_path, monkeypatch):
     ]:
         assert re.fullmatch(message, _add(*args)[2])
     assert QueueItem.objects.count() == 1
-
-
-@pytest.fixture
-def payments(make_moderator, alice, bob):
-    team = Team.objects.create(slug="payments", name="Payments")
-    for user in (alice, bob, make_moderator("carol")):
-        team_member_add(team=team, user=user)
-    return team
 
 
 def test_team_policy_and_requester_for_one_item_and_as_defaults_of_a_file(tmp_path, payments):

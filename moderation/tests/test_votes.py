@@ -16,19 +16,6 @@ from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.tests.graphs_support import item_resumes
 
 
-@pytest.fixture
-def carol(make_moderator):
-    return make_moderator("carol")
-
-
-@pytest.fixture
-def team(db, alice, bob, carol):
-    team = Team.objects.create(slug="payments", name="Payments")
-    for user in (alice, bob, carol):
-        team_member_add(team=team, user=user)
-    return team
-
-
 def _item(**kwargs):
     return item_create(title="Refund 120", body="Refund order 7.", source="shop", **kwargs)
 
@@ -45,7 +32,7 @@ def _snapshot():
 
 @pytest.mark.django_db
 def test_quorum_resolves_on_the_nth_approval_and_resumes_the_graph_once_with_the_whole_tally(
-        team, alice, bob, django_capture_on_commit_callbacks):
+        payments, alice, bob, django_capture_on_commit_callbacks):
     item = _item(team="payments", policy={"approvals": 2})
     with django_capture_on_commit_callbacks(execute=True):
         first = _decide(item, alice)
@@ -66,7 +53,7 @@ def test_quorum_resolves_on_the_nth_approval_and_resumes_the_graph_once_with_the
 
 
 @pytest.mark.django_db
-def test_a_veto_ends_the_vote_and_a_later_vote_is_told_it_did_not_count(team, alice, bob, carol):
+def test_a_veto_ends_the_vote_and_a_later_vote_is_told_it_did_not_count(payments, alice, bob, carol):
     item = _item(team="payments", policy={"approvals": 2, "veto": True})
     _decide(item, alice)
     vetoed = _decide(item, carol, "reject", note="not this one", reason="other")
@@ -79,7 +66,7 @@ def test_a_veto_ends_the_vote_and_a_later_vote_is_told_it_did_not_count(team, al
 
 
 @pytest.mark.django_db
-def test_without_veto_the_rejection_that_makes_approval_impossible_rejects(team, alice, bob, carol):
+def test_without_veto_the_rejection_that_makes_approval_impossible_rejects(payments, alice, bob, carol):
     item = _item(team="payments", policy={"approvals": 2})
     assert _decide(item, alice, "reject", reason="spam").counted
     resolved = _decide(item, bob, "reject", reason="spam")
@@ -87,7 +74,7 @@ def test_without_veto_the_rejection_that_makes_approval_impossible_rejects(team,
 
 
 @pytest.mark.django_db
-def test_a_vote_can_be_changed_until_the_item_resolves_and_counts_once(team, alice, bob):
+def test_a_vote_can_be_changed_until_the_item_resolves_and_counts_once(payments, alice, bob):
     item = _item(team="payments", policy={"approvals": 2})
     assert not _decide(item, alice, "reject", reason="spam").won
     changed = _decide(item, alice, "approve")
@@ -97,7 +84,7 @@ def test_a_vote_can_be_changed_until_the_item_resolves_and_counts_once(team, ali
 
 
 @pytest.mark.django_db
-def test_only_votes_approve_or_reject_on_a_quorum_item(team, alice, test_graphs):
+def test_only_votes_approve_or_reject_on_a_quorum_item(payments, alice, test_graphs):
     item = item_create(title="Refund", body="b", source="agent", graph="t_hitl", team="payments", policy={"approvals": 2})
     action = item.asks.get().payload["action_requests"][0]
     before = _snapshot()
@@ -108,7 +95,7 @@ def test_only_votes_approve_or_reject_on_a_quorum_item(team, alice, test_graphs)
 
 
 @pytest.mark.django_db
-def test_only_the_teams_moderators_and_supervisors_may_decide(team, make_moderator):
+def test_only_the_teams_moderators_and_supervisors_may_decide(payments, make_moderator):
     item = _item(team="payments")
     outsider = make_moderator("dan")
     before = _snapshot()
@@ -121,9 +108,9 @@ def test_only_the_teams_moderators_and_supervisors_may_decide(team, make_moderat
 
 
 @pytest.mark.django_db
-def test_a_removed_member_is_refused_and_nothing_changes(team, alice, bob):
+def test_a_removed_member_is_refused_and_nothing_changes(payments, alice, bob):
     item = _item(team="payments", policy={"approvals": 2})
-    assert team_member_remove(team=team, user=alice) and not team_member_remove(team=team, user=alice)
+    assert team_member_remove(team=payments, user=alice) and not team_member_remove(team=payments, user=alice)
     before = _snapshot()
     with pytest.raises(NotAllowed):
         _decide(item, alice)
@@ -131,7 +118,7 @@ def test_a_removed_member_is_refused_and_nothing_changes(team, alice, bob):
 
 
 @pytest.mark.django_db
-def test_the_requester_may_never_decide_their_own_item(team, alice, bob):
+def test_the_requester_may_never_decide_their_own_item(payments, alice, bob):
     item = _item(team="payments", requested_by=alice)
     before = _snapshot()
     with pytest.raises(NotAllowed, match="four eyes"):
@@ -141,7 +128,7 @@ def test_the_requester_may_never_decide_their_own_item(team, alice, bob):
 
 
 @pytest.mark.django_db
-def test_an_unsatisfiable_policy_is_refused_on_submit_and_creates_nothing(team, alice):
+def test_an_unsatisfiable_policy_is_refused_on_submit_and_creates_nothing(payments, alice):
     with pytest.raises(ValidationError, match="4 approvals can never be reached: team Payments has 3"):
         _item(team="payments", policy={"approvals": 4})
     # The requester does not count among the voters: three members less alice are two.
@@ -153,10 +140,10 @@ def test_an_unsatisfiable_policy_is_refused_on_submit_and_creates_nothing(team, 
 
 
 @pytest.mark.django_db
-def test_an_item_joins_the_team_of_its_source(team):
-    team.sources = ["shop"]
-    team.save()
-    assert _item().team == team
+def test_an_item_joins_the_team_of_its_source(payments):
+    payments.sources = ["shop"]
+    payments.save()
+    assert _item().team == payments
 
 
 def _overdue(item):
@@ -164,7 +151,7 @@ def _overdue(item):
 
 
 @pytest.mark.django_db
-def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(team, alice, django_capture_on_commit_callbacks):
+def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(payments, alice, django_capture_on_commit_callbacks):
     item = _item(team="payments", policy={"approvals": 2, "deadline_seconds": 60, "on_deadline": "reject"})
     ask = item.asks.get()
     assert timedelta(seconds=59) < ask.deadline_at - timezone.now() <= timedelta(seconds=60)
@@ -183,7 +170,7 @@ def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(team
 
 
 @pytest.mark.django_db
-def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(team, alice):
+def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(payments, alice):
     from moderation.deadlines import deadline_account
     from moderation.decisions import ask_deadline_settle
 
@@ -195,12 +182,12 @@ def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(team, alic
 
 
 @pytest.mark.django_db
-def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(team, alice, make_moderator):
+def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(payments, alice, make_moderator):
     boss = make_moderator("boss")
     supervisors = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=supervisors, user=boss)
-    team.escalate_to, team.deadline_seconds, team.on_deadline = supervisors, 30, "escalate"
-    team.save()
+    payments.escalate_to, payments.deadline_seconds, payments.on_deadline = supervisors, 30, "escalate"
+    payments.save()
     item = _item(team="payments", policy={"approvals": 2})
     assert _decide(item, alice).counted
     _overdue(item)
@@ -208,7 +195,7 @@ def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(tea
     item.refresh_from_db()
     assert (item.team, item.priority) == (supervisors, 10) and item.escalated_at is not None
     # The supervisors decide by their own rules (one decision); alice's vote stays on record.
-    assert item.policy["approvals"] == 1 and Vote.objects.get().team == team
+    assert item.policy["approvals"] == 1 and Vote.objects.get().team == payments
     assert item.asks.get().deadline_at is None and item.asks.get().status == AskStatus.PENDING
     assert deadlines_sweep() == 0
     with pytest.raises(NotAllowed):

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from moderation.audit import audit_verify
 from moderation.deadlines import deadlines_sweep
 from moderation.decisions import InvalidDecision, NotAllowed, item_decide
 from moderation.graphs.runtime import graph_values
@@ -50,6 +51,7 @@ def test_quorum_resolves_on_the_nth_approval_and_resumes_the_graph_once_with_the
     assert [(v["voter"], v["vote"]) for v in resumed["tally"]["votes"]] == [("alice", "approve"), ("bob", "approve")]
     outcomes = list(DecisionAttempt.objects.filter(item=item).values_list("reviewer__username", "outcome"))
     assert outcomes == [("alice", AttemptOutcome.VOTED), ("bob", AttemptOutcome.WON)]
+    assert audit_verify().problems == []  # votes are signed in the attempts log like any attempt
 
 
 @pytest.mark.django_db
@@ -167,6 +169,7 @@ def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(paym
     assert deadlines_sweep() == 0  # settled: nothing more to fire
     late = _decide(item, alice)
     assert not late.accepted and late.winner == "deadline"
+    assert audit_verify().problems == []
 
 
 @pytest.mark.django_db

@@ -18,7 +18,7 @@ from django.utils import timezone
 from moderation.counts import counted_day, counts_read
 from moderation.graphs.asks import AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
-from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, AttemptOutcome, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import OnDeadline, TeamMembership, Vote
 from moderation.policies.rules import policy_parse, tally_describe
 from moderation.policies.teams import eligible_voters, user_is_supervisor
@@ -352,12 +352,13 @@ class VotePanel:
     requested_by: str  # who may never decide it, "" for nobody
     tally: str  # "2 of 3 approvals: alice, bob · carol rejected — vetoed"
     may_still_vote: list[str]  # usernames; empty when the ask is resolved
-    your_vote: str  # approve / reject / "" (the viewer's current vote on the open ask)
+    your_vote: str  # approve / reject / "": the viewer's vote on the open ask, or counted in the resolved one
     you_requested: bool
     deadline_at: datetime | None
     then: str  # what the deadline does: "rejected by deadline", "escalated to Leads", ""
     escalated_at: datetime | None
     open: bool  # the ask is still being voted on
+    voted_late: bool = False  # the viewer's vote came after the resolution (not counted)
 
     @property
     def deadline_seconds_left(self) -> int:
@@ -381,9 +382,11 @@ def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel |
         ask = item.asks.exclude(tally={}).order_by("-decided_at", "-id").first()
     if not (item.team_id or item.requested_by_id or policy.is_quorum or (ask is not None and ask.deadline_at)):
         return None
-    tally, may_vote, yours = "", [], ""
+    tally, may_vote, yours, late = "", [], "", False
     if ask is not None and settled:
         tally = ask.tally.get("summary", "")
+        yours = next((v["vote"] for v in ask.tally.get("votes", []) if v["voter"] == viewer.get_username()), "")
+        late = not yours and ask.attempts.filter(reviewer_id=viewer.pk, outcome=AttemptOutcome.LOST).exists()
     elif ask is not None and policy.is_quorum:
         votes = [(v.voter.get_username(), v.vote, v.voter_id) for v in ask.votes.select_related("voter")]
         voters = eligible_voters(team_id=item.team_id, requester_id=item.requested_by_id)
@@ -400,7 +403,7 @@ def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel |
         requested_by=item.requested_by.get_username() if item.requested_by else "", tally=tally,
         may_still_vote=may_vote, your_vote=yours, you_requested=item.requested_by_id == viewer.pk,
         deadline_at=ask.deadline_at if ask is not None and not settled else None, then=then,
-        escalated_at=item.escalated_at, open=not settled,
+        escalated_at=item.escalated_at, open=not settled, voted_late=late,
     )
 
 

@@ -86,6 +86,9 @@ def test_the_item_page_shows_the_policy_tally_voters_your_vote_and_deadline(team
     assert "Your vote was not counted: the item was already resolved — already reviewed by carol" in late.content.decode()
     assert _text(late.content, "lost-tally") == "Final tally: 1 of 2 approvals: alice · carol rejected — vetoed"
     assert _text(late.content, "vote-tally") == "1 of 2 approvals: alice · carol rejected — vetoed"
+    assert _text(late.content, "vote-outcome") == "Resolved: rejected — your vote was not counted: the item was already resolved"
+    counted = _client(alice).get(f"/items/{item.public_id}/").content
+    assert _text(counted, "vote-outcome") == "Resolved: rejected — your vote counted"
 
 
 @pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from moderation.counts import counted_day, counts_read
-from moderation.graphs.asks import AskSpec, decisions_describe
+from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, AttemptOutcome, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import OnDeadline, TeamMembership, Vote
@@ -359,6 +359,7 @@ class VotePanel:
     escalated_at: datetime | None
     open: bool  # the ask is still being voted on
     voted_late: bool = False  # the viewer's vote came after the resolution (not counted)
+    outcome: str = ""  # the resolved tally's outcome: approved / rejected
 
     @property
     def deadline_seconds_left(self) -> int:
@@ -404,6 +405,9 @@ def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel |
         may_still_vote=may_vote, your_vote=yours, you_requested=item.requested_by_id == viewer.pk,
         deadline_at=ask.deadline_at if ask is not None and not settled else None, then=then,
         escalated_at=item.escalated_at, open=not settled, voted_late=late,
+        # From the tally itself, not the item row read before it: the page never pairs a
+        # resolved tally with a status from the instant before.
+        outcome=PAST.get((ask.tally.get("resolution") or "") if settled and ask is not None else "", ""),
     )
 
 

@@ -348,10 +348,7 @@ async function itemRefresh() {
 
 async function decidedCheck(msg) {
   if (page !== "item" || msg.item !== itemId) return;
-  const item = await itemStateRead();
-  itemStateShow(item);
-  // The vote panel's final tally; the form stays, disabled under the banner.
-  if (item?.tally) await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  itemStateShow(await itemStateRead());
 }
 
 // The row's "Vote: 1 of 2 approvals: alice" line, as the server renders it now.
@@ -411,6 +408,11 @@ function itemStateShow(item) {
   if (!item) return;
   if (item.winner) bannerShow(item);
   else bannerClear();
+  // A resolved quorum item whose page still shows the vote open (its event came before this
+  // page's socket did): the panel's final tally, and whether this voter's vote counted.
+  if (item.tally && !document.getElementById("vote-outcome")) {
+    itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  }
 }
 
 function bannerClear() {

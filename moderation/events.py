@@ -46,7 +46,6 @@ from moderation.selectors import queue_counts
 if TYPE_CHECKING:
     from moderation.claims import Claim
     from moderation.outcomes import DecisionOutcome
-    from moderation.models import QueueItem
 
 logger = logging.getLogger(__name__)
 

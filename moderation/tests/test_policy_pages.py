@@ -5,18 +5,19 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
 from moderation import events
-from moderation.decisions import item_decide
+from moderation.decisions import ask_escalate, item_decide
 from moderation.items import item_create
 from moderation.live import CLOSE_NOT_FOUND, live_groups, live_socket_admit
 from moderation.models import ReviewAsk, Team, TeamMembership
 from moderation.policies.teams import team_member_add, team_member_remove
-from moderation.tests.test_events import RecordingLayer, recorded  # noqa: F401 (fixture)
+from moderation.tests.test_events import recorded  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -124,8 +125,6 @@ def test_a_teams_items_are_hidden_from_non_members_everywhere(team, alice, erin,
     members_queue = _client(alice).get("/").content.decode()
     assert "Open to all" in members_queue and "Vote: 0 of 2 approvals" in members_queue
     erin.user_permissions.add(Permission.objects.get(codename="supervise_teams"))
-    from django.contrib.auth import get_user_model
-
     supervisor = get_user_model().objects.get(pk=erin.pk)
     assert _client(supervisor).get(f"/items/{theirs.public_id}/").status_code == 200
     # A removed member loses the view with the right to decide.
@@ -182,12 +181,8 @@ def test_the_history_shows_every_vote_and_the_resolution(team, alice, bob, carol
 def test_the_history_shows_an_escalation(team, alice):
     item = _item(team="payments")
     ReviewAsk.objects.filter(item=item).update(deadline_at=timezone.now() - timedelta(seconds=1))
-    from moderation.decisions import ask_escalate
-
     assert ask_escalate(ask_pk=ReviewAsk.objects.get(item=item).pk)
     alice.user_permissions.add(Permission.objects.get(codename="supervise_teams"))
-    from django.contrib.auth import get_user_model
-
     client = _client(get_user_model().objects.get(pk=alice.pk))
     text = " ".join(re.sub(r"<[^>]+>", " ", client.get(f"/items/{item.public_id}/history").content.decode()).split())
     assert "Escalated to Leads: no decision before the deadline." in text

@@ -6,7 +6,7 @@ do this through ``e2e.server``), so the test process itself never touches the OR
     python e2e/dbtool.py seed '{"migrate": true, "moderators": ["alice"], "items": 2}'   # e2e.seed.site_seed
     python e2e/dbtool.py users [--migrate]         # alice, bob, carol (moderators), dave (viewer), erin (staff)
     python e2e/dbtool.py items --count 3 --prefix "Race"   # -> JSON [{"id", "title"}]; --graph NAME
-    python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ...}}
+    python e2e/dbtool.py state ID [ID ...]         # -> JSON {id: {status, winner, ..., final}}
     python e2e/dbtool.py decide ID --user carol --decision reject   # behind the server's back
 
 Every command prints one JSON document on stdout. ``serve`` keeps one process (one
@@ -57,13 +57,19 @@ def cmd_users(args: argparse.Namespace) -> dict:
 def cmd_items(args: argparse.Namespace) -> list[dict]:
     from e2e.seed import site_seed
 
-    return site_seed(items=args.count, prefix=args.prefix, source=args.source, graph=args.graph or None).items
+    return site_seed(items=args.count, prefix=args.prefix, source=args.source, graph=args.graph or None,
+                     team=args.team or None).items
 
 
 def cmd_state(args: argparse.Namespace) -> dict:
+    from dataclasses import asdict
+
     from moderation.graphs.runtime import graph_asks_pending, graph_forks, graph_resume_count
+    from moderation.history import history_final_read
     from moderation.models import AttemptOutcome, QueueItem
 
+    # What moderation.history checks a run against (a quorum item's votes and tally included).
+    finals = {item: asdict(final) for item, final in history_final_read(items=args.ids).items()}
     state = {}
     for item in QueueItem.objects.filter(public_id__in=args.ids).select_related("decided_by"):
         attempts = list(item.attempts.select_related("reviewer", "winner").order_by("id"))
@@ -82,6 +88,8 @@ def cmd_state(args: argparse.Namespace) -> dict:
             "graph_paused": bool(graph_asks_pending(name=item.graph, thread_id=item.thread_id)),
             "apply_state": item.apply_state,
             "applied_result": item.applied_result,
+            "tally": item.asks.exclude(tally={}).order_by("-decided_at").values_list("tally", flat=True).first(),
+            "final": finals[str(item.public_id)],
         }
     return state
 
@@ -132,6 +140,7 @@ def parser_build() -> argparse.ArgumentParser:
     items.add_argument("--prefix", default="E2E item")
     items.add_argument("--source", default="e2e")
     items.add_argument("--graph", default="", help="a REVIEWQUEUE_GRAPHS name (the server's env may add some); moderation by default")
+    items.add_argument("--team", default="", help="a team's slug (manage.py team): the items are its, by its policy")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")
     decide = sub.add_parser("decide")

@@ -35,7 +35,7 @@ def site_seed(
     *, migrate: bool = False, moderators: Sequence[str] = (), viewers: Sequence[str] = (),
     superusers: Sequence[str] = (), staff: Sequence[str] = (), password: str | None = None, sessions: bool = False,
     items: int = 0, prefix: str = "Item", source: str = "seed", decisions: Sequence[tuple[int, str, str]] = (),
-    graph: str | None = None,
+    graph: str | None = None, team: str | None = None,
 ) -> SeedResult:
     """Users, items and decisions made through the product's own functions.
 
@@ -43,7 +43,7 @@ def site_seed(
     created as such; any of them named in ``staff`` is staff too. Without a
     ``password`` the users get an unusable one (their tests use ``sessions``: one
     logged-in session each, no password hashing). Items are titled "<prefix> <n>" from
-    1, on ``graph`` (a REVIEWQUEUE_GRAPHS name; the moderation graph by default). ``decisions`` are
+    1, on ``graph`` (a REVIEWQUEUE_GRAPHS name; the moderation graph by default), of ``team`` (a slug) if given. ``decisions`` are
     (item index, moderator, "approve"/"reject"), made in order through ``item_decide``.
     Existing users are reused, so seeding twice is harmless.
     """
@@ -82,7 +82,8 @@ def site_seed(
             session.save()
             result.sessions[name] = session.session_key
     for n in range(1, items + 1):
-        item = item_create(title=f"{prefix} {n}", body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=source, graph=graph)
+        item = item_create(title=f"{prefix} {n}", body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=source, graph=graph,
+                           team=team)
         result.items.append({"id": str(item.public_id), "title": item.title})
     for index, name, decision in decisions:
         item = result.items[index]["id"]

@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import construct_change_message
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.utils.html import format_html_join
@@ -11,6 +12,9 @@ from moderation.delivery.models import SUBSCRIBABLE_EVENTS, DeliveryAttempt, Web
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
 from moderation.models import ApiClient, ApiScope, ApiToken, AuditLedgerEntry, DecisionAttempt, QueueItem, ReasonCode
+from moderation.policies.models import OnDeadline, Team, TeamMembership
+from moderation.policies.rules import PolicyInvalid
+from moderation.policies.teams import team_check, team_member_add, team_member_remove
 
 
 class QueueItemForm(forms.ModelForm):
@@ -229,3 +233,95 @@ class ReasonCodeAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         # Decisions keep the code: retire one (active off) instead, so its label still reads.
         return False
+
+
+# --- Teams (moderation.policies) -------------------------------------------------------
+
+
+class TeamForm(forms.ModelForm):
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
+                  "sources", "graphs"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("on_deadline") and not cleaned.get("deadline_seconds"):
+            self.add_error("deadline_seconds", "a deadline action needs a deadline: give it in seconds")
+        if cleaned.get("on_deadline") == OnDeadline.ESCALATE and not cleaned.get("escalate_to"):
+            self.add_error("escalate_to", "to escalate, name the team that takes overdue items")
+        if self.instance.pk and cleaned.get("escalate_to") == self.instance:
+            self.add_error("escalate_to", "a team cannot escalate to itself")
+        return cleaned
+
+
+class TeamMembershipForm(forms.ModelForm):
+    remove = forms.BooleanField(required=False, help_text="end this membership (kept, stamped removed)")
+
+    class Meta:
+        model = TeamMembership
+        fields = ["user"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:  # a membership's user is its identity; removal is the checkbox
+            self.fields["user"].disabled = True
+            if self.instance.removed_at:
+                self.fields["remove"].disabled = True
+
+
+class TeamMembershipFormSet(forms.BaseInlineFormSet):
+    def clean(self):
+        """Refuse a policy the members (after this save's additions and removals) could never satisfy."""
+        super().clean()
+        if any(self.errors):
+            return
+        adding, removing = [], []
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", {})
+            if form.instance.pk is None and data.get("user") is not None:
+                adding.append(data["user"].pk)
+            elif form.instance.pk and data.get("remove") and form.instance.removed_at is None:
+                removing.append(form.instance.user_id)
+        try:
+            team_check(team=self.instance, adding=adding, removing=removing)
+        except PolicyInvalid as exc:
+            raise forms.ValidationError(f"Not saved: {exc}. Add moderators to the team or lower its approvals.") from None
+
+
+class TeamMembershipInline(admin.TabularInline):
+    """Members, past ones included: a removal is stamped (``team_member_remove``), never a deleted row."""
+
+    model = TeamMembership
+    form = TeamMembershipForm
+    formset = TeamMembershipFormSet
+    fields = ["user", "added_at", "removed_at", "remove"]
+    readonly_fields = ["added_at", "removed_at"]
+    extra = 1
+    can_delete = False
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    form = TeamForm
+    list_display = ["name", "slug", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
+                    "member_names"]
+    inlines = [TeamMembershipInline]
+
+    @admin.display(description="members")
+    def member_names(self, obj):
+        return ", ".join(m.user.get_username() for m in obj.memberships.filter(removed_at=None).select_related("user"))
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        # The memberships are saved by save_formset below, not by the formset: the log names the team's fields only.
+        return construct_change_message(form, [], add)
+
+    def save_formset(self, request, form, formset, change):
+        # Through the policies' own functions: an addition reuses a live membership, a
+        # removal is stamped under the lock the guard takes (moderation.policies.teams).
+        for inline_form in formset.forms:
+            data = getattr(inline_form, "cleaned_data", {})
+            if inline_form.instance.pk is None and data.get("user") is not None:
+                team_member_add(team=form.instance, user=data["user"])
+            elif inline_form.instance.pk and data.get("remove") and inline_form.instance.removed_at is None:
+                team_member_remove(team=form.instance, user=inline_form.instance.user)

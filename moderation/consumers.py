@@ -10,7 +10,7 @@ else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket
 rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
 told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
-``item.decided``, ``decision.lost``, ``presence.changed``, ``item.claimed``, ``item.released``
+``item.decided``, ``item.voted`` and ``item.escalated`` (``moderation.policies``), ``decision.lost``, ``presence.changed``, ``item.claimed``, ``item.released``
 (``moderation.claims``), ``session.ended``.
 
 Every login may hold a socket; a view-only user's is read-only: the heartbeat is the only
@@ -146,7 +146,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # Join before reading the state, so nothing can fall between the snapshot and the first event.
         await live_groups_join(
             layer=self.channel_layer, channel_name=self.channel_name,
-            groups=live_groups(user_id=self.user_id, session_key=self.session_key, item_public_id=self.item_public_id),
+            groups=await database_sync_to_async(live_groups)(
+                user=user, session_key=self.session_key, item_public_id=self.item_public_id),
         )
         await self.accept()
         if self.item_public_id and self.can_decide:
@@ -184,7 +185,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not self.ended:  # an event already queued for a socket being closed stays unsent
             await self.send_json(event)
 
-    item_created = item_decided = item_applied = decision_lost = presence_changed = item_claimed = item_released = relay
+    item_created = item_decided = item_voted = item_escalated = item_applied = relay
+    decision_lost = presence_changed = item_claimed = item_released = relay
 
     async def rights_changed(self, event: dict[str, Any]) -> None:
         """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""

@@ -34,11 +34,11 @@ def decided(request: HttpRequest) -> HttpResponse:
     filters, errors = decided_filters_read(data=request.GET)
     query = filters.as_query()
     try:
-        page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE,
+        page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE, viewer=request.user,
                             after=request.GET.get("after") or None, before=request.GET.get("before") or None)
     except CursorInvalid as exc:
         errors["page"] = str(exc)
-        page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE)
+        page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE, viewer=request.user)
     labels = reason_labels()
     for item in page.items:
         item.reason_words = [(ask.reason, labels.get(ask.reason, ask.reason)) for ask in item.reasoned_asks]
@@ -60,7 +60,7 @@ def decided(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def item_history(request: HttpRequest, public_id: str) -> HttpResponse:
-    item = item_get(public_id=public_id)
+    item = item_get(public_id=public_id, viewer=request.user)
     if item is None:
         raise Http404("No such item")
     labels = reason_labels()

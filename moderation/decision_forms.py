@@ -33,6 +33,7 @@ from moderation.models import ReasonCode, ReviewAsk
 from moderation.reasons import decisions_rejecting
 
 TYPE_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
+VOTE_KINDS = ("approve", "reject")
 _INPUT_TYPES = {"number": "number", "integer": "number", "string": "text", "boolean": "checkbox"}
 
 
@@ -87,9 +88,12 @@ class ActionForm:
     chosen: str = ""
     message: str = ""
     errors: dict[str, str] = field(default_factory=dict)
+    vote: bool = False  # a quorum ask: the choices are votes
 
     @property
     def choices(self) -> list[tuple[str, str]]:
+        if self.vote:
+            return [(kind, f"Vote {kind}") for kind in self.allowed]
         return [(kind, TYPE_LABELS[kind]) for kind in self.allowed]
 
     @property
@@ -143,11 +147,12 @@ class AskForm:
 
 def ask_forms_build(
     *, asks: list[ReviewAsk], posted: Mapping[str, str] | None = None, errors: dict[str, str] | None = None,
-    reasons: list[ReasonCode] | None = None,
+    reasons: list[ReasonCode] | None = None, vote: bool = False,
 ) -> list[AskForm]:
     """A form per open ask; the posted ask's form is refilled with ``posted`` and shows ``errors``.
 
-    ``reasons``: the reason codes a reject may name (the active ones).
+    ``reasons``: the reason codes a reject may name (the active ones). ``vote``: the item is
+    decided by quorum, whose votes are only approve or reject (the guard refuses the rest).
     """
     forms = []
     for n, ask in enumerate(asks):
@@ -155,12 +160,13 @@ def ask_forms_build(
         mine = posted is not None and posted.get("ask", ask.interrupt_id if len(asks) == 1 else None) == ask.interrupt_id
         forms.append(_ask_form(ask, form_id="decide-form" if n == 0 else f"decide-form-{n + 1}",
                                posted=posted if mine else None, errors=(errors or {}) if mine else {},
-                               reasons=reasons or []))
+                               reasons=reasons or [], vote=vote))
     return forms
 
 
 def _ask_form(
     ask: ReviewAsk, *, form_id: str, posted: Mapping[str, str] | None, errors: dict[str, str], reasons: list[ReasonCode],
+    vote: bool = False,
 ) -> AskForm:
     spec = AskSpec.from_payload(ask.payload)
     actions = []
@@ -169,10 +175,11 @@ def _ask_form(
         actions.append(ActionForm(
             index=i, name=action["name"], description=action.get("description", ""),
             args=[(key, _display(value)) for key, value in action["args"].items()],
-            allowed=list(config["allowed_decisions"]), type_field=f"action-{i}-type",
+            allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
             errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
+            vote=vote,
         ))
     return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors,
                    reasons=reasons, reason=(posted or {}).get("reason", ""))

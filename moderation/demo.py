@@ -11,6 +11,7 @@ from django.contrib.auth.models import Group
 from moderation.items import item_create
 from moderation.models import QueueItem
 from moderation.permissions import MODERATORS_GROUP
+from moderation.policies.teams import TeamSpec, team_save
 
 DEMO_SOURCE = "demo"
 DEMO_MODERATORS = ("alice", "bob", "carol")
@@ -40,6 +41,13 @@ DEMO_ITEMS = [
 ]
 
 REFUND_AGENT = "refund_agent"
+# The refund agent's items belong to payments: two of its three moderators must approve,
+# one rejection vetoes, and an item nobody settles within the hour goes to the leads.
+DEMO_TEAMS = [
+    ("leads", TeamSpec(name="Leads", add=("alice",))),
+    ("payments", TeamSpec(name="Payments", approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate",
+                          escalate_to="leads", graphs=[REFUND_AGENT], add=DEMO_MODERATORS)),
+]
 # Customer messages for the example agent (examples/refund_agent), with how many rounds
 # of asks each makes: one refund to decide; a refund and an email in one ask; a refund,
 # then (a second round) the email saying what was actually refunded.
@@ -71,6 +79,8 @@ def demo_seed(*, progress: Callable[[int, int], None] | None = None) -> tuple[in
             users_created += 1
         if username in DEMO_MODERATORS:
             user.groups.add(group)
+    for slug, spec in DEMO_TEAMS:  # before the items: the agent's items join payments as they are created
+        team_save(slug=slug, spec=spec)
     existing = set(QueueItem.objects.filter(source=DEMO_SOURCE).values_list("title", flat=True))
     items = [(title, body, None) for title, body in DEMO_ITEMS]
     items += [(title, body, REFUND_AGENT) for title, body, _ in DEMO_AGENT_ITEMS]

@@ -15,8 +15,10 @@ A push never sits on a decision's critical path:
   number of waiting tasks. Outside a server (management commands, the test client)
   the push runs in the caller's thread, bounded by the same timeout.
 
-Groups: ``queue`` (every open queue page), ``item.<uuid>`` (every open page of that
-item), ``user.<id>`` (every open page of that user), ``session.<hash>`` (every open
+Groups: ``queue`` (every open queue page: items of no team), ``team.<id>`` (the queue
+pages of that team's members), ``supervisors`` (the queue pages of supervisors, who see
+every team's items), ``item.<uuid>`` (every open page of that item, whose page only the
+people who may see it can open), ``user.<id>`` (every open page of that user), ``session.<hash>`` (every open
 page of one login session, so logging out closes them).
 """
 
@@ -34,17 +36,21 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import DatabaseError, transaction
+from django.db.models import Q
+
+from moderation.models import QueueItem
+from moderation.policies.models import Team
 
 from moderation.selectors import queue_counts
 
 if TYPE_CHECKING:
     from moderation.claims import Claim
     from moderation.outcomes import DecisionOutcome
-    from moderation.models import QueueItem
 
 logger = logging.getLogger(__name__)
 
 QUEUE_GROUP = "queue"
+SUPERVISORS_GROUP = "supervisors"
 # A layer that hangs (a black-holed Redis) must not hold a reviewer's HTTP response
 # hostage: the push is given up after this long and the client catches up on resync.
 SEND_TIMEOUT_SECONDS = 2.0
@@ -54,6 +60,30 @@ MAX_PUSHES_IN_FLIGHT = 1000
 
 def item_group(public_id: str) -> str:
     return f"item.{public_id}"
+
+
+def team_group(team_id: int) -> str:
+    return f"team.{team_id}"
+
+
+def queue_groups(*, team_ids: Iterable[int | None]) -> list[str]:
+    """The queue pages that may hear of items of these teams (None: no team): everyone's for an item
+    of no team; the team's members' and the supervisors' for a team's item."""
+    groups = {QUEUE_GROUP if team_id is None else team_group(team_id) for team_id in team_ids}
+    if groups - {QUEUE_GROUP}:
+        groups.add(SUPERVISORS_GROUP)
+    return sorted(groups)
+
+
+def _item_queue_groups(item_public_id: str) -> list[str]:
+    # Read after the commit, so an item's team is the one it has now. The database out of
+    # reach: the supervisors only, rather than risk telling everyone of a team's item.
+    try:
+        team_id = QueueItem.objects.filter(public_id=item_public_id).values_list("team_id", flat=True).first()
+    except DatabaseError:
+        logger.exception("could not read the team of %s for a live update", item_public_id)
+        return [SUPERVISORS_GROUP]
+    return queue_groups(team_ids=[team_id])
 
 
 def user_group(user_id: int) -> str:
@@ -172,6 +202,11 @@ def _failures_log(sends: list[tuple[str, dict[str, Any]]], results: list[Any]) -
             logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
 
 
+def _item_send(item_public_id: str, message: dict[str, Any]) -> None:
+    """To the item's own pages and the queue pages that may see it."""
+    _send_all([(group, message) for group in [*_item_queue_groups(item_public_id), item_group(item_public_id)]])
+
+
 def _counts() -> dict[str, int]:
     # These run in on_commit callbacks; an exception there would turn a committed
     # decision into a 500, so a failed count only leaves the counts to the next resync.
@@ -185,7 +220,8 @@ def _counts() -> dict[str, int]:
 def item_created_broadcast(*, item: QueueItem) -> None:
     if get_channel_layer() is None:  # nobody to tell: skip counting the queue
         return
-    _send(QUEUE_GROUP, {"type": "item.created", "item": str(item.public_id), "title": item.title, "counts": _counts()})
+    message = {"type": "item.created", "item": str(item.public_id), "title": item.title, "counts": _counts()}
+    _send_all([(group, message) for group in queue_groups(team_ids=[item.team_id])])
 
 
 def decision_broadcast(*, outcome: DecisionOutcome) -> None:
@@ -195,25 +231,31 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     message = {
         "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
     }
-    _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
+    _item_send(outcome.item_public_id, message)
 
 
 def vote_broadcast(*, outcome: DecisionOutcome) -> None:
     """Tell everyone a vote was counted on a quorum ask that is still open (its tally so far)."""
     message = {"type": "item.voted", **outcome.winner_payload(), "voter_requested": outcome.requested}
-    _send_all([(QUEUE_GROUP, message), (item_group(outcome.item_public_id), message)])
+    _item_send(outcome.item_public_id, message)
 
 
 def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team_name: str) -> None:
-    """Tell everyone an overdue item went to its team's supervisors."""
+    """Tell the item's new team, the teams that escalate to it (where the row leaves) and its pages that an overdue item was escalated."""
     message = {"type": "item.escalated", "item": item_public_id, "title": title, "team": team, "team_name": team_name}
-    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
+    try:
+        teams = list(Team.objects.filter(Q(slug=team) | Q(escalate_to__slug=team)).values_list("pk", flat=True))
+    except DatabaseError:
+        logger.exception("could not read the teams of %s for a live update", item_public_id)
+        teams = []
+    groups = queue_groups(team_ids=teams) if teams else [SUPERVISORS_GROUP]
+    _send_all([(group, message) for group in [*groups, item_group(item_public_id)]])
 
 
 def item_applied_broadcast(*, item_public_id: str, title: str, status: str, applied: dict[str, Any]) -> None:
     """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed)."""
     message = {"type": "item.applied", "item": item_public_id, "title": title, "status": status, "applied": applied}
-    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
+    _item_send(item_public_id, message)
 
 
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
@@ -231,19 +273,19 @@ def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
 def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     """Tell the item's pages and the queue pages who is viewing the item now."""
     message = {"type": "presence.changed", "item": item_public_id, "viewers": viewers}
-    _send_all([(item_group(item_public_id), message), (QUEUE_GROUP, message)])
+    _item_send(item_public_id, message)
 
 
 def claim_broadcast(*, claim: Claim) -> None:
     """Tell the queue and the item's pages who claimed the item and for how long (``moderation.claims``)."""
     message = {"type": "item.claimed", "item": claim.item_public_id, "holder": claim.holder,
                "seconds_left": claim.seconds_left()}
-    _send_all([(QUEUE_GROUP, message), (item_group(claim.item_public_id), message)])
+    _item_send(claim.item_public_id, message)
 
 
 def claim_released_broadcast(*, item_public_id: str) -> None:
     message = {"type": "item.released", "item": item_public_id}
-    _send_all([(QUEUE_GROUP, message), (item_group(item_public_id), message)])
+    _item_send(item_public_id, message)
 
 
 def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str | None = None) -> None:

@@ -34,6 +34,8 @@ from moderation.presence import (
     presence_touch,
     presence_viewers,
 )
+from moderation.policies.models import TeamMembership
+from moderation.policies.teams import user_is_supervisor
 from moderation.selectors import item_get, queue_counts
 
 logger = logging.getLogger(__name__)
@@ -72,7 +74,8 @@ def live_socket_admit(*, user: AbstractBaseUser | AnonymousUser, item_public_id:
         return CLOSE_UNAUTHENTICATED
     if not user_can_view(user=user):
         return CLOSE_FORBIDDEN
-    if item_public_id is not None and not QueueItem.objects.filter(public_id=item_public_id).exists():
+    # Another team's item is as absent as its page (``moderation.selectors.item_get``).
+    if item_public_id is not None and item_get(public_id=item_public_id, viewer=user) is None:
         return CLOSE_NOT_FOUND
     return None
 
@@ -103,13 +106,20 @@ def live_rights_lost(*, session_key: str | None, user_id: int, can_decide: bool)
     return None
 
 
-def live_groups(*, user_id: int, session_key: str, item_public_id: str | None) -> list[str]:
-    """An item page listens to its item, a queue page to the whole queue; both to their user and session.
+def live_groups(*, user: AbstractBaseUser, session_key: str, item_public_id: str | None) -> list[str]:
+    """An item page listens to its item, a queue page to the queue of the items its user may see; both to their user and session.
 
     Never both item and queue: every decision goes to both groups and would arrive twice.
+    A queue page joins its teams' groups as they are when it connects (a page opened before
+    joining a team hears of the team's items after its next reconnect or reload).
     """
-    page_group = events.item_group(item_public_id) if item_public_id else events.QUEUE_GROUP
-    return [page_group, events.user_group(user_id), events.session_group(session_key)]
+    user_groups = [events.user_group(user.pk), events.session_group(session_key)]
+    if item_public_id:
+        return [events.item_group(item_public_id), *user_groups]
+    if user_is_supervisor(user=user):
+        return [events.QUEUE_GROUP, events.SUPERVISORS_GROUP, *user_groups]
+    teams = TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True)
+    return [*events.queue_groups(team_ids=[None, *teams]), *user_groups]
 
 
 def live_error_frame(*, code: str, message: str) -> dict[str, str]:
@@ -302,4 +312,8 @@ def _item_state(item: QueueItem) -> dict[str, Any]:
             winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),
             seconds_ago=seconds_since(item.decided_at),
         )
+        # A quorum item: the votes it resolved with, so each voter's page can say whether theirs counted.
+        resolved = item.asks.exclude(tally={}).order_by("-decided_at", "-id").values_list("tally", flat=True).first()
+        if resolved:
+            state["tally"] = {"summary": resolved.get("summary", ""), "voters": [v["voter"] for v in resolved.get("votes", [])]}
     return state

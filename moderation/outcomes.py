@@ -71,11 +71,18 @@ class DecisionOutcome:
 
     def message(self, *, now: datetime | None = None) -> str:
         if self.counted and not self.won:
-            return f"Your {self.requested} vote on “{self.item_title}” is counted: {self.tally.get('summary', '')}."
+            return (f"Your {self.requested} vote on “{self.item_title}” is counted: {self.tally.get('summary', '')}. "
+                    "You can change it until the item resolves.")
         if self.won:
             if self.winner_status == ItemStatus.WITHDRAWN:
                 return f"You withdrew “{self.item_title}”."
+            if self.tally:  # the vote that resolved a quorum ask
+                return f"Resolved: {self.winner_status} — your vote counted ({self.tally.get('summary', '')})."
             return f"You {self.winner_status} “{self.item_title}”."
+        if self.tally and self.requested != Requested.WITHDRAW:
+            settled = self.settled_by(now=now)
+            return (f"Your vote was not counted: the item was already resolved — {settled[0].lower()}{settled[1:]}; "
+                    f"{self.tally.get('summary', '')}")
         what = "withdrawal" if self.requested == Requested.WITHDRAW else "decision"
         return f"{self.settled_by(now=now)} — your {what} was not applied"
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.core import signing
 from django.db import connection
 from django.db.models import BooleanField, Prefetch, Q, QuerySet, prefetch_related_objects
@@ -15,13 +16,29 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from moderation.counts import counted_day, counts_read
-from moderation.graphs.asks import AskSpec, decisions_describe
+from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
-from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, AttemptOutcome, ItemStatus, QueueItem, ReviewAsk
+from moderation.policies.models import OnDeadline, TeamMembership, Vote
+from moderation.policies.rules import policy_parse, tally_describe
+from moderation.policies.teams import eligible_voters, user_is_supervisor
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))
 _API_ITEM_RELATED = ("decided_by", "team", "requested_by")
+
+
+def items_visible_q(*, viewer: AbstractBaseUser | None) -> Q:
+    """The items ``viewer`` may see: those of no team and of the teams they are a member of now; all for a
+    supervisor (or ``viewer`` None: a caller that is not a person, like a test or the worker).
+
+    The team ids are read first (a handful), so the queue's index walk gets a plain ``IN``
+    rather than a join on memberships.
+    """
+    if viewer is None or user_is_supervisor(user=viewer):
+        return Q()
+    teams = list(TeamMembership.objects.filter(user_id=viewer.pk, removed_at__isnull=True).values_list("team_id", flat=True))
+    return Q(team__isnull=True) | Q(team_id__in=teams)
 
 
 def _queue_items() -> QuerySet[QueueItem]:
@@ -183,8 +200,8 @@ def _matching(items: QuerySet[QueueItem], q: str) -> QuerySet[QueueItem]:
     return items.filter(Q(title__icontains=q) | Q(body__icontains=q))
 
 
-def _queue_filtered(filters: QueueFilters) -> QuerySet[QueueItem]:
-    items = _queue_items().filter(status=ItemStatus.PENDING)
+def _queue_filtered(filters: QueueFilters, *, viewer: AbstractBaseUser | None = None) -> QuerySet[QueueItem]:
+    items = _queue_items().filter(items_visible_q(viewer=viewer), status=ItemStatus.PENDING)
     if filters.source:
         items = items.filter(source=filters.source)
     if filters.flag:
@@ -222,8 +239,10 @@ def _reversed(fields: tuple[str, str]) -> list[str]:
     return [name[1:] if name.startswith("-") else f"-{name}" for name in fields]
 
 
-def queue_pending(*, filters: QueueFilters, cursor: QueueCursor | None, per_page: int) -> QueuePage:
-    """A page of pending items in ``filters.order`` starting at ``cursor`` (None: the first page).
+def queue_pending(
+    *, filters: QueueFilters, cursor: QueueCursor | None, per_page: int, viewer: AbstractBaseUser | None = None,
+) -> QueuePage:
+    """A page of pending items in ``filters.order`` starting at ``cursor`` (None: the first page), of those ``viewer`` may see.
 
     Keyset, not OFFSET: a page reads its own rows from the order's index, whatever its
     depth, in at most three queries (the page, whether there is one beyond it, its open
@@ -231,7 +250,7 @@ def queue_pending(*, filters: QueueFilters, cursor: QueueCursor | None, per_page
     shift no page boundary, so paging on never repeats or skips a row still pending.
     """
     order = filters.order
-    items = _queue_filtered(filters)
+    items = _queue_filtered(filters, viewer=viewer)
     ahead = items.order_by(*QUEUE_ORDERS[order])
     behind = items.order_by(*_reversed(QUEUE_ORDERS[order]))
     if cursor is None:
@@ -279,9 +298,11 @@ def queue_counts(*, now: datetime | None = None) -> QueueCounts:
     )
 
 
-def item_get(*, public_id: UUID | str) -> QueueItem | None:
+def item_get(*, public_id: UUID | str, viewer: AbstractBaseUser | None = None) -> QueueItem | None:
+    """The item, or None if there is none or ``viewer`` may not see it (another team's: as if it did not exist)."""
     try:
-        return QueueItem.objects.select_related("decided_by").get(public_id=UUID(str(public_id)))
+        return QueueItem.objects.select_related("decided_by", "team", "requested_by").filter(
+            items_visible_q(viewer=viewer)).get(public_id=UUID(str(public_id)))
     except (QueueItem.DoesNotExist, ValueError):
         return None
 
@@ -322,9 +343,98 @@ def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
     ]
 
 
-def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
+@dataclass(frozen=True)
+class VotePanel:
+    """Who decides an item and how, for its page: the policy, the tally, who may still vote, the deadline."""
+
+    policy: str  # "2 approvals, one rejection vetoes"
+    quorum: bool
+    team: str  # the team's name, "" for none
+    requested_by: str  # who may never decide it, "" for nobody
+    tally: str  # "2 of 3 approvals: alice, bob · carol rejected — vetoed"
+    may_still_vote: list[str]  # usernames; empty when the ask is resolved
+    your_vote: str  # approve / reject / "": the viewer's vote on the open ask, or counted in the resolved one
+    you_requested: bool
+    deadline_at: datetime | None
+    then: str  # what the deadline does: "rejected by deadline", "escalated to Leads", ""
+    escalated_at: datetime | None
+    open: bool  # the ask is still being voted on
+    voted_late: bool = False  # the viewer's vote came after the resolution (not counted)
+    outcome: str = ""  # the resolved tally's outcome: approved / rejected
+
+    @property
+    def deadline_seconds_left(self) -> int:
+        """For the countdown (live.js counts from this, not from the reader's clock)."""
+        return max(0, int((self.deadline_at - timezone.now()).total_seconds())) if self.deadline_at else 0
+
+
+_DEADLINE_THEN = {OnDeadline.APPROVE: "approved by deadline", OnDeadline.REJECT: "rejected by deadline"}
+
+
+def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel | None:
+    """The panel of an item with a team, a requester, a quorum or a deadline (None for a plain item).
+
+    Read from the ask still open (its ``Vote`` rows: the tally as it stands) or else the
+    last resolved one (its ``tally``, frozen at resolution by the guard).
+    """
+    policy = policy_parse(item.policy or None)
+    ask = item.asks.filter(status=AskStatus.PENDING).order_by("round", "position", "id").first()
+    settled = ask is None
+    if settled:
+        ask = item.asks.exclude(tally={}).order_by("-decided_at", "-id").first()
+    if not (item.team_id or item.requested_by_id or policy.is_quorum or (ask is not None and ask.deadline_at)):
+        return None
+    tally, may_vote, yours, late = "", [], "", False
+    if ask is not None and settled:
+        tally = ask.tally.get("summary", "")
+        yours = next((v["vote"] for v in ask.tally.get("votes", []) if v["voter"] == viewer.get_username()), "")
+        late = not yours and ask.attempts.filter(reviewer_id=viewer.pk, outcome=AttemptOutcome.LOST).exists()
+    elif ask is not None and policy.is_quorum:
+        votes = [(v.voter.get_username(), v.vote, v.voter_id) for v in ask.votes.select_related("voter")]
+        voters = eligible_voters(team_id=item.team_id, requester_id=item.requested_by_id)
+        tally = tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=voters.count(), resolution=None)
+        voted = {pk for _, _, pk in votes}
+        may_vote = sorted(u.get_username() for u in voters if u.pk not in voted)
+        yours = next((k for _, k, pk in votes if pk == viewer.pk), "")
+    on_deadline = policy.on_deadline
+    then = _DEADLINE_THEN.get(on_deadline, "")
+    if on_deadline == OnDeadline.ESCALATE and item.team is not None and item.team.escalate_to is not None:
+        then = f"escalated to {item.team.escalate_to.name}"
+    return VotePanel(
+        policy=policy.describe(), quorum=policy.is_quorum, team=item.team.name if item.team else "",
+        requested_by=item.requested_by.get_username() if item.requested_by else "", tally=tally,
+        may_still_vote=may_vote, your_vote=yours, you_requested=item.requested_by_id == viewer.pk,
+        deadline_at=ask.deadline_at if ask is not None and not settled else None, then=then,
+        escalated_at=item.escalated_at, open=not settled, voted_late=late,
+        # From the tally itself, not the item row read before it: the page never pairs a
+        # resolved tally with a status from the instant before.
+        outcome=PAST.get((ask.tally.get("resolution") or "") if settled and ask is not None else "", ""),
+    )
+
+
+def queue_tallies(*, items: list[QueueItem]) -> dict[int, str]:
+    """The tally line of each quorum item on a queue page (item pk -> "1 of 2 approvals: alice"), from its open ask's votes."""
+    quorum = {item.pk: (item, policy) for item in items if (policy := policy_parse(item.policy or None)).is_quorum}
+    if not quorum:
+        return {}
+    votes: dict[int, list[tuple[str, str]]] = {pk: [] for pk in quorum}
+    rows = Vote.objects.filter(ask__item_id__in=list(quorum), ask__status=AskStatus.PENDING).select_related("voter", "ask")
+    for vote in rows.order_by("cast_at", "id"):
+        votes[vote.ask.item_id].append((vote.voter.get_username(), vote.vote))
+    eligible: dict[tuple[int | None, int | None], int] = {}
+    lines = {}
+    for pk, (item, policy) in quorum.items():
+        key = (item.team_id, item.requested_by_id)
+        if key not in eligible:
+            eligible[key] = eligible_voters(team_id=key[0], requester_id=key[1]).count()
+        lines[pk] = tally_describe(policy=policy, votes=votes[pk], eligible=eligible[key], resolution=None)
+    return lines
+
+
+def items_recently_decided(*, limit: int = 10, viewer: AbstractBaseUser | None = None) -> QuerySet[QueueItem]:
     return (
         _queue_items()
+        .filter(items_visible_q(viewer=viewer))
         # Implied by the statuses (item_decided_iff_winner), and it keeps the pending rows'
         # NULLs out of the decided_at index walk: without it, a queue with a million pending
         # and few decided items read them all on every page.
@@ -334,8 +444,8 @@ def items_recently_decided(*, limit: int = 10) -> QuerySet[QueueItem]:
     )
 
 
-def items_needing_attention(*, limit: int = 50) -> QuerySet[QueueItem]:
-    return _queue_items().filter(status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]
+def items_needing_attention(*, limit: int = 50, viewer: AbstractBaseUser | None = None) -> QuerySet[QueueItem]:
+    return _queue_items().filter(items_visible_q(viewer=viewer), status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]
 
 
 # --- Service clients (/api/v1) -------------------------------------------------------

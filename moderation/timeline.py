@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -22,6 +23,7 @@ from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.models import (
     DECIDED_STATUSES, AttemptOrigin, AttemptOutcome, DecisionAttempt, QueueItem, Requested, ReviewAsk,
 )
+from moderation.selectors import items_visible_q
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,13 @@ class DecidedPage:
 
 def decided_page(
     *, filters: DecidedFilters, per_page: int, after: str | None = None, before: str | None = None,
+    viewer: AbstractBaseUser | None = None,
 ) -> DecidedPage:
-    """One page of decided items, newest first: after ``after`` (older) or before ``before`` (newer).
+    """One page of decided items ``viewer`` may see, newest first: after ``after`` (older) or before ``before`` (newer).
 
     Each item carries ``reasons``: the reason codes its asks were decided with.
     """
-    items = decided_items(filters=filters)
+    items = decided_items(filters=filters).filter(items_visible_q(viewer=viewer))
     if before:
         decided_at, pk = cursor_decode(before)
         rows = list(_with_reasons(items.filter(Q(decided_at__gt=decided_at) | Q(decided_at=decided_at, pk__gt=pk))
@@ -149,9 +152,10 @@ def _with_reasons(items: QuerySet[QueueItem]) -> QuerySet[QueueItem]:
 
 @dataclass(frozen=True)
 class TimelineEntry:
-    """One thing that happened to an item: created, an attempt (won, lost or refused), or a decision applied."""
+    """One thing that happened to an item: created, an attempt (won, lost, refused, or a vote counted),
+    an escalation, or a decision applied."""
 
-    kind: str  # created | attempt | applied
+    kind: str  # created | attempt | escalated | applied
     at: datetime
     after_created: float  # seconds
     who: str = ""
@@ -167,6 +171,7 @@ class TimelineEntry:
     ask: str = ""
     round: int | None = None
     seq: int | None = None
+    tally: str = ""  # the winning vote of a quorum ask: the tally it resolved with
 
     @property
     def verb(self) -> str:
@@ -191,6 +196,10 @@ def item_timeline(*, item: QueueItem) -> list[TimelineEntry]:
     attempts = DecisionAttempt.objects.filter(item=item).select_related("reviewer", "winner", "ask").order_by("seq")
     for attempt in attempts:
         entries.append(_attempt_entry(attempt, created=created))
+    if item.escalated_at is not None:
+        entries.append(TimelineEntry(kind="escalated", at=item.escalated_at,
+                                     after_created=_seconds(created, item.escalated_at),
+                                     who=item.team.name if item.team_id else ""))
     for ask in item.asks.exclude(applied_at=None).order_by("applied_at", "id"):
         entries.append(TimelineEntry(
             kind="applied", at=ask.applied_at, after_created=_seconds(created, ask.applied_at), who="worker",
@@ -211,6 +220,7 @@ def _attempt_entry(attempt: DecisionAttempt, *, created: datetime) -> TimelineEn
         after_winner=after_winner, reason=attempt.reason, note=attempt.note, detail=attempt.detail,
         origin=AttemptOrigin(attempt.origin).label if attempt.origin else "", ask=attempt.ask.interrupt_id if attempt.ask_id else "",
         round=attempt.ask.round if attempt.ask_id else None, seq=attempt.seq,
+        tally=attempt.ask.tally.get("summary", "") if attempt.outcome == AttemptOutcome.WON and attempt.ask_id else "",
     )
 
 

@@ -45,12 +45,14 @@ from moderation.selectors import (
     item_asks_open,
     item_asks_settled,
     item_get,
+    item_vote_panel,
     items_needing_attention,
     items_recently_decided,
     queue_counts,
     queue_cursor_read,
     queue_filters_read,
     queue_pending,
+    queue_tallies,
 )
 
 
@@ -62,13 +64,15 @@ def queue(request: HttpRequest) -> HttpResponse:
     except QueueCursorInvalid as exc:
         problems.append(str(exc))
         cursor = None
-    page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE)
+    page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)
     query = filters.as_query()
     # "Next item" follows the order and filters this moderator last looked at the queue in.
     request.session[_QUEUE_QUERY] = urlencode(query)
     claims = claims_live(items=page.object_list)
+    tallies = queue_tallies(items=page.object_list)
     for item in page.object_list:
         item.live_claim = claims.get(item.pk)
+        item.tally_line = tallies.get(item.pk, "")
     return render(
         request,
         "moderation/queue.html",
@@ -82,8 +86,8 @@ def queue(request: HttpRequest) -> HttpResponse:
             "risk_bands": list(RISK_BANDS),
             "graphs": graph_names(),
             "counts": queue_counts(),
-            "recent": items_recently_decided(limit=5),
-            "attention": items_needing_attention(),
+            "recent": items_recently_decided(limit=5, viewer=request.user),
+            "attention": items_needing_attention(viewer=request.user),
             "can_decide": user_can_decide(user=request.user),
             "reasons": reason_codes_active(),
             "reason_required": settings.REJECT_REASON_REQUIRED,
@@ -127,7 +131,7 @@ def _bulk_page(
 @login_required
 @require_http_methods(["GET", "POST"])
 def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
-    item = item_get(public_id=public_id)
+    item = item_get(public_id=public_id, viewer=request.user)
     if item is None:
         raise Http404("No such item")
     if request.method == "GET":
@@ -191,13 +195,15 @@ def _item_page(
     lost_note: str = "", lost_reason: str = "", posted=None, errors: dict[str, str] | None = None,
     claim: Claim | None = None,
 ) -> HttpResponse:
+    panel = item_vote_panel(item=item, viewer=request.user)
     return render(
         request,
         "moderation/item.html",
         {
             "item": item,
+            "panel": panel,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
-                                     reasons=reason_codes_active()),
+                                     reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
             "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
             "error": error,
@@ -231,7 +237,8 @@ def next_item(request: HttpRequest) -> HttpResponse:
     def candidates():
         cursor = None
         while True:
-            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE)
+            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE,
+                                 viewer=request.user)
             yield from page.object_list
             if page.next_cursor is None:
                 return
@@ -248,7 +255,7 @@ def next_item(request: HttpRequest) -> HttpResponse:
 @require_POST
 def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
     """Activity on an item's page (a key pressed, a field typed in): claim it, or renew the claim."""
-    item = item_get(public_id=public_id)
+    item = item_get(public_id=public_id, viewer=request.user)
     if item is None:
         return JsonResponse({"error": "not_found", "message": "no such item"}, status=404)
     if not user_can_decide(user=request.user):

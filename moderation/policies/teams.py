@@ -10,6 +10,8 @@ after the removal committed is refused. Never half of each.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -42,14 +44,18 @@ def _deciders() -> QuerySet:
     ).distinct()
 
 
-def eligible_count(*, team_id: int | None, requester_id: int | None) -> int:
+def eligible_voters(*, team_id: int | None, requester_id: int | None) -> QuerySet:
     """Moderators who may vote on an item of ``team_id`` requested by ``requester_id``."""
     deciders = _deciders()
     if team_id is not None:
         deciders = deciders.filter(team_memberships__team_id=team_id, team_memberships__removed_at__isnull=True)
     if requester_id is not None:
         deciders = deciders.exclude(pk=requester_id)
-    return deciders.count()
+    return deciders
+
+
+def eligible_count(*, team_id: int | None, requester_id: int | None) -> int:
+    return eligible_voters(team_id=team_id, requester_id=requester_id).count()
 
 
 def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
@@ -94,12 +100,17 @@ def team_policy(*, team: Team) -> Policy:
                   deadline_seconds=team.deadline_seconds, on_deadline=team.on_deadline)
 
 
-def team_check(*, team: Team) -> None:
-    """A team's own policy must be reachable by its members (PolicyInvalid otherwise); for the admin."""
+def team_check(*, team: Team, adding: Iterable[int] = (), removing: Iterable[int] = ()) -> None:
+    """A team's own policy must be reachable by its members (PolicyInvalid otherwise); for the admin and ``manage.py team``.
+
+    ``adding`` / ``removing``: user pks about to join / leave, so a change is judged before it is made.
+    """
     if not team_policy(team=team).is_quorum:
         return
-    policy_satisfiable_check(policy=team_policy(team=team), eligible=eligible_count(team_id=team.pk, requester_id=None),
-                             team=f"team {team.name}")
+    members = set(eligible_voters(team_id=team.pk, requester_id=None).values_list("pk", flat=True)) if team.pk else set()
+    members |= set(_deciders().filter(pk__in=list(adding)).values_list("pk", flat=True))
+    members -= set(removing)
+    policy_satisfiable_check(policy=team_policy(team=team), eligible=len(members), team=f"team {team.name}")
 
 
 def team_for_item(*, slug: str | None, source: str, graph: str) -> Team | None:
@@ -143,3 +154,71 @@ def ask_tally_read(*, item: QueueItem, ask: ReviewAsk) -> dict[str, Any] | None:
     votes = [(v.voter.get_username(), v.vote, v.cast_at) for v in sorted(ask.votes.all(), key=lambda v: (v.cast_at, v.pk))]
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     return tally_build(policy=policy, votes=votes, eligible=eligible, resolution=None)
+
+
+@dataclass(frozen=True)
+class TeamSpec:
+    """Changes to a team; None leaves a field as it is (or at its default, for a new team)."""
+
+    name: str | None = None
+    approvals: int | None = None
+    majority: bool | None = None
+    veto: bool | None = None
+    deadline_seconds: int | None = None  # 0: no deadline
+    on_deadline: str | None = None  # "": nothing
+    escalate_to: str | None = None  # a team's slug; "": none
+    sources: list[str] | None = None
+    graphs: list[str] | None = None
+    add: Sequence[str] = ()  # usernames
+    remove: Sequence[str] = ()
+
+
+def team_save(*, slug: str, spec: TeamSpec) -> tuple[Team, bool]:
+    """Create or update the team ``slug`` and its members, all or nothing; returns (team, created).
+
+    Refused with PolicyInvalid (a malformed policy, an unknown team or user, a quorum its
+    members after the change could never reach) or ValidationError (a bad slug or name),
+    changing nothing. Members join and leave through ``team_member_add`` / ``team_member_remove``.
+    """
+    with transaction.atomic():
+        team = Team.objects.select_for_update().filter(slug=slug).first()
+        created = team is None
+        if team is None:
+            team = Team(slug=slug, name=spec.name or slug.replace("-", " ").capitalize())
+        for field in ("name", "approvals", "majority", "veto", "on_deadline", "sources", "graphs"):
+            if getattr(spec, field) is not None:
+                setattr(team, field, getattr(spec, field))
+        if spec.deadline_seconds is not None:
+            team.deadline_seconds = spec.deadline_seconds or None
+        if spec.escalate_to is not None:
+            team.escalate_to = _escalation_target(slug=slug, target=spec.escalate_to)
+        policy_parse(team_policy(team=team).as_json())  # the same bounds an item's policy has
+        if team.on_deadline == "escalate" and team.escalate_to is None:
+            raise PolicyInvalid("escalate needs a team to escalate to (--escalate-to)", field="escalate_to")
+        team.full_clean(exclude=["members"])
+        users = {name: _user(name) for name in (*spec.add, *spec.remove)}
+        team_check(team=team, adding=[users[n].pk for n in spec.add], removing=[users[n].pk for n in spec.remove])
+        team.save()
+        for name in spec.add:
+            team_member_add(team=team, user=users[name])
+        for name in spec.remove:
+            team_member_remove(team=team, user=users[name])
+    return team, created
+
+
+def _escalation_target(*, slug: str, target: str) -> Team | None:
+    if not target:
+        return None
+    if target == slug:
+        raise PolicyInvalid("a team cannot escalate to itself", field="escalate_to")
+    team = Team.objects.filter(slug=target).first()
+    if team is None:
+        raise PolicyInvalid(f"no team {target!r} to escalate to: create it first", field="escalate_to")
+    return team
+
+
+def _user(username: str) -> AbstractBaseUser:
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise PolicyInvalid(f"no user named {username!r}", field="members")
+    return user

@@ -117,6 +117,9 @@ function handle(msg) {
     // The worker ran the graph on from a decision: finished, failed, or asked again (a row back in the queue).
     case "item.applied": return page === "queue" ? queueRefreshSoon() : appliedCheck(msg);
     case "decision.lost": return lostCheck(msg);
+    // A quorum item (moderation.policies): a vote that did not resolve it, or its move to a supervisor team.
+    case "item.voted": return page === "queue" ? queueRefreshSoon() : votedCheck(msg);
+    case "item.escalated": return page === "queue" ? (escalatedShow(msg), queueRefreshSoon()) : escalatedCheck(msg);
     case "presence.changed": viewing[msg.item] = msg.viewers; return presenceShow();
     case "item.claimed": return claimSet(msg.item, msg.holder, msg.seconds_left);
     case "item.released": return claimSet(msg.item, null, 0);
@@ -254,6 +257,7 @@ async function queueRefresh() {
         else tbody.prepend(mine);
       } else {
         claimReplace(mine.cells[0], row.querySelector(".claim"));
+        tallyReplace(mine, row);
       }
       previous = mine;
     }
@@ -347,11 +351,68 @@ async function decidedCheck(msg) {
   itemStateShow(await itemStateRead());
 }
 
+// The row's "Vote: 1 of 2 approvals: alice" line, as the server renders it now.
+function tallyReplace(mine, fresh) {
+  const line = fresh.querySelector(".tally");
+  const old = mine.querySelector(".tally");
+  if (old && line) old.replaceWith(document.adoptNode(line));
+  else if (old) old.remove();
+  else if (line) mine.querySelector(".asked")?.after(document.adoptNode(line));
+}
+
+// A vote counted on this item: the panel (tally, who may still vote, your vote) is re-read
+// from the server, and its tally, not the event's, is announced.
+async function votedCheck(msg) {
+  if (msg.item !== itemId) return;
+  await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  const tally = text("vote-tally");
+  if (tally) noticeShow("vote-live-notice", `Vote counted: ${tally}`);
+}
+
+async function escalatedCheck(msg) {
+  if (msg.item !== itemId) return;
+  await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  const team = document.querySelector("#vote-team strong")?.textContent;
+  if (team) noticeShow("escalated-live-notice", `No decision before the deadline: this item was escalated to ${team}`);
+}
+
+// The queue's notice; its row is re-read with the queue (gone, for a team that cannot see it any more).
+function escalatedShow(msg) {
+  noticeShow("escalated-live-notice", `“${msg.title}” was escalated to ${msg.team_name}`);
+}
+
+function noticeShow(id, message) {
+  let notice = document.getElementById(id);
+  if (!notice) {
+    notice = Object.assign(document.createElement("div"), { id, className: "notice notice-info" });
+    notice.setAttribute("role", "status");
+    document.querySelector("main").prepend(notice);
+  }
+  notice.textContent = message;
+}
+
+// Deadlines (moderation.deadlines) counted down in words; the worker's sweep, not this page, decides.
+function countdownsTick() {
+  for (const el of document.querySelectorAll("time.countdown")) {
+    if (!el.dataset.endsAt) el.dataset.endsAt = Date.now() + Number(el.dataset.secondsLeft) * 1000;
+    const left = Math.ceil((Number(el.dataset.endsAt) - Date.now()) / 1000);
+    el.textContent = left > 0 ? `${duration(left)} left` : "overdue — being settled now";
+  }
+}
+
+const duration = (s) => s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s`
+  : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+
 // ``item``: the server's state of this page's item (state frame or fetch), never an event.
 function itemStateShow(item) {
   if (!item) return;
   if (item.winner) bannerShow(item);
   else bannerClear();
+  // A resolved quorum item whose page still shows the vote open (its event came before this
+  // page's socket did): the panel's final tally, and whether this voter's vote counted.
+  if (item.tally && !document.getElementById("vote-outcome")) {
+    itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  }
 }
 
 function bannerClear() {
@@ -373,10 +434,13 @@ function bannerShow(msg) {
     document.getElementById("item-state").before(banner);
   }
   const since = Date.now() - (msg.seconds_ago || 0) * 1000;
+  // A quorum item: each voter is told whether their vote was one of those it resolved with.
+  const counted = !msg.tally ? "" : msg.tally.voters.includes(you)
+    ? ` — resolved: ${msg.status} — your vote counted (${msg.tally.summary})` : ` — resolved: ${msg.status} (${msg.tally.summary})`;
   const render = () => {
     const when = ago(Math.floor((Date.now() - since) / 1000));
     banner.textContent = msg.status === "withdrawn"
-      ? `Withdrawn by ${msg.winner} ${when}` : `${msg.winner} ${msg.status} this item ${when}`;
+      ? `Withdrawn by ${msg.winner} ${when}` : `${msg.winner} ${msg.status} this item ${when}${counted}`;
   };
   render();
   clearInterval(bannerTimer);
@@ -397,6 +461,7 @@ async function lostCheck(msg) {
   // response is named by its status only: the state read here does not describe decisions,
   // and the event's ``what`` is not trusted (it travels through the shared layer).
   const first = item.status === "withdrawn" ? `it was withdrawn by ${item.winner} first` : `${item.winner} ${item.status} it first`;
+  if (item.tally) return lostShow(`your vote was not counted: the item was already resolved (${first}; ${item.tally.summary})`);
   lostShow(`your ${REQUESTED_NOUN[msg.requested]} of item ${item.title} was not applied: ${first}`);
 }
 
@@ -423,3 +488,5 @@ function lostShow(message) {
 connect();
 claimsTick();
 setInterval(claimsTick, CLAIM_TICK_MS);
+countdownsTick();
+setInterval(countdownsTick, 1000);

@@ -5,7 +5,8 @@ from moderation.demo import DEMO_MODERATORS, DEMO_VIEWER, demo_seed
 
 
 class Command(BaseCommand):
-    help = "Create demo moderators (alice, bob, carol), a viewer (dave) and demo items. Development only."
+    help = ("Create demo moderators (alice, bob, carol), a viewer (dave), the teams payments (the refund agent's "
+            "items: 2 approvals, veto) and leads, and demo items. Development only.")
 
     def handle(self, *args, **options):
         if not settings.DEBUG:
@@ -17,6 +18,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Moderators: {', '.join(DEMO_MODERATORS)}; view-only: {DEMO_VIEWER}; password: {settings.DEMO_PASSWORD}"
         )
+        self.stdout.write("Teams: payments (refund agent items: 2 approvals, one rejection vetoes; escalated to leads "
+                          "after an hour), leads (alice).")
 
     def _progress(self, done: int, total: int) -> None:
         self.stdout.write(f"\r  creating demo items: {done}/{total}", ending="")

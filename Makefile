@@ -47,8 +47,12 @@ run-cluster: install
 
 test: install test-sqlite test-postgres
 
+# Two workers, a test file each at a time: most of these tests wait on servers, browsers and
+# barriers, so two at once nearly halve the pass. Each worker has its own SQLite test file
+# (named by pid); the PostgreSQL pass stays serial, its workers would share one Redis cache.
+TEST_WORKERS ?= 2
 test-sqlite: install e2e-browser
-	$(PY) -m pytest -m "not cluster"
+	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile
 
 test-postgres: install
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \

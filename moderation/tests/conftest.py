@@ -47,6 +47,16 @@ def bob(make_moderator):
 
 
 @pytest.fixture
+def reasons(db):
+    """The reason codes the migration seeds: a transactional test run earlier empties the table."""
+    import importlib
+
+    from django.apps import apps
+
+    importlib.import_module("moderation.migrations.0014_reason_codes").reasons_seed(apps, None)
+
+
+@pytest.fixture
 def carol(make_moderator):
     return make_moderator("carol")
 

@@ -2,11 +2,9 @@
 decided for a request that is bad as a whole, and a race with a moderator deciding some
 of the same items singly judged by the history checker."""
 
-import importlib
 import threading
 
 import pytest
-from django.apps import apps as django_apps
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -20,9 +18,8 @@ BULK_URL = reverse("moderation:bulk")
 
 
 @pytest.fixture(autouse=True)
-def reasons(db):
-    # Transactional tests elsewhere empty the table the migration seeded.
-    importlib.import_module("moderation.migrations.0014_reason_codes").reasons_seed(django_apps, None)
+def _reasons(reasons):
+    pass
 
 
 def _status(item) -> str:

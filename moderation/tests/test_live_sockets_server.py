@@ -160,8 +160,11 @@ async def flood():
                 await asyncio.sleep(0)
         except ConnectionClosed:
             pass
+        cut_off = reader.done()  # else the flood's time ran out first and this script closes it
         await ws.close()
         await reader
+        if not cut_off:
+            break
         result["codes"].append(ws.close_code)
         result["lifetimes"].append(round(time.monotonic() - opened, 3))
         if time.monotonic() < end:

@@ -1,11 +1,9 @@
 """Reason codes: checked before any lock, stored on the ask and the signed attempt, sent to the graph,
 shown to losers, in /api/v1 and in webhooks."""
 
-import importlib
 import json
 
 import pytest
-from django.apps import apps as django_apps
 from django.test import Client
 
 from moderation.apiclients import apiclient_create
@@ -21,9 +19,7 @@ SEEDED = ["spam", "abuse", "off_topic", "duplicate", "other"]
 
 
 @pytest.fixture(autouse=True)
-def reasons(db):
-    # Transactional tests elsewhere empty the table the migration seeded: make sure the list is there.
-    importlib.import_module("moderation.migrations.0014_reason_codes").reasons_seed(django_apps, None)
+def _reasons_and_a_retired_one(reasons):
     ReasonCode.objects.update_or_create(code="retired", defaults={"label": "No longer used", "active": False})
 
 

@@ -16,6 +16,8 @@ from moderation.models import AskStatus, AttemptOutcome, DecisionAttempt, ItemSt
 from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.tests.graphs_support import item_resumes
 
+pytestmark = pytest.mark.usefixtures("reasons")
+
 
 def _item(**kwargs):
     return item_create(title="Refund 120", body="Refund order 7.", source="shop", **kwargs)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import pytest
 
 from e2e.server import LiveServer
+from moderation.history import HistoryRecorder
 from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
 
 # Any 32 alphanumerics form a valid CSRF secret: the header only has to match the cookie.
@@ -69,6 +70,17 @@ class Reviewer:
             raise Dropped(f"{type(exc).__name__}: {exc}") from exc
         finally:
             conn.close()
+
+    def decide_recorded(self, history: HistoryRecorder, item: str, decision: str, *, timeout: float = 60) -> None:
+        """``decide``, logged in ``history`` as this reviewer learns it: a timeout or a dropped
+        connection leaves them not knowing (``unknown``), never a win or a loss."""
+        op = history.invoke(reviewer=self.username, item=item, decision=decision)
+        try:
+            status, body = self.decide(item, decision, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the reviewer got no answer
+            history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
+            return
+        history.complete_from_http(op, status=status, body=body)
 
     def ws_headers(self) -> dict[str, str]:
         return {"Cookie": self.cookie}

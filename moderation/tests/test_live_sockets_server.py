@@ -244,11 +244,13 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
             "rss MiB before/max during/after": [round(rss_before, 1), round(max(rss_during), 1), round(rss_after, 1)],
         }
         print("\nflood:", json.dumps(report))
-        # Every flooding socket was closed by the server for its rate, within a second (1006: the
-        # script was still writing when the server dropped the connection, so it missed the close frame).
+        # Every flooding socket was closed by the server for its rate, well before the 6 s flood
+        # ends (typically within 0.1 s; 2 s leaves room for a machine running two test workers.
+        # 1006: the script was still writing when the server dropped the connection, so it
+        # missed the close frame).
         assert flooding["frames"] > 3000 and flooding["opened"] >= 6, report
         assert CLOSE_RATE_LIMITED in flooding["codes"] and set(flooding["codes"]) <= {CLOSE_RATE_LIMITED, 1006}, report
-        assert max(flooding["lifetimes"]) < 1.0, report
+        assert max(flooding["lifetimes"]) < 2.0, report
         # Others barely notice (the machine is shared: bounds are generous, the old code was 15x slower).
         for before, during in ((before_pages, during_pages), (before_decisions, during_decisions)):
             assert _p50_ms(during) <= 3 * _p50_ms(before) + 30, report

@@ -121,19 +121,9 @@ def _worker_ready(server: LiveServer, worker_id: str, *, timeout: float = 60) ->
         time.sleep(0.1)
 
 
-def _attempt(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: str) -> None:
-    op = history.invoke(reviewer=reviewer.username, item=item, decision=decision)
-    try:
-        status, body = reviewer.decide(item, decision, timeout=60)
-    except Exception as exc:  # noqa: BLE001 - a timeout or dropped connection: the reviewer does not know
-        history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
-        return
-    history.complete_from_http(op, status=status, body=body)
-
-
 def _pair_race(history: HistoryRecorder, items: list[str], first: tuple[Reviewer, str], second: tuple[Reviewer, str]) -> None:
-    race_rounds(len(items), lambda n: _attempt(history, first[0], items[n], first[1]),
-                lambda n: _attempt(history, second[0], items[n], second[1]))
+    race_rounds(len(items), lambda n: first[0].decide_recorded(history, items[n], first[1]),
+                lambda n: second[0].decide_recorded(history, items[n], second[1]))
 
 
 def _race_1_and_2_assert(judged: Judged, race1: list[str], race2: list[str]) -> dict[str, int]:
@@ -228,7 +218,7 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
                              [lead, ids["race3"]])
             time.sleep(lead)
             with ThreadPoolExecutor(4) as pool:
-                list(pool.map(lambda n: (time.sleep(n * 0.05), _attempt(history, (bob, bob_2)[n % 2], ids["race3"][n], "approve")),
+                list(pool.map(lambda n: (time.sleep(n * 0.05), (bob, bob_2)[n % 2].decide_recorded(history, ids["race3"][n], "approve")),
                               range(len(ids["race3"]))))
             judged = _judge(servers[0], history, [i for race in ids.values() for i in race], deadline_ops=True)
         finally:

@@ -7,10 +7,12 @@ import re
 import statistics
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import Page, expect
 
 from moderation.history import FinalItem, HistoryRecorder, history_check
 
+from e2e.conftest import e2e_server_running
 from e2e.pages import (
     LIVE_TIMEOUT_MS,
     Submission,
@@ -24,6 +26,16 @@ from e2e.pages import (
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(e2e_template, tmp_path_factory):
+    # These tests watch rows leave by their live events. The queue's resync (every 3 s on the
+    # embedded default) removes decided rows too, unmarked, and on a loaded machine it can
+    # come first: here it waits a minute, so a missing event cannot hide behind it.
+    workdir = tmp_path_factory.mktemp("e2e-race")
+    async with e2e_server_running(e2e_template, workdir, env={"LIVE_QUEUE_RESYNC_SECONDS": "60"}) as live:
+        yield live
 
 # Every round is a real race (the median click skew is asserted under 100 ms; it runs near 1 ms)
 # and each is checked on its own: one winner, the loser's page naming it. What this adds to the

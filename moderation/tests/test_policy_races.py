@@ -222,10 +222,11 @@ def _naive_member_remove(*, team: Team, user: AbstractBaseUser) -> None:
 
 
 def test_negative_control_a_removal_stamped_before_the_lock_admits_an_ineligible_vote(team, mods):
-    items = _items(4, {"approvals": 2})
+    # 12 rounds: the window is the naive removal's sleep, and on a loaded machine a round can miss it.
+    items = _items(12, {"approvals": 2})
     history = _removal_race(team, mods, items, _naive_member_remove)
     anomalies = _judged(history, items)
-    print(f"\nnegative control, removal: {len(anomalies)} anomalies in 4 rounds")
+    print(f"\nnegative control, removal: {len(anomalies)} anomalies in 12 rounds")
     assert anomalies and all(a.startswith("ineligible_vote") for a in anomalies), anomalies
 
 

@@ -103,7 +103,8 @@ def test_adversarial_bodies_are_screened_in_linear_time(shape):
     for size in (64_000, 1_000_000):
         body = ADVERSARIAL_SHAPES[shape](size)
         took = min(_cpu_seconds(lambda: text_prescreen(title="t", body=body)) for _ in range(3))
-        assert took < 0.1, f"{shape}: {size:,} characters took {took * 1000:.0f} ms"
+        # Linear is tens of ms for the megabyte; 0.25 s leaves room for a busy core (two test workers).
+        assert took < 0.25, f"{shape}: {size:,} characters took {took * 1000:.0f} ms"
 
 
 def _cpu_seconds(run) -> float:

@@ -382,11 +382,10 @@ def _vote_cast(
     now = timezone.now()
     Vote.objects.update_or_create(ask=ask, voter=voter, defaults={"vote": requested, "note": note, "reason": reason,
                                                                    "cast_at": now, "team_id": item.team_id})
-    votes = [(v.voter.get_username(), v.vote, v) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
+    votes = _ask_votes(ask)
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
-    tally = tally_build(policy=policy, votes=[(name, kind, v.cast_at) for name, kind, v in votes], eligible=eligible,
-                        resolution=resolution)
+    tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
     if resolution is None:
         attempt = attempt_append(
             item=item, ask=ask, reviewer=voter, requested=requested, decisions=decisions, note=note,
@@ -398,27 +397,31 @@ def _vote_cast(
         return outcome
     ask.tally = tally
     ask.save(update_fields=["tally"])
-    return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution,
-                        votes=[v for _, _, v in votes]), note=note, requested=requested, requested_at=requested_at,
+    return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution),
+                        note=note, requested=requested, requested_at=requested_at,
                         reason=reason, origin=origin)
+
+
+def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
+    """The ask's counted votes, oldest first, as (voter, approve / reject, cast at)."""
+    return [(v.voter.get_username(), v.vote, v.cast_at) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
 
 
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
-    votes = [(v.voter.get_username(), v.vote, v.cast_at) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
     ask.save(update_fields=["tally"])
 
 
-def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution, votes: list[Vote]) -> list[dict[str, Any]]:
+def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution) -> list[dict[str, Any]]:
     """LangChain decisions for the whole ask from a resolved tally: approve every action, or reject with the rejecters' words."""
     actions = AskSpec.from_payload(ask.payload).actions
     if resolution.outcome == VoteKind.APPROVE:
         return [{"type": "approve"} for _ in actions]
-    words = {v.pk: reason_message(reason=v.reason, message=v.note) for v in votes}
-    said = "; ".join(f"{v.voter.get_username()}: {words[v.pk]}" if words[v.pk] else v.voter.get_username()
-                     for v in votes if v.vote == VoteKind.REJECT)
+    rejections = ask.votes.filter(vote=VoteKind.REJECT).select_related("voter").order_by("cast_at", "id")
+    words = [(v.voter.get_username(), reason_message(reason=v.reason, message=v.note)) for v in rejections]
+    said = "; ".join(f"{name}: {text}" if text else name for name, text in words)
     why = "vetoed" if resolution.why == "veto" else "rejected by vote"
     return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
 

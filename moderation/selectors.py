@@ -391,8 +391,8 @@ def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel |
         late = not yours and ask.attempts.filter(reviewer_id=viewer.pk, outcome=AttemptOutcome.LOST).exists()
     elif ask is not None and policy.is_quorum:
         votes = [(v.voter.get_username(), v.vote, v.voter_id) for v in ask.votes.select_related("voter")]
-        voters = eligible_voters(team_id=item.team_id, requester_id=item.requested_by_id)
-        tally = tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=voters.count(), resolution=None)
+        voters = list(eligible_voters(team_id=item.team_id, requester_id=item.requested_by_id))
+        tally = tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=len(voters), resolution=None)
         voted = {pk for _, _, pk in votes}
         may_vote = sorted(u.get_username() for u in voters if u.pk not in voted)
         yours = next((k for _, k, pk in votes if pk == viewer.pk), "")

@@ -17,7 +17,7 @@ TIMEOUT = 5
 @pytest.fixture(autouse=True)
 def fresh_layer(settings):
     # A fresh in-memory layer per test, whatever REDIS_URL says: no groups leak between tests.
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "reviewqueue.channel_layers.InMemoryChannelLayer"}}
     # Autouse runs before the user fixtures: hashing their passwords properly costs seconds per test.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -18,7 +18,7 @@ ITEM_ID = str(uuid.uuid4())
 
 @pytest.fixture
 def item_reads(monkeypatch, settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "reviewqueue.channel_layers.InMemoryChannelLayer"}}
     state = {"status": "pending", "reads": 0}
 
     def read(*, client_id: int, public_id: str):

@@ -1,8 +1,10 @@
 """The dashboard websocket, through the real ASGI stack (origin check, sessions, auth)."""
 
+import asyncio
 import json
 
 import pytest
+from channels.layers import get_channel_layer
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 
@@ -124,6 +126,33 @@ async def test_decision_reaches_the_item_and_the_queue_but_not_other_items(alice
     await silent(dave_other)
     for communicator in (bob_item, carol_queue, dave_other):
         await communicator.disconnect()
+
+
+async def test_relayed_events_take_no_trip_to_a_database_thread(alice, login, make_item, monkeypatch):
+    # Channels runs close_old_connections in its sync thread before every message it dispatches:
+    # for a decision seen by N queue pages, N thread hops through one thread. A relay needs none.
+    import channels.consumer
+
+    hops = []
+    real = channels.consumer.aclose_old_connections
+
+    async def counted():
+        hops.append(1)
+        await real()
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    queue, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+    hops.clear()  # the connect's own
+    layer = get_channel_layer()
+    for n in range(5):
+        await layer.group_send("queue", {"type": "item.created", "item": f"i{n}", "title": "t", "counts": {}})
+    assert [(await next_of(queue, "item.created"))["item"] for _ in range(5)] == [f"i{n}" for n in range(5)]
+    assert hops == []
+
+    await layer.group_send(f"user.{alice.pk}", {"type": "rights.changed"})  # control: a handler that reads the database
+    await asyncio.sleep(0.2)
+    assert hops == [1]
+    await queue.disconnect()
 
 
 async def test_loser_notice_goes_to_the_losers_tabs_only(alice, bob, make_moderator, login, make_item):

@@ -277,7 +277,12 @@ def _queue_rows_insert(rows: int) -> None:
     from moderation.counts import counts_recount
     from moderation.models import QueueItem, queue_rank
 
+    from moderation.policies.teams import item_policy_resolve
+
     risk = 45
+    # The team and policy snapshot item_create would give these rows (none claims "bench-bulk": no team).
+    team, policy = item_policy_resolve(slug=None, source="bench-bulk", graph="moderation", policy=None, requester=None)
+    assert team is None, team
     # Whole milliseconds: SQLite's date arithmetic has millisecond resolution.
     now = timezone.now().replace(microsecond=0)
     first = QueueItem.objects.order_by("-id").values_list("id", flat=True).first() or 0
@@ -291,16 +296,16 @@ def _queue_rows_insert(rows: int) -> None:
     })
     columns = ("public_id, title, body, source, created_at, status, decided_by_id, decided_at, decision_note, thread_id, "
                "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest, "
-               "graph, graph_input, risk, flags, apply_state, applied_result, rank")
+               "graph, graph_input, risk, flags, apply_state, applied_result, rank, policy")
     # Thread ids continue after the highest row id, so a second batch never collides with the first.
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"INSERT INTO moderation_queueitem ({columns}) SELECT gen_random_uuid(), 'bulk item ' || x, %s, 'bench-bulk', "
                 "%s + x * interval '1 millisecond', 'pending', NULL, NULL, '', 'bench-fake-' || (%s + x), %s::jsonb, '', 0, '', "
-                "false, '{}'::jsonb, 0, '', 'moderation', '{}'::jsonb, %s, %s::jsonb, '', '{}'::jsonb, %s + x * 1000 "
+                "false, '{}'::jsonb, 0, '', 'moderation', '{}'::jsonb, %s, %s::jsonb, '', '{}'::jsonb, %s + x * 1000, %s::jsonb "
                 "FROM generate_series(0, %s - 1) AS x",
-                [WATCH_TEXT, now, first, payload, risk, json.dumps(flags), base_rank, rows],
+                [WATCH_TEXT, now, first, payload, risk, json.dumps(flags), base_rank, json.dumps(policy.as_json()), rows],
             )
         else:
             stamp = connection.ops.adapt_datetimefield_value(now)
@@ -310,8 +315,8 @@ def _queue_rows_insert(rows: int) -> None:
                 # Django's own text form (six fractional digits), so these rows sort among real ones.
                 "'bench-bulk', strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (x / 1000.0) || ' seconds') || '000', "
                 "'pending', NULL, NULL, '', 'bench-fake-' || (%s + x), %s, '', 0, '', 0, '{}', 0, '', "
-                "'moderation', '{}', %s, %s, '', '{}', %s + x * 1000 FROM n",
-                [rows, WATCH_TEXT, stamp, first, payload, risk, json.dumps(flags), base_rank],
+                "'moderation', '{}', %s, %s, '', '{}', %s + x * 1000, %s FROM n",
+                [rows, WATCH_TEXT, stamp, first, payload, risk, json.dumps(flags), base_rank, json.dumps(policy.as_json())],
             )
             cursor.execute("ANALYZE")
     sample = QueueItem.objects.filter(source="bench-bulk", id__gt=first).order_by("id")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from django.db import connection, transaction
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import CharField, Count, QuerySet, Sum, Value
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -121,17 +121,25 @@ class CountsRead:
         return sum(n for (_, s), n in self.by_status.items() if s == status)
 
 
+# Marks the decided-on-the-day rows in counts_read's one query (no item status is spelled so).
+_DECIDED_ON_DAY = "(decided on the day)"
+
+
 def counts_read(*, day: date) -> CountsRead:
-    """Every (graph, status) count and the items decided on ``day``: two queries over a few rows each."""
-    by_status = {
-        (row["graph"], row["status"]): row["total"]
-        for row in QueueCounter.objects.values("graph", "status").annotate(total=Sum("n")).order_by()
-    }
-    decided = {
-        row["graph"]: row["total"]
-        for row in DecidedDayCounter.objects.filter(day=day).values("graph").annotate(total=Sum("n")).order_by()
-    }
-    return CountsRead(by_status=by_status, decided_on_day=decided)
+    """Every (graph, status) count and the items decided on ``day``: one query over a few rows."""
+    by_status = QueueCounter.objects.values_list("graph", "status").annotate(total=Sum("n")).order_by()
+    decided = (
+        DecidedDayCounter.objects.filter(day=day).annotate(kind=Value(_DECIDED_ON_DAY, output_field=CharField()))
+        .values_list("graph", "kind").annotate(total=Sum("n")).order_by()
+    )
+    counts: dict[tuple[str, str], int] = {}
+    decided_on_day: dict[str, int] = {}
+    for graph, status, total in by_status.union(decided, all=True):
+        if status == _DECIDED_ON_DAY:
+            decided_on_day[graph] = total
+        else:
+            counts[(graph, status)] = total
+    return CountsRead(by_status=counts, decided_on_day=decided_on_day)
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,10 @@ def queue(request: HttpRequest) -> HttpResponse:
         cursor = None
     page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)
     query = filters.as_query()
-    # "Next item" follows the order and filters this moderator last looked at the queue in.
-    request.session[_QUEUE_QUERY] = urlencode(query)
+    # "Next item" follows the order and filters this moderator last looked at the queue in;
+    # written only when they change, not as a session UPDATE on every page load.
+    if request.session.get(_QUEUE_QUERY) != (encoded := urlencode(query)):
+        request.session[_QUEUE_QUERY] = encoded
     claims = claims_live(items=page.object_list)
     tallies = queue_tallies(items=page.object_list)
     for item in page.object_list:

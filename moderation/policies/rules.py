@@ -18,7 +18,7 @@ veto, or the rejection that makes N approvals unreachable, rejects.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,7 +55,8 @@ class Policy:
         return eligible // 2 + 1 if self.majority else self.approvals
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Flat fields: no need for asdict's recursive copy (every queue row parses its policy).
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def describe(self) -> str:
         if not self.is_quorum:

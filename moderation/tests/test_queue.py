@@ -252,7 +252,9 @@ def test_the_view_runs_the_same_queries_on_every_page_after_the_first(client, al
         if nxt is None:
             break
         params = {k: v[0] for k, v in parse_qs(nxt).items()}
-    assert len(costs) == 40 and len(set(costs[1:])) == 1 and costs[1] == costs[0] + 1
+    # The second page also asks whether a page lies before it; the first one writes the
+    # moderator's filters into the session (three queries: savepoint, update, release), once.
+    assert len(costs) == 40 and len(set(costs[1:])) == 1 and costs[1] == costs[0] + 1 - 3
     assert not any("OFFSET" in q["sql"].upper() for q in queries.captured_queries)
 
 
@@ -384,3 +386,16 @@ def test_migration_0015_ranks_the_items_already_queued():
     call_command("migrate", "moderation", verbosity=0)  # leave the schema as the suite expects
     item = QueueItem.objects.get(pk=old.pk)
     assert item.rank == queue_rank(priority=3, risk=70, created_at=item.created_at) != 0
+
+
+def test_a_row_reads_only_the_start_of_a_long_body(client, alice, make_item):
+    make_item(title="Long", body="word " * 30_000)  # 150,000 characters
+    client.force_login(alice)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("moderation:queue"))
+    row = next(i for i in response.context["page"].object_list if i.title == "Long")
+    assert len(row.excerpt) == 121 and response.content.decode().count("word word") >= 1
+    assert "word " * 30 not in response.content.decode()  # truncated to 120 characters, not the whole body
+    page_sql = next(q["sql"] for q in queries.captured_queries if "SUBSTR" in q["sql"].upper())
+    columns = page_sql.upper().split("SUBSTR")[0]  # what the row query selects besides the excerpt
+    assert '"BODY"' not in columns and '"REVIEW_REQUEST"' not in columns

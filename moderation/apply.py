@@ -38,8 +38,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django_tasks import task
-from django_tasks.base import TaskResultStatus
-from django_tasks_db.models import DBTaskResult
 
 from moderation import events
 from moderation.counts import counts_apply, item_counted
@@ -50,6 +48,7 @@ from moderation.graphs.runtime import PendingAsk, graph_continue, graph_resume, 
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.rules import policy_parse
 from moderation.resumelock import thread_resume_lock
+from moderation.taskqueue import tasks_will_run
 
 logger = logging.getLogger(__name__)
 
@@ -223,11 +222,7 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
     its item is queued again, once: the next sweep finds that task waiting.
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
-    will_run = set(
-        DBTaskResult.objects.filter(task_path=item_apply_task.module_path)
-        .filter(Q(status=TaskResultStatus.READY) | Q(status=TaskResultStatus.RUNNING, started_at__gte=overdue))
-        .values_list("args_kwargs__args__0", flat=True)
-    )
+    will_run = tasks_will_run(task=item_apply_task, started_since=overdue)
     unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)

@@ -18,6 +18,7 @@ import logging
 import random
 import time
 from datetime import datetime, timedelta, timezone as dt_timezone
+from itertools import islice
 
 import httpx
 from django.conf import settings
@@ -27,6 +28,7 @@ from django_tasks import task
 from standardwebhooks import Webhook
 
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
+from moderation.taskqueue import tasks_will_run
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +65,18 @@ def delivery_attempt(*, delivery_id: int) -> str:
 
 
 def deliveries_sweep() -> int:
-    """Re-queue pending deliveries whose attempt was lost; return how many."""
+    """Re-queue pending deliveries whose attempt was lost; return how many.
+
+    Not those whose task still waits in the queue (a backlog) or runs under a live worker
+    (``moderation.taskqueue``): each would have been queued again on every sweep.
+    """
     overdue = timezone.now() - timedelta(seconds=settings.WEBHOOK_LEASE_GRACE)
+    will_run = tasks_will_run(task=delivery_send, started_since=overdue)
+    lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=overdue)
+    chosen = list(islice((pk for pk in lapsed.values_list("pk", flat=True).iterator() if pk not in will_run), 500))
     with transaction.atomic():
-        lost = list(
-            WebhookDelivery.objects.select_for_update()
-            .filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=overdue)
-            .values_list("pk", flat=True)[:500]
-        )
+        # Locked and read again: an attempt may have taken one since.
+        lost = list(lapsed.select_for_update().filter(pk__in=chosen).values_list("pk", flat=True))
         # Due now, so the next sweep leaves them alone for a grace period.
         WebhookDelivery.objects.filter(pk__in=lost).update(next_attempt_at=timezone.now())
         for pk in lost:

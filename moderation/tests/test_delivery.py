@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 from standardwebhooks import Webhook
 
@@ -245,10 +246,18 @@ def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, a
     assert [r.type for r in receiver.received] == ["item.created", "item.decided"]
 
 
+def _worker_died_running(delivery: WebhookDelivery) -> None:
+    """Its task was claimed by a worker that died: RUNNING for good (the database backend never reclaims it)."""
+    for task in _queued(delivery):
+        task.status, task.started_at = TaskResultStatus.RUNNING, timezone.now() - timedelta(hours=1)
+        task.save(update_fields=["status", "started_at"])
+
+
 def test_lost_attempt_is_requeued_by_the_sweep_and_delivered_with_the_same_id(endpoint, receiver, make_item, settings):
     settings.WEBHOOK_LEASE_GRACE = 0
     [delivery] = _deliveries(make_item())
     # A worker took the lease and died: the row is pending, its lease in the future.
+    _worker_died_running(delivery)
     leased_until = timezone.now() + timedelta(seconds=30)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=1, next_attempt_at=leased_until)
     assert deliveries_sweep() == 0 and delivery_attempt(delivery_id=delivery.pk) == "skipped"
@@ -256,6 +265,24 @@ def test_lost_attempt_is_requeued_by_the_sweep_and_delivered_with_the_same_id(en
     WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
     tasks_before = len(_queued(delivery))
     assert deliveries_sweep() == 1 and len(_queued(delivery)) == tasks_before + 1
+    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
+    assert [r.msg_id for r in receiver.received] == [delivery.msg_id]
+
+
+def test_a_backlog_is_not_queued_again_by_every_sweep(endpoint, receiver, make_item, settings):
+    """A delivery overdue only because its task still waits behind others is left to that task."""
+    settings.WEBHOOK_LEASE_GRACE = 0
+    [delivery] = _deliveries(make_item())
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    for _ in range(3):
+        assert deliveries_sweep() == 0
+    assert len(_queued(delivery)) == 1
+
+    _worker_died_running(delivery)  # control: the sweep does see the delivery once its task is dead
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    assert deliveries_sweep() == 1 and len(_queued(delivery)) == 2
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    assert deliveries_sweep() == 0  # the task it queued waits: once, not once per sweep
     assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.DELIVERED
     assert [r.msg_id for r in receiver.received] == [delivery.msg_id]
 

@@ -11,7 +11,8 @@ from bench.inprocess import _queue_rows_insert
 from moderation.models import QueueItem, queue_rank
 from moderation.selectors import queue_counts
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
+# Transactional: on PostgreSQL the shortcut runs VACUUM, which refuses a transaction block.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_variant]
 
 # What differs between any two items by nature, not by how they were written.
 _OWN = {"id", "public_id", "title", "body", "source", "created_at", "thread_id", "review_request", "rank", "risk", "flags",

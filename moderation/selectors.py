@@ -260,8 +260,8 @@ def queue_pending(
     """
     order = filters.order
     # A row shows the body's first 120 characters and none of these JSON columns (the asks it
-    # names come with their own rows): a body may be 200,000 characters, and decoding the JSON
-    # was half the cost of each row.
+    # names come with their own rows): a body may be 200,000 characters, and reading and
+    # decoding the JSON was a fifth of each row's cost (0.68 -> 0.54 ms on SQLite).
     items = (
         _queue_filtered(filters, viewer=viewer)
         .defer("body", *_QUEUE_PAGE_UNREAD)

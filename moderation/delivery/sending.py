@@ -37,16 +37,7 @@ LEASE_MARGIN_SECONDS = 2.0
 ERROR_MAX_CHARS = 500
 
 
-# A worker takes a waiting attempt before waiting graph work (priority 0): an attempt is a
-# few milliseconds of POST, an apply a resume with checkpoint writes (~50 ms), and behind a
-# burst of applies the "decided" webhook integrators wait for arrived after all of them
-# (p99 0.9-1.3 s on PostgreSQL at 10 decisions a second). Each item's deliveries keep their
-# order anyway (parked behind their earlier sibling), and item.applied is only recorded by
-# the apply, so no delivery can overtake the work it reports.
-DELIVERY_PRIORITY = 10
-
-
-@task(priority=DELIVERY_PRIORITY)
+@task()
 def delivery_send(delivery_id: int) -> None:
     delivery_attempt(delivery_id=delivery_id)
 

@@ -287,20 +287,6 @@ def test_a_backlog_is_not_queued_again_by_every_sweep(endpoint, receiver, make_i
     assert [r.msg_id for r in receiver.received] == [delivery.msg_id]
 
 
-def test_a_worker_takes_a_waiting_delivery_before_waiting_graph_work(endpoint, alice, make_item, settings):
-    settings.REVIEWQUEUE_APPLY_INLINE = False
-    first, second = make_item(title="first"), make_item(title="second")
-    DBTaskResult.objects.all().delete()  # item.created's deliveries: only the decisions' tasks remain
-    for item in (first, second):
-        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
-    apply_path, send_path = "moderation.apply.item_apply_task", "moderation.delivery.sending.delivery_send"
-    waiting = DBTaskResult.objects.ready()
-    # In the order they were queued, the second decision's webhook waits behind the first's apply.
-    assert [t.task_path for t in waiting.order_by("enqueued_at", "id")] == [send_path, apply_path, send_path, apply_path]
-    # The order a worker takes them in (the model's ordering: priority first).
-    assert [t.task_path for t in waiting] == [send_path, send_path, apply_path, apply_path]
-
-
 def test_redeliver_resends_with_the_same_id_and_ping_reaches_the_endpoint(endpoint, receiver, make_item):
     [delivery] = _deliveries(make_item())
     assert not delivery_redeliver(delivery=delivery)  # still pending: left alone

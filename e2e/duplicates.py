@@ -65,7 +65,7 @@ def duplicate_reading(opened: Sequence[tuple[str, str, float]]) -> DuplicateRead
 
 
 async def _work_through(page: Page, user: str, opened: list[tuple[str, str, float]], *, most: int) -> None:
-    assert await press_and_land(page, "n"), f"{user}: n on the queue went nowhere"
+    assert await press_and_land(page, "n", timeout=15_000), f"{user}: n on the queue went nowhere"
     for _ in range(most):
         item_id = item_on(page)
         if item_id is None:
@@ -73,8 +73,11 @@ async def _work_through(page: Page, user: str, opened: list[tuple[str, str, floa
             return
         opened.append((user, item_id, time.monotonic()))
         # An item someone else has just decided has its buttons disabled: a leads nowhere, n moves on.
-        if not await press_and_land(page, "a", timeout=3_000) or item_on(page) == item_id:
-            assert await press_and_land(page, "n"), f"{user}: n on {page.url} went nowhere"
+        # Asked of the page rather than guessed from a short wait: on a loaded machine a decision
+        # can take longer than that wait, and its page then landed under the n pressed after it.
+        can_approve = await page.locator('.decide-form button[value="approve"]:enabled').count() > 0
+        if not can_approve or not await press_and_land(page, "a", timeout=15_000) or item_on(page) == item_id:
+            assert await press_and_land(page, "n", timeout=15_000), f"{user}: n on {page.url} went nowhere"
     raise AssertionError(f"{user} never reached an empty queue")
 
 

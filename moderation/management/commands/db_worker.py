@@ -35,7 +35,7 @@ class Command(DbWorkerCommand):
         parser.set_defaults(queue_name="*")
 
     def handle(self, *args, **options):
-        heap_freeze()  # as the servers do: no 100 ms collection pauses between a decision and its apply
+        heap_freeze()  # as the servers do (reviewqueue.heap): full collections skip the start-up heap
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
                          args=((applies_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,

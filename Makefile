@@ -48,15 +48,16 @@ run-cluster: install
 test: install test-sqlite test-postgres
 
 # Two workers, a test file each at a time: most of these tests wait on servers, browsers and
-# barriers, so two at once nearly halve the pass. Each worker has its own SQLite test file
-# (named by pid); the PostgreSQL pass stays serial, its workers would share one Redis cache.
+# barriers, so two at once nearly halve the pass. Each worker has its own test database
+# (a SQLite file named by pid; PostgreSQL's named by worker) and, in the PostgreSQL pass,
+# its own Redis database and channel prefix (conftest.py).
 TEST_WORKERS ?= 2
 test-sqlite: install e2e-browser
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile
 
 test-postgres: install
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
-		$(PY) -m pytest -m "postgres_variant or cluster"
+		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile
 
 # The e2e tests drive Chromium: Playwright's own where installed, else Debian's
 # (installed here when running as root), or whichever E2E_CHROMIUM names.

@@ -1,6 +1,7 @@
 """Suite-wide set-up: the PostgreSQL pass must fail in CI when the server is missing."""
 
 import os
+import urllib.parse
 
 import pytest
 
@@ -20,6 +21,29 @@ def pytest_configure(config):
 
     settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
     settings.REJECT_REASON_REQUIRED = os.environ["REJECT_REASON_REQUIRED"].lower() in {"1", "true", "yes", "on"}
+    _redis_of_this_worker(settings)
+
+
+def _redis_of_this_worker(settings) -> None:
+    """Under pytest-xdist, each worker gets a Redis database and channel prefix of its own.
+
+    Tests empty the cache (``cache.clear()`` is Redis's FLUSHDB, the whole database), and
+    pub/sub ignores the database number: two workers on one Redis database would wipe each
+    other's rate-limit windows and presence counts, and hear each other's events. The servers
+    a worker starts inherit its REDIS_URL, so they share its database and no other's.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    url = os.environ.get("REDIS_URL", "")
+    if not (worker.startswith("gw") and url):
+        return
+    parsed = urllib.parse.urlsplit(url)
+    base = int(parsed.path.strip("/") or 0)
+    url = urllib.parse.urlunsplit(parsed._replace(path=f"/{base + int(worker[2:])}"))
+    os.environ["REDIS_URL"] = url
+    settings.CACHES["default"]["LOCATION"] = url
+    layer = settings.CHANNEL_LAYERS["default"]["CONFIG"]
+    layer["hosts"][0]["address"] = url
+    layer["prefix"] = f"{layer['prefix']}-{worker}"
 
 
 def _postgres_pass() -> bool:

@@ -363,17 +363,21 @@ class LiveServer:
         self.stop()
         self.start()
 
-    def worker_start(self, *, interval: float = 0.05, faults: str = "", worker_id: str = "") -> subprocess.Popen:
+    def worker_start(
+        self, *, interval: float = 0.05, faults: str = "", worker_id: str = "", delivery_lane: bool = True
+    ) -> subprocess.Popen:
         """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
 
         ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. ``worker_id`` names it in
-        the task rows it claims (``worker_ids``; random by default). Crash it with ``kill()``;
-        ``close()`` stops any still running.
+        the task rows it claims (``worker_ids``; random by default). ``delivery_lane=False`` runs
+        it without its deliveries-only loop. Crash it with ``kill()``; ``close()`` stops any still running.
         """
         env = self.env()
         if faults:
             env["REVIEWQUEUE_FAULTS"] = faults
         named = ["--worker-id", worker_id] if worker_id else []
+        if not delivery_lane:
+            named.append("--no-delivery-lane")
         with open(self.worker_log_path, "a") as log:
             worker = subprocess.Popen(
                 [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
@@ -383,6 +387,13 @@ class LiveServer:
             )
         self.workers.append(worker)
         return worker
+
+    def worker_wait_ready(self, worker_id: str, *, timeout: float = 60) -> None:
+        """Wait until the worker ``worker_id`` polls for tasks (a Django start-up takes seconds on a busy machine)."""
+        deadline = time.monotonic() + timeout
+        while f"worker_id={worker_id} " not in self.log_tail(200, worker=True):
+            assert time.monotonic() < deadline, self.log_tail(20, worker=True)
+            time.sleep(0.1)
 
     def close(self) -> None:
         """Stop the server, its workers and the dbtool process."""

@@ -35,9 +35,12 @@ logger = logging.getLogger(__name__)
 # An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
 LEASE_MARGIN_SECONDS = 2.0
 ERROR_MAX_CHARS = 500
+# Every worker also runs a thread serving this queue alone (``manage.py db_worker``'s
+# delivery lane), so a webhook never waits behind the graph work of earlier decisions.
+DELIVERY_QUEUE = "default"
 
 
-@task()
+@task(queue_name=DELIVERY_QUEUE)
 def delivery_send(delivery_id: int) -> None:
     delivery_attempt(delivery_id=delivery_id)
 

@@ -127,14 +127,6 @@ def site(tmp_path_factory):
                 print(f"\n--- {server.workdir.name} worker log ---\n{server.log_tail(30, worker=True)}")
 
 
-def _workers_ready(servers: list[LiveServer], worker_ids: list[str], *, timeout: float = 60) -> None:
-    """Wait until each worker has started polling (a Django start-up takes seconds on a busy machine)."""
-    deadline = time.monotonic() + timeout
-    while not all(any(f"worker_id={w} " in s.log_tail(200, worker=True) for s in servers) for w in worker_ids):
-        assert time.monotonic() < deadline, [s.log_tail(20, worker=True) for s in servers]
-        time.sleep(0.1)
-
-
 def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str, start: threading.Barrier) -> None:
     start.wait()
     reviewer.decide_recorded(recorder, item, decision)
@@ -190,7 +182,8 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     url, items, receiver = site.database_url, site.items, site.receiver
     doomed = site.servers[0].worker_start(worker_id="doomed", faults=f"before_record:sleep={DOOMED_HOLD}")
     site.servers[1].worker_start(worker_id="steady")
-    _workers_ready(site.servers, ["doomed", "steady"])
+    site.servers[0].worker_wait_ready("doomed")
+    site.servers[1].worker_wait_ready("steady")
     site.servers[1].tool("ping")  # the killer's state reads: start their process now, not mid-hunt
     burst_done = threading.Event()
     killer = Killer(site, doomed, burst_done)

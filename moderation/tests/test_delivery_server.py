@@ -183,3 +183,66 @@ def test_decision_to_webhook_latency_at_10_decisions_per_second(site):
     print(json.dumps({"webhook_p50_ms": round(p50), "webhook_p99_ms": round(p99)}))
     # The target is 250 ms; the bound here leaves room for a busy shared test machine.
     assert p99 < 1000
+
+
+# --- The worker's delivery lane: a webhook never waits behind a slow graph ------------------
+
+APPLY_HOLD = 3.0  # seconds every apply spends in the graph's apply node (a slow agent tool)
+_LANE_ENDPOINT = _ENDPOINT.replace('"item.created", "item.decided", "item.cancelled"', '"item.decided", "item.applied"')
+
+
+@pytest.fixture(scope="module")
+def slow_applies(tmp_path_factory):
+    """A server whose decisions are applied by a worker (not inline); the receiver hears decisions and applies."""
+    receiver = Receiver().start()
+    server = LiveServer(tmp_path_factory.mktemp("lane"), db_name="lane",
+                        extra_env={**WEBHOOK_ENV, "REVIEWQUEUE_APPLY_INLINE": ""})
+    server.manage("migrate", "--no-input", "-v0")
+    out = server.manage("shell", "-c", _LANE_ENDPOINT.format(url=receiver.url))
+    receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
+    seeded = server.seed(users=["alice"], items=4, prefix="Lane")
+    server.start()
+    try:
+        yield SimpleNamespace(server=server, receiver=receiver, items=seeded.items,
+                              alice=Reviewer(server, "alice", seeded.sessions["alice"]))
+    finally:
+        server.close()
+        receiver.stop()
+        print(f"\n--- worker log ---\n{server.log_tail(40, worker=True)}")
+
+
+def _webhook_delays_behind_slow_applies(site, items: list[str], *, delivery_lane: bool) -> list[float]:
+    """Decide ``items`` half a second apart while each apply takes APPLY_HOLD; return each
+    decision's seconds from its answer to its item.decided webhook. Every item is applied too."""
+    worker_id = f"lane-{'on' if delivery_lane else 'off'}"
+    worker = site.server.worker_start(worker_id=worker_id, faults=f"in_apply_node:sleep={APPLY_HOLD}",
+                                      delivery_lane=delivery_lane)
+    try:
+        site.server.worker_wait_ready(worker_id)
+        answered = {}
+        for item in items:
+            assert site.alice.decide(item, "approve")[0] == 200
+            answered[item] = time.time()
+            time.sleep(0.5)  # the first item's apply is under way when the next decision lands
+        decided = _decided_wait(site.receiver, items, timeout=30)
+        deadline = time.monotonic() + 30
+        while {r.data["id"] for r in _firsts(site.receiver) if r.type == "item.applied"} < set(items):
+            assert time.monotonic() < deadline, "an apply never finished"
+            time.sleep(0.05)
+    finally:
+        worker.kill()
+        worker.wait()
+    return [decided[item].at - answered[item] for item in items]
+
+
+def test_a_webhook_never_waits_behind_a_slow_apply(slow_applies):
+    delays = _webhook_delays_behind_slow_applies(slow_applies, slow_applies.items[:2], delivery_lane=True)
+    print(f"\nitem.decided after the answer, applies of {APPLY_HOLD} s under way: {[round(d, 2) for d in delays]} s")
+    assert max(delays) < APPLY_HOLD / 2, delays
+
+
+def test_control_without_the_lane_the_second_webhook_waits_for_the_first_apply(slow_applies):
+    delays = _webhook_delays_behind_slow_applies(slow_applies, slow_applies.items[2:], delivery_lane=False)
+    print(f"\nwithout the lane: {[round(d, 2) for d in delays]} s")
+    # The second decision's delivery is queued behind the first item's apply, which still holds the worker.
+    assert delays[1] > APPLY_HOLD - 1.0, delays

@@ -113,14 +113,6 @@ def _judge(server: LiveServer, history: HistoryRecorder, ids: list[str], *, dead
     return Judged(finals, attempts, [str(a) for a in history_check(ops=history.ops, final=finals)])
 
 
-def _worker_ready(server: LiveServer, worker_id: str, *, timeout: float = 60) -> None:
-    """Wait until the worker polls (and so sweeps deadlines): a Django start-up takes seconds on a busy machine."""
-    deadline = time.monotonic() + timeout
-    while f"worker_id={worker_id} " not in server.log_tail(200, worker=True):
-        assert time.monotonic() < deadline, server.log_tail(20, worker=True)
-        time.sleep(0.1)
-
-
 def _pair_race(history: HistoryRecorder, items: list[str], first: tuple[Reviewer, str], second: tuple[Reviewer, str]) -> None:
     race_rounds(len(items), lambda n: first[0].decide_recorded(history, items[n], first[1]),
                 lambda n: second[0].decide_recorded(history, items[n], second[1]))
@@ -201,7 +193,7 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(lambda server: server.start(timeout=90), servers))
             servers[0].worker_start(worker_id="sweeper")
-            _worker_ready(servers[0], "sweeper")
+            servers[0].worker_wait_ready("sweeper")  # it polls, and so sweeps deadlines
             # bob on server 1, carol on server 2.
             bob, carol = Reviewer(servers[0], "bob", seeded.sessions["bob"]), Reviewer(servers[1], "carol", seeded.sessions["carol"])
             bob_2 = Reviewer(servers[1], "bob", seeded.sessions["bob"])

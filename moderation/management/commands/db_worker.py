@@ -1,8 +1,15 @@
-"""django-tasks-db's worker, plus the sweeps: ``manage.py db_worker`` runs them all.
+"""django-tasks-db's worker, plus a delivery lane and the sweeps: ``manage.py db_worker`` runs them all.
 
 Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs.
 It processes every queue by default: ``apply`` (graphs resumed after decisions,
 ``moderation.apply``) and ``default`` (webhook deliveries).
+
+One task at a time per loop: a delivery queued behind the applies of a burst of
+decisions would wait for every one of those graphs. So a worker that serves deliveries
+beside other queues also runs a second loop, the delivery lane, that takes deliveries
+only; the main loop still takes any task, oldest first, so neither kind can starve the
+other (``--no-delivery-lane`` turns it off). A delivery in flight when the worker is
+stopped is finished before the process exits.
 
 A worker killed mid-task leaves that task claimed for good (the database backend does
 not reclaim it); the sweep, in a thread of every worker, queues again what such a task
@@ -12,16 +19,19 @@ Another thread fires the deadlines of overdue asks (``moderation.deadlines``) ev
 """
 
 import logging
+import os
 import threading
 import time
+from argparse import BooleanOptionalAction
 
 from django.conf import settings
 from django.db import connection
-from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
+from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
+from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand, Worker
 
 from moderation.apply import applies_sweep
 from moderation.deadlines import deadlines_sweep
-from moderation.delivery.sending import deliveries_sweep
+from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 
 logger = logging.getLogger("moderation.worker")
@@ -33,14 +43,47 @@ class Command(DbWorkerCommand):
     def add_arguments(self, parser):
         super().add_arguments(parser)
         parser.set_defaults(queue_name="*")
+        parser.add_argument(
+            "--delivery-lane", action=BooleanOptionalAction, default=True,
+            help="Also run a loop that takes webhook deliveries only, so none waits behind graph work "
+                 "(when this worker serves deliveries and other queues; default: on)",
+        )
 
     def handle(self, *args, **options):
+        if options["reload"] and os.environ.get(DJANGO_AUTORELOAD_ENV) != "true":
+            return super().handle(*args, **options)  # the reloader's parent only restarts its child
         heap_freeze()  # as the servers do (reviewqueue.heap): full collections skip the start-up heap
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
                          args=((applies_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
                          args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
-        return super().handle(*args, **options)
+        lane = _delivery_lane_start(options) if _delivery_lane_wanted(options) else None
+        try:
+            return super().handle(*args, **options)
+        finally:
+            if lane is not None:
+                # Not a daemon thread: the interpreter waits for its delivery in flight at exit.
+                lane.running = False
+
+
+def _delivery_lane_wanted(options: dict) -> bool:
+    if not options["delivery_lane"] or options["batch"] or options["max_tasks"] is not None:
+        return False
+    queues = set(options["queue_name"].split(","))
+    excluded = set(filter(None, options["exclude_queues"].split(",")))
+    if "*" in queues:
+        return DELIVERY_QUEUE not in excluded
+    return DELIVERY_QUEUE in queues and len(queues) > 1
+
+
+def _delivery_lane_start(options: dict) -> Worker:
+    lane = Worker(
+        queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], interval=options["interval"], batch=False,
+        backend_name=options["backend_name"], startup_delay=False, max_tasks=None,
+        worker_id=f"{options['worker_id']}-deliveries",  # a JSON list entry: no column limits its length
+    )
+    threading.Thread(target=lane.run, name="delivery-lane").start()
+    return lane
 
 
 def _sweep_forever(sweeps: tuple, interval: float) -> None:

@@ -38,7 +38,6 @@ from moderation.permissions import user_can_decide
 from moderation.reasons import reason_codes_active
 from moderation.ratelimit import reviewer_rate_check
 from moderation.selectors import (
-    QUEUE_EXCERPT_CHARS,
     QUEUE_ORDERS,
     RISK_BANDS,
     QueueCursorInvalid,
@@ -95,7 +94,6 @@ def queue(request: HttpRequest) -> HttpResponse:
             "reasons": reason_codes_active(),
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "bulk_max": settings.BULK_MAX_ITEMS,
-            "excerpt_chars": QUEUE_EXCERPT_CHARS,
             # live.js re-reads this page in the background; only a person's view shows messages.
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
         },

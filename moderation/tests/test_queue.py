@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from moderation.models import ItemStatus, QueueItem, queue_rank
 from moderation.selectors import (
@@ -390,12 +391,16 @@ def test_migration_0015_ranks_the_items_already_queued():
 
 def test_a_row_reads_only_the_start_of_a_long_body(client, alice, make_item):
     make_item(title="Long", body="word " * 30_000)  # 150,000 characters
+    make_item(title="Exact", body="x" * 120)
     client.force_login(alice)
     with CaptureQueriesContext(connection) as queries:
         response = client.get(reverse("moderation:queue"))
-    row = next(i for i in response.context["page"].object_list if i.title == "Long")
-    assert len(row.excerpt) == 121 and response.content.decode().count("word word") >= 1
-    assert "word " * 30 not in response.content.decode()  # truncated to 120 characters, not the whole body
+    rows = {i.title: i for i in response.context["page"].object_list}
+    # 120 characters shown, the ellipsis among them, as Django's truncatechars:120 would cut it.
+    assert rows["Long"].excerpt == ("word " * 24)[:119] + "…" == Truncator("word " * 30_000).chars(120)
+    assert rows["Exact"].excerpt == "x" * 120  # at the limit: whole, no ellipsis
+    assert f"<div>{rows['Long'].excerpt}</div>" in response.content.decode()
+    assert "word " * 30 not in response.content.decode()  # not the whole body
     page_sql = next(q["sql"] for q in queries.captured_queries if "SUBSTR" in q["sql"].upper())
     columns = page_sql.upper().split("SUBSTR")[0]  # what the row query selects besides the excerpt
     assert '"BODY"' not in columns and '"REVIEW_REQUEST"' not in columns

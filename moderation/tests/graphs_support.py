@@ -49,7 +49,6 @@ TEST_GRAPHS = {
     "moderation": "moderation.graph:build",
     "t_hitl": "moderation.tests.graphs_support:build_hitl",
     "t_parallel": "moderation.tests.graphs_support:build_parallel",
-    "t_rounds": "moderation.tests.graphs_support:build_rounds",
     "t_failing": "moderation.tests.graphs_support:build_failing",
     REFUND_GRAPH: "moderation.tests.graphs_support:build_refund",
 }
@@ -66,6 +65,7 @@ class AskState(TypedDict, total=False):
     allowed: list[str]  # t_refund: the decision types offered
     actions: int  # t_refund: refunds proposed in one ask
     rounds: int
+    asks: int  # t_hitl: how many times in a row it asks before finishing (1 by default)
     result: dict[str, Any]
 
 
@@ -93,13 +93,18 @@ def _fail(state: AskState) -> dict[str, Any]:
     raise RuntimeError("downstream tool is down")
 
 
+def _ask_again(state: AskState) -> str:
+    return "ask" if len(state.get("answers", [])) < state.get("asks", 1) else "finish"
+
+
 def build_hitl(checkpointer: Any) -> Any:
-    """START -> ask (one HITLRequest, all four types) -> finish."""
+    """START -> ask (one HITLRequest, all four types) -> finish; with ``asks`` N in its start
+    state it asks N times in a row (N rounds), then finishes."""
     builder = StateGraph(AskState)
     builder.add_node("ask", _asker("ask"))
     builder.add_node("finish", _finish)
     builder.add_edge(START, "ask")
-    builder.add_edge("ask", "finish")
+    builder.add_conditional_edges("ask", _ask_again, ["ask", "finish"])
     builder.add_edge("finish", END)
     return builder.compile(checkpointer=checkpointer)
 
@@ -113,19 +118,6 @@ def build_parallel(checkpointer: Any) -> Any:
     builder.add_edge(START, "left")
     builder.add_edge(START, "right")
     builder.add_edge(["left", "right"], "finish")
-    builder.add_edge("finish", END)
-    return builder.compile(checkpointer=checkpointer)
-
-
-def build_rounds(checkpointer: Any) -> Any:
-    """Asks, then asks again (a second round), then finishes."""
-    builder = StateGraph(AskState)
-    builder.add_node("first", _asker("first"))
-    builder.add_node("second", _asker("second"))
-    builder.add_node("finish", _finish)
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    builder.add_edge("second", "finish")
     builder.add_edge("finish", END)
     return builder.compile(checkpointer=checkpointer)
 

@@ -52,7 +52,7 @@ def test_an_unknown_graph_is_refused_listing_the_registered_ones_and_creates_not
     response = api.post("/items", {**REFUND, "graph": "refnud"}, **{"Idempotency-Key": "typo"})
     assert response.status_code == 422, response.content
     assert response.json()["message"] == (
-        "graph: unknown graph 'refnud'; this server runs moderation, t_failing, t_hitl, t_parallel, t_refund, t_rounds")
+        "graph: unknown graph 'refnud'; this server runs moderation, t_failing, t_hitl, t_parallel, t_refund")
     assert not QueueItem.objects.exists() and not ReviewAsk.objects.exists()
 
 

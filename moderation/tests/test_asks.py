@@ -23,6 +23,7 @@ from moderation.tests.graphs_support import REFUND_ARGS, TEST_GRAPHS_ENV, item_f
 from moderation.tests.races import guard_held_assert
 
 EDIT_80 = {"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 80, "to": "acct-1"}}}
+TWO_ROUNDS = {"asks": 2}  # t_hitl asks twice in a row: round 2 opens when round 1 is applied
 DECISIONS = {
     "approve": ({"type": "approve"}, ItemStatus.APPROVED, "approved refund"),
     "edit": (EDIT_80, ItemStatus.EDITED, "edited refund (amount 120 → 80)"),
@@ -193,7 +194,7 @@ def test_two_parallel_asks_are_decided_separately_and_applied_together(alice, bo
 
 @pytest.mark.django_db
 def test_a_second_round_reopens_the_item_and_the_first_stays_decided(alice, bob, make_asking_item, django_capture_on_commit_callbacks):
-    item = make_asking_item("t_rounds")
+    item = make_asking_item(graph_input=TWO_ROUNDS)
     [first] = item.asks.all()
     with django_capture_on_commit_callbacks(execute=True):
         assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
@@ -336,7 +337,7 @@ def test_two_asks_of_one_item_decided_at_the_same_instant_are_both_applied(make_
 @pytest.mark.django_db(transaction=True)
 def test_a_second_round_raced_right_after_the_first(make_moderator, make_asking_item):
     users = [make_moderator() for _ in range(4)]
-    items = [make_asking_item("t_rounds", title=f"rounds {i}") for i in range(8)]
+    items = [make_asking_item(title=f"rounds {i}", graph_input=TWO_ROUNDS) for i in range(8)]
     first_round, told1 = _race_one_ask(items, users)
 
     def second_ask(item):

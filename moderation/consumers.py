@@ -20,7 +20,9 @@ viewer's socket writes no presence and releases no claim.
 Rights are re-read from the database on every heartbeat, on every ``rights.changed``
 (sent by ``moderation.rights`` when a change is made through the ORM, on any server)
 and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECONDS``;
-a socket whose user may no longer hold it leaves its groups and is closed (4401).
+a socket whose user may no longer hold it leaves its groups and is closed (4401). A
+viewer made a moderator is sent a state saying so at once; the socket stays read-only as
+admitted, and the page, rendered without decision forms, asks to be reloaded.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from moderation.live import (
     live_groups_join,
     live_groups_leave,
     live_heartbeat,
-    live_rights_lost,
+    live_rights_read,
     live_socket_admit,
     live_socket_forget,
     live_socket_hold,
@@ -202,13 +204,18 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """Re-read this socket's rights now (the event claims nothing: forging it costs a query)."""
         if self.ended:
             return
-        lost = await database_sync_to_async(live_rights_lost)(
+        rights = await database_sync_to_async(live_rights_read)(
             session_key=self.session_key, user_id=self.user_id, can_decide=self.can_decide
         )
         self.rights_checked_at = time.monotonic()
-        if lost is not None:
-            logger.info("live: closing a socket of %s: %s", self.username, lost)
-            await self._end(message=lost)
+        if rights.lost is not None:
+            logger.info("live: closing a socket of %s: %s", self.username, rights.lost)
+            await self._end(message=rights.lost)
+        elif rights.can_decide and not self.can_decide:
+            # Promoted: the page has no decision forms; a state saying so now, not at its next heartbeat.
+            await self.send_json(await database_sync_to_async(live_state_read)(
+                username=self.username, item_public_id=self.item_public_id, can_decide=True
+            ))
 
     # A logout shows up as its session row being deleted (moderation.rights). A
     # "session.ended" someone published to the shared layer claims no more than that:

@@ -80,30 +80,38 @@ def live_socket_admit(*, user: AbstractBaseUser | AnonymousUser, item_public_id:
     return None
 
 
-def live_rights_lost(*, session_key: str | None, user_id: int, can_decide: bool) -> str | None:
-    """Why the socket's user may no longer hold it (read fresh from the stores), or None.
+@dataclass(frozen=True)
+class LiveRights:
+    """A socket's rights as the stores have them now."""
+
+    lost: str | None  # why the socket must end; None: it may stay
+    can_decide: bool  # what its user may do now
+
+
+def live_rights_read(*, session_key: str | None, user_id: int, can_decide: bool) -> LiveRights:
+    """The socket's user's rights, read fresh from the stores.
 
     ``can_decide``: what the socket was admitted as. A moderator's page holds decision
     forms, so losing the decide right ends its socket (the page says to reload, and follows
-    the queue read-only after that); a viewer who becomes a moderator keeps a read-only
-    socket until the page is reloaded.
+    the queue read-only after that). A viewer who becomes a moderator keeps the socket,
+    read-only as admitted (never counted as present on an item); the states it is sent say
+    the user may now decide, and the page, rendered without forms, asks to be reloaded.
 
     The scope's session and user were loaded once at connect; a logout, a password change
     (Django's session hash), deleted sessions, a deactivated account or a revoked
     permission since then are visible only in the database itself.
     """
     if not session_key:
-        return "you have been logged out"
+        return LiveRights(lost="you have been logged out", can_decide=False)
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     # Django's own check (session hash included), fed the stored session instead of a request.
     user = auth.get_user(SimpleNamespace(session=store))
-    if user.pk != user_id:
-        return "you have been logged out"
-    if not user_can_view(user=user):
-        return "you have been logged out"
-    if can_decide and not user_can_decide(user=user):
-        return LOST_DECIDE_MESSAGE
-    return None
+    if user.pk != user_id or not user_can_view(user=user):
+        return LiveRights(lost="you have been logged out", can_decide=False)
+    may_decide = user_can_decide(user=user)
+    if can_decide and not may_decide:
+        return LiveRights(lost=LOST_DECIDE_MESSAGE, can_decide=False)
+    return LiveRights(lost=None, can_decide=may_decide)
 
 
 def live_groups(*, user: AbstractBaseUser, session_key: str, item_public_id: str | None) -> list[str]:
@@ -268,12 +276,13 @@ def live_heartbeat(
     Only a moderator's heartbeat marks them as viewing the item: presence tells moderators
     who else may be about to decide it, which a viewer never is.
     """
-    if live_rights_lost(session_key=session_key, user_id=user_id, can_decide=can_decide) is not None:
+    rights = live_rights_read(session_key=session_key, user_id=user_id, can_decide=can_decide)
+    if rights.lost is not None:
         return None
     live_socket_hold(session_key=session_key, channel_name=channel_name)
     if item_public_id and can_decide:
         presence_touch(user_id=user_id, item_public_id=item_public_id, channel_name=channel_name)
-    return live_state_read(username=username, item_public_id=item_public_id, can_decide=can_decide)
+    return live_state_read(username=username, item_public_id=item_public_id, can_decide=rights.can_decide)
 
 
 def live_socket_forget(*, session_key: str | None, channel_name: str, on_item: bool) -> None:

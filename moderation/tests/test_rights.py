@@ -118,13 +118,20 @@ async def test_a_viewers_socket_is_closed_at_once_when_its_login_goes(make_viewe
     await tab.disconnect()
 
 
-async def test_a_viewer_made_moderator_keeps_a_read_only_socket(make_viewer, login):
-    """Promotion takes nothing away: the open page stays read-only until it is reloaded."""
+async def test_a_viewer_made_moderator_is_told_at_once_and_the_socket_stays_read_only(make_viewer, login, make_item):
+    """The page, rendered without decision forms, hears it may now decide without waiting for a
+    heartbeat (live.js then asks for a reload); the socket keeps what it was admitted as: it
+    never shows the viewer as present on the item."""
+    item = await database_sync_to_async(make_item)(title="Promoted")
     dave = await database_sync_to_async(make_viewer)("dave")
-    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(dave))
+    tab, state = await opened(f"/ws/items/{item.public_id}/", await database_sync_to_async(login)(dave))
+    assert state["can_decide"] is False
     await database_sync_to_async(lambda: dave.groups.add(Group.objects.get(name=MODERATORS_GROUP)))()
+    told = await next_of_within(tab, "state", timeout=AT_ONCE)
+    assert (told["can_decide"], told["viewers"]) == (True, [])
     await tab.send_json_to({"type": "heartbeat"})
-    assert (await next_of(tab, "state"))["can_decide"] is False
+    after = await next_of(tab, "state")
+    assert (after["can_decide"], after["viewers"]) == (True, [])  # still not present: admitted read-only
     await tab.disconnect()
 
 

@@ -4,11 +4,13 @@ The server runs with the channel layer on Redis (the test Redis, a prefix of its
 and the test publishes events straight into that layer, as anyone who can reach the
 shared Redis could: "mallory approved this item", and ``session.ended`` for every open
 page. Neither may stick (the page re-reads the state; the server checks a session.ended
-against the database and closes nothing); real decisions and real logouts still show.
+against the database and closes nothing); real decisions and real logouts still show, and
+so does a real promotion made by a command in another process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -129,3 +131,21 @@ async def test_a_forged_session_end_does_not_stop_live_updates_and_a_real_logout
     async with other_tab.expect_navigation():
         await other_tab.click("button:has-text('Log out')")
     await live_wait(carol, "offline")
+
+
+async def test_a_viewer_made_moderator_in_another_process_is_asked_to_reload_and_then_can_decide(server, crowd):
+    """The promotion's rights.changed crosses Redis from the command's process; the read-only
+    page, which has no decision forms, says so at once instead of staying silently read-only."""
+    [item] = await server.items_create(1, "Promotion")
+    dave = await crowd.login("dave", next_path=item_path(item["id"]))
+    await item_ready(dave)
+    await expect(dave.locator("#decide-form")).to_have_count(0)
+    await asyncio.to_thread(server.manage, "moderator_add", "dave")
+    try:
+        await expect(dave.locator("#live-stopped-notice")).to_have_text(
+            "Live updates are off for this page: your rights changed; reload the page.", timeout=LIVE_TIMEOUT_MS)
+        await dave.reload()
+        await item_ready(dave)
+        await expect(dave.locator("#decide-form button[value=approve]")).to_be_enabled()
+    finally:
+        await asyncio.to_thread(server.manage, "moderator_add", "dave", "--remove")

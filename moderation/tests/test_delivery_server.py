@@ -32,7 +32,7 @@ WEBHOOK_ENV = {
 }
 _ENDPOINT = """
 from moderation.models import WebhookEndpoint
-e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events=["item.created", "item.decided", "item.cancelled"])
+e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """
 
@@ -42,8 +42,7 @@ def site(tmp_path_factory):
     receiver = Receiver().start()
     server = LiveServer(tmp_path_factory.mktemp("delivery"), db_name="delivery", extra_env=WEBHOOK_ENV)
     server.manage("migrate", "--no-input", "-v0")
-    out = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url))
-    receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
+    _subscribe(server, receiver, ["item.created", "item.decided", "item.cancelled"])
     seeded = server.seed(users=["alice", "bob"], items=ITEMS, prefix="Hook")
     server.start()
     site = SimpleNamespace(
@@ -57,6 +56,12 @@ def site(tmp_path_factory):
         server.close()
         receiver.stop()
         print(f"\n--- worker log ---\n{server.log_tail(60, worker=True)}")
+
+
+def _subscribe(server: LiveServer, receiver: Receiver, events: list[str]) -> None:
+    """An endpoint for ``events`` pointing at the receiver, which learns its signing secret."""
+    out = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url, events=events))
+    receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
 
 
 def _firsts(receiver: Receiver) -> list:
@@ -188,7 +193,6 @@ def test_decision_to_webhook_latency_at_10_decisions_per_second(site):
 # --- The worker's delivery lane: a webhook never waits behind a slow graph ------------------
 
 APPLY_HOLD = 3.0  # seconds every apply spends in the graph's apply node (a slow agent tool)
-_LANE_ENDPOINT = _ENDPOINT.replace('"item.created", "item.decided", "item.cancelled"', '"item.decided", "item.applied"')
 
 
 @pytest.fixture(scope="module")
@@ -198,8 +202,7 @@ def slow_applies(tmp_path_factory):
     server = LiveServer(tmp_path_factory.mktemp("lane"), db_name="lane",
                         extra_env={**WEBHOOK_ENV, "REVIEWQUEUE_APPLY_INLINE": ""})
     server.manage("migrate", "--no-input", "-v0")
-    out = server.manage("shell", "-c", _LANE_ENDPOINT.format(url=receiver.url))
-    receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
+    _subscribe(server, receiver, ["item.decided", "item.applied"])
     seeded = server.seed(users=["alice"], items=4, prefix="Lane")
     server.start()
     try:

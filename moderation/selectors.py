@@ -294,8 +294,8 @@ def queue_pending(
             has_before, has_after = False, len(rows) > per_page
     rows = rows[:per_page]
     for row in rows:
-        # Cut here as the template's truncatechars would (the ellipsis within the limit), at a
-        # twentieth of its cost: that filter was an eighth of a row's render time.
+        # Cut here as the template's truncatechars would (the ellipsis within the limit): that
+        # filter was a sixth of the rows' render time (1.2 of 7.7 ms a page of 25).
         if len(row.excerpt) > QUEUE_EXCERPT_CHARS:
             row.excerpt = row.excerpt[: QUEUE_EXCERPT_CHARS - 1] + "…"
     # The open asks ride along: the queue names the actions each item asks about.

@@ -57,6 +57,7 @@ class Command(DbWorkerCommand):
                          args=((applies_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
                          args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
+        self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
         lane = _delivery_lane_start(options) if _delivery_lane_wanted(options) else None
         try:
             return super().handle(*args, **options)

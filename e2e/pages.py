@@ -90,7 +90,8 @@ class Submission:
     requested: str
     http_status: int = 0
     # "won", "lost", "error"; "blocked" (the banner disabled the button before the click),
-    # "silent" (an answer page with none of the three notices)
+    # "unanswered" (the click fired but no answer came in time), "silent" (an answer page
+    # with none of the three notices)
     kind: str = ""
     text: str = ""
     headline: str = ""  # the notice's first, bold line
@@ -126,10 +127,11 @@ async def decide_click(page: Page, user: str, decision: str) -> Submission:
             await page.mouse.up()  # the click: the button was pressed by decide_prepare
         response = await info.value
     except PlaywrightTimeoutError:
-        # No request went out: the heads-up banner disabled the button before the click.
         banner = page.locator("#decided-banner")
         text = " ".join((await banner.inner_text()).split()) if await banner.count() else "(no banner either)"
-        return Submission(user=user, requested=decision, kind="blocked", text=text)
+        # The recorder notes every click that fired: if this one did, its answer is what is missing.
+        fired = await page.evaluate("() => sessionStorage.getItem('e2e-click') !== null")
+        return Submission(user=user, requested=decision, kind="unanswered" if fired else "blocked", text=text)
     return await submission_read(page, Submission(user=user, requested=decision, http_status=response.status))
 
 
@@ -164,16 +166,31 @@ async def item_ready(page: Page, others: list[str] | tuple[str, ...] = ()) -> No
 
 
 async def race(entries: list[tuple[Page, str, str]]) -> list[Submission]:
-    """[(page, user, decision)] all on the same item page: click together, return each answer.
+    """[(page, user, decision)] all on the same item page: click together, return each answer."""
+    [subs] = await race_many([entries])
+    return subs
+
+
+async def race_many(groups: list[list[tuple[Page, str, str]]]) -> list[list[Submission]]:
+    """Several races at once, one item per group: every button pressed, then all released together.
 
     Waits first until every page is live and shows the others as viewing: a presence
     line appearing between press and release would move the button from under the
-    pointer and swallow the click.
+    pointer and swallow the click. Every page of every group is pressed before any is
+    released, so no page's preparation (scroll, actionability checks) runs between the
+    releases and spreads them apart: a release late by more than the server takes to
+    decide and push finds its button already disabled by the heads-up banner.
     """
-    users = [user for _, user, _ in entries]
-    await asyncio.gather(*(item_ready(page, [u for u in users if u != user]) for page, user, _ in entries))
-    await asyncio.gather(*(decide_prepare(page, decision) for page, _, decision in entries))
-    return list(await asyncio.gather(*(decide_click(page, user, decision) for page, user, decision in entries)))
+
+    async def ready(entries):
+        users = [user for _, user, _ in entries]
+        await asyncio.gather(*(item_ready(page, [u for u in users if u != user]) for page, user, _ in entries))
+
+    await asyncio.gather(*(ready(entries) for entries in groups))
+    flat = [entry for entries in groups for entry in entries]
+    await asyncio.gather(*(decide_prepare(page, decision) for page, _, decision in flat))
+    subs = iter(await asyncio.gather(*(decide_click(page, user, decision) for page, user, decision in flat)))
+    return [[next(subs) for _ in entries] for entries in groups]
 
 
 def status_for(decision: str) -> str:

@@ -16,7 +16,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres e2e e2e-browser e2e-axe demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports e2e e2e-browser e2e-axe demo bench clean
 
 $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,11 @@ run-cluster: install
 	DATABASE_URL="$${DATABASE_URL:-$(CLUSTER_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(CLUSTER_REDIS_URL)}" \
 		PY=$(PY) HOST=$(HOST) scripts/run_cluster.sh
 
-test: install test-sqlite test-postgres
+test: install lint-imports test-sqlite test-postgres
+
+# The layers in moderation/__init__.py: a package that imports one above it fails here.
+lint-imports: install
+	$(VENV)/bin/lint-imports --no-cache
 
 # Two workers, a test file each at a time: most of these tests wait on servers, browsers and
 # barriers, so two at once nearly halve the pass. Each worker has its own test database

@@ -6,7 +6,7 @@ import urllib.parse
 import pytest
 
 # The suite runs no task worker unless a test starts one: decisions are applied in the
-# deciding process once the guard's locks are released (moderation.apply). Tests of the
+# deciding process once the guard's locks are released (moderation.review.apply). Tests of the
 # worker turn it off.
 os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
 # Most tests reject without a reason code; the tests of reasons turn this back on
@@ -79,7 +79,7 @@ def _test_flush_may_empty_the_audit_log():
     lifts them for it (PostgreSQL's flush is a TRUNCATE, which fires no row triggers)."""
     from django.db import connection
 
-    from moderation.audit import audit_guard_lifted
+    from moderation.records.audit import audit_guard_lifted
 
     if connection.vendor != "sqlite":
         yield
@@ -100,7 +100,7 @@ def _test_flush_may_empty_the_audit_log():
 def django_db_setup(django_db_setup):
     yield
     # Checkpointer connections would keep the test database from being dropped.
-    from moderation.checkpointer import checkpointer_close_all
+    from moderation.core.checkpointer import checkpointer_close_all
 
     checkpointer_close_all()
 

@@ -128,7 +128,7 @@ def _webhook_latency(host: str, login: Login, items: list[str], receiver: _Recei
 
 def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rate: float) -> list[Metric]:
     """The API benches against the servers; a task worker is running beside the first."""
-    from moderation.apiclients import apiclient_create
+    from moderation.api.clients import apiclient_create
     from moderation.models import WebhookEndpoint
 
     _, token = apiclient_create(name=f"bench-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])

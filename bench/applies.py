@@ -31,7 +31,7 @@ AGENT_MESSAGE = "Hi, order A-17 arrived broken. Please refund 120 EUR."
 
 
 def agent_items_make(count: int) -> list[str]:
-    from moderation.items import item_create
+    from moderation.review.items import item_create
 
     return [
         str(item_create(title=f"bench refund {n}", body=AGENT_MESSAGE, source="bench-agent", graph="refund_agent",

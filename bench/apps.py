@@ -22,7 +22,7 @@ class BenchConfig(AppConfig):
     label = "bench"
 
     def ready(self) -> None:
-        from moderation import events
+        from moderation.records import events
 
         broadcast, send_all = events.decision_broadcast, events._send_all
 

@@ -27,7 +27,7 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
 
     Returns the metrics and the public ids of every item created (reused by later benches).
     """
-    from moderation import items as items_module
+    from moderation.review import items as items_module
     from moderation.graphs.runtime import graph_start
 
     created: list[str] = []
@@ -72,7 +72,7 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
 
 def items_make(count: int) -> list[str]:
     """Pending items for later benches, by the fastest path the product offers."""
-    from moderation import items as items_module
+    from moderation.review import items as items_module
 
     bulk = getattr(items_module, "items_create_bulk", None)
     out: list[str] = []
@@ -113,7 +113,7 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
     g, n = median(guarded_ms), median(naive_ms)
     log(f"guard overhead: guarded {g:.2f} ms, naive {n:.2f} ms (medians of {pairs})")
     # Attribution, not a target: the same guard with the after-commit live push switched off.
-    from moderation import events
+    from moderation.records import events
 
     quiet_ms: list[float] = []
     broadcast = events.decision_broadcast
@@ -162,7 +162,7 @@ def _decide_loop(decide: Callable, *, items: list[str], items_lock: threading.Lo
 
 def _isolation_run(decide: Callable, *, stall: bool, items: list[str], reviewers: list, seconds: float) -> tuple[float, int]:
     """Decisions per second on other items by len(reviewers)-1 threads, with reviewers[0] stalled or not."""
-    from moderation.faults import fault_inject
+    from moderation.core.faults import fault_inject
 
     stalled_item = _pop(items)
     entered, release = threading.Event(), threading.Event()
@@ -274,7 +274,7 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
-    from moderation.counts import counts_recount
+    from moderation.records.counts import counts_recount
     from moderation.models import QueueItem, queue_rank
 
     from moderation.policies.teams import item_policy_resolve
@@ -323,7 +323,7 @@ def _queue_rows_insert(rows: int) -> None:
     for item in (sample.first(), sample.last()):
         expected = queue_rank(priority=item.priority, risk=item.risk, created_at=item.created_at)
         assert item.rank == expected, f"bulk row {item.id}: rank {item.rank}, the model's formula says {expected}"
-    # Raw rows bypass the counters (moderation.counts): bring them to the real COUNT, as recover --counts does.
+    # Raw rows bypass the counters (moderation.records.counts): bring them to the real COUNT, as recover --counts does.
     counts_recount()
     if connection.vendor == "postgresql":
         # What autovacuum does to a table that stopped changing: statistics and the visibility
@@ -348,7 +348,7 @@ def _queue_queries(*, per_page: int) -> dict[str, str]:
     from urllib.parse import urlencode
 
     from moderation.models import ItemStatus, QueueItem
-    from moderation.selectors import QUEUE_ORDER_DEFAULT, QUEUE_ORDERS, _cursor_make, queue_counts
+    from moderation.records.selectors import QUEUE_ORDER_DEFAULT, QUEUE_ORDERS, _cursor_make, queue_counts
 
     pending = queue_counts().pending
     ordered = QueueItem.objects.filter(status=ItemStatus.PENDING, is_lab=False).order_by(*QUEUE_ORDERS[QUEUE_ORDER_DEFAULT])
@@ -372,7 +372,7 @@ def _queue_pages_time(client, *, per_page: int, reps: int) -> dict[str, dict]:
 
 def _events_time(*, outcome, reps: int) -> dict[str, float]:
     """One decision's live events, as the winner's commit runs them: the counts they carry and the sends."""
-    from moderation import events
+    from moderation.records import events
 
     counts_ms, broadcast_ms = [], []
     for _ in range(reps):
@@ -389,7 +389,7 @@ def _events_time(*, outcome, reps: int) -> dict[str, float]:
 
 
 def _pending_fill(to: int) -> int:
-    from moderation.selectors import queue_counts
+    from moderation.records.selectors import queue_counts
 
     missing = to - queue_counts().pending
     if missing > 0:
@@ -410,7 +410,7 @@ def bench_queue_size(*, user, items: list[str], rows: int, small: int, reps: int
     from django.conf import settings
     from django.test import Client
 
-    from moderation.decisions import item_decide
+    from moderation.review.decisions import item_decide
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(user)

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.duplicates import bench_duplicate_reading
     from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
-    from moderation.counts import counts_recount
+    from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
 
     # The in-process measures (2, 3, 5, 6, 13) run product code in this process: its heap is
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, default=str))
-    from moderation.checkpointer import checkpointer_close_all
+    from moderation.core.checkpointer import checkpointer_close_all
 
     checkpointer_close_all()
     connections.close_all()

@@ -65,10 +65,10 @@ def cmd_state(args: argparse.Namespace) -> dict:
     from dataclasses import asdict
 
     from moderation.graphs.runtime import graph_asks_pending, graph_forks, graph_resume_count
-    from moderation.history import history_final_read
+    from moderation.lab.history import history_final_read
     from moderation.models import AttemptOutcome, QueueItem
 
-    # What moderation.history checks a run against (a quorum item's votes and tally included).
+    # What moderation.lab.history checks a run against (a quorum item's votes and tally included).
     finals = {item: asdict(final) for item, final in history_final_read(items=args.ids).items()}
     state = {}
     for item in QueueItem.objects.filter(public_id__in=args.ids).select_related("decided_by"):
@@ -97,7 +97,7 @@ def cmd_state(args: argparse.Namespace) -> dict:
 def cmd_decide(args: argparse.Namespace) -> dict:
     from django.contrib.auth import get_user_model
 
-    from moderation.decisions import item_decide
+    from moderation.review.decisions import item_decide
 
     reviewer = get_user_model().objects.get(username=args.user)
     outcome = item_decide(item_public_id=args.id, reviewer=reviewer, decision=args.decision)

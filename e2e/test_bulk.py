@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from playwright.async_api import expect
 
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 from e2e.pages import decide_click, decide_prepare, item_path, item_ready, page_open
 

@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
 
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 from e2e.conftest import e2e_server_running
 from e2e.pages import (

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.async_api import expect
 
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 from e2e.pages import LIVE_TIMEOUT_MS, Submission, item_path, live_wait, race
 

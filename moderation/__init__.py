@@ -1,0 +1,16 @@
+"""reviewqueue's app. Its packages, from the bottom up; each imports only from those below it
+(``make test`` checks this with import-linter, contract in ``.importlinter``):
+
+- ``core``: locks, the checkpointer, fault points, the task queue's view, permissions; no domain.
+- ``graphs`` and ``policies``: the LangGraph side (the registry, runs, asks) and who may decide.
+- ``records``: what the guard writes and reads besides the item: events, the audit ledger,
+  counters, outcomes, reasons, claims, and the read queries (selectors, timeline).
+- ``delivery``: webhooks, recorded in the guard's transaction and sent by the worker.
+- ``review``: the guard (``decisions``) and the services beside it: items, submissions,
+  apply, bulk decisions, deadlines, reconcile and recovery.
+- ``live``: the websockets (consumers, presence, rights changes).
+- ``web``, ``api``, ``lab``: the pages, the service API, and the race lab with its history checker.
+
+Django's own modules (``models``, ``apps``, ``admin``, ``urls``, ``migrations``,
+``management``) and ``demo`` stay at the top of the app, where Django looks for them.
+"""

@@ -5,16 +5,34 @@ from django.contrib.admin.utils import construct_change_message
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.utils.html import format_html_join
-from django.utils.text import Truncator
 
-from moderation.apiclients import apiclient_create, token_issue
-from moderation.delivery.models import SUBSCRIBABLE_EVENTS, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
+from moderation.api.clients import apiclient_create, token_issue
+from moderation.core.text import text_excerpt
+from moderation.delivery.models import (
+    SUBSCRIBABLE_EVENTS,
+    DeliveryAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
-from moderation.items import ItemNotEditable, item_body_check, item_content_edit, item_create
-from moderation.models import ApiClient, ApiScope, ApiToken, AuditLedgerEntry, DecisionAttempt, QueueItem, ReasonCode
+from moderation.models import (
+    ApiClient,
+    ApiScope,
+    ApiToken,
+    AuditLedgerEntry,
+    DecisionAttempt,
+    QueueItem,
+    ReasonCode,
+)
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
+from moderation.review.items import (
+    ItemNotEditable,
+    item_body_check,
+    item_content_edit,
+    item_create,
+)
 
 
 class QueueItemForm(forms.ModelForm):
@@ -31,7 +49,7 @@ class QueueItemAdmin(admin.ModelAdmin):
     list_display = ["title", "status", "decided_by", "decided_at", "source", "is_lab", "created_at"]
     list_filter = ["status", "is_lab", "source"]
     search_fields = ["title", "body", "public_id"]
-    # The audit chain's head is written only by moderation.audit; never by hand.
+    # The audit chain's head is written only by moderation.records.audit; never by hand.
     readonly_fields = [
         "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at",
         "attention", "attempt_count", "audit_head", "admin_edits",
@@ -78,7 +96,7 @@ class QueueItemAdmin(admin.ModelAdmin):
 
 
 def _excerpt(value: object) -> str:
-    return Truncator(str(value)).chars(200)
+    return text_excerpt(text=str(value), length=200)
 
 
 class _ReadOnlyAdmin(admin.ModelAdmin):

@@ -10,18 +10,18 @@ class ModerationConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from moderation.faults import faults_install_from_setting
+        from moderation.core.faults import faults_install_from_setting
         from moderation.graphs.registry import graphs_check
 
         # A graph that cannot be imported stops the server (and the worker) here, by name.
         graphs_check()
 
         post_migrate.connect(_moderators_group_ensure, sender=self)
-        connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.audit.sqlite")
+        connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.records.audit.sqlite")
         if settings.REVIEWQUEUE_FAULTS:
             faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
-        # A logout deletes its session row; moderation.rights tells that session's sockets.
-        from moderation.rights import rights_signals_connect
+        # A logout deletes its session row; moderation.live.rights tells that session's sockets.
+        from moderation.live.rights import rights_signals_connect
 
         rights_signals_connect()
 
@@ -30,7 +30,7 @@ def _moderators_group_ensure(sender, **kwargs) -> None:
     # Permissions exist only after post_migrate, so the group is wired up here.
     from django.contrib.auth.models import Group, Permission
 
-    from moderation.permissions import MODERATORS_GROUP
+    from moderation.core.permissions import MODERATORS_GROUP
 
     permission = Permission.objects.filter(content_type__app_label="moderation", codename="decide_item").first()
     if permission is not None:
@@ -40,6 +40,6 @@ def _moderators_group_ensure(sender, **kwargs) -> None:
 def _sqlite_audit_function_install(sender, connection, **kwargs) -> None:
     # The append-only triggers on SQLite ask this function whether the guard is lifted.
     if connection.vendor == "sqlite":
-        from moderation.audit import audit_sqlite_function_install
+        from moderation.records.audit import audit_sqlite_function_install
 
         audit_sqlite_function_install(wrapper=connection)

@@ -8,10 +8,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from moderation.items import item_create
+from moderation.core.permissions import MODERATORS_GROUP
 from moderation.models import QueueItem
-from moderation.permissions import MODERATORS_GROUP
 from moderation.policies.teams import TeamSpec, team_save
+from moderation.review.items import item_create
 
 DEMO_SOURCE = "demo"
 DEMO_MODERATORS = ("alice", "bob", "carol")

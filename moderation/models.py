@@ -114,7 +114,7 @@ class QueueItem(models.Model):
     checkpointer under ``thread_id``. Each interrupt it raises is a ``ReviewAsk``; the
     item is pending while one is open, and its ``status`` / ``decided_by`` are those of
     the latest decision that left no ask open. ``apply_state`` tells whether the worker
-    has yet run the graph on from that decision (``moderation.apply``).
+    has yet run the graph on from that decision (``moderation.review.apply``).
     """
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -142,14 +142,14 @@ class QueueItem(models.Model):
     # What the graph did after the latest decision: finished, asked again, or failed.
     applied_result = models.JSONField(default=dict, blank=True, editable=False)
     attention = models.TextField(blank=True, default="")
-    # Head of this item's keyed attempts chain, written only by moderation.audit.
+    # Head of this item's keyed attempts chain, written only by moderation.records.audit.
     attempt_count = models.PositiveIntegerField(default=0)
     audit_head = models.CharField(max_length=64, blank=True, default="")
     # A race-lab item (moderation.lab): hidden from the queue and deleted, attempts and all,
     # by the lab's clean-up. Only the lab sets it (items.lab_item_create); no form, admin
     # or command can, so no real item can be made to look like one.
     is_lab = models.BooleanField(default=False, editable=False)
-    # Set by the /api/v1 submit (moderation.submissions); see "Service clients" below.
+    # Set by the /api/v1 submit (moderation.review.submissions); see "Service clients" below.
     external_id = models.CharField(max_length=200, null=True, blank=True, validators=[NO_NUL])
     metadata = models.JSONField(default=dict, blank=True)
     priority = models.SmallIntegerField(default=0)
@@ -262,7 +262,7 @@ class ReviewAsk(models.Model):
     reason = models.CharField(max_length=32, blank=True, default="")
     applied_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # When the task worker settles or escalates it (moderation.deadlines); null: it waits.
+    # When the task worker settles or escalates it (moderation.review.deadlines); null: it waits.
     deadline_at = models.DateTimeField(null=True, blank=True)
     # A quorum ask's votes when it resolved, as the graph was resumed with them.
     tally = models.JSONField(default=dict, blank=True)
@@ -293,7 +293,7 @@ class ReviewAsk(models.Model):
 
 
 class ReasonCode(models.Model):
-    """Why an item was rejected, from a list the admin keeps (``moderation.reasons``).
+    """Why an item was rejected, from a list the admin keeps (``moderation.records.reasons``).
 
     Decisions store the code, not a foreign key: retiring a code (``active`` off) keeps
     every decision that used it readable, and the signed attempts log never points at a
@@ -337,7 +337,7 @@ class AppendOnlyQuerySet(models.QuerySet):
     """Refuses bulk edits, which never call a model's save() or delete().
 
     The database refuses them too (triggers from migration 0007); this says so before
-    the query is sent. The one sanctioned removal is ``moderation.audit.audit_items_purge``.
+    the query is sent. The one sanctioned removal is ``moderation.records.audit.audit_items_purge``.
     """
 
     def update(self, **kwargs):
@@ -372,7 +372,7 @@ class DecisionAttempt(AppendOnlyModel):
     item (``seq``, ``prev_hash``, ``entry_hash`` signed with key ``key_id``; the item
     row holds the chain's head), with every entry also in the global ``AuditLedgerEntry``
     chain, so ``manage.py verify_audit`` finds any edit, deletion, reordering or
-    truncation. See ``moderation.audit``.
+    truncation. See ``moderation.records.audit``.
     """
 
     item = models.ForeignKey(QueueItem, on_delete=models.PROTECT, related_name="attempts")
@@ -436,7 +436,7 @@ class AuditLedgerEntry(AppendOnlyModel):
     """The global anchor: every attempt (and every purge) in one HMAC chain across items.
 
     Holds item ids by value, not as foreign keys, so it outlives a deleted item and
-    names it. See ``moderation.audit`` for how appends are serialized.
+    names it. See ``moderation.records.audit`` for how appends are serialized.
     """
 
     seq = models.PositiveBigIntegerField(unique=True)
@@ -475,7 +475,7 @@ class LabAccount(models.Model):
 class Presence(models.Model):
     """One open item page (one websocket) and when it last proved it is alive.
 
-    See ``moderation.presence`` for why this lives in the database.
+    See ``moderation.live.presence`` for why this lives in the database.
     """
 
     channel_name = models.CharField(max_length=200, unique=True)
@@ -499,7 +499,7 @@ class ApiScope(models.TextChoices):
 
 
 class ApiClient(models.Model):
-    """A system that talks to /api/v1 (see moderation.apiclients).
+    """A system that talks to /api/v1 (see moderation.api.clients).
 
     Acts through a service account of its own (``user``: unusable password, no groups)
     so whatever must name a user (the attempts log of a cancel) names the client.
@@ -540,7 +540,7 @@ class ApiToken(models.Model):
 
 
 # --- Counts -----------------------------------------------------------------------
-# Written only by moderation.counts, in the transaction of the change they count; read by
+# Written only by moderation.records.counts, in the transaction of the change they count; read by
 # summing a handful of rows, so a count costs the same at ten items as at a million.
 
 
@@ -569,6 +569,20 @@ class DecidedDayCounter(models.Model):
         constraints = [models.UniqueConstraint(fields=["day", "graph", "shard"], name="decided_day_counter_key")]
 
 
+# --- Claims (their rules: moderation.records.claims) -------------------------------
+class ItemClaim(models.Model):
+    """The one moderator currently reading an item, until ``expires_at``."""
+
+    item = models.OneToOneField("moderation.QueueItem", on_delete=models.CASCADE, primary_key=True, related_name="claim")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # When the holder last opened the item; a page's goodbye releases only claims taken before it opened.
+    taken_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.item_id} claimed by {self.user_id} until {self.expires_at:%H:%M:%S}"
+
+
 # --- Webhooks ---------------------------------------------------------------------
 # Defined in moderation.delivery (below the guard); imported here so they belong to this app.
 from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, WebhookEndpoint  # noqa: E402, F401
@@ -576,7 +590,3 @@ from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, Webhook
 # --- Approval policies -----------------------------------------------------------
 # Defined in moderation.policies (below the guard); imported here so they belong to this app.
 from moderation.policies.models import Team, TeamMembership, Vote  # noqa: E402, F401
-
-# --- Claims -----------------------------------------------------------------------
-# Defined with their rules in moderation.claims (below the guard); imported here so they belong to this app.
-from moderation.claims import ItemClaim  # noqa: E402, F401

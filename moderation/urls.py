@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from moderation import decided_views, views
+from moderation.web import decided_views, views
 
 app_name = "moderation"
 

@@ -14,9 +14,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-from moderation import events  # noqa: E402
-from moderation.origins import SameOriginValidator  # noqa: E402
-from moderation.routing import websocket_urlpatterns  # noqa: E402
+from moderation.live.routing import websocket_urlpatterns  # noqa: E402
+from moderation.records import events  # noqa: E402
+from moderation.web.origins import SameOriginValidator  # noqa: E402
 from reviewqueue.bodylimit import BodyLimitMiddleware  # noqa: E402
 from reviewqueue.heap import heap_freeze  # noqa: E402
 

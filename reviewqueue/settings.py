@@ -33,7 +33,7 @@ SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
     raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
 
-# The audit log's HMAC key (moderation.audit). It must not live in the database the log
+# The audit log's HMAC key (moderation.records.audit). It must not live in the database the log
 # is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS
 # (comma-separated) so entries signed with them still verify after a rotation.
 DEVELOPMENT_AUDIT_KEY = "dev-only-insecure-audit-key-do-not-deploy"
@@ -67,7 +67,7 @@ CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
 # The API answers JSON even when the CSRF check refuses a request.
-CSRF_FAILURE_VIEW = "moderation.views.csrf_failure"
+CSRF_FAILURE_VIEW = "moderation.web.views.csrf_failure"
 
 # --- Browser policy -------------------------------------------------------------
 # Pages load only our own scripts, styles and images: no inline script or style, no
@@ -128,7 +128,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "moderation.middleware.PrivateCacheMiddleware",
+    "moderation.web.middleware.PrivateCacheMiddleware",
     # Last, as axes asks: it turns a locked-out login into the lock-out page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -262,9 +262,9 @@ STATIC_ROOT.mkdir(exist_ok=True)
 # before being told "busy, try again" (seconds).
 DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
-# A reject must name one of the admin's reason codes (moderation.reasons).
+# A reject must name one of the admin's reason codes (moderation.records.reasons).
 REJECT_REASON_REQUIRED = _env_bool("REJECT_REASON_REQUIRED", True)
-# Rows per page of the Decided page (moderation.timeline).
+# Rows per page of the Decided page (moderation.records.timeline).
 DECIDED_PAGE_SIZE = 50
 # Longest item body accepted (characters); longer ones are refused before any processing.
 ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
@@ -272,9 +272,9 @@ ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
 DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
 DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
 QUEUE_PAGE_SIZE = 25
-# Most items one bulk decision may name (moderation.bulk); a larger selection decides nothing.
+# Most items one bulk decision may name (moderation.review.bulk); a larger selection decides nothing.
 BULK_MAX_ITEMS = int(os.environ.get("BULK_MAX_ITEMS", "100"))
-# --- Claims (moderation.claims) -------------------------------------------------
+# --- Claims (moderation.records.claims) -------------------------------------------------
 # Opening an item claims it for this long (seconds); activity on its page renews it.
 CLAIM_SECONDS = int(os.environ.get("CLAIM_SECONDS", "300"))
 # Off: nobody claims anything and "next item" takes the first pending item (for comparison).
@@ -295,7 +295,7 @@ LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
 LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
-# sends nothing; changes made through the ORM reach it at once (moderation.rights).
+# sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
 # A queue page heartbeats this often (seconds) and refreshes when the counts its state
 # frame carries differ from the page's. Without Redis the in-memory channel layer cannot
@@ -312,7 +312,7 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["d
 # Each is imported at start-up; REVIEWQUEUE_EXTRA_GRAPHS ("name=module:callable,...")
 # adds more without editing this file.
 REVIEWQUEUE_GRAPHS = {
-    "moderation": "moderation.graph:build",
+    "moderation": "moderation.graphs.builtin:build",
     # The example LangChain agent (examples/refund_agent): runs with no API key.
     "refund_agent": "examples.refund_agent.agent:build",
 }
@@ -339,11 +339,11 @@ WEBHOOK_RETRY_FOR = float(os.environ.get("WEBHOOK_RETRY_FOR", str(24 * 3600)))
 # Each worker re-queues deliveries whose attempt was lost (a worker killed mid-delivery)
 # every WEBHOOK_SWEEP_INTERVAL seconds, once their lease is WEBHOOK_LEASE_GRACE seconds overdue.
 WEBHOOK_SWEEP_INTERVAL = float(os.environ.get("WEBHOOK_SWEEP_INTERVAL", "5"))
-# How often every worker looks for asks past their deadline (moderation.deadlines): a
+# How often every worker looks for asks past their deadline (moderation.review.deadlines): a
 # deadline fires at most this late. One indexed query on (status, deadline_at).
 DEADLINE_SWEEP_INTERVAL = float(os.environ.get("DEADLINE_SWEEP_INTERVAL", "1"))
 WEBHOOK_LEASE_GRACE = float(os.environ.get("WEBHOOK_LEASE_GRACE", "30"))
-# Test-only fault injection for crash tests of a real server (see moderation.faults).
+# Test-only fault injection for crash tests of a real server (see moderation.core.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
@@ -353,7 +353,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"no_conflicts": {"()": "moderation.requestlog.ConflictFilter"}},
+    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"}},
     "loggers": {
         "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
         "django.request": {"filters": ["no_conflicts"]},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from moderation.apiclients import token_authenticate
+from moderation.api.clients import token_authenticate
 from moderation.models import ApiClient, ApiScope
 
 

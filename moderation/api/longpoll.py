@@ -14,9 +14,9 @@ import asyncio
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from moderation import events
+from moderation.records import events
 from moderation.models import DECIDED_STATUSES, QueueItem
-from moderation.selectors import client_item_get
+from moderation.records.selectors import client_item_get
 
 def item_undecided(item: QueueItem) -> bool:
     # Pending or needing attention: a decision may still come (recover finishes the latter).

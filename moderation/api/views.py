@@ -28,11 +28,11 @@ from moderation.api.schemas import (
     ItemOut,
     ItemPage,
 )
-from moderation.decisions import DecisionError, item_withdraw
 from moderation.models import AttemptOrigin, ItemStatus
-from moderation.outcomes import DecisionOutcome
-from moderation.selectors import client_item_get, client_items_page
-from moderation.submissions import IdempotencyConflict, Submission, item_submit
+from moderation.records.outcomes import DecisionOutcome
+from moderation.records.selectors import client_item_get, client_items_page
+from moderation.review.decisions import DecisionError, item_withdraw
+from moderation.review.submissions import IdempotencyConflict, Submission, item_submit
 
 LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200

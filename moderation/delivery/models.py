@@ -16,7 +16,7 @@ class WebhookEvent(models.TextChoices):
     ITEM_CREATED = "item.created", "item.created"
     ITEM_DECIDED = "item.decided", "item.decided"
     ITEM_CANCELLED = "item.cancelled", "item.cancelled"
-    # The worker ran the item's graph on from a decision (moderation.apply).
+    # The worker ran the item's graph on from a decision (moderation.review.apply).
     ITEM_APPLIED = "item.applied", "item.applied"
     # Approval policies (moderation.policies): a counted vote that left the ask open, and
     # an item handed to its team's supervisors at a deadline.

@@ -18,7 +18,7 @@ from django.utils import timezone
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.sending import delivery_send
 from moderation.models import ItemStatus
-from moderation.outcomes import ask_what
+from moderation.records.outcomes import ask_what
 
 if TYPE_CHECKING:
     from moderation.models import QueueItem, ReviewAsk
@@ -93,7 +93,7 @@ def item_escalated_record(*, item: QueueItem) -> list[WebhookDelivery]:
 
 
 def item_applied_record(*, item: QueueItem, applied: list[str]) -> list[WebhookDelivery]:
-    """The webhooks for the worker's record of an apply (``moderation.apply``), in that record's transaction.
+    """The webhooks for the worker's record of an apply (``moderation.review.apply``), in that record's transaction.
 
     ``applied``: the interrupt ids the graph took decisions for; ``applied_result`` says
     what it did next (finished with its result, asked again, or failed).

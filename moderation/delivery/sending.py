@@ -28,7 +28,7 @@ from django_tasks import task
 from standardwebhooks import Webhook
 
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
-from moderation.taskqueue import tasks_will_run
+from moderation.core.taskqueue import tasks_will_run
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def deliveries_sweep() -> int:
     """Re-queue pending deliveries whose attempt was lost; return how many.
 
     Not those whose task still waits in the queue (a backlog) or runs under a live worker
-    (``moderation.taskqueue``): each would have been queued again on every sweep.
+    (``moderation.core.taskqueue``): each would have been queued again on every sweep.
     """
     overdue = timezone.now() - timedelta(seconds=settings.WEBHOOK_LEASE_GRACE)
     will_run = tasks_will_run(task=delivery_send, started_since=overdue)

@@ -1,6 +1,6 @@
 """Running any registered graph under an item's thread: start, read its asks, resume, inspect.
 
-Callers that resume hold the thread's resume lock (``moderation.apply``): LangGraph
+Callers that resume hold the thread's resume lock (``moderation.review.apply``): LangGraph
 itself runs two concurrent resumes of one thread both, forking its checkpoints.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
 
-from moderation.checkpointer import checkpointer_get
+from moderation.core.checkpointer import checkpointer_get
 from moderation.graphs.asks import AskSpec, ask_spec_from_interrupt
 from moderation.graphs.registry import graph_factory
 

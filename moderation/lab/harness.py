@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
 from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.history import Anomaly, FinalItem, Op, history_check, history_final_read, history_wait_applied
+from moderation.lab.history import Anomaly, FinalItem, Op, history_check, history_final_read, history_wait_applied
 from moderation.lab.strategies import STRATEGIES, deadline_fire
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
 from moderation.models import AskStatus, QueueItem, ReviewAsk

@@ -31,13 +31,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from moderation.deadlines import ask_deadline_fire
+from moderation.review.deadlines import ask_deadline_fire
 from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.decisions import DecisionOutcome, item_decide, item_withdraw
-from moderation.faults import fault_point
+from moderation.review.decisions import DecisionOutcome, item_decide, item_withdraw
+from moderation.core.faults import fault_point
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
-from moderation.locks import item_lock
+from moderation.core.locks import item_lock
 from moderation.models import STATUS_FOR_DECISION, AskStatus, AttemptOrigin, QueueItem, ReasonCode, Requested, ReviewAsk
 from moderation.policies.models import Vote
 from moderation.policies.rules import policy_parse, tally_resolve
@@ -148,7 +148,7 @@ class Fired:
 
 
 def deadline_fire(*, item_public_id: UUID | str) -> Fired:
-    """The deadline as a racer: the item's open ask fired through ``moderation.deadlines``,
+    """The deadline as a racer: the item's open ask fired through ``moderation.review.deadlines``,
     as every worker's sweep fires it."""
     ask_pk = ReviewAsk.objects.filter(item__public_id=item_public_id, status=AskStatus.PENDING).values_list(
         "pk", flat=True).first()

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from moderation.lab.store import PAGE_RUN_ARGS, LabBusy, lab_latest, lab_latest_chart, lab_start_background, lab_status
-from moderation.permissions import user_can_decide
+from moderation.core.permissions import user_can_decide
 
 
 def _staff_only(*, api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:

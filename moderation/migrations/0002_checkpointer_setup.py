@@ -2,7 +2,7 @@ from django.db import migrations
 
 
 def setup_checkpointer(apps, schema_editor):
-    from moderation.checkpointer import checkpointer_setup
+    from moderation.core.checkpointer import checkpointer_setup
 
     checkpointer_setup()
 

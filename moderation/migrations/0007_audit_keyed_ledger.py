@@ -6,7 +6,7 @@ with the current AUDIT_KEY in order, and entered into the new global ledger in t
 order they were recorded. Their content digest is the item's content at migration time.
 
 Then triggers refuse row UPDATE and DELETE on both tables unless the guard is lifted
-(see moderation.audit.audit_guard_lifted). TRUNCATE fires no row triggers on
+(see moderation.records.audit.audit_guard_lifted). TRUNCATE fires no row triggers on
 PostgreSQL, which is how the test suite empties tables there.
 """
 
@@ -33,7 +33,7 @@ def _legacy_digest(attempt, item_public_id):
 def resign(apps, schema_editor):
     from django.conf import settings
 
-    from moderation.audit import attempt_digest, audit_key_id, item_content_digest, ledger_digest
+    from moderation.records.audit import attempt_digest, audit_key_id, item_content_digest, ledger_digest
 
     QueueItem = apps.get_model("moderation", "QueueItem")
     DecisionAttempt = apps.get_model("moderation", "DecisionAttempt")
@@ -88,7 +88,7 @@ def unsign(apps, schema_editor):
 
 
 def triggers_create(apps, schema_editor):
-    from moderation.audit import GUARD_SETTING, SQLITE_GUARD_FUNCTION
+    from moderation.records.audit import GUARD_SETTING, SQLITE_GUARD_FUNCTION
 
     vendor = schema_editor.connection.vendor
     for table in TABLES:

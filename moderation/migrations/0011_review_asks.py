@@ -19,7 +19,7 @@ def sqlite_triggers_restore(apps, schema_editor):
     """SQLite rebuilds a table to add a foreign key, dropping its triggers: put the audit log's back."""
     if schema_editor.connection.vendor != "sqlite":
         return
-    from moderation.audit import SQLITE_GUARD_FUNCTION
+    from moderation.records.audit import SQLITE_GUARD_FUNCTION
 
     table = "moderation_decisionattempt"
     for op in ("UPDATE", "DELETE"):

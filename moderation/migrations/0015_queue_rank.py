@@ -24,7 +24,7 @@ def _search_index():
     from django.contrib.postgres.indexes import GinIndex
     from django.contrib.postgres.search import SearchVector
 
-    # The very expression moderation.selectors searches with; a test checks the planner uses it.
+    # The very expression moderation.records.selectors searches with; a test checks the planner uses it.
     return GinIndex(SearchVector("title", "body", config="english"), name=SEARCH_INDEX)
 
 

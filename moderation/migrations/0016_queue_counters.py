@@ -7,7 +7,7 @@ from django.utils import timezone
 
 
 def counters_fill(apps, schema_editor):
-    """Start the counters (moderation.counts) from a real COUNT of the items already there."""
+    """Start the counters (moderation.records.counts) from a real COUNT of the items already there."""
     QueueItem = apps.get_model("moderation", "QueueItem")
     QueueCounter = apps.get_model("moderation", "QueueCounter")
     DecidedDayCounter = apps.get_model("moderation", "DecidedDayCounter")

@@ -100,7 +100,7 @@ class Vote(models.Model):
     reason = models.CharField(max_length=32, blank=True, default="")
     cast_at = models.DateTimeField()
     # The item's team when the vote was cast (an escalation moves the item, not the vote):
-    # what the voter's membership is checked against (moderation.history).
+    # what the voter's membership is checked against (moderation.lab.history).
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
 
     class Meta:

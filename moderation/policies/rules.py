@@ -25,7 +25,7 @@ from typing import Any
 from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
 
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
-# The account a deadline decides as (moderation.deadlines); it never logs in, and never votes.
+# The account a deadline decides as (moderation.review.deadlines); it never logs in, and never votes.
 DEADLINE_USERNAME = "deadline"
 PAST = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
 

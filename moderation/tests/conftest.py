@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from moderation.items import item_create
-from moderation.permissions import MODERATORS_GROUP
+from moderation.core.permissions import MODERATORS_GROUP
+from moderation.review.items import item_create
 
 _counter = itertools.count()
 

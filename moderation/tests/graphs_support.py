@@ -46,7 +46,7 @@ ORDER_SCHEMA = {
 }
 
 TEST_GRAPHS = {
-    "moderation": "moderation.graph:build",
+    "moderation": "moderation.graphs.builtin:build",
     "t_hitl": "moderation.tests.graphs_support:build_hitl",
     "t_parallel": "moderation.tests.graphs_support:build_parallel",
     "t_failing": "moderation.tests.graphs_support:build_failing",

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import pytest
 
 from e2e.server import LiveServer
-from moderation.history import HistoryRecorder
+from moderation.lab.history import HistoryRecorder
 from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
 
 # Any 32 alphanumerics form a valid CSRF secret: the header only has to match the cookie.

@@ -6,7 +6,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.test import Client
 
-from moderation.decisions import item_decide
+from moderation.review.decisions import item_decide
 from reviewqueue.asgi import application
 
 ORIGIN = (b"origin", b"http://127.0.0.1")

@@ -4,9 +4,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from moderation.decisions import item_decide
-from moderation.items import ItemNotEditable, item_content_edit
 from moderation.models import QueueItem
+from moderation.review.decisions import item_decide
+from moderation.review.items import ItemNotEditable, item_content_edit
 
 
 def _change_url(item):

@@ -8,11 +8,11 @@ import json
 import pytest
 from django.test import Client
 
-from moderation.apiclients import apiclient_create
-from moderation.apply import item_apply
-from moderation.decisions import InvalidDecision, item_decide
+from moderation.api.clients import apiclient_create
 from moderation.models import QueueItem, ReviewAsk
-from moderation.submissions import INPUT_MAX_BYTES, Submission
+from moderation.review.apply import item_apply
+from moderation.review.decisions import InvalidDecision, item_decide
+from moderation.review.submissions import INPUT_MAX_BYTES, Submission
 from moderation.tests.graphs_support import ORDER_ARGS, REFUND_GRAPH
 from moderation.tests.test_api_items import ITEM, Api
 

@@ -12,13 +12,13 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from moderation.apiclients import apiclient_create, token_revoke
-from moderation.checkpointer import checkpointer_get
-from moderation.deadlines import deadlines_sweep
-from moderation.decisions import NotAllowed, item_decide
+from moderation.api.clients import apiclient_create, token_revoke
+from moderation.core.checkpointer import checkpointer_get
 from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
 from moderation.policies.teams import team_member_add
-from moderation.submissions import METADATA_MAX_BYTES, Submission
+from moderation.review.deadlines import deadlines_sweep
+from moderation.review.decisions import NotAllowed, item_decide
+from moderation.review.submissions import METADATA_MAX_BYTES, Submission
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 

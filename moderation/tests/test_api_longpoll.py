@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from channels.layers import get_channel_layer
 
-from moderation import events
 from moderation.api import longpoll
+from moderation.records import events
 
 ITEM_ID = str(uuid.uuid4())
 

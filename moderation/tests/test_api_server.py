@@ -35,7 +35,7 @@ CONTROL_KEYS = 20
 ITEM = {"title": "From a pipeline", "body": "Some harmless text.", "source": "load"}
 
 _COUNT = """
-from moderation.checkpointer import checkpointer_get
+from moderation.core.checkpointer import checkpointer_get
 from moderation.graphs.runtime import graph_asks_pending
 from moderation.models import QueueItem
 threads = {c.config["configurable"]["thread_id"] for c in checkpointer_get().list(None)}

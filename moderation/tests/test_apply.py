@@ -1,4 +1,4 @@
-"""moderation.apply: the worker's half of a decision, applied exactly once whatever runs it."""
+"""moderation.review.apply: the worker's half of a decision, applied exactly once whatever runs it."""
 
 import threading
 from datetime import timedelta
@@ -9,12 +9,12 @@ from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from moderation.apply import applies_sweep, item_apply, item_apply_task
-from moderation.decisions import item_decide, item_withdraw
-from moderation.faults import fault_inject
+from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_values
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
-from moderation.recovery import items_recover
+from moderation.review.apply import applies_sweep, item_apply, item_apply_task
+from moderation.review.decisions import item_decide, item_withdraw
+from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 
 pytestmark = pytest.mark.django_db

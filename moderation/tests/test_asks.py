@@ -2,7 +2,7 @@
 bad decisions change nothing, and races (threads and processes) keep one winner per ask.
 
 Small asking graphs come from moderation.tests.graphs_support (the ``test_graphs``
-fixture registers them). Races are judged by the history checker (moderation.history)
+fixture registers them). Races are judged by the history checker (moderation.lab.history)
 and the graphs' checkpoint history (resume counts, forks); the negative control runs
 the same race through the lab's naive strategy and sees the fork.
 """
@@ -13,12 +13,12 @@ import time
 import pytest
 from django.db import connection
 
-from moderation.decisions import InvalidDecision, item_decide
+from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.graphs.runtime import graph_values
-from moderation.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
+from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
 from moderation.lab.harness import race_processes, race_threads
 from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
-from moderation.recovery import items_recover
+from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import REFUND_ARGS, TEST_GRAPHS_ENV, item_forks, item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
 

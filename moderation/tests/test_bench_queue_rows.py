@@ -9,7 +9,7 @@ from django.forms.models import model_to_dict
 
 from bench.inprocess import _queue_rows_insert
 from moderation.models import QueueItem, queue_rank
-from moderation.selectors import queue_counts
+from moderation.records.selectors import queue_counts
 
 # Transactional: on PostgreSQL the shortcut runs VACUUM, which refuses a transaction block.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_variant]

@@ -8,10 +8,10 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from moderation.claims import (
+from moderation.records.claims import (
     ItemClaim, claim_extend, claim_live, claim_release, claim_take, claims_live, next_item_pick,
 )
-from moderation.decisions import ItemClaimed, item_decide
+from moderation.review.decisions import ItemClaimed, item_decide
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus
 
 pytestmark = pytest.mark.django_db

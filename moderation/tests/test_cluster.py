@@ -4,7 +4,7 @@ alice logs in on server 1 and bob on server 2; both decide the same items at the
 instant (a barrier per item, several items in flight at once). Each reviewer's live
 socket sits on the *other* server, so every notice a reviewer gets has crossed
 between the processes through Redis. The race is judged as a history
-(``moderation.history``): every HTTP attempt is an invocation completed ok (200),
+(``moderation.lab.history``): every HTTP attempt is an invocation completed ok (200),
 fail (409, naming the winner) or unknown (timeout, 5xx, dropped connection), checked
 against a final read of the rows, the attempts log and the checkpoint history.
 
@@ -27,7 +27,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from e2e.server import LiveServer
-from moderation.history import FinalItem, HistoryRecorder, Op, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, Op, history_check
 from moderation.tests.cluster_support import (
     channel_prefix,
     cluster_env,
@@ -48,7 +48,7 @@ LIVE_TIMEOUT = 20  # a busy 2-core machine shared with other suites: generous
 _FINAL_READ = """
 import json, os
 from e2e.server import LiveServer
-from moderation.history import history_final_read
+from moderation.lab.history import history_final_read
 from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
 ids = json.loads(open(os.environ["CLUSTER_IDS_FILE"]).read())
 final = history_final_read(items=ids)

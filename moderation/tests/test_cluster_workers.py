@@ -11,7 +11,7 @@ process supervisor would start one. The killed worker's task stays claimed for g
 only a sweep (``applies_sweep``, ``deliveries_sweep``) brings its work back.
 
 Then, once every item is idle and every delivery delivered: the race is checked as a
-history (``moderation.history``), every graph resumed exactly once and never forked,
+history (``moderation.lab.history``), every graph resumed exactly once and never forked,
 and the receiver saw exactly one webhook-id per (event, item), repeats of an id being
 the only duplicates at-least-once delivery may add.
 
@@ -33,7 +33,7 @@ import psycopg
 import pytest
 
 from e2e.server import LiveServer
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
@@ -61,7 +61,7 @@ from moderation.models import WebhookEndpoint
 e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """
-APPLY_TASK = "moderation.apply.item_apply_task"
+APPLY_TASK = "moderation.review.apply.item_apply_task"
 
 
 def _sql(database_url: str, query: str, params: list | tuple = ()) -> list[tuple]:

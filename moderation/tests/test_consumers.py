@@ -4,14 +4,19 @@ import asyncio
 import json
 
 import pytest
-from channels.layers import get_channel_layer
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.sessions.models import Session
 
-from moderation import consumers
-from moderation.claims import ItemClaim, claim_take
-from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS, FRAME_DROPS_TO_CLOSE, live_sockets_stats
+from moderation.live import consumers
+from moderation.live.sockets import (
+    CLOSE_RATE_LIMITED,
+    CLOSE_TOO_MANY_SOCKETS,
+    FRAME_DROPS_TO_CLOSE,
+    live_sockets_stats,
+)
 from moderation.models import Presence
+from moderation.records.claims import ItemClaim, claim_take
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     TIMEOUT,
     decide,

@@ -1,4 +1,4 @@
-"""Counter rows (moderation.counts): exact after every status change, under concurrency, and repaired by recover."""
+"""Counter rows (moderation.records.counts): exact after every status change, under concurrency, and repaired by recover."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from moderation import recovery
-from moderation.apply import item_apply
-from moderation.audit import audit_items_purge
-from moderation.counts import SHARDS, counts_actual, counts_recount
-from moderation.decisions import item_decide, item_withdraw
-from moderation.items import item_create, lab_item_create
 from moderation.lab.harness import race_threads
 from moderation.models import DecidedDayCounter, ItemStatus, QueueCounter, QueueItem
-from moderation.reconcile import item_reconcile
-from moderation.selectors import queue_counts
+from moderation.records.audit import audit_items_purge
+from moderation.records.counts import SHARDS, counts_actual, counts_recount
+from moderation.records.selectors import queue_counts
+from moderation.review import recovery
+from moderation.review.apply import item_apply
+from moderation.review.decisions import item_decide, item_withdraw
+from moderation.review.items import item_create, lab_item_create
+from moderation.review.reconcile import item_reconcile
 from moderation.tests.graphs_support import REFUND_GRAPH
 from moderation.tests.races import guard_held_assert
 

@@ -1,6 +1,6 @@
 """Crash safety: a real server, or a real worker, SIGKILLed at each point of a decision's path loses nothing.
 
-A decision has two halves (``moderation.decisions``, ``moderation.apply``): the server
+A decision has two halves (``moderation.review.decisions``, ``moderation.review.apply``): the server
 records it and queues its apply; a worker (``manage.py db_worker``) resumes the graph.
 For each fault point, a fresh copy of one prepared SQLite database runs a daphne
 server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
@@ -13,7 +13,7 @@ server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
   and applies it.
 
 Then bob decides the same item again and carol decides a fresh one. The whole history
-is checked with ``moderation.history.history_check`` against the final rows, attempts
+is checked with ``moderation.lab.history.history_check`` against the final rows, attempts
 and checkpoint histories: decided items resumed exactly once (never forked), pending
 items still paused.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from e2e.server import LiveServer, Seeded
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.real_server import Dropped, Reviewer
 
 # The first test waits for every scenario (the module fixture): near 300 s on a loaded 2-core machine.

@@ -1,8 +1,12 @@
 import pytest
 
-from moderation.decision_forms import FormInvalid, form_decision_read, form_field_for
 from moderation.graphs.asks import AskSpec
 from moderation.tests.graphs_support import ALL_TYPES, ORDER_ARGS, ORDER_SCHEMA
+from moderation.web.decision_forms import (
+    FormInvalid,
+    form_decision_read,
+    form_field_for,
+)
 
 
 def _spec(*, schema=True, actions=1):

@@ -5,7 +5,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from moderation.decisions import (
+from moderation.review.decisions import (
     InvalidDecision,
     ItemBusy,
     ItemNeedsAttention,
@@ -13,7 +13,7 @@ from moderation.decisions import (
     NotAModerator,
     item_decide,
 )
-from moderation.faults import fault_inject
+from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_resume, graph_values
 from moderation.models import (
     AppendOnlyError, ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk,
@@ -274,9 +274,9 @@ def test_node_that_keeps_failing_leaves_the_decision_and_a_visible_failed_apply(
 def test_events_are_sent_only_after_commit(alice, bob, make_item, monkeypatch, django_capture_on_commit_callbacks):
     item = make_item()
     sent = []
-    monkeypatch.setattr("moderation.apply.item_apply", lambda *, item_id: sent.append(("applied", item_id)))
-    monkeypatch.setattr("moderation.events.decision_broadcast", lambda *, outcome: sent.append(("decided", outcome.winner)))
-    monkeypatch.setattr("moderation.events.loser_notify", lambda *, outcome, reviewer_id: sent.append(("lost", reviewer_id)))
+    monkeypatch.setattr("moderation.review.apply.item_apply", lambda *, item_id: sent.append(("applied", item_id)))
+    monkeypatch.setattr("moderation.records.events.decision_broadcast", lambda *, outcome: sent.append(("decided", outcome.winner)))
+    monkeypatch.setattr("moderation.records.events.loser_notify", lambda *, outcome, reviewer_id: sent.append(("lost", reviewer_id)))
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
         item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")

@@ -14,15 +14,15 @@ from django_tasks_db.models import DBTaskResult
 from standardwebhooks import Webhook
 
 from moderation.admin import WebhookEndpointForm
-from moderation.apply import item_apply
-from moderation.deadlines import deadlines_sweep
-from moderation.decisions import item_decide, item_withdraw
+from moderation.review.apply import item_apply
+from moderation.review.deadlines import deadlines_sweep
+from moderation.review.decisions import item_decide, item_withdraw
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
-from moderation.faults import fault_inject
+from moderation.core.faults import fault_inject
 from moderation.models import ApplyState, ReviewAsk, Team
-from moderation.items import item_create, lab_item_create
+from moderation.review.items import item_create, lab_item_create
 from moderation.policies.teams import team_member_add
 from moderation.tests.webhook_receiver import Receiver
 
@@ -162,7 +162,7 @@ def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_en
     def outbox_down(**kwargs):
         raise RuntimeError("outbox write failed")
 
-    monkeypatch.setattr("moderation.apply.item_applied_record", outbox_down)
+    monkeypatch.setattr("moderation.review.apply.item_applied_record", outbox_down)
     with pytest.raises(RuntimeError, match="outbox write failed"):
         item_apply(item_id=item.pk)
     item.refresh_from_db()

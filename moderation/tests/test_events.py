@@ -11,11 +11,11 @@ from channels.layers import InMemoryChannelLayer
 from django.db import transaction
 from django.urls import reverse
 
-from moderation import events
-from moderation.decisions import item_decide
-from moderation.faults import fault_inject
-from moderation.items import item_create
+from moderation.core.faults import fault_inject
 from moderation.models import ItemStatus
+from moderation.records import events
+from moderation.review.decisions import item_decide
+from moderation.review.items import item_create
 
 
 class RecordingLayer(InMemoryChannelLayer):
@@ -117,7 +117,7 @@ def test_unreachable_redis_layer_is_logged_and_decisions_still_win_or_lose(setti
             "CONFIG": {"hosts": [{"address": f"redis://127.0.0.1:{_closed_port()}/0", "socket_timeout": 1}]},
         }
     }
-    caplog.set_level(logging.ERROR, logger="moderation.events")
+    caplog.set_level(logging.ERROR, logger="moderation.records.events")
     item = make_item(title="Offline")  # item.created cannot be pushed either; the item exists anyway
     url = reverse("moderation:item", args=[item.public_id])
 
@@ -132,7 +132,7 @@ def test_unreachable_redis_layer_is_logged_and_decisions_still_win_or_lose(setti
 
     item.refresh_from_db()
     assert item.status == ItemStatus.APPROVED and item.decided_by == alice
-    failed = {record.getMessage() for record in caplog.records if record.name == "moderation.events"}
+    failed = {record.getMessage() for record in caplog.records if record.name == "moderation.records.events"}
     assert "could not push item.created to queue" in failed
     assert "could not push item.decided to queue" in failed
     assert f"could not push decision.lost to user.{bob.pk}" in failed

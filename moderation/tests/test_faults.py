@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from moderation import faults
+from moderation.core import faults
 
 
 def test_fault_spec_from_settings_installs_known_points_only():

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from moderation.graph import ResumeValueError
+from moderation.graphs.builtin import ResumeValueError
 from moderation.graphs.runtime import (
     graph_asks_pending,
     graph_forks,

@@ -14,7 +14,7 @@ def test_the_server_freezes_its_startup_heap_once_the_urlconf_is_loaded(tmp_path
         "import gc, sys\n"
         "import reviewqueue.asgi\n"
         "frozen = gc.get_freeze_count()\n"
-        "loaded = 'moderation.views' in sys.modules and 'moderation.api' in sys.modules\n"
+        "loaded = 'moderation.web.views' in sys.modules and 'moderation.api' in sys.modules\n"
         "gc.collect()\n"
         "print(frozen, len(gc.get_objects(generation=2)), loaded)\n"
     )

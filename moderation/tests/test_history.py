@@ -2,8 +2,8 @@
 
 import pytest
 
-from moderation.decisions import item_decide
-from moderation.history import FinalItem, HistoryRecorder, history_check, history_final_read
+from moderation.review.decisions import item_decide
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check, history_final_read
 
 
 def _history(*entries):

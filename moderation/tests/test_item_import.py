@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from moderation.item_import import ItemFileError, ItemRow, item_format_guess, item_rows_read
+from moderation.review.item_import import ItemFileError, ItemRow, item_format_guess, item_rows_read
 
 
 def _rows(text: str, fmt: str) -> list[ItemRow]:

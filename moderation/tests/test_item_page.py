@@ -6,10 +6,10 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from moderation.apply import item_apply
-from moderation.decisions import item_decide
+from moderation.review.apply import item_apply
+from moderation.review.decisions import item_decide
 from moderation.graphs.runtime import graph_values
-from moderation.items import item_create
+from moderation.review.items import item_create
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
 from moderation.tests.graphs_support import REFUND_GRAPH, TEST_GRAPHS
 

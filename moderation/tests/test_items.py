@@ -9,10 +9,10 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import OperationalError, connection
 
-from moderation.checkpointer import checkpointer_get
-from moderation.faults import fault_inject
-from moderation.items import item_create
+from moderation.core.checkpointer import checkpointer_get
+from moderation.core.faults import fault_inject
 from moderation.models import QueueItem
+from moderation.review.items import item_create
 
 FIXED_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 
@@ -23,7 +23,7 @@ def _graph_thread_exists(public_id: uuid.UUID) -> bool:
 
 @pytest.fixture
 def fixed_id(monkeypatch):
-    monkeypatch.setattr("moderation.items.uuid.uuid4", lambda: FIXED_ID)
+    monkeypatch.setattr("moderation.review.items.uuid.uuid4", lambda: FIXED_ID)
     return FIXED_ID
 
 

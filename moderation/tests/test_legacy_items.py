@@ -14,12 +14,12 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from moderation.checkpointer import checkpointer_get
-from moderation.decisions import item_decide
-from moderation.graph import ReviewState
+from moderation.core.checkpointer import checkpointer_get
+from moderation.review.decisions import item_decide
+from moderation.graphs.builtin import ReviewState
 from moderation.graphs.runtime import graph_is_finished, graph_resume_count, graph_values
 from moderation.models import AskStatus, ItemStatus, QueueItem
-from moderation.recovery import items_recover
+from moderation.review.recovery import items_recover
 
 pytestmark = pytest.mark.django_db
 

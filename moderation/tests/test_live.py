@@ -3,14 +3,14 @@
 import pytest
 from django.core.cache import cache
 
-from moderation.live import (
+from moderation.live.presence import PRESENCE_TTL
+from moderation.live.sockets import (
     FRAME_DROPS_TO_CLOSE,
     live_frame_admit,
     live_frame_budget_new,
     live_socket_hold,
     live_socket_release,
 )
-from moderation.presence import PRESENCE_TTL
 
 
 @pytest.fixture(autouse=True)

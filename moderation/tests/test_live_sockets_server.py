@@ -1,4 +1,4 @@
-"""The live sockets' limits against a real daphne server (``moderation.live``).
+"""The live sockets' limits against a real daphne server (``moderation.live.sockets``).
 
 - Tabs closing while events are broadcast to them (moderators deciding and moving
   straight on): no exception inside the application, and once everyone has left no
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from moderation.live import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
+from moderation.live.sockets import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
 from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, redis_env
 

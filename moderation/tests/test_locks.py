@@ -4,7 +4,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from moderation.locks import LockTimeout, item_lock, item_lock_count
+from moderation.core.locks import LockTimeout, item_lock, item_lock_count
 
 
 @contextmanager

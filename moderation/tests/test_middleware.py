@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from moderation.decisions import item_decide
+from moderation.review.decisions import item_decide
 
 pytestmark = pytest.mark.django_db
 

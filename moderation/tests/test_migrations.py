@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from moderation.audit import audit_verify
+from moderation.records.audit import audit_verify
 
 BEFORE, AFTER = ("moderation", "0006_lab_marker"), ("moderation", "0007_audit_keyed_ledger")
 

@@ -4,8 +4,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from moderation.origins import websocket_origin_allowed
 from moderation.tests.sockets import TIMEOUT, fresh_layer, login, session_of  # noqa: F401 (fixtures)
+from moderation.web.origins import websocket_origin_allowed
 from reviewqueue.asgi import application
 
 

@@ -2,7 +2,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from moderation.permissions import user_can_decide
+from moderation.core.permissions import user_can_decide
 
 
 def _user(username: str):

@@ -11,12 +11,12 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from moderation import events
-from moderation.decisions import ask_escalate, item_decide
-from moderation.items import item_create
-from moderation.live import CLOSE_NOT_FOUND, live_groups, live_socket_admit
+from moderation.live.sockets import CLOSE_NOT_FOUND, live_groups, live_socket_admit
 from moderation.models import ReviewAsk, Team, TeamMembership
 from moderation.policies.teams import team_member_add, team_member_remove
+from moderation.records import events
+from moderation.review.decisions import ask_escalate, item_decide
+from moderation.review.items import item_create
 from moderation.tests.test_events import recorded  # noqa: F401 (fixture)
 
 

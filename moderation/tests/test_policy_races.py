@@ -25,12 +25,12 @@ import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from moderation.deadlines import ask_deadline_fire
-from moderation.decisions import NotAllowed, item_decide
+from moderation.review.deadlines import ask_deadline_fire
+from moderation.review.decisions import NotAllowed, item_decide
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_values
-from moderation.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.items import item_create
+from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
+from moderation.review.items import item_create
 from moderation.models import (
     STATUS_FOR_DECISION, AskStatus, AttemptOutcome, DecisionAttempt, QueueItem, ReviewAsk, Team, TeamMembership, Vote,
 )
@@ -256,7 +256,7 @@ def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
     """The textbook quorum with no row lock: check the ask is open, write my vote, count the
     votes, resolve if the count says so. Writes no attempt (two winners would break the
     log's constraint instead of being counted), resumes the graph itself."""
-    from moderation.outcomes import DecisionOutcome
+    from moderation.records.outcomes import DecisionOutcome
 
     item = QueueItem.objects.get(public_id=item_public_id)
     ask = item.asks.get()

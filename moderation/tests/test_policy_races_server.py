@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from e2e.server import LiveServer
-from moderation.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
 from moderation.tests.races import race_rounds
 from moderation.tests.real_server import Reviewer
@@ -45,8 +45,8 @@ DEADLINE_2 = {"approvals": 2, "deadline_seconds": 3600, "on_deadline": "reject"}
 _SETUP = """
 import json, os
 from django.contrib.auth import get_user_model
-from moderation.decisions import item_decide
-from moderation.items import item_create
+from moderation.review.decisions import item_decide
+from moderation.review.items import item_create
 from moderation.models import Team
 from moderation.policies.teams import team_member_add
 spec = json.loads(open(os.environ["POLICY_RACE_FILE"]).read())
@@ -67,7 +67,7 @@ print(json.dumps(out))
 # history_final_read once the worker has applied every resolution, plus each item's attempts log.
 _FINAL = """
 import dataclasses, json, os
-from moderation.history import history_final_read, history_wait_applied
+from moderation.lab.history import history_final_read, history_wait_applied
 from moderation.models import DecisionAttempt
 ids = json.loads(open(os.environ["POLICY_RACE_FILE"]).read())
 history_wait_applied(items=ids, timeout=60)

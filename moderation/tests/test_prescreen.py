@@ -4,7 +4,7 @@ import time
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from moderation.prescreen import text_prescreen
+from moderation.graphs.prescreen import text_prescreen
 
 
 def test_plain_text_has_no_flags_and_no_risk():

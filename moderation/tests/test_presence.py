@@ -7,8 +7,7 @@ from channels.db import database_sync_to_async
 from django.test import Client
 from django.utils import timezone
 
-from moderation.models import Presence
-from moderation.presence import (
+from moderation.live.presence import (
     PRESENCE_TTL,
     presence_by_item,
     presence_join,
@@ -16,6 +15,7 @@ from moderation.presence import (
     presence_touch,
     presence_viewers,
 )
+from moderation.models import Presence
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, next_of, opened  # noqa: F401
 
 # The upsert and the expiry queries are the parts that differ between SQLite and PostgreSQL.

@@ -1,4 +1,4 @@
-"""The queue page: its priority order, filters, search and cursor pages (moderation.selectors)."""
+"""The queue page: its priority order, filters, search and cursor pages (moderation.records.selectors)."""
 
 import uuid
 from datetime import timedelta
@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.text import Truncator
 
 from moderation.models import ItemStatus, QueueItem, queue_rank
-from moderation.selectors import (
+from moderation.records.selectors import (
     QUEUE_ORDERS, QueueCursorInvalid, QueueFilters, _queue_filtered, items_recently_decided, queue_cursor_read,
     queue_pending,
 )

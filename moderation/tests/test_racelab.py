@@ -12,13 +12,13 @@ from django.db import connection
 from django.urls import reverse
 
 from moderation.graphs.runtime import graph_get
-from moderation.items import item_create
+from moderation.review.items import item_create
 from moderation.lab import store
-from moderation.checkpointer import checkpointer_target
-from moderation.decisions import item_decide
+from moderation.core.checkpointer import checkpointer_target
+from moderation.review.decisions import item_decide
 from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
 from moderation.policies.models import Team
-from moderation.selectors import QueueFilters, queue_counts, queue_pending
+from moderation.records.selectors import QueueFilters, queue_counts, queue_pending
 
 RESULT_KEYS = {
     "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes",

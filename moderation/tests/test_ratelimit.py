@@ -4,8 +4,8 @@ import pytest
 from django.urls import reverse
 
 from e2e.server import free_port
-from moderation import ratelimit
 from moderation.models import ItemStatus, QueueItem
+from moderation.web import ratelimit
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import json
 import pytest
 from django.test import Client
 
-from moderation.apiclients import apiclient_create
-from moderation.audit import audit_verify
-from moderation.decisions import InvalidDecision, item_decide
+from moderation.api.clients import apiclient_create
+from moderation.records.audit import audit_verify
+from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.graphs.runtime import graph_values
 from moderation.models import AskStatus, AttemptOrigin, DecisionAttempt, ItemStatus, QueueItem, ReasonCode
@@ -90,7 +90,7 @@ def test_the_reason_is_stored_signed_and_sent_to_the_graph_in_front_of_the_messa
 def test_an_edited_reason_or_origin_breaks_the_attempts_signature(alice, make_item, field, forged):
     from django.db import connection
 
-    from moderation.audit import audit_guard_lifted
+    from moderation.records.audit import audit_guard_lifted
 
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", reason="spam", origin="dashboard")

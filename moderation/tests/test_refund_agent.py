@@ -11,11 +11,11 @@ from langchain_core.messages import HumanMessage, ToolMessage
 
 from examples.refund_agent.model import reply_next
 from examples.refund_agent.tools import order_read, refund_payment
-from moderation.decisions import InvalidDecision, item_decide
 from moderation.demo import DEMO_AGENT_ITEMS, REFUND_AGENT, demo_agent_input, demo_seed
 from moderation.graphs.runtime import graph_values
-from moderation.items import item_create
 from moderation.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.review.decisions import InvalidDecision, item_decide
+from moderation.review.items import item_create
 
 SINGLE = "Hi, order A-17 arrived broken. Please refund 120 EUR."
 TOGETHER = "Order B-9 never arrived. Refund the full amount and email me a confirmation at ben@home.example."

@@ -16,9 +16,9 @@ from django.db import connection
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from moderation import events
-from moderation.live import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE
-from moderation.permissions import MODERATORS_GROUP
+from moderation.records import events
+from moderation.live.sockets import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE
+from moderation.core.permissions import MODERATORS_GROUP
 from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, redis_env
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)

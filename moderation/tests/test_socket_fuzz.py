@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from moderation.live import FRAME_MAX_CHARS
+from moderation.live.sockets import FRAME_MAX_CHARS
 from moderation.models import DecisionAttempt, Presence, QueueItem
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, login, opened  # noqa: F401 (fixtures)
 

@@ -12,9 +12,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from moderation.decisions import item_decide
+from moderation.review.decisions import item_decide
 from moderation.models import AskStatus, AttemptOrigin, ItemStatus, QueueItem, ReasonCode, ReviewAsk
-from moderation.timeline import DecidedFilters, decided_filters_read, decided_page, duration_words
+from moderation.records.timeline import DecidedFilters, decided_filters_read, decided_page, duration_words
 
 pytestmark = pytest.mark.django_db
 

@@ -7,11 +7,11 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from moderation.audit import audit_verify
-from moderation.deadlines import deadlines_sweep
-from moderation.decisions import InvalidDecision, NotAllowed, item_decide
+from moderation.records.audit import audit_verify
+from moderation.review.deadlines import deadlines_sweep
+from moderation.review.decisions import InvalidDecision, NotAllowed, item_decide
 from moderation.graphs.runtime import graph_values
-from moderation.items import item_create
+from moderation.review.items import item_create
 from moderation.models import AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk, Team, Vote
 from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.tests.graphs_support import item_resumes
@@ -177,8 +177,8 @@ def test_a_deadline_resolves_by_the_policys_default_as_the_deadline_account(paym
 
 @pytest.mark.django_db
 def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(payments, alice):
-    from moderation.deadlines import deadline_account
-    from moderation.decisions import ask_deadline_settle
+    from moderation.review.deadlines import deadline_account
+    from moderation.review.decisions import ask_deadline_settle
 
     item = _item(team="payments", policy={"deadline_seconds": 60, "on_deadline": "approve"})
     assert _decide(item, alice, "reject", reason="spam").won

@@ -12,15 +12,15 @@ import time
 import pytest
 from django.db import IntegrityError, transaction
 
-from moderation.audit import audit_verify
-from moderation.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
-from moderation.events import loser_notify
-from moderation.faults import fault_inject
+from moderation.records.audit import audit_verify
+from moderation.review.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
+from moderation.records.events import loser_notify
+from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_is_finished, graph_values
 from moderation.lab import strategies
 from moderation.lab.harness import RaceReport, race_processes, race_threads
 from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
-from moderation.recovery import items_recover
+from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
 
@@ -190,7 +190,7 @@ def test_recover_applies_a_withdrawal_the_worker_never_ran(client_user, alice, m
 
 def test_loser_notice_is_the_outcomes_wording(monkeypatch, alice, client_user, make_item, db):
     sent = []
-    monkeypatch.setattr("moderation.events._send", lambda group, message: sent.append(message))
+    monkeypatch.setattr("moderation.records.events._send", lambda group, message: sent.append(message))
     item = make_item(title="Gone")
     item_withdraw(item_public_id=item.public_id, by=client_user)
     outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")

@@ -20,7 +20,7 @@ const STATUS_TEXT = {
 };
 const path = page === "item" ? `/ws/items/${itemId}/` : "/ws/queue/";
 const statePath = page === "item" ? `/api/items/${itemId}/state` : "/api/live/state";
-// Close codes from moderation/live.py. Logged out: reconnecting cannot help. Too many
+// Close codes from moderation/live/sockets.py. Logged out: reconnecting cannot help. Too many
 // pages open for this login: reconnecting cannot help either, the page says why. Rate
 // limited: back off longer than usual, then reconnect. (Refused handshakes reach a browser
 // only as 1006, indistinguishable from a server restart, so those are retried with backoff.)
@@ -272,7 +272,7 @@ async function queueRefresh() {
   claimsTick();
 }
 
-// Claims (moderation/claims.py): "claimed by alice · 3 min left" is counted down here and
+// Claims (moderation/records/claims.py): "claimed by alice · 3 min left" is counted down here and
 // disappears when it runs out (the server ignores an expired claim; nothing announces it),
 // and is rewritten by item.claimed / item.released. The server's words are the template's
 // (_claim.html); these are the same.
@@ -391,7 +391,7 @@ function noticeShow(id, message) {
   notice.textContent = message;
 }
 
-// Deadlines (moderation.deadlines) counted down in words; the worker's sweep, not this page, decides.
+// Deadlines (moderation.review.deadlines) counted down in words; the worker's sweep, not this page, decides.
 function countdownsTick() {
   for (const el of document.querySelectorAll("time.countdown")) {
     if (!el.dataset.endsAt) el.dataset.endsAt = Date.now() + Number(el.dataset.secondsLeft) * 1000;
@@ -457,7 +457,7 @@ async function lostCheck(msg) {
   const item = await itemStateRead();
   if (!item?.winner || item.winner !== msg.winner) return;
   itemStateShow(item);
-  // Worded as moderation/outcomes.py's DecisionOutcome.loser_notice, except that an edit or
+  // Worded as moderation/records/outcomes.py's DecisionOutcome.loser_notice, except that an edit or
   // response is named by its status only: the state read here does not describe decisions,
   // and the event's ``what`` is not trusted (it travels through the shared layer).
   const first = item.status === "withdrawn" ? `it was withdrawn by ${item.winner} first` : `${item.winner} ${item.status} it first`;

@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from moderation.apiclients import apiclient_create
+from moderation.api.clients import apiclient_create
 from moderation.models import ApiScope
 
 

@@ -2,7 +2,7 @@
 
 Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs.
 It processes every queue by default: ``apply`` (graphs resumed after decisions,
-``moderation.apply``) and ``default`` (webhook deliveries).
+``moderation.review.apply``) and ``default`` (webhook deliveries).
 
 One task at a time per loop: a delivery queued behind the applies of a burst of
 decisions would wait for every one of those graphs. So a worker that serves deliveries
@@ -14,7 +14,7 @@ stopped is finished before the process exits.
 A worker killed mid-task leaves that task claimed for good (the database backend does
 not reclaim it); the sweep, in a thread of every worker, queues again what such a task
 left undone: webhook deliveries whose lease ran out, and decisions not yet applied.
-Another thread fires the deadlines of overdue asks (``moderation.deadlines``) every
+Another thread fires the deadlines of overdue asks (``moderation.review.deadlines``) every
 ``DEADLINE_SWEEP_INTERVAL`` seconds.
 """
 
@@ -29,8 +29,8 @@ from django.db import connection
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand, Worker
 
-from moderation.apply import applies_sweep
-from moderation.deadlines import deadlines_sweep
+from moderation.review.apply import applies_sweep
+from moderation.review.deadlines import deadlines_sweep
 from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 

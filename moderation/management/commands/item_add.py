@@ -7,8 +7,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from moderation.graphs.registry import UnknownGraph, graph_name_validate
-from moderation.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
-from moderation.items import item_create, item_requester_get
+from moderation.review.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
+from moderation.review.items import item_create, item_requester_get
 from moderation.models import Team
 
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from moderation.permissions import DECIDE_PERMISSION, MODERATORS_GROUP, moderator_set, user_can_decide
+from moderation.core.permissions import DECIDE_PERMISSION, MODERATORS_GROUP, moderator_set, user_can_decide
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from moderation.counts import counts_recount
-from moderation.recovery import items_recover
+from moderation.records.counts import counts_recount
+from moderation.review.recovery import items_recover
 
 # Distinct from 1 (a crash of the command itself): the run finished, some items did not.
 EXIT_ITEMS_FAILED = 2

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from moderation.audit import audit_verify
+from moderation.records.audit import audit_verify
 
 
 class Command(BaseCommand):

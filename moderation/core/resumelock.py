@@ -1,0 +1,82 @@
+"""The resume lock: at most one resume of a graph thread in flight, across threads and processes.
+
+LangGraph runs two concurrent resumes of one thread both (its checkpoints fork), and
+the work after a decision may take seconds (an agent calling a tool), so this lock is
+not a database row lock: nothing a reviewer needs waits behind it. It is held by
+- this process: the per-key lock of ``moderation.core.locks``, then
+- every process: on PostgreSQL a session-level advisory lock on the thread's name; on
+  SQLite (one machine) an exclusive ``flock`` on a file under ``VAR_DIR/locks``.
+Both cross-process locks belong to the holder's connection or open file, so a worker
+killed with -9 releases them with its death, and the next worker can go on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection
+
+from moderation.core.locks import LockTimeout, item_lock
+
+_POLL_SECONDS = 0.02
+
+
+@contextmanager
+def thread_resume_lock(thread_id: str, *, timeout: float) -> Iterator[None]:
+    """Hold ``thread_id``'s resume lock; ``LockTimeout`` after ``timeout`` seconds of waiting."""
+    deadline = time.monotonic() + timeout
+    with item_lock(f"resume:{thread_id}", timeout=timeout):
+        if connection.vendor == "postgresql":
+            with _advisory(thread_id, deadline):
+                yield
+        else:
+            with _flock(thread_id, deadline):
+                yield
+
+
+def _key(thread_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def _advisory(thread_id: str, deadline: float) -> Iterator[None]:
+    key = _key(thread_id)
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            if cursor.fetchone()[0]:
+                break
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"resume lock of {thread_id} still held")
+            time.sleep(_POLL_SECONDS)
+    try:
+        yield
+    finally:
+        if connection.connection is not None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+@contextmanager
+def _flock(thread_id: str, deadline: float) -> Iterator[None]:
+    directory = settings.VAR_DIR / "locks"
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / hashlib.sha256(thread_id.encode()).hexdigest()[:32], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"resume lock of {thread_id} still held") from None
+                time.sleep(_POLL_SECONDS)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock

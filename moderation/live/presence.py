@@ -1,0 +1,99 @@
+"""Who is looking at which item right now.
+
+Kept in the database, one ``Presence`` row per open item page, not in a process's
+memory: every server process has to see every viewer, and the database is the one
+store every deployment of this project already shares (SQLite or PostgreSQL alike),
+so presence works across processes without making Redis a requirement. The cost is
+one small upsert per open tab per heartbeat.
+
+A row counts while its heartbeat is recent. A tab that closes cleanly deletes its
+row; a connection that dies without a goodbye (crashed process, lost network) simply
+stops heartbeating and drops out after ``PRESENCE_TTL``. Stale rows are purged when
+someone joins, and every page re-reads presence with each heartbeat, so an expiry
+nobody announced still reaches every screen within a heartbeat.
+
+Presence is a courtesy: a write that fails (SQLite busy past its timeout) is logged
+and the socket carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from django.db import OperationalError
+from django.utils import timezone
+
+from moderation.models import Presence, QueueItem
+from moderation.records import events
+
+logger = logging.getLogger(__name__)
+
+PRESENCE_HEARTBEAT_SECONDS = 15
+# More than two heartbeats, so one heartbeat late under load does not make a viewer flicker.
+PRESENCE_TTL = timedelta(seconds=40)
+
+
+@contextmanager
+def _best_effort(action: str) -> Iterator[None]:
+    try:
+        yield
+    except OperationalError:
+        logger.warning("presence %s failed; carrying on without it", action, exc_info=True)
+
+
+def presence_join(*, user_id: int, item_public_id: str, channel_name: str, now: datetime | None = None) -> None:
+    """Record that ``channel_name`` shows the item to the user, and tell the others."""
+    now = now or timezone.now()
+    with _best_effort("join"):
+        item_id = QueueItem.objects.values_list("pk", flat=True).get(public_id=item_public_id)
+        Presence.objects.filter(last_seen__lt=now - PRESENCE_TTL).delete()
+        Presence.objects.bulk_create(
+            [Presence(channel_name=channel_name, item_id=item_id, user_id=user_id, last_seen=now)],
+            update_conflicts=True, unique_fields=["channel_name"], update_fields=["last_seen"],
+        )
+        events.presence_broadcast(item_public_id=item_public_id, viewers=presence_viewers(item_public_id=item_public_id, now=now))
+
+
+def presence_touch(*, user_id: int, item_public_id: str, channel_name: str, now: datetime | None = None) -> None:
+    """Heartbeat: keep the row fresh, re-joining if it had already expired."""
+    now = now or timezone.now()
+    with _best_effort("heartbeat"):
+        fresh = Presence.objects.filter(channel_name=channel_name, last_seen__gte=now - PRESENCE_TTL)
+        if not fresh.update(last_seen=now):
+            presence_join(user_id=user_id, item_public_id=item_public_id, channel_name=channel_name, now=now)
+
+
+def presence_leave(*, channel_name: str) -> None:
+    """The page closed: drop its row and tell the others."""
+    with _best_effort("leave"):
+        row = Presence.objects.filter(channel_name=channel_name).select_related("item").first()
+        if row is None:
+            return
+        row.delete()
+        item_public_id = str(row.item.public_id)
+        events.presence_broadcast(item_public_id=item_public_id, viewers=presence_viewers(item_public_id=item_public_id))
+
+
+def presence_viewers(*, item_public_id: str, now: datetime | None = None) -> list[str]:
+    """Usernames with a live page of the item, each once, sorted."""
+    now = now or timezone.now()
+    return sorted(
+        set(
+            Presence.objects.filter(item__public_id=item_public_id, last_seen__gte=now - PRESENCE_TTL)
+            .values_list("user__username", flat=True)
+        )
+    )
+
+
+def presence_by_item(*, now: datetime | None = None) -> dict[str, list[str]]:
+    """Every item someone is viewing, with who (for the queue page's markers)."""
+    now = now or timezone.now()
+    viewing: dict[str, set[str]] = {}
+    for public_id, username in Presence.objects.filter(last_seen__gte=now - PRESENCE_TTL).values_list(
+        "item__public_id", "user__username"
+    ):
+        viewing.setdefault(str(public_id), set()).add(username)
+    return {public_id: sorted(names) for public_id, names in viewing.items()}

@@ -1,0 +1,163 @@
+"""Claims that expire: who is reading an item, so the others read something else.
+
+Opening an item (or pressing a key on its page) claims it for ``CLAIM_SECONDS``;
+activity on the page renews the claim; deciding the item, leaving its page, or simply
+letting the time run out ends it. An expired claim is ignored wherever claims are read,
+so nothing has to sweep them: a moderator who walks away blocks nobody for long.
+
+Claims are advisory: taking an item someone else holds a live claim on does not steal
+it (the page says who holds it and for how long), "next item" skips it, and the guard
+still judges every decision on its own. Only with ``CLAIMS_REQUIRED`` does the guard
+refuse a decision on an item someone else holds (``moderation.review.decisions``).
+
+One ``ItemClaim`` row per item (the item is the primary key of the claim, so two
+moderators claiming an item at the same instant cannot both insert one), in the
+database every server process shares, so claims hold across processes. Taking an
+expired or one's own claim is a single conditional UPDATE, never read-then-write.
+
+``CLAIMS_ENABLED = False`` turns the whole mechanism off (nobody claims, "next item"
+takes the first pending item): the baseline the duplicate-reading figure is measured
+against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from moderation.models import ItemClaim, ItemStatus, QueueItem
+from moderation.records import events
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A live claim, in the words the pages use."""
+
+    item_public_id: str
+    holder: str
+    holder_id: int
+    expires_at: datetime
+
+    def seconds_left(self, now: datetime | None = None) -> int:
+        return max(0, math.ceil((self.expires_at - (now or timezone.now())).total_seconds()))
+
+    def left_text(self, now: datetime | None = None) -> str:
+        """``3 min left``: whole minutes, rounded up, so a live claim never reads "0 min"."""
+        return f"{max(1, math.ceil(self.seconds_left(now) / 60))} min left"
+
+    def describe(self, now: datetime | None = None) -> str:
+        return f"claimed by {self.holder} · {self.left_text(now)}"
+
+
+def _claim_of(row: ItemClaim, item_public_id: str) -> Claim:
+    return Claim(item_public_id=item_public_id, holder=row.user.get_username(), holder_id=row.user_id,
+                 expires_at=row.expires_at)
+
+
+def claim_live(*, item, now: datetime | None = None) -> Claim | None:
+    """The item's live claim, whoever holds it (None: unclaimed, expired, or claims are off)."""
+    if not settings.CLAIMS_ENABLED:
+        return None
+    row = ItemClaim.objects.select_related("user").filter(item_id=item.pk, expires_at__gt=now or timezone.now()).first()
+    return _claim_of(row, str(item.public_id)) if row else None
+
+
+def claims_live(*, items: Iterable, now: datetime | None = None) -> dict[int, Claim]:
+    """The live claims of several items (one query), by item pk: for the queue's rows."""
+    if not settings.CLAIMS_ENABLED:
+        return {}
+    by_pk = {item.pk: str(item.public_id) for item in items}
+    rows = ItemClaim.objects.select_related("user").filter(item_id__in=by_pk, expires_at__gt=now or timezone.now())
+    return {row.item_id: _claim_of(row, by_pk[row.item_id]) for row in rows}
+
+
+def claim_extend(*, item, user: AbstractBaseUser, now: datetime | None = None) -> bool:
+    """Renew ``user``'s live claim on the item for another ``CLAIM_SECONDS``; False if they hold none."""
+    now = now or timezone.now()
+    return bool(
+        ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now)
+        .update(expires_at=now + timedelta(seconds=settings.CLAIM_SECONDS))
+    )
+
+
+def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> Claim | None:
+    """Claim the item for ``user`` unless someone else holds a live claim on it.
+
+    Returns the item's live claim afterwards: ``user``'s own (taken or renewed) or the
+    other holder's, which is left as it is (advisory: reading is never refused). None
+    when claims are off.
+    """
+    if not settings.CLAIMS_ENABLED:
+        return None
+    now = now or timezone.now()
+    expires_at = now + timedelta(seconds=settings.CLAIM_SECONDS)
+    if ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now).update(
+        taken_at=now, expires_at=expires_at
+    ):
+        return claim_live(item=item, now=now)  # renewed: nobody else's view of it changed
+    # Free or expired: one conditional statement, so of two takers only one matches the row.
+    taken = ItemClaim.objects.filter(item_id=item.pk).filter(Q(user_id=user.pk) | Q(expires_at__lte=now)).update(
+        user_id=user.pk, taken_at=now, expires_at=expires_at
+    )
+    if not taken:
+        try:
+            with transaction.atomic():
+                ItemClaim.objects.create(item_id=item.pk, user_id=user.pk, taken_at=now, expires_at=expires_at)
+            taken = 1
+        except IntegrityError:
+            pass  # someone else claimed it first (or holds it live)
+    claim = claim_live(item=item, now=now)
+    if taken and claim is not None:
+        events.after_commit(lambda: events.claim_broadcast(claim=claim))
+    return claim
+
+
+def claim_release(*, item_public_id: str, user_id: int, taken_before: datetime | None = None) -> bool:
+    """End ``user_id``'s claim on the item, if they hold one; tell the others.
+
+    ``taken_before``: a page that closes releases only a claim taken before it opened,
+    never the one its own reload (or the next page on the same item) has just taken.
+    """
+    rows = ItemClaim.objects.filter(item__public_id=item_public_id, user_id=user_id)
+    if taken_before is not None:
+        rows = rows.filter(taken_at__lte=taken_before)
+    if not rows.delete()[0]:
+        return False
+    events.after_commit(lambda: events.claim_released_broadcast(item_public_id=str(item_public_id)))
+    return True
+
+
+def claim_held_by_other(*, item, user: AbstractBaseUser, now: datetime | None = None) -> Claim | None:
+    """Someone else's live claim on the item (what ``CLAIMS_REQUIRED`` refuses a decision over)."""
+    claim = claim_live(item=item, now=now)
+    return claim if claim is not None and claim.holder_id != user.pk else None
+
+
+def next_item_pick(*, candidates: Iterable, user: AbstractBaseUser, skip_public_id: str | None = None):
+    """The first of ``candidates`` (pending items in the moderator's order) that ``user`` can claim, claimed.
+
+    Skips the item just decided and, with claims on, every item someone else holds; an
+    item claimed by someone else between the read and the take is skipped too, and so is
+    one decided meanwhile (its decider's claim ends with the decision, so the take finds
+    it free). None when nothing is left. With claims off, simply the first candidate.
+    """
+    for item in candidates:
+        if str(item.public_id) == skip_public_id:
+            continue
+        if not settings.CLAIMS_ENABLED:
+            return item
+        claim = claim_take(item=item, user=user)
+        if claim is None or claim.holder_id != user.pk:
+            continue
+        if QueueItem.objects.filter(pk=item.pk, status=ItemStatus.PENDING).exists():
+            return item
+        claim_release(item_public_id=str(item.public_id), user_id=user.pk)
+    return None

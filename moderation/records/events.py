@@ -1,0 +1,296 @@
+"""Everything the dashboard is told live, sent only after the database commits.
+
+Channel layers deliver at most once and may be down; a failed push is logged and
+never turns a decision into an error, because the HTTP response already tells the
+reviewer the truth and clients resync on reconnect.
+
+A push never sits on a decision's critical path:
+- ``after_commit`` inside ``events_held`` (the guard wraps its item lock in it) keeps
+  the push until the lock is released, so the next reviewer of the item never waits
+  for a channel layer;
+- in a server process (the ASGI application registers its event loop) the push is
+  handed to that loop and the request does not wait for it at all; each send is
+  bounded by ``SEND_TIMEOUT_SECONDS`` and at most ``MAX_PUSHES_IN_FLIGHT`` are
+  pending, so a black-holed Redis costs a request nothing and the process a bounded
+  number of waiting tasks. Outside a server (management commands, the test client)
+  the push runs in the caller's thread, bounded by the same timeout.
+
+Groups: ``queue`` (every open queue page: items of no team), ``team.<id>`` (the queue
+pages of that team's members), ``supervisors`` (the queue pages of supervisors, who see
+every team's items), ``item.<uuid>`` (every open page of that item, whose page only the
+people who may see it can open), ``user.<id>`` (every open page of that user), ``session.<hash>`` (every open
+page of one login session, so logging out closes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import DatabaseError, transaction
+from django.db.models import Q
+
+from moderation.models import QueueItem
+from moderation.policies.models import Team
+from moderation.records.selectors import queue_counts
+
+if TYPE_CHECKING:
+    from moderation.records.claims import Claim
+    from moderation.records.outcomes import DecisionOutcome
+
+logger = logging.getLogger(__name__)
+
+QUEUE_GROUP = "queue"
+SUPERVISORS_GROUP = "supervisors"
+# A layer that hangs (a black-holed Redis) must not hold a reviewer's HTTP response
+# hostage: the push is given up after this long and the client catches up on resync.
+SEND_TIMEOUT_SECONDS = 2.0
+# Beyond this many pushes still waiting on the layer, new ones are dropped (and logged):
+# memory stays bounded however long the layer hangs, and clients resync anyway.
+MAX_PUSHES_IN_FLIGHT = 1000
+
+def item_group(public_id: str) -> str:
+    return f"item.{public_id}"
+
+
+def team_group(team_id: int) -> str:
+    return f"team.{team_id}"
+
+
+def queue_groups(*, team_ids: Iterable[int | None]) -> list[str]:
+    """The queue pages that may hear of items of these teams (None: no team): everyone's for an item
+    of no team; the team's members' and the supervisors' for a team's item."""
+    groups = {QUEUE_GROUP if team_id is None else team_group(team_id) for team_id in team_ids}
+    if groups - {QUEUE_GROUP}:
+        groups.add(SUPERVISORS_GROUP)
+    return sorted(groups)
+
+
+def _item_queue_groups(item_public_id: str) -> list[str]:
+    # Read after the commit, so an item's team is the one it has now. The database out of
+    # reach: the supervisors only, rather than risk telling everyone of a team's item.
+    try:
+        team_id = QueueItem.objects.filter(public_id=item_public_id).values_list("team_id", flat=True).first()
+    except DatabaseError:
+        logger.exception("could not read the team of %s for a live update", item_public_id)
+        return [SUPERVISORS_GROUP]
+    return queue_groups(team_ids=[team_id])
+
+
+def user_group(user_id: int) -> str:
+    return f"user.{user_id}"
+
+
+def session_group(session_key: str) -> str:
+    # Hashed because group names travel through Redis and a session key is a credential.
+    return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+_held = threading.local()
+_server_loop: asyncio.AbstractEventLoop | None = None
+_in_flight: set[concurrent.futures.Future] = set()
+_in_flight_lock = threading.Lock()
+
+
+def server_loop_register(loop: asyncio.AbstractEventLoop) -> None:
+    """The ASGI application's event loop: pushes from request threads are handed to it.
+
+    It is also the loop the in-memory layer's consumers wait on, so a push made there
+    wakes them; a loop of our own would not.
+    """
+    global _server_loop
+    _server_loop = loop
+
+
+@contextmanager
+def events_held() -> Iterator[None]:
+    """Keep back the pushes ``after_commit`` schedules inside the block; send them when it ends.
+
+    Nested blocks hand their pushes to the outermost one.
+    """
+    if getattr(_held, "pushes", None) is not None:
+        yield
+        return
+    _held.pushes = []
+    try:
+        yield
+    finally:
+        pushes, _held.pushes = _held.pushes, None
+        for push in pushes:
+            push()
+
+
+def after_commit(push: Callable[[], None]) -> None:
+    """Run ``push`` once the current transaction commits (never if it rolls back),
+    or, if that happens inside ``events_held``, when the held block ends."""
+    transaction.on_commit(lambda: _push_or_hold(push))
+
+
+def _push_or_hold(push: Callable[[], None]) -> None:
+    pushes = getattr(_held, "pushes", None)
+    if pushes is None:
+        push()
+    else:
+        pushes.append(push)
+
+
+def pushes_in_flight() -> int:
+    """Pushes handed to the server loop and not finished yet (for tests and bounds)."""
+    with _in_flight_lock:
+        return len(_in_flight)
+
+
+def _send(group: str, message: dict[str, Any]) -> None:
+    _send_all([(group, message)])
+
+
+def _send_all(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    """Push to several groups at once, each send bounded and logged on its own."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = _server_loop
+    if loop is not None and loop.is_running():
+        _send_in_background(loop, layer, sends)
+        return
+    try:
+        # One trip into an event loop for all groups: each async_to_sync from a plain
+        # thread starts a loop of its own.
+        async_to_sync(_group_send_all_logged)(layer, sends)
+    except Exception as exc:
+        _failures_log(sends, [exc] * len(sends))
+
+
+def _send_in_background(loop: asyncio.AbstractEventLoop, layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    with _in_flight_lock:
+        if len(_in_flight) >= MAX_PUSHES_IN_FLIGHT:
+            logger.error(
+                "dropped %s: %d pushes are still waiting on the channel layer",
+                ", ".join(str(message.get("type")) for _, message in sends), len(_in_flight),
+            )
+            return
+        future = asyncio.run_coroutine_threadsafe(_group_send_all_logged(layer, sends), loop)
+        _in_flight.add(future)
+    future.add_done_callback(_in_flight_discard)
+
+
+def _in_flight_discard(future: concurrent.futures.Future) -> None:
+    with _in_flight_lock:
+        _in_flight.discard(future)
+
+
+async def _group_send_all_logged(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    results = await asyncio.gather(
+        *(asyncio.wait_for(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS) for group, message in sends),
+        return_exceptions=True,
+    )
+    _failures_log(sends, results)
+
+
+def _failures_log(sends: list[tuple[str, dict[str, Any]]], results: list[Any]) -> None:
+    for (group, message), result in zip(sends, results):
+        if isinstance(result, BaseException):
+            logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
+
+
+def _item_send(item_public_id: str, message: dict[str, Any]) -> None:
+    """To the item's own pages and the queue pages that may see it."""
+    _send_all([(group, message) for group in [*_item_queue_groups(item_public_id), item_group(item_public_id)]])
+
+
+def _counts() -> dict[str, int]:
+    # These run in on_commit callbacks; an exception there would turn a committed
+    # decision into a 500, so a failed count only leaves the counts to the next resync.
+    try:
+        return queue_counts().as_dict()
+    except DatabaseError:
+        logger.exception("could not count the queue for a live update")
+        return {}
+
+
+def item_created_broadcast(*, item: QueueItem) -> None:
+    if get_channel_layer() is None:  # nobody to tell: skip counting the queue
+        return
+    message = {"type": "item.created", "item": str(item.public_id), "title": item.title, "counts": _counts()}
+    _send_all([(group, message) for group in queue_groups(team_ids=[item.team_id])])
+
+
+def decision_broadcast(*, outcome: DecisionOutcome) -> None:
+    """Tell everyone an item was decided (called for the winner's commit)."""
+    if get_channel_layer() is None:  # nobody to tell: skip counting the queue
+        return
+    message = {
+        "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
+    }
+    _item_send(outcome.item_public_id, message)
+
+
+def vote_broadcast(*, outcome: DecisionOutcome) -> None:
+    """Tell everyone a vote was counted on a quorum ask that is still open (its tally so far)."""
+    message = {"type": "item.voted", **outcome.winner_payload(), "voter_requested": outcome.requested}
+    _item_send(outcome.item_public_id, message)
+
+
+def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team_name: str) -> None:
+    """Tell the item's new team, the teams that escalate to it (where the row leaves) and its pages that an overdue item was escalated."""
+    message = {"type": "item.escalated", "item": item_public_id, "title": title, "team": team, "team_name": team_name}
+    try:
+        teams = list(Team.objects.filter(Q(slug=team) | Q(escalate_to__slug=team)).values_list("pk", flat=True))
+    except DatabaseError:
+        logger.exception("could not read the teams of %s for a live update", item_public_id)
+        teams = []
+    groups = queue_groups(team_ids=teams) if teams else [SUPERVISORS_GROUP]
+    _send_all([(group, message) for group in [*groups, item_group(item_public_id)]])
+
+
+def item_applied_broadcast(*, item_public_id: str, title: str, status: str, applied: dict[str, Any]) -> None:
+    """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed)."""
+    message = {"type": "item.applied", "item": item_public_id, "title": title, "status": status, "applied": applied}
+    _item_send(item_public_id, message)
+
+
+def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
+    """Tell the losing reviewer's other open tabs their decision was not applied."""
+    message = outcome.loser_notice()
+    _send(
+        user_group(reviewer_id),
+        {
+            "type": "decision.lost", **outcome.winner_payload(), "requested": outcome.requested,
+            "seconds_ago": outcome.seconds_ago(), "message": message,
+        },
+    )
+
+
+def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
+    """Tell the item's pages and the queue pages who is viewing the item now."""
+    message = {"type": "presence.changed", "item": item_public_id, "viewers": viewers}
+    _item_send(item_public_id, message)
+
+
+def claim_broadcast(*, claim: Claim) -> None:
+    """Tell the queue and the item's pages who claimed the item and for how long (``moderation.records.claims``)."""
+    message = {"type": "item.claimed", "item": claim.item_public_id, "holder": claim.holder,
+               "seconds_left": claim.seconds_left()}
+    _item_send(claim.item_public_id, message)
+
+
+def claim_released_broadcast(*, item_public_id: str) -> None:
+    message = {"type": "item.released", "item": item_public_id}
+    _item_send(item_public_id, message)
+
+
+def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str | None = None) -> None:
+    """Ask the sockets of these users (or of this session) to re-read their rights; see moderation.live.rights."""
+    groups = [user_group(user_id) for user_id in user_ids]
+    if session_key:
+        groups.append(session_group(session_key))
+    _send_all([(group, {"type": "rights.changed"}) for group in groups])
+

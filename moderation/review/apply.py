@@ -1,0 +1,241 @@
+"""The graph's work after a decision: the worker resumes each decided ask exactly once.
+
+This is the second half of the guard's contract (``moderation.review.decisions``). The guard
+commits a decision (the ask DECIDED, the item row, the winning attempt) and, in the
+same transaction, queues ``item_apply_task`` for the item; the reviewer's answer does
+not wait for the graph. Then, in a worker, ``item_apply``:
+
+1. takes the thread's resume lock (``moderation.core.resumelock``), waiting if another
+   worker holds it: at most one resume of a thread runs anywhere, and no database row
+   lock is held while the graph runs (an agent's tool may take seconds);
+2. reads the item's decided, unapplied asks and the interrupts its graph is still
+   paused at. The asks whose interrupt is still pending are resumed together with
+   LangGraph's ``{interrupt_id: value}`` map. An ask whose interrupt is no longer
+   pending was resumed by an earlier run that died before recording it (a worker
+   killed after the resume): it is not resumed again, only recorded;
+3. records, under the item's row lock in one short transaction, the asks as applied
+   and what the graph did next: finished (its result), asked again (new pending asks,
+   the item back in the queue), or failed (``apply_state`` FAILED with the error, for
+   ``manage.py recover``), with its ``item.applied`` webhook deliveries (the outbox:
+   announced exactly when recorded); events go out after the commit;
+4. goes round again while decided asks are unapplied (decided during the resume).
+
+A task retried, duplicated or run by two workers at once finds nothing to do, or waits
+for the lock and then finds nothing to do. A worker killed at any step leaves a decided,
+unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from itertools import islice
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from django_tasks import task
+
+from moderation.core.faults import fault_point
+from moderation.core.resumelock import thread_resume_lock
+from moderation.core.taskqueue import tasks_will_run
+from moderation.delivery.outbox import item_applied_record
+from moderation.graphs.asks import AskSpec, ask_resume_value
+from moderation.graphs.runtime import (
+    PendingAsk,
+    graph_continue,
+    graph_resume,
+    graph_state_read,
+)
+from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.policies.rules import policy_parse
+from moderation.records import events
+from moderation.records.counts import counts_apply, item_counted
+
+logger = logging.getLogger(__name__)
+
+APPLY_QUEUE = "apply"
+ERROR_MAX_CHARS = 500
+
+
+@task(queue_name=APPLY_QUEUE)
+def item_apply_task(item_id: int) -> str:
+    return item_apply(item_id=item_id)
+
+
+def item_apply_enqueue(*, item_id: int) -> None:
+    """Queue the item's apply in the caller's transaction (committed with the decision, or not at all).
+
+    With ``REVIEWQUEUE_APPLY_INLINE`` (the in-process test suite, which runs no worker)
+    the same ``item_apply`` runs in this process after the commit instead, and, like an
+    event, only once the guard has let go of the item's lock (``events.after_commit``):
+    a reviewer of the same item never waits for its graph.
+    """
+    if settings.REVIEWQUEUE_APPLY_INLINE:
+        events.after_commit(lambda: item_apply(item_id=item_id))
+    else:
+        item_apply_task.enqueue(item_id)
+
+
+def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
+    """Apply every decided, unapplied ask of the item (see the module docstring); say what happened.
+
+    ``retry_failed`` also runs on an item whose graph failed after a decision (``recover``).
+    """
+    item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
+    if item is None:
+        return "gone"
+    if item.apply_state == ApplyState.FAILED and not retry_failed:
+        return "failed earlier; left for manage.py recover"
+    done: list[str] = []
+    with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+        while True:
+            asks = list(ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True).exclude(status=AskStatus.PENDING))
+            if not asks:
+                break
+            done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
+            if done[-1].startswith("failed"):
+                break
+    return "; ".join(done) or "nothing to apply"
+
+
+def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) -> str:
+    name, thread_id = item.graph, item.thread_id
+    fault_point("before_resume", item_key=thread_id)
+    try:
+        before = graph_state_read(name=name, thread_id=thread_id)
+        waiting = {p.interrupt_id for p in before.asks}
+        answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
+        if answers:
+            graph_resume(name=name, thread_id=thread_id, answers=answers)
+        elif retry_failed and before.error:
+            graph_continue(name=name, thread_id=thread_id)
+        fault_point("after_resume", item_key=thread_id)
+        after = graph_state_read(name=name, thread_id=thread_id)
+    except Exception as exc:
+        logger.exception("applying item %s failed", item.pk)
+        return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
+    if after.error and not after.asks:
+        return _record_failure(item_id=item.pk, error=after.error)
+    fault_point("before_record", item_key=thread_id)
+    return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
+                   values=after.values if after.finished else {}, resumed=len(answers))
+
+
+def _resume_value(ask: ReviewAsk) -> Any:
+    meta = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
+    if ask.status == AskStatus.WITHDRAWN:
+        meta["withdrawn"] = True
+    if ask.tally:
+        meta["tally"] = ask.tally
+    return ask_resume_value(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, meta=meta)
+
+
+def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finished: bool, values: dict, resumed: int) -> str:
+    now = timezone.now()
+    with events.events_held(), transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
+        known = set(item.asks.values_list("interrupt_id", flat=True))
+        new = [p for p in asked if p.interrupt_id not in known]
+        if finished:
+            result = values.get("result") if isinstance(values.get("result"), dict) else {}
+            item.applied_result = {"state": "finished", **({"result": result} if result else {})}
+        elif new and item.status == ItemStatus.WITHDRAWN:
+            # A withdrawn item stays withdrawn: its graph is left paused at what it asks next.
+            item.applied_result = {"state": "asked after withdrawal", "asks": len(new)}
+        elif asked:
+            item.applied_result = {"state": "asked again", "asks": len(asked)}
+            if new:
+                _asks_open(item=item, asked=new)
+        else:
+            item.applied_result = {"state": "waiting"}
+        item.apply_state = ApplyState.IDLE
+        item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
+                                 "decision_note", "review_request"])
+        applied = list(ReviewAsk.objects.filter(pk__in=ask_ids).values_list("interrupt_id", flat=True))
+        item_applied_record(item=item, applied=applied)
+        snapshot = _snapshot(item)
+        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+    return f"resumed {resumed}, {item.applied_result['state']}"
+
+
+def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list[ReviewAsk]:
+    """Rows for the interrupts a graph raised (its first asks at start, or a later round).
+
+    Each ask's deadline: the graph's own (its interrupt's ``deadline_seconds``), else the
+    item's policy's; the task worker enforces it (``moderation.review.deadlines``).
+    """
+    now = timezone.now()
+    policy_seconds = policy_parse(item.policy).deadline_seconds
+
+    def deadline(p: PendingAsk) -> Any:
+        seconds = p.spec.deadline_seconds or policy_seconds
+        return now + timedelta(seconds=seconds) if seconds else None
+
+    return ReviewAsk.objects.bulk_create([
+        ReviewAsk(item=item, interrupt_id=p.interrupt_id, round=round, position=i, payload=p.spec.as_payload(),
+                  deadline_at=deadline(p))
+        for i, p in enumerate(asked)
+    ])
+
+
+def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
+    """A new round: the item is pending again, with the new asks; earlier decisions stay on their asks."""
+    last = item.asks.order_by("-round").values_list("round", flat=True).first() or 0
+    asks_create(item=item, asked=asked, round=last + 1)
+    before = item_counted(item)
+    item.status = ItemStatus.PENDING
+    item.decided_by = None
+    item.decided_at = None
+    item.decision_note = ""
+    item.review_request = asked[0].spec.as_payload()
+    # The caller saves the row in this transaction.
+    counts_apply(before=before, after=item_counted(item))
+
+
+def _record_failure(*, item_id: int, error: str) -> str:
+    error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
+    with events.events_held(), transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        item.apply_state = ApplyState.FAILED
+        item.applied_result = {"state": "failed", "error": error}
+        item.save(update_fields=["apply_state", "applied_result"])
+        item_applied_record(item=item, applied=[])
+        snapshot = _snapshot(item)
+        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+    logger.error("item %s: the graph failed after its decision: %s", item_id, error)
+    return f"failed: {error}"
+
+
+def _snapshot(item: QueueItem) -> dict[str, Any]:
+    return {"item_public_id": str(item.public_id), "title": item.title, "status": item.status,
+            "applied": dict(item.applied_result)}
+
+
+def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
+    """Queue again every item with a decided ask not applied for ``APPLY_SWEEP_GRACE`` seconds.
+
+    Only items no apply task is still going to run: one waiting in the queue, or claimed
+    within the grace (a live worker's, presumably), will. Without that, a backlog longer
+    than the grace had every sweep of every worker queue each overdue item again, and the
+    duplicates (each taking the resume lock to find nothing to do) kept the queue from
+    draining. A dead worker's task is never finished, so once it is older than the grace
+    its item is queued again, once: the next sweep finds that task waiting.
+    """
+    overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
+    will_run = tasks_will_run(task=item_apply_task, started_since=overdue)
+    unapplied = (
+        ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
+        .exclude(item__apply_state=ApplyState.FAILED)
+        .values_list("item_id", flat=True).distinct()
+    )
+    item_ids = list(islice((i for i in unapplied.iterator() if i not in will_run), 500))
+    for item_id in item_ids:
+        (enqueue or item_apply_task.enqueue)(item_id)
+    if item_ids:
+        logger.warning("re-queued the apply of %d items whose decision was not yet applied", len(item_ids))
+    return len(item_ids)

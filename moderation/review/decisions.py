@@ -1,0 +1,669 @@
+"""The guard: exactly one decision per ask wins, every loser is told by whom, and the
+graph is resumed exactly once per decision, by the worker.
+
+An item's graph asks through ``interrupt()``; each interrupt is a ``ReviewAsk``,
+identified by LangGraph's ``Interrupt.id``, decided with LangChain's decision types
+(approve, edit, reject, respond; ``moderation.graphs.asks``). An item may have several
+asks at once (parallel interrupts) and ask again after a decision (a new round).
+
+A withdrawal by the item's submitter (``item_withdraw``) is one more competing
+operation on the same guard: it settles every open ask of a pending item at once
+(each answered with a rejection), the item becomes WITHDRAWN and the withdrawing user
+its winner. A withdrawal of a settled item loses naming the winner; a decision on a
+withdrawn item loses with "Already withdrawn by <name>".
+
+Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
+decision on an open ask of an item someone else holds a live claim on is refused under
+the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that
+settles the item ends the decider's claim in the same transaction.
+
+Approval policies (``moderation.policies``). Under the row lock, and before anything
+else is judged, the decider must be allowed: a moderator of the item's team (the team
+read from the locked row, so an escalation is seen) holding a live membership, whose
+row is locked too, so a removal committed first refuses the decision and a removal
+committed later waits for it; or a supervisor; never the item's requester (four eyes).
+A refusal raises ``NotAllowed`` and records nothing. On a quorum item an attempt is a
+vote: the voter's one ``Vote`` row is written (or changed), the tally is read under the
+same lock, and the vote that makes the outcome certain resolves the ask as a winning
+attempt would, with the whole tally; a vote that does not is recorded VOTED. So the Nth
+approval and a veto, or two last approvals, are judged one after the other: the first
+committed decides, and the graph is resumed once, by the worker, with every vote.
+
+Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
+
+1. The item's in-process lock (``moderation.core.locks``): one lock per item, never a
+   global one, so reviewers in this process queue only behind others deciding the
+   *same* item. Waiting is bounded by ``DECISION_LOCK_TIMEOUT`` (then ``ItemBusy``).
+2. A database transaction holding the item's row lock: ``SELECT ... FOR UPDATE`` on
+   PostgreSQL (bounded by ``lock_timeout``); on SQLite, where Django ignores
+   ``select_for_update``, the IMMEDIATE transaction mode takes SQLite's write lock at
+   BEGIN (bounded by the busy timeout). This is what excludes other processes.
+3. Under both, check-then-act on the ask: still pending, so this attempt wins; the
+   ask, the item row, the winning attempt, its webhook deliveries and the worker's
+   task to apply it (``moderation.review.apply``) are written in that one transaction and
+   commit together, or not at all.
+
+The graph is not touched under these locks. Everything checkable is checked before
+them (the decision's types against the ask's ``allowed_decisions``, an edit's
+arguments against its ``args_schema``, every text), so a bad decision changes nothing
+and a good one cannot fail after it won. Then, in a worker, ``moderation.review.apply``
+resumes the thread under the thread's resume lock (at most one resume of a thread in
+flight anywhere; no row lock held while the graph runs), re-checking that the
+interrupt is still pending, so a retried or duplicated task never resumes twice, and
+records what the graph did next. A worker killed before, during or after the resume
+leaves the decided ask unapplied, and the sweep of every worker queues it again.
+
+Every judged attempt (won, lost, or refused because the item needs attention) is
+appended to the keyed attempts log (per-item chain and global ledger, see
+``moderation.records.audit``) under the same row lock.
+
+Events go out only after the commit and after the item lock is released
+(``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer
+never keeps the next reviewer of the item waiting, and in a server process the
+request does not wait for the push at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
+
+from moderation.core.faults import fault_point
+from moderation.core.locks import LockTimeout, item_lock
+from moderation.core.permissions import user_can_decide
+from moderation.delivery.outbox import (
+    item_escalated_record,
+    item_settled_record,
+    item_voted_record,
+)
+from moderation.graphs.asks import (
+    AskDecisionInvalid,
+    AskSpec,
+    ask_decisions_validate,
+    decisions_kind,
+    text_clean,
+)
+from moderation.models import (
+    PRIORITY_MAX,
+    STATUS_FOR_DECISION,
+    ApplyState,
+    AskStatus,
+    AttemptOrigin,
+    AttemptOutcome,
+    Decision,
+    ItemStatus,
+    QueueItem,
+    Requested,
+    ReviewAsk,
+)
+from moderation.policies.models import Vote, VoteKind
+from moderation.policies.rules import (
+    Policy,
+    Resolution,
+    policy_parse,
+    tally_build,
+    tally_resolve,
+)
+from moderation.policies.teams import (
+    NotAMember,
+    decide_right_check,
+    eligible_count,
+    team_policy,
+)
+from moderation.records import events
+from moderation.records.audit import attempt_append
+from moderation.records.claims import claim_held_by_other, claim_release
+from moderation.records.counts import counts_apply, item_counted
+from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
+from moderation.records.reasons import (
+    ReasonInvalid,
+    decisions_rejecting,
+    reason_check,
+    reason_message,
+)
+from moderation.review.apply import item_apply_enqueue
+from moderation.review.reconcile import item_reconcile
+
+logger = logging.getLogger(__name__)
+
+
+class DecisionError(Exception):
+    """A decision that could not be judged; nothing was changed."""
+
+    code = "error"
+    http_status = 400
+    field = ""
+
+
+class InvalidDecision(DecisionError):
+    code = "invalid_decision"
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotAModerator(DecisionError):
+    code = "forbidden"
+    http_status = 403
+
+
+class NotAllowed(DecisionError):
+    code = "forbidden"
+    http_status = 403
+
+
+class ItemNotFound(DecisionError):
+    code = "not_found"
+    http_status = 404
+
+
+class ItemBusy(DecisionError):
+    code = "busy"
+    http_status = 503
+
+
+class ItemNeedsAttention(DecisionError):
+    code = "needs_attention"
+    http_status = 409
+
+
+class ItemClaimed(DecisionError):
+    """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.records.claims``)."""
+
+    code = "claimed"
+    http_status = 409
+
+
+class DatabaseUnavailable(DecisionError):
+    code = "database_unavailable"
+    http_status = 503
+
+
+NOTHING_APPLIED = "the database connection was lost; nothing was applied, try again"
+WITHDRAWN_MESSAGE = "withdrawn by its submitter"
+
+
+def decision_validate(*, decision: object, note: object) -> tuple[str, str]:
+    """The shorthand decision (approve / reject every action of an ask) and note; InvalidDecision before anything is locked."""
+    if decision not in Decision.values:
+        raise InvalidDecision(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}", field="decision")
+    return str(decision), _text(note, field="note")
+
+
+def _text(text: object, *, field: str) -> str:
+    try:
+        return text_clean(text, field=field)
+    except AskDecisionInvalid as exc:
+        raise InvalidDecision(f"{field} {exc}", field=field) from None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The ask an attempt is about, read before any lock (an ask's payload, an item's policy
+    and requester never change)."""
+
+    key: str
+    ask_pk: int | None
+    spec: AskSpec | None
+    policy: Policy = Policy()
+    requester_id: int | None = None
+
+
+def item_decide(
+    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str | None = None, note: str = "",
+    ask: str | None = None, decisions: Any = None, reason: Any = None, origin: str = "",
+) -> DecisionOutcome:
+    """Decide one ask of an item for ``reviewer``; see the module docstring for the locking contract.
+
+    ``ask`` is the ask's interrupt id; without it, the item's only open ask (or, on a
+    settled item, its latest). Give either ``decisions`` (LangChain's, one per action
+    of the ask, in order) or the shorthand ``decision`` (``approve`` / ``reject``, for
+    every action; a reject carries ``note`` as its message). ``reason``: a reason code
+    (``moderation.records.reasons``), for a decision with a reject only, required for one when
+    ``REJECT_REASON_REQUIRED``; it goes in front of each reject's message. ``origin``:
+    where the attempt came from (``AttemptOrigin``), for the log.
+
+    Returns the outcome, won or lost (a lost one names the winner and what they
+    decided). Raises a ``DecisionError`` subclass, changing nothing, for a
+    non-moderator, a decision the ask does not allow or cannot take (``field`` names
+    where), an unknown item or ask, a wait past the lock bound, or an item that needs
+    an operator.
+    """
+    if not user_can_decide(user=reviewer):
+        raise NotAModerator("you do not have permission to decide items")
+    note = _text(note, field="note")
+    if decisions is None:
+        shorthand, _ = decision_validate(decision=decision, note="")
+    elif decision is not None:
+        raise InvalidDecision("send either decision or decisions, not both", field="decisions")
+    target = _target_read(item_public_id=item_public_id, ask=ask)
+    if target.spec is None:
+        cleaned: list[dict[str, Any]] = []
+    else:
+        if decisions is None:
+            one = {"type": shorthand, **({"message": note} if shorthand == "reject" and note else {})}
+            decisions = [dict(one) for _ in target.spec.actions]
+        try:
+            cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
+        except AskDecisionInvalid as exc:
+            raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
+    if target.requester_id is not None and target.requester_id == reviewer.pk:
+        raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
+    if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
+        raise InvalidDecision(f"this item is decided by vote ({target.policy.describe()}): vote approve or reject",
+                              field="decisions")
+    rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
+    try:
+        reason = reason_check(reason=reason, rejecting=rejecting)
+    except ReasonInvalid as exc:
+        raise InvalidDecision(f"reason: {exc}", field="reason") from None
+    if reason:
+        cleaned = [
+            {**d, "message": reason_message(reason=reason, message=d.get("message", ""))} if d["type"] == "reject" else d
+            for d in cleaned
+        ]
+    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False, reason=reason,
+                    origin=origin)
+
+
+def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "", origin: str = "") -> DecisionOutcome:
+    """Withdraw a pending item for ``by`` (its submitter's account) under the same guard as a decision.
+
+    Who may withdraw is the caller's to decide: the API checks that ``by`` is the item's
+    submitter before calling (this module knows nothing of API clients). Here ``by`` only
+    has to be an active account, and ``reason`` is checked like a decision's note, before
+    anything is locked.
+
+    Every open ask is settled at once (answered with a rejection). Returns the outcome:
+    won (the item is now WITHDRAWN, ``by`` its winner), or lost to whoever settled it
+    first, naming them; the API answers a lost one with 409. Raises a ``DecisionError``
+    subclass, changing nothing, as ``item_decide`` does.
+    """
+    if not (by.is_authenticated and by.is_active):
+        raise NotAllowed("only an active account may withdraw an item")
+    reason = _text(reason, field="reason")
+    target = _Target(key=_item_key(item_public_id), ask_pk=None, spec=None)
+    return _guarded(target=target, reviewer=by, decisions=[], note=reason, withdraw=True, origin=origin)
+
+
+def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
+    key = _item_key(item_public_id)
+    asks = ReviewAsk.objects.filter(item__public_id=key)
+    columns = ("pk", "payload", "item__policy", "item__requested_by_id")
+    if ask:
+        row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
+        if row is None:
+            if not QueueItem.objects.filter(public_id=key).exists():
+                raise ItemNotFound(f"no item {key}")
+            raise ItemNotFound(f"item {key} has no ask {ask!r}")
+    else:
+        open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
+        if len(open_rows) > 1:
+            count = asks.filter(status=AskStatus.PENDING).count()
+            raise InvalidDecision(f"this item has {count} open asks; name the one you decide (ask)", field="ask")
+        row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list(*columns).first()
+        if row is None:
+            status = QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
+            if status is None:
+                raise ItemNotFound(f"no item {key}")
+            if status == ItemStatus.PENDING:
+                # Paused before asks were recorded (an item from an earlier version not yet
+                # recovered): record what its graph waits on, then decide as usual.
+                item_reconcile(key=key)
+                return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
+            # An item whose graph never asked (it needs an operator): judged under the lock.
+            return _Target(key=key, ask_pk=None, spec=None)
+    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3])
+
+
+def _guarded(
+    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    reason: str = "", origin: str = "", by_deadline: bool = False,
+) -> DecisionOutcome:
+    """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
+    key = target.key
+    requested_at = timezone.now()
+    timeout = settings.DECISION_LOCK_TIMEOUT
+    try:
+        with events.events_held(), item_lock(key, timeout=timeout):
+            fault_point("after_item_lock", item_key=key)
+            outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
+                                     withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin,
+                                     by_deadline=by_deadline)
+            fault_point("after_commit", item_key=key)
+            return outcome
+    except LockTimeout:
+        raise ItemBusy("another reviewer is deciding this item right now; try again") from None
+    except (OperationalError, InterfaceError) as exc:
+        if isinstance(exc, OperationalError) and _is_lock_wait(exc):
+            raise ItemBusy("the database is busy; try again") from None
+        if not _connection_lost(exc):
+            raise
+        raise DatabaseUnavailable(_connection_lost_message(target)) from exc
+
+
+def _decide_locked(
+    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    requested_at: datetime, reason: str, origin: str, by_deadline: bool = False,
+) -> DecisionOutcome:
+    """Check-then-act under the row lock. The caller holds the item's in-process lock."""
+    requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
+    with transaction.atomic():
+        item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
+        fault_point("after_row_lock", item_key=target.key)
+        if item.status != ItemStatus.NEEDS_ATTENTION:
+            if withdraw:
+                open_asks = list(item.asks.filter(status=AskStatus.PENDING))
+                if open_asks:
+                    return _withdraw_win(item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at,
+                                         origin=origin)
+                ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
+            else:
+                _decide_right_check(item=item, reviewer=reviewer, by_deadline=by_deadline)
+                ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
+            # The locked row's policy, not the one read before the lock: an escalation may have changed it.
+            policy = policy_parse(item.policy)
+            if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
+                if requested not in VoteKind.values:
+                    raise InvalidDecision(f"this item is now decided by vote ({policy.describe()}): vote approve or reject",
+                                          field="decisions")
+                return _vote_cast(item=item, ask=ask, voter=reviewer, decisions=decisions, note=note,
+                                  requested=requested, requested_at=requested_at, reason=reason, origin=origin,
+                                  policy=policy)
+            if ask is not None and ask.status == AskStatus.PENDING:
+                if by_deadline and policy.is_quorum:
+                    _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
+                if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
+                    raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
+                                      "nothing was recorded, decide it when their claim ends")
+                return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
+                                    requested=requested, requested_at=requested_at, reason=reason, origin=origin)
+            if ask is not None:
+                return _attempt_lose(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
+                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
+        attention = item.attention or "its graph is not waiting for a review"
+        attempt_append(
+            item=item, reviewer=reviewer, requested=requested or Requested.APPROVE.value, note=note,
+            outcome=AttemptOutcome.INVALID, detail=attention[:300], requested_at=requested_at, decisions=decisions,
+            reason=reason, origin=origin,
+        )
+    # Raised only now, so the refused attempt is committed.
+    raise ItemNeedsAttention(f"this item needs an operator: {attention}")
+
+
+def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadline: bool) -> None:
+    if by_deadline:  # the deadline decides for the team, by the policy's default
+        return
+    try:
+        decide_right_check(team_id=item.team_id, requester_id=item.requested_by_id, user=reviewer)
+    except NotAMember as exc:
+        raise NotAllowed(str(exc)) from None
+
+
+def _vote_cast(
+    *, item: QueueItem, ask: ReviewAsk, voter: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime, reason: str, origin: str, policy: Policy,
+) -> DecisionOutcome:
+    """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
+    now = timezone.now()
+    Vote.objects.update_or_create(ask=ask, voter=voter, defaults={"vote": requested, "note": note, "reason": reason,
+                                                                   "cast_at": now, "team_id": item.team_id})
+    votes = _ask_votes(ask)
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
+    tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
+    if resolution is None:
+        attempt = attempt_append(
+            item=item, ask=ask, reviewer=voter, requested=requested, decisions=decisions, note=note,
+            outcome=AttemptOutcome.VOTED, requested_at=requested_at, reason=reason, origin=origin,
+        )
+        item_voted_record(item=item, ask=ask, tally=tally)
+        outcome = vote_outcome(item=item, ask=ask, requested=requested, attempt=attempt, tally=tally)
+        events.after_commit(lambda: events.vote_broadcast(outcome=outcome))
+        return outcome
+    ask.tally = tally
+    ask.save(update_fields=["tally"])
+    return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution),
+                        note=note, requested=requested, requested_at=requested_at,
+                        reason=reason, origin=origin)
+
+
+def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
+    """The ask's counted votes, oldest first, as (voter, approve / reject, cast at)."""
+    return [(v.voter.get_username(), v.vote, v.cast_at) for v in ask.votes.select_related("voter").order_by("cast_at", "id")]
+
+
+def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
+    """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
+    eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
+    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.save(update_fields=["tally"])
+
+
+def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution) -> list[dict[str, Any]]:
+    """LangChain decisions for the whole ask from a resolved tally: approve every action, or reject with the rejecters' words."""
+    actions = AskSpec.from_payload(ask.payload).actions
+    if resolution.outcome == VoteKind.APPROVE:
+        return [{"type": "approve"} for _ in actions]
+    rejections = ask.votes.filter(vote=VoteKind.REJECT).select_related("voter").order_by("cast_at", "id")
+    words = [(v.voter.get_username(), reason_message(reason=v.reason, message=v.note)) for v in rejections]
+    said = "; ".join(f"{name}: {text}" if text else name for name, text in words)
+    why = "vetoed" if resolution.why == "veto" else "rejected by vote"
+    return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
+
+
+def _item_key(item_public_id: UUID | str) -> str:
+    try:
+        return str(UUID(str(item_public_id)))
+    except ValueError:
+        raise ItemNotFound(f"no item {item_public_id!r}") from None
+
+
+def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
+    try:
+        # No select_related here: when PostgreSQL re-reads a row it waited to lock, it
+        # does not redo the join, so a joined winner would come back stale (None).
+        return QueueItem.objects.select_for_update().get(public_id=key)
+    except QueueItem.DoesNotExist:
+        raise ItemNotFound(f"no item {key}") from None
+
+
+# SQLSTATEs of a connection that is gone: class 08 (connection exception) and 57P01-03
+# (admin shutdown, crash shutdown, cannot connect now). A connection that died without
+# a word from the server (a network cut) comes with no SQLSTATE at all.
+_CONNECTION_LOST_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def _connection_lost(exc: OperationalError | InterfaceError) -> bool:
+    """Was the error the connection itself going away? Then make sure the next query reconnects."""
+    if connection.vendor != "postgresql":
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if not (isinstance(exc, InterfaceError) or sqlstate is None or sqlstate.startswith(_CONNECTION_LOST_STATES)):
+        return False
+    connection.close_if_unusable_or_obsolete()
+    return True
+
+
+def _connection_lost_message(target: _Target) -> str:
+    # The graph is only resumed after a commit, so an ask still pending proves nothing
+    # was applied; the connection can also drop during COMMIT, after it succeeded.
+    try:
+        if target.ask_pk and ReviewAsk.objects.filter(pk=target.ask_pk, status=AskStatus.PENDING).exists():
+            return NOTHING_APPLIED
+    except Exception:  # the database is still out of reach
+        logger.warning("could not tell whether item %s was decided before the connection was lost", target.key, exc_info=True)
+    return "the database connection was lost; the item may have been decided meanwhile, reload it to see"
+
+
+def _is_lock_wait(exc: OperationalError) -> bool:
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) == "55P03":  # PostgreSQL lock_not_available
+        return True
+    return "database is locked" in str(exc)
+
+
+def _ask_settle(
+    *, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime,
+    reason: str = "",
+) -> None:
+    ask.status = status
+    ask.decisions = decisions
+    ask.decided_by = by
+    ask.decided_at = at
+    ask.note = note
+    ask.reason = reason
+    ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note", "reason"])
+
+
+def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, at: datetime, note: str) -> None:
+    """The item row after a winning attempt: settled as ``status`` (None: other asks are still
+    open, so it stays pending), its apply queued, its counters moved in the same transaction."""
+    before = item_counted(item)
+    if status is not None:
+        item.status = status
+        item.decided_by = by
+        item.decided_at = at
+        item.decision_note = note
+    item.apply_state = ApplyState.APPLYING
+    item.save(update_fields=["status", "decided_by", "decided_at", "decision_note", "apply_state"])
+    counts_apply(before=before, after=item_counted(item))
+
+
+def _attempt_win(
+    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime, reason: str, origin: str,
+) -> DecisionOutcome:
+    decided_at = timezone.now()
+    _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
+    # What was decided, not what was asked: a quorum's last vote may be an approval that
+    # leaves approval out of reach (a member removed), resolving the ask as rejected.
+    status = STATUS_FOR_DECISION[decisions_kind(decisions)]
+    settled = not item.asks.filter(status=AskStatus.PENDING).exists()
+    _item_decided(item=item, status=status if settled else None, by=reviewer, at=decided_at, note=note)
+    attempt = attempt_append(
+        item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
+        outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
+        requested_at=requested_at, reason=reason, origin=origin,
+    )
+    if settled:
+        item_settled_record(item=item, ask=ask)
+        claim_release(item_public_id=str(item.public_id), user_id=reviewer.pk)
+    outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
+    # Registered first, so an inline apply's item.applied never goes out before item.decided.
+    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
+    item_apply_enqueue(item_id=item.pk)
+    fault_point("before_commit", item_key=str(item.public_id))
+    return outcome
+
+
+def _withdraw_win(
+    *, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime, origin: str,
+) -> DecisionOutcome:
+    decided_at = timezone.now()
+    message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
+    for ask in asks:
+        rejections = [{"type": "reject", "message": message} for _ in ask.payload["action_requests"]]
+        _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
+    _item_decided(item=item, status=ItemStatus.WITHDRAWN, by=by, at=decided_at, note=reason)
+    attempt = attempt_append(
+        item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
+        outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,
+        requested_at=requested_at, origin=origin,
+    )
+    item_settled_record(item=item, ask=asks[0])
+    outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
+    events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
+    item_apply_enqueue(item_id=item.pk)
+    fault_point("before_commit", item_key=str(item.public_id))
+    return outcome
+
+
+def _attempt_lose(
+    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    requested: str, requested_at: datetime, reason: str, origin: str,
+) -> DecisionOutcome:
+    winner_status = ask_status_word(ask)
+    attempt = attempt_append(
+        item=item, ask=ask, reviewer=reviewer, requested=requested or Requested.WITHDRAW.value, decisions=decisions,
+        note=note, outcome=AttemptOutcome.LOST, winner=ask.decided_by, winner_status=winner_status,
+        winner_decided_at=ask.decided_at, requested_at=requested_at, reason=reason, origin=origin,
+    )
+    outcome = outcome_for(item=item, ask=ask, won=False, requested=attempt.requested, attempt=attempt)
+    reviewer_id = reviewer.pk
+    events.after_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
+    return outcome
+
+
+def ask_status_word(ask: ReviewAsk) -> str:
+    """The item status an ask's decision stands for (``withdrawn`` for a withdrawal)."""
+    if ask.status == AskStatus.WITHDRAWN:
+        return ItemStatus.WITHDRAWN.value
+    return STATUS_FOR_DECISION[decisions_kind(ask.decisions)].value
+
+
+DEADLINE_NOTE = "no decision before the deadline"
+ESCALATION_PRIORITY_STEP = 10
+
+
+def ask_deadline_settle(*, ask_pk: int, by: AbstractBaseUser, outcome: str) -> DecisionOutcome:
+    """Resolve an ask whose deadline passed with the policy's default ``outcome`` (approve / reject), as ``by`` (the deadline's account).
+
+    Judged under the same locks as a moderator's decision (the module docstring), so a
+    deadline firing while a moderator clicks has one winner; the deadline, when it
+    loses, is recorded as a lost attempt like any other loser. Membership and quorum do
+    not apply: the deadline decides for the whole team, once.
+    """
+    row = ReviewAsk.objects.filter(pk=ask_pk).values_list("item__public_id", "payload", "item__policy").first()
+    if row is None:
+        raise ItemNotFound(f"no ask {ask_pk}")
+    spec = AskSpec.from_payload(row[1])
+    decisions = [{"type": outcome, **({"message": DEADLINE_NOTE} if outcome == "reject" else {})} for _ in spec.actions]
+    target = _Target(key=str(row[0]), ask_pk=ask_pk, spec=spec, policy=policy_parse(row[2]))
+    return _guarded(target=target, reviewer=by, decisions=decisions, note=DEADLINE_NOTE, withdraw=False,
+                    origin=AttemptOrigin.DEADLINE, by_deadline=True)
+
+
+def ask_escalate(*, ask_pk: int) -> bool:
+    """Hand an overdue ask's item to its team's ``escalate_to`` team, with a higher priority; False if it is no longer open.
+
+    Under the item's locks: an escalation and a decision are judged one after the other,
+    and a vote after it is judged by the new team's membership and policy. The item takes
+    the new team's policy, deadline included (none: it waits for the supervisors).
+    """
+    key = str(ReviewAsk.objects.filter(pk=ask_pk).values_list("item__public_id", flat=True).first() or "")
+    if not key:
+        raise ItemNotFound(f"no ask {ask_pk}")
+    with events.events_held(), item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
+        item = _item_lock_row(key, timeout=settings.DECISION_LOCK_TIMEOUT)
+        ask = ReviewAsk.objects.get(pk=ask_pk)
+        now = timezone.now()
+        # Not overdue any more: another worker's sweep escalated it a moment ago.
+        overdue = ask.deadline_at is not None and ask.deadline_at <= now
+        if ask.status != AskStatus.PENDING or not overdue or item.team is None or item.team.escalate_to is None:
+            return False
+        to = item.team.escalate_to
+        # The supervisors decide by their own team's rules; votes cast so far stay counted (each
+        # was cast by a member of the team the item then belonged to, ``Vote.team``).
+        policy = team_policy(team=to)
+        item.team, item.policy, item.escalated_at = to, policy.as_json(), now
+        item.priority = min(PRIORITY_MAX, item.priority + ESCALATION_PRIORITY_STEP)
+        item.save(update_fields=["team", "policy", "escalated_at", "priority", "rank"])
+        ask.deadline_at = now + timedelta(seconds=to.deadline_seconds) if to.deadline_seconds else None
+        ask.save(update_fields=["deadline_at"])
+        item_escalated_record(item=item)
+        snapshot = {"item_public_id": key, "title": item.title, "team": to.slug, "team_name": to.name}
+        events.after_commit(lambda: events.item_escalated_broadcast(**snapshot))
+        return True

@@ -1,0 +1,187 @@
+"""Creating queue items: each gets its own graph thread, paused at review."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from moderation.core.resumelock import thread_resume_lock
+from moderation.delivery.models import WebhookEvent
+from moderation.delivery.outbox import delivery_record, item_payload
+from moderation.graphs.registry import graph_name_validate
+from moderation.graphs.runtime import GraphState, graph_start, graph_state_read
+from moderation.models import QueueItem
+from moderation.policies.rules import PolicyInvalid
+from moderation.policies.teams import item_policy_resolve
+from moderation.records import events
+from moderation.records.counts import counts_apply, item_counted
+from moderation.review.apply import asks_create
+
+
+def item_body_check(*, body: str) -> None:
+    """Refuse a body longer than ITEM_BODY_MAX_LENGTH, naming the limit."""
+    limit = settings.ITEM_BODY_MAX_LENGTH
+    if len(body) > limit:
+        raise ValidationError(
+            {"body": f"body is {len(body):,} characters; the limit is {limit:,} (ITEM_BODY_MAX_LENGTH)"}
+        )
+
+
+def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
+    """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
+    if username is None:
+        return None
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"requested_by": f"no user named {username!r} on this server"})
+    return user
+
+
+def item_create(
+    *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
+    team: str | None = None, policy: Any = None, requested_by: AbstractBaseUser | None = None,
+) -> QueueItem:
+    """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
+    moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
+
+    ``graph_input`` is merged over ``{item_id, title, body, source}`` as the graph's
+    start state (an agent's ``messages``, say). An unknown graph is a ValidationError.
+
+    ``team`` (a team's slug), ``policy`` (``moderation.policies.rules``) and
+    ``requested_by`` (who asked for the decision, and so may never make it): see
+    ``item_policy_resolve``; a team or policy that cannot be satisfied is refused.
+
+    Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
+    oversized or NUL-bearing field.
+
+    The graph starts before the row is written and outside any transaction of ours, so
+    pre-screening a person's text never holds the database's write lock (on SQLite,
+    IMMEDIATE transactions take it, for the whole database, at BEGIN). If the graph
+    cannot start, no item appears; a graph started for a row whose insert then fails is
+    an orphan thread nobody can reach, which is harmless.
+    """
+    return _item_start(title=title, body=body, source=source, is_lab=False, graph=graph, graph_input=graph_input or {},
+                       team=team, policy=policy, requested_by=requested_by)
+
+
+def submitted_item_create(
+    *, title: str, body: str, source: str, public_id: uuid.UUID | None, fields: dict[str, Any]
+) -> QueueItem:
+    """An API client's item (moderation.review.submissions): a caller-chosen public id and the API's columns."""
+    return _item_start(title=title, body=body, source=source, is_lab=False, public_id=public_id, **fields)
+
+
+def lab_item_create(
+    *, title: str, body: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
+    team: str | None = None, policy: Any = None,
+) -> QueueItem:
+    """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller.
+
+    ``team`` and ``policy`` as for ``item_create`` (the lab names its own team, so a real
+    team claiming the source or the graph never takes its items)."""
+    return _item_start(title=title, body=body, source="racelab", is_lab=True, graph=graph, graph_input=graph_input or {},
+                       team=team, policy=policy)
+
+
+def _item_start(
+    *, title: str, body: str, source: str, is_lab: bool, public_id: uuid.UUID | None = None, **fields: Any
+) -> QueueItem:
+    """``public_id``: chosen by the caller when its thread must be known in advance
+    (moderation.review.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
+    item_body_check(body=body)
+    try:
+        fields["graph"] = graph_name_validate(name=fields.get("graph"))
+    except ValueError as exc:
+        raise ValidationError({"graph": str(exc)}) from None
+    try:
+        team, policy = item_policy_resolve(slug=fields.pop("team", None), source=source, graph=fields["graph"],
+                                           policy=fields.pop("policy", None), requester=fields.get("requested_by"))
+    except PolicyInvalid as exc:
+        raise ValidationError({exc.field: str(exc)}) from None
+    fields.update(team=team, policy=policy.as_json())
+    graph_input = fields.setdefault("graph_input", {}) or {}
+    if not isinstance(graph_input, dict):
+        raise ValidationError({"input": "a graph's input must be a JSON object"})
+    chosen_id = public_id is not None
+    public_id = public_id or uuid.uuid4()
+    item = QueueItem(
+        public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
+        **fields,
+    )
+    # Uniqueness of public_id and of the per-client keys (constraints with submitted_by)
+    # is left to the insert: moderation.review.submissions expects it to fail for a concurrent
+    # duplicate, and a check here would only race with it.
+    # Not the table's check constraints: Django evaluates each in a query of its own (three
+    # round trips, a fifth of an item's start on PostgreSQL), and the insert enforces them
+    # anyway. A new item's status is ours to set; its priority, the one a caller chooses,
+    # was checked with the submission (moderation.review.submissions.submission_check).
+    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"],
+                    validate_constraints=False)
+    state = {"item_id": str(public_id), "title": title, "body": body, "source": source, **graph_input}
+    if chosen_id:
+        # Concurrent submits of one key share this thread (moderation.review.submissions). Two
+        # starts on it would each raise interrupts of their own ids, and the row's asks
+        # could name the one the thread no longer waits on: one start runs, under the
+        # thread's lock, and whoever comes after it joins it or finds its row.
+        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+            if QueueItem.objects.filter(public_id=public_id).exists():
+                raise IntegrityError(f"item {public_id} already exists")
+            started = graph_state_read(name=item.graph, thread_id=item.thread_id)
+            if not started.asks:
+                started = graph_start(name=item.graph, thread_id=item.thread_id, state=state)
+            _item_insert(item=item, started=started)
+    else:
+        _item_insert(item=item, started=graph_start(name=item.graph, thread_id=item.thread_id, state=state))
+    # After the caller's transaction, if there is one; at once otherwise.
+    events.after_commit(lambda: events.item_created_broadcast(item=item))
+    return item
+
+
+def _item_insert(*, item: QueueItem, started: GraphState) -> None:
+    values, asked = started.values, started.asks
+    item.risk = max(-1000, min(1000, int(values.get("risk") or 0)))
+    item.flags = [str(f) for f in values.get("flags") or []]
+    item.review_request = asked[0].spec.as_payload()
+    # The row, its asks and its item.created deliveries commit together (the graph stays outside).
+    with transaction.atomic():
+        item.save(force_insert=True)
+        asks_create(item=item, asked=asked, round=1)
+        counts_apply(before=None, after=item_counted(item))
+        delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
+
+
+CONTENT_FIELDS = ("title", "body", "source")
+
+
+class ItemNotEditable(Exception):
+    """The item is no longer pending: its content is what was (or is being) decided."""
+
+
+def item_content_edit(*, item_pk: int, changes: dict[str, str]) -> dict[str, str]:
+    """Change a pending item's title, body or source; return the values they replaced.
+
+    Checked under the row lock, so an edit can never land on an item decided meanwhile
+    (the audit log signs the content each decision was made on).
+    """
+    unknown = sorted(set(changes) - set(CONTENT_FIELDS))
+    if unknown:
+        raise ValueError(f"only {', '.join(CONTENT_FIELDS)} can be edited, not {', '.join(unknown)}")
+    if "body" in changes:
+        item_body_check(body=changes["body"])
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_pk)
+        if not item.is_pending:
+            raise ItemNotEditable(f"the item is {item.status}; its content can no longer change")
+        before = {field: getattr(item, field) for field in changes}
+        for field, value in changes.items():
+            setattr(item, field, value)
+        item.full_clean(exclude=["thread_id", "review_request"])
+        if changes:
+            item.save(update_fields=list(changes))
+    return before

@@ -1,0 +1,79 @@
+"""Bringing an item's rows (its asks, its status) and its graph back into agreement.
+
+The graph is resumed only after a decision commits (``moderation.review.apply``), so after a
+crash the rows can be ahead of the graph, never behind it: a decided ask not yet
+applied is applied now (once: ``item_apply`` re-checks the graph under the thread's
+resume lock), and a graph that failed after a decision is run on. A pending item is
+checked against the interrupts its graph waits on: interrupts with no ask (an item
+from before asks existed) get their asks; an item whose graph waits on nothing it
+knows is flagged NEEDS_ATTENTION for an operator.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from moderation.graphs.runtime import graph_asks_pending, graph_error_read
+from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.records.counts import counts_apply, item_counted
+from moderation.review.apply import asks_create, item_apply
+
+logger = logging.getLogger(__name__)
+
+
+def item_reconcile(*, key: str) -> tuple[str, str]:
+    """Reconcile the item with public id ``key``; return its title and what was done ("ok" if nothing).
+
+    Takes the locks it needs itself (the apply's, then the row lock), so it is safe
+    while reviewers and workers are at work.
+    """
+    item = QueueItem.objects.get(public_id=key)
+    done = []
+    unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
+    if unapplied or item.apply_state == ApplyState.FAILED:
+        done.append(f"applied its decision: {item_apply(item_id=item.pk, retry_failed=True)}")
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(public_id=key)
+        if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
+            done.append(_pending_check(item=item))
+    done = [d for d in done if d != "ok"]
+    return item.title, "; ".join(done) or "ok"
+
+
+def _pending_check(*, item: QueueItem) -> str:
+    waiting = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
+    known = set(item.asks.values_list("interrupt_id", flat=True))
+    open_ids = set(item.asks.filter(status=AskStatus.PENDING).values_list("interrupt_id", flat=True))
+    new = [p for p in waiting if p.interrupt_id not in known]
+    if new:
+        round_ = (item.asks.order_by("-round").values_list("round", flat=True).first() or 0) + 1
+        asks_create(item=item, asked=new, round=round_)
+        item.review_request = new[0].spec.as_payload()
+        item.save(update_fields=["review_request"])
+        open_ids |= {p.interrupt_id for p in new}
+    stale = open_ids - {p.interrupt_id for p in waiting}
+    if stale or not open_ids:
+        error = graph_error_read(name=item.graph, thread_id=item.thread_id) or "no checkpoint for its thread"
+        return _attention(item=item, reason=f"its graph is not waiting for review ({error})")
+    if item.status == ItemStatus.NEEDS_ATTENTION:
+        _status_set(item=item, status=ItemStatus.PENDING, attention="")
+        return "graph is waiting for review again: back to pending"
+    return f"recorded {len(new)} ask(s) its graph waits on" if new else "ok"
+
+
+def _attention(*, item: QueueItem, reason: str) -> str:
+    reason = reason.replace("\x00", "\\x00")  # graph errors can quote an item's text
+    if item.status != ItemStatus.NEEDS_ATTENTION or item.attention != reason:
+        _status_set(item=item, status=ItemStatus.NEEDS_ATTENTION, attention=reason)
+        logger.error("item %s needs attention: %s", item.public_id, reason)
+    return f"needs attention: {reason}"
+
+
+def _status_set(*, item: QueueItem, status: str, attention: str) -> None:
+    before = item_counted(item)
+    item.status = status
+    item.attention = attention
+    item.save(update_fields=["status", "attention"])
+    counts_apply(before=before, after=item_counted(item))

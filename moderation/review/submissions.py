@@ -1,0 +1,204 @@
+"""Items submitted by service clients (/api/v1): validated, idempotent, one graph thread each.
+
+Idempotency. A submit names a key: its ``Idempotency-Key`` header, else its
+``external_id``; both are unique per client in the database. ``items._item_start``
+starts the graph before it inserts the row, outside any transaction (so pre-screening
+never holds SQLite's write lock), so a plain check-then-insert would let two
+concurrent submits of one key each start a graph thread of their own. Instead the
+item's public id, and so its thread id, is derived from (client, key, content
+digest):
+
+- a retry after the first submit committed finds the row and starts nothing;
+- concurrent submits of the same key and content share the *same* thread, taken in
+  turn under its resume lock (``items._item_start``): the first starts the graph and
+  inserts the row; the others find the row and answer with it, so the graph runs once
+  and the row's asks are the interrupts its thread waits on. One item, one thread.
+- a concurrent submit of the same key with *other* content derives another thread,
+  loses the insert and is refused (``IdempotencyConflict``); its thread is an orphan
+  nobody can reach, like any graph whose row insert failed (see ``items.item_create``).
+
+The submit may name a graph (a ``REVIEWQUEUE_GRAPHS`` name; the moderation graph by
+default) and its ``input`` (merged into the graph's start state); both are part of
+the content digest, so one key cannot start two different graphs. Likewise its
+approval policy (``team``, ``policy``, ``requested_by``; ``moderation.policies``): part
+of the digest when given, so a submit without them digests exactly as before.
+
+Every field is checked before anything starts; a refused submit changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError
+from django.db.models import Q
+
+from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
+from moderation.models import PRIORITY_MAX, PRIORITY_MIN, ApiClient, QueueItem
+from moderation.review.items import (
+    item_body_check,
+    item_requester_get,
+    submitted_item_create,
+)
+
+METADATA_MAX_BYTES = 16 * 1024
+METADATA_MAX_DEPTH = 5
+# A graph's input is held to the same limits: it is stored on the item and in every checkpoint.
+INPUT_MAX_BYTES = METADATA_MAX_BYTES
+INPUT_MAX_DEPTH = METADATA_MAX_DEPTH
+KEY_MAX_LENGTH = 200
+_NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
+
+
+class IdempotencyConflict(Exception):
+    """The key was already used for different content."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    title: str
+    body: str
+    source: str
+    external_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    priority: int = 0
+    graph: str | None = None
+    graph_input: dict[str, Any] | None = None
+    team: str | None = None  # a Team's slug
+    policy: dict[str, Any] | None = None  # over the team's (moderation.policies.rules.policy_parse)
+    requested_by: str | None = None  # the username on whose behalf the client submits
+
+    def digest(self) -> str:
+        content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
+        # A submit on the default graph without input digests as it did before graphs could
+        # be named, so a retry of an item submitted before the upgrade still matches it.
+        if (self.graph or DEFAULT_GRAPH) != DEFAULT_GRAPH or self.graph_input:
+            content += [self.graph or DEFAULT_GRAPH, self.graph_input or {}]
+        # Likewise without a policy; an object, never a string, so it cannot pass for a graph's name.
+        approval = {"team": self.team, "policy": self.policy or None, "requested_by": self.requested_by}
+        if any(v is not None for v in approval.values()):
+            content.append({k: v for k, v in approval.items() if v is not None})
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    item: QueueItem
+    created: bool
+
+
+def metadata_check(*, metadata: Any) -> None:
+    """A JSON object of at most METADATA_MAX_BYTES serialized, METADATA_MAX_DEPTH deep, no NUL anywhere."""
+    _json_object_check(metadata, field="metadata", max_bytes=METADATA_MAX_BYTES, max_depth=METADATA_MAX_DEPTH)
+
+
+def graph_input_check(*, graph_input: Any) -> None:
+    """The graph's input, held to metadata's rules (INPUT_MAX_BYTES, INPUT_MAX_DEPTH, no NUL)."""
+    _json_object_check(graph_input, field="input", max_bytes=INPUT_MAX_BYTES, max_depth=INPUT_MAX_DEPTH)
+
+
+def _json_object_check(value: Any, *, field: str, max_bytes: int, max_depth: int) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError({field: f"{field} must be a JSON object"})
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise ValidationError({field: f"{field} is {size:,} bytes as JSON; the limit is {max_bytes:,}"})
+    _json_walk(value, field=field, max_depth=max_depth, depth=1)
+
+
+def _json_walk(value: Any, *, field: str, max_depth: int, depth: int) -> None:
+    if isinstance(value, (dict, list)):
+        if depth > max_depth:
+            raise ValidationError({field: f"{field} nests deeper than {max_depth} levels"})
+        children = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in children:
+            if isinstance(key, str) and "\x00" in key:
+                raise ValidationError({field: f"{field} keys cannot contain NUL characters"})
+            _json_walk(child, field=field, max_depth=max_depth, depth=depth + 1)
+    elif isinstance(value, str) and "\x00" in value:
+        # PostgreSQL's jsonb cannot hold \u0000: refused on both backends alike.
+        raise ValidationError({field: f"{field} strings cannot contain NUL characters"})
+
+
+def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
+    """Everything that needs no database: raises ValidationError naming the field."""
+    item_body_check(body=submission.body)
+    metadata_check(metadata=submission.metadata or {})
+    try:
+        graph_name_validate(name=submission.graph)
+    except UnknownGraph as exc:
+        raise ValidationError({"graph": str(exc)}) from None
+    graph_input_check(graph_input=submission.graph_input or {})
+    if not PRIORITY_MIN <= submission.priority <= PRIORITY_MAX:
+        raise ValidationError({"priority": f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}"})
+    for field, value in (("idempotency_key", idempotency_key), ("external_id", submission.external_id)):
+        if value is None:
+            continue
+        if not value or len(value) > KEY_MAX_LENGTH or "\x00" in value:
+            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters, without NUL"})
+
+
+def _public_id_for(*, client: ApiClient, key: str, digest: str) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE, f"{client.pk}\n{key}\n{digest}")
+
+
+def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: str | None = None) -> SubmitResult:
+    """Create the item, or return the one this key already made (``created`` False).
+
+    Raises ValidationError for bad input (an unknown ``requested_by`` or team, a policy
+    that cannot be satisfied: ``items.item_create``) and IdempotencyConflict for a reused
+    key with other content; neither changes anything.
+    """
+    submission_check(submission=submission, idempotency_key=idempotency_key)
+    requester = item_requester_get(username=submission.requested_by)
+    digest = submission.digest()
+    key = f"key:{idempotency_key}" if idempotency_key is not None else (
+        f"ext:{submission.external_id}" if submission.external_id is not None else None
+    )
+    if key is not None:
+        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        if existing is not None:
+            return SubmitResult(item=existing, created=False)
+    fields = {
+        "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
+        "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
+        "graph": submission.graph, "graph_input": submission.graph_input or {},
+        "team": submission.team, "policy": submission.policy, "requested_by": requester,
+    }
+    try:
+        item = submitted_item_create(
+            title=submission.title, body=submission.body, source=submission.source,
+            public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None, fields=fields,
+        )
+    except IntegrityError:
+        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        if existing is None:
+            raise
+        return SubmitResult(item=existing, created=False)
+    return SubmitResult(item=item, created=True)
+
+
+def _existing(
+    *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str
+) -> QueueItem | None:
+    match = Q()
+    if idempotency_key is not None:
+        match |= Q(idempotency_key=idempotency_key)
+    if submission.external_id is not None:
+        match |= Q(external_id=submission.external_id)
+    item = QueueItem.objects.filter(match, submitted_by=client).select_related("decided_by").first()
+    if item is None:
+        return None
+    if item.submission_digest != digest:
+        used = "Idempotency-Key" if idempotency_key is not None and item.idempotency_key == idempotency_key else "external_id"
+        raise IdempotencyConflict(
+            f"this {used} was already used for item {item.public_id} with different content; "
+            "use a new key for a new item, or resend exactly what was sent"
+        )
+    return item

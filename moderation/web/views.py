@@ -1,0 +1,395 @@
+"""HTTP views: translate requests into service calls and outcomes into responses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.csrf import csrf_failure as csrf_failure_page
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from moderation.core.faults import fault_point
+from moderation.core.permissions import user_can_decide
+from moderation.graphs.asks import AskSpec
+from moderation.graphs.registry import graph_names
+from moderation.live.sockets import (
+    CLOSE_FORBIDDEN,
+    CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHENTICATED,
+    live_socket_admit,
+    live_sockets_stats,
+    live_state_read,
+)
+from moderation.models import AttemptOrigin
+from moderation.records.claims import (
+    Claim,
+    claim_live,
+    claim_take,
+    claims_live,
+    next_item_pick,
+)
+from moderation.records.reasons import reason_codes_active
+from moderation.records.selectors import (
+    QUEUE_ORDERS,
+    RISK_BANDS,
+    QueueCursorInvalid,
+    item_ask_get,
+    item_asks_open,
+    item_asks_settled,
+    item_get,
+    item_vote_panel,
+    items_needing_attention,
+    items_recently_decided,
+    queue_counts,
+    queue_cursor_read,
+    queue_filters_read,
+    queue_pending,
+    queue_tallies,
+)
+from moderation.review.bulk import BulkResult, items_decide_bulk
+from moderation.review.decisions import DecisionError, DecisionOutcome, item_decide
+from moderation.web.decision_forms import (
+    FormInvalid,
+    ask_forms_build,
+    form_decision_read,
+    form_field_for,
+)
+from moderation.web.health import health_redact, health_report
+from moderation.web.ratelimit import reviewer_rate_check
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    filters, problems = queue_filters_read(params=request.GET)
+    try:
+        cursor = queue_cursor_read(token=request.GET.get("cursor"), order=filters.order)
+    except QueueCursorInvalid as exc:
+        problems.append(str(exc))
+        cursor = None
+    page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)
+    query = filters.as_query()
+    # "Next item" follows the order and filters this moderator last looked at the queue in;
+    # written only when they change, not as a session UPDATE on every page load.
+    if request.session.get(_QUEUE_QUERY) != (encoded := urlencode(query)):
+        request.session[_QUEUE_QUERY] = encoded
+    claims = claims_live(items=page.object_list)
+    tallies = queue_tallies(items=page.object_list)
+    for item in page.object_list:
+        item.live_claim = claims.get(item.pk)
+        item.tally_line = tallies.get(item.pk, "")
+    return render(
+        request,
+        "moderation/queue.html",
+        {
+            "page": page,
+            "filters": filters,
+            "problems": problems,
+            "next_query": urlencode({**query, "cursor": page.next_cursor}) if page.next_cursor else None,
+            "previous_query": urlencode({**query, "cursor": page.previous_cursor}) if page.previous_cursor else None,
+            "orders": list(QUEUE_ORDERS),
+            "risk_bands": list(RISK_BANDS),
+            "graphs": graph_names(),
+            "counts": queue_counts(),
+            "recent": items_recently_decided(limit=5, viewer=request.user),
+            "attention": items_needing_attention(viewer=request.user),
+            "can_decide": user_can_decide(user=request.user),
+            "reasons": reason_codes_active(),
+            "reason_required": settings.REJECT_REASON_REQUIRED,
+            "bulk_max": settings.BULK_MAX_ITEMS,
+            # live.js re-reads this page in the background; only a person's view shows messages.
+            "live_refresh": request.headers.get("X-Live-Refresh") == "1",
+        },
+    )
+
+
+@login_required
+@require_POST
+def bulk_decide(request: HttpRequest) -> HttpResponse:
+    """The queue's bulk bar: one decision for the ticked items (or every item the page showed), judged per item."""
+    back = f"{reverse('moderation:queue')}?{request.session.get(_QUEUE_QUERY, '')}".rstrip("?")
+    if not user_can_decide(user=request.user):
+        return _bulk_page(request, back=back, error="You do not have permission to decide items.", status=403)
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        return _bulk_page(request, back=back, error=_rate_limited_message(wait), status=429)
+    items = request.POST.getlist("items")
+    if request.POST.get("all_on_page"):
+        items += request.POST.getlist("page_items")
+    try:
+        results = items_decide_bulk(
+            item_public_ids=items, reviewer=request.user, decision=request.POST.get("decision", ""),
+            note=request.POST.get("note", ""), reason=request.POST.get("reason") or None, origin=AttemptOrigin.DASHBOARD,
+        )
+    except DecisionError as exc:
+        return _bulk_page(request, back=back, error=f"Nothing was decided: {exc}", status=exc.http_status)
+    return _bulk_page(request, back=back, results=results)
+
+
+def _bulk_page(
+    request: HttpRequest, *, back: str, results: list[BulkResult] | None = None, error: str = "", status: int = 200,
+) -> HttpResponse:
+    return render(request, "moderation/bulk_result.html", {"results": results or [], "error": error, "back": back},
+                  status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    item = item_get(public_id=public_id, viewer=request.user)
+    if item is None:
+        raise Http404("No such item")
+    if request.method == "GET":
+        claim = claim_take(item=item, user=request.user) if item.is_pending and user_can_decide(user=request.user) else None
+        return _item_page(request, item=item, claim=claim)
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        if wants_json:
+            return _rate_limited_json(wait)
+        return _item_page(request, item=item, error=_rate_limited_message(wait), status=429)
+    ask_id = request.POST.get("ask") or None
+    spec = _posted_spec(item=item, ask_id=ask_id)
+    try:
+        posted = form_decision_read(spec=spec, data=request.POST)
+        outcome = item_decide(
+            item_public_id=item.public_id, reviewer=request.user, ask=ask_id, decision=posted.decision,
+            decisions=posted.decisions, note=posted.note, reason=posted.reason, origin=AttemptOrigin.DASHBOARD,
+        )
+    except FormInvalid as exc:
+        if wants_json:
+            return JsonResponse({"error": "invalid_decision", "message": str(exc), "field": exc.field}, status=400)
+        return _item_page(request, item=item, error=_NOT_RECORDED, posted=request.POST, errors={exc.field: str(exc)}, status=400)
+    except DecisionError as exc:
+        if wants_json:
+            return _error_json(exc)
+        mark = form_field_for(spec=spec, guard_field=exc.field)
+        return _item_page(request, item=item, error=_NOT_RECORDED if mark else str(exc), posted=request.POST,
+                          errors={mark: str(exc).removeprefix(f"{exc.field}: ")} if mark else {}, status=exc.http_status)
+    if wants_json:
+        return _outcome_json(outcome)
+    fault_point("before_response", item_key=outcome.item_public_id)
+    if outcome.counted and not outcome.won:
+        messages.success(request, outcome.message())
+        return redirect("moderation:item", public_id=item.public_id)
+    if outcome.won:
+        messages.success(request, outcome.message())
+        item.refresh_from_db(fields=["status"])
+        if settings.NEXT_ITEM_AFTER_DECISION and not item.is_pending:
+            return redirect(f"{reverse('moderation:next')}?after={item.public_id}")
+        return redirect("moderation:item", public_id=item.public_id)
+    item.refresh_from_db()
+    return _item_page(request, item=item, lost=outcome, lost_note=posted.note, lost_reason=posted.reason, status=409)
+
+
+_NOT_RECORDED = "Nothing was recorded: correct the field marked below and send again."
+
+
+def _posted_spec(*, item, ask_id: str | None) -> AskSpec | None:
+    """The ask a form was posted for (by default the only open one), to read its fields by."""
+    if ask_id:
+        ask = item_ask_get(item=item, interrupt_id=ask_id)
+    else:
+        open_asks = item_asks_open(item=item)
+        ask = open_asks[0] if len(open_asks) == 1 else None
+    return AskSpec.from_payload(ask.payload) if ask else None
+
+
+def _item_page(
+    request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None,
+    lost_note: str = "", lost_reason: str = "", posted=None, errors: dict[str, str] | None = None,
+    claim: Claim | None = None,
+) -> HttpResponse:
+    panel = item_vote_panel(item=item, viewer=request.user)
+    return render(
+        request,
+        "moderation/item.html",
+        {
+            "item": item,
+            "panel": panel,
+            "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
+                                     reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
+            "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
+            "can_decide": user_can_decide(user=request.user),
+            "error": error,
+            "lost": lost,
+            "lost_message": lost.message() if lost else "",
+            "lost_note": lost_note,
+            "lost_reason": lost_reason,
+            "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
+            "reason_required": settings.REJECT_REASON_REQUIRED,
+            "live_refresh": request.headers.get("X-Live-Refresh") == "1",
+            "claim": claim or (claim_live(item=item) if item.is_pending else None),
+        },
+        status=status,
+    )
+
+
+_QUEUE_QUERY = "queue_query"
+
+
+@login_required
+@require_GET
+def next_item(request: HttpRequest) -> HttpResponse:
+    """The next pending item nobody else has claimed, in this moderator's queue order, claimed for them.
+
+    ``?after=<id>``: the item just decided or skipped, never picked again.
+    """
+    if not user_can_decide(user=request.user):
+        return redirect("moderation:queue")
+    filters, _ = queue_filters_read(params=QueryDict(request.session.get(_QUEUE_QUERY, "")))
+
+    def candidates():
+        cursor = None
+        while True:
+            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE,
+                                 viewer=request.user)
+            yield from page.object_list
+            if page.next_cursor is None:
+                return
+            cursor = queue_cursor_read(token=page.next_cursor, order=filters.order)
+
+    item = next_item_pick(candidates=candidates(), user=request.user, skip_public_id=request.GET.get("after"))
+    if item is None:
+        messages.info(request, "Nothing left to review.")
+        return redirect("moderation:queue")
+    return redirect("moderation:item", public_id=item.public_id)
+
+
+@login_required
+@require_POST
+def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
+    """Activity on an item's page (a key pressed, a field typed in): claim it, or renew the claim."""
+    item = item_get(public_id=public_id, viewer=request.user)
+    if item is None:
+        return JsonResponse({"error": "not_found", "message": "no such item"}, status=404)
+    if not user_can_decide(user=request.user):
+        return JsonResponse({"error": "forbidden", "message": "only moderators claim items"}, status=403)
+    claim = claim_take(item=item, user=request.user) if item.is_pending else None
+    if claim is None:
+        return JsonResponse({"claimed": False})
+    return JsonResponse({"claimed": True, "holder": claim.holder, "mine": claim.holder_id == request.user.pk,
+                         "seconds_left": claim.seconds_left()})
+
+
+_REFUSED = {
+    CLOSE_UNAUTHENTICATED: (401, "unauthenticated", "log in first"),
+    CLOSE_FORBIDDEN: (403, "forbidden", "this account is not active"),
+    CLOSE_NOT_FOUND: (404, "not_found", "no such item"),
+}
+
+
+@never_cache
+@require_GET
+def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonResponse:
+    """The live socket's state snapshot, over HTTP, for the same people the socket admits.
+
+    live.js checks what a live event claims against it (events travel through the shared
+    channel layer, where they could be forged), and asks it whether its session is really
+    over before it stops for a ``session.ended``.
+    """
+    item_public_id = str(public_id) if public_id else None
+    refusal = live_socket_admit(user=request.user, item_public_id=item_public_id)
+    if refusal is not None:
+        status, error, message = _REFUSED[refusal]
+        return JsonResponse({"error": error, "message": message}, status=status)
+    return JsonResponse(live_state_read(
+        username=request.user.get_username(), item_public_id=item_public_id,
+        can_decide=user_can_decide(user=request.user),
+    ))
+
+
+@require_POST
+def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
+    """POST {"decision": "approve"|"reject", "note": "...", "reason": "spam"} -> 200 won / 409 lost."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "unauthenticated", "message": "log in first"}, status=401)
+    wait = reviewer_rate_check(user_id=request.user.pk)
+    if wait is not None:
+        return _rate_limited_json(wait)
+    if request.content_type != "application/json":
+        return JsonResponse(
+            {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
+        )
+    try:
+        body: Any = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
+        return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)
+    try:
+        outcome = item_decide(
+            item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", ""),
+            ask=body.get("ask"), decisions=body.get("decisions"), reason=body.get("reason"), origin=AttemptOrigin.API,
+        )
+    except DecisionError as exc:
+        return _error_json(exc)
+    return _outcome_json(outcome)
+
+
+def _outcome_json(outcome: DecisionOutcome) -> JsonResponse:
+    fault_point("before_response", item_key=outcome.item_public_id)
+    return JsonResponse(
+        {
+            "outcome": "won" if outcome.won else "voted" if outcome.counted else "lost",
+            "applied": outcome.won,
+            "message": outcome.message(),
+            "requested": outcome.requested,
+            "seconds_ago": outcome.seconds_ago(),
+            "attempt": outcome.attempt_ref,
+            "applying": outcome.applying,
+            **outcome.winner_payload(),
+        },
+        status=200 if outcome.accepted else 409,
+    )
+
+
+def _rate_limited_message(wait: int) -> str:
+    return (
+        f"Too many decisions: at most {settings.DECISION_RATE_LIMIT} every {settings.DECISION_RATE_WINDOW} s. "
+        f"Nothing was applied; try again in {wait} s."
+    )
+
+
+def _rate_limited_json(wait: int) -> JsonResponse:
+    response = JsonResponse({"error": "rate_limited", "message": _rate_limited_message(wait)}, status=429)
+    response["Retry-After"] = str(wait)
+    return response
+
+
+def _error_json(exc: DecisionError) -> JsonResponse:
+    body = {"error": exc.code, "message": str(exc)}
+    if exc.field:
+        body["field"] = exc.field
+    return JsonResponse(body, status=exc.http_status)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: the API answers JSON like every other refusal; pages keep Django's."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"error": "forbidden", "message": f"CSRF check failed: {reason}; nothing was applied"}, status=403
+        )
+    return csrf_failure_page(request, reason=reason)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """For load balancers: 200 when the database, checkpointer and channel layer answer.
+
+    Anyone gets ok per check; staff also get backends, errors and timings, and ``live``:
+    this process's open sockets and their group memberships (numbers that stay up after
+    everyone left mean sockets were not cleaned up). Not "loopback callers": behind a
+    proxy on the same host every request comes from loopback.
+    """
+    ok, checks = health_report()
+    if not (request.user.is_active and request.user.is_staff):
+        return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
+    return JsonResponse({"ok": ok, "checks": checks, "live": live_sockets_stats()}, status=200 if ok else 503)

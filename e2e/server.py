@@ -57,6 +57,7 @@ class ItemRow:
     title: str
     status: str
     winner: str | None
+    apply_state: str
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ class LiveServer:
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
         try:
             found = conn.execute(
-                "SELECT q.public_id, q.title, q.status, u.username FROM moderation_queueitem q "
+                "SELECT q.public_id, q.title, q.status, u.username, q.apply_state FROM moderation_queueitem q "
                 "LEFT JOIN auth_user u ON u.id = q.decided_by_id "
                 f"WHERE q.public_id IN ({','.join('?' * len(keys))})",
                 list(keys),
@@ -273,8 +274,8 @@ class LiveServer:
         finally:
             conn.close()
         return {
-            keys[str(pid).replace("-", "")]: ItemRow(keys[str(pid).replace("-", "")], title, status, winner)
-            for pid, title, status, winner in found
+            keys[str(pid).replace("-", "")]: ItemRow(keys[str(pid).replace("-", "")], title, status, winner, applying)
+            for pid, title, status, winner, applying in found
         }
 
     def _postgres_rows(self, ids: list[str]) -> dict[str, ItemRow]:
@@ -282,11 +283,11 @@ class LiveServer:
 
         with psycopg.connect(self.database_url, connect_timeout=10) as conn:
             found = conn.execute(
-                "SELECT q.public_id::text, q.title, q.status, u.username FROM moderation_queueitem q "
+                "SELECT q.public_id::text, q.title, q.status, u.username, q.apply_state FROM moderation_queueitem q "
                 "LEFT JOIN auth_user u ON u.id = q.decided_by_id WHERE q.public_id = ANY(%s::uuid[])",
                 [[str(uuid.UUID(i)) for i in ids]],
             ).fetchall()
-        return {pid: ItemRow(pid, title, status, winner) for pid, title, status, winner in found}
+        return {pid: ItemRow(pid, *row) for pid, *row in found}
 
     async def arows(self, ids: list[str]) -> dict[str, ItemRow]:
         return await asyncio.to_thread(self.rows, ids)

@@ -163,11 +163,13 @@ async def test_the_loser_of_a_simultaneous_race_is_told_live(site, people):
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("site", ["redis"], indirect=True)
-async def test_idle_socket_through_redis_survives_20_seconds(site, people):
+async def test_idle_socket_through_redis_survives_12_seconds(site, people):
+    # Idle for over twice the ~5 s after which redis-py 8 drops channels_redis's connections. It is
+    # not the pin's guard: with redis-py 8.1.0 installed it passes too (checked 2026-12-01).
     alice, bob = people["alice"], people["bob"]
     item = site.item()
     bob_tab = await bob.watch(site.url(1), item)
-    await asyncio.sleep(20)
+    await asyncio.sleep(12)
     status, _ = await asyncio.to_thread(alice.decide, site.url(0), item, "reject")
     assert status == 200
     assert (await bob_tab.frame("item.decided", item))["winner"] == "alice"

@@ -1,7 +1,7 @@
 """Release N reviewers onto the same item at the same instant, many times, and judge.
 
 Two modes: ``threads`` (one process, one thread per reviewer) and ``processes`` (one
-spawned OS process per reviewer, sharing only the database and the checkpointer).
+OS process per reviewer, sharing only the database and the checkpointer).
 Each worker walks the same item list; a barrier releases all of them onto each item
 together. Judging reads the final rows and the graphs' checkpoint history.
 
@@ -35,11 +35,18 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.lab.history import Anomaly, FinalItem, Op, history_check, history_final_read, history_wait_applied
+from moderation.lab.history import (
+    Anomaly,
+    FinalItem,
+    Op,
+    history_check,
+    history_final_read,
+    history_wait_applied,
+)
 from moderation.lab.strategies import STRATEGIES, deadline_fire
 from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
 from moderation.models import AskStatus, QueueItem, ReviewAsk
+from moderation.policies.rules import DEADLINE_USERNAME
 
 DEADLINE_DECISION = "deadline"
 # Past the deadline by this much, so the deadline's own "is it due" check agrees.
@@ -204,28 +211,42 @@ def race_processes(
     on_attempt: Callable[[Attempt], None] | None = None, extra_env: dict[str, str] | None = None,
     decisions: Sequence[str] | None = None,
 ) -> RaceReport:
-    """One race in freshly spawned processes (see ``reviewer_processes`` to race many times)."""
+    """One race in fresh reviewer processes (see ``reviewer_processes`` to race many times)."""
     with reviewer_processes(size=len(usernames), extra_env=extra_env) as pool:
         return pool.race(
             strategy=strategy, items=items, usernames=usernames, delay=delay, on_attempt=on_attempt, decisions=decisions
         )
 
 
-class ReviewerProcesses:
-    """``size`` spawned reviewer processes sharing only the database and the checkpointer.
+# Every reviewer process sets Django up. Spawned, each imported Django, LangGraph, LangChain
+# and daphne from scratch: 1.6 s of CPU a process, and a lab run or the test suite starts
+# dozens. The fork server imports them once and forks each reviewer from it: 0.3 s each, and
+# four reviewers ready in 0.6 s instead of 4.1. Imports only, none that reads settings or
+# opens a connection (the fork server would carry it into every child).
+_REVIEWER_PRELOAD = [
+    "django.db.models", "django.test", "daphne.server", "langgraph.graph", "langgraph.types",
+    "langgraph.checkpoint.sqlite", "langchain_core.messages", "langchain.agents", "psycopg", "psycopg_pool",
+]
 
-    Spawning and setting up Django costs seconds per process, so one set of processes
+
+class ReviewerProcesses:
+    """``size`` reviewer processes sharing only the database and the checkpointer.
+
+    Setting up Django still costs a third of a second per process, so one set of processes
     serves every race of a lab run. A race that loses a process shuts the set down;
     later races then report every attempt as an error instead of hanging.
     """
 
     def __init__(self, *, size: int, extra_env: dict[str, str] | None = None) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(_REVIEWER_PRELOAD)
         self.size = size
         self._barrier = ctx.Barrier(size)
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(size)]
-        env = {"DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
+        # This process's environment as it is now, as a spawned child would have had it: the
+        # fork server keeps the one it started with.
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
                "DATABASE_URL": database_url_current(), **(extra_env or {})}
         # Children must not inherit open connections; they open their own.
         connections.close_all()

@@ -197,7 +197,7 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
                 deadline_account()  # the product's own, as a worker's first sweep would create it
             results, skipped = [], []
             for mode in config.modes:
-                # One set of reviewer processes serves every strategy; spawning costs seconds.
+                # One set of reviewer processes serves every strategy: each costs a Django set-up.
                 processes = reviewer_processes(size=config.racers, extra_env=_QUIET_CHILD) if mode == "processes" else None
                 with processes or nullcontext() as pool:
                     for strategy in config.strategies:

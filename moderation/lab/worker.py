@@ -1,6 +1,6 @@
 """The body of one reviewer process in a cross-process race.
 
-Kept free of Django imports at module level: a spawned child unpickles its target
+Kept free of Django imports at module level: a child process unpickles its target
 before Django is set up, so nothing here may touch models until ``django.setup()``.
 """
 

@@ -244,8 +244,8 @@ class ReviewerProcesses:
         self._barrier = ctx.Barrier(size)
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(size)]
-        # This process's environment as it is now, as a spawned child would have had it: the
-        # fork server keeps the one it started with.
+        # This process's environment as it is now, as a spawned child would have had it (the
+        # fork server's is the one it started with); reviewer_main makes it the child's whole.
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
                "DATABASE_URL": database_url_current(), **(extra_env or {})}
         # Children must not inherit open connections; they open their own.

@@ -33,6 +33,8 @@ def reviewer_main(env, inbox, barrier, results) -> None:
 
     A job is (strategy, items, username, decision, delay, at_deadline); ``None`` ends the process.
     """
+    # The whole environment of the parent at start: the fork server's own may be older.
+    os.environ.clear()
     os.environ.update(env)
     import django
 

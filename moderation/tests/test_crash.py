@@ -93,8 +93,9 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
 def _applied_wait(server: LiveServer, items: list[str], *, timeout: float = 60.0) -> dict:
     """The items' state once no decision on them waits for a worker.
 
-    Polls the rows alone: the full state reads every item's checkpoint history, and seven
-    scenarios polling it ten times a second kept a core busy while they waited.
+    Polls the rows alone, one query (the test process never opens the server's database
+    through the ORM, so not ``history_wait_applied``); the full state, which reads every
+    item's checkpoint history, is read once at the end.
     """
     deadline = time.monotonic() + timeout
     while any(row.apply_state == "applying" for row in server.rows(items).values()) and time.monotonic() < deadline:

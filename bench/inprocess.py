@@ -22,13 +22,13 @@ def _title(n: int) -> str:
 # --- 5. ingest ---------------------------------------------------------------------------
 
 
-def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metric], list[str]]:
-    """Items created and paused at their interrupt: one by one, in bulk, vs the bare graph start.
+def bench_ingest(*, seconds: float, cap: int) -> tuple[list[Metric], list[str]]:
+    """Items created and paused at their interrupt, one by one, vs the bare graph start.
 
     Returns the metrics and the public ids of every item created (reused by later benches).
     """
-    from moderation.review import items as items_module
     from moderation.graphs.runtime import graph_start
+    from moderation.review.items import item_create
 
     created: list[str] = []
 
@@ -44,7 +44,7 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
 
     n, start = 0, time.perf_counter()
     while n < cap and time.perf_counter() - start < seconds:
-        created.append(str(items_module.item_create(title=_title(n), body=WATCH_TEXT, source="bench").public_id))
+        created.append(str(item_create(title=_title(n), body=WATCH_TEXT, source="bench").public_id))
         n += 1
     one_rate = n / (time.perf_counter() - start)
     log(f"ingest: item_create one by one {one_rate:.0f}/s ({n})")
@@ -53,36 +53,14 @@ def bench_ingest(*, seconds: float, cap: int, bulk_size: int) -> tuple[list[Metr
         Metric("ingest_one", "5. ingest, one by one (item_create)", one_rate, "items/s", bare_rate,
                "bare graph start to interrupt", target=200, check="value", op=">=", detail={"items": n}),
     ]
-    bulk = getattr(items_module, "items_create_bulk", None)
-    if bulk is not None:
-        n, start = 0, time.perf_counter()
-        while n < cap and time.perf_counter() - start < seconds:
-            batch = bulk([{"title": _title(n + i), "body": WATCH_TEXT, "source": "bench"} for i in range(bulk_size)])
-            created.extend(str(i.public_id) for i in batch)
-            n += len(batch)
-        bulk_rate = n / (time.perf_counter() - start)
-        log(f"ingest: items_create_bulk {bulk_rate:.0f}/s ({n})")
-        metrics.append(
-            Metric("ingest_bulk", f"5. ingest, bulk (items_create_bulk, {bulk_size}/call)", bulk_rate, "items/s",
-                   bare_rate, "bare graph start to interrupt", target=200, check="value", op=">=",
-                   detail={"items": n, "batch": bulk_size})
-        )
     return metrics, created
 
 
 def items_make(count: int) -> list[str]:
-    """Pending items for later benches, by the fastest path the product offers."""
-    from moderation.review import items as items_module
+    """Pending items for later benches, each with its graph started, as ``item_create`` makes them."""
+    from moderation.review.items import item_create
 
-    bulk = getattr(items_module, "items_create_bulk", None)
-    out: list[str] = []
-    while len(out) < count:
-        if bulk is not None:
-            batch = bulk([{"title": _title(len(out) + i), "body": WATCH_TEXT, "source": "bench"} for i in range(50)])
-            out.extend(str(i.public_id) for i in batch)
-        else:
-            out.append(str(items_module.item_create(title=_title(len(out)), body=WATCH_TEXT, source="bench").public_id))
-    return out
+    return [str(item_create(title=_title(n), body=WATCH_TEXT, source="bench").public_id) for n in range(count)]
 
 
 def _pop(items: list[str]) -> str:

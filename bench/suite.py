@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ingest = []
     if wanted(5, 8, 9, 10):  # 8's baseline is 5's bare graph start (9 and 10 run with 8)
         log(f"{args.backend}: 5. ingest")
-        ingest, pool = bench_ingest(seconds=3 * s, cap=2000, bulk_size=50)
+        ingest, pool = bench_ingest(seconds=3 * s, cap=2000)
         metrics += [m for m in ingest if wanted(5)]
 
     if wanted(2, 3):

@@ -28,6 +28,9 @@ class Requested(models.TextChoices):
 
 
 class ItemStatus(models.TextChoices):
+    # Accepted, its graph not yet run to its first ask: a task worker starts it
+    # (moderation.review.starts); nobody can decide it until then.
+    STARTING = "starting", "Starting"
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
@@ -46,6 +49,9 @@ DECIDED_STATUSES = (
     ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRAWN, ItemStatus.EDITED, ItemStatus.ANSWERED,
     ItemStatus.DECIDED,
 )
+
+
+UNDECIDED_STATUSES = (ItemStatus.STARTING, ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION)
 
 
 # PostgreSQL text cannot hold NUL and SQLite can: refusing it everywhere keeps the two
@@ -193,7 +199,7 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(status__in=[ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION], decided_by__isnull=True, decided_at__isnull=True)
+                    Q(status__in=UNDECIDED_STATUSES, decided_by__isnull=True, decided_at__isnull=True)
                     | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",

@@ -206,11 +206,16 @@ class ItemPage(Schema):
 
 class BatchIn(Strict):
     items: list[dict[str, Any]] = Field(min_length=1, max_length=BATCH_MAX_ITEMS)
+    # "now": each graph runs in the request, and an item is answered pending with its asks.
+    # "queued": items are answered "starting"; the task worker starts their graphs and each
+    # enters the queue (webhook item.created) when its graph asks (moderation.review.starts).
+    start: Literal["now", "queued"] = "now"
 
 
 class BatchOutcome(Schema):
     index: int
-    outcome: Literal["created", "existing", "invalid"]
+    # "accepted": created, starting (start "queued"); "created": created, pending (start "now").
+    outcome: Literal["created", "accepted", "existing", "invalid"]
     item: ItemOut | None = None
     error: str | None = None
     message: str | None = None

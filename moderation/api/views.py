@@ -30,9 +30,19 @@ from moderation.api.schemas import (
 )
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
-from moderation.records.selectors import client_item_get, client_items_page
+from moderation.records.selectors import (
+    client_item_get,
+    client_items_page,
+    client_items_prefetch,
+)
 from moderation.review.decisions import DecisionError, item_withdraw
-from moderation.review.submissions import IdempotencyConflict, Submission, item_submit
+from moderation.review.submissions import (
+    Accepted,
+    IdempotencyConflict,
+    Submission,
+    item_submit,
+    items_accept,
+)
 
 LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200
@@ -131,17 +141,36 @@ def items_submit(
 
 @api.post("/items:batch", auth=write_auth, response={200: BatchOut, **ERRORS}, tags=["items"])
 def items_submit_batch(request: HttpRequest, data: BatchIn):
-    """Up to 500 items, each with its own outcome: one bad item never sinks the others."""
-    return BatchOut(results=[_batch_one(request.auth, index, raw) for index, raw in enumerate(data.items)])
+    """Up to 500 items, each with its own outcome: one bad item never sinks the others.
+
+    ``start: "queued"`` answers at once with every new item "starting"; the task worker
+    starts their graphs, and each item enters the queue when its graph asks.
+    """
+    parsed = [_batch_parse(index, raw) for index, raw in enumerate(data.items)]
+    if data.start == "now":
+        return BatchOut(results=[_batch_submit_one(request.auth, index, entry) for index, entry in enumerate(parsed)])
+    valid = [(index, entry) for index, entry in enumerate(parsed) if isinstance(entry, BatchItemIn)]
+    accepted = items_accept(
+        client=request.auth, entries=[(_submission(entry), entry.idempotency_key) for _, entry in valid]
+    )
+    client_items_prefetch(items=[a.item for a in accepted if a.item is not None])
+    outcomes = {index: _accepted_outcome(index, result) for (index, _), result in zip(valid, accepted, strict=True)}
+    return BatchOut(results=[outcomes.get(index) or entry for index, entry in enumerate(parsed)])
 
 
-def _batch_one(client, index: int, raw: dict[str, Any]) -> BatchOutcome:
+def _batch_parse(index: int, raw: dict[str, Any]) -> BatchItemIn | BatchOutcome:
     try:
-        item_in = BatchItemIn.model_validate(raw)
-        result = item_submit(client=client, submission=_submission(item_in), idempotency_key=item_in.idempotency_key)
+        return BatchItemIn.model_validate(raw)
     except PydanticValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_field_errors(errors))
+
+
+def _batch_submit_one(client, index: int, entry: BatchItemIn | BatchOutcome) -> BatchOutcome:
+    if isinstance(entry, BatchOutcome):
+        return entry
+    try:
+        result = item_submit(client=client, submission=_submission(entry), idempotency_key=entry.idempotency_key)
     except DjangoValidationError as exc:
         return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(exc))
     except IdempotencyConflict as exc:
@@ -149,6 +178,14 @@ def _batch_one(client, index: int, raw: dict[str, Any]) -> BatchOutcome:
     return BatchOutcome(
         index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item)
     )
+
+
+def _accepted_outcome(index: int, result: Accepted) -> BatchOutcome:
+    if isinstance(result.error, IdempotencyConflict):
+        return BatchOutcome(index=index, outcome="invalid", error="idempotency_key_reused", message=str(result.error))
+    if result.error is not None:
+        return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(result.error))
+    return BatchOutcome(index=index, outcome="accepted" if result.created else "existing", item=ItemOut.of(result.item))
 
 
 @api.post(

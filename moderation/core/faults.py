@@ -19,6 +19,8 @@ POINTS = (
     "after_item_lock", "after_row_lock", "before_commit", "after_commit", "before_response",
     # The worker applying a decision (moderation.review.apply), and the moderation graph's nodes:
     "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_apply_node",
+    # The worker starting a queued item (moderation.review.starts): its graph has run, its row not yet written.
+    "after_start_run",
 )
 
 _actions: dict[str, Callable[[str], None]] = {}

@@ -69,15 +69,21 @@ def _asks(state: Any) -> list[PendingAsk]:
     ]
 
 
+# In the metadata of the checkpoint a start writes (LangGraph keeps a run's config metadata there).
+_START_MARK = {"reviewqueue_run": "start"}
+
+
 def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphState:
     """Run a new item's graph up to its first interrupt(s); return its state there (what it asks).
 
     ``durability="exit"`` saves one checkpoint, at the interrupt, instead of one per
     step: a start that fails midway leaves nothing to resume and no item row either
     (``item_create`` commits the row only after this returns). Resumes keep the
-    default, so ``graph_resume_count`` can read their per-step history.
+    default, so ``graph_resume_count`` can read their per-step history. The checkpoint
+    carries ``_START_MARK`` in its metadata, so ``graph_start_count`` can tell a start
+    from a resume.
     """
-    graph_get(name=name).invoke(state, _config(thread_id), durability="exit")
+    graph_get(name=name).invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
     started = graph_state_read(name=name, thread_id=thread_id)
     if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
@@ -117,11 +123,28 @@ def graph_resume_count(*, name: str, thread_id: str) -> int:
 
     A resume leaves its first checkpoint as a child of the checkpoint that held the
     interrupts; two racing resumes leave two sibling children, which the latest state
-    alone would hide.
+    alone would hide. A second start on a paused thread leaves one too: it is counted
+    by ``graph_start_count``, not here.
     """
     history = list(graph_get(name=name).get_state_history(_config(thread_id)))
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
-    return sum(1 for s in history if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking)
+    return sum(
+        1 for s in history
+        if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking and not _is_start(s)
+    )
+
+
+def graph_start_count(*, name: str, thread_id: str) -> int:
+    """How many times the thread was started (``graph_start``), read from its checkpoint history.
+
+    One start writes one checkpoint, marked; two racing starts write one each, as does
+    a start run again on a thread already paused, which the latest state alone would hide.
+    """
+    return sum(1 for s in graph_get(name=name).get_state_history(_config(thread_id)) if _is_start(s))
+
+
+def _is_start(snapshot: Any) -> bool:
+    return all((snapshot.metadata or {}).get(k) == v for k, v in _START_MARK.items())
 
 
 def graph_forks(*, name: str, thread_id: str) -> int:

@@ -17,6 +17,9 @@ and one vote per reviewer; a resolved ask's tally, the one its graph was resumed
 must hold every counted vote; no counted vote may come from the item's requester or
 from someone who was not a member of its team when the vote was cast; and the item
 resolves at most once (one winning attempt), its graph resumed once per resolution.
+
+Items accepted for the worker to start (``moderation.review.starts``): whoever starts
+them, and however often a start is retried, each item's graph runs from its input once.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class FinalItem:
     winner: str | None
     winning_attempts: int
     resumes: int
+    starts: int = 1  # runs of its graph from an input: one, whoever started it (moderation.review.starts)
     decision: str | None = None  # what won: approve / reject / withdraw; None if undecided or not read
     # Quorum items only (None otherwise): counted votes (voter -> approve / reject), the
     # resolved tally the graph was resumed with (None while open), and counted votes cast
@@ -68,7 +72,7 @@ class FinalItem:
 class Anomaly:
     kind: Literal[
         "multiple_winners", "lost_decision", "misinformed_loser", "double_resume", "never_resumed", "incomplete",
-        "vote_lost", "tally_incomplete", "ineligible_vote",
+        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start",
     ]
     item: str
     detail: str
@@ -92,6 +96,12 @@ class HistoryRecorder:
 
     def complete(self, op: Op, *, completion: Completion, told_winner: str | None = None, error: str | None = None) -> None:
         op.completion, op.told_winner, op.error, op.completed_at = completion, told_winner, error, time.monotonic()
+
+    def refused(self, op: Op) -> None:
+        """Take back an op the guard refused before judging it, recording nothing (an item
+        still starting): the reviewer was told nothing happened, and nothing did."""
+        with self._lock:
+            self.ops.remove(op)
 
     def complete_from_http(self, op: Op, *, status: int, body: Mapping) -> None:
         """Read the decision endpoint's answer as the reviewer would: 200 won, 409 lost
@@ -132,6 +142,8 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
                 anomalies.append(Anomaly("misinformed_loser", item, f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
             if op.completion is None:
                 anomalies.append(Anomaly("incomplete", item, f"{op.reviewer}'s attempt never completed"))
+        if state.starts > 1:
+            anomalies.append(Anomaly("double_start", item, f"its graph was started {state.starts} times"))
         if state.resumes > 1:
             anomalies.append(Anomaly("double_resume", item, f"review node completed {state.resumes} times"))
         if state.winner is not None and state.resumes == 0:
@@ -178,7 +190,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     """Read the final state of ``items`` from the database and the checkpointer."""
     from django.db.models import Count
 
-    from moderation.graphs.runtime import graph_resume_count
+    from moderation.graphs.runtime import graph_resume_count, graph_start_count
     from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
 
     rows = (
@@ -191,6 +203,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
             winner=row.decided_by.get_username() if row.decided_by else None,
             winning_attempts=row.won,
             resumes=graph_resume_count(name=row.graph, thread_id=row.thread_id),
+            starts=graph_start_count(name=row.graph, thread_id=row.thread_id),
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
             **_votes_read(row),
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -65,13 +66,19 @@ def counts_apply(*, before: Counted | None, after: Counted | None) -> None:
 
     Call inside the transaction that writes the change; nothing is written when nothing counted changed.
     """
+    counts_apply_many(changes=[(before, after)])
+
+
+def counts_apply_many(*, changes: Iterable[tuple[Counted | None, Counted | None]]) -> None:
+    """``counts_apply`` for many items at once (a batch's rows): still one statement per table."""
     statuses: Counter[tuple[str, str]] = Counter()
     days: Counter[tuple[date, str]] = Counter()
-    for counted, sign in ((before, -1), (after, 1)):
-        if counted is not None:
-            statuses[(counted.graph, counted.status)] += sign
-            if counted.decided_day is not None:
-                days[(counted.decided_day, counted.graph)] += sign
+    for before, after in changes:
+        for counted, sign in ((before, -1), (after, 1)):
+            if counted is not None:
+                statuses[(counted.graph, counted.status)] += sign
+                if counted.decided_day is not None:
+                    days[(counted.decided_day, counted.graph)] += sign
     _add(statuses=statuses, days=days)
 
 

@@ -176,6 +176,13 @@ class ItemNeedsAttention(DecisionError):
     http_status = 409
 
 
+class ItemStarting(DecisionError):
+    """Accepted, its graph not yet asking (``moderation.review.starts``): there is nothing to decide yet."""
+
+    code = "starting"
+    http_status = 409
+
+
 class ItemClaimed(DecisionError):
     """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.records.claims``)."""
 
@@ -302,8 +309,10 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     if ask:
         row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
         if row is None:
-            if not QueueItem.objects.filter(public_id=key).exists():
+            status = _status_read(key)
+            if status is None:
                 raise ItemNotFound(f"no item {key}")
+            _not_starting(status)
             raise ItemNotFound(f"item {key} has no ask {ask!r}")
     else:
         open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
@@ -312,9 +321,12 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
             raise InvalidDecision(f"this item has {count} open asks; name the one you decide (ask)", field="ask")
         row = open_rows[0] if open_rows else asks.order_by("-round", "-position", "-pk").values_list(*columns).first()
         if row is None:
-            status = QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
+            status = _status_read(key)
             if status is None:
                 raise ItemNotFound(f"no item {key}")
+            # Before the lock, too: an item read as starting and started by the time the lock
+            # is taken would otherwise be judged with no ask, as one whose graph never asked.
+            _not_starting(status)
             if status == ItemStatus.PENDING:
                 # Paused before asks were recorded (an item from an earlier version not yet
                 # recovered): record what its graph waits on, then decide as usual.
@@ -323,6 +335,17 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
     return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3])
+
+
+def _status_read(key: str) -> str | None:
+    return QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
+
+
+def _not_starting(status: str) -> None:
+    # Recorded nowhere, like a bad decision (raised under the row lock, it rolls back): there is no ask to judge it against.
+    if status == ItemStatus.STARTING:
+        raise ItemStarting("this item is still starting: its graph has not asked for a review yet; "
+                           "nothing was recorded, decide it once it is in the queue")
 
 
 def _guarded(
@@ -360,6 +383,7 @@ def _decide_locked(
     with transaction.atomic():
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
+        _not_starting(item.status)
         if item.status != ItemStatus.NEEDS_ATTENTION:
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))

@@ -94,6 +94,33 @@ def _item_start(
 ) -> QueueItem:
     """``public_id``: chosen by the caller when its thread must be known in advance
     (moderation.review.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
+    chosen_id = public_id is not None
+    item = item_build(title=title, body=body, source=source, is_lab=is_lab, public_id=public_id, **fields)
+    if chosen_id:
+        # Concurrent submits of one key share this thread (moderation.review.submissions). Two
+        # starts on it would each raise interrupts of their own ids, and the row's asks
+        # could name the one the thread no longer waits on: one start runs, under the
+        # thread's lock, and whoever comes after it joins it or finds its row.
+        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+            if QueueItem.objects.filter(public_id=item.public_id).exists():
+                raise IntegrityError(f"item {item.public_id} already exists")
+            _item_insert(item=item, started=item_graph_run(item=item))
+    else:
+        started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
+        _item_insert(item=item, started=started)
+    # After the caller's transaction, if there is one; at once otherwise.
+    events.after_commit(lambda: events.item_created_broadcast(item=item))
+    return item
+
+
+def item_build(
+    *, title: str, body: str, source: str, is_lab: bool, public_id: uuid.UUID | None = None, **fields: Any
+) -> QueueItem:
+    """The unsaved row of a new item, every field checked: ValidationError names the first bad one.
+
+    Its team and policy are resolved here (``item_policy_resolve``), so a team or policy
+    that cannot be satisfied is refused before anything starts.
+    """
     item_body_check(body=body)
     try:
         fields["graph"] = graph_name_validate(name=fields.get("graph"))
@@ -108,7 +135,6 @@ def _item_start(
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
-    chosen_id = public_id is not None
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
@@ -123,35 +149,42 @@ def _item_start(
     # was checked with the submission (moderation.review.submissions.submission_check).
     item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"],
                     validate_constraints=False)
-    state = {"item_id": str(public_id), "title": title, "body": body, "source": source, **graph_input}
-    if chosen_id:
-        # Concurrent submits of one key share this thread (moderation.review.submissions). Two
-        # starts on it would each raise interrupts of their own ids, and the row's asks
-        # could name the one the thread no longer waits on: one start runs, under the
-        # thread's lock, and whoever comes after it joins it or finds its row.
-        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
-            if QueueItem.objects.filter(public_id=public_id).exists():
-                raise IntegrityError(f"item {public_id} already exists")
-            started = graph_state_read(name=item.graph, thread_id=item.thread_id)
-            if not started.asks:
-                started = graph_start(name=item.graph, thread_id=item.thread_id, state=state)
-            _item_insert(item=item, started=started)
-    else:
-        _item_insert(item=item, started=graph_start(name=item.graph, thread_id=item.thread_id, state=state))
-    # After the caller's transaction, if there is one; at once otherwise.
-    events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
 
 
-def _item_insert(*, item: QueueItem, started: GraphState) -> None:
+def item_start_state(*, item: QueueItem) -> dict[str, Any]:
+    """What the item's graph starts from: its content, under its ``graph_input``."""
+    return {"item_id": str(item.public_id), "title": item.title, "body": item.body, "source": item.source,
+            **(item.graph_input or {})}
+
+
+def item_graph_run(*, item: QueueItem) -> GraphState:
+    """Its graph's state at its first interrupt(s): started now, or as an earlier start left it.
+
+    The caller holds the thread's resume lock, so the graph is started at most once:
+    a start whose rows were never written (a refused insert, a killed worker) is
+    joined, never run a second time with interrupts of other ids.
+    """
+    started = graph_state_read(name=item.graph, thread_id=item.thread_id)
+    if started.asks:
+        return started
+    return graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
+
+
+def item_started_fill(*, item: QueueItem, started: GraphState) -> None:
+    """What the graph's start tells the row: pre-screen risk and flags, the first ask's request."""
     values, asked = started.values, started.asks
     item.risk = max(-1000, min(1000, int(values.get("risk") or 0)))
     item.flags = [str(f) for f in values.get("flags") or []]
     item.review_request = asked[0].spec.as_payload()
+
+
+def _item_insert(*, item: QueueItem, started: GraphState) -> None:
+    item_started_fill(item=item, started=started)
     # The row, its asks and its item.created deliveries commit together (the graph stays outside).
     with transaction.atomic():
         item.save(force_insert=True)
-        asks_create(item=item, asked=asked, round=1)
+        asks_create(item=item, asked=started.asks, round=1)
         counts_apply(before=None, after=item_counted(item))
         delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
 

@@ -6,7 +6,8 @@ applied is applied now (once: ``item_apply`` re-checks the graph under the threa
 resume lock), and a graph that failed after a decision is run on. A pending item is
 checked against the interrupts its graph waits on: interrupts with no ask (an item
 from before asks existed) get their asks; an item whose graph waits on nothing it
-knows is flagged NEEDS_ATTENTION for an operator.
+knows is flagged NEEDS_ATTENTION for an operator. An item whose graph never asked (still
+STARTING, or failed to start) is started, as the task worker would have.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from moderation.graphs.runtime import graph_asks_pending, graph_error_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.apply import asks_create, item_apply
+from moderation.review.starts import item_start
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +32,10 @@ def item_reconcile(*, key: str) -> tuple[str, str]:
     while reviewers and workers are at work.
     """
     item = QueueItem.objects.get(public_id=key)
+    if item.status == ItemStatus.STARTING or (item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()):
+        # Never asked: its graph is started (again), as a worker would have.
+        done = item_start(item_id=item.pk, retry_failed=True)
+        return item.title, "ok" if done == "started earlier" else done
     done = []
     unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
     if unapplied or item.apply_state == ApplyState.FAILED:

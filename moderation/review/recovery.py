@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from moderation.core.locks import item_lock
-from moderation.models import DECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
+from moderation.models import DECIDED_STATUSES, UNDECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.reconcile import item_reconcile
 
@@ -42,14 +42,14 @@ class RecoveryReport:
 def items_recover(
     *, include_decided: bool = False, progress: Callable[[int, int], None] | None = None
 ) -> RecoveryReport:
-    """Reconcile pending, needs-attention and not-yet-applied items (decided ones too if asked) with their graphs.
+    """Reconcile starting, pending, needs-attention and not-yet-applied items (decided ones too if asked) with their graphs.
 
     Idempotent: a second run finds nothing to do. Each item is handled under the same
     locks as a decision, so it is safe while reviewers are working, and on its own: an
     item that cannot be repaired (whatever it contains) is marked needs attention with
     the reason and the run goes on, so no single item can stop a server from starting.
     """
-    statuses = [ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
+    statuses = [ItemStatus.STARTING, ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
     if include_decided:
         statuses += list(DECIDED_STATUSES)
     unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])
@@ -81,7 +81,7 @@ def _attention_mark(*, key: str, reason: str) -> str:
     try:
         with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
             item = QueueItem.objects.select_for_update().get(public_id=key)
-            if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
+            if item.status in UNDECIDED_STATUSES:
                 before = item_counted(item)
                 item.status = ItemStatus.NEEDS_ATTENTION
                 item.attention = reason

@@ -34,17 +34,27 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
-from moderation.models import PRIORITY_MAX, PRIORITY_MIN, ApiClient, QueueItem
+from moderation.models import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    ApiClient,
+    ItemStatus,
+    QueueItem,
+)
+from moderation.records.counts import counts_apply_many, item_counted
 from moderation.review.items import (
     item_body_check,
+    item_build,
     item_requester_get,
     submitted_item_create,
 )
+from moderation.review.starts import item_start_enqueue
 
 METADATA_MAX_BYTES = 16 * 1024
 METADATA_MAX_DEPTH = 5
@@ -158,47 +168,179 @@ def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: s
     submission_check(submission=submission, idempotency_key=idempotency_key)
     requester = item_requester_get(username=submission.requested_by)
     digest = submission.digest()
-    key = f"key:{idempotency_key}" if idempotency_key is not None else (
-        f"ext:{submission.external_id}" if submission.external_id is not None else None
-    )
+    key = _key(submission=submission, idempotency_key=idempotency_key)
     if key is not None:
-        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key,
+                             digest=digest)
         if existing is not None:
             return SubmitResult(item=existing, created=False)
-    fields = {
-        "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
-        "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
-        "graph": submission.graph, "graph_input": submission.graph_input or {},
-        "team": submission.team, "policy": submission.policy, "requested_by": requester,
-    }
+    fields = _fields(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest,
+                     requester=requester)
     try:
         item = submitted_item_create(
             title=submission.title, body=submission.body, source=submission.source,
             public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None, fields=fields,
         )
     except IntegrityError:
-        existing = _existing(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest)
+        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key,
+                             digest=digest)
         if existing is None:
             raise
         return SubmitResult(item=existing, created=False)
     return SubmitResult(item=item, created=True)
 
 
+def _key(*, submission: Submission, idempotency_key: str | None) -> str | None:
+    if idempotency_key is not None:
+        return f"key:{idempotency_key}"
+    return f"ext:{submission.external_id}" if submission.external_id is not None else None
+
+
+def _fields(
+    *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str,
+    requester: AbstractBaseUser | None,
+) -> dict[str, Any]:
+    return {
+        "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
+        "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
+        "graph": submission.graph, "graph_input": submission.graph_input or {},
+        "team": submission.team, "policy": submission.policy, "requested_by": requester,
+    }
+
+
 def _existing(
-    *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str
+    *, client: ApiClient, external_id: str | None, idempotency_key: str | None, digest: str
 ) -> QueueItem | None:
     match = Q()
     if idempotency_key is not None:
         match |= Q(idempotency_key=idempotency_key)
-    if submission.external_id is not None:
-        match |= Q(external_id=submission.external_id)
+    if external_id is not None:
+        match |= Q(external_id=external_id)
     item = QueueItem.objects.filter(match, submitted_by=client).select_related("decided_by").first()
-    if item is None:
-        return None
+    if item is not None:
+        _same_content_check(item=item, idempotency_key=idempotency_key, digest=digest)
+    return item
+
+
+def _same_content_check(*, item: QueueItem, idempotency_key: str | None, digest: str) -> None:
     if item.submission_digest != digest:
         used = "Idempotency-Key" if idempotency_key is not None and item.idempotency_key == idempotency_key else "external_id"
         raise IdempotencyConflict(
             f"this {used} was already used for item {item.public_id} with different content; "
             "use a new key for a new item, or resend exactly what was sent"
         )
-    return item
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One entry of ``items_accept``: its item (``created`` when this call made it), or why it was refused."""
+
+    item: QueueItem | None = None
+    created: bool = False
+    error: ValidationError | IdempotencyConflict | None = None
+
+
+def items_accept(*, client: ApiClient, entries: list[tuple[Submission, str | None]]) -> list[Accepted]:
+    """Accept a batch for the task worker to start (``moderation.review.starts``), one result per entry, in order.
+
+    Each entry is checked as ``item_submit`` checks it, and a refused one changes nothing
+    and sinks no other. The new rows are written STARTING, with their counts and one
+    start task each, in one transaction: the worker starts their graphs, and each enters
+    the queue when its graph asks.
+
+    Idempotent as ``item_submit``: a key already used answers with its item (``created``
+    False) or an ``IdempotencyConflict``; a key given twice in one batch is one item.
+    If a concurrent submit inserts one of the same keys first, the one transaction
+    fails on the key's constraint and the rows are inserted one at a time, each judged
+    as ``item_submit`` judges a lost insert.
+    """
+    results: list[Accepted | None] = [None] * len(entries)
+    built: list[tuple[int, QueueItem]] = []
+    requesters: dict[str | None, AbstractBaseUser | None] = {}
+    for index, (submission, idempotency_key) in enumerate(entries):
+        try:
+            submission_check(submission=submission, idempotency_key=idempotency_key)
+            if submission.requested_by not in requesters:
+                requesters[submission.requested_by] = item_requester_get(username=submission.requested_by)
+            digest = submission.digest()
+            key = _key(submission=submission, idempotency_key=idempotency_key)
+            fields = _fields(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest,
+                             requester=requesters[submission.requested_by])
+            item = item_build(
+                title=submission.title, body=submission.body, source=submission.source, is_lab=False,
+                public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None,
+                status=ItemStatus.STARTING, **fields,
+            )
+        except ValidationError as exc:
+            results[index] = Accepted(error=exc)
+            continue
+        built.append((index, item))
+    fresh = _batch_known(client=client, built=built, results=results)
+    for index, accepted in _batch_insert(client=client, items=fresh):
+        results[index] = accepted
+    return [r for r in results if r is not None]
+
+
+def _batch_known(
+    *, client: ApiClient, built: list[tuple[int, QueueItem]], results: list[Accepted | None]
+) -> list[tuple[int, QueueItem]]:
+    """Answer the entries whose key is already used (by a row, or by an earlier entry); return the rest."""
+    keys = [item.idempotency_key for _, item in built if item.idempotency_key is not None]
+    external = [item.external_id for _, item in built if item.external_id is not None]
+    rows = list(
+        QueueItem.objects.filter(Q(idempotency_key__in=keys) | Q(external_id__in=external), submitted_by=client)
+        .select_related("decided_by")
+    ) if keys or external else []
+    fresh: list[tuple[int, QueueItem]] = []
+    for index, item in built:
+        same_key = [row for row in rows if (item.idempotency_key is not None and row.idempotency_key == item.idempotency_key)
+                    or (item.external_id is not None and row.external_id == item.external_id)]
+        if not same_key:
+            fresh.append((index, item))
+            rows.append(item)  # a later entry with the same key finds this one
+            continue
+        known = same_key[0]
+        try:
+            _same_content_check(item=known, idempotency_key=item.idempotency_key, digest=item.submission_digest)
+        except IdempotencyConflict as exc:
+            results[index] = Accepted(error=exc)
+        else:
+            results[index] = Accepted(item=known, created=False)
+    return fresh
+
+
+def _batch_insert(*, client: ApiClient, items: list[tuple[int, QueueItem]]) -> list[tuple[int, Accepted]]:
+    if not items:
+        return []
+    try:
+        with transaction.atomic():
+            QueueItem.objects.bulk_create([item for _, item in items])
+            _accepted_record(items=[item for _, item in items])
+        return [(index, Accepted(item=item, created=True)) for index, item in items]
+    except IntegrityError:
+        pass
+    out = []
+    for index, item in items:
+        item.pk = None
+        item._state.adding = True
+        try:
+            with transaction.atomic():
+                item.save(force_insert=True)
+                _accepted_record(items=[item])
+            out.append((index, Accepted(item=item, created=True)))
+        except IntegrityError:
+            try:
+                existing = _existing(client=client, external_id=item.external_id, idempotency_key=item.idempotency_key,
+                                     digest=item.submission_digest)
+            except IdempotencyConflict as exc:
+                out.append((index, Accepted(error=exc)))
+                continue
+            if existing is None:
+                raise
+            out.append((index, Accepted(item=existing, created=False)))
+    return out
+
+
+def _accepted_record(*, items: list[QueueItem]) -> None:
+    counts_apply_many(changes=[(None, item_counted(item)) for item in items])
+    item_start_enqueue(item_ids=[item.pk for item in items])

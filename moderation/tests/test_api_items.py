@@ -17,6 +17,7 @@ from moderation.core.checkpointer import checkpointer_get
 from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
+from moderation.review.starts import item_start
 from moderation.review.decisions import NotAllowed, item_decide
 from moderation.review.submissions import METADATA_MAX_BYTES, Submission
 
@@ -245,6 +246,42 @@ def test_batch_gives_each_item_its_outcome(api):
     retry = api.post("/items:batch", {"items": items})
     assert [r["outcome"] for r in retry.json()["results"]][:2] == ["existing", "existing"]
     assert QueueItem.objects.count() == 3
+
+
+def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(api, settings, alice):
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's start runs when the test says
+    key = uuid.uuid4().hex
+    items = [
+        {**ITEM, "idempotency_key": f"{key}-1"}, {**ITEM, "priority": 5000}, {**ITEM, "unknown": 1},
+        {**ITEM, "idempotency_key": f"{key}-2", "metadata": {"n": 2}},
+    ]
+    response = api.post("/items:batch", {"items": items, "start": "queued"})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [(r["index"], r["outcome"], r["error"]) for r in results] == [
+        (0, "accepted", None), (1, "invalid", "invalid"), (2, "invalid", "invalid"), (3, "accepted", None),
+    ]
+    assert "priority" in results[1]["message"] and "unknown" in results[2]["message"]
+    first = results[0]["item"]
+    assert (first["status"], first["asks"], first["review_request"]) == ("starting", [], {})
+    assert results[3]["item"]["metadata"] == {"n": 2}
+    refused = api.post(f"/items/{first['id']}/cancel", {"reason": "too early"})
+    assert refused.status_code == 409 and refused.json()["error"] == "starting"
+    retry = api.post("/items:batch", {"items": items, "start": "queued"}).json()["results"]
+    assert [r["outcome"] for r in retry] == ["existing", "invalid", "invalid", "existing"]
+    assert QueueItem.objects.count() == 2
+
+    for item in QueueItem.objects.all():
+        item_start(item_id=item.pk)
+    started = api.get(f"/items/{first['id']}").json()
+    assert started["status"] == "pending" and len(started["asks"]) == 1 and started["review_request"]
+    assert item_decide(item_public_id=first["id"], reviewer=alice, decision="approve").won
+
+
+def test_batch_start_must_be_now_or_queued(api):
+    response = api.post("/items:batch", {"items": [ITEM], "start": "later"})
+    assert response.status_code == 422 and "start" in response.json()["message"]
+    assert not QueueItem.objects.exists()
 
 
 def test_batch_over_500_is_refused_whole(api):

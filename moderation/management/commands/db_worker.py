@@ -2,7 +2,9 @@
 
 Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs.
 It processes every queue by default: ``apply`` (graphs resumed after decisions,
-``moderation.review.apply``) and ``default`` (webhook deliveries).
+``moderation.review.apply``), ``start`` (graphs of queued submissions started,
+``moderation.review.starts``, below the others in priority) and ``default`` (webhook
+deliveries).
 
 One task at a time per loop: a delivery queued behind the applies of a burst of
 decisions would wait for every one of those graphs. So a worker that serves deliveries
@@ -13,7 +15,8 @@ stopped is finished before the process exits.
 
 A worker killed mid-task leaves that task claimed for good (the database backend does
 not reclaim it); the sweep, in a thread of every worker, queues again what such a task
-left undone: webhook deliveries whose lease ran out, and decisions not yet applied.
+left undone: webhook deliveries whose lease ran out, decisions not yet applied and
+items not yet started.
 Another thread fires the deadlines of overdue asks (``moderation.review.deadlines``) every
 ``DEADLINE_SWEEP_INTERVAL`` seconds.
 """
@@ -31,6 +34,7 @@ from django_tasks_db.management.commands.db_worker import Command as DbWorkerCom
 
 from moderation.review.apply import applies_sweep
 from moderation.review.deadlines import deadlines_sweep
+from moderation.review.starts import starts_sweep
 from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 
@@ -56,7 +60,7 @@ class Command(DbWorkerCommand):
         # over 300 applies: median full-collection pause 55 -> 34 ms, collection time 363 -> 268 ms).
         heap_freeze()
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
-                         args=((applies_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
+                         args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
                          args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too

@@ -1,0 +1,147 @@
+"""Items accepted now and started by the task worker: ingest at the database's pace, not the graph's.
+
+Running an item's graph to its first interrupt costs more than everything else a
+submit does (LangGraph's own run: bench 5's floor), so a batch that starts every graph
+in the request can take no more items per second than one process can start graphs.
+A batch submitted with ``start: "queued"`` (``moderation.review.submissions.items_accept``)
+instead writes its rows as STARTING, in one transaction with one start task each; any
+number of workers then start them side by side, each exactly as ``items.item_create``
+would have, and the item enters the queue (PENDING, its asks, its ``item.created``
+webhook and live event) when its graph asks.
+
+A STARTING item cannot be decided or withdrawn: it has no ask yet, and the guard refuses
+it under the row lock (``decisions.ItemStarting``), recording nothing.
+
+Locking contract of ``item_start``, in order: the thread's resume lock
+(``core.resumelock``) around the graph's run, so at most one start of a thread runs
+anywhere and a second one (a duplicated task, a sweep, ``recover``) joins the first's
+state instead of raising interrupts of other ids; then, with the graph done, the
+item's row lock for the transaction that records its asks, re-checking under it that
+the item still waits to start. Nothing runs the graph under the row lock.
+
+A worker killed mid-start leaves its task claimed for good; ``starts_sweep`` (in every
+worker's sweep thread) queues again each item STARTING for longer than
+``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that fails to start
+leaves its item NEEDS_ATTENTION with the error; ``manage.py recover`` starts it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from itertools import islice
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_tasks import task
+
+from moderation.core.faults import fault_point
+from moderation.core.resumelock import thread_resume_lock
+from moderation.core.taskqueue import tasks_will_run
+from moderation.delivery.models import WebhookEvent
+from moderation.delivery.outbox import delivery_record, item_payload
+from moderation.models import ItemStatus, QueueItem
+from moderation.records import events
+from moderation.records.counts import counts_apply, item_counted
+from moderation.review.apply import asks_create
+from moderation.review.items import item_graph_run, item_started_fill
+
+logger = logging.getLogger(__name__)
+
+START_QUEUE = "start"
+# Below the default (applies, deliveries): a backlog of starts never delays a decision's resume.
+START_PRIORITY = -10
+ERROR_MAX_CHARS = 500
+
+
+@task(queue_name=START_QUEUE, priority=START_PRIORITY)
+def item_start_task(item_id: int) -> str:
+    return item_start(item_id=item_id)
+
+
+def item_start_enqueue(*, item_ids: list[int]) -> None:
+    """Queue the start of each item in the caller's transaction (committed with the rows, or not at all).
+
+    With ``REVIEWQUEUE_APPLY_INLINE`` (no worker runs) they start in this process after the commit.
+    """
+    if settings.REVIEWQUEUE_APPLY_INLINE:
+        events.after_commit(lambda: [item_start(item_id=item_id) for item_id in item_ids])
+    else:
+        for item_id in item_ids:
+            item_start_task.enqueue(item_id)
+
+
+def item_start(*, item_id: int, retry_failed: bool = False) -> str:
+    """Run the item's graph to its first ask and put it in the queue; say what happened.
+
+    Only a STARTING item is started; ``retry_failed`` (``recover``) also starts one
+    whose graph failed to start before (NEEDS_ATTENTION, no ask ever recorded).
+    """
+    item = QueueItem.objects.filter(pk=item_id).first()
+    if item is None:
+        return "gone"
+    if not _startable(item=item, retry_failed=retry_failed):
+        return "started earlier"
+    with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+        try:
+            started = item_graph_run(item=item)
+            if not started.asks:
+                raise RuntimeError(f"its graph finished without asking for a review ({started.error or 'no error'})")
+        except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the item records it
+            return _start_failed(item_id=item_id, error=f"{type(exc).__name__}: {exc}", retry_failed=retry_failed)
+        fault_point("after_start_run", item_key=item.thread_id)
+        with events.events_held(), transaction.atomic():
+            item = QueueItem.objects.select_for_update().get(pk=item_id)
+            if not _startable(item=item, retry_failed=retry_failed):
+                return "started earlier"
+            before = item_counted(item)
+            item_started_fill(item=item, started=started)
+            item.status, item.attention = ItemStatus.PENDING, ""
+            item.save(update_fields=["risk", "flags", "review_request", "status", "attention", "rank"])
+            asks_create(item=item, asked=started.asks, round=1)
+            counts_apply(before=before, after=item_counted(item))
+            delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
+            events.after_commit(lambda: events.item_created_broadcast(item=item))
+    return f"started: {len(started.asks)} ask(s)"
+
+
+def _startable(*, item: QueueItem, retry_failed: bool) -> bool:
+    if item.status == ItemStatus.STARTING:
+        return True
+    return retry_failed and item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()
+
+
+def _start_failed(*, item_id: int, error: str, retry_failed: bool) -> str:
+    error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]  # graph errors can quote an item's text
+    with transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        if _startable(item=item, retry_failed=retry_failed):
+            before = item_counted(item)
+            item.status, item.attention = ItemStatus.NEEDS_ATTENTION, f"its graph failed to start: {error}"
+            item.save(update_fields=["status", "attention"])
+            counts_apply(before=before, after=item_counted(item))
+    logger.error("item %s: its graph failed to start: %s", item_id, error)
+    return f"failed: {error}"
+
+
+def starts_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
+    """Queue again every item STARTING for ``APPLY_SWEEP_GRACE`` seconds that no start task will run.
+
+    As ``apply.applies_sweep``: a task waiting in the queue, or claimed within the grace,
+    will start its item, so only a dead worker's items are queued again, once each.
+    """
+    overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
+    will_run = tasks_will_run(task=item_start_task, started_since=overdue)
+    waiting = (
+        QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue)
+        .order_by("created_at", "id").values_list("pk", flat=True)
+    )
+    item_ids = list(islice((i for i in waiting.iterator() if i not in will_run), 500))
+    for item_id in item_ids:
+        (enqueue or item_start_task.enqueue)(item_id)
+    if item_ids:
+        logger.warning("re-queued the start of %d items no worker was starting", len(item_ids))
+    return len(item_ids)

@@ -18,6 +18,13 @@ the only duplicates at-least-once delivery may add.
 The negative control shows the wait can see a lost apply: a lone worker killed in the
 same window and never replaced leaves the decision resumed but unrecorded, however long
 one waits; a new worker's sweep then records it without resuming the graph again.
+
+Queued starts (``moderation.review.starts``) scale out the same way: 200 items accepted
+through the API with ``start: "queued"``, two workers starting them, one SIGKILLed while
+it holds a start (its graph has run, its row still says STARTING); pairs of reviewers on
+both servers decide each item once it is in the queue, an answer "still starting"
+recording nothing. Every graph must have started once (the sweep's second start of the
+orphan joins the first) and every item be decided once, resumed once.
 """
 
 from __future__ import annotations
@@ -29,12 +36,18 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
+import httpx
 import psycopg
 import pytest
 
 from e2e.server import LiveServer
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.cluster_support import channel_prefix, cluster_env, fresh_database, services_require
+from moderation.tests.cluster_support import (
+    channel_prefix,
+    cluster_env,
+    fresh_database,
+    services_require,
+)
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 
@@ -70,12 +83,13 @@ def _sql(database_url: str, query: str, params: list | tuple = ()) -> list[tuple
 
 
 def _unsettled(database_url: str) -> dict[str, int]:
-    """What still waits for a worker: items applying, decided asks unapplied, deliveries not delivered."""
-    (applying, unapplied, undelivered), = _sql(database_url, """
-        SELECT (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
+    """What still waits for a worker: items starting or applying, decided asks unapplied, deliveries not delivered."""
+    (starting, applying, unapplied, undelivered), = _sql(database_url, """
+        SELECT (SELECT count(*) FROM moderation_queueitem WHERE status = 'starting'),
+               (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
                (SELECT count(*) FROM moderation_reviewask WHERE status <> 'pending' AND applied_at IS NULL),
                (SELECT count(*) FROM moderation_webhookdelivery WHERE status <> 'delivered')""")
-    return {"applying": applying, "unapplied": unapplied, "undelivered": undelivered}
+    return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
 
 
 def _settled_wait(database_url: str, *, timeout: float) -> dict[str, int]:
@@ -303,3 +317,154 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
     applied = {r.msg_id for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item}
     assert len(applied) == 1
+
+
+START_TASK = "moderation.review.starts.item_start_task"
+START_HOLD = 2.5  # seconds the doomed worker holds each start between its graph's run and the row's record
+
+
+def _accept(server, token: str, count: int) -> list[str]:
+    """Submit ``count`` items in queued batches of 100 through the API; their public ids."""
+    ids: list[str] = []
+    with httpx.Client(base_url=f"http://{server.host}:{server.port}/api/v1", timeout=60,
+                      headers={"Authorization": f"Bearer {token}"}) as api:
+        for first in range(0, count, 100):
+            batch = [{"title": f"Queued {n}", "body": "Some harmless text.", "source": "pipeline",
+                      "idempotency_key": f"queued-{n}"} for n in range(first, min(count, first + 100))]
+            answer = api.post("/items:batch", json={"items": batch, "start": "queued"})
+            assert answer.status_code == 200, answer.text
+            results = answer.json()["results"]
+            assert {r["outcome"] for r in results} == {"accepted"}, results
+            ids += [r["item"]["id"] for r in results]
+    return ids
+
+
+def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str,
+                         start: threading.Barrier) -> int:
+    """Race the pair's other reviewer; an answer "still starting" records nothing, so try again.
+    Returns how many times the item was still starting."""
+    start.wait()
+    refusals = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        op = recorder.invoke(reviewer=reviewer.username, item=item, decision=decision)
+        try:
+            status, body = reviewer.decide(item, decision, timeout=60)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the reviewer got no answer
+            recorder.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
+            return refusals
+        if status == 409 and body.get("error") == "starting":
+            recorder.refused(op)
+            refusals += 1
+            time.sleep(0.05)
+            continue
+        recorder.complete_from_http(op, status=status, body=body)
+        return refusals
+    raise AssertionError(f"{reviewer.username}: item {item} still starting after 60 s")
+
+
+class StartKiller(threading.Thread):
+    """SIGKILLs the doomed worker while it holds a start: the graph has run, the item is still STARTING."""
+
+    def __init__(self, site: SimpleNamespace, doomed) -> None:
+        super().__init__(name="start-killer", daemon=True)
+        self.site, self.doomed = site, doomed
+        self.orphan: str | None = None
+        self.orphan_state: dict = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._hunt()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def _hunt(self) -> None:
+        url, tool = self.site.database_url, self.site.servers[1].tool
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for task_id, args, claimed_ago in _sql(url, """
+                    SELECT id, args_kwargs, EXTRACT(EPOCH FROM now() - started_at)::float
+                    FROM django_tasks_database_dbtaskresult
+                    WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["start-doomed"]'::jsonb""",
+                    [START_TASK]):
+                item = _item_public_id(url, args["args"][0])
+                row = tool("state", item)[item]
+                if row["status"] == "starting" and row["final"]["starts"] == 1 and claimed_ago < START_HOLD - KILL_MARGIN:
+                    self.doomed.kill()
+                    self.doomed.wait(timeout=10)
+                    self.orphan, self.orphan_state = item, tool("state", item)[item]
+                    return
+            time.sleep(0.02)
+
+
+def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_once_and_decided_once(site):
+    """200 items accepted through the API (start "queued") while two workers start them, one
+    SIGKILLed between a graph's start and its row's record; pairs of reviewers on both servers
+    decide each item as soon as it is in the queue. Judged by the history checker, starts included."""
+    url = site.database_url
+    for server in site.servers:  # the earlier tests' workers
+        for worker in server.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
+    token = site.servers[0].manage("apiclient_create", "queued-pipeline").strip()
+    doomed = site.servers[0].worker_start(worker_id="start-doomed", faults=f"after_start_run:sleep={START_HOLD}")
+    site.servers[1].worker_start(worker_id="start-steady")
+    site.servers[0].worker_wait_ready("start-doomed")
+    site.servers[1].worker_wait_ready("start-steady")
+    killer = StartKiller(site, doomed)
+    killer.start()
+
+    began = time.monotonic()
+    items = _accept(site.servers[0], token, ITEMS)
+    accepted_in = time.monotonic() - began
+    recorder = HistoryRecorder()
+    with ThreadPoolExecutor(2 * IN_FLIGHT) as pool:
+        attempts = []
+        for n, item in enumerate(items):
+            first, second = site.reviewers[n % 8], site.reviewers[(n + 1) % 8]
+            start = threading.Barrier(2, timeout=60)
+            attempts.append(pool.submit(_decide_once_started, recorder, first, item, "approve", start))
+            attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start))
+        refusals = sum(a.result() for a in attempts)
+    burst_end = time.monotonic()
+    killer.join(timeout=30)
+    assert killer.error is None, killer.error
+    assert killer.orphan is not None, "the doomed worker was never caught holding a start"
+    assert doomed.returncode == -signal.SIGKILL
+    orphan = killer.orphan_state
+    assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
+    # The kill left its task claimed for good: the sweep started the orphan again, joining its graph.
+    assert [args["args"] for path, args in _tasks(url, "start-doomed", "RUNNING") if path == START_TASK] == [
+        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]]
+    ]
+
+    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+    unknown = [op for op in recorder.ops if op.completion not in ("ok", "fail")]
+    assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
+    state = site.servers[1].tool("state", *items)
+    assert sorted(state) == sorted(items)
+    final = {item: FinalItem(**row["final"]) for item, row in state.items()}
+    anomalies = history_check(ops=recorder.ops, final=final)
+    assert not anomalies, "\n".join(map(str, anomalies))
+    assert refusals >= 1, "no reviewer ever found an item still starting: the decisions never overlapped the starts"
+    for item in items:
+        row = state[item]
+        assert row["final"]["starts"] == 1, (item, row)  # started once, whoever started it
+        assert len(row["won_attempts"]) == 1 and row["status"] in {"approved", "rejected"}, (item, row)
+        assert (row["resume_count"], row["forks"], row["apply_state"]) == (1, 0, ""), (item, row)
+        ops = [op for op in recorder.ops if op.item == item]
+        assert sorted(op.completion for op in ops) == ["fail", "ok"], (item, ops)
+    worked = Counter(worker for worker in ("start-doomed", "start-steady")
+                     for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == START_TASK)
+    (start_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
+                           [START_TASK])
+    print(
+        f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "
+        f"{burst_end - began:.1f} s after the first submit; worker 'start-doomed' SIGKILLed holding item "
+        f"{killer.orphan}'s start; start tasks succeeded per worker {dict(worked)} ({start_tasks} start tasks for "
+        f"{ITEMS} items, the sweep's re-queue included); {refusals} attempts answered 'still starting'; "
+        "every graph started once, resumed once, no fork"
+    )

@@ -16,10 +16,10 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 
-def tasks_will_run(*, task: Any, started_since: datetime) -> set[Any]:
+def tasks_will_run(*, task: Any, started_since: datetime) -> list[Any]:
     """The first argument of every ``task`` still going to run: waiting in the queue, or
     claimed by a worker since ``started_since`` (older claims are presumed dead)."""
-    return set(
+    return list(
         DBTaskResult.objects.filter(task_path=task.module_path)
         .filter(Q(status=TaskResultStatus.READY) | Q(status=TaskResultStatus.RUNNING, started_at__gte=started_since))
         .values_list("args_kwargs__args__0", flat=True)

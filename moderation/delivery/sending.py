@@ -74,7 +74,7 @@ def deliveries_sweep() -> int:
     (``moderation.core.taskqueue``): each would have been queued again on every sweep.
     """
     overdue = timezone.now() - timedelta(seconds=settings.WEBHOOK_LEASE_GRACE)
-    will_run = tasks_will_run(task=delivery_send, started_since=overdue)
+    will_run = set(tasks_will_run(task=delivery_send, started_since=overdue))
     lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=overdue)
     chosen = list(islice((pk for pk in lapsed.values_list("pk", flat=True).iterator() if pk not in will_run), 500))
     with transaction.atomic():

@@ -227,7 +227,7 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
     its item is queued again, once: the next sweep finds that task waiting.
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
-    will_run = tasks_will_run(task=item_apply_task, started_since=overdue)
+    will_run = set(tasks_will_run(task=item_apply_task, started_since=overdue))
     unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)

@@ -54,7 +54,7 @@ from moderation.review.items import (
     item_requester_get,
     submitted_item_create,
 )
-from moderation.review.starts import item_start_enqueue
+from moderation.review.starts import items_start_enqueue
 
 METADATA_MAX_BYTES = 16 * 1024
 METADATA_MAX_DEPTH = 5
@@ -343,4 +343,4 @@ def _batch_insert(*, client: ApiClient, items: list[tuple[int, QueueItem]]) -> l
 
 def _accepted_record(*, items: list[QueueItem]) -> None:
     counts_apply_many(changes=[(None, item_counted(item)) for item in items])
-    item_start_enqueue(item_ids=[item.pk for item in items])
+    items_start_enqueue(item_ids=[item.pk for item in items])

@@ -319,7 +319,8 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     assert len(applied) == 1
 
 
-START_TASK = "moderation.review.starts.item_start_task"
+START_TASK = "moderation.review.starts.items_start_task"
+START_CHUNK = 10  # moderation.review.starts.START_CHUNK (this module never imports Django's models)
 START_HOLD = 2.5  # seconds the doomed worker holds each start between its graph's run and the row's record
 
 
@@ -388,12 +389,16 @@ class StartKiller(threading.Thread):
                     FROM django_tasks_database_dbtaskresult
                     WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["start-doomed"]'::jsonb""",
                     [START_TASK]):
-                item = _item_public_id(url, args["args"][0])
-                row = tool("state", item)[item]
-                if row["status"] == "starting" and row["final"]["starts"] == 1 and claimed_ago < START_HOLD - KILL_MARGIN:
+                if claimed_ago >= START_HOLD - KILL_MARGIN:
+                    continue
+                # The task's chunk: the item held is the one whose graph has started while its row still says so.
+                chunk = [_item_public_id(url, pk) for pk in args["args"][0]]
+                held = [item for item, row in tool("state", *chunk).items()
+                        if row["status"] == "starting" and row["final"]["starts"] == 1]
+                if held:
                     self.doomed.kill()
                     self.doomed.wait(timeout=10)
-                    self.orphan, self.orphan_state = item, tool("state", item)[item]
+                    self.orphan, self.orphan_state = held[0], tool("state", held[0])[held[0]]
                     return
             time.sleep(0.02)
 
@@ -435,10 +440,9 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     assert doomed.returncode == -signal.SIGKILL
     orphan = killer.orphan_state
     assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
-    # The kill left its task claimed for good: the sweep started the orphan again, joining its graph.
-    assert [args["args"] for path, args in _tasks(url, "start-doomed", "RUNNING") if path == START_TASK] == [
-        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]]
-    ]
+    # The kill left its task claimed for good: the sweep started the orphan (and the rest of its chunk) again.
+    [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "RUNNING") if path == START_TASK]
+    assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
     left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
     assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
@@ -464,7 +468,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     print(
         f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "
         f"{burst_end - began:.1f} s after the first submit; worker 'start-doomed' SIGKILLed holding item "
-        f"{killer.orphan}'s start; start tasks succeeded per worker {dict(worked)} ({start_tasks} start tasks for "
-        f"{ITEMS} items, the sweep's re-queue included); {refusals} attempts answered 'still starting'; "
+        f"{killer.orphan}'s start; start tasks succeeded per worker {dict(worked)} ({start_tasks} start tasks of up to "
+        f"{START_CHUNK} items for {ITEMS} items, the sweep's re-queues included); {refusals} attempts answered 'still starting'; "
         "every graph started once, resumed once, no fork"
     )

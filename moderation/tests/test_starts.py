@@ -39,7 +39,8 @@ from moderation.review.reconcile import item_reconcile
 from moderation.review.starts import (
     START_PRIORITY,
     item_start,
-    item_start_task,
+    START_CHUNK,
+    items_start_task,
     starts_sweep,
 )
 from moderation.review.submissions import IdempotencyConflict, Submission, items_accept
@@ -81,9 +82,8 @@ def test_accept_writes_starting_rows_with_a_start_task_each_and_the_worker_puts_
     assert [i.status for i in QueueItem.objects.order_by("id")] == [ItemStatus.STARTING] * 3
     assert not QueueItem.objects.filter(asks__isnull=False).exists()
     assert _today_counts() == {"starting": 3, "pending": 0, "needs_attention": 0}
-    tasks = DBTaskResult.objects.filter(task_path=item_start_task.module_path)
-    assert sorted(t.args_kwargs["args"][0] for t in tasks) == sorted(i.pk for i in items)
-    assert {t.priority for t in tasks} == {START_PRIORITY}
+    [task] = DBTaskResult.objects.filter(task_path=items_start_task.module_path)
+    assert (task.args_kwargs["args"], task.priority) == ([[i.pk for i in items]], START_PRIORITY)
     # item.created means "in the queue": none yet.
     assert not WebhookEndpoint.objects.get().deliveries.exists()
 
@@ -125,7 +125,7 @@ def test_keys_already_used_answer_with_their_item_or_a_conflict_inside_one_batch
     assert twice_a.created and not twice_b.created and twice_b.item is twice_a.item
     assert isinstance(other.error, IdempotencyConflict)
     assert QueueItem.objects.count() == 2
-    assert DBTaskResult.objects.filter(task_path=item_start_task.module_path).count() == 2
+    assert DBTaskResult.objects.filter(task_path=items_start_task.module_path).count() == 2  # one per batch
 
 
 @pytest.mark.django_db
@@ -177,15 +177,24 @@ def test_a_graph_that_fails_to_start_needs_attention_and_recover_starts_it(queue
 @pytest.mark.django_db
 def test_sweep_queues_again_only_items_no_task_will_start(queued, client, settings):
     settings.APPLY_SWEEP_GRACE = 5
-    waiting, lost, _fresh = (a.item for a in items_accept(client=client, entries=_entries(3)))
+    waiting, lost, _fresh = ([a.item for a in items_accept(client=client, entries=_entries(n))] for n in (2, 3, 1))
     past = timezone.now() - timedelta(seconds=60)
-    QueueItem.objects.filter(pk__in=[waiting.pk, lost.pk]).update(created_at=past)
+    QueueItem.objects.filter(pk__in=[i.pk for i in waiting + lost]).update(created_at=past)
     # lost's task was claimed by a worker that died a minute ago; waiting's still waits; fresh is within the grace.
-    DBTaskResult.objects.filter(args_kwargs__args__0=lost.pk).update(status=TaskResultStatus.RUNNING, started_at=past)
-    enqueued: list[int] = []
-    assert starts_sweep(enqueue=enqueued.append) == 1
-    assert enqueued == [lost.pk]
-    assert starts_sweep() == 1 and starts_sweep() == 0  # queued once: the next sweep finds its task waiting
+    DBTaskResult.objects.filter(args_kwargs__args__0=[i.pk for i in lost]).update(
+        status=TaskResultStatus.RUNNING, started_at=past)
+    enqueued: list[list[int]] = []
+    assert starts_sweep(enqueue=enqueued.append) == 3
+    assert enqueued == [[i.pk for i in lost]]
+    assert starts_sweep() == 3 and starts_sweep() == 0  # queued once: the next sweep finds its task waiting
+
+
+@pytest.mark.django_db
+def test_a_big_batch_is_started_by_several_tasks_of_start_chunk_items(queued, client):
+    items = [a.item.pk for a in items_accept(client=client, entries=_entries(START_CHUNK + 1))]
+    chunks = [t.args_kwargs["args"][0] for t in DBTaskResult.objects.order_by("enqueued_at", "id")]
+    assert chunks == [items[:START_CHUNK], items[START_CHUNK:]]
+    assert items_start_task.call(chunks[1]) == ["started: 1 ask(s)"]
 
 
 @pytest.mark.django_db(transaction=True)

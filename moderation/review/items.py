@@ -20,7 +20,7 @@ from moderation.models import QueueItem
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import item_policy_resolve
 from moderation.records import events
-from moderation.records.counts import counts_apply, item_counted
+from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
 
 
@@ -108,8 +108,6 @@ def _item_start(
     else:
         started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
         _item_insert(item=item, started=started)
-    # After the caller's transaction, if there is one; at once otherwise.
-    events.after_commit(lambda: events.item_created_broadcast(item=item))
     return item
 
 
@@ -179,14 +177,22 @@ def item_started_fill(*, item: QueueItem, started: GraphState) -> None:
     item.review_request = asked[0].spec.as_payload()
 
 
+def item_queue_entered(*, item: QueueItem, started: GraphState, before: Counted | None) -> None:
+    """In the transaction that writes the started item's row: its first asks, its count
+    (moved from ``before``), its ``item.created`` deliveries and live event."""
+    asks_create(item=item, asked=started.asks, round=1)
+    counts_apply(before=before, after=item_counted(item))
+    delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
+    # After the caller's transaction, if there is one; at once otherwise.
+    events.after_commit(lambda: events.item_created_broadcast(item=item))
+
+
 def _item_insert(*, item: QueueItem, started: GraphState) -> None:
     item_started_fill(item=item, started=started)
     # The row, its asks and its item.created deliveries commit together (the graph stays outside).
     with transaction.atomic():
         item.save(force_insert=True)
-        asks_create(item=item, asked=started.asks, round=1)
-        counts_apply(before=None, after=item_counted(item))
-        delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
+        item_queue_entered(item=item, started=started, before=None)
 
 
 CONTENT_FIELDS = ("title", "body", "source")

@@ -41,13 +41,14 @@ from django_tasks import task
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_will_run
-from moderation.delivery.models import WebhookEvent
-from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
-from moderation.review.apply import asks_create
-from moderation.review.items import item_graph_run, item_started_fill
+from moderation.review.items import (
+    item_graph_run,
+    item_queue_entered,
+    item_started_fill,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +109,7 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
             item_started_fill(item=item, started=started)
             item.status, item.attention = ItemStatus.PENDING, ""
             item.save(update_fields=["risk", "flags", "review_request", "status", "attention", "rank"])
-            asks_create(item=item, asked=started.asks, round=1)
-            counts_apply(before=before, after=item_counted(item))
-            delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
-            events.after_commit(lambda: events.item_created_broadcast(item=item))
+            item_queue_entered(item=item, started=started, before=before)
     return f"started: {len(started.asks)} ask(s)"
 
 

@@ -289,17 +289,31 @@ def _batch_known(
     external = [item.external_id for _, item in built if item.external_id is not None]
     rows = list(
         QueueItem.objects.filter(Q(idempotency_key__in=keys) | Q(external_id__in=external), submitted_by=client)
-        .select_related("decided_by")
+        .select_related("decided_by").order_by("created_at", "id")
     ) if keys or external else []
+    # As _existing's first(): the oldest row holding either key; then this batch's earlier entries.
+    by_key: dict[str, QueueItem] = {}
+    by_external: dict[str, QueueItem] = {}
+    order: dict[int, int] = {}
+
+    def remember(item: QueueItem) -> None:
+        order[id(item)] = len(order)
+        if item.idempotency_key is not None:
+            by_key.setdefault(item.idempotency_key, item)
+        if item.external_id is not None:
+            by_external.setdefault(item.external_id, item)
+
+    for row in rows:
+        remember(row)
     fresh: list[tuple[int, QueueItem]] = []
     for index, item in built:
-        same_key = [row for row in rows if (item.idempotency_key is not None and row.idempotency_key == item.idempotency_key)
-                    or (item.external_id is not None and row.external_id == item.external_id)]
+        same_key = [known for known in (by_key.get(item.idempotency_key or ""), by_external.get(item.external_id or ""))
+                    if known is not None]
         if not same_key:
             fresh.append((index, item))
-            rows.append(item)  # a later entry with the same key finds this one
+            remember(item)
             continue
-        known = same_key[0]
+        known = min(same_key, key=lambda k: order[id(k)])
         try:
             _same_content_check(item=known, idempotency_key=item.idempotency_key, digest=item.submission_digest)
         except IdempotencyConflict as exc:
@@ -321,6 +335,8 @@ def _batch_insert(*, client: ApiClient, items: list[tuple[int, QueueItem]]) -> l
         pass
     out = []
     for index, item in items:
+        # bulk_create inserts in several statements (SQLite's parameter limit): rows of the
+        # statements before the failed one were given ids, which the rollback took back.
         item.pk = None
         item._state.adding = True
         try:

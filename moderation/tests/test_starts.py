@@ -276,3 +276,30 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
     unacknowledged = [item for item, state in final.items() if (item, state.winner) not in acknowledged]
     return {"errors": errors, "anomalies": [str(a) for a in history_check(ops=history.ops, final=final)],
             "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started, "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_race_the_same_queued_batch_twice_at_once_makes_each_item_once(queued, client, monkeypatch):
+    """Two clients' retries of one batch, released together: both pass the known-keys read,
+    one transaction inserts, the other meets the keys' constraint and answers with its rows."""
+    from moderation.review import submissions
+
+    fallbacks = []
+    real_existing = submissions._existing
+    monkeypatch.setattr(submissions, "_existing", lambda **kw: fallbacks.append(1) or real_existing(**kw))
+    rounds, answers = 6, {}
+    batches = [_entries(5) for _ in range(rounds)]
+
+    def submit(n: int) -> None:
+        answer = items_accept(client=client, entries=batches[n])
+        answers.setdefault(n, []).append([(a.item.public_id, a.created) for a in answer])
+
+    race_rounds(rounds, submit, submit)
+    for n in range(rounds):
+        first, second = answers[n]
+        assert [i for i, _ in first] == [i for i, _ in second]  # the same items, in order
+        assert all(a != b for (_, a), (_, b) in zip(first, second, strict=True))  # each created by exactly one
+    assert QueueItem.objects.count() == rounds * 5
+    assert sum(len(t.args_kwargs["args"][0]) for t in DBTaskResult.objects.all()) == rounds * 5  # one start each
+    assert counts_recount() == []
+    assert fallbacks, "no round overlapped: every second batch found the first's rows before inserting"

@@ -37,9 +37,9 @@ from moderation.review.decisions import (
 )
 from moderation.review.reconcile import item_reconcile
 from moderation.review.starts import (
+    START_CHUNK,
     START_PRIORITY,
     item_start,
-    START_CHUNK,
     items_start_task,
     starts_sweep,
 )
@@ -280,13 +280,22 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
 
 @pytest.mark.django_db(transaction=True)
 def test_race_the_same_queued_batch_twice_at_once_makes_each_item_once(queued, client, monkeypatch):
-    """Two clients' retries of one batch, released together: both pass the known-keys read,
-    one transaction inserts, the other meets the keys' constraint and answers with its rows."""
+    """Two clients' retries of one batch, released together and both held after the known-keys
+    read (so both find nothing): one transaction inserts, the other meets the keys' constraint
+    and answers with the rows the first inserted."""
     from moderation.review import submissions
 
     fallbacks = []
-    real_existing = submissions._existing
+    real_existing, real_known = submissions._existing, submissions._batch_known
+    both_read = threading.Barrier(2, timeout=30)
+
+    def known_then_wait(**kwargs):
+        fresh = real_known(**kwargs)
+        both_read.wait()
+        return fresh
+
     monkeypatch.setattr(submissions, "_existing", lambda **kw: fallbacks.append(1) or real_existing(**kw))
+    monkeypatch.setattr(submissions, "_batch_known", known_then_wait)
     rounds, answers = 6, {}
     batches = [_entries(5) for _ in range(rounds)]
 
@@ -302,4 +311,26 @@ def test_race_the_same_queued_batch_twice_at_once_makes_each_item_once(queued, c
     assert QueueItem.objects.count() == rounds * 5
     assert sum(len(t.args_kwargs["args"][0]) for t in DBTaskResult.objects.all()) == rounds * 5  # one start each
     assert counts_recount() == []
-    assert fallbacks, "no round overlapped: every second batch found the first's rows before inserting"
+    assert len(fallbacks) == rounds * 5  # every round, the second batch's every row met the first's
+
+
+@pytest.mark.django_db
+def test_with_no_worker_the_accepting_process_starts_them_after_the_commit(client, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # REVIEWQUEUE_APPLY_INLINE, as in the in-process suite
+        accepted = items_accept(client=client, entries=_entries(2))
+    assert {i.status for i in QueueItem.objects.filter(pk__in=[a.item.pk for a in accepted])} == {ItemStatus.PENDING}
+    assert not DBTaskResult.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_item_page_of_a_starting_item_says_so_and_offers_no_decision(queued, client, alice):
+    from django.test import Client
+
+    [accepted] = items_accept(client=client, entries=_entries(1))
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(f"/items/{accepted.item.public_id}/").content.decode()
+    assert 'id="starting"' in page and 'name="ask"' not in page
+    item_start(item_id=accepted.item.pk)
+    page = browser.get(f"/items/{accepted.item.public_id}/").content.decode()
+    assert 'id="starting"' not in page and 'name="ask"' in page

@@ -51,6 +51,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+_ROWS_SELECT = (
+    "SELECT q.public_id, q.title, q.status, u.username, q.apply_state FROM moderation_queueitem q "
+    "LEFT JOIN auth_user u ON u.id = q.decided_by_id"
+)
+
+
 @dataclass(frozen=True)
 class ItemRow:
     id: str
@@ -260,34 +266,28 @@ class LiveServer:
 
     def rows(self, ids: list[str]) -> dict[str, ItemRow]:
         """Status and winner per item, read straight from the database (fast)."""
-        if not self.database_url.startswith("sqlite:///"):
-            return self._postgres_rows(ids)
-        keys = {uuid.UUID(i).hex: i for i in ids}
+        found = self._sqlite_rows(ids) if self.database_url.startswith("sqlite:///") else self._postgres_rows(ids)
+        # SQLite stores a UUID as 32 hex digits, PostgreSQL prints it with dashes: key both by the caller's form.
+        asked = {uuid.UUID(i).hex: i for i in ids}
+        rows = (ItemRow(asked[uuid.UUID(str(pid)).hex], *columns) for pid, *columns in found)
+        return {row.id: row for row in rows}
+
+    def _sqlite_rows(self, ids: list[str]) -> list[tuple]:
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
         try:
-            found = conn.execute(
-                "SELECT q.public_id, q.title, q.status, u.username, q.apply_state FROM moderation_queueitem q "
-                "LEFT JOIN auth_user u ON u.id = q.decided_by_id "
-                f"WHERE q.public_id IN ({','.join('?' * len(keys))})",
-                list(keys),
+            return conn.execute(
+                f"{_ROWS_SELECT} WHERE q.public_id IN ({','.join('?' * len(ids))})", [uuid.UUID(i).hex for i in ids],
             ).fetchall()
         finally:
             conn.close()
-        return {
-            keys[str(pid).replace("-", "")]: ItemRow(keys[str(pid).replace("-", "")], title, status, winner, applying)
-            for pid, title, status, winner, applying in found
-        }
 
-    def _postgres_rows(self, ids: list[str]) -> dict[str, ItemRow]:
+    def _postgres_rows(self, ids: list[str]) -> list[tuple]:
         import psycopg
 
         with psycopg.connect(self.database_url, connect_timeout=10) as conn:
-            found = conn.execute(
-                "SELECT q.public_id::text, q.title, q.status, u.username, q.apply_state FROM moderation_queueitem q "
-                "LEFT JOIN auth_user u ON u.id = q.decided_by_id WHERE q.public_id = ANY(%s::uuid[])",
-                [[str(uuid.UUID(i)) for i in ids]],
+            return conn.execute(
+                f"{_ROWS_SELECT} WHERE q.public_id = ANY(%s::uuid[])", [[str(uuid.UUID(i)) for i in ids]],
             ).fetchall()
-        return {pid: ItemRow(pid, *row) for pid, *row in found}
 
     async def arows(self, ids: list[str]) -> dict[str, ItemRow]:
         return await asyncio.to_thread(self.rows, ids)

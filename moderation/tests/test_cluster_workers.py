@@ -146,16 +146,14 @@ def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision:
     reviewer.decide_recorded(recorder, item, decision)
 
 
-class Killer(threading.Thread):
-    """Waits until the doomed worker has applied a few decisions, then SIGKILLs it between a resume and its record."""
+class _Hunter(threading.Thread):
+    """Watches the task table for the moment to SIGKILL the doomed worker (``_hunt``); keeps what went wrong."""
 
-    def __init__(self, site: SimpleNamespace, doomed, burst_done: threading.Event) -> None:
-        super().__init__(name="killer", daemon=True)
-        self.site, self.doomed, self.burst_done = site, doomed, burst_done
-        self.killed_at: float | None = None
-        self.orphan: str | None = None  # the item whose apply the kill interrupted
+    def __init__(self, site: SimpleNamespace, doomed, *, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.site, self.doomed = site, doomed
+        self.orphan: str | None = None  # the item whose work the kill interrupted
         self.orphan_state: dict = {}
-        self.applied_before = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -163,6 +161,19 @@ class Killer(threading.Thread):
             self._hunt()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
+
+    def _hunt(self) -> None:
+        raise NotImplementedError
+
+
+class Killer(_Hunter):
+    """Waits until the doomed worker has applied a few decisions, then SIGKILLs it between a resume and its record."""
+
+    def __init__(self, site: SimpleNamespace, doomed, burst_done: threading.Event) -> None:
+        super().__init__(site, doomed, name="killer")
+        self.burst_done = burst_done
+        self.killed_at: float | None = None
+        self.applied_before = 0
 
     def _hunt(self) -> None:
         url, tool = self.site.database_url, self.site.servers[1].tool
@@ -364,21 +375,11 @@ def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: st
     raise AssertionError(f"{reviewer.username}: item {item} still starting after 60 s")
 
 
-class StartKiller(threading.Thread):
+class StartKiller(_Hunter):
     """SIGKILLs the doomed worker while it holds a start: the graph has run, the item is still STARTING."""
 
     def __init__(self, site: SimpleNamespace, doomed) -> None:
-        super().__init__(name="start-killer", daemon=True)
-        self.site, self.doomed = site, doomed
-        self.orphan: str | None = None
-        self.orphan_state: dict = {}
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._hunt()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
+        super().__init__(site, doomed, name="start-killer")
 
     def _hunt(self) -> None:
         url, tool = self.site.database_url, self.site.servers[1].tool

@@ -14,6 +14,7 @@ from moderation.graphs.runtime import (
     graph_resume,
     graph_resume_count,
     graph_start,
+    graph_start_count,
     graph_values,
 )
 
@@ -126,3 +127,13 @@ def test_each_item_has_its_own_thread_and_an_unresumed_one_stays_paused():
     [ask] = graph_asks_pending(name=NAME, thread_id=b)
     assert ask.spec.actions[0]["args"]["title"] == "B"
     assert graph_get(name=NAME).get_state({"configurable": {"thread_id": b}}).next == ("request_review",)
+
+
+def test_start_count_tells_a_second_start_from_a_resume():
+    thread_id = f"starts-{uuid.uuid4()}"
+    state = {"item_id": thread_id, "title": "t", "body": "b", "source": "s"}
+    graph_start(name=NAME, thread_id=thread_id, state=state)
+    graph_start(name=NAME, thread_id=thread_id, state=state)  # run again on the paused thread: a second start
+    _resume(thread_id)
+    assert graph_start_count(name=NAME, thread_id=thread_id) == 2
+    assert graph_resume_count(name=NAME, thread_id=thread_id) == 1

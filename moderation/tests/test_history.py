@@ -53,6 +53,11 @@ def test_double_resume_and_never_resumed_are_caught():
     assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=0)}) == ["never_resumed"]
 
 
+def test_a_graph_started_twice_is_caught():
+    ops = _history(("alice", "i1", "ok", "alice"))
+    assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, starts=2)}) == ["double_start"]
+
+
 def test_withdrawal_competes_with_decisions_for_the_one_win():
     recorder = HistoryRecorder()
     withdraw = recorder.invoke(reviewer="svc", item="i1", decision="withdraw")

@@ -95,9 +95,7 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
         return "started earlier"
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         try:
-            started = item_graph_run(item=item)
-            if not started.asks:
-                raise RuntimeError(f"its graph finished without asking for a review ({started.error or 'no error'})")
+            started = item_graph_run(item=item)  # raises if the graph finished without asking
         except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the item records it
             return _start_failed(item_id=item_id, error=f"{type(exc).__name__}: {exc}", retry_failed=retry_failed)
         fault_point("after_start_run", item_key=item.thread_id)

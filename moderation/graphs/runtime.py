@@ -50,6 +50,7 @@ class GraphState:
     error: str | None  # the error of the node that last failed, if any
     finished: bool
     values: dict[str, Any]
+    checkpointed: bool = True  # False: nothing was ever saved on the thread (never started, or a start that failed)
 
 
 def graph_state_read(*, name: str, thread_id: str) -> GraphState:
@@ -59,6 +60,7 @@ def graph_state_read(*, name: str, thread_id: str) -> GraphState:
         error=next((str(task.error) for task in state.tasks if task.error), None),
         finished=state.created_at is not None and state.next == (),
         values=state.values,
+        checkpointed=state.created_at is not None,
     )
 
 

@@ -12,6 +12,10 @@ operation on the same guard: it settles every open ask of a pending item at once
 its winner. A withdrawal of a settled item loses naming the winner; a decision on a
 withdrawn item loses with "Already withdrawn by <name>".
 
+An item accepted for the task worker to start (STARTING, ``moderation.review.starts``)
+has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 409),
+when the item is read and again under the row lock, recording nothing.
+
 Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
 decision on an open ask of an item someone else holds a live claim on is refused under
 the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that

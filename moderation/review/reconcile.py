@@ -34,8 +34,9 @@ def item_reconcile(*, key: str) -> tuple[str, str]:
     item = QueueItem.objects.get(public_id=key)
     if item.status == ItemStatus.STARTING or (item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()):
         # Never asked: its graph is started (again), as a worker would have.
-        done = item_start(item_id=item.pk, retry_failed=True)
-        return item.title, "ok" if done == "started earlier" else done
+        started = item_start(item_id=item.pk, retry_failed=True)
+        if not started.startswith("left as it is"):  # else: a graph that ran, judged below like any other
+            return item.title, "ok" if started == "started earlier" else started
     done = []
     unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
     if unapplied or item.apply_state == ApplyState.FAILED:

@@ -41,6 +41,7 @@ from django_tasks import task
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_will_run
+from moderation.graphs.runtime import graph_state_read
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
@@ -86,7 +87,8 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
     """Run the item's graph to its first ask and put it in the queue; say what happened.
 
     Only a STARTING item is started; ``retry_failed`` (``recover``) also starts one
-    whose graph failed to start before (NEEDS_ATTENTION, no ask ever recorded).
+    whose graph failed to start before (NEEDS_ATTENTION, no ask ever recorded, nothing
+    saved on its thread).
     """
     item = QueueItem.objects.filter(pk=item_id).first()
     if item is None:
@@ -94,6 +96,12 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
     if not _startable(item=item, retry_failed=retry_failed):
         return "started earlier"
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+        if item.status == ItemStatus.NEEDS_ATTENTION:
+            # Started again only if it never ran (a start that fails saves nothing): a graph
+            # that ran and waits for nobody may have acted already, and is left to an operator.
+            now = graph_state_read(name=item.graph, thread_id=item.thread_id)
+            if now.checkpointed and not now.asks:
+                return "left as it is: its graph ran and waits for no review"
         try:
             started = item_graph_run(item=item)  # raises if the graph finished without asking
         except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the item records it

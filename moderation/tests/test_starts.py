@@ -334,3 +334,23 @@ def test_the_item_page_of_a_starting_item_says_so_and_offers_no_decision(queued,
     item_start(item_id=accepted.item.pk)
     page = browser.get(f"/items/{accepted.item.public_id}/").content.decode()
     assert 'id="starting"' not in page and 'name="ask"' in page
+
+
+@pytest.mark.django_db
+def test_recover_never_starts_again_a_graph_that_ran_and_waits_for_no_review(queued, client):
+    """An item needing attention with no ask whose thread has run (it may have acted) is left to an operator."""
+    from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_start
+    from moderation.review.items import item_start_state
+
+    [accepted] = items_accept(client=client, entries=_entries(1))
+    item = accepted.item
+    graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
+    [ask] = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
+    graph_resume(name=item.graph, thread_id=item.thread_id, answers={ask.interrupt_id: {
+        "decisions": [{"type": "approve"}], "reviewer": "someone", "decided_at": "2026-01-01T00:00:00+00:00", "note": ""}})
+    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="lost its rows")
+    _, done = item_reconcile(key=str(item.public_id))
+    assert done.startswith("needs attention: its graph is not waiting for review"), done
+    item.refresh_from_db()
+    assert item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()
+    assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1

@@ -319,13 +319,15 @@ REVIEWQUEUE_GRAPHS = {
 for _entry in filter(None, os.environ.get("REVIEWQUEUE_EXTRA_GRAPHS", "").split(",")):
     _name, _, _path = _entry.partition("=")
     REVIEWQUEUE_GRAPHS[_name.strip()] = _path.strip()
-# A decision is applied (its graph resumed) by the task worker, never in the request.
-# REVIEWQUEUE_APPLY_INLINE=1 applies it in the deciding process right after the commit
-# instead: for the in-process test suite and single-process tools that run no worker.
+# A decision is applied (its graph resumed) by the task worker, never in the request, and
+# so are the starts of queued submissions (moderation.review.starts).
+# REVIEWQUEUE_APPLY_INLINE=1 does both in the deciding (or accepting) process right after
+# the commit instead: for the in-process test suite and single-process tools that run no worker.
 REVIEWQUEUE_APPLY_INLINE = os.environ.get("REVIEWQUEUE_APPLY_INLINE", "") == "1"
 # How long a worker waits for another to finish resuming the same thread.
 APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
-# A decision still unapplied this long after it was made is queued again by the sweep.
+# A decision still unapplied (or a queued item still not started) this long after it was
+# made is queued again by the sweep.
 APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
 # An edit's arguments, as JSON.
 DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))

@@ -17,7 +17,7 @@ from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.records import events
 from moderation.review.decisions import ask_escalate, item_decide
 from moderation.review.items import item_create
-from moderation.tests.test_events import recorded  # noqa: F401 (fixture)
+from moderation.tests.records.test_events import recorded  # noqa: F401 (fixture)
 
 
 @pytest.fixture

@@ -171,21 +171,23 @@ def _batch_submit_one(client, index: int, entry: BatchItemIn | BatchOutcome) -> 
         return entry
     try:
         result = item_submit(client=client, submission=_submission(entry), idempotency_key=entry.idempotency_key)
-    except DjangoValidationError as exc:
-        return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(exc))
-    except IdempotencyConflict as exc:
-        return BatchOutcome(index=index, outcome="invalid", error="idempotency_key_reused", message=str(exc))
+    except (DjangoValidationError, IdempotencyConflict) as exc:
+        return _refused_outcome(index, exc)
     return BatchOutcome(
         index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item)
     )
 
 
 def _accepted_outcome(index: int, result: Accepted) -> BatchOutcome:
-    if isinstance(result.error, IdempotencyConflict):
-        return BatchOutcome(index=index, outcome="invalid", error="idempotency_key_reused", message=str(result.error))
     if result.error is not None:
-        return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(result.error))
+        return _refused_outcome(index, result.error)
     return BatchOutcome(index=index, outcome="accepted" if result.created else "existing", item=ItemOut.of(result.item))
+
+
+def _refused_outcome(index: int, exc: DjangoValidationError | IdempotencyConflict) -> BatchOutcome:
+    if isinstance(exc, IdempotencyConflict):
+        return BatchOutcome(index=index, outcome="invalid", error="idempotency_key_reused", message=str(exc))
+    return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(exc))
 
 
 @api.post(

@@ -79,8 +79,12 @@ def items_start_enqueue(*, item_ids: list[int]) -> None:
     if settings.REVIEWQUEUE_APPLY_INLINE:
         events.after_commit(lambda: [item_start(item_id=item_id) for item_id in item_ids])
         return
-    for first in range(0, len(item_ids), START_CHUNK):
-        items_start_task.enqueue(item_ids[first:first + START_CHUNK])
+    for chunk in _chunks(item_ids):
+        items_start_task.enqueue(chunk)
+
+
+def _chunks(item_ids: list[int]) -> list[list[int]]:
+    return [item_ids[first:first + START_CHUNK] for first in range(0, len(item_ids), START_CHUNK)]
 
 
 def item_start(*, item_id: int, retry_failed: bool = False) -> str:
@@ -151,8 +155,8 @@ def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
         .order_by("created_at", "id").values_list("pk", flat=True)
     )
     item_ids = list(islice((i for i in waiting.iterator() if i not in will_run), 500))
-    for first in range(0, len(item_ids), START_CHUNK):
-        (enqueue or items_start_task.enqueue)(item_ids[first:first + START_CHUNK])
+    for chunk in _chunks(item_ids):
+        (enqueue or items_start_task.enqueue)(chunk)
     if item_ids:
         logger.warning("re-queued the start of %d items no worker was starting", len(item_ids))
     return len(item_ids)

@@ -292,28 +292,25 @@ def _batch_known(
         .select_related("decided_by").order_by("created_at", "id")
     ) if keys or external else []
     # As _existing's first(): the oldest row holding either key; then this batch's earlier entries.
-    by_key: dict[str, QueueItem] = {}
-    by_external: dict[str, QueueItem] = {}
-    order: dict[int, int] = {}
+    known_by: dict[tuple[str, str], tuple[int, QueueItem]] = {}
+
+    def keys_of(item: QueueItem) -> list[tuple[str, str]]:
+        return [(kind, value) for kind, value in (("key", item.idempotency_key), ("ext", item.external_id)) if value]
 
     def remember(item: QueueItem) -> None:
-        order[id(item)] = len(order)
-        if item.idempotency_key is not None:
-            by_key.setdefault(item.idempotency_key, item)
-        if item.external_id is not None:
-            by_external.setdefault(item.external_id, item)
+        for key in keys_of(item):
+            known_by.setdefault(key, (len(known_by), item))
 
     for row in rows:
         remember(row)
     fresh: list[tuple[int, QueueItem]] = []
     for index, item in built:
-        same_key = [known for known in (by_key.get(item.idempotency_key or ""), by_external.get(item.external_id or ""))
-                    if known is not None]
+        same_key = [known_by[key] for key in keys_of(item) if key in known_by]
         if not same_key:
             fresh.append((index, item))
             remember(item)
             continue
-        known = min(same_key, key=lambda k: order[id(k)])
+        _, known = min(same_key, key=lambda found: found[0])
         try:
             _same_content_check(item=known, idempotency_key=item.idempotency_key, digest=item.submission_digest)
         except IdempotencyConflict as exc:

@@ -331,7 +331,6 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
 
 
 START_TASK = "moderation.review.starts.items_start_task"
-START_CHUNK = 10  # moderation.review.starts.START_CHUNK (this module never imports Django's models)
 START_HOLD = 2.5  # seconds the doomed worker holds each start between its graph's run and the row's record
 
 
@@ -469,7 +468,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     print(
         f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "
         f"{burst_end - began:.1f} s after the first submit; worker 'start-doomed' SIGKILLed holding item "
-        f"{killer.orphan}'s start; start tasks succeeded per worker {dict(worked)} ({start_tasks} start tasks of up to "
-        f"{START_CHUNK} items for {ITEMS} items, the sweep's re-queues included); {refusals} attempts answered 'still starting'; "
+        f"{killer.orphan}'s start; start tasks succeeded per worker {dict(worked)} ({start_tasks} start tasks for "
+        f"{ITEMS} items, the sweep's re-queues included); {refusals} attempts answered 'still starting'; "
         "every graph started once, resumed once, no fork"
     )

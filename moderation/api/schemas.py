@@ -64,6 +64,11 @@ class ItemIn(Strict):
     requested_by: str | None = Field(default=None, min_length=1, max_length=150)
 
 
+class ItemSubmitIn(ItemIn):
+    # As a batch's (BatchIn): "queued" answers 202 with the item "starting" at once.
+    start: Literal["now", "queued"] = "now"
+
+
 class BatchItemIn(ItemIn):
     # Per item, since a batch has no one header for all.
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=KEY_MAX_LENGTH)

@@ -25,6 +25,7 @@ from moderation.api.schemas import (
     CancelLost,
     ErrorOut,
     ItemIn,
+    ItemSubmitIn,
     ItemOut,
     ItemPage,
 )
@@ -130,11 +131,19 @@ def _submission(data: ItemIn) -> Submission:
     )
 
 
-@api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, **ERRORS}, tags=["items"])
+@api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, 202: ItemOut, **ERRORS}, tags=["items"])
 def items_submit(
-    request: HttpRequest, data: ItemIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+    request: HttpRequest, data: ItemSubmitIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
 ):
-    """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item."""
+    """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item.
+
+    ``start: "queued"`` answers 202 at once with the item "starting", as a queued batch does.
+    """
+    if data.start == "queued":
+        (accepted,) = items_accept(client=request.auth, entries=[(_submission(data), idempotency_key)])
+        if accepted.error is not None:
+            raise accepted.error
+        return Status(202 if accepted.created else 200, ItemOut.of(accepted.item))
     result = item_submit(client=request.auth, submission=_submission(data), idempotency_key=idempotency_key)
     return Status(201 if result.created else 200, ItemOut.of(result.item))
 

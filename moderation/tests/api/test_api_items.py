@@ -11,13 +11,14 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
 
 from moderation.api.clients import apiclient_create, token_revoke
 from moderation.core.checkpointer import checkpointer_get
 from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
-from moderation.review.starts import item_start
+from moderation.review.starts import item_start, items_start_task
 from moderation.review.decisions import NotAllowed, item_decide
 from moderation.review.submissions import METADATA_MAX_BYTES, Submission
 
@@ -278,6 +279,38 @@ def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(a
     assert item_decide(item_public_id=first["id"], reviewer=alice, decision="approve").won
 
 
+def test_queued_submit_answers_202_starting_then_the_worker_puts_it_in_the_queue(api, settings, alice):
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's start runs when the test says
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    response = api.post("/items", {**ITEM, "start": "queued"}, **key)
+    assert response.status_code == 202, response.content
+    item = response.json()
+    assert (item["status"], item["asks"], item["review_request"]) == ("starting", [], {})
+    assert not _thread_exists(item["id"])
+    [task] = DBTaskResult.objects.filter(task_path=items_start_task.module_path)
+    assert task.args_kwargs["args"] == [[QueueItem.objects.get().pk]]
+    again = api.post("/items", {**ITEM, "start": "queued"}, **key)
+    assert (again.status_code, again.json()["id"]) == (200, item["id"])
+    other = api.post("/items", {**ITEM, "title": "Other", "start": "queued"}, **key)
+    assert other.status_code == 409 and other.json()["error"] == "idempotency_key_reused"
+    assert api.post(f"/items/{item['id']}/cancel", {}).json()["error"] == "starting"
+
+    item_start(item_id=QueueItem.objects.get().pk)
+    started = api.get(f"/items/{item['id']}").json()
+    assert started["status"] == "pending" and len(started["asks"]) == 1 and _thread_exists(item["id"])
+    assert item_decide(item_public_id=item["id"], reviewer=alice, decision="approve").won
+    assert DBTaskResult.objects.filter(task_path=items_start_task.module_path).count() == 1
+
+
+def test_queued_submit_refuses_what_a_submit_refuses_and_changes_nothing(api, settings):
+    settings.ITEM_BODY_MAX_LENGTH = 50
+    too_long = api.post("/items", {**ITEM, "body": "x" * 51, "start": "queued"})
+    assert too_long.status_code == 422 and "50" in too_long.json()["message"]
+    unknown = api.post("/items", {**ITEM, "start": "later"})
+    assert unknown.status_code == 422 and "start" in unknown.json()["message"]
+    assert not QueueItem.objects.exists() and not DBTaskResult.objects.exists()
+
+
 def test_batch_start_must_be_now_or_queued(api):
     response = api.post("/items:batch", {"items": [ITEM], "start": "later"})
     assert response.status_code == 422 and "start" in response.json()["message"]
@@ -488,7 +521,7 @@ def test_a_bad_policy_is_422_naming_its_field_and_creates_nothing(api, payments,
 
 def test_the_openapi_schema_documents_policies_and_tallies():
     schemas = Client().get("/api/v1/openapi.json").json()["components"]["schemas"]
-    assert {"team", "policy", "requested_by"} <= set(schemas["ItemIn"]["properties"])
+    assert {"team", "policy", "requested_by", "start"} <= set(schemas["ItemSubmitIn"]["properties"])
     assert set(schemas["PolicyIn"]["properties"]) == {"approvals", "majority", "veto", "deadline_seconds", "on_deadline"}
     assert {"team", "policy", "requested_by", "deadline_at", "escalated_at"} <= set(schemas["ItemOut"]["properties"])
     assert {"deadline_at", "tally", "resolution"} <= set(schemas["AskOut"]["properties"])

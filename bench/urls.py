@@ -1,4 +1,4 @@
-"""The product's URLs plus two floors: ``/bench/ping`` (the framework alone: no DB, no session, no
+"""The product's URLs plus two floors: ``/bench/ping`` (the framework alone, asked with no cookie: no DB, no session, no
 template) and ``/bench/whoami`` (the trivial authenticated endpoint: the session and user reads
 every logged-in request pays, and no more)."""
 

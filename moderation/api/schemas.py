@@ -9,12 +9,17 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt
 
-from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.models import PRIORITY_MAX, PRIORITY_MIN, AskStatus, QueueItem, ReviewAsk
-from moderation.records.outcomes import ask_what
+from moderation.models import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    AskStatus,
+    QueueItem,
+    ReviewAsk,
+)
 from moderation.policies.models import APPROVALS_MAX
-from moderation.policies.rules import DEADLINE_MAX_SECONDS
+from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
 from moderation.policies.teams import ask_tally_read
+from moderation.records.outcomes import ask_what
 from moderation.review.submissions import KEY_MAX_LENGTH
 
 BATCH_MAX_ITEMS = 500

@@ -25,9 +25,9 @@ from moderation.api.schemas import (
     CancelLost,
     ErrorOut,
     ItemIn,
-    ItemSubmitIn,
     ItemOut,
     ItemPage,
+    ItemSubmitIn,
 )
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome

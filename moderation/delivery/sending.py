@@ -17,8 +17,7 @@ import json
 import logging
 import random
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
-from itertools import islice
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from django.conf import settings
@@ -27,8 +26,8 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
+from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
-from moderation.core.taskqueue import tasks_will_run
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +73,8 @@ def deliveries_sweep() -> int:
     (``moderation.core.taskqueue``): each would have been queued again on every sweep.
     """
     overdue = timezone.now() - timedelta(seconds=settings.WEBHOOK_LEASE_GRACE)
-    will_run = set(tasks_will_run(task=delivery_send, started_since=overdue))
     lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lt=overdue)
-    chosen = list(islice((pk for pk in lapsed.values_list("pk", flat=True).iterator() if pk not in will_run), 500))
+    chosen = tasks_orphaned(ids=lapsed.values_list("pk", flat=True).iterator(), task=delivery_send, started_since=overdue)
     with transaction.atomic():
         # Locked and read again: an attempt may have taken one since.
         lost = list(lapsed.select_for_update().filter(pk__in=chosen).values_list("pk", flat=True))
@@ -118,7 +116,7 @@ def _lease_take(delivery_id: int) -> WebhookDelivery | None:
 
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
     body = delivery_body(delivery=delivery)
-    sent_at = datetime.now(tz=dt_timezone.utc)
+    sent_at = datetime.now(tz=UTC)
     headers = {
         "content-type": "application/json",
         "user-agent": "reviewqueue-webhooks/1",

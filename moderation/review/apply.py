@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from itertools import islice
 from typing import Any
 
 from django.conf import settings
@@ -41,7 +40,7 @@ from django_tasks import task
 
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
-from moderation.core.taskqueue import tasks_will_run
+from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import (
@@ -227,13 +226,12 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
     its item is queued again, once: the next sweep finds that task waiting.
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
-    will_run = set(tasks_will_run(task=item_apply_task, started_since=overdue))
     unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
         .values_list("item_id", flat=True).distinct()
     )
-    item_ids = list(islice((i for i in unapplied.iterator() if i not in will_run), 500))
+    item_ids = tasks_orphaned(ids=unapplied.iterator(), task=item_apply_task, started_since=overdue)
     for item_id in item_ids:
         (enqueue or item_apply_task.enqueue)(item_id)
     if item_ids:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from itertools import islice
 from typing import Any
 
 from django.conf import settings
@@ -40,7 +39,7 @@ from django_tasks import task
 
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
-from moderation.core.taskqueue import tasks_will_run
+from moderation.core.taskqueue import tasks_orphaned
 from moderation.graphs.runtime import graph_state_read
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
@@ -149,12 +148,11 @@ def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
     will start its item, so only a dead worker's items are queued again, once each.
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
-    will_run = {item_id for chunk in tasks_will_run(task=items_start_task, started_since=overdue) for item_id in chunk}
     waiting = (
         QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue)
         .order_by("created_at", "id").values_list("pk", flat=True)
     )
-    item_ids = list(islice((i for i in waiting.iterator() if i not in will_run), 500))
+    item_ids = tasks_orphaned(ids=waiting.iterator(), task=items_start_task, started_since=overdue)
     for chunk in _chunks(item_ids):
         (enqueue or items_start_task.enqueue)(chunk)
     if item_ids:

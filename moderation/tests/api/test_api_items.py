@@ -18,8 +18,8 @@ from moderation.core.checkpointer import checkpointer_get
 from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
-from moderation.review.starts import item_start, items_start_task
 from moderation.review.decisions import NotAllowed, item_decide
+from moderation.review.starts import item_start, items_start_task
 from moderation.review.submissions import METADATA_MAX_BYTES, Submission
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection, connections, transaction
 
 from bench.common import Metric, log, median, percentile
 
@@ -111,6 +111,63 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
         "naive check-then-act", target=1.3, check="ratio", op="<=",
         detail={"pairs": pairs, "guarded_mean_ms": statistics.fmean(guarded_ms), "naive_mean_ms": statistics.fmean(naive_ms),
                 "guarded_p95_ms": percentile(guarded_ms, 95), "naive_p95_ms": percentile(naive_ms, 95)},
+    )
+
+
+def _decide_as_a_request(*, item: str, reviewer_pk: int) -> None:
+    """A decision as the HTTP request makes it: the user read afresh (so are its permissions), the apply queued, not run."""
+    from django.contrib.auth import get_user_model
+
+    from moderation.review.decisions import item_decide
+
+    reviewer = get_user_model().objects.get(pk=reviewer_pk)
+    assert item_decide(item_public_id=item, reviewer=reviewer, decision="approve").won
+
+
+def bench_decision_sql(*, items: list[str], reviewer, reps: int) -> Metric:
+    """Attribution for measure 1: the database's share of a decision's own work.
+
+    A decision as a request makes it (the user and its permissions read, the apply left
+    to the worker, the live push after the commit), timed; then the statements one such
+    decision ran, captured in a transaction rolled back after (the item stays pending),
+    replayed as written through Django's cursor: no ORM building them, no model
+    instances, none of the guard's checks. The after-commit reads of the live push are
+    not in the replay (they run after the capture's rollback would have committed).
+    """
+    from django.test import override_settings
+
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
+        decided: list[float] = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            _decide_as_a_request(item=_pop(items), reviewer_pk=reviewer.pk)
+            decided.append((time.perf_counter() - start) * 1000)
+        captured: list[tuple[str, object]] = []
+
+        def capture(execute, sql, params, many, context):
+            captured.append((sql, params))
+            return execute(sql, params, many, context)
+
+        with transaction.atomic(), connection.execute_wrapper(capture):
+            _decide_as_a_request(item=_pop(items), reviewer_pk=reviewer.pk)
+            transaction.set_rollback(True)
+    statements = [(sql, params) for sql, params in captured if not sql.startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    replays: list[float] = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+            transaction.set_rollback(True)
+        replays.append((time.perf_counter() - start) * 1000)
+    decide, replay = median(decided), median(replays)
+    log(f"decision sql: a decision {decide:.2f} ms; its {len(statements)} statements replayed raw {replay:.2f} ms")
+    return Metric(
+        "decision_sql_replay", f"1. (attribution) one decision's {len(statements)} SQL statements replayed, no ORM, in-process",
+        replay, "ms", decide, "the same decision, in-process (apply queued)",
+        detail={"statements": len(statements), "reps": reps, "replay_p95_ms": percentile(replays, 95),
+                "decision_p95_ms": percentile(decided, 95)},
     )
 
 

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
-    from bench.inprocess import bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
+    from bench.inprocess import bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
@@ -106,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
     if wanted(1, 4, 7, 15, 11, 12, 14, 8, 9, 10):
-        more = int(700 * s) + 200 + int(many_rate * many_seconds) - len(pool)
+        replays = max(50, int(200 * s)) if wanted(1) else 0
+        more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)
+        if replays:
+            log(f"{args.backend}: 1. (attribution) one decision's SQL, in-process")
+            metrics.append(bench_decision_sql(items=pool, reviewer=users[8], reps=replays))
         connections.close_all()
         log(f"{args.backend}: starting {args.servers} daphne process(es)")
         servers = Servers(count=args.servers, env=dict(os.environ), logdir=args.workdir)

@@ -206,6 +206,13 @@ def _item_send(item_public_id: str, message: dict[str, Any]) -> None:
     _send_all([(group, message) for group in [*_item_queue_groups(item_public_id), item_group(item_public_id)]])
 
 
+def _outcome_send(outcome: DecisionOutcome, message: dict[str, Any]) -> None:
+    """To the item's own pages and the queue pages of the team that held it when the attempt
+    was judged: known from the locked row, so the commit's push reads nothing more."""
+    groups = [*queue_groups(team_ids=[outcome.team_id]), item_group(outcome.item_public_id)]
+    _send_all([(group, message) for group in groups])
+
+
 def _counts() -> dict[str, int]:
     # These run in on_commit callbacks; an exception there would turn a committed
     # decision into a 500, so a failed count only leaves the counts to the next resync.
@@ -230,13 +237,13 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     message = {
         "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
     }
-    _item_send(outcome.item_public_id, message)
+    _outcome_send(outcome, message)
 
 
 def vote_broadcast(*, outcome: DecisionOutcome) -> None:
     """Tell everyone a vote was counted on a quorum ask that is still open (its tally so far)."""
     message = {"type": "item.voted", **outcome.winner_payload(), "voter_requested": outcome.requested}
-    _item_send(outcome.item_public_id, message)
+    _outcome_send(outcome, message)
 
 
 def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team_name: str) -> None:

@@ -50,6 +50,9 @@ class DecisionOutcome:
     # or not), and the votes so far, with the resolution once there is one.
     counted: bool = False
     tally: dict = field(default_factory=dict)
+    # The item's team as the locked row had it when the attempt was judged: whose queue
+    # pages its live events go to (None: the item belongs to no team).
+    team_id: int | None = None
 
     @property
     def accepted(self) -> bool:
@@ -165,7 +168,7 @@ def outcome_for(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
         attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None, reason=ask.reason,
-        counted=counted or won, tally=dict(ask.tally),
+        counted=counted or won, tally=dict(ask.tally), team_id=item.team_id,
     )
 
 
@@ -174,5 +177,5 @@ def vote_outcome(*, item: QueueItem, ask: ReviewAsk, requested: str, attempt: De
     return DecisionOutcome(
         won=False, item_public_id=str(item.public_id), item_title=item.title, requested=requested, winner="",
         winner_status="pending", decided_at=attempt.recorded_at, attempt_seq=attempt.seq, ask=ask.interrupt_id,
-        counted=True, tally=tally,
+        counted=True, tally=tally, team_id=item.team_id,
     )

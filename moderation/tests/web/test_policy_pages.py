@@ -141,13 +141,15 @@ def test_the_decided_page_shows_a_teams_items_to_its_members_only(team, alice, b
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_team_items_live_events_reach_its_members_and_supervisors_queues_only(recorded, team, alice, erin):  # noqa: F811
+def test_a_team_items_live_events_reach_its_members_and_supervisors_queues_only(recorded, team, alice, bob, erin):  # noqa: F811
     item = _item(team="payments")
     recorded.clear()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     voted = [group for group, message in recorded if message["type"] == "item.voted"]
-    assert sorted(voted) == sorted([events.team_group(team.pk), events.SUPERVISORS_GROUP,
-                                    events.item_group(str(item.public_id))])
+    team_groups = sorted([events.team_group(team.pk), events.SUPERVISORS_GROUP, events.item_group(str(item.public_id))])
+    assert sorted(voted) == team_groups
+    item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")  # the veto decides it
+    assert sorted(group for group, message in recorded if message["type"] == "item.decided") == team_groups
     assert events.QUEUE_GROUP not in voted
     assert events.team_group(team.pk) in live_groups(user=alice, session_key="s", item_public_id=None)
     outsider = live_groups(user=erin, session_key="s", item_public_id=None)

@@ -10,7 +10,9 @@ alone, with what they need (8's baseline is 5's).
 
 The servers and the worker run as in production (the worker applies decisions). In
 this process the benches 2 and 3 apply inline: the naive strategy they compare with
-resumes the graph in the call, so the guard does too.
+resumes the graph in the call, so the guard does too. Measure 1's attribution (one
+decision in-process, and its SQL replayed) runs here too, before the servers start, and
+leaves the apply queued, as a server does.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
 
-    # The in-process measures (2, 3, 5, 6, 13) run product code in this process: its heap is
+    # The in-process measures (2, 3, 5, 6, 13 and 1's attribution) run product code in this process: its heap is
     # frozen as the servers' and the worker's are, or their p95 would time the collector.
     heap_freeze()
 

@@ -120,29 +120,40 @@ def graph_error_read(*, name: str, thread_id: str) -> str | None:
     return graph_state_read(name=name, thread_id=thread_id).error
 
 
-def graph_resume_count(*, name: str, thread_id: str) -> int:
-    """How many resumes the thread took, read from its checkpoint history.
+@dataclass(frozen=True)
+class RunCounts:
+    starts: int  # runs from an input (``graph_start``)
+    resumes: int  # runs on from an interrupt
 
-    A resume leaves its first checkpoint as a child of the checkpoint that held the
-    interrupts; two racing resumes leave two sibling children, which the latest state
-    alone would hide. A second start on a paused thread leaves one too: it is counted
-    by ``graph_start_count``, not here.
+
+def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
+    """How many times the thread was started and resumed, from one read of its checkpoint history.
+
+    One start writes one checkpoint, marked; two racing starts write one each, as does
+    a start run again on a thread already paused. A resume leaves its first checkpoint
+    as a child of the checkpoint that held the interrupts; two racing resumes leave two
+    sibling children. The latest state alone would hide both. A second start on a
+    paused thread is a child of that checkpoint too: it counts as a start, not a resume.
     """
     history = list(graph_get(name=name).get_state_history(_config(thread_id)))
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
-    return sum(
-        1 for s in history
-        if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking and not _is_start(s)
+    return RunCounts(
+        starts=sum(1 for s in history if _is_start(s)),
+        resumes=sum(
+            1 for s in history
+            if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking and not _is_start(s)
+        ),
     )
 
 
-def graph_start_count(*, name: str, thread_id: str) -> int:
-    """How many times the thread was started (``graph_start``), read from its checkpoint history.
+def graph_resume_count(*, name: str, thread_id: str) -> int:
+    """How many resumes the thread took (``graph_run_counts``)."""
+    return graph_run_counts(name=name, thread_id=thread_id).resumes
 
-    One start writes one checkpoint, marked; two racing starts write one each, as does
-    a start run again on a thread already paused, which the latest state alone would hide.
-    """
-    return sum(1 for s in graph_get(name=name).get_state_history(_config(thread_id)) if _is_start(s))
+
+def graph_start_count(*, name: str, thread_id: str) -> int:
+    """How many times the thread was started (``graph_run_counts``)."""
+    return graph_run_counts(name=name, thread_id=thread_id).starts
 
 
 def _is_start(snapshot: Any) -> bool:

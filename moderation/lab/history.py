@@ -190,7 +190,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     """Read the final state of ``items`` from the database and the checkpointer."""
     from django.db.models import Count
 
-    from moderation.graphs.runtime import graph_resume_count, graph_start_count
+    from moderation.graphs.runtime import graph_run_counts
     from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
 
     rows = (
@@ -198,17 +198,18 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
         .select_related("decided_by")
         .annotate(won=Count("attempts", filter=Q(attempts__outcome=AttemptOutcome.WON)))
     )
-    return {
-        str(row.public_id): FinalItem(
+    def final(row: QueueItem) -> FinalItem:
+        runs = graph_run_counts(name=row.graph, thread_id=row.thread_id)
+        return FinalItem(
             winner=row.decided_by.get_username() if row.decided_by else None,
             winning_attempts=row.won,
-            resumes=graph_resume_count(name=row.graph, thread_id=row.thread_id),
-            starts=graph_start_count(name=row.graph, thread_id=row.thread_id),
+            resumes=runs.resumes,
+            starts=runs.starts,
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
             **_votes_read(row),
         )
-        for row in rows
-    }
+
+    return {str(row.public_id): final(row) for row in rows}
 
 
 def _votes_read(item: object) -> dict:

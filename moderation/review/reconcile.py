@@ -20,7 +20,7 @@ from moderation.graphs.runtime import graph_asks_pending, graph_error_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.apply import asks_create, item_apply
-from moderation.review.starts import item_start
+from moderation.review.starts import item_start, item_startable
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def item_reconcile(*, key: str) -> tuple[str, str]:
     while reviewers and workers are at work.
     """
     item = QueueItem.objects.get(public_id=key)
-    if item.status == ItemStatus.STARTING or (item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()):
+    if item_startable(item=item, retry_failed=True):
         # Never asked: its graph is started (again), as a worker would have.
         started = item_start(item_id=item.pk, retry_failed=True)
         if not started.startswith("left as it is"):  # else: a graph that ran, judged below like any other

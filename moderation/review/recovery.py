@@ -49,7 +49,7 @@ def items_recover(
     item that cannot be repaired (whatever it contains) is marked needs attention with
     the reason and the run goes on, so no single item can stop a server from starting.
     """
-    statuses = [ItemStatus.STARTING, ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION]
+    statuses = list(UNDECIDED_STATUSES)
     if include_decided:
         statuses += list(DECIDED_STATUSES)
     unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])

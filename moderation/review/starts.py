@@ -96,7 +96,7 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
     item = QueueItem.objects.filter(pk=item_id).first()
     if item is None:
         return "gone"
-    if not _startable(item=item, retry_failed=retry_failed):
+    if not item_startable(item=item, retry_failed=retry_failed):
         return "started earlier"
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         if item.status == ItemStatus.NEEDS_ATTENTION:
@@ -112,7 +112,7 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
         fault_point("after_start_run", item_key=item.thread_id)
         with events.events_held(), transaction.atomic():
             item = QueueItem.objects.select_for_update().get(pk=item_id)
-            if not _startable(item=item, retry_failed=retry_failed):
+            if not item_startable(item=item, retry_failed=retry_failed):
                 return "started earlier"
             before = item_counted(item)
             item_started_fill(item=item, started=started)
@@ -122,7 +122,8 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
     return f"started: {len(started.asks)} ask(s)"
 
 
-def _startable(*, item: QueueItem, retry_failed: bool) -> bool:
+def item_startable(*, item: QueueItem, retry_failed: bool) -> bool:
+    """Still waiting to start; with ``retry_failed``, also an item whose graph failed to start (no ask ever recorded)."""
     if item.status == ItemStatus.STARTING:
         return True
     return retry_failed and item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()
@@ -132,7 +133,7 @@ def _start_failed(*, item_id: int, error: str, retry_failed: bool) -> str:
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]  # graph errors can quote an item's text
     with transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
-        if _startable(item=item, retry_failed=retry_failed):
+        if item_startable(item=item, retry_failed=retry_failed):
             before = item_counted(item)
             item.status, item.attention = ItemStatus.NEEDS_ATTENTION, f"its graph failed to start: {error}"
             item.save(update_fields=["status", "attention"])

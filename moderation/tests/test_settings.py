@@ -105,3 +105,26 @@ def test_login_lock_out_and_cache_prefix_come_from_the_environment():
     # The cache prefix follows the channel-layer prefix unless it is set on its own.
     assert _shown(LOGIN_FAILURE_LIMIT="20", LOGIN_COOLOFF="60", CHANNEL_LAYER_PREFIX="siteb") == ["20", "60", "siteb"]
     assert _shown(CHANNEL_LAYER_PREFIX="siteb", CACHE_KEY_PREFIX="sitec")[2] == "sitec"
+
+
+def test_a_moderation_log_line_is_written_once_under_daphne(tmp_path):
+    """daphne gives the root logger a handler of its own; ``moderation`` has ours and must not
+    also hand its lines on to daphne's, which wrote each of them twice."""
+    import urllib.error
+    import urllib.request
+
+    from e2e.server import LiveServer
+
+    # A zero bound fails every check of /healthz at once, and each failure logs one warning.
+    server = LiveServer(tmp_path, extra_env={"HEALTH_CHECK_TIMEOUT": "0"})
+    server.start()
+    try:
+        try:
+            urllib.request.urlopen(f"{server.url}/healthz", timeout=10)
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
+    finally:
+        server.close()
+    log = server.log_path.read_text()
+    assert log.count("health check database failed") == 1, log
+    assert "WARNING moderation.web.health: health check database failed" in log, log

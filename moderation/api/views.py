@@ -159,7 +159,8 @@ def _submission(data: ItemIn) -> Submission:
 
 @api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, 202: ItemOut, **ERRORS}, tags=["items"])
 def items_submit(
-    request: HttpRequest, data: ItemSubmitIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=KEY_MAX_LENGTH),
+    request: HttpRequest, data: ItemSubmitIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=KEY_MAX_LENGTH),
 ):
     """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item.
 

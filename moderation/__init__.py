@@ -1,5 +1,6 @@
 """reviewqueue's app. Its packages, from the bottom up; each imports only from those below it
-(``make test`` checks this with import-linter, contract in ``.importlinter``):
+(``make test`` checks this with import-linter, contracts in ``.importlinter``, which also
+forbids import circles between the modules of one package):
 
 - ``core``: locks, the checkpointer, fault points, the task queue's view, permissions; no domain.
 - ``graphs`` and ``policies``: the LangGraph side (the registry, runs, asks) and who may decide.

@@ -357,7 +357,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"}},
     "loggers": {
-        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Our handler writes our lines; daphne gives the root logger one of its own, which would
+        # write each of them a second time.
+        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False},
         "django.request": {"filters": ["no_conflicts"]},
     },
 }

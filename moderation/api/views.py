@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -38,6 +39,7 @@ from moderation.records.selectors import (
 )
 from moderation.review.decisions import DecisionError, item_withdraw
 from moderation.review.submissions import (
+    KEY_MAX_LENGTH,
     Accepted,
     IdempotencyConflict,
     Submission,
@@ -68,13 +70,37 @@ def _error(request: HttpRequest, status: int, code: str, message: str, **extra: 
     return api.create_response(request, {"error": code, "message": message, **extra}, status=status)
 
 
+def _field_name(loc: Sequence[str | int]) -> str:
+    """A value's place as the README names it: ``policy.approvals``, ``items[0]``."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f"{'.' if name else ''}{part}"
+    return name or "request body"
+
+
 def _field_errors(errors: list[dict[str, Any]]) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', '')}" for e in errors)
+    return "; ".join(f"{_field_name(e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)
+
+
+# ninja locates a bad value by where it came from and the view's own parameter names
+# ("body.data.title", "path.item_id"), names no client sees: the README's are the JSON
+# body's fields, the query's and header's own names, and the path's {id}.
+_PATH_NAMES = {"item_id": "id"}
+
+
+def _documented_loc(loc: Sequence[str | int]) -> tuple[str | int, ...]:
+    source, *rest = loc
+    if source == "body":
+        return tuple(rest[1:])  # rest[0]: the view's parameter holding the whole body
+    if source == "path" and rest:
+        return (_PATH_NAMES.get(rest[0], rest[0]), *rest[1:])
+    return tuple(rest)
 
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    return _error(request, 422, "invalid", _field_errors(exc.errors), details=exc.errors)
+    errors = [{**e, "loc": list(_documented_loc(e.get("loc") or ("body",)))} for e in exc.errors]
+    return _error(request, 422, "invalid", _field_errors(errors), details=errors)
 
 
 @api.exception_handler(DjangoValidationError)
@@ -133,7 +159,8 @@ def _submission(data: ItemIn) -> Submission:
 
 @api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, 202: ItemOut, **ERRORS}, tags=["items"])
 def items_submit(
-    request: HttpRequest, data: ItemSubmitIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+    request: HttpRequest, data: ItemSubmitIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=KEY_MAX_LENGTH),
 ):
     """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item.
 
@@ -202,16 +229,19 @@ def _refused_outcome(index: int, exc: DjangoValidationError | IdempotencyConflic
 @api.post(
     "/items/{item_id}/cancel", auth=write_auth, response={200: ItemOut, **ERRORS, 409: CancelLost}, tags=["items"]
 )
-def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn):
+def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn | None = None):
     """Withdraw a pending item this client submitted, through the same guard as a moderator's decision.
 
     200 with the withdrawn item (also on a retry); 409 ``already_decided`` naming the
-    moderator whose decision came first. Send ``{}`` or ``{"reason": "..."}``.
+    moderator whose decision came first. Send ``{"reason": "..."}``, or ``{}`` or no body
+    for a withdrawal with no reason.
     """
     item = client_item_get(client_id=request.auth.pk, public_id=item_id)
     if item is None:
         raise Http404("no such item")
-    outcome = item_withdraw(item_public_id=item.public_id, by=request.auth.user, reason=data.reason, origin=AttemptOrigin.API)
+    outcome = item_withdraw(
+        item_public_id=item.public_id, by=request.auth.user, reason=data.reason if data else "", origin=AttemptOrigin.API,
+    )
     if not outcome.won and outcome.winner != request.auth.user.get_username():
         return Status(409, CancelLost(error="already_decided", message=outcome.message(), **_lost_fields(outcome)))
     return ItemOut.of(client_item_get(client_id=request.auth.pk, public_id=item_id))

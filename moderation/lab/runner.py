@@ -42,9 +42,8 @@ from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.review.items import lab_item_create
 from moderation.review.deadlines import deadline_account
 from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.lab.harness import (
-    DEADLINE_DECISION, Attempt, ReviewerProcesses, attempt_run, decision_for, race_threads, reviewer_processes,
-)
+from moderation.lab.attempts import DEADLINE_DECISION, Attempt, attempt_run
+from moderation.lab.harness import ReviewerProcesses, decision_for, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
 from moderation.models import AttemptOrigin, LabAccount, QueueItem
 from moderation.core.permissions import MODERATORS_GROUP

@@ -116,7 +116,8 @@ def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> 
             pass  # someone else claimed it first (or holds it live)
     claim = claim_live(item=item, now=now)
     if taken and claim is not None:
-        events.after_commit(lambda: events.claim_broadcast(claim=claim))
+        events.after_commit(lambda: events.claim_broadcast(
+            item_public_id=claim.item_public_id, holder=claim.holder, seconds_left=claim.seconds_left()))
     return claim
 
 

@@ -43,7 +43,6 @@ from moderation.policies.models import Team
 from moderation.records.selectors import queue_counts
 
 if TYPE_CHECKING:
-    from moderation.records.claims import Claim
     from moderation.records.outcomes import DecisionOutcome
 
 logger = logging.getLogger(__name__)
@@ -282,11 +281,10 @@ def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     _item_send(item_public_id, message)
 
 
-def claim_broadcast(*, claim: Claim) -> None:
+def claim_broadcast(*, item_public_id: str, holder: str, seconds_left: int) -> None:
     """Tell the queue and the item's pages who claimed the item and for how long (``moderation.records.claims``)."""
-    message = {"type": "item.claimed", "item": claim.item_public_id, "holder": claim.holder,
-               "seconds_left": claim.seconds_left()}
-    _item_send(claim.item_public_id, message)
+    message = {"type": "item.claimed", "item": item_public_id, "holder": holder, "seconds_left": seconds_left}
+    _item_send(item_public_id, message)
 
 
 def claim_released_broadcast(*, item_public_id: str) -> None:

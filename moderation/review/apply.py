@@ -43,6 +43,7 @@ from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
+from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import (
     PendingAsk,
     graph_continue,
@@ -87,6 +88,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
     if item is None:
         return "gone"
+    if not graph_loaded(name=item.graph):
+        # Nothing is wrong with the decision: it waits, unapplied, for a worker that runs the
+        # graph (whose sweep queues it again), instead of being recorded as failed.
+        logger.warning("item %s: its decision is left unapplied: %s", item_id, graph_not_loaded_text(name=item.graph))
+        return "left unapplied: graph not loaded"
     if item.apply_state == ApplyState.FAILED and not retry_failed:
         return "failed earlier; left for manage.py recover"
     done: list[str] = []
@@ -229,6 +235,7 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
     unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
+        .filter(item__graph__in=graph_names())  # the others wait for a worker that runs their graph
         .values_list("item_id", flat=True).distinct()
     )
     item_ids = tasks_orphaned(ids=unapplied.iterator(), task=item_apply_task, started_since=overdue)

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from moderation.core.locks import item_lock
+from moderation.graphs.registry import graph_names
 from moderation.models import DECIDED_STATUSES, UNDECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.reconcile import item_reconcile
@@ -33,6 +34,8 @@ class RecoveryAction:
 class RecoveryReport:
     checked: int = 0
     actions: list[RecoveryAction] = field(default_factory=list)
+    # graph name -> its unsettled items, left as they are: this process does not run the graph.
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -48,13 +51,18 @@ def items_recover(
     locks as a decision, so it is safe while reviewers are working, and on its own: an
     item that cannot be repaired (whatever it contains) is marked needs attention with
     the reason and the run goes on, so no single item can stop a server from starting.
+    Items of a graph this process does not run are not touched, only counted
+    (``skipped``): nothing is wrong with them, and a run that has the graph back repairs them.
     """
     statuses = list(UNDECIDED_STATUSES)
     if include_decided:
         statuses += list(DECIDED_STATUSES)
     unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])
-    keys = list(QueueItem.objects.filter(unsettled).order_by("id").values_list("public_id", flat=True))
-    report = RecoveryReport()
+    items = QueueItem.objects.filter(unsettled)
+    loaded = graph_names()
+    report = RecoveryReport(skipped=dict(
+        items.exclude(graph__in=loaded).values_list("graph").annotate(Count("id")).order_by("graph")))
+    keys = list(items.filter(graph__in=loaded).order_by("id").values_list("public_id", flat=True))
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
         try:

@@ -40,6 +40,7 @@ from django_tasks import task
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
+from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import graph_state_read
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
@@ -98,6 +99,10 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
         return "gone"
     if not item_startable(item=item, retry_failed=retry_failed):
         return "started earlier"
+    if not graph_loaded(name=item.graph):
+        # It waits, STARTING, for a worker that runs the graph (whose sweep queues it again).
+        logger.warning("item %s is left to start later: %s", item_id, graph_not_loaded_text(name=item.graph))
+        return "left to start later: graph not loaded"
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         if item.status == ItemStatus.NEEDS_ATTENTION:
             # Started again only if it never ran (a start that fails saves nothing): a graph
@@ -150,7 +155,7 @@ def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
     waiting = (
-        QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue)
+        QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue, graph__in=graph_names())
         .order_by("created_at", "id").values_list("pk", flat=True)
     )
     item_ids = tasks_orphaned(ids=waiting.iterator(), task=items_start_task, started_since=overdue)

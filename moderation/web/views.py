@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from moderation.core.faults import fault_point
 from moderation.core.permissions import user_can_decide
 from moderation.graphs.asks import AskSpec
-from moderation.graphs.registry import graph_names
+from moderation.graphs.registry import graph_loaded, graph_names
 from moderation.live.sockets import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
@@ -228,6 +228,7 @@ def _item_page(
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
             "claim": claim or (claim_live(item=item) if item.is_pending else None),
+            "graph_loaded": graph_loaded(name=item.graph),
         },
         status=status,
     )

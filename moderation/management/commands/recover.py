@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.graphs.registry import graph_not_loaded_text
 from moderation.records.counts import counts_recount
 from moderation.review.recovery import items_recover
 
@@ -27,6 +28,9 @@ class Command(BaseCommand):
             return
         report = items_recover(include_decided=options["all"], progress=self._progress)
         self.stdout.write("")
+        for graph, count in report.skipped.items():
+            self.stderr.write(f"recover: skipped {count} item(s) of {graph_not_loaded_text(name=graph)}; "
+                              "they are left as they are, and carry on once it is back")
         for action in report.actions:
             self.stdout.write(f"{action.item} “{action.title}”: {action.action}")
         changed = len(report.actions) - report.failed

@@ -136,7 +136,35 @@ def test_body_over_item_limit_is_refused_naming_it(api, settings):
 
 def test_overlong_idempotency_key_is_refused(api):
     response = api.post("/items", ITEM, **{"Idempotency-Key": "k" * 201})
-    assert response.status_code == 422 and "idempotency_key" in response.json()["message"]
+    assert response.status_code == 422 and response.json()["message"].startswith("Idempotency-Key: ")
+    assert not QueueItem.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "payload", "field", "loc"),
+    [
+        ("post", "/items", {**ITEM, "colour": "red"}, "colour", ["colour"]),
+        ("post", "/items", {**ITEM, "policy": {"approvals": 0}}, "policy.approvals", ["policy", "approvals"]),
+        ("post", "/items", [ITEM], "request body", []),
+        ("post", "/items:batch", {"items": [ITEM, 1]}, "items[1]", ["items", 1]),
+        ("post", "/items/{id}/cancel", {"reason": 1}, "reason", ["reason"]),
+        ("post", "/items/{id}/cancel", [], "request body", []),
+        ("post", "/items/not-a-uuid/cancel", {}, "id", ["id"]),
+        ("get", "/items", {"limit": 0}, "limit", ["limit"]),
+        ("get", "/items/{id}/decision", {"wait": -1}, "wait", ["wait"]),
+    ],
+)
+def test_a_validation_error_names_the_field_as_the_readme_does(api, method, path, payload, field, loc):
+    """ninja's own names for where a value came from ("body.data.title", "query.limit",
+    "path.item_id") appear nowhere in the README: the answer names the field as it does."""
+    item_id = api.post("/items", ITEM).json()["id"]
+    path = path.format(id=item_id)
+    response = api.post(path, payload) if method == "post" else api.get(path, **payload)
+    assert response.status_code == 422, response.content
+    body = response.json()
+    assert body["error"] == "invalid" and body["message"].startswith(f"{field}: "), body
+    assert [detail["loc"] for detail in body["details"]] == [loc]
+    assert QueueItem.objects.get().status == "pending"
 
 
 @pytest.mark.parametrize("token", [None, "rq_wrong", "garbage with spaces"])
@@ -391,6 +419,14 @@ def test_cancel_withdraws_through_the_guard_and_a_retry_answers_the_same(api, cl
     assert api.post(f"/items/{item_id}/cancel", {}).status_code == 200  # a retry: still this client's withdrawal
     lost = item_decide(item_public_id=item_id, reviewer=alice, decision="approve")
     assert not lost.won and lost.message().startswith("Already withdrawn by api.pipeline")
+
+
+def test_cancel_without_a_body_is_a_cancel_with_no_reason(api):
+    item_id = api.post("/items", ITEM).json()["id"]
+    cancelled = api.http.generic("POST", f"/api/v1/items/{item_id}/cancel", headers=api.headers)  # curl -X POST
+    assert cancelled.status_code == 200, cancelled.content
+    body = cancelled.json()
+    assert (body["status"], body["decision"]["by"], body["decision"]["note"]) == ("withdrawn", "api.pipeline", "")
 
 
 def test_cancel_after_a_moderator_decided_is_409_naming_them(api, alice):

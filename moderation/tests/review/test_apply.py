@@ -158,3 +158,24 @@ def test_two_workers_applying_one_item_at_once_resume_it_once(alice, make_item):
     assert sorted(results) == ["nothing to apply", "resumed 1, finished"]
     assert item_resumes(item) == 1 and item_forks(item) == 0
     assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.IDLE
+
+
+def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_it_once_the_graph_is_back(
+    alice, make_asking_item, settings,
+):
+    item = _decided_unapplied(make_asking_item(), alice, decision="approve")
+    graphs = dict(settings.REVIEWQUEUE_GRAPHS)
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in graphs.items() if name != item.graph}
+    assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+    item.refresh_from_db()
+    assert (item.apply_state, item.applied_result, item_resumes(item)) == (ApplyState.APPLYING, {}, 0)
+    assert item.asks.get().applied_at is None
+    # Its task ran; this worker's sweep does not queue it again and again for nothing.
+    _apply_tasks(item, TaskResultStatus.READY).update(status=TaskResultStatus.SUCCESSFUL)
+    settings.APPLY_SWEEP_GRACE = 0
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued for a worker without its graph")) == 0
+    settings.REVIEWQUEUE_GRAPHS = graphs
+    queued: list[int] = []
+    assert applies_sweep(enqueue=queued.append) == 1 and queued == [item.pk]
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_resumes(item) == 1

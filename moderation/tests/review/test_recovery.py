@@ -8,8 +8,10 @@ from django.test import override_settings
 from moderation.review import recovery
 from moderation.review.decisions import ItemNeedsAttention, item_decide
 from moderation.core.faults import fault_inject
+from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
 from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.apply import item_apply
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 
@@ -137,3 +139,47 @@ def test_a_nul_in_a_graph_error_is_stored_readably(alice, make_item, django_capt
     assert report.failed == 0
     item.refresh_from_db()
     assert item.apply_state == ApplyState.FAILED and "bad\\x00key" in item.applied_result["error"]
+
+
+@pytest.mark.django_db
+def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back(
+    alice, bob, make_asking_item, settings, capsys, caplog, monkeypatch,
+):
+    """REVIEWQUEUE_EXTRA_GRAPHS forgotten on a restart: recover skips the graph's items with one
+    line, no traceback, and marks none of them; a decision still wins and waits to be applied;
+    with the graph back, each is applied once."""
+    waiting, decided = make_asking_item(title="waiting"), make_asking_item(title="decided")
+    _decided_unapplied(decided, alice)
+    builtin = _decided_unapplied(make_asking_item(graph="moderation", title="builtin"), alice)
+    graphs = dict(settings.REVIEWQUEUE_GRAPHS)
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in graphs.items() if name != "t_hitl"}
+    monkeypatch.setattr(runtime, "_compiled", {})  # a restart: nothing compiled yet
+
+    def rows():
+        return {title: (status, apply_state, attention, result.get("state"))
+                for title, status, apply_state, attention, result in QueueItem.objects.values_list(
+                    "title", "status", "apply_state", "attention", "applied_result")}
+
+    call_command("recover")
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "recover: skipped 2 item(s) of graph 't_hitl' is not loaded in this process (add it to REVIEWQUEUE_GRAPHS "
+        "or REVIEWQUEUE_EXTRA_GRAPHS); they are left as they are, and carry on once it is back"]
+    assert "checked 1 item(s); 1 changed or need attention, 0 could not be repaired" in out  # the builtin one
+    assert rows() == {
+        "waiting": (ItemStatus.PENDING, "", "", None),
+        "decided": (ItemStatus.APPROVED, ApplyState.APPLYING, "", None),
+        "builtin": (ItemStatus.APPROVED, "", "", "finished"),
+    }
+    # Still decidable: the decision wins and waits, applying, for a worker that runs the graph.
+    _decided_unapplied(waiting, bob)
+    assert item_apply(item_id=waiting.pk) == "left unapplied: graph not loaded"
+    assert rows()["waiting"] == (ItemStatus.APPROVED, ApplyState.APPLYING, "", None)
+    assert not [record for record in caplog.records if record.exc_info], "a traceback for an expected case"
+
+    settings.REVIEWQUEUE_GRAPHS = graphs
+    assert {a.title: a.action for a in items_recover().actions} == {
+        "waiting": "applied its decision: resumed 1, finished", "decided": "applied its decision: resumed 1, finished"}
+    assert {title: row[:2] + row[3:] for title, row in rows().items()} == {
+        title: (ItemStatus.APPROVED, "", "finished") for title in ("waiting", "decided", "builtin")}
+    assert item_resumes(waiting) == item_resumes(decided) == item_resumes(builtin) == 1

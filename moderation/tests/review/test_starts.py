@@ -190,6 +190,26 @@ def test_sweep_queues_again_only_items_no_task_will_start(queued, client, settin
 
 
 @pytest.mark.django_db
+def test_an_item_of_a_graph_not_loaded_waits_starting_and_starts_once_the_graph_is_back(
+    queued, client, test_graphs, settings,
+):
+    [accepted] = items_accept(client=client, entries=_entries(1, graph="t_hitl"))
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in test_graphs.items() if name != "t_hitl"}
+    assert item_start(item_id=accepted.item.pk) == "left to start later: graph not loaded"
+    item = QueueItem.objects.get()
+    assert (item.status, item.attention, item.asks.exists()) == (ItemStatus.STARTING, "", False)
+    # Its task ran; this worker's sweep does not queue it again and again for nothing.
+    DBTaskResult.objects.update(status=TaskResultStatus.SUCCESSFUL)
+    settings.APPLY_SWEEP_GRACE = 0
+    assert starts_sweep(enqueue=lambda chunk: pytest.fail("queued for a worker without its graph")) == 0
+    settings.REVIEWQUEUE_GRAPHS = dict(test_graphs)
+    chunks: list[list[int]] = []
+    assert starts_sweep(enqueue=chunks.append) == 1 and chunks == [[item.pk]]
+    assert item_start(item_id=item.pk) == "started: 1 ask(s)"
+    assert QueueItem.objects.get().status == ItemStatus.PENDING
+
+
+@pytest.mark.django_db
 def test_a_big_batch_is_started_by_several_tasks_of_start_chunk_items(queued, client):
     items = [a.item.pk for a in items_accept(client=client, entries=_entries(START_CHUNK + 1))]
     chunks = [t.args_kwargs["args"][0] for t in DBTaskResult.objects.order_by("enqueued_at", "id")]

@@ -251,6 +251,21 @@ def test_a_failed_apply_says_an_operator_must_recover(client, alice):
     assert 'data-state="failed"' in html and "RuntimeError: tool down" in html and "manage.py recover" in html
 
 
+@override_settings(REVIEWQUEUE_APPLY_INLINE=False)
+def test_an_item_of_a_graph_not_loaded_says_so_and_can_still_be_decided(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    with override_settings(REVIEWQUEUE_GRAPHS={k: v for k, v in TEST_GRAPHS.items() if k != REFUND_GRAPH}):
+        html = client.get(_url(item)).content.decode()
+        assert 'id="graph-not-loaded"' in html and f"Graph not loaded: this server does not run <code>{REFUND_GRAPH}</code>" in html
+        post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
+        assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+        html = client.get(_url(item)).content.decode()
+        assert 'id="graph-not-loaded"' in html and 'id="applying"' in html
+    assert 'id="graph-not-loaded"' not in client.get(_url(item)).content.decode()
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+
+
 def test_queue_names_the_graph_and_the_actions_asked_about(client, alice, make_item):
     _refund(actions=2)
     make_item(title="Plain post")

@@ -110,6 +110,15 @@ def _item_public_id(database_url: str, pk: int) -> str:
     return _sql(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
 
 
+def _workers_stop(site: SimpleNamespace) -> None:
+    """SIGTERM every worker still running (each finishes its task first): a test's own workers alone work after this."""
+    for server in site.servers:
+        for worker in server.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     admin_url, redis_url = services_require()
@@ -122,8 +131,8 @@ def site(tmp_path_factory):
         ]
         try:
             began = time.monotonic()
-            # One item more than the burst: the negative control's.
-            seeded = servers[0].seed(users=MODERATORS, items=ITEMS + 1, prefix="Burst")
+            # Beyond the burst: the negative control's item, and one per kill point inside the graph's run.
+            seeded = servers[0].seed(users=MODERATORS, items=ITEMS + 1 + len(GRAPH_KILL_POINTS), prefix="Burst")
             out = servers[0].manage("shell", "-c", _ENDPOINT.format(url=receiver.url, events=list(EVENTS)))
             receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
             with ThreadPoolExecutor(2) as pool:
@@ -132,7 +141,8 @@ def site(tmp_path_factory):
             # Moderator n posts to server n % 2, so an item's two reviewers (n, n + 1) are on different servers.
             reviewers = [Reviewer(servers[n % 2], name, seeded.sessions[name]) for n, name in enumerate(MODERATORS)]
             yield SimpleNamespace(servers=servers, database_url=database_url, receiver=receiver,
-                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS], reviewers=reviewers)
+                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS],
+                                  in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1:])), reviewers=reviewers)
         finally:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LiveServer.close, servers))
@@ -242,8 +252,9 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     assert killer.applied_before >= DOOMED_APPLIES_BEFORE_KILL
     orphan = killer.orphan_state
     assert (orphan["apply_state"], orphan["graph_paused"], orphan["resume_count"]) == ("applying", False, 1), orphan
-    # Its task stays claimed by the dead worker for good: the sweep, not the task, finished the job.
-    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "RUNNING")] == [
+    # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed.
+    assert _tasks(url, "doomed", "RUNNING") == []
+    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "FAILED")] == [
         (APPLY_TASK, [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
     ]
 
@@ -252,11 +263,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
     state = site.servers[1].tool("state", *items)
     assert sorted(state) == sorted(items)
-    final = {
-        item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"],
-                        decision={"approved": "approve", "rejected": "reject"}.get(row["status"]))
-        for item, row in state.items()
-    }
+    final = {item: FinalItem(**row["final"]) for item, row in state.items()}
     anomalies = history_check(ops=recorder.ops, final=final)
     assert not anomalies, "\n".join(map(str, anomalies))
     by_item = defaultdict(list)
@@ -303,11 +310,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
 
 def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sweep(site):
     url, item, receiver = site.database_url, site.spare, site.receiver
-    for server in site.servers:  # the first test's workers: nobody may sweep
-        for worker in server.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                worker.wait(timeout=30)
+    _workers_stop(site)  # the first test's workers: nobody may sweep
     assert not any(_unsettled(url).values()), "the first test left work behind"
     doomed = site.servers[0].worker_start(worker_id="control-doomed", faults="before_record:kill")
     status, body = site.reviewers[0].decide(item, "approve")
@@ -328,6 +331,39 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
     applied = {r.msg_id for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item}
     assert len(applied) == 1
+
+
+GRAPH_KILL_POINTS = ("in_review_node", "in_apply_node")
+
+
+@pytest.mark.parametrize("point", GRAPH_KILL_POINTS)
+def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(site, point):
+    """Killed in the resumed node (its answer not checkpointed) or in the next one (the
+    resume's first checkpoint written, no interrupt left to resume): the next worker's
+    sweep runs the graph on to its end, resumed once, and only then records it applied.
+    Before the rescue the checker sees the harm a retry that only records would leave."""
+    url, item = site.database_url, site.in_graph[point]
+    _workers_stop(site)  # earlier tests' workers: only the doomed one may take this apply
+    recorder = HistoryRecorder()
+    doomed = site.servers[0].worker_start(worker_id=f"graph-doomed-{point}", faults=f"{point}:kill")
+    site.reviewers[0].decide_recorded(recorder, item, "approve")
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    killed = site.servers[0].tool("state", item)[item]
+    assert (killed["apply_state"], killed["graph_paused"]) == ("applying", point == "in_review_node"), killed
+    if point == "in_apply_node":
+        assert [str(a) for a in history_check(ops=recorder.ops, final={item: FinalItem(**killed["final"])})] == [
+            f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"]
+
+    site.servers[1].worker_start(worker_id=f"graph-rescuer-{point}")
+    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    _workers_stop(site)  # the tests after this one count their own workers' tasks
+    assert not any(left.values()), left
+    row = site.servers[1].tool("state", item)[item]
+    assert (row["apply_state"], row["applied_result"]["state"], row["resume_count"], row["forks"]) == ("", "finished", 1, 0), row
+    assert row["applied_result"]["result"]["status"] == "approved", row
+    assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
+    assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED")] == [
+        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
 
 
 START_TASK = "moderation.review.starts.items_start_task"
@@ -408,11 +444,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     SIGKILLed between a graph's start and its row's record; pairs of reviewers on both servers
     decide each item as soon as it is in the queue. Judged by the history checker, starts included."""
     url = site.database_url
-    for server in site.servers:  # the earlier tests' workers
-        for worker in server.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                worker.wait(timeout=30)
+    _workers_stop(site)  # the earlier tests' workers
     token = site.servers[0].manage("apiclient_create", "queued-pipeline").strip()
     doomed = site.servers[0].worker_start(worker_id="start-doomed", faults=f"after_start_run:sleep={START_HOLD}")
     site.servers[1].worker_start(worker_id="start-steady")
@@ -440,8 +472,8 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     assert doomed.returncode == -signal.SIGKILL
     orphan = killer.orphan_state
     assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
-    # The kill left its task claimed for good: the sweep started the orphan (and the rest of its chunk) again.
-    [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "RUNNING") if path == START_TASK]
+    # The kill left its task unfinished: the sweep started the orphan (and the rest of its chunk) again, and marked it.
+    [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]
     assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
     left = _settled_wait(url, timeout=SETTLE_TIMEOUT)

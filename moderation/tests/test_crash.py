@@ -9,13 +9,15 @@ server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
   her attempt is recorded as *unknown*; ``manage.py recover --all`` runs and the server
   restarts;
 - worker points: alice is told she won (the answer never waits for the graph), then
-  the worker dies applying it; a second worker's sweep finds the decision unapplied
-  and applies it.
+  the worker dies applying it, before the graph's resume, inside the graph's run (in a
+  node, before or after the resume's first checkpoint) or before recording it; a second
+  worker's sweep finds the decision unapplied and applies it, running the graph on to
+  its end.
 
 Then bob decides the same item again and carol decides a fresh one. The whole history
 is checked with ``moderation.lab.history.history_check`` against the final rows, attempts
-and checkpoint histories: decided items resumed exactly once (never forked), pending
-items still paused.
+and checkpoint histories: decided items resumed exactly once (never forked) and their
+graphs at their end, pending items still paused.
 
 The scenarios run side by side in threads (each is mostly waiting on its own
 processes) to keep the module near a minute on a small machine.
@@ -68,6 +70,10 @@ EXPECTED = {
     "before_resume": Expect("worker", "approved", "alice"),
     "after_resume": Expect("worker", "approved", "alice"),
     "before_record": Expect("worker", "approved", "alice"),
+    # Or inside the graph's run: in the resumed node, holding its answer before any checkpoint;
+    # in the next node, after the resume's first checkpoint, with nothing left to resume.
+    "in_review_node": Expect("worker", "approved", "alice"),
+    "in_apply_node": Expect("worker", "approved", "alice"),
 }
 
 
@@ -182,6 +188,7 @@ def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point
     else:
         assert state["apply_state"] == "" and state["applied_result"]["state"] == "finished", (state, context)
         assert not state["graph_paused"] and state["resume_count"] == 1 and state["forks"] == 0, (state, context)
+        assert state["final"]["settled"] and state["applied_result"]["result"]["status"] == "approved", (state, context)
         assert state["won_attempts"] == [expect.winner], state
 
     # Deciding it again is consistent with what was stored.
@@ -203,9 +210,6 @@ def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point
             assert row["status"] in {"approved", "rejected"}, (item, row)
             assert not row["graph_paused"] and row["resume_count"] == 1 and row["forks"] == 0, (item, row, context)
             assert row["won_attempts"] == [row["winner"]], (item, row)
-    checked = {
-        item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
-        for item, row in final.items()
-    }
+    checked = {item: FinalItem(**row["final"]) for item, row in final.items()}
     assert history_check(ops=scenario.history.ops, final=checked) == []
     assert "audit log intact" in scenario.audit_output

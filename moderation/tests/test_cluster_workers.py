@@ -48,7 +48,7 @@ from moderation.tests.cluster_support import (
     fresh_database,
     services_require,
 )
-from moderation.tests.real_server import Reviewer
+from moderation.tests.real_server import Reviewer, progress_wait
 from moderation.tests.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -59,7 +59,8 @@ IN_FLIGHT = 8  # items raced at the same time
 DOOMED_HOLD = 2.5  # seconds the doomed worker holds each apply between resume and record
 KILL_MARGIN = 0.5  # seconds the kill may take after the last look
 DOOMED_APPLIES_BEFORE_KILL = 1
-SETTLE_TIMEOUT = 60
+# The settle waits give up once nothing has moved for this long: a busy machine makes the work slow, not stuck.
+SETTLE_STALL = 60
 WORKER_ENV = {
     # The suite's conftest sets "1" (apply in the deciding process); here the workers apply.
     "REVIEWQUEUE_APPLY_INLINE": "",
@@ -92,11 +93,10 @@ def _unsettled(database_url: str) -> dict[str, int]:
     return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
 
 
-def _settled_wait(database_url: str, *, timeout: float) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
-    while any((left := _unsettled(database_url)).values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+def _settled_wait(database_url: str) -> dict[str, int]:
+    """What is left once nothing is (``_unsettled`` all zero), or once nothing moved for ``SETTLE_STALL`` seconds."""
+    return progress_wait(lambda: _unsettled(database_url), done=lambda left: not any(left.values()),
+                         stall=SETTLE_STALL, poll=0.2)
 
 
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
@@ -243,9 +243,9 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     # What a supervisor does: start another (the sweeps of any worker would do without it).
     site.servers[0].worker_start(worker_id="replacement")
 
-    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    left = _settled_wait(url)
     settled_at = time.monotonic()
-    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+    assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
 
     # The kill landed in the burst, after the graph's resume and before the record.
     assert killer.killed_at < burst_end, "the worker was killed after the burst"
@@ -325,7 +325,7 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     assert not [r for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item]
 
     site.servers[1].worker_start(worker_id="control-rescuer")
-    left = _settled_wait(url, timeout=30)
+    left = _settled_wait(url)
     assert not any(left.values()), left
     row = site.servers[0].tool("state", item)[item]
     assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
@@ -355,7 +355,7 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
             f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"]
 
     site.servers[1].worker_start(worker_id=f"graph-rescuer-{point}")
-    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    left = _settled_wait(url)
     _workers_stop(site)  # the tests after this one count their own workers' tasks
     assert not any(left.values()), left
     row = site.servers[1].tool("state", item)[item]
@@ -476,8 +476,8 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]
     assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
-    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
-    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+    left = _settled_wait(url)
+    assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
     unknown = [op for op in recorder.ops if op.completion not in ("ok", "fail")]
     assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
     state = site.servers[1].tool("state", *items)

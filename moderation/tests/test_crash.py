@@ -26,7 +26,6 @@ processes) to keep the module near a minute on a small machine.
 from __future__ import annotations
 
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ import pytest
 
 from e2e.server import LiveServer, Seeded
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.real_server import Dropped, Reviewer
+from moderation.tests.real_server import Dropped, Reviewer, progress_wait
 
 # The first test waits for every scenario (the module fixture): near 300 s on a loaded 2-core machine.
 pytestmark = [pytest.mark.timeout(600)]
@@ -50,6 +49,8 @@ WORKER_ENV = {"REVIEWQUEUE_APPLY_INLINE": "", "APPLY_SWEEP_GRACE": "1", "WEBHOOK
 # The workers' task poll: at the default 0.05 s each idle worker costs a tenth of a core,
 # and up to eight run at once on a 2-core machine; the sweep's 0.2 s bounds the recovery anyway.
 WORKER_POLL = 0.25
+# A worker's apply may be slow on a busy machine, never stuck: the wait gives up after this long with no change.
+APPLY_STALL = 60
 
 
 @dataclass(frozen=True)
@@ -96,16 +97,15 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     return status, body
 
 
-def _applied_wait(server: LiveServer, items: list[str], *, timeout: float = 60.0) -> dict:
-    """The items' state once no decision on them waits for a worker.
+def _applied_wait(server: LiveServer, items: list[str]) -> dict:
+    """The items' state once no decision on them waits for a worker (or nothing moved for ``APPLY_STALL`` s).
 
     Polls the rows alone, one query (the test process never opens the server's database
     through the ORM, so not ``history_wait_applied``); the full state, which reads every
     item's checkpoint history, is read once at the end.
     """
-    deadline = time.monotonic() + timeout
-    while any(row.apply_state == "applying" for row in server.rows(items).values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    progress_wait(lambda: {item: row.apply_state for item, row in server.rows(items).items()},
+                  done=lambda states: "applying" not in states.values(), stall=APPLY_STALL)
     return server.tool("state", *items)
 
 

@@ -142,6 +142,7 @@ def graph_error_read(*, name: str, thread_id: str) -> str | None:
 class RunCounts:
     starts: int  # runs from an input (``graph_start``)
     resumes: int  # runs on from an interrupt
+    settled: bool  # its latest checkpoint is at its end or at an interrupt (not ``GraphState.stalled``)
 
 
 def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
@@ -153,9 +154,10 @@ def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
     sibling children. The latest state alone would hide both. A second start on a
     paused thread is a child of that checkpoint too: it counts as a start, not a resume.
     """
-    history = list(graph_get(name=name).get_state_history(_config(thread_id)))
+    history = list(graph_get(name=name).get_state_history(_config(thread_id)))  # newest first
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
     return RunCounts(
+        settled=bool(history) and (history[0].next == () or bool(history[0].interrupts)),
         starts=sum(1 for s in history if _is_start(s)),
         resumes=sum(
             1 for s in history

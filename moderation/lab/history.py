@@ -196,7 +196,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     """Read the final state of ``items`` from the database and the checkpointer."""
     from django.db.models import Count
 
-    from moderation.graphs.runtime import graph_run_counts, graph_state_read
+    from moderation.graphs.runtime import graph_run_counts
     from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
 
     rows = (
@@ -206,14 +206,13 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     )
     def final(row: QueueItem) -> FinalItem:
         runs = graph_run_counts(name=row.graph, thread_id=row.thread_id)
-        graph = graph_state_read(name=row.graph, thread_id=row.thread_id)
         return FinalItem(
             winner=row.decided_by.get_username() if row.decided_by else None,
             winning_attempts=row.won,
             resumes=runs.resumes,
             starts=runs.starts,
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
-            settled=graph.finished or bool(graph.asks),
+            settled=runs.settled,
             **_votes_read(row),
         )
 

@@ -387,14 +387,34 @@ def _accept(server, token: str, count: int) -> list[str]:
     return ids
 
 
+class _StartsProgress:
+    """Whether the workers still start items: the count still starting, read at most once a second
+    for all the reviewers' threads, and when it last changed."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._lock = threading.Lock()
+        self._starting: int | None = None
+        self._read_at = self._moved_at = time.monotonic()
+
+    def stalled(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self._starting is None or now - self._read_at >= 1:
+                starting = _unsettled(self.database_url)["starting"]
+                if starting != self._starting:
+                    self._starting, self._moved_at = starting, now
+                self._read_at = now
+            return now - self._moved_at >= SETTLE_STALL
+
+
 def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str,
-                         start: threading.Barrier) -> int:
-    """Race the pair's other reviewer; an answer "still starting" records nothing, so try again.
-    Returns how many times the item was still starting."""
+                         start: threading.Barrier, starts: _StartsProgress) -> int:
+    """Race the pair's other reviewer; an answer "still starting" records nothing, so try again
+    while the workers are still starting items. Returns how many times the item was still starting."""
     start.wait()
     refusals = 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while not starts.stalled():
         op = recorder.invoke(reviewer=reviewer.username, item=item, decision=decision)
         try:
             status, body = reviewer.decide(item, decision, timeout=60)
@@ -408,7 +428,7 @@ def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: st
             continue
         recorder.complete_from_http(op, status=status, body=body)
         return refusals
-    raise AssertionError(f"{reviewer.username}: item {item} still starting after 60 s")
+    raise AssertionError(f"{reviewer.username}: item {item} still starting, and no item started for {SETTLE_STALL} s")
 
 
 class StartKiller(_Hunter):
@@ -460,11 +480,13 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     recorder = HistoryRecorder()
     with ThreadPoolExecutor(2 * IN_FLIGHT) as pool:
         attempts = []
+        starts = _StartsProgress(url)
+        starts = _StartsProgress(url)
         for n, item in enumerate(items):
             first, second = site.reviewers[n % 8], site.reviewers[(n + 1) % 8]
             start = threading.Barrier(2, timeout=60)
-            attempts.append(pool.submit(_decide_once_started, recorder, first, item, "approve", start))
-            attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start))
+            attempts.append(pool.submit(_decide_once_started, recorder, first, item, "approve", start, starts))
+            attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start, starts))
         refusals = sum(a.result() for a in attempts)
     burst_end = time.monotonic()
     killer.join(timeout=30)

@@ -2,6 +2,16 @@
 
 Callers that resume hold the thread's resume lock (``moderation.review.apply``): LangGraph
 itself runs two concurrent resumes of one thread both, forking its checkpoints.
+
+What a process killed mid-run leaves behind (LangGraph's durability model). A resume
+runs with ``durability="sync"``: each step's checkpoint is written before the next step
+starts. So a kill between two nodes loses nothing, and a kill inside a node loses only
+that node's unfinished work: the checkpoint still names it in ``next`` (``GraphState.
+stalled`` when nothing else is pending), and ``graph_continue`` runs it again from its
+start. A node may therefore run twice, never a node after it has been checkpointed.
+Nodes keep that safe by being idempotent: the built-in graphs' nodes compute from their
+state and write nothing outside it; an agent's tool with side effects must carry its
+own idempotency key (the item's thread id and its ask's interrupt id are stable).
 """
 
 from __future__ import annotations
@@ -52,6 +62,14 @@ class GraphState:
     values: dict[str, Any]
     checkpointed: bool = True  # False: nothing was ever saved on the thread (never started, or a start that failed)
 
+    @property
+    def stalled(self) -> bool:
+        """Left between its steps: nodes still to run, none of them waiting for review or failed.
+
+        Only a run that died mid-graph leaves a thread so (see the module docstring).
+        """
+        return self.checkpointed and not self.finished and not self.asks and self.error is None
+
 
 def graph_state_read(*, name: str, thread_id: str) -> GraphState:
     state = graph_get(name=name).get_state(_config(thread_id))
@@ -99,7 +117,7 @@ def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:
 
 def graph_resume(*, name: str, thread_id: str, answers: dict[str, Any]) -> None:
     """Resume the thread with ``{interrupt_id: value}``; interrupts not named stay pending."""
-    graph_get(name=name).invoke(Command(resume=answers), _config(thread_id))
+    graph_get(name=name).invoke(Command(resume=answers), _config(thread_id), durability="sync")
 
 
 def graph_values(*, name: str, thread_id: str) -> dict[str, Any]:
@@ -111,8 +129,8 @@ def graph_is_finished(*, name: str, thread_id: str) -> bool:
 
 
 def graph_continue(*, name: str, thread_id: str) -> None:
-    """Re-run whatever node failed after a resume (used by the worker's retry and ``recover``)."""
-    graph_get(name=name).invoke(None, _config(thread_id))
+    """Run on from the last checkpoint: the node that failed, or the nodes a killed run left (``GraphState.stalled``)."""
+    graph_get(name=name).invoke(None, _config(thread_id), durability="sync")
 
 
 def graph_error_read(*, name: str, thread_id: str) -> str | None:
@@ -124,6 +142,7 @@ def graph_error_read(*, name: str, thread_id: str) -> str | None:
 class RunCounts:
     starts: int  # runs from an input (``graph_start``)
     resumes: int  # runs on from an interrupt
+    settled: bool  # its latest checkpoint is at its end or at an interrupt (not ``GraphState.stalled``)
 
 
 def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
@@ -135,9 +154,10 @@ def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
     sibling children. The latest state alone would hide both. A second start on a
     paused thread is a child of that checkpoint too: it counts as a start, not a resume.
     """
-    history = list(graph_get(name=name).get_state_history(_config(thread_id)))
+    history = list(graph_get(name=name).get_state_history(_config(thread_id)))  # newest first
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
     return RunCounts(
+        settled=bool(history) and (history[0].next == () or bool(history[0].interrupts)),
         starts=sum(1 for s in history if _is_start(s)),
         resumes=sum(
             1 for s in history

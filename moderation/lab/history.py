@@ -16,7 +16,8 @@ final votes (their last acknowledged vote: a vote may be changed until resolutio
 and one vote per reviewer; a resolved ask's tally, the one its graph was resumed with,
 must hold every counted vote; no counted vote may come from the item's requester or
 from someone who was not a member of its team when the vote was cast; and the item
-resolves at most once (one winning attempt), its graph resumed once per resolution.
+resolves at most once (one winning attempt), its graph resumed once per resolution. A decided item's graph must have run on to its end
+or its next interrupt: one left between its steps lost the decision's effect.
 
 Items accepted for the worker to start (``moderation.review.starts``): whoever starts
 them, and however often a start is retried, each item's graph runs from its input once.
@@ -33,6 +34,7 @@ from typing import Literal
 
 from django.db.models import Q
 
+from moderation.lab.waits import progress_wait
 from moderation.policies.rules import DEADLINE_USERNAME
 
 Completion = Literal["ok", "fail", "unknown"]
@@ -66,13 +68,16 @@ class FinalItem:
     votes: dict[str, str] | None = None
     tally: dict[str, str] | None = None
     ineligible: tuple[str, ...] = ()
+    # Its graph is at its end or paused at an interrupt, not stalled between its steps
+    # (a run killed mid-graph and never run on: ``moderation.graphs.runtime``).
+    settled: bool = True
 
 
 @dataclass(frozen=True)
 class Anomaly:
     kind: Literal[
         "multiple_winners", "lost_decision", "misinformed_loser", "double_resume", "never_resumed", "incomplete",
-        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start",
+        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start", "graph_unsettled",
     ]
     item: str
     detail: str
@@ -148,6 +153,9 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
             anomalies.append(Anomaly("double_resume", item, f"review node completed {state.resumes} times"))
         if state.winner is not None and state.resumes == 0:
             anomalies.append(Anomaly("never_resumed", item, f"decided by {state.winner} but its graph never resumed"))
+        if state.winner is not None and not state.settled:
+            anomalies.append(Anomaly("graph_unsettled", item, f"decided by {state.winner} but its graph neither "
+                                                              "reached its end nor its next interrupt"))
     return anomalies
 
 
@@ -170,8 +178,9 @@ def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Ano
     return anomalies
 
 
-def history_wait_applied(*, items: Iterable[str], timeout: float = 30.0) -> None:
-    """Wait until the worker has applied every decision on ``items`` (their graphs resumed), or ``timeout``.
+def history_wait_applied(*, items: Iterable[str], stall: float = 30.0) -> None:
+    """Wait until the worker has applied every decision on ``items`` (their graphs resumed), or
+    until none was applied for ``stall`` seconds (a busy worker is slow, a stuck one never moves).
 
     The guard answers before the graph runs (``moderation.review.apply``); judging earlier
     would see decided items whose graphs were simply not resumed yet.
@@ -179,11 +188,8 @@ def history_wait_applied(*, items: Iterable[str], timeout: float = 30.0) -> None
     from moderation.models import ApplyState, QueueItem
 
     ids = list(items)
-    deadline = time.monotonic() + timeout
-    while QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING).exists():
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.05)
+    applying = QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING)
+    progress_wait(lambda: set(applying.values_list("pk", flat=True)), done=lambda left: not left, stall=stall, poll=0.05)
 
 
 def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
@@ -206,6 +212,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
             resumes=runs.resumes,
             starts=runs.starts,
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
+            settled=runs.settled,
             **_votes_read(row),
         )
 

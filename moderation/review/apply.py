@@ -22,7 +22,13 @@ not wait for the graph. Then, in a worker, ``item_apply``:
 
 A task retried, duplicated or run by two workers at once finds nothing to do, or waits
 for the lock and then finds nothing to do. A worker killed at any step leaves a decided,
-unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again.
+unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again. A
+worker killed inside the graph's run, after its resume was checkpointed, leaves the
+thread with nodes still to run and no interrupt to resume (``GraphState.stalled``): the
+retried apply runs those nodes (``graph_continue``) to the graph's end or its next
+interrupt before it records anything, and ``recover`` does the same for a decided item
+whose graph was left so. What a node killed half-way may run twice is in
+``moderation.graphs.runtime``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import (
+    GraphState,
     PendingAsk,
     graph_continue,
     graph_resume,
@@ -107,6 +114,22 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     return "; ".join(done) or "nothing to apply"
 
 
+def item_continue(*, item_id: int) -> str:
+    """Run a decided item's graph on to its end or next interrupt if a killed run left it stalled; say what happened.
+
+    For ``recover``: an item recorded as applied while its graph was stalled (before the
+    worker checked for it) has no unapplied ask left to bring it back. Holds the
+    thread's resume lock, like every apply; records as ``item_apply`` does.
+    """
+    item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
+    if item is None:
+        return "gone"
+    with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+        if not graph_state_read(name=item.graph, thread_id=item.thread_id).stalled:
+            return "nothing to continue"
+        return _apply_round(item=item, asks=[], retry_failed=True)
+
+
 def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) -> str:
     name, thread_id = item.graph, item.thread_id
     fault_point("before_resume", item_key=thread_id)
@@ -116,18 +139,26 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
         if answers:
             graph_resume(name=name, thread_id=thread_id, answers=answers)
-        elif retry_failed and before.error:
+        elif before.stalled or (retry_failed and before.error):
+            # Resumed by a run that died mid-graph (stalled), or failed after its resume: run on from its checkpoint.
             graph_continue(name=name, thread_id=thread_id)
         fault_point("after_resume", item_key=thread_id)
         after = graph_state_read(name=name, thread_id=thread_id)
     except Exception as exc:
         logger.exception("applying item %s failed", item.pk)
         return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
-    if after.error and not after.asks:
-        return _record_failure(item_id=item.pk, error=after.error)
+    if not (after.finished or after.asks):
+        # Neither at its end nor at an interrupt: never recorded as applied.
+        return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
     return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
                    values=after.values if after.finished else {}, resumed=len(answers))
+
+
+def _not_settled(state: GraphState) -> str:
+    if not state.checkpointed:
+        return "no checkpoint for its thread"
+    return "its graph stopped between its steps without finishing or asking"
 
 
 def _resume_value(ask: ReviewAsk) -> Any:
@@ -152,12 +183,11 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
         elif new and item.status == ItemStatus.WITHDRAWN:
             # A withdrawn item stays withdrawn: its graph is left paused at what it asks next.
             item.applied_result = {"state": "asked after withdrawal", "asks": len(new)}
-        elif asked:
+        else:
+            # Not finished: it asks again (``_apply_round`` records nothing else as applied).
             item.applied_result = {"state": "asked again", "asks": len(asked)}
             if new:
                 _asks_open(item=item, asked=new)
-        else:
-            item.applied_result = {"state": "waiting"}
         item.apply_state = ApplyState.IDLE
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])

@@ -1,8 +1,9 @@
 """Clients of real servers (``e2e.server.LiveServer``) for the server tests, without the ORM in the test process.
 
 A reviewer that POSTs decisions with a session ``LiveServer.seed`` handed out (no
-login form, so no password hashing), the Redis environment of a test's own, and the
-odd socket a failure test needs (a port that never answers).
+login form, so no password hashing), the Redis environment of a test's own, the odd
+socket a failure test needs (a port that never answers), and ``progress_wait`` (from
+``moderation.lab.waits``), the wait on progress every wait for a real server to settle uses.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from e2e.server import LiveServer
 from moderation.lab.history import HistoryRecorder
+from moderation.lab.waits import progress_wait  # noqa: F401 - the server tests' wait, imported from here
 from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
 
 # Any 32 alphanumerics form a valid CSRF secret: the header only has to match the cookie.

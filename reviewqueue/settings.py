@@ -28,10 +28,15 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-do-not-deploy"
-DEBUG = _env_bool("DEBUG", True)
+# Off unless asked for (`make run` and the test suite ask): a deployment that forgets a
+# variable gets no debug pages, and refuses to start without keys of its own.
+DEBUG = _env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
-    raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true): "
+        "set SECRET_KEY (and AUDIT_KEY) to long random values, or DEBUG=true for development, as `make run` does"
+    )
 
 # The audit log's HMAC key (moderation.records.audit). It must not live in the database the log
 # is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS

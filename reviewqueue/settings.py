@@ -308,6 +308,11 @@ LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS"
 # sockets, so this is how such an item appears: within a few seconds. Counts are O(1)
 # counter rows, so each resync costs a few small queries.
 LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15" if REDIS_URL else "3"))
+# Long-poll waits (GET /api/v1/items/<id>/decision?wait=) open at once in one server process,
+# per API client and in all (moderation.live.waits); past either a wait is refused at once,
+# 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.
+LONGPOLL_WAITS_PER_CLIENT = int(os.environ.get("LONGPOLL_WAITS_PER_CLIENT", "20"))
+LONGPOLL_WAITS_PER_PROCESS = int(os.environ.get("LONGPOLL_WAITS_PER_PROCESS", "200"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}

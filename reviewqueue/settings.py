@@ -299,6 +299,13 @@ LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
 LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
 LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
+# A page heartbeats at least every LIVE_HEARTBEAT_SECONDS (its state frames tell it so). A socket
+# that sends no heartbeat for LIVE_SILENT_SECONDS is closed by the server (4408), and its place
+# under LIVE_SOCKETS_PER_SESSION and its presence go with it: the cap counts live sockets.
+LIVE_HEARTBEAT_SECONDS = float(os.environ.get("LIVE_HEARTBEAT_SECONDS", "15"))
+LIVE_SILENT_SECONDS = float(os.environ.get("LIVE_SILENT_SECONDS", "40"))
+if LIVE_SILENT_SECONDS <= LIVE_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS")
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
 # sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))

@@ -71,6 +71,12 @@ def test_bad_boolean_is_a_clear_error():
     assert result.returncode != 0 and "DEBUG must be true or false, not 'maybe'" in result.stderr
 
 
+def test_a_silence_no_longer_than_a_heartbeat_is_a_clear_error():
+    result = _manage("check", DEBUG="true", LIVE_HEARTBEAT_SECONDS="15", LIVE_SILENT_SECONDS="15")
+    assert result.returncode != 0
+    assert "LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS" in result.stderr, result.stderr
+
+
 def test_seed_demo_refuses_to_run_in_production():
     result = _manage(
         "seed_demo", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),

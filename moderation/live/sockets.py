@@ -227,8 +227,8 @@ def live_socket_hold(*, session_key: str, channel_name: str, now: float | None =
 
 
 def _entry_seconds() -> float:
-    # A heartbeat longer than the silence after which its socket is closed: the entry outlives
-    # the socket, however late the close runs on a busy server.
+    # A heartbeat interval longer than the silence that closes its socket: the entry outlives
+    # the open socket, however late the close runs on a busy server.
     return settings.LIVE_SILENT_SECONDS + settings.LIVE_HEARTBEAT_SECONDS
 
 

@@ -26,6 +26,9 @@ $(VENV)/.installed: requirements.txt
 
 install: $(VENV)/.installed
 
+# Development mode, asked for here: DEBUG is off unless set (and then SECRET_KEY and AUDIT_KEY
+# must be set). `DEBUG=false make run` tries production settings (README, Configuration).
+run: export DEBUG ?= true
 run: install
 	@$(PY) scripts/port_check.py $(HOST) $(PORT)
 	$(PY) manage.py migrate --no-input
@@ -41,6 +44,7 @@ run: install
 	@echo ""
 	PY=$(PY) HOST=$(HOST) PORT=$(PORT) scripts/run_with_worker.sh
 
+run-cluster: export DEBUG ?= true
 run-cluster: install
 	DATABASE_URL="$${DATABASE_URL:-$(CLUSTER_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(CLUSTER_REDIS_URL)}" \
 		PY=$(PY) HOST=$(HOST) scripts/run_cluster.sh

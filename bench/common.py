@@ -142,14 +142,16 @@ class Login:
         return f"sessionid={self.sessionid}; csrftoken={self.csrftoken}"
 
 
-def moderators_login(count: int, *, prefix: str = "bench-mod") -> tuple[list, list[Login]]:
-    """``count`` moderators (``e2e.seed.site_seed``) and a logged-in session for each, plus a CSRF secret.
+def moderators_login(count: int, *, prefix: str = "bench-mod", staff: bool = False) -> tuple[list, list[Login]]:
+    """``count`` moderators (``e2e.seed.site_seed``; staff too if ``staff``) and a logged-in session for each,
+    plus a CSRF secret.
 
     The CSRF cookie holds the unmasked secret and the header repeats it, which Django accepts.
     """
     from e2e.seed import site_seed
 
-    seeded = site_seed(moderators=[f"{prefix}-{n}" for n in range(count)], sessions=True)
+    names = [f"{prefix}-{n}" for n in range(count)]
+    seeded = site_seed(moderators=names, staff=names if staff else (), sessions=True)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     logins = [
         Login(username=name, user_id=user.pk, sessionid=seeded.sessions[name],

@@ -3,7 +3,7 @@
 Started by ``bench.run`` with the database, the layer and the server count in the
 environment; writes one JSON file. Order matters: the servers' benches run before the
 queue-size benches (6, 13) fill the table to 10,000 and then 1,000,000 pending rows, the
-HTTP benches 1, 4, 7 and 15 run before the task worker starts (they measure the request
+HTTP benches 1, 4, 7, 15 and 18 run before the task worker starts (they measure the request
 path alone), the browsers of 17 on servers of their own after those, and the counts are
 checked (16) after every concurrent bench. ``--only N`` (repeatable) runs those measures
 alone, with what they need (8's baseline is 5's).
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
     from django.test import override_settings
 
-    from bench.api import bench_api
+    from bench.api import bench_api, bench_page_under_waits
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    if wanted(1, 4, 7, 15, 11, 12, 14, 8, 9, 10):
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
         replays = max(50, int(200 * s)) if wanted(1) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
         if more > 0:
@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 4. notice latency, {many} watchers")
                 metrics += bench_many_watchers(servers, watch_logins, pool, watchers=many, rate=many_rate,
                                                seconds=many_seconds, process_note=note)
+            if wanted(18):
+                log(f"{args.backend}: 18. a moderator's page during 200 long-poll waits")
+                _, ops = moderators_login(1, prefix="bench-ops", staff=True)
+                metrics += bench_page_under_waits(servers, logins[0], ops[0], waits=200, reps=max(20, int(50 * s)))
             if wanted(11, 12, 14, 8, 9, 10):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)

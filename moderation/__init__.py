@@ -9,7 +9,7 @@ forbids import circles between the modules of one package):
 - ``delivery``: webhooks, recorded in the guard's transaction and sent by the worker.
 - ``review``: the guard (``decisions``) and the services beside it: items, submissions,
   apply, bulk decisions, deadlines, reconcile and recovery.
-- ``live``: the websockets (consumers, presence, rights changes).
+- ``live``: the websockets (consumers, presence, rights changes) and the caps on long-poll waits.
 - ``web``, ``api``, ``lab``: the pages, the service API, and the race lab with its history checker.
 
 Django's own modules (``models``, ``apps``, ``admin``, ``urls``, ``migrations``,

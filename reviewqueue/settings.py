@@ -28,10 +28,15 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-do-not-deploy"
-DEBUG = _env_bool("DEBUG", True)
+# Off unless asked for (`make run` and the test suite ask): a deployment that forgets a
+# variable gets no debug pages, and refuses to start without keys of its own.
+DEBUG = _env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
-    raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true): "
+        "set SECRET_KEY (and AUDIT_KEY) to long random values, or DEBUG=true for development, as `make run` does"
+    )
 
 # The audit log's HMAC key (moderation.records.audit). It must not live in the database the log
 # is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS
@@ -294,6 +299,13 @@ LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
 LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
 LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
+# A page heartbeats at least every LIVE_HEARTBEAT_SECONDS (its state frames tell it so). A socket
+# that sends no heartbeat for LIVE_SILENT_SECONDS is closed by the server (4408), and its place
+# under LIVE_SOCKETS_PER_SESSION and its presence go with it: the cap counts live sockets.
+LIVE_HEARTBEAT_SECONDS = float(os.environ.get("LIVE_HEARTBEAT_SECONDS", "15"))
+LIVE_SILENT_SECONDS = float(os.environ.get("LIVE_SILENT_SECONDS", "40"))
+if LIVE_SILENT_SECONDS <= LIVE_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS")
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
 # sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
@@ -303,6 +315,11 @@ LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS"
 # sockets, so this is how such an item appears: within a few seconds. Counts are O(1)
 # counter rows, so each resync costs a few small queries.
 LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15" if REDIS_URL else "3"))
+# Long-poll waits (GET /api/v1/items/<id>/decision?wait=) open at once in one server process,
+# per API client and in all (moderation.live.waits); past either a wait is refused at once,
+# 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.
+LONGPOLL_WAITS_PER_CLIENT = int(os.environ.get("LONGPOLL_WAITS_PER_CLIENT", "20"))
+LONGPOLL_WAITS_PER_PROCESS = int(os.environ.get("LONGPOLL_WAITS_PER_PROCESS", "200"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}

@@ -30,6 +30,7 @@ from moderation.api.schemas import (
     ItemPage,
     ItemSubmitIn,
 )
+from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
 from moderation.records.selectors import (
@@ -291,13 +292,23 @@ def items_list(
 
 
 @api.get(
-    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, **ERRORS}, tags=["items"]
+    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, 429: ErrorOut, **ERRORS},
+    tags=["items"],
 )
 async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query(0, ge=0)):
-    """The item once decided (200); with ``wait`` (seconds, at most 60) held open until then, else 204."""
-    item = await item_decision_wait(
-        client_id=request.auth.pk, public_id=str(item_id), timeout=min(wait, LONGPOLL_MAX_SECONDS)
-    )
+    """The item once decided (200); with ``wait`` (seconds, at most 60) held open until then, else 204.
+
+    A wait past this client's or this server's cap of open waits is refused at once: 429
+    ``too_many_waits`` or 503 ``busy``, with ``Retry-After``.
+    """
+    try:
+        item = await item_decision_wait(
+            client_id=request.auth.pk, public_id=str(item_id), timeout=min(wait, LONGPOLL_MAX_SECONDS)
+        )
+    except WaitRefused as refused:
+        response = _error(request, refused.status, refused.code, str(refused))
+        response["Retry-After"] = str(refused.retry_after)
+        return response
     if item is None:
         raise Http404("no such item")
     if item_undecided(item):

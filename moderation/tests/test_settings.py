@@ -27,6 +27,20 @@ def test_check_deploy_reports_nothing_in_production_mode():
     assert "System check identified no issues" in result.stdout
 
 
+def test_debug_is_off_unless_asked_for_so_forgetting_both_variables_does_not_start():
+    """DEBUG and SECRET_KEY both unset: no debug pages with the public development key, but a clear refusal."""
+    result = _manage("check")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true)" in result.stderr
+    assert "or DEBUG=true for development" in result.stderr, result.stderr
+    # Keys of its own and DEBUG still unset: production mode.
+    result = _manage(
+        "shell", "-v", "0", "-c", "from django.conf import settings; print(settings.DEBUG)",
+        SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="reviews.example.org",
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["False"], result.stdout + result.stderr
+
+
 def test_production_refuses_the_development_key_and_a_missing_key():
     for key in ("dev-only-insecure-key-do-not-deploy", None):
         env = {"DEBUG": "false", "ALLOWED_HOSTS": "reviews.example.org", "AUDIT_KEY": secrets.token_urlsafe(64)}
@@ -55,6 +69,12 @@ def test_production_refuses_the_development_audit_key_a_missing_one_and_the_secr
 def test_bad_boolean_is_a_clear_error():
     result = _manage("check", DEBUG="maybe")
     assert result.returncode != 0 and "DEBUG must be true or false, not 'maybe'" in result.stderr
+
+
+def test_a_silence_no_longer_than_a_heartbeat_is_a_clear_error():
+    result = _manage("check", DEBUG="true", LIVE_HEARTBEAT_SECONDS="15", LIVE_SILENT_SECONDS="15")
+    assert result.returncode != 0
+    assert "LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS" in result.stderr, result.stderr
 
 
 def test_seed_demo_refuses_to_run_in_production():

@@ -29,6 +29,7 @@ from moderation.live.sockets import (
     live_sockets_stats,
     live_state_read,
 )
+from moderation.live.waits import waits_stats
 from moderation.models import AttemptOrigin
 from moderation.records.claims import (
     Claim,
@@ -387,10 +388,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
     Anyone gets ok per check; staff also get backends, errors and timings, and ``live``:
     this process's open sockets and their group memberships (numbers that stay up after
-    everyone left mean sockets were not cleaned up). Not "loopback callers": behind a
-    proxy on the same host every request comes from loopback.
+    everyone left mean sockets were not cleaned up), and ``longpoll``: its open long-poll
+    waits. Not "loopback callers": behind a proxy on the same host every request comes from loopback.
     """
     ok, checks = health_report()
     if not (request.user.is_active and request.user.is_staff):
         return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
-    return JsonResponse({"ok": ok, "checks": checks, "live": live_sockets_stats()}, status=200 if ok else 503)
+    return JsonResponse(
+        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats()}, status=200 if ok else 503
+    )

@@ -3,7 +3,6 @@
 import pytest
 from django.core.cache import cache
 
-from moderation.live.presence import PRESENCE_TTL
 from moderation.live.sockets import (
     FRAME_DROPS_TO_CLOSE,
     live_frame_admit,
@@ -38,7 +37,8 @@ def test_budget_off(settings):
 
 def test_socket_cap_counts_per_session_and_forgets_sockets_that_stop_heartbeating(settings):
     settings.LIVE_SOCKETS_PER_SESSION = 2
-    ttl = PRESENCE_TTL.total_seconds()
+    # An entry outlives its socket's close for missed heartbeats by a heartbeat interval.
+    ttl = settings.LIVE_SILENT_SECONDS + settings.LIVE_HEARTBEAT_SECONDS
     assert live_socket_hold(session_key="s1", channel_name="a", now=0)
     assert live_socket_hold(session_key="s1", channel_name="b", now=0)
     assert not live_socket_hold(session_key="s1", channel_name="c", now=1)
@@ -46,7 +46,7 @@ def test_socket_cap_counts_per_session_and_forgets_sockets_that_stop_heartbeatin
     assert live_socket_hold(session_key="s1", channel_name="a", now=1)  # a heartbeat of a counted socket
     live_socket_release(session_key="s1", channel_name="b")
     assert live_socket_hold(session_key="s1", channel_name="c", now=2)
-    # "a" and "c" died with their process, no release: once they miss their heartbeats they stop counting.
+    # "a" and "c" died with their process, no release and no close: after their entries' lifetime they stop counting.
     assert not live_socket_hold(session_key="s1", channel_name="d", now=ttl + 0.5)
     assert live_socket_hold(session_key="s1", channel_name="d", now=2 + ttl + 1)
 

@@ -413,6 +413,11 @@ function itemStateShow(item) {
   if (item.tally && !document.getElementById("vote-outcome")) {
     itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
   }
+  // Applied while this page was being rendered (its item.applied came before its socket did):
+  // the page's own rendering, with the outcome, once the state says the apply is over.
+  if (item.apply_state !== "applying" && document.getElementById("applying")) {
+    itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  }
 }
 
 function bannerClear() {

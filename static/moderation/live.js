@@ -145,8 +145,8 @@ function stateApply(msg) {
   statusSet("live");
   if (page === "queue") {
     // After a reconnect anything may have changed; otherwise differing counts mean an event
-    // never reached us (say an item added or decided by a process the in-memory layer cannot
-    // reach). The server answers every resync_seconds heartbeat with fresh counts for this.
+    // never reached us (layers deliver at most once). The server answers every
+    // resync_seconds heartbeat with fresh counts for this.
     const stale = (socketFresh && everLive)
       || String(msg.counts.pending) !== text("count-pending")
       || String(msg.counts.decided_today) !== text("count-decided-today");

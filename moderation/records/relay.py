@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from moderation.models import RelayedEvent
@@ -104,9 +104,9 @@ def relay_follow(
                     deliver(sends)
             else:
                 made_since = None
-        except DatabaseError:
+        except Exception:  # a database outage must not end the relaying for good
             if not failing:  # once per outage, not four times a second
-                logger.exception("live relay: could not read the events of other processes; trying again")
+                logger.exception("live relay: could not pass on the events of other processes; trying again")
             failing = True
             connection.close()
         else:

@@ -14,6 +14,8 @@ from moderation.records import events, relay
 from moderation.records.relay import RELAY_KEEP_SECONDS, relay_follow, relay_last, relay_read, relay_record
 from moderation.review.decisions import item_decide
 
+pytestmark = pytest.mark.postgres_variant  # ids made visible in order: SQLite's single writer, PostgreSQL's table lock
+
 # A bound on waiting for the follower's thread, never reached when it works.
 PATIENCE_SECONDS = 30
 

@@ -21,6 +21,9 @@ def pytest_configure(config):
 
     settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
     settings.REJECT_REASON_REQUIRED = os.environ["REJECT_REASON_REQUIRED"].lower() in {"1", "true", "yes", "on"}
+    # This process plays the server and every other process at once: its events go to its
+    # own channel layer, never through the database (moderation.records.relay).
+    settings.LIVE_RELAY = False
     _redis_of_this_worker(settings)
 
 

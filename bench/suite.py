@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from django.conf import settings
+
+    # The in-process measures stand in for a server's request: their events go to this
+    # process's layer, not through the database as a worker's would (moderation.records.relay).
+    settings.LIVE_RELAY = False
     from django.core.management import call_command
     from django.db import connections
     from django.test import override_settings

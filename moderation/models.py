@@ -496,6 +496,20 @@ class Presence(models.Model):
         return f"{self.user_id} on {self.item_id} at {self.last_seen:%H:%M:%S}"
 
 
+class RelayedEvent(models.Model):
+    """A live event made in a process without sockets, for the server to pass on.
+
+    Only without Redis; see ``moderation.records.relay``. Kept a minute, then pruned.
+    """
+
+    # [[group, message], ...]: what the process would have sent to the channel layer.
+    sends = models.JSONField()
+    made_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["made_at"], name="relayedevent_made_at_idx")]
+
+
 # --- Service clients (the /api/v1 HTTP API) ----------------------------------------
 
 

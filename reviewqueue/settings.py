@@ -202,6 +202,10 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "reviewqueue.channel_layers.InMemoryChannelLayer"}}
+# With the in-memory layer, the events of other processes (the task worker, manage.py
+# commands) reach the server's sockets through the database (moderation.records.relay).
+# The in-process test suite, where one process plays every part, turns it off.
+LIVE_RELAY = not REDIS_URL
 
 # Shared by every server process when Redis is configured (rate limits).
 CACHES = {
@@ -310,11 +314,9 @@ if LIVE_SILENT_SECONDS <= LIVE_HEARTBEAT_SECONDS:
 # sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
 # A queue page heartbeats this often (seconds) and refreshes when the counts its state
-# frame carries differ from the page's. Without Redis the in-memory channel layer cannot
-# carry an event from another process (`manage.py item_add`, the worker) to this server's
-# sockets, so this is how such an item appears: within a few seconds. Counts are O(1)
-# counter rows, so each resync costs a few small queries.
-LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15" if REDIS_URL else "3"))
+# frame carries differ from the page's: a catch-up for events lost on the way (layers
+# deliver at most once). Counts are O(1) counter rows, so each resync costs a few small queries.
+LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15"))
 # Long-poll waits (GET /api/v1/items/<id>/decision?wait=) open at once in one server process,
 # per API client and in all (moderation.live.waits); past either a wait is refused at once,
 # 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.

@@ -336,6 +336,8 @@ def live_state_read(*, username: str, item_public_id: str | None, can_decide: bo
 
 def _item_state(item: QueueItem) -> dict[str, Any]:
     state: dict[str, Any] = {"item": str(item.public_id), "title": item.title, "status": item.status}
+    if item.apply_state:  # "applying" or "failed": a page still showing "applying…" learns it is over
+        state["apply_state"] = item.apply_state
     if item.decided_by is not None:
         state.update(
             winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),

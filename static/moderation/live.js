@@ -145,8 +145,8 @@ function stateApply(msg) {
   statusSet("live");
   if (page === "queue") {
     // After a reconnect anything may have changed; otherwise differing counts mean an event
-    // never reached us (say an item added or decided by a process the in-memory layer cannot
-    // reach). The server answers every resync_seconds heartbeat with fresh counts for this.
+    // never reached us (layers deliver at most once). The server answers every
+    // resync_seconds heartbeat with fresh counts for this.
     const stale = (socketFresh && everLive)
       || String(msg.counts.pending) !== text("count-pending")
       || String(msg.counts.decided_today) !== text("count-decided-today");
@@ -411,6 +411,11 @@ function itemStateShow(item) {
   // A resolved quorum item whose page still shows the vote open (its event came before this
   // page's socket did): the panel's final tally, and whether this voter's vote counted.
   if (item.tally && !document.getElementById("vote-outcome")) {
+    itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  }
+  // Applied while this page was being rendered (its item.applied came before its socket did):
+  // the page's own rendering, with the outcome, once the state says the apply is over.
+  if (item.apply_state !== "applying" && document.getElementById("applying")) {
     itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
   }
 }

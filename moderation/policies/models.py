@@ -86,6 +86,15 @@ class VoteKind(models.TextChoices):
     REJECT = "reject", "Reject"
 
 
+class TallyWhy(models.TextChoices):
+    """Why a quorum ask resolved: its tally's ``why``, written by the guard and read by the API's schema."""
+
+    QUORUM = "quorum", "Enough approvals"
+    VETO = "veto", "Vetoed"
+    IMPOSSIBLE = "impossible", "Approval no longer possible"
+    DEADLINE = "deadline", "The policy's default, when time ran out"
+
+
 class Vote(models.Model):
     """A moderator's current vote on one ask of a quorum item; one per moderator.
 

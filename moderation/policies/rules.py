@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
+from moderation.policies.models import APPROVALS_MAX, OnDeadline, TallyWhy, VoteKind
 
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
 # The account a deadline decides as (moderation.review.deadlines); it never logs in, and never votes.
@@ -106,7 +106,7 @@ def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> Non
 @dataclass(frozen=True)
 class Resolution:
     outcome: str  # approve / reject
-    why: str  # quorum / veto / impossible / deadline (the policy's default, when time ran out)
+    why: TallyWhy
 
 
 def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Resolution | None:
@@ -120,11 +120,11 @@ def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Re
     eligible = max(eligible, len(votes))
     needed = policy.needed(eligible=eligible)
     if policy.veto and rejections:
-        return Resolution(outcome="reject", why="veto")
+        return Resolution(outcome="reject", why=TallyWhy.VETO)
     if approvals >= needed:
-        return Resolution(outcome="approve", why="quorum")
+        return Resolution(outcome="approve", why=TallyWhy.QUORUM)
     if approvals + (eligible - len(votes)) < needed:
-        return Resolution(outcome="reject", why="impossible")
+        return Resolution(outcome="reject", why=TallyWhy.IMPOSSIBLE)
     return None
 
 
@@ -135,7 +135,8 @@ def tally_build(
     return {
         "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
         "votes": [{"voter": name, "vote": kind, "at": at.isoformat()} for name, kind, at in votes],
-        "resolution": resolution.outcome if resolution else None, "why": resolution.why if resolution else None,
+        # TallyWhy(...) refuses a why the API's schema would not read (it reads the same enum).
+        "resolution": resolution.outcome if resolution else None, "why": TallyWhy(resolution.why).value if resolution else None,
         "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
                                   resolution=resolution),
     }
@@ -151,6 +152,6 @@ def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: in
     if rejecters:
         text += " · " + ", ".join(rejecters) + " rejected"
     if resolution is not None:
-        text += {"veto": " — vetoed", "quorum": " — approved", "impossible": " — approval no longer possible",
-                 "deadline": f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
+        text += {TallyWhy.VETO: " — vetoed", TallyWhy.QUORUM: " — approved", TallyWhy.IMPOSSIBLE: " — approval no longer possible",
+                 TallyWhy.DEADLINE: f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
     return text

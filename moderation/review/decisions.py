@@ -108,7 +108,7 @@ from moderation.models import (
     Requested,
     ReviewAsk,
 )
-from moderation.policies.models import Vote, VoteKind
+from moderation.policies.models import TallyWhy, Vote, VoteKind
 from moderation.policies.rules import (
     Policy,
     Resolution,
@@ -473,7 +473,8 @@ def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible,
+                            resolution=Resolution(outcome=outcome, why=TallyWhy.DEADLINE))
     ask.save(update_fields=["tally"])
 
 
@@ -485,7 +486,7 @@ def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution) -> list[dict[
     rejections = ask.votes.filter(vote=VoteKind.REJECT).select_related("voter").order_by("cast_at", "id")
     words = [(v.voter.get_username(), reason_message(reason=v.reason, message=v.note)) for v in rejections]
     said = "; ".join(f"{name}: {text}" if text else name for name, text in words)
-    why = "vetoed" if resolution.why == "veto" else "rejected by vote"
+    why = "vetoed" if resolution.why == TallyWhy.VETO else "rejected by vote"
     return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
 
 

@@ -41,6 +41,11 @@ class Team(models.Model):
     escalate_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     sources = models.JSONField(default=list, blank=True, help_text="Item sources that belong to this team.")
     graphs = models.JSONField(default=list, blank=True, help_text="Graphs whose items belong to this team.")
+    allow_weaker_policies = models.BooleanField(
+        default=False,
+        help_text="Let a submitter's policy be weaker than this team's (fewer approvals, no veto, a deadline that "
+                  "approves sooner...). Off: a submitter may only make it stricter.",
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
 
     class Meta:

@@ -22,7 +22,14 @@ from django.utils import timezone
 
 from moderation.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
-from moderation.policies.rules import Policy, PolicyInvalid, policy_parse, policy_satisfiable_check, tally_build
+from moderation.policies.rules import (
+    Policy,
+    PolicyInvalid,
+    policy_parse,
+    policy_satisfiable_check,
+    policy_weakenings,
+    tally_build,
+)
 
 SUPERVISE_PERMISSION = "moderation.supervise_teams"
 DECIDE_CODENAME = "decide_item"
@@ -127,11 +134,19 @@ def team_for_item(*, slug: str | None, source: str, graph: str) -> Team | None:
 def item_policy_resolve(
     *, slug: str | None, source: str, graph: str, policy: object, requester: AbstractBaseUser | None,
 ) -> tuple[Team | None, Policy]:
-    """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable."""
+    """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable
+    and, unless the team has ``allow_weaker_policies``, no weaker than the team's (``policy_weakenings``;
+    an item of no team: than the default policy)."""
     team = team_for_item(slug=slug, source=source, graph=graph)
-    resolved = policy_parse(policy, base=team_policy(team=team) if team else None)
+    base = team_policy(team=team) if team else Policy()
+    resolved = policy_parse(policy, base=base)
     if resolved.on_deadline == "escalate" and (team is None or team.escalate_to_id is None):
         raise PolicyInvalid("escalate needs a team with a team to escalate to", field="policy.on_deadline")
+    weaker = [] if team is not None and team.allow_weaker_policies else policy_weakenings(base=base, asked=resolved)
+    if weaker:
+        owner = f"team {team.name} (unless the team allows weaker policies)" if team else "an item of no team"
+        raise PolicyInvalid(f"a submitter may make the policy of {owner} stricter, never weaker: "
+                            + "; ".join(why for _, why in weaker), field=weaker[0][0])
     if resolved.is_quorum:  # a single decision waits for whoever joins, as it always did
         eligible = eligible_count(team_id=team.pk if team else None, requester_id=requester.pk if requester else None)
         policy_satisfiable_check(policy=resolved, eligible=eligible, team=f"team {team.name}" if team else "this site")
@@ -169,6 +184,7 @@ class TeamSpec:
     escalate_to: str | None = None  # a team's slug; "": none
     sources: list[str] | None = None
     graphs: list[str] | None = None
+    allow_weaker_policies: bool | None = None
     add: Sequence[str] = ()  # usernames
     remove: Sequence[str] = ()
 
@@ -185,7 +201,7 @@ def team_save(*, slug: str, spec: TeamSpec) -> tuple[Team, bool]:
         created = team is None
         if team is None:
             team = Team(slug=slug, name=spec.name or slug.replace("-", " ").capitalize())
-        for field in ("name", "approvals", "majority", "veto", "on_deadline", "sources", "graphs"):
+        for field in ("name", "approvals", "majority", "veto", "on_deadline", "sources", "graphs", "allow_weaker_policies"):
             if getattr(spec, field) is not None:
                 setattr(team, field, getattr(spec, field))
         if spec.deadline_seconds is not None:

@@ -180,7 +180,9 @@ def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(payments, 
     from moderation.review.deadlines import deadline_account
     from moderation.review.decisions import ask_deadline_settle
 
-    item = _item(team="payments", policy={"deadline_seconds": 60, "on_deadline": "approve"})
+    payments.deadline_seconds, payments.on_deadline = 60, "approve"
+    payments.save()
+    item = _item(team="payments")
     assert _decide(item, alice, "reject", reason="spam").won
     lost = ask_deadline_settle(ask_pk=item.asks.get().pk, by=deadline_account(), outcome="approve")
     assert not lost.won and lost.winner == "alice"

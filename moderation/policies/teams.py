@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from moderation.core.permissions import user_can_decide
 from moderation.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
 from moderation.policies.rules import (
@@ -72,13 +73,31 @@ def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
 
 def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
+    refusal = _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
+    if refusal:
+        raise NotAMember(refusal)
+
+
+def decide_right_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> bool:
+    """May ``user`` decide an item of ``team_id`` requested by ``requester_id``? The guard's rule, the decide
+    permission included, read without locks: for claims (``moderation.records.claims``), which steer who reads
+    what; the guard judges each decision with ``decide_right_check``."""
+    return user_can_decide(user=user) and not _decide_refusal(
+        team_id=team_id, requester_id=requester_id, user=user, lock=False)
+
+
+def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool) -> str:
+    """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
     if requester_id is not None and requester_id == user.pk:
-        raise NotAMember("you requested this item, so someone else must decide it (four eyes)")
+        return "you requested this item, so someone else must decide it (four eyes)"
     if team_id is None or user_is_supervisor(user=user):
-        return
-    if not member_lock(team_id=team_id, user=user):
-        name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
-        raise NotAMember(f"you are not a moderator of the team {name}, which this item belongs to")
+        return ""
+    live = member_lock(team_id=team_id, user=user) if lock else TeamMembership.objects.filter(
+        team_id=team_id, user=user, removed_at__isnull=True).exists()
+    if live:
+        return ""
+    name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
+    return f"you are not a moderator of the team {name}, which this item belongs to"
 
 
 def team_member_add(*, team: Team, user: AbstractBaseUser) -> TeamMembership:

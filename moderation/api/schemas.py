@@ -36,7 +36,8 @@ class PolicyIn(Strict):
 
     The service (``moderation.policies.rules.policy_parse``) checks it again, with the
     team: more approvals than the team's moderators, its requester excluded, is a 422
-    naming ``policy.approvals``.
+    naming ``policy.approvals``; so is a policy weaker than the team's, naming the first
+    weakened field (``policy_weakenings``), unless the team allows weaker policies.
     """
 
     approvals: StrictInt | None = Field(default=None, ge=1, le=APPROVALS_MAX, description="distinct moderators who must approve")

@@ -190,8 +190,9 @@ def tally_build(
     return {
         "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
         "votes": [{"voter": name, "vote": kind, "at": at.isoformat()} for name, kind, at in votes],
+        "resolution": resolution.outcome if resolution else None,
         # TallyWhy(...) refuses a why the API's schema would not read (it reads the same enum).
-        "resolution": resolution.outcome if resolution else None, "why": TallyWhy(resolution.why).value if resolution else None,
+        "why": TallyWhy(resolution.why).value if resolution else None,
         "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
                                   resolution=resolution),
     }
@@ -207,6 +208,7 @@ def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: in
     if rejecters:
         text += " · " + ", ".join(rejecters) + " rejected"
     if resolution is not None:
-        text += {TallyWhy.VETO: " — vetoed", TallyWhy.QUORUM: " — approved", TallyWhy.IMPOSSIBLE: " — approval no longer possible",
+        text += {TallyWhy.VETO: " — vetoed", TallyWhy.QUORUM: " — approved",
+                 TallyWhy.IMPOSSIBLE: " — approval no longer possible",
                  TallyWhy.DEADLINE: f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
     return text

@@ -48,7 +48,7 @@ def _overdue_fire(item_id) -> None:
 
 def test_every_terminal_state_reads_back_through_each_read(
         api, payments, alice, bob, carol, reasons, test_graphs, django_capture_on_commit_callbacks):
-    """One item per way an item can end (and the states around it), each read one by one, in the list and by the long-poll."""
+    """One item per way an item can end (and the states around it), read one by one, in the list and by the long-poll."""
     expected = {}  # item id -> (status, apply_state, applied state, the ask's resolution, the tally's why)
     with django_capture_on_commit_callbacks(execute=True):
         approved = _submit(api)
@@ -60,8 +60,8 @@ def test_every_terminal_state_reads_back_through_each_read(
         expected[rejected] = ("rejected", "", "finished", "decision", None)
 
         edited = _submit(api, graph="t_hitl")
-        item_decide(item_public_id=edited, reviewer=alice,
-                    decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 80, "to": "acct-1"}}}])
+        edit = {"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 80, "to": "acct-1"}}}
+        item_decide(item_public_id=edited, reviewer=alice, decisions=[edit])
         expected[edited] = ("edited", "", "finished", "decision", None)
 
         quorum = _submit(api, team="payments", policy={"approvals": 2})

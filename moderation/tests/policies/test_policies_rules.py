@@ -47,8 +47,8 @@ def test_more_approvals_than_voters_is_refused():
 
 
 TEAM = Policy(approvals=2, veto=True)
-WAITS, APPROVES, REJECTS = Policy(), Policy(deadline_seconds=60, on_deadline="approve"), Policy(deadline_seconds=60, on_deadline="reject")
-ESCALATES = Policy(deadline_seconds=60, on_deadline="escalate")
+WAITS = Policy()
+APPROVES, REJECTS, ESCALATES = (Policy(deadline_seconds=60, on_deadline=then) for then in ("approve", "reject", "escalate"))
 
 
 @pytest.mark.parametrize(("base", "asked", "fields"), [

@@ -73,7 +73,7 @@ def _items(n: int, policy: dict, *, first: tuple[AbstractBaseUser, str] | None =
 
 
 def _recorded(history: HistoryRecorder, item: QueueItem, user: AbstractBaseUser, decision: str, decide=item_decide):
-    """One attempt as an op: won, voted (counted), lost naming the winner, or refused (403, or 409 claimed: nothing counted)."""
+    """One attempt as an op: won, voted (counted), lost naming the winner, or refused (403, 409 claimed: nothing counted)."""
     op = history.invoke(reviewer=user.username, item=str(item.public_id), decision=decision)
     try:
         outcome = decide(item_public_id=item.public_id, reviewer=user, decision=decision)
@@ -276,7 +276,8 @@ def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_hol
             counted += 1
         else:  # judged while bob held it: nothing of hers recorded
             assert alice.completion == "fail" and "alice" not in logged and _votes(item) == {"bob": "approve"}
-    print(f"\nrace 6: {ROUNDS} rounds, alice's vote counted after bob's {counted}, refused over his claim {ROUNDS - counted}")
+    print(f"\nrace 6: {ROUNDS} rounds, alice's vote counted after bob's {counted}, "
+          f"refused over his claim {ROUNDS - counted}")
 
 
 # --- negative control: the quorum without the guard ----------------------------------------

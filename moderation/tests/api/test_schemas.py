@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
 from moderation.api.schemas import AskResolution, TallyOut
-from moderation.models import QueueItem, ReviewAsk
+from moderation.models import QueueItem, ReviewAsk, Team
 from moderation.policies.models import TallyWhy
 from moderation.policies.rules import Policy, Resolution, tally_build
+from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.decisions import item_decide
 from moderation.tests.api.test_api_items import ITEM, Api
@@ -94,6 +95,18 @@ def test_every_terminal_state_reads_back_through_each_read(
         payments.deadline_seconds, payments.on_deadline = None, ""
         payments.save()
 
+        answered = _submit(api, graph="t_hitl")
+        item_decide(item_public_id=answered, reviewer=alice, decisions=[{"type": "respond", "message": "use the form"}])
+        expected[answered] = ("answered", "", "finished", "decision", None)
+
+        mixed = _submit(api, graph="t_refund", input={"actions": 2})
+        item_decide(item_public_id=mixed, reviewer=alice, decisions=[{"type": "approve"}, {"type": "reject"}])
+        expected[mixed] = ("decided", "", "finished", "decision", None)
+
+        asked_again = _submit(api, graph="t_refund")  # a response makes it propose again: a second round
+        item_decide(item_public_id=asked_again, reviewer=alice, decisions=[{"type": "respond", "message": "less"}])
+        expected[asked_again] = ("pending", "", "asked again", None, None)
+
         withdrawn = _submit(api)
         assert api.post(f"/items/{withdrawn}/cancel", {"reason": "sent by mistake"}).status_code == 200
         expected[withdrawn] = ("withdrawn", "", "finished", "withdrawn", None)
@@ -101,6 +114,17 @@ def test_every_terminal_state_reads_back_through_each_read(
         failed = _submit(api, graph="t_failing")
         _decide(failed, alice)
         expected[failed] = ("approved", "failed", "failed", "decision", None)
+
+    leads = Team.objects.create(slug="leads", name="Leads")
+    team_member_add(team=leads, user=alice)
+    Team.objects.filter(pk=payments.pk).update(deadline_seconds=60, on_deadline="escalate", escalate_to=leads)
+    escalated = _submit(api, team="payments")
+    _overdue_fire(escalated)
+    expected[escalated] = ("pending", "", None, None, None)
+
+    broken = _submit(api)
+    QueueItem.objects.filter(public_id=broken).update(status="needs_attention", attention="its graph is gone")
+    expected[broken] = ("needs_attention", "", None, None, None)
 
     unapplied = _submit(api)
     _decide(unapplied, alice)  # its apply is queued, not run: still applying
@@ -116,10 +140,11 @@ def test_every_terminal_state_reads_back_through_each_read(
             break
     assert set(listed) == set(expected)
     for item_id, (status, apply_state, applied, resolution, why) in expected.items():
+        undecided = status in ("pending", "needs_attention")  # the long-poll answers 204 until it is decided
         one = api.get(f"/items/{item_id}")
-        waited = api.get(f"/items/{item_id}/decision", wait=1)
-        assert one.status_code == waited.status_code == 200, (item_id, one.content, waited.content)
-        for body in (one.json(), waited.json(), listed[item_id]):
+        waited = api.get(f"/items/{item_id}/decision", wait=0 if undecided else 1)
+        assert (one.status_code, waited.status_code) == (200, 204 if undecided else 200), (item_id, one.content)
+        for body in (one.json(), listed[item_id], *([] if undecided else [waited.json()])):
             ask = body["asks"][-1]
             read = (body["status"], body["apply_state"], body["applied_result"].get("state"), ask["resolution"],
                     (ask["tally"] or {}).get("why"))

@@ -260,7 +260,7 @@ class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
         fields = ["slug", "name", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
-                  "sources", "graphs"]
+                  "sources", "graphs", "allow_weaker_policies"]
 
     def clean(self):
         cleaned = super().clean()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 from uuid import UUID
 
@@ -16,7 +17,7 @@ from moderation.models import (
     QueueItem,
     ReviewAsk,
 )
-from moderation.policies.models import APPROVALS_MAX
+from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
 from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
 from moderation.policies.teams import ask_tally_read
 from moderation.records.outcomes import ask_what
@@ -35,7 +36,8 @@ class PolicyIn(Strict):
 
     The service (``moderation.policies.rules.policy_parse``) checks it again, with the
     team: more approvals than the team's moderators, its requester excluded, is a 422
-    naming ``policy.approvals``.
+    naming ``policy.approvals``; so is a policy weaker than the team's, naming the first
+    weakened field (``policy_weakenings``), unless the team allows weaker policies.
     """
 
     approvals: StrictInt | None = Field(default=None, ge=1, le=APPROVALS_MAX, description="distinct moderators who must approve")
@@ -88,7 +90,7 @@ class DecisionOut(Schema):
 
 class VoteOut(Schema):
     voter: str
-    vote: Literal["approve", "reject"]
+    vote: VoteKind
     at: datetime
 
 
@@ -99,9 +101,15 @@ class TallyOut(Schema):
     eligible: int  # moderators who may vote (its requester excluded)
     veto: bool
     votes: list[VoteOut]  # one per moderator, oldest first (a changed vote dates from its change)
-    resolution: Literal["approve", "reject"] | None
-    why: Literal["quorum", "veto", "impossible"] | None
+    resolution: VoteKind | None
+    why: TallyWhy | None  # the enum the guard writes it from
     summary: str  # "2 of 3 approvals: alice, bob · carol rejected — vetoed"
+
+
+# How an ask was resolved: its tally's why (the guard's TallyWhy, every one of them), one
+# moderator's decision, or its submitter's withdrawal.
+AskResolution = StrEnum("AskResolution", {**{why.name: why.value for why in TallyWhy},
+                                          "DECISION": "decision", "WITHDRAWN": "withdrawn"})
 
 
 class AskOut(Schema):
@@ -124,7 +132,7 @@ class AskOut(Schema):
     tally: TallyOut | None  # quorum asks only
     # How it was resolved: "quorum" / "veto" / "impossible" (votes), "deadline", "decision"
     # (one moderator's, no quorum), "withdrawn"; null while open.
-    resolution: Literal["quorum", "veto", "impossible", "deadline", "decision", "withdrawn"] | None
+    resolution: AskResolution | None
 
     @classmethod
     def of(cls, ask: ReviewAsk, *, item: QueueItem) -> AskOut:
@@ -140,12 +148,12 @@ class AskOut(Schema):
         )
 
 
-def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> str:
+def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> AskResolution:
     if ask.status == AskStatus.WITHDRAWN:
-        return "withdrawn"
+        return AskResolution.WITHDRAWN
     if tally and tally.get("why"):
-        return tally["why"]
-    return "deadline" if ask.decided_by.get_username() == DEADLINE_USERNAME else "decision"
+        return AskResolution(tally["why"])
+    return AskResolution.DEADLINE if ask.decided_by.get_username() == DEADLINE_USERNAME else AskResolution.DECISION
 
 
 class ItemOut(Schema):

@@ -226,6 +226,24 @@ def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: di
     return {"decisions": decisions, **meta}
 
 
+# What ``moderation.review.apply`` puts beside an answer (``ask_resume_value``'s ``meta``): never a decision's own key.
+RESUME_META_KEYS = frozenset({"reviewer", "decided_at", "note", "withdrawn", "tally"})
+
+
+def ask_resume_read(*, spec: AskSpec, value: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """``ask_resume_value`` read back: the decisions ``value`` answers the ask with, and the reviewer it
+    names (None where the ask's shape has no room for one). ValueError for a value not of that shape."""
+    if spec.kind == "per_call":
+        return [value], None
+    if not isinstance(value, dict):
+        raise ValueError(f"a {spec.kind} ask is answered with an object, not {type(value).__name__}")
+    if spec.kind == "plain":
+        return [{k: v for k, v in value.items() if k not in RESUME_META_KEYS}], value.get("reviewer")
+    if not isinstance(value.get("decisions"), list):
+        raise ValueError("a batched ask is answered with its decisions")
+    return value["decisions"], value.get("reviewer")
+
+
 def decisions_kind(decisions: list[dict[str, Any]]) -> str:
     """One word for a set of decisions: their common type, or ``mixed``."""
     kinds = {d["type"] for d in decisions}

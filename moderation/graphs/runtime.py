@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from langgraph.types import Command
 
 from moderation.core.checkpointer import checkpointer_get
@@ -118,6 +119,27 @@ def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:
 def graph_resume(*, name: str, thread_id: str, answers: dict[str, Any]) -> None:
     """Resume the thread with ``{interrupt_id: value}``; interrupts not named stay pending."""
     graph_get(name=name).invoke(Command(resume=answers), _config(thread_id), durability="sync")
+
+
+def graph_resume_values(*, name: str, thread_id: str) -> dict[str, Any]:
+    """What each interrupt of the thread was resumed with, by interrupt id (``recover --all`` compares them with the rows).
+
+    Read from the checkpointer's pending writes: a resume writes, on the checkpoint that
+    held the interrupts, each task's answers (``RESUME``, in the order the task raised
+    them) beside that task's interrupts (``INTERRUPT``). Once written they never change.
+    """
+    answers: dict[str, Any] = {}
+    for saved in graph_get(name=name).checkpointer.list(_config(thread_id)):
+        asked: dict[str, list[Any]] = {}
+        resumed: dict[str, list[Any]] = {}
+        for task_id, channel, value in saved.pending_writes or ():
+            if channel == INTERRUPT:
+                asked.setdefault(task_id, []).extend(value)
+            elif channel == RESUME:
+                resumed.setdefault(task_id, []).extend(value if isinstance(value, list) else [value])
+        for task_id, interrupts in asked.items():
+            answers.update((i.id, v) for i, v in zip(interrupts, resumed.get(task_id, [])))
+    return answers
 
 
 def graph_values(*, name: str, thread_id: str) -> dict[str, Any]:

@@ -264,14 +264,14 @@ CSV_HEADER = [
 ]
 
 
-def decided_csv_rows(*, filters: DecidedFilters) -> Iterator[list[str]]:
-    """The header, then every attempt on the filtered items (newest item first, its attempts in order).
+def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None) -> Iterator[list[str]]:
+    """The header, then every attempt on the filtered items ``viewer`` may see (newest item first, its attempts in order).
 
     Streamed from one query in chunks, so an export of the whole history never sits in memory.
     """
     yield CSV_HEADER
     attempts = (
-        DecisionAttempt.objects.filter(item__in=decided_items(filters=filters))
+        DecisionAttempt.objects.filter(item__in=decided_items(filters=filters).filter(items_visible_q(viewer=viewer)))
         .select_related("item", "reviewer", "winner", "ask")
         .order_by("-item__decided_at", "-item_id", "seq")
     )

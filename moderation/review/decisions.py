@@ -17,9 +17,10 @@ has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 4
 when the item is read and again under the row lock, recording nothing.
 
 Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
-decision on an open ask of an item someone else holds a live claim on is refused under
-the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that
-settles the item ends the decider's claim in the same transaction.
+decision or a vote on an open ask of an item someone else holds a live claim on is
+refused under the row lock (``ItemClaimed``, 409, naming the holder), recording nothing.
+A win that settles the item, or a counted vote, ends the decider's claim in the same
+transaction.
 
 Approval policies (``moderation.policies``). Under the row lock, and before anything
 else is judged, the decider must be allowed: a moderator of the item's team (the team
@@ -108,7 +109,7 @@ from moderation.models import (
     Requested,
     ReviewAsk,
 )
-from moderation.policies.models import Vote, VoteKind
+from moderation.policies.models import TallyWhy, Vote, VoteKind
 from moderation.policies.rules import (
     Policy,
     Resolution,
@@ -400,6 +401,11 @@ def _decide_locked(
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
             # The locked row's policy, not the one read before the lock: an escalation may have changed it.
             policy = policy_parse(item.policy)
+            if ask is not None and ask.status == AskStatus.PENDING and settings.CLAIMS_REQUIRED and (
+                    claim := claim_held_by_other(item=item, user=reviewer)):
+                # Votes too: each moves the item toward its resolution, over someone still reading it.
+                raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
+                                  "nothing was recorded, decide it when their claim ends")
             if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
                 if requested not in VoteKind.values:
                     raise InvalidDecision(f"this item is now decided by vote ({policy.describe()}): vote approve or reject",
@@ -410,9 +416,6 @@ def _decide_locked(
             if ask is not None and ask.status == AskStatus.PENDING:
                 if by_deadline and policy.is_quorum:
                     _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
-                if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
-                    raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
-                                      "nothing was recorded, decide it when their claim ends")
                 return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
             if ask is not None:
@@ -455,6 +458,8 @@ def _vote_cast(
             outcome=AttemptOutcome.VOTED, requested_at=requested_at, reason=reason, origin=origin,
         )
         item_voted_record(item=item, ask=ask, tally=tally)
+        # Done reading: the claim passes to the next voter (moderation.records.claims).
+        claim_release(item_public_id=str(item.public_id), user_id=voter.pk)
         outcome = vote_outcome(item=item, ask=ask, requested=requested, attempt=attempt, tally=tally)
         events.after_commit(lambda: events.vote_broadcast(outcome=outcome))
         return outcome
@@ -473,7 +478,8 @@ def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible,
+                            resolution=Resolution(outcome=outcome, why=TallyWhy.DEADLINE))
     ask.save(update_fields=["tally"])
 
 
@@ -485,7 +491,7 @@ def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution) -> list[dict[
     rejections = ask.votes.filter(vote=VoteKind.REJECT).select_related("voter").order_by("cast_at", "id")
     words = [(v.voter.get_username(), reason_message(reason=v.reason, message=v.note)) for v in rejections]
     said = "; ".join(f"{name}: {text}" if text else name for name, text in words)
-    why = "vetoed" if resolution.why == "veto" else "rejected by vote"
+    why = "vetoed" if resolution.why == TallyWhy.VETO else "rejected by vote"
     return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
 
 

@@ -16,7 +16,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--all", action="store_true", help="also check decided items (slower)")
+        parser.add_argument("--all", action="store_true",
+                            help="also check decided items, and report (not change) rows that disagree with their graphs (slower)")
         parser.add_argument(
             "--counts", action="store_true",
             help="only compare the queue's counters with real COUNTs and repair any that drifted (items are not checked)",

@@ -513,6 +513,7 @@ def test_a_deadline_and_an_escalation_show_in_the_item(api, payments, make_moder
     leads = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=leads, user=make_moderator("boss"))
     payments.escalate_to = leads
+    payments.allow_weaker_policies = True  # its items bring their own deadlines
     payments.save()
     escalating = api.post("/items", {**ITEM, "team": "payments",
                                      "policy": {"deadline_seconds": 60, "on_deadline": "escalate"}}).json()
@@ -553,6 +554,34 @@ def test_a_bad_policy_is_422_naming_its_field_and_creates_nothing(api, payments,
     batch = api.post("/items:batch", {"items": [{**ITEM, **extra}, ITEM]}).json()["results"]
     assert [(r["outcome"], needle in (r["message"] or "")) for r in batch] == [("invalid", True), ("created", False)]
     assert QueueItem.objects.count() == 1  # the batch's good item alone
+
+
+def test_a_submitter_may_make_a_teams_policy_stricter_never_weaker(api, payments, make_moderator):
+    leads = Team.objects.create(slug="leads", name="Leads")
+    team_member_add(team=leads, user=make_moderator("boss"))
+    Team.objects.filter(pk=payments.pk).update(approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate",
+                                               escalate_to=leads)
+    # The probe's item: one approval, no veto, approved by a one-second deadline, no human involved.
+    weaker = {**ITEM, "team": "payments",
+              "policy": {"approvals": 1, "veto": False, "deadline_seconds": 1, "on_deadline": "approve"}}
+    refused = api.post("/items", weaker)
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["message"] == (
+        "policy.approvals: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
+        "stricter, never weaker: approvals 1 is fewer than its 2; its veto cannot be turned off; on_deadline approve "
+        "approves without a moderator; it has escalate after 3600 s")
+    [outcome] = api.post("/items:batch", {"items": [weaker]}).json()["results"]
+    assert (outcome["outcome"], outcome["message"]) == ("invalid", refused.json()["message"])
+    assert not QueueItem.objects.exists()
+
+    stricter = api.post("/items", {**ITEM, "team": "payments", "policy": {"approvals": 3, "deadline_seconds": 60,
+                                                                          "on_deadline": "reject"}})
+    assert stricter.status_code == 201, stricter.content
+    assert stricter.json()["policy"] == {"approvals": 3, "majority": False, "veto": True, "deadline_seconds": 60,
+                                         "on_deadline": "reject"}
+    Team.objects.filter(pk=payments.pk).update(allow_weaker_policies=True)
+    allowed = api.post("/items", weaker)
+    assert allowed.status_code == 201 and allowed.json()["policy"]["on_deadline"] == "approve"
 
 
 def test_the_openapi_schema_documents_policies_and_tallies():

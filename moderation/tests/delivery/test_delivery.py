@@ -399,10 +399,9 @@ def test_a_vote_that_does_not_resolve_sends_item_voted_and_the_resolving_one_ite
 def test_an_escalation_sends_item_escalated_once(policy_endpoint, receiver, payments, make_moderator):
     leads = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=leads, user=make_moderator("boss"))
-    payments.escalate_to = leads
+    payments.escalate_to, payments.deadline_seconds, payments.on_deadline = leads, 60, "escalate"
     payments.save()
-    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments",
-                       policy={"deadline_seconds": 60, "on_deadline": "escalate"})
+    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments")
     ReviewAsk.objects.filter(item=item).update(deadline_at=timezone.now() - timedelta(seconds=1))
     assert deadlines_sweep() == 1
     assert deadlines_sweep() == 0  # escalated: the supervisors' team sets no deadline, nothing fires again

@@ -228,6 +228,7 @@ def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice
     assert "Not saved: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote" in refused.content.decode()
     data["approvals"] = "2"
     assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
+    assert not Team.objects.get().allow_weaker_policies  # off unless asked for
     team = Team.objects.get()
     row = team.memberships.get(user=bob)
     removal = {**data, "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "2",
@@ -239,3 +240,19 @@ def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice
     assert admin_client.post(f"/admin/moderation/team/{team.pk}/change/", removal).status_code == 302
     row.refresh_from_db()
     assert row.removed_at is not None and TeamMembership.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_the_admin_and_the_team_command_let_a_team_allow_weaker_policies(admin_client, capsys):
+    form = admin_client.get("/admin/moderation/team/add/").content.decode()
+    assert 'name="allow_weaker_policies"' in form
+    data = {"slug": "payments", "name": "Payments", "approvals": "1", "on_deadline": "", "sources": "[]", "graphs": "[]",
+            "allow_weaker_policies": "on", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000"}
+    assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
+    assert Team.objects.get(slug="payments").allow_weaker_policies
+    call_command("team", "payments", "--allow-weaker-policies", "off")
+    assert not Team.objects.get(slug="payments").allow_weaker_policies
+    call_command("team", "payments", "--allow-weaker-policies", "on")
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "Updated team payments (Payments): one decision settles it; submitters may weaken it")

@@ -187,6 +187,9 @@ class QueueItem(models.Model):
             models.Index(fields=["decided_at", "is_lab"], name="item_decided_at_lab_idx"),
             # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
             models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
+            # /metrics' oldest pending item of each team: one seek per team; pending rows only.
+            models.Index(fields=["team", "created_at"], condition=Q(status="pending", is_lab=False),
+                         name="item_pending_team_age_idx"),
         ]
         permissions = [
             ("decide_item", "Can approve or reject queue items"),
@@ -573,6 +576,19 @@ class DecidedDayCounter(models.Model):
     class Meta:
         # ``day`` first: the read asks for one day.
         constraints = [models.UniqueConstraint(fields=["day", "graph", "shard"], name="decided_day_counter_key")]
+
+
+class PendingCounter(models.Model):
+    """Pending items of one team (``team_key`` 0: no team), graph and priority band, split over shards (read by /metrics)."""
+
+    team_key = models.PositiveIntegerField()
+    graph = models.CharField(max_length=64)
+    band = models.CharField(max_length=8)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team_key", "graph", "band", "shard"], name="pending_counter_key")]
 
 
 # --- Claims (their rules: moderation.records.claims) -------------------------------

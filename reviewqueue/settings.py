@@ -350,6 +350,13 @@ REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 
+# /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
+# "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
+# series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_WORKER_ADDR = os.environ.get("METRICS_WORKER_ADDR", "127.0.0.1")
+METRICS_WORKER_PORT = int(os.environ.get("METRICS_WORKER_PORT", "0") or 0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

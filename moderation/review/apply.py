@@ -54,6 +54,7 @@ from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, Revi
 from moderation.policies.rules import policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
+from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
     now = timezone.now()
     with events.events_held(), transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
+        metrics_applied_record(ask_ids=ask_ids, at=now)
         ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
         known = set(item.asks.values_list("interrupt_id", flat=True))
         new = [p for p in asked if p.interrupt_id not in known]
@@ -209,6 +211,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item.apply_state = ApplyState.FAILED
         item.applied_result = {"state": "failed", "error": error}
         item.save(update_fields=["apply_state", "applied_result"])
+        metrics_apply_failed_record()
         item_applied_record(item=item, applied=[])
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))

@@ -194,6 +194,7 @@ class QueueItem(models.Model):
         permissions = [
             ("decide_item", "Can approve or reject queue items"),
             ("supervise_teams", "Can decide the items of every team"),
+            ("lead_team", "Can see the team page (/team/) of the teams they are a member of"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -589,6 +590,25 @@ class PendingCounter(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team_key", "graph", "band", "shard"], name="pending_counter_key")]
+
+
+class TeamDayCounter(models.Model):
+    """One day's tally of one team (``team_key`` 0: no team) for the team page (``moderation.records.teamstats``).
+
+    ``kind``: ``decided`` (``key``: the winner's user id), ``wait`` (``key``: the upper bound in
+    seconds of the time-to-decision bucket), ``lost_race``, ``deadline_miss``, ``escalation``.
+    """
+
+    team_key = models.PositiveIntegerField()
+    day = models.DateField()
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=32, blank=True, default="")
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Team first: the page reads one team's days.
+        constraints = [models.UniqueConstraint(fields=["team_key", "day", "kind", "key", "shard"], name="team_day_counter_key")]
 
 
 # --- Claims (their rules: moderation.records.claims) -------------------------------

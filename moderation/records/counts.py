@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -121,13 +121,14 @@ def _add(
     day_rows = sorted(
         (connection.ops.adapt_datefield_value(day), graph, shard, n) for (day, graph), n in days.items() if n
     )
-    _upsert(QueueCounter, ("graph", "status", "shard"), status_rows)
-    _upsert(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
+    counter_rows_add(QueueCounter, ("graph", "status", "shard"), status_rows)
+    counter_rows_add(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
     pending_rows = sorted((team, graph, band, shard, n) for (team, graph, band), n in pending.items() if n)
-    _upsert(PendingCounter, ("team_key", "graph", "band", "shard"), pending_rows)
+    counter_rows_add(PendingCounter, ("team_key", "graph", "band", "shard"), pending_rows)
 
 
-def _upsert(model: type[QueueCounter | DecidedDayCounter | PendingCounter], key: tuple[str, ...], rows: list[tuple]) -> None:
+def counter_rows_add(model: type[models.Model], key: tuple[str, ...], rows: list[tuple]) -> None:
+    """Add each row's last value (``n``) to the counter row of its key (created on first use): one statement."""
     if not rows:
         return
     qn = connection.ops.quote_name

@@ -40,6 +40,7 @@ from django_tasks import task
 
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
+from moderation.core.requestid import request_id_bound, request_id_current
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
@@ -63,8 +64,12 @@ ERROR_MAX_CHARS = 500
 
 
 @task(queue_name=APPLY_QUEUE)
-def item_apply_task(item_id: int) -> str:
-    return item_apply(item_id=item_id)
+def item_apply_task(item_id: int, request_id: str = "") -> str:
+    """``request_id``: the deciding request's, so the worker's lines for this apply carry it (sweeps queue none)."""
+    with request_id_bound(request_id):
+        done = item_apply(item_id=item_id)
+        logger.info("item %s: %s", item_id, done)
+    return done
 
 
 def item_apply_enqueue(*, item_id: int) -> None:
@@ -78,7 +83,7 @@ def item_apply_enqueue(*, item_id: int) -> None:
     if settings.REVIEWQUEUE_APPLY_INLINE:
         events.after_commit(lambda: item_apply(item_id=item_id))
     else:
-        item_apply_task.enqueue(item_id)
+        item_apply_task.enqueue(item_id, request_id=request_id_current())
 
 
 def item_apply(*, item_id: int, retry_failed: bool = False) -> str:

@@ -30,7 +30,6 @@ class Chart:
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
-    base: int = HEIGHT - BOTTOM
 
 
 def bar_chart(*, title: str, labels: list[str], series: list[tuple[str, str, list[float | None]]], unit=str) -> Chart:

@@ -13,12 +13,18 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from e2e.server import free_port
+from moderation.core.faults import fault_inject
+from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
+from moderation.delivery.sending import delivery_attempt
 from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem, ReviewAsk, Team
 from moderation.records import metrics
 from moderation.records.metrics import metrics_attempt_record, metrics_exposition
 from moderation.review.apply import item_apply
+from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import ask_escalate, item_decide
 from moderation.review.items import item_create
+from moderation.tests.webhook_receiver import Receiver
 
 
 def _value(name: str, **labels: str) -> float:
@@ -119,3 +125,50 @@ def test_an_open_connection_is_counted_while_it_is_open():
     with metrics.metrics_open_track(kind="socket"):
         assert _value("reviewqueue_open_connections", kind="socket") == before + 1
     assert _value("reviewqueue_open_connections", kind="socket") == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_apply_is_counted(settings, alice, make_item):
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+    item = make_item()
+    item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    failures = _value("reviewqueue_apply_failures_total")
+
+    def explode(key):
+        raise RuntimeError("the publisher is down")
+
+    with fault_inject("in_apply_node", explode):
+        assert item_apply(item_id=item.pk).startswith("failed")
+    assert _value("reviewqueue_apply_failures_total") == failures + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_webhook_attempts_and_failures_are_counted_by_endpoint(make_item):
+    receiver = Receiver().start()
+    try:
+        up = WebhookEndpoint.objects.create(name="up", url=receiver.url, events=["item.created"])
+        receiver.secret = up.secret
+        down = WebhookEndpoint.objects.create(name="down", url=f"http://127.0.0.1:{free_port()}/", events=["item.created"])
+        item = make_item()
+        before = {e.pk: (_value("reviewqueue_webhook_attempts_total", endpoint=str(e.pk)),
+                         _value("reviewqueue_webhook_failures_total", endpoint=str(e.pk))) for e in (up, down)}
+        for delivery in WebhookDelivery.objects.filter(item_public_id=item.public_id):
+            delivery_attempt(delivery_id=delivery.pk)
+        backlog = _scraped()[("reviewqueue_webhook_backlog", (("endpoint", str(down.pk)),))]
+    finally:
+        receiver.stop()
+    assert _value("reviewqueue_webhook_attempts_total", endpoint=str(up.pk)) == before[up.pk][0] + 1
+    assert _value("reviewqueue_webhook_failures_total", endpoint=str(up.pk)) == before[up.pk][1]
+    assert _value("reviewqueue_webhook_attempts_total", endpoint=str(down.pk)) == before[down.pk][0] + 1
+    assert _value("reviewqueue_webhook_failures_total", endpoint=str(down.pk)) == before[down.pk][1] + 1
+    assert backlog == 1  # the refused one waits for its retry
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deadline_that_settles_an_ask_is_counted_by_its_action(payments):
+    Team.objects.filter(pk=payments.pk).update(deadline_seconds=60, on_deadline="reject")
+    item = item_create(title="Refund", body="Order 7.", source="shop", team="payments")
+    ReviewAsk.objects.filter(item=item).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    fires = _value("reviewqueue_deadline_fires_total", action="reject")
+    assert ask_deadline_fire(ask_pk=ReviewAsk.objects.get(item=item).pk).acted
+    assert _value("reviewqueue_deadline_fires_total", action="reject") == fires + 1

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from moderation.models import DecisionAttempt, ReviewAsk, Team
 from moderation.records.teamstats import fleiss_kappa, team_stats_read, wait_quantile
-from moderation.review.decisions import ask_escalate, item_decide
+from moderation.review.decisions import item_decide
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.items import item_create
 

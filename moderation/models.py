@@ -187,10 +187,14 @@ class QueueItem(models.Model):
             models.Index(fields=["decided_at", "is_lab"], name="item_decided_at_lab_idx"),
             # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
             models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
+            # /metrics' oldest pending item of each team: one seek per team; pending rows only.
+            models.Index(fields=["team", "created_at"], condition=Q(status="pending", is_lab=False),
+                         name="item_pending_team_age_idx"),
         ]
         permissions = [
             ("decide_item", "Can approve or reject queue items"),
             ("supervise_teams", "Can decide the items of every team"),
+            ("lead_team", "Can see the team page (/team/) of the teams they are a member of"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -587,6 +591,38 @@ class DecidedDayCounter(models.Model):
     class Meta:
         # ``day`` first: the read asks for one day.
         constraints = [models.UniqueConstraint(fields=["day", "graph", "shard"], name="decided_day_counter_key")]
+
+
+class PendingCounter(models.Model):
+    """Pending items of one team (``team_key`` 0: no team), graph and priority band, split over shards (read by /metrics)."""
+
+    team_key = models.PositiveIntegerField()
+    graph = models.CharField(max_length=64)
+    band = models.CharField(max_length=8)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team_key", "graph", "band", "shard"], name="pending_counter_key")]
+
+
+class TeamDayCounter(models.Model):
+    """One day's tally of one team (``team_key`` 0: no team) for the team page (``moderation.records.teamstats``).
+
+    ``kind``: ``decided`` (``key``: the winner's user id), ``wait`` (``key``: the upper bound in
+    seconds of the time-to-decision bucket), ``lost_race``, ``deadline_miss``, ``escalation``.
+    """
+
+    team_key = models.PositiveIntegerField()
+    day = models.DateField()
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=32, blank=True, default="")
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Team first: the page reads one team's days.
+        constraints = [models.UniqueConstraint(fields=["team_key", "day", "kind", "key", "shard"], name="team_day_counter_key")]
 
 
 # --- Claims (their rules: moderation.records.claims) -------------------------------

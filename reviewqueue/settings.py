@@ -123,6 +123,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every line logged while serving a request carries its id (moderation.core.requestid).
+    "moderation.core.requestid.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -369,12 +371,25 @@ REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 
+# /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
+# "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
+# series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_WORKER_ADDR = os.environ.get("METRICS_WORKER_ADDR", "127.0.0.1")
+METRICS_WORKER_PORT = int(os.environ.get("METRICS_WORKER_PORT", "0") or 0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # LOG_FORMAT=json: one JSON object per line, fields in moderation.core.requestid and the README.
+        "json": {"()": "moderation.core.requestid.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"],
+                             "formatter": "json" if os.environ.get("LOG_FORMAT") == "json" else "plain"}},
+    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
+                "request_id": {"()": "moderation.core.requestid.RequestIdFilter"}},
     "loggers": {
         # Our handler writes our lines; daphne gives the root logger one of its own, which would
         # write each of them a second time.

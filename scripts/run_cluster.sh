@@ -13,6 +13,7 @@
 # Environment: DATABASE_URL and REDIS_URL (required), HOST (127.0.0.1), PORT1 (8001),
 # PORT2 (8002), PY (.venv/bin/python), WORKER_INTERVAL (0.1 s, an idle worker's polling
 # interval), DEBUG (off unless set; true: development mode, demo users and items are added),
+# METRICS_WORKER_PORT (unset: off; N: worker n serves its Prometheus series on N+n-1, README "Metrics"),
 # and everything reviewqueue/settings.py reads (SECRET_KEY, ALLOWED_HOSTS, ...).
 # The database is created if it does not exist yet and the server may create it.
 set -euo pipefail
@@ -86,6 +87,7 @@ done
 # Two workers share the database's task queue (each task is claimed by one of them).
 for n in 1 2; do
   "$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" --worker-id "$(hostname)-$n-$$" \
+    --metrics-port "$(( ${METRICS_WORKER_PORT:-0} ? ${METRICS_WORKER_PORT:-0} + n - 1 : 0 ))" \
     > >(sed -u "s/^/[worker$n] /") 2>&1 &
   pids+=("$!")
 done

@@ -28,6 +28,7 @@ from standardwebhooks import Webhook
 
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
+from moderation.records.metrics import metrics_webhook_attempt_record
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ def _result_record(*, delivery_id: int, status_code: int | None, error: str, lat
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
             _next_in_line_queue(delivery)
+    metrics_webhook_attempt_record(endpoint_id=delivery.endpoint_id, failed=bool(error))
     return delivery.status
 
 

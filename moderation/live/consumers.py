@@ -71,6 +71,7 @@ from moderation.live.sockets import (
     too_many_sockets_message,
 )
 from moderation.records.claims import claim_release
+from moderation.records.metrics import metrics_open_track
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # consumer still alive; any exception before it would skip the clean-up and leave a
         # presence row and group subscriptions behind. This runs however the socket ended.
         try:
-            await super().__call__(scope, inbox.get, send_or_drop)
+            with metrics_open_track(kind="socket"):
+                await super().__call__(scope, inbox.get, send_or_drop)
         finally:
             pumping.cancel()
             await self._forget()

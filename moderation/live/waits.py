@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 from django.conf import settings
 
+from moderation.records.metrics import metrics_open_track
+
 # What a refused wait is told to wait before trying again (seconds): a wait ends within its
 # own ``wait`` (at most 60 s), usually much sooner when its item is decided.
 WAIT_RETRY_AFTER_SECONDS = 5
@@ -54,7 +56,8 @@ def wait_slot_hold(*, client_id: int) -> Iterator[None]:
         )
     _OPEN[client_id] += 1
     try:
-        yield
+        with metrics_open_track(kind="long_poll"):
+            yield
     finally:
         _OPEN[client_id] -= 1
         if not _OPEN[client_id]:

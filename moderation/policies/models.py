@@ -121,6 +121,8 @@ class Vote(models.Model):
         app_label = "moderation"
         ordering = ["cast_at", "id"]
         constraints = [models.UniqueConstraint(fields=["ask", "voter"], name="one_vote_per_voter")]
+        # The team page's agreement reads one team's votes of a period (moderation.records.teamstats).
+        indexes = [models.Index(fields=["team", "cast_at"], name="vote_team_cast_idx")]
 
     def __str__(self) -> str:
         return f"{self.voter_id} {self.vote} on {self.ask_id}"

@@ -46,6 +46,7 @@ from django_tasks import task
 
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
+from moderation.core.requestid import request_id_bound, request_id_current
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
@@ -61,6 +62,7 @@ from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, Revi
 from moderation.policies.rules import policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
+from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +71,12 @@ ERROR_MAX_CHARS = 500
 
 
 @task(queue_name=APPLY_QUEUE)
-def item_apply_task(item_id: int) -> str:
-    return item_apply(item_id=item_id)
+def item_apply_task(item_id: int, request_id: str = "") -> str:
+    """``request_id``: the deciding request's, so the worker's lines for this apply carry it (sweeps queue none)."""
+    with request_id_bound(request_id):
+        done = item_apply(item_id=item_id)
+        logger.info("item %s: %s", item_id, done)
+    return done
 
 
 def item_apply_enqueue(*, item_id: int) -> None:
@@ -84,7 +90,7 @@ def item_apply_enqueue(*, item_id: int) -> None:
     if settings.REVIEWQUEUE_APPLY_INLINE:
         events.after_commit(lambda: item_apply(item_id=item_id))
     else:
-        item_apply_task.enqueue(item_id)
+        item_apply_task.enqueue(item_id, request_id=request_id_current())
 
 
 def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
@@ -174,6 +180,7 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
     now = timezone.now()
     with events.events_held(), transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
+        metrics_applied_record(ask_ids=ask_ids, at=now)
         ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
         known = set(item.asks.values_list("interrupt_id", flat=True))
         new = [p for p in asked if p.interrupt_id not in known]
@@ -239,6 +246,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item.apply_state = ApplyState.FAILED
         item.applied_result = {"state": "failed", "error": error}
         item.save(update_fields=["apply_state", "applied_result"])
+        metrics_apply_failed_record()
         item_applied_record(item=item, applied=[])
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))

@@ -127,6 +127,8 @@ from moderation.records import events
 from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
+from moderation.records.metrics import metrics_escalated_record
+from moderation.records.teamstats import teamstats_escalation_record
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -692,12 +694,16 @@ def ask_escalate(*, ask_pk: int) -> bool:
         # The supervisors decide by their own team's rules; votes cast so far stay counted (each
         # was cast by a member of the team the item then belonged to, ``Vote.team``).
         policy = team_policy(team=to)
+        before = item_counted(item)
+        teamstats_escalation_record(team_id=item.team_id, at=now)
         item.team, item.policy, item.escalated_at = to, policy.as_json(), now
         item.priority = min(PRIORITY_MAX, item.priority + ESCALATION_PRIORITY_STEP)
         item.save(update_fields=["team", "policy", "escalated_at", "priority", "rank"])
+        counts_apply(before=before, after=item_counted(item))  # its team and priority band moved
         ask.deadline_at = now + timedelta(seconds=to.deadline_seconds) if to.deadline_seconds else None
         ask.save(update_fields=["deadline_at"])
         item_escalated_record(item=item)
+        metrics_escalated_record()
         snapshot = {"item_public_id": key, "title": item.title, "team": to.slug, "team_name": to.name}
         events.after_commit(lambda: events.item_escalated_broadcast(**snapshot))
         return True

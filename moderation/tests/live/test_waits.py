@@ -1,6 +1,7 @@
 """The caps on long-poll waits (moderation.live.waits): per API client and per process, counted while held."""
 
 import pytest
+from prometheus_client import REGISTRY
 
 from moderation.live.waits import WAIT_RETRY_AFTER_SECONDS, WaitRefused, wait_slot_hold, waits_stats
 
@@ -40,3 +41,18 @@ def test_no_caps(settings):
     assert waits_stats() == {"waits": 500, "clients": 1}
     for hold in holds:
         hold.__exit__(None, None, None)
+
+
+def test_a_held_wait_is_an_open_long_poll_in_the_metrics_and_a_refused_one_is_not(settings):
+    settings.LONGPOLL_WAITS_PER_CLIENT, settings.LONGPOLL_WAITS_PER_PROCESS = 1, 0
+    def open_long_polls() -> float:
+        return REGISTRY.get_sample_value("reviewqueue_open_connections", {"kind": "long_poll"}) or 0.0
+
+    before = open_long_polls()
+    with wait_slot_hold(client_id=1):
+        assert open_long_polls() == before + 1
+        with pytest.raises(WaitRefused):
+            with wait_slot_hold(client_id=1):
+                pass
+        assert open_long_polls() == before + 1
+    assert open_long_polls() == before

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from moderation.core.permissions import user_can_decide
 from moderation.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
 from moderation.policies.rules import Policy, PolicyInvalid, policy_parse, policy_satisfiable_check, tally_build
@@ -63,15 +64,48 @@ def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
     return TeamMembership.objects.select_for_update().filter(team_id=team_id, user=user, removed_at__isnull=True).exists()
 
 
+def user_team_ids(*, user: AbstractBaseUser) -> list[int]:
+    """The teams ``user`` is a member of now: read once per user object (a page asks for every row)."""
+    teams = getattr(user, "_team_ids", None)
+    if teams is None:
+        teams = list(TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True))
+        user._team_ids = teams
+    return teams
+
+
+def decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool = False) -> str | None:
+    """Why ``user`` may not decide an item of ``team_id`` requested by ``requester_id``; None if they may.
+
+    The guard asks under the item's row lock, with ``lock``: the membership is read from its
+    row, locked too (see the module docstring). Pages ask without, to offer only what the
+    guard would accept.
+    """
+    if requester_id is not None and requester_id == user.pk:
+        return "you requested this item, so someone else must decide it (four eyes)"
+    if team_id is None or user_is_supervisor(user=user):
+        return None
+    if member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user):
+        return None
+    name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
+    return f"you are not a moderator of the team {name}, which this item belongs to"
+
+
 def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
-    if requester_id is not None and requester_id == user.pk:
-        raise NotAMember("you requested this item, so someone else must decide it (four eyes)")
-    if team_id is None or user_is_supervisor(user=user):
-        return
-    if not member_lock(team_id=team_id, user=user):
-        name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
-        raise NotAMember(f"you are not a moderator of the team {name}, which this item belongs to")
+    refusal = decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
+    if refusal is not None:
+        raise NotAMember(refusal)
+
+
+def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str | None:
+    """Why ``user`` may not decide ``item``, in words for its pages; None if they may.
+
+    The guard's own checks (``user_can_decide``, then ``decide_refusal``) without its locks,
+    so a page offers a decision only to those the guard would let make it.
+    """
+    if not user_can_decide(user=user):
+        return "you are not a moderator"
+    return decide_refusal(team_id=item.team_id, requester_id=item.requested_by_id, user=user)
 
 
 def team_member_add(*, team: Team, user: AbstractBaseUser) -> TeamMembership:

@@ -64,6 +64,7 @@ from moderation.web.decision_forms import (
     form_decision_read,
     form_field_for,
 )
+from moderation.web.display import metadata_display
 from moderation.web.health import health_redact, health_report
 from moderation.web.ratelimit import reviewer_rate_check
 
@@ -218,6 +219,7 @@ def _item_page(
         "moderation/item.html",
         {
             "item": item,
+            "metadata": metadata_display(item.metadata),
             "panel": panel,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
                                      reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),

@@ -1,4 +1,4 @@
-"""18. The loser's other tab: from the winner's click to the notice there, in real browsers.
+"""19. The loser's other tab: from the winner's click to the notice there, in real browsers.
 
 Two moderators race one item from its page, as ``e2e/test_live.py`` does (``e2e.pages.race``:
 both buttons pressed, then released together); each keeps a second tab on the item, on
@@ -36,7 +36,7 @@ async def _race_round(pages: dict[str, Page], tabs: dict[str, Page], item: str, 
     winners = [sub for sub in subs if sub.won]
     losers = [sub for sub in subs if sub.kind == "lost"]
     if len(winners) != 1 or len(losers) != 1 or not winners[0].clicked_at:
-        log(f"18. round {n}: no race to time ({[(sub.user, sub.kind) for sub in subs]})")
+        log(f"19. round {n}: no race to time ({[(sub.user, sub.kind) for sub in subs]})")
         return None
     tab = tabs[losers[0].user]
     await tab.locator("#lost-live-notice").wait_for(state="visible", timeout=LIVE_TIMEOUT_MS)
@@ -45,7 +45,7 @@ async def _race_round(pages: dict[str, Page], tabs: dict[str, Page], item: str, 
 
 async def _browsers_run(servers: Servers, logins: list[Login], items: list[str]) -> list[float] | None:
     async with async_playwright() as playwright:
-        browser = await browser_launch(playwright, "18")
+        browser = await browser_launch(playwright, "19")
         if browser is None:
             return None
         try:
@@ -75,7 +75,7 @@ def bench_loser_other_tab(*, env: dict[str, str], logdir: Path, count: int, logi
     env = browsers_env(env)
     items = [i["id"] for i in site_seed(items=rounds + WARM_UP, prefix="Other tab", source="bench-other-tab").items]
     connections.close_all()
-    log(f"18. 2 moderators race {rounds} items, each with a second tab on the item")
+    log(f"19. 2 moderators race {rounds} items, each with a second tab on the item")
     servers = Servers(count=count, env=env, logdir=logdir / "other-tab")
     try:
         servers.live[0].worker_start(interval=0.05)
@@ -84,10 +84,10 @@ def bench_loser_other_tab(*, env: dict[str, str], logdir: Path, count: int, logi
         servers.stop()
     if took is None:
         return []
-    log(f"18. the loser's other tab told: p50 {median(took):.0f} ms, p99 {percentile(took, 99):.0f} ms over {len(took)} races")
+    log(f"19. the loser's other tab told: p50 {median(took):.0f} ms, p99 {percentile(took, 99):.0f} ms over {len(took)} races")
     return [Metric(
         "loser_other_tab_p99",
-        f"18. the loser's other tab told, winner's click → notice shown, real browsers, worker mode ({process_note}), p99",
+        f"19. the loser's other tab told, winner's click → notice shown, real browsers, worker mode ({process_note}), p99",
         percentile(took, 99), "ms", median(took), "p50 of the same run", target=TARGET_MS, check="value", op="<=",
         detail={"races": len(took), "max_ms": max(took, default=float("nan"))},
     )]

@@ -4,7 +4,7 @@ Started by ``bench.run`` with the database, the layer and the server count in th
 environment; writes one JSON file. Order matters: the servers' benches run before the
 queue-size benches (6, 13) fill the table to 10,000 and then 1,000,000 pending rows, the
 HTTP benches 1, 4, 7 and 15 run before the task worker starts (they measure the request
-path alone), the browsers of 17 and 18 on servers of their own after those, and the counts are
+path alone), the browsers of 17 and 19 on servers of their own after those, and the counts are
 checked (16) after every concurrent bench. ``--only N`` (repeatable) runs those measures
 alone, with what they need (8's baseline is 5's).
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if wanted(17):
         metrics += bench_duplicate_reading(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
                                            items=max(9, int(30 * s)), process_note=note)
-    if wanted(18):
+    if wanted(19):
         metrics += bench_loser_other_tab(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
                                          rounds=max(10, int(20 * s)), process_note=note)
 

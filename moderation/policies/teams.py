@@ -73,39 +73,33 @@ def user_team_ids(*, user: AbstractBaseUser) -> list[int]:
     return teams
 
 
-def decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool = False) -> str | None:
-    """Why ``user`` may not decide an item of ``team_id`` requested by ``requester_id``; None if they may.
-
-    The guard asks under the item's row lock, with ``lock``: the membership is read from its
-    row, locked too (see the module docstring). Pages ask without, to offer only what the
-    guard would accept.
-    """
-    if requester_id is not None and requester_id == user.pk:
-        return "you requested this item, so someone else must decide it (four eyes)"
-    if team_id is None or user_is_supervisor(user=user):
-        return None
-    if member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user):
-        return None
-    name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
-    return f"you are not a moderator of the team {name}, which this item belongs to"
-
-
 def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
-    refusal = decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
-    if refusal is not None:
+    refusal = _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
+    if refusal:
         raise NotAMember(refusal)
 
 
-def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str | None:
-    """Why ``user`` may not decide ``item``, in words for its pages; None if they may.
-
-    The guard's own checks (``user_can_decide``, then ``decide_refusal``) without its locks,
-    so a page offers a decision only to those the guard would let make it.
-    """
+def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str:
+    """Why ``user`` may not decide ``item``, in words for its pages ("" if they may): the guard's rule, the
+    decide permission included, read without locks, so a page offers a decision only to those the guard
+    would let make it."""
     if not user_can_decide(user=user):
         return "you are not a moderator"
-    return decide_refusal(team_id=item.team_id, requester_id=item.requested_by_id, user=user)
+    return _decide_refusal(team_id=item.team_id, requester_id=item.requested_by_id, user=user, lock=False)
+
+
+def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool) -> str:
+    """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
+    if requester_id is not None and requester_id == user.pk:
+        return "you requested this item, so someone else must decide it (four eyes)"
+    if team_id is None or user_is_supervisor(user=user):
+        return ""
+    live = member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user)
+    if live:
+        return ""
+    name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
+    return f"you are not a moderator of the team {name}, which this item belongs to"
 
 
 def team_member_add(*, team: Team, user: AbstractBaseUser) -> TeamMembership:

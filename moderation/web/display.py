@@ -18,8 +18,6 @@ def value_display(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def metadata_display(metadata: Any) -> list[tuple[str, str]]:
-    """An item's metadata (a JSON object, as the API takes it) as (key, value) lines, in its own order."""
-    if not isinstance(metadata, dict):
-        return [("", value_display(metadata))] if metadata not in (None, "") else []
+def metadata_display(metadata: dict[str, Any]) -> list[tuple[str, str]]:
+    """An item's metadata (a JSON object: the API refuses anything else) as (key, value) lines, in its own order."""
     return [(str(key), value_display(value)) for key, value in metadata.items()]

@@ -90,7 +90,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         item.live_claim = claims.get(item.pk)
         item.tally_line = tallies.get(item.pk, "")
         # A row its viewer may not decide (their own request) gets no checkbox, and says why.
-        item.refusal = item_decide_refusal(item=item, user=request.user) if can_decide else None
+        item.refusal = item_decide_refusal(item=item, user=request.user) if can_decide else ""
     return render(
         request,
         "moderation/queue.html",
@@ -225,8 +225,8 @@ def _item_page(
                                      reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
             "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
-            # Why this viewer gets no decision form (the guard's own reasons); None: they may decide.
-            "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else None,
+            # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
+            "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else "",
             "error": error,
             "lost": lost,
             "lost_message": lost.message() if lost else "",

@@ -95,8 +95,8 @@ def test_the_item_page_shows_the_policy_tally_voters_your_vote_and_deadline(team
 def _offered(html: bytes) -> list[str]:
     """The decision buttons and the bulk boxes a page offers."""
     page = html.decode()
-    return re.findall(r"<button[^>]*>((?:Vote )?(?:approve|reject|Approve|Reject))</button>", page) + \
-        re.findall(r'class="bulk-pick"[^>]*aria-label="Select ([^"]+)"', page)
+    return (re.findall(r"<button[^>]*>((?:Vote )?(?:approve|reject|Approve|Reject))</button>", page)
+            + re.findall(r'class="bulk-pick"[^>]*aria-label="Select ([^"]+)"', page))
 
 
 @pytest.mark.django_db

@@ -4,7 +4,7 @@ Started by ``bench.run`` with the database, the layer and the server count in th
 environment; writes one JSON file. Order matters: the servers' benches run before the
 queue-size benches (6, 13) fill the table to 10,000 and then 1,000,000 pending rows, the
 HTTP benches 1, 4, 7, 15 and 18 run before the task worker starts (they measure the request
-path alone), the browsers of 17 on servers of their own after those, and the counts are
+path alone), the browsers of 17 and 19 on servers of their own after those, and the counts are
 checked (16) after every concurrent bench. ``--only N`` (repeatable) runs those measures
 alone, with what they need (8's baseline is 5's).
 
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
     from bench.inprocess import bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
+    from bench.notices import bench_loser_other_tab
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
@@ -166,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     if wanted(17):
         metrics += bench_duplicate_reading(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
                                            items=max(9, int(30 * s)), process_note=note)
+    if wanted(19):
+        metrics += bench_loser_other_tab(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
+                                         rounds=max(10, int(20 * s)), process_note=note)
 
     # Every decision since the repair above went through the product, concurrently (8 reviewers,
     # races, the worker applying, API submits): the counters must equal a real COUNT.

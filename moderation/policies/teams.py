@@ -71,6 +71,15 @@ def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
     return TeamMembership.objects.select_for_update().filter(team_id=team_id, user=user, removed_at__isnull=True).exists()
 
 
+def user_team_ids(*, user: AbstractBaseUser) -> list[int]:
+    """The teams ``user`` is a member of now: read once per user object (a page asks for every row)."""
+    teams = getattr(user, "_team_ids", None)
+    if teams is None:
+        teams = list(TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True))
+        user._team_ids = teams
+    return teams
+
+
 def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
     refusal = _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
@@ -82,8 +91,19 @@ def decide_right_read(*, team_id: int | None, requester_id: int | None, user: Ab
     """May ``user`` decide an item of ``team_id`` requested by ``requester_id``? The guard's rule, the decide
     permission included, read without locks: for claims (``moderation.records.claims``), which steer who reads
     what; the guard judges each decision with ``decide_right_check``."""
-    return user_can_decide(user=user) and not _decide_refusal(
-        team_id=team_id, requester_id=requester_id, user=user, lock=False)
+    return not _decide_refusal_read(team_id=team_id, requester_id=requester_id, user=user)
+
+
+def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str:
+    """Why ``user`` may not decide ``item``, in words for its pages ("" if they may): the guard's rule, read
+    without locks, so a page offers a decision only to those the guard would let make it."""
+    return _decide_refusal_read(team_id=item.team_id, requester_id=item.requested_by_id, user=user)
+
+
+def _decide_refusal_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> str:
+    if not user_can_decide(user=user):
+        return "you are not a moderator"
+    return _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=False)
 
 
 def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool) -> str:
@@ -92,8 +112,7 @@ def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: Abst
         return "you requested this item, so someone else must decide it (four eyes)"
     if team_id is None or user_is_supervisor(user=user):
         return ""
-    live = member_lock(team_id=team_id, user=user) if lock else TeamMembership.objects.filter(
-        team_id=team_id, user=user, removed_at__isnull=True).exists()
+    live = member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user)
     if live:
         return ""
     name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()

@@ -34,9 +34,9 @@ from moderation.models import (
     QueueItem,
     ReviewAsk,
 )
-from moderation.policies.models import OnDeadline, TeamMembership, Vote
+from moderation.policies.models import OnDeadline, Vote
 from moderation.policies.rules import policy_parse, tally_describe
-from moderation.policies.teams import eligible_voters, user_is_supervisor
+from moderation.policies.teams import eligible_voters, user_is_supervisor, user_team_ids
 from moderation.records.counts import counted_day, counts_read
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
@@ -54,11 +54,7 @@ def items_visible_q(*, viewer: AbstractBaseUser | None) -> Q:
     """
     if viewer is None or user_is_supervisor(user=viewer):
         return Q()
-    teams = getattr(viewer, "_visible_team_ids", None)
-    if teams is None:
-        teams = list(TeamMembership.objects.filter(user_id=viewer.pk, removed_at__isnull=True).values_list("team_id", flat=True))
-        viewer._visible_team_ids = teams
-    return Q(team__isnull=True) | Q(team_id__in=teams)
+    return Q(team__isnull=True) | Q(team_id__in=user_team_ids(user=viewer))
 
 
 def _queue_items() -> QuerySet[QueueItem]:

@@ -31,6 +31,7 @@ from typing import Any
 from moderation.graphs.asks import AskSpec
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
+from moderation.web.display import value_display
 
 TYPE_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 VOTE_KINDS = ("approve", "reject")
@@ -174,7 +175,7 @@ def _ask_form(
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
             index=i, name=action["name"], description=action.get("description", ""),
-            args=[(key, _display(value)) for key, value in action["args"].items()],
+            args=[(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
@@ -246,10 +247,6 @@ def _plain(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return json.dumps(value, ensure_ascii=False)
-
-
-def _display(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 # --- reading a post --------------------------------------------------------------------------------

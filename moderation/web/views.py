@@ -31,6 +31,7 @@ from moderation.live.sockets import (
 )
 from moderation.live.waits import waits_stats
 from moderation.models import AttemptOrigin
+from moderation.policies.teams import item_decide_refusal
 from moderation.records.claims import (
     Claim,
     claim_live,
@@ -64,6 +65,7 @@ from moderation.web.decision_forms import (
     form_decision_read,
     form_field_for,
 )
+from moderation.web.display import metadata_display
 from moderation.web.health import health_redact, health_report
 from moderation.web.ratelimit import reviewer_rate_check
 
@@ -84,9 +86,12 @@ def queue(request: HttpRequest) -> HttpResponse:
         request.session[_QUEUE_QUERY] = encoded
     claims = claims_live(items=page.object_list)
     tallies = queue_tallies(items=page.object_list)
+    can_decide = user_can_decide(user=request.user)
     for item in page.object_list:
         item.live_claim = claims.get(item.pk)
         item.tally_line = tallies.get(item.pk, "")
+        # A row its viewer may not decide (their own request) gets no checkbox, and says why.
+        item.refusal = item_decide_refusal(item=item, user=request.user) if can_decide else ""
     return render(
         request,
         "moderation/queue.html",
@@ -102,7 +107,7 @@ def queue(request: HttpRequest) -> HttpResponse:
             "counts": queue_counts(),
             "recent": items_recently_decided(limit=5, viewer=request.user),
             "attention": items_needing_attention(viewer=request.user),
-            "can_decide": user_can_decide(user=request.user),
+            "can_decide": can_decide,
             "reasons": reason_codes_active(),
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "bulk_max": settings.BULK_MAX_ITEMS,
@@ -215,11 +220,14 @@ def _item_page(
         "moderation/item.html",
         {
             "item": item,
+            "metadata": metadata_display(item.metadata),
             "panel": panel,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
                                      reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
             "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
+            # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
+            "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else "",
             "error": error,
             "lost": lost,
             "lost_message": lost.message() if lost else "",

@@ -60,4 +60,7 @@ def test_a_lead_sees_their_own_team_only_and_a_moderator_nothing(decided, paymen
     assert "No team “shop” you may see; showing Payments." in page
     assert 'value="shop"' not in page and 'value="-"' not in page
     assert client.get("/team/export.csv", {"team": "shop"}).status_code == 400
-    assert _client(make_moderator("zoe")).get("/team/").status_code == 403
+    assert 'id="team-link"' in client.get("/").content.decode()
+    zoe = _client(make_moderator("zoe"))
+    assert zoe.get("/team/").status_code == 403
+    assert 'id="team-link"' not in zoe.get("/").content.decode()  # no link to a page she may not open

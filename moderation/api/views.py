@@ -28,6 +28,7 @@ from moderation.api.schemas import (
     ItemOut,
     ItemPage,
     ItemSubmitIn,
+    QueryText,
 )
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
@@ -245,10 +246,10 @@ def _cursor_encode(last_id: int) -> str:
 def items_list(
     request: HttpRequest,
     status: ItemStatus | None = None,
-    source: str | None = Query(None, max_length=100),
-    external_id: str | None = Query(None, max_length=200),
+    source: QueryText | None = Query(None, max_length=100),
+    external_id: QueryText | None = Query(None, max_length=200),
     decided_after: datetime | None = None,
-    graph: str | None = Query(None, max_length=64),
+    graph: QueryText | None = Query(None, max_length=64),
     cursor: str | None = Query(None, max_length=40),
     limit: int = Query(50, ge=1, le=PAGE_MAX),
 ):

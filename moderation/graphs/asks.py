@@ -21,14 +21,13 @@ from typing import Any
 
 import jsonschema
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import ProhibitNullCharactersValidator
+
+from moderation.core.text import TextInvalid, text_check
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 PLAIN_ACTION = "review"
 # A "plain" interrupt offers what every graph can act on without knowing its tools.
 PLAIN_ALLOWED = ["approve", "reject", "respond"]
-_NO_NUL = ProhibitNullCharactersValidator()
 
 
 class AskDecisionInvalid(ValueError):
@@ -210,11 +209,9 @@ def text_clean(text: object, *, field: str) -> str:
     if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
         raise AskDecisionInvalid(f"is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters", field=field)
     try:
-        _NO_NUL(text)
-    except ValidationError:
-        # PostgreSQL refuses NUL at the write; refused here, nothing is locked or recorded.
-        raise AskDecisionInvalid("must not contain NUL (\\u0000) characters", field=field) from None
-    return text
+        return text_check(text=text, field=field)
+    except TextInvalid as exc:  # refused here, so nothing is locked or recorded
+        raise AskDecisionInvalid(str(exc), field=field) from None
 
 
 def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:

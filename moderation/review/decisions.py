@@ -217,6 +217,15 @@ def _text(text: object, *, field: str) -> str:
         raise InvalidDecision(f"{field} {exc}", field=field) from None
 
 
+def _ask_id(ask: object) -> str | None:
+    """The ask's interrupt id as sent, checked before it is looked up; None for none."""
+    if ask is None or ask == "":
+        return None
+    if not isinstance(ask, str):
+        raise InvalidDecision(f"ask must be an ask's id (text), not {ask!r}"[:200], field="ask")
+    return _text(ask, field="ask")
+
+
 @dataclass(frozen=True)
 class _Target:
     """The ask an attempt is about, read before any lock (an ask's payload, an item's policy
@@ -252,6 +261,7 @@ def item_decide(
     if not user_can_decide(user=reviewer):
         raise NotAModerator("you do not have permission to decide items")
     note = _text(note, field="note")
+    ask = _ask_id(ask)
     if decisions is None:
         shorthand, _ = decision_validate(decision=decision, note="")
     elif decision is not None:
@@ -311,7 +321,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     asks = ReviewAsk.objects.filter(item__public_id=key)
     columns = ("pk", "payload", "item__policy", "item__requested_by_id")
     if ask:
-        row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
+        row = asks.filter(interrupt_id=ask).values_list(*columns).first()
         if row is None:
             status = _status_read(key)
             if status is None:

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from moderation.core.resumelock import thread_resume_lock
+from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.graphs.registry import graph_name_validate
@@ -33,10 +34,24 @@ def item_body_check(*, body: str) -> None:
         )
 
 
+def item_texts_check(**texts: str | None) -> None:
+    """Each given text (None: not given) storable; ValidationError naming the first that is not.
+
+    Called before the lookups the texts feed (team, source, requester), which PostgreSQL
+    would fail on a NUL with a 500.
+    """
+    for field, text in texts.items():
+        try:
+            text_check(text=text or "", field=field)
+        except TextInvalid as exc:
+            raise ValidationError({field: f"{field} {exc}"}) from None
+
+
 def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
     """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
     if username is None:
         return None
+    item_texts_check(requested_by=username)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise ValidationError({"requested_by": f"no user named {username!r} on this server"})
@@ -119,6 +134,7 @@ def item_build(
     Its team and policy are resolved here (``item_policy_resolve``), so a team or policy
     that cannot be satisfied is refused before anything starts.
     """
+    item_texts_check(title=title, body=body, source=source, team=fields.get("team"))
     item_body_check(body=body)
     try:
         fields["graph"] = graph_name_validate(name=fields.get("graph"))

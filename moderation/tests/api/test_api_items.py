@@ -104,8 +104,8 @@ def test_keys_are_per_client(api):
         ({**ITEM, "priority": "high"}, "priority"),
         ({**ITEM, "priority": 10_000}, "priority"),
         ({**ITEM, "title": "x" * 201}, "title"),
-        ({**ITEM, "title": "A\x00B"}, "Null characters"),
-        ({**ITEM, "source": "s\x00"}, "Null characters"),
+        ({**ITEM, "title": "A\x00B"}, "title must not contain NUL"),
+        ({**ITEM, "source": "s\x00"}, "source must not contain NUL"),
         ({**ITEM, "external_id": "e\x00"}, "external_id"),
         ({**ITEM, "metadata": {"k": "v\x00"}}, "NUL"),
         ({**ITEM, "metadata": {"k": "x" * METADATA_MAX_BYTES}}, "the limit is 16,384"),
@@ -247,6 +247,30 @@ def test_batch_gives_each_item_its_outcome(api):
     retry = api.post("/items:batch", {"items": items})
     assert [r["outcome"] for r in retry.json()["results"]][:2] == ["existing", "existing"]
     assert QueueItem.objects.count() == 3
+
+
+@pytest.mark.parametrize("start", ["now", "queued"])
+def test_a_nul_in_any_text_of_a_batch_entry_is_that_entrys_invalid_before_any_lookup(api, settings, alice, start):
+    """The team and requested_by lookups ran before the field checks: a 500 on PostgreSQL for the whole batch."""
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+    fields = ["title", "body", "source", "external_id", "team", "requested_by", "graph", "idempotency_key"]
+    items = [{**ITEM, field: "a\x00b"} for field in fields] + [{**ITEM, "requested_by": "alice"}]
+    response = api.post("/items:batch", {"items": items, "start": start})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [(r["outcome"], r["error"]) for r in results[:-1]] == [("invalid", "invalid")] * len(fields)
+    for field, result in zip(fields, results, strict=False):
+        assert field in result["message"] and ("NUL" in result["message"] or field == "graph"), result
+    assert results[-1]["outcome"] == ("created" if start == "now" else "accepted")
+    assert QueueItem.objects.count() == 1
+
+
+def test_a_nul_in_a_list_filter_is_422_naming_it(api):
+    api.post("/items", ITEM)
+    for name in ("source", "external_id", "graph"):
+        response = api.get("/items", **{name: "a\x00"})
+        assert response.status_code == 422 and name in response.json()["message"], response.content
+        assert "NUL" in response.json()["message"]
 
 
 def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(api, settings, alice):

@@ -27,14 +27,16 @@ def fixed_id(monkeypatch):
     return FIXED_ID
 
 
+@pytest.mark.postgres_variant
 @pytest.mark.django_db
-@pytest.mark.parametrize("field", ["title", "body", "source"])
+@pytest.mark.parametrize("field", ["title", "body", "source", "team"])
 def test_nul_in_any_field_is_refused_and_creates_nothing(field, fixed_id):
-    fields = {"title": "A title", "body": "A body.", "source": "test"}
+    """Before the team's lookup (by slug, or by the source), which PostgreSQL failed with a DataError."""
+    fields = {"title": "A title", "body": "A body.", "source": "test", "team": "payments"}
     fields[field] = fields[field][:3] + "\x00" + fields[field][3:]
     with pytest.raises(ValidationError) as caught:
         item_create(**fields)
-    assert "Null characters are not allowed." in caught.value.message_dict[field]
+    assert caught.value.message_dict[field] == [f"{field} must not contain NUL (\\u0000) characters"]
     assert not QueueItem.objects.exists()
     assert not _graph_thread_exists(fixed_id)
 

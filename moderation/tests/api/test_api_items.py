@@ -128,6 +128,16 @@ def test_malformed_json_is_400_json(api):
     assert not QueueItem.objects.exists()
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_number_anywhere_in_a_body_is_400_malformed(api, number):
+    """Python's parser took them, and PostgreSQL's jsonb refused the write: a 500."""
+    body = '{"title": "t", "body": "b", "source": "s", "metadata": {"score": %s}}' % number
+    for path in ("/items", "/items:batch"):
+        response = api.post(path, body if path == "/items" else '{"items": [%s]}' % body)
+        assert response.status_code == 400 and response.json()["error"] == "malformed_request", response.content
+    assert not QueueItem.objects.exists()
+
+
 def test_body_over_item_limit_is_refused_naming_it(api, settings):
     settings.ITEM_BODY_MAX_LENGTH = 10
     response = api.post("/items", {**ITEM, "body": "x" * 11})

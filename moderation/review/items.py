@@ -25,6 +25,10 @@ from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
 
 
+# The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
+START_FIELDS = ("item_id", "title", "body", "source")
+
+
 def item_body_check(*, body: str) -> None:
     """Refuse a body longer than ITEM_BODY_MAX_LENGTH, naming the limit."""
     limit = settings.ITEM_BODY_MAX_LENGTH
@@ -65,8 +69,8 @@ def item_create(
     """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
     moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
 
-    ``graph_input`` is merged over ``{item_id, title, body, source}`` as the graph's
-    start state (an agent's ``messages``, say). An unknown graph is a ValidationError.
+    ``graph_input`` joins ``{item_id, title, body, source}`` in the graph's start state
+    (an agent's ``messages``, say), and may not set them. An unknown graph is a ValidationError.
 
     ``team`` (a team's slug), ``policy`` (``moderation.policies.rules``) and
     ``requested_by`` (who asked for the decision, and so may never make it): see
@@ -149,6 +153,9 @@ def item_build(
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
+    if taken := [key for key in START_FIELDS if key in graph_input]:
+        raise ValidationError({"input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
+                                        "(what moderators read); send them as the item's fields"})
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
@@ -167,9 +174,9 @@ def item_build(
 
 
 def item_start_state(*, item: QueueItem) -> dict[str, Any]:
-    """What the item's graph starts from: its content, under its ``graph_input``."""
-    return {"item_id": str(item.public_id), "title": item.title, "body": item.body, "source": item.source,
-            **(item.graph_input or {})}
+    """What the item's graph starts from: its ``graph_input`` and, over it, its own content."""
+    return {**(item.graph_input or {}), "item_id": str(item.public_id), "title": item.title, "body": item.body,
+            "source": item.source}
 
 
 def item_graph_run(*, item: QueueItem) -> GraphState:

@@ -14,7 +14,8 @@ withdrawn item loses with "Already withdrawn by <name>".
 
 An item accepted for the task worker to start (STARTING, ``moderation.review.starts``)
 has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 409),
-when the item is read and again under the row lock, recording nothing.
+when the item is read and again under the row lock, recording nothing; likewise one
+its graph refused at the start (REFUSED: ``ItemRefused``, 409), which never asks.
 
 Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
 decision on an open ask of an item someone else holds a live claim on is refused under
@@ -187,6 +188,13 @@ class ItemStarting(DecisionError):
     http_status = 409
 
 
+class ItemRefused(DecisionError):
+    """Its graph raised at its start (``moderation.review.starts``): it never asked, and never will."""
+
+    code = "refused"
+    http_status = 409
+
+
 class ItemClaimed(DecisionError):
     """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.records.claims``)."""
 
@@ -326,7 +334,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
             status = _status_read(key)
             if status is None:
                 raise ItemNotFound(f"no item {key}")
-            _not_starting(status)
+            _askless_refuse(status)
             raise ItemNotFound(f"item {key} has no ask {ask!r}")
     else:
         open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
@@ -340,7 +348,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 raise ItemNotFound(f"no item {key}")
             # Before the lock, too: an item read as starting and started by the time the lock
             # is taken would otherwise be judged with no ask, as one whose graph never asked.
-            _not_starting(status)
+            _askless_refuse(status)
             if status == ItemStatus.PENDING:
                 # Paused before asks were recorded (an item from an earlier version not yet
                 # recovered): record what its graph waits on, then decide as usual.
@@ -355,8 +363,10 @@ def _status_read(key: str) -> str | None:
     return QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
 
 
-def _not_starting(status: str) -> None:
+def _askless_refuse(status: str) -> None:
     # Recorded nowhere, like a bad decision (raised under the row lock, it rolls back): there is no ask to judge it against.
+    if status == ItemStatus.REFUSED:
+        raise ItemRefused("its graph refused this item at its start (see applied_result); there is nothing to decide")
     if status == ItemStatus.STARTING:
         raise ItemStarting("this item is still starting: its graph has not asked for a review yet; "
                            "nothing was recorded, decide it once it is in the queue")
@@ -397,7 +407,7 @@ def _decide_locked(
     with transaction.atomic():
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
-        _not_starting(item.status)
+        _askless_refuse(item.status)
         if item.status != ItemStatus.NEEDS_ATTENTION:
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))

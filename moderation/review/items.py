@@ -16,7 +16,7 @@ from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.graphs.registry import graph_name_validate
-from moderation.graphs.runtime import GraphState, graph_start, graph_state_read
+from moderation.graphs.runtime import GraphStartRefused, GraphState, graph_start, graph_state_read
 from moderation.models import QueueItem
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import item_policy_resolve
@@ -77,7 +77,8 @@ def item_create(
     ``item_policy_resolve``; a team or policy that cannot be satisfied is refused.
 
     Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
-    oversized or NUL-bearing field.
+    oversized or NUL-bearing field, and for a start the graph refuses (it raised at its
+    start: ``graph_start``), naming ``input`` with the graph's message.
 
     The graph starts before the row is written and outside any transaction of ours, so
     pre-screening a person's text never holds the database's write lock (on SQLite,
@@ -115,18 +116,21 @@ def _item_start(
     (moderation.review.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
     chosen_id = public_id is not None
     item = item_build(title=title, body=body, source=source, is_lab=is_lab, public_id=public_id, **fields)
-    if chosen_id:
-        # Concurrent submits of one key share this thread (moderation.review.submissions). Two
-        # starts on it would each raise interrupts of their own ids, and the row's asks
-        # could name the one the thread no longer waits on: one start runs, under the
-        # thread's lock, and whoever comes after it joins it or finds its row.
-        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
-            if QueueItem.objects.filter(public_id=item.public_id).exists():
-                raise IntegrityError(f"item {item.public_id} already exists")
-            _item_insert(item=item, started=item_graph_run(item=item))
-    else:
-        started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
-        _item_insert(item=item, started=started)
+    try:
+        if chosen_id:
+            # Concurrent submits of one key share this thread (moderation.review.submissions). Two
+            # starts on it would each raise interrupts of their own ids, and the row's asks
+            # could name the one the thread no longer waits on: one start runs, under the
+            # thread's lock, and whoever comes after it joins it or finds its row.
+            with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+                if QueueItem.objects.filter(public_id=item.public_id).exists():
+                    raise IntegrityError(f"item {item.public_id} already exists")
+                _item_insert(item=item, started=item_graph_run(item=item))
+        else:
+            started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
+            _item_insert(item=item, started=started)
+    except GraphStartRefused as exc:  # the submitter's error; the failed start saved nothing
+        raise ValidationError({"input": str(exc)}) from None
     return item
 
 

@@ -283,6 +283,28 @@ def test_a_nul_in_a_list_filter_is_422_naming_it(api):
         assert "NUL" in response.json()["message"]
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("messages", [5, {"role": "user"}, [{"content": "no role"}]])
+def test_a_graph_that_raises_at_its_start_is_422_with_its_message_and_leaves_nothing(api, keyed, messages, monkeypatch):
+    """It was a 500 with a traceback."""
+    # Keys fix thread ids, and the checkpointer outlives each test's database: a fresh key per run.
+    headers = {"Idempotency-Key": uuid.uuid4().hex} if keyed else {}
+    refund = {**ITEM, "graph": "refund_agent", "input": {"messages": messages}}
+    with monkeypatch.context() as patched:
+        public_id = uuid.uuid4()
+        patched.setattr("moderation.review.items.uuid.uuid4", lambda: public_id)
+        response = api.post("/items", refund, **headers)
+    assert response.status_code == 422 and response.json()["error"] == "invalid", response.content
+    assert response.json()["message"].startswith("input: the refund_agent graph refused its start: ")
+    assert "Traceback" not in response.json()["message"]
+    assert keyed or not _thread_exists(str(public_id))  # the failed start's checkpoint is gone too
+    batch = api.post("/items:batch", {"items": [refund, ITEM]}).json()["results"]
+    assert [r["outcome"] for r in batch] == ["invalid", "created"] and "refused its start" in batch[0]["message"]
+    assert QueueItem.objects.count() == 1 and not DBTaskResult.objects.exists()
+    submitted = {**refund, "input": {"messages": [{"role": "user", "content": "refund A-17"}]}}
+    assert api.post("/items", submitted, **headers).status_code == 201  # the same key, once the input is right
+
+
 def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(api, settings, alice):
     settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's start runs when the test says
     key = uuid.uuid4().hex

@@ -10,7 +10,6 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from moderation.core.text import TextInvalid, text_check
-
 from moderation.models import (
     PRIORITY_MAX,
     PRIORITY_MIN,

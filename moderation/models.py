@@ -42,6 +42,9 @@ class ItemStatus(models.TextChoices):
     DECIDED = "decided", "Decided"
     # The graph accepted a decision but could not finish; an operator runs `recover`.
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
+    # Accepted queued, then its graph raised at its start (the submitter's input, as a
+    # 422 is for a start "now"): final, no winner, nothing to decide (moderation.review.starts).
+    REFUSED = "refused", "Refused"
 
 
 # Settled: the item has a winner and a time, and every later attempt loses to it.
@@ -203,7 +206,8 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(status__in=UNDECIDED_STATUSES, decided_by__isnull=True, decided_at__isnull=True)
+                    Q(status__in=[*UNDECIDED_STATUSES, ItemStatus.REFUSED], decided_by__isnull=True,
+                      decided_at__isnull=True)
                     | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",

@@ -21,12 +21,13 @@ from django.db import connections
 
 from moderation.live.waits import wait_slot_hold
 from moderation.records import events
-from moderation.models import DECIDED_STATUSES, QueueItem
+from moderation.models import UNDECIDED_STATUSES, QueueItem
 from moderation.records.selectors import client_item_get
 
 def item_undecided(item: QueueItem) -> bool:
-    # Pending or needing attention: a decision may still come (recover finishes the latter).
-    return item.status not in DECIDED_STATUSES
+    # Starting, pending or needing attention: a decision may still come (recover finishes the
+    # latter). A refused item never will: its answer is final too.
+    return item.status in UNDECIDED_STATUSES
 
 
 def _item_read(*, client_id: int, public_id: str) -> QueueItem | None:

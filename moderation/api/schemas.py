@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.models import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -24,6 +25,18 @@ from moderation.records.outcomes import ask_what
 from moderation.review.submissions import KEY_MAX_LENGTH
 
 BATCH_MAX_ITEMS = 500
+
+
+def _storable(text: str) -> str:
+    try:
+        return text_check(text=text, field="")
+    except TextInvalid as exc:
+        raise ValueError(str(exc)) from None
+
+
+# A text that goes straight into a query (a list filter): a NUL is a 422 naming it, not PostgreSQL's 500.
+# What is submitted is checked by the services (moderation.review.items.item_texts_check).
+QueryText = Annotated[str, AfterValidator(_storable)]
 
 
 class Strict(Schema):

@@ -9,8 +9,9 @@ Three shapes of interrupt value are understood, so one page renders them all:
   with the value as its arguments, answered with ``{"type": ..., ...}``.
 
 Decisions are checked here, before anything is locked: their count, their types
-against ``allowed_decisions``, an edit's arguments against ``args_schema`` (JSON
-Schema, when the request gives one), and every text's length and characters.
+against ``allowed_decisions``, an edit's arguments as the tool will take them
+(``moderation.graphs.argschema``: its ``args_schema`` with JSON Schema's semantics, when
+the request gives one), and every text's length and characters.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import ProhibitNullCharactersValidator
+
+from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.argschema import ArgsInvalid, args_check
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 PLAIN_ACTION = "review"
 # A "plain" interrupt offers what every graph can act on without knowing its tools.
 PLAIN_ALLOWED = ["approve", "reject", "respond"]
-_NO_NUL = ProhibitNullCharactersValidator()
 
 
 class AskDecisionInvalid(ValueError):
@@ -180,13 +180,10 @@ def _edit_clean(edited: object, *, action: dict, config: dict, where: str) -> di
     _texts_check(args, field=f"{field}.args")
     if len(json.dumps(args)) > settings.DECISION_ARGS_MAX_LENGTH:
         raise AskDecisionInvalid(f"edited arguments are longer than {settings.DECISION_ARGS_MAX_LENGTH} characters", field=f"{field}.args")
-    schema = config.get("args_schema")
-    if schema:
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))
-        if errors:
-            error = errors[0]
-            path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.path)
-            raise AskDecisionInvalid(error.message, field=f"{field}.args{path}")
+    try:
+        args_check(args=args, schema=config.get("args_schema"), proposed=action["args"])
+    except ArgsInvalid as exc:
+        raise AskDecisionInvalid(str(exc), field=f"{field}.args{exc.path}") from None
     return {"name": action["name"], "args": args}
 
 
@@ -210,11 +207,9 @@ def text_clean(text: object, *, field: str) -> str:
     if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
         raise AskDecisionInvalid(f"is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters", field=field)
     try:
-        _NO_NUL(text)
-    except ValidationError:
-        # PostgreSQL refuses NUL at the write; refused here, nothing is locked or recorded.
-        raise AskDecisionInvalid("must not contain NUL (\\u0000) characters", field=field) from None
-    return text
+        return text_check(text=text, field=field)
+    except TextInvalid as exc:  # refused here, so nothing is locked or recorded
+        raise AskDecisionInvalid(str(exc), field=field) from None
 
 
 def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:

@@ -16,10 +16,13 @@ own idempotency key (the item's thread id and its ask's interrupt id are stable)
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from django.db import Error as DjangoDatabaseError
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from langgraph.types import Command
@@ -92,6 +95,14 @@ def _asks(state: Any) -> list[PendingAsk]:
 
 # In the metadata of the checkpoint a start writes (LangGraph keeps a run's config metadata there).
 _START_MARK = {"reviewqueue_run": "start"}
+# Failures of the storage under a run (the checkpointer's database), not of the graph: ours, and worth trying again.
+_STORAGE_ERRORS = (DjangoDatabaseError, psycopg.Error, sqlite3.Error, MemoryError)
+START_ERROR_MAX_CHARS = 500
+
+
+class GraphStartRefused(Exception):
+    """The graph raised while running from its start state: the submitter's input, not the
+    server, is at fault (a refund agent handed ``messages`` that are not messages)."""
 
 
 def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphState:
@@ -103,8 +114,21 @@ def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphSta
     default, so ``graph_resume_count`` can read their per-step history. The checkpoint
     carries ``_START_MARK`` in its metadata, so ``graph_start_count`` can tell a start
     from a resume.
+
+    Anything the graph raises, except a storage failure, is ``GraphStartRefused`` with the
+    graph's own message (no NUL, at most ``START_ERROR_MAX_CHARS``), and the thread is
+    deleted: even with ``durability="exit"`` LangGraph saves the failed run's checkpoint,
+    and a thread that never asked holds nothing anyone needs.
     """
-    graph_get(name=name).invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    graph = graph_get(name=name)
+    try:
+        graph.invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    except _STORAGE_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the submitter is told what
+        graph.checkpointer.delete_thread(thread_id)
+        message = f"the {name} graph refused its start: {type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+        raise GraphStartRefused(message[:START_ERROR_MAX_CHARS]) from exc
     started = graph_state_read(name=name, thread_id=thread_id)
     if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")

@@ -9,7 +9,6 @@ never leaves a stale screen).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from django.contrib import auth
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
 
+from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide, user_can_view
 from moderation.live.presence import (
     presence_by_item,
@@ -141,7 +141,7 @@ def live_frame_parse(*, text_data: str | None, bytes_data: bytes | None) -> str:
     if len(text_data) > FRAME_MAX_CHARS:
         raise FrameError("frame_too_large", f"a frame may hold at most {FRAME_MAX_CHARS} characters")
     try:
-        frame: Any = json.loads(text_data)
+        frame: Any = json_parse(text_data)
     except RecursionError:
         raise FrameError("bad_json", "the frame nests too deeply") from None
     except ValueError:

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.models import ReasonCode
 
 
@@ -36,6 +37,10 @@ def reason_check(*, reason: Any, rejecting: bool) -> str:
         return ""
     if not isinstance(reason, str):
         raise ReasonInvalid("must be a reason code (text)")
+    try:
+        text_check(text=reason, field="reason")
+    except TextInvalid as exc:
+        raise ReasonInvalid(str(exc)) from None
     if not rejecting:
         raise ReasonInvalid("a reason goes with a rejection only")
     if not ReasonCode.objects.filter(code=reason, active=True).exists():

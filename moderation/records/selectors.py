@@ -22,7 +22,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 from django.utils import timezone
 
-from moderation.core.text import text_excerpt
+from moderation.core.text import TextInvalid, text_check, text_excerpt
 from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import (
@@ -342,6 +342,11 @@ def item_asks_open(*, item: QueueItem) -> list[ReviewAsk]:
 
 
 def item_ask_get(*, item: QueueItem, interrupt_id: str) -> ReviewAsk | None:
+    """The ask, or None; as for a malformed item id, also for an id no ask can have (the guard names the field)."""
+    try:
+        text_check(text=interrupt_id, field="ask")
+    except TextInvalid:
+        return None
     return item.asks.filter(interrupt_id=interrupt_id).first()
 
 

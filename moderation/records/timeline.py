@@ -19,6 +19,7 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.models import (
     DECIDED_STATUSES,
@@ -52,6 +53,11 @@ def decided_filters_read(*, data: Mapping[str, str]) -> tuple[DecidedFilters, di
     """Filters from query parameters, and an error per parameter that could not be read (then ignored)."""
     errors: dict[str, str] = {}
     text = {name: (data.get(name) or "").strip()[:200] for name in ("status", "decided_by", "source", "graph", "reason")}
+    for name, value in text.items():
+        try:
+            text_check(text=value, field=name)
+        except TextInvalid as exc:
+            errors[name], text[name] = str(exc), ""
     if text["status"] and text["status"] not in DECIDED_STATUSES:
         errors["status"] = f"not a decided status: {text['status']}"
         text["status"] = ""

@@ -14,7 +14,8 @@ withdrawn item loses with "Already withdrawn by <name>".
 
 An item accepted for the task worker to start (STARTING, ``moderation.review.starts``)
 has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 409),
-when the item is read and again under the row lock, recording nothing.
+when the item is read and again under the row lock, recording nothing; likewise one
+its graph refused at the start (REFUSED: ``ItemRefused``, 409), which never asks.
 
 Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
 decision or a vote on an open ask of an item someone else holds a live claim on is
@@ -190,6 +191,13 @@ class ItemStarting(DecisionError):
     http_status = 409
 
 
+class ItemRefused(DecisionError):
+    """Its graph raised at its start (``moderation.review.starts``): it never asked, and never will."""
+
+    code = "refused"
+    http_status = 409
+
+
 class ItemClaimed(DecisionError):
     """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.records.claims``)."""
 
@@ -218,6 +226,15 @@ def _text(text: object, *, field: str) -> str:
         return text_clean(text, field=field)
     except AskDecisionInvalid as exc:
         raise InvalidDecision(f"{field} {exc}", field=field) from None
+
+
+def _ask_id(ask: object) -> str | None:
+    """The ask's interrupt id as sent, checked before it is looked up; None for none."""
+    if ask is None or ask == "":
+        return None
+    if not isinstance(ask, str):
+        raise InvalidDecision(f"ask must be an ask's id (text), not {ask!r}"[:200], field="ask")
+    return _text(ask, field="ask")
 
 
 @dataclass(frozen=True)
@@ -255,6 +272,7 @@ def item_decide(
     if not user_can_decide(user=reviewer):
         raise NotAModerator("you do not have permission to decide items")
     note = _text(note, field="note")
+    ask = _ask_id(ask)
     if decisions is None:
         shorthand, _ = decision_validate(decision=decision, note="")
     elif decision is not None:
@@ -314,12 +332,12 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     asks = ReviewAsk.objects.filter(item__public_id=key)
     columns = ("pk", "payload", "item__policy", "item__requested_by_id")
     if ask:
-        row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
+        row = asks.filter(interrupt_id=ask).values_list(*columns).first()
         if row is None:
             status = _status_read(key)
             if status is None:
                 raise ItemNotFound(f"no item {key}")
-            _not_starting(status)
+            _askless_refuse(status)
             raise ItemNotFound(f"item {key} has no ask {ask!r}")
     else:
         open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
@@ -333,7 +351,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 raise ItemNotFound(f"no item {key}")
             # Before the lock, too: an item read as starting and started by the time the lock
             # is taken would otherwise be judged with no ask, as one whose graph never asked.
-            _not_starting(status)
+            _askless_refuse(status)
             if status == ItemStatus.PENDING:
                 # Paused before asks were recorded (an item from an earlier version not yet
                 # recovered): record what its graph waits on, then decide as usual.
@@ -348,8 +366,10 @@ def _status_read(key: str) -> str | None:
     return QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
 
 
-def _not_starting(status: str) -> None:
+def _askless_refuse(status: str) -> None:
     # Recorded nowhere, like a bad decision (raised under the row lock, it rolls back): there is no ask to judge it against.
+    if status == ItemStatus.REFUSED:
+        raise ItemRefused("its graph refused this item at its start (see applied_result); there is nothing to decide")
     if status == ItemStatus.STARTING:
         raise ItemStarting("this item is still starting: its graph has not asked for a review yet; "
                            "nothing was recorded, decide it once it is in the queue")
@@ -390,7 +410,7 @@ def _decide_locked(
     with transaction.atomic():
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
-        _not_starting(item.status)
+        _askless_refuse(item.status)
         if item.status != ItemStatus.NEEDS_ATTENTION:
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))

@@ -21,8 +21,11 @@ the item still waits to start. Nothing runs the graph under the row lock.
 
 A worker killed mid-start leaves its task claimed for good; ``starts_sweep`` (in every
 worker's sweep thread) queues again each item STARTING for longer than
-``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that fails to start
-leaves its item NEEDS_ATTENTION with the error; ``manage.py recover`` starts it again.
+``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that raises at its start
+refuses its item (REFUSED, final: the submitter's input is at fault, as a start "now"
+answers 422); a start that fails otherwise (the storage under it, a graph that finished
+without asking) leaves its item NEEDS_ATTENTION with the error, and ``manage.py recover``
+starts it again.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from django_tasks import task
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
+from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
-from moderation.graphs.runtime import graph_state_read
+from moderation.graphs.runtime import GraphStartRefused, graph_state_read
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
@@ -112,7 +116,9 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
                 return "left as it is: its graph ran and waits for no review"
         try:
             started = item_graph_run(item=item)  # raises if the graph finished without asking
-        except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the item records it
+        except GraphStartRefused as exc:
+            return _start_refused(item_id=item_id, error=str(exc), retry_failed=retry_failed)
+        except Exception as exc:  # noqa: BLE001 - storage, or a graph that ran without asking: the item records it
             return _start_failed(item_id=item_id, error=f"{type(exc).__name__}: {exc}", retry_failed=retry_failed)
         fault_point("after_start_run", item_key=item.thread_id)
         with events.events_held(), transaction.atomic():
@@ -145,6 +151,31 @@ def _start_failed(*, item_id: int, error: str, retry_failed: bool) -> str:
             counts_apply(before=before, after=item_counted(item))
     logger.error("item %s: its graph failed to start: %s", item_id, error)
     return f"failed: {error}"
+
+
+def _start_refused(*, item_id: int, error: str, retry_failed: bool) -> str:
+    """Its graph raised at its start: the submitter's error, as a 422 is for a start "now".
+
+    The item is REFUSED, final: nothing to decide and nothing for ``recover`` to try again
+    (the failed start saved nothing). Its submitter reads why in ``applied_result``
+    (``{"state": "refused", "error": ...}``), through the API, its long-poll and the
+    ``item.applied`` webhook, as for any run of its graph.
+    """
+    with events.events_held(), transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        if not item_startable(item=item, retry_failed=retry_failed):
+            return "started earlier"
+        before = item_counted(item)
+        item.status, item.attention = ItemStatus.REFUSED, ""
+        item.applied_result = {"state": "refused", "error": error}
+        item.save(update_fields=["status", "attention", "applied_result"])
+        counts_apply(before=before, after=item_counted(item))
+        item_applied_record(item=item, applied=[])
+        snapshot = {"item_public_id": str(item.public_id), "title": item.title, "status": item.status,
+                    "applied": item.applied_result}
+        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+    logger.warning("item %s: refused by its graph at the start: %s", item_id, error)
+    return f"refused: {error}"
 
 
 def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:

@@ -39,6 +39,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
 from moderation.models import (
     PRIORITY_MAX,
@@ -52,6 +53,7 @@ from moderation.review.items import (
     item_body_check,
     item_build,
     item_requester_get,
+    item_texts_check,
     submitted_item_create,
 )
 from moderation.review.starts import items_start_enqueue
@@ -128,12 +130,18 @@ def _json_walk(value: Any, *, field: str, max_depth: int, depth: int) -> None:
             raise ValidationError({field: f"{field} nests deeper than {max_depth} levels"})
         children = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in children:
-            if isinstance(key, str) and "\x00" in key:
-                raise ValidationError({field: f"{field} keys cannot contain NUL characters"})
+            if isinstance(key, str):
+                _json_text_check(key, field=field, what="keys")
             _json_walk(child, field=field, max_depth=max_depth, depth=depth + 1)
-    elif isinstance(value, str) and "\x00" in value:
-        # PostgreSQL's jsonb cannot hold \u0000: refused on both backends alike.
-        raise ValidationError({field: f"{field} strings cannot contain NUL characters"})
+    elif isinstance(value, str):
+        _json_text_check(value, field=field, what="strings")
+
+
+def _json_text_check(text: str, *, field: str, what: str) -> None:
+    try:
+        text_check(text=text, field=field)
+    except TextInvalid as exc:  # jsonb cannot hold \u0000 either
+        raise ValidationError({field: f"{field} {what} {exc}"}) from None
 
 
 def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
@@ -147,11 +155,10 @@ def submission_check(*, submission: Submission, idempotency_key: str | None) -> 
     graph_input_check(graph_input=submission.graph_input or {})
     if not PRIORITY_MIN <= submission.priority <= PRIORITY_MAX:
         raise ValidationError({"priority": f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}"})
+    item_texts_check(idempotency_key=idempotency_key, external_id=submission.external_id)
     for field, value in (("idempotency_key", idempotency_key), ("external_id", submission.external_id)):
-        if value is None:
-            continue
-        if not value or len(value) > KEY_MAX_LENGTH or "\x00" in value:
-            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters, without NUL"})
+        if value is not None and not 1 <= len(value) <= KEY_MAX_LENGTH:
+            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters"})
 
 
 def _public_id_for(*, client: ApiClient, key: str, digest: str) -> uuid.UUID:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
@@ -262,7 +263,7 @@ def form_decision_read(*, spec: AskSpec | None, data: Mapping[str, str]) -> Form
     reason = data.get("reason") or None
     if "decisions" in data:
         try:
-            decisions = json.loads(data["decisions"])
+            decisions = json_parse(data["decisions"])
         except ValueError:
             raise FormInvalid("decisions is not valid JSON", field="decisions") from None
         return FormDecision(decision=None, decisions=decisions, note=note, reason=reason)
@@ -295,7 +296,7 @@ def _args_read(i: int, *, action: dict, config: dict, data: Mapping[str, str]) -
     if not props:
         name = f"action-{i}-args"
         try:
-            args = json.loads(data.get(name, ""))
+            args = json_parse(data.get(name, ""))
         except ValueError as exc:
             raise FormInvalid(f"not valid JSON: {exc}", field=name) from None
         if not isinstance(args, dict):
@@ -340,7 +341,7 @@ def _value_read(raw: str, *, prop: dict, widget: str, field: str) -> Any:
         return int(number) if number.is_integer() and abs(number) < 2**53 else number
     if widget == "json":
         try:
-            return json.loads(raw)
+            return json_parse(raw)
         except ValueError as exc:
             raise FormInvalid(f"not valid JSON: {exc}", field=field) from None
     return raw

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -18,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from moderation.core.faults import fault_point
+from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
 from moderation.graphs.asks import AskSpec
 from moderation.graphs.registry import graph_loaded, graph_names
@@ -330,7 +330,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
             {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
         )
     try:
-        body: Any = json.loads(request.body or b"")
+        body: Any = json_parse(request.body or b"")
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
         return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
     if not isinstance(body, dict):

@@ -104,8 +104,8 @@ def test_keys_are_per_client(api):
         ({**ITEM, "priority": "high"}, "priority"),
         ({**ITEM, "priority": 10_000}, "priority"),
         ({**ITEM, "title": "x" * 201}, "title"),
-        ({**ITEM, "title": "A\x00B"}, "Null characters"),
-        ({**ITEM, "source": "s\x00"}, "Null characters"),
+        ({**ITEM, "title": "A\x00B"}, "title must not contain NUL"),
+        ({**ITEM, "source": "s\x00"}, "source must not contain NUL"),
         ({**ITEM, "external_id": "e\x00"}, "external_id"),
         ({**ITEM, "metadata": {"k": "v\x00"}}, "NUL"),
         ({**ITEM, "metadata": {"k": "x" * METADATA_MAX_BYTES}}, "the limit is 16,384"),
@@ -125,6 +125,16 @@ def test_bad_input_is_422_json_and_creates_nothing(api, payload, needle):
 def test_malformed_json_is_400_json(api):
     response = api.post("/items", "{not json")
     assert response.status_code == 400 and response.json()["error"] == "malformed_request"
+    assert not QueueItem.objects.exists()
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_number_anywhere_in_a_body_is_400_malformed(api, number):
+    """Python's parser took them, and PostgreSQL's jsonb refused the write: a 500."""
+    body = '{"title": "t", "body": "b", "source": "s", "metadata": {"score": %s}}' % number
+    for path in ("/items", "/items:batch"):
+        response = api.post(path, body if path == "/items" else '{"items": [%s]}' % body)
+        assert response.status_code == 400 and response.json()["error"] == "malformed_request", response.content
     assert not QueueItem.objects.exists()
 
 
@@ -275,6 +285,52 @@ def test_batch_gives_each_item_its_outcome(api):
     retry = api.post("/items:batch", {"items": items})
     assert [r["outcome"] for r in retry.json()["results"]][:2] == ["existing", "existing"]
     assert QueueItem.objects.count() == 3
+
+
+@pytest.mark.parametrize("start", ["now", "queued"])
+def test_a_nul_in_any_text_of_a_batch_entry_is_that_entrys_invalid_before_any_lookup(api, settings, alice, start):
+    """The team and requested_by lookups ran before the field checks: a 500 on PostgreSQL for the whole batch."""
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+    fields = ["title", "body", "source", "external_id", "team", "requested_by", "graph", "idempotency_key"]
+    items = [{**ITEM, field: "a\x00b"} for field in fields] + [{**ITEM, "requested_by": "alice"}]
+    response = api.post("/items:batch", {"items": items, "start": start})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [(r["outcome"], r["error"]) for r in results[:-1]] == [("invalid", "invalid")] * len(fields)
+    for field, result in zip(fields, results, strict=False):
+        assert field in result["message"] and ("NUL" in result["message"] or field == "graph"), result
+    assert results[-1]["outcome"] == ("created" if start == "now" else "accepted")
+    assert QueueItem.objects.count() == 1
+
+
+def test_a_nul_in_a_list_filter_is_422_naming_it(api):
+    api.post("/items", ITEM)
+    for name in ("source", "external_id", "graph"):
+        response = api.get("/items", **{name: "a\x00"})
+        assert response.status_code == 422 and name in response.json()["message"], response.content
+        assert "NUL" in response.json()["message"]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("messages", [5, {"role": "user"}, [{"content": "no role"}]])
+def test_a_graph_that_raises_at_its_start_is_422_with_its_message_and_leaves_nothing(api, keyed, messages, monkeypatch):
+    """It was a 500 with a traceback."""
+    # Keys fix thread ids, and the checkpointer outlives each test's database: a fresh key per run.
+    headers = {"Idempotency-Key": uuid.uuid4().hex} if keyed else {}
+    refund = {**ITEM, "graph": "refund_agent", "input": {"messages": messages}}
+    with monkeypatch.context() as patched:
+        public_id = uuid.uuid4()
+        patched.setattr("moderation.review.items.uuid.uuid4", lambda: public_id)
+        response = api.post("/items", refund, **headers)
+    assert response.status_code == 422 and response.json()["error"] == "invalid", response.content
+    assert response.json()["message"].startswith("input: the refund_agent graph refused its start: ")
+    assert "Traceback" not in response.json()["message"]
+    assert keyed or not _thread_exists(str(public_id))  # the failed start's checkpoint is gone too
+    batch = api.post("/items:batch", {"items": [refund, ITEM]}).json()["results"]
+    assert [r["outcome"] for r in batch] == ["invalid", "created"] and "refused its start" in batch[0]["message"]
+    assert QueueItem.objects.count() == 1 and not DBTaskResult.objects.exists()
+    submitted = {**refund, "input": {"messages": [{"role": "user", "content": "refund A-17"}]}}
+    assert api.post("/items", submitted, **headers).status_code == 201  # the same key, once the input is right
 
 
 def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(api, settings, alice):

@@ -65,6 +65,20 @@ def test_unreadable_filters_are_named_and_ignored():
     assert set(errors) == {"status", "since", "until"}
 
 
+@pytest.mark.postgres_variant
+def test_a_nul_in_a_text_filter_is_named_and_ignored_on_both_backends(alice):
+    """PostgreSQL failed the filter's query with a 500."""
+    alice.is_staff = True  # the export is staff's
+    alice.save()
+    http = Client()
+    http.force_login(alice)
+    for name in ("decided_by", "source", "graph", "reason"):
+        for url in ("/decided/", "/decided/export.csv"):
+            assert http.get(url, {name: "a\x00"}).status_code == 200, (name, url)
+        filters, errors = decided_filters_read(data={name: "a\x00", "status": "approved"})
+        assert filters == DecidedFilters(status="approved") and "NUL" in errors[name]
+
+
 def test_keyset_pages_walk_every_item_once_in_constant_queries_without_count_or_offset(alice, bob, settings):
     settings.DECIDED_PAGE_SIZE = 3
     # Two pairs decided in the same instant: the id breaks the tie, so no page boundary loses one.

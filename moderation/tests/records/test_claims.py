@@ -306,7 +306,7 @@ def test_a_decision_lands_on_the_next_item_unless_turned_off(settings, client, a
     answer = client.post(url, {"decision": "approve"}, follow=True)
     landed = answer.redirect_chain[-1][0]
     assert landed == reverse("moderation:item", args=[(waiting if next_item else decided).public_id])
-    assert f"You approved “decided”." in answer.content.decode()
+    assert "You approved “decided”." in answer.content.decode()
     assert not ItemClaim.objects.filter(item=decided).exists()
     assert ItemClaim.objects.filter(item=waiting).exists() == next_item
 

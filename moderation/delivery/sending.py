@@ -8,7 +8,15 @@ never in a web process. The delivery row is the truth; tasks only say "look at i
   pending is parked; finishing the sibling makes it due and queues it;
 - a worker killed mid-attempt leaves its task claimed forever (the database backend
   does not reclaim them), so ``deliveries_sweep`` (run by every worker) re-queues
-  deliveries whose lease ran out.
+  deliveries whose lease ran out;
+- one endpoint has at most half of a worker's delivery lanes in flight (``WEBHOOK_LANES``,
+  ``_EndpointSlots``): a delivery that would take one more is parked, and the end of one of
+  that endpoint's attempts queues the oldest parked one. A receiver that hangs (every attempt
+  lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it does not delay the
+  deliveries to other endpoints, nor do its retries.
+
+The request itself is ``moderation.delivery.posting.webhook_post``: bounded as a whole by
+``WEBHOOK_TIMEOUT``, sent only to addresses ``moderation.delivery.targets`` allows.
 """
 
 from __future__ import annotations
@@ -16,24 +24,26 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
+from moderation.delivery.posting import webhook_post
 
 logger = logging.getLogger(__name__)
 
 # An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
 LEASE_MARGIN_SECONDS = 2.0
-ERROR_MAX_CHARS = 500
 # Every worker also runs a thread serving this queue alone (``manage.py db_worker``'s
 # delivery lane), so a webhook never waits behind the graph work of earlier decisions.
 DELIVERY_QUEUE = "default"
@@ -55,15 +65,49 @@ def retry_delay(*, attempts: int) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
+class _EndpointSlots:
+    """The attempts each endpoint has in flight in this process, and a lock per endpoint.
+
+    A lease is taken (or the delivery parked) and a result recorded (waking a parked one,
+    then the slot given back) under the endpoint's lock, so a delivery parked for want of a
+    slot is always seen by the attempt whose end frees one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[int, threading.Lock] = {}
+        self.busy: Counter[int] = Counter()
+
+    def lock(self, endpoint_id: int) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(endpoint_id, threading.Lock())
+
+    def full(self, endpoint_id: int) -> bool:
+        return self.busy[endpoint_id] >= max(1, settings.WEBHOOK_LANES // 2)
+
+
+_slots = _EndpointSlots()
+
+
 def delivery_attempt(*, delivery_id: int) -> str:
-    """Make one attempt if the delivery is due and first in line; return what happened."""
-    delivery = _lease_take(delivery_id)
-    if delivery is None:
+    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return what happened."""
+    endpoint_id = WebhookDelivery.objects.filter(pk=delivery_id).values_list("endpoint_id", flat=True).first()
+    if endpoint_id is None:
         return "skipped"
-    started = time.monotonic()
-    status_code, error = _post(delivery)
-    latency_ms = int((time.monotonic() - started) * 1000)
-    return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
+    with _slots.lock(endpoint_id):
+        delivery = _lease_take(delivery_id)
+        if delivery is None:
+            return "skipped"
+        _slots.busy[endpoint_id] += 1
+    try:
+        started = time.monotonic()
+        status_code, error = _post(delivery)
+        latency_ms = int((time.monotonic() - started) * 1000)
+        with _slots.lock(endpoint_id):
+            return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
+    finally:
+        with _slots.lock(endpoint_id):
+            _slots.busy[endpoint_id] -= 1
 
 
 def deliveries_sweep() -> int:
@@ -97,8 +141,8 @@ def _lease_take(delivery_id: int) -> WebhookDelivery | None:
         # Gone, finished, leased by a running attempt, or a retry not yet due.
         if delivery is None or delivery.status != DeliveryStatus.PENDING or delivery.next_attempt_at > now:
             return None
-        if _earlier_pending(delivery).exists():
-            # Parked: finishing the earlier one queues this one (and makes it due).
+        if _earlier_pending(delivery).exists() or (delivery.endpoint.active and _slots.full(delivery.endpoint_id)):
+            # Parked: finishing the earlier one, or an attempt to the endpoint, queues this one (and makes it due).
             delivery.next_attempt_at = delivery.retry_until
             delivery.save(update_fields=["next_attempt_at"])
             return None
@@ -124,16 +168,7 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
         "webhook-timestamp": str(int(sent_at.timestamp())),
         "webhook-signature": Webhook(delivery.endpoint.secret).sign(delivery.msg_id, sent_at, body),
     }
-    try:
-        response = httpx.post(
-            delivery.endpoint.url, content=body.encode(), headers=headers,
-            timeout=settings.WEBHOOK_TIMEOUT, follow_redirects=False,
-        )
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}: {response.text[:200]}"[:ERROR_MAX_CHARS]
+    return webhook_post(url=delivery.endpoint.url, body=body.encode(), headers=headers, timeout=settings.WEBHOOK_TIMEOUT)
 
 
 def _result_record(*, delivery_id: int, status_code: int | None, error: str, latency_ms: int) -> str:
@@ -155,6 +190,7 @@ def _result_record(*, delivery_id: int, status_code: int | None, error: str, lat
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
             _next_in_line_queue(delivery)
+        _parked_for_a_slot_queue(endpoint_id=delivery.endpoint_id)
     return delivery.status
 
 
@@ -179,3 +215,19 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
     if following is not None:
         WebhookDelivery.objects.filter(pk=following).update(next_attempt_at=timezone.now())
         delivery_send.enqueue(following)
+
+
+def _parked_for_a_slot_queue(*, endpoint_id: int) -> None:
+    """Queue the endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
+    earlier = WebhookDelivery.objects.filter(
+        endpoint_id=endpoint_id, item_public_id=OuterRef("item_public_id"), sequence__lt=OuterRef("sequence"),
+        status=DeliveryStatus.PENDING,
+    )
+    parked = (
+        WebhookDelivery.objects.filter(endpoint_id=endpoint_id, status=DeliveryStatus.PENDING,
+                                       next_attempt_at=F("retry_until"))
+        .exclude(Exists(earlier)).order_by("pk").values_list("pk", flat=True).first()
+    )
+    if parked is not None:
+        WebhookDelivery.objects.filter(pk=parked).update(next_attempt_at=timezone.now())
+        delivery_send.enqueue(parked)

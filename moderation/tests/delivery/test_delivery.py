@@ -5,6 +5,8 @@ run by calling the attempt directly, as a worker would. Worker processes, kill -
 latency are in test_delivery_server.py.
 """
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -246,6 +248,36 @@ def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, a
     assert [r.type for r in receiver.received] == ["item.created", "item.decided"]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_attempts_ends(receiver, settings):
+    """A hung receiver holds at most its share of a worker's lanes; its next delivery waits parked, not in a lane."""
+    settings.WEBHOOK_LANES = 2  # one attempt at a time per endpoint
+    endpoint = WebhookEndpoint.objects.create(name="pipeline", url=receiver.url, events=ALL_EVENTS)
+    receiver.secret = endpoint.secret
+    first, second = (_deliveries(item_create(title=f"Post {n}", body="Harmless.", source="test"))[0] for n in range(2))
+    receiver.stall_next, receiver.stall_seconds = 1, 60.0
+    in_flight = threading.Thread(target=delivery_attempt, kwargs={"delivery_id": first.pk})
+    in_flight.start()
+    deadline = time.monotonic() + 30
+    while receiver.requests == 0:  # the first attempt is held by the receiver
+        assert time.monotonic() < deadline, "the first attempt never reached the receiver"
+        time.sleep(0.01)
+
+    assert delivery_attempt(delivery_id=second.pk) == "skipped"
+    second.refresh_from_db()
+    assert second.next_attempt_at == second.retry_until and receiver.requests == 1  # parked, not sent
+    tasks_before = len(_queued(second))
+
+    receiver.release.set()
+    in_flight.join()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.status == DeliveryStatus.DELIVERED
+    assert second.next_attempt_at <= timezone.now() and len(_queued(second)) == tasks_before + 1  # queued by its end
+    assert delivery_attempt(delivery_id=second.pk) == DeliveryStatus.DELIVERED
+    assert [r.msg_id for r in receiver.received] == [first.msg_id, second.msg_id]
+
+
 def _worker_died_running(delivery: WebhookDelivery) -> None:
     """Its task was claimed by a worker that died: RUNNING for good (the database backend never reclaims it)."""
     for task in _queued(delivery):
@@ -329,13 +361,18 @@ def test_bad_endpoint_config_is_refused_and_creates_nothing(db, changes, field, 
     assert WebhookEndpoint.objects.count() == 0
 
 
-def test_admin_create_shows_the_secret_and_actions_queue_ping_and_redeliver(admin_client, receiver, make_item):
+def test_admin_create_shows_the_saved_secret_and_actions_queue_ping_and_redeliver(admin_client, receiver, make_item):
+    add_page = admin_client.get("/admin/moderation/webhookendpoint/add/").content.decode()
+    assert "whsec_" not in add_page and "The signing secret is made when you save" in add_page
     response = admin_client.post(
         "/admin/moderation/webhookendpoint/add/",
         {"name": "hooks", "url": receiver.url, "events": ["item.created"], "active": "on"}, follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
-    assert endpoint.secret in response.content.decode()
+    page = response.content.decode()
+    assert endpoint.secret in page and page.count("whsec_") == 1  # the saved secret, and no other
+    change_page = admin_client.get(f"/admin/moderation/webhookendpoint/{endpoint.pk}/change/").content.decode()
+    assert endpoint.secret in change_page and change_page.count("whsec_") == 1
     admin_client.post("/admin/moderation/webhookendpoint/",
                       {"action": "send_test_ping", "_selected_action": [endpoint.pk]})
     ping = WebhookDelivery.objects.get(event="webhook.ping")

@@ -2,8 +2,9 @@
 
 Each attempt runs as a ``delivery_send`` task in a worker (``manage.py db_worker``),
 never in a web process. The delivery row is the truth; tasks only say "look at it":
-- an attempt first takes a lease on the row (``next_attempt_at`` moves past the HTTP
-  timeout), so a duplicate task finds the lease and does nothing;
+- an attempt first takes a lease on the row (``next_attempt_at`` moves past
+  ``WEBHOOK_TIMEOUT``, which bounds the whole attempt), so a duplicate task finds the
+  lease and does nothing;
 - a delivery whose earlier sibling (same item and endpoint, lower sequence) is still
   pending is parked; finishing the sibling makes it due and queues it;
 - a worker killed mid-attempt leaves its task claimed forever (the database backend
@@ -44,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 # An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
 LEASE_MARGIN_SECONDS = 2.0
-# Every worker also runs a thread serving this queue alone (``manage.py db_worker``'s
-# delivery lane), so a webhook never waits behind the graph work of earlier decisions.
+# Every worker also runs threads serving this queue alone (``manage.py db_worker``'s
+# delivery lanes), so a webhook never waits behind the graph work of earlier decisions.
 DELIVERY_QUEUE = "default"
 
 
@@ -103,10 +104,16 @@ def delivery_attempt(*, delivery_id: int) -> str:
         started = time.monotonic()
         status_code, error = _post(delivery)
         latency_ms = int((time.monotonic() - started) * 1000)
+    except BaseException:
         with _slots.lock(endpoint_id):
+            _slots.busy[endpoint_id] -= 1
+        raise
+    # Recorded (a parked delivery woken) and the slot given back in one hold of the lock: a
+    # delivery parked between the two would wait for a wake-up that already happened.
+    with _slots.lock(endpoint_id):
+        try:
             return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
-    finally:
-        with _slots.lock(endpoint_id):
+        finally:
             _slots.busy[endpoint_id] -= 1
 
 

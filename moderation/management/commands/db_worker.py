@@ -40,6 +40,8 @@ from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 
 logger = logging.getLogger("moderation.worker")
+# Seconds an idle delivery lane other than the first waits between polls.
+SPARE_LANE_INTERVAL = 0.5
 
 
 class Command(DbWorkerCommand):
@@ -85,9 +87,12 @@ def _delivery_lane_wanted(options: dict) -> bool:
 
 
 def _delivery_lanes_start(options: dict) -> list[Worker]:
+    # An idle poll is a short exclusive transaction on SQLite: the first lane polls as often as
+    # the main loop, the others (needed only while it is busy) less often.
     lanes = [
         Worker(
-            queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], interval=options["interval"], batch=False,
+            queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False,
+            interval=options["interval"] if n == 0 else max(options["interval"], SPARE_LANE_INTERVAL),
             backend_name=options["backend_name"], startup_delay=False, max_tasks=None,
             worker_id=f"{options['worker_id']}-deliveries-{n}",  # a JSON list entry: no column limits its length
         )

@@ -12,9 +12,13 @@ never in a web process. The delivery row is the truth; tasks only say "look at i
   deliveries whose lease ran out;
 - one endpoint has at most half of a worker's delivery lanes in flight (``WEBHOOK_LANES``,
   ``_EndpointSlots``): a delivery that would take one more is parked, and the end of one of
-  that endpoint's attempts queues the oldest parked one. A receiver that hangs (every attempt
-  lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it does not delay the
-  deliveries to other endpoints, nor do its retries.
+  that endpoint's attempts hands its slot to the oldest parked one. A receiver that hangs
+  (every attempt lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it
+  does not delay the deliveries to other endpoints, nor do its retries. While the receiver
+  answers within half the timeout, the attempt that ends takes the parked delivery's lease
+  itself and goes on with it (``HANDOVER_MAX`` in a row at most), so a healthy endpoint's
+  backlog costs one write per parked delivery, not a task round trip; a slower one's parked
+  delivery is queued as a task, so no loop waits on a slow receiver twice in a row.
 
 The request itself is ``moderation.delivery.posting.webhook_post``: bounded as a whole by
 ``WEBHOOK_TIMEOUT``, sent only to addresses ``moderation.delivery.targets`` allows.
@@ -45,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 # An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
 LEASE_MARGIN_SECONDS = 2.0
+# Attempts one task makes at most, handing its endpoint's slot from one parked delivery to the
+# next, before it leaves the rest to the queue (the main loop has graph work too).
+HANDOVER_MAX = 10
 # Every worker also runs threads serving this queue alone (``manage.py db_worker``'s
 # delivery lanes), so a webhook never waits behind the graph work of earlier decisions.
 DELIVERY_QUEUE = "default"
@@ -100,21 +107,33 @@ def delivery_attempt(*, delivery_id: int) -> str:
         if delivery is None:
             return "skipped"
         _slots.busy[endpoint_id] += 1
-    try:
-        started = time.monotonic()
-        status_code, error = _post(delivery)
-        latency_ms = int((time.monotonic() - started) * 1000)
-    except BaseException:
-        with _slots.lock(endpoint_id):
-            _slots.busy[endpoint_id] -= 1
-        raise
-    # Recorded (a parked delivery woken) and the slot given back in one hold of the lock: a
-    # delivery parked between the two would wait for a wake-up that already happened.
-    with _slots.lock(endpoint_id):
+    outcome = ""
+    for made in range(1, HANDOVER_MAX + 1):
         try:
-            return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
-        finally:
-            _slots.busy[endpoint_id] -= 1
+            started = time.monotonic()
+            status_code, error = _post(delivery)
+            latency_ms = int((time.monotonic() - started) * 1000)
+        except BaseException:
+            with _slots.lock(endpoint_id):
+                _slots.busy[endpoint_id] -= 1
+            raise
+        # Recorded (the slot handed to a parked delivery) and the slot given back in one hold of
+        # the lock: a delivery parked between the two would miss the slot that was freed.
+        with _slots.lock(endpoint_id):
+            following = None
+            try:
+                status, following = _result_record(
+                    delivery_id=delivery.pk, status_code=status_code, error=error, latency_ms=latency_ms,
+                    hand_over=made < HANDOVER_MAX and latency_ms < settings.WEBHOOK_TIMEOUT * 1000 / 2,
+                )
+            finally:
+                if following is None:
+                    _slots.busy[endpoint_id] -= 1
+        outcome = outcome or status
+        if following is None:
+            break
+        delivery = following
+    return outcome
 
 
 def deliveries_sweep() -> int:
@@ -159,10 +178,14 @@ def _lease_take(delivery_id: int) -> WebhookDelivery | None:
             delivery.save(update_fields=["status", "last_error"])
             _next_in_line_queue(delivery)
             return None
-        delivery.attempts += 1
-        delivery.next_attempt_at = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + LEASE_MARGIN_SECONDS)
-        delivery.save(update_fields=["attempts", "next_attempt_at"])
+        _lease(delivery, now=now)
     return delivery
+
+
+def _lease(delivery: WebhookDelivery, *, now) -> None:
+    delivery.attempts += 1
+    delivery.next_attempt_at = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + LEASE_MARGIN_SECONDS)
+    delivery.save(update_fields=["attempts", "next_attempt_at"])
 
 
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
@@ -178,9 +201,13 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
     return webhook_post(url=delivery.endpoint.url, body=body.encode(), headers=headers, timeout=settings.WEBHOOK_TIMEOUT)
 
 
-def _result_record(*, delivery_id: int, status_code: int | None, error: str, latency_ms: int) -> str:
+def _result_record(
+    *, delivery_id: int, status_code: int | None, error: str, latency_ms: int, hand_over: bool,
+) -> tuple[str, WebhookDelivery | None]:
+    """Record the attempt and give its endpoint's slot to the oldest parked delivery: leased
+    here and returned when ``hand_over`` (the caller attempts it next), else queued."""
     with transaction.atomic():
-        delivery = WebhookDelivery.objects.select_for_update().get(pk=delivery_id)
+        delivery = WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint").get(pk=delivery_id)
         DeliveryAttempt.objects.create(delivery=delivery, status_code=status_code, latency_ms=latency_ms, error=error)
         now = timezone.now()
         delivery.last_error = error
@@ -197,8 +224,21 @@ def _result_record(*, delivery_id: int, status_code: int | None, error: str, lat
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
             _next_in_line_queue(delivery)
-        _parked_for_a_slot_queue(endpoint_id=delivery.endpoint_id)
-    return delivery.status
+        parked = _parked_for_a_slot(endpoint_id=delivery.endpoint_id)
+        if parked is None:
+            return delivery.status, None
+        if hand_over and delivery.endpoint.active:
+            # Locked and read again: another worker's attempt may have handed it a slot since.
+            following = (
+                _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint"))
+                .filter(pk=parked).first()
+            )
+            if following is not None:
+                _lease(following, now=now)
+            return delivery.status, following
+        _parked(WebhookDelivery.objects.filter(pk=parked)).update(next_attempt_at=now)
+        delivery_send.enqueue(parked)
+    return delivery.status, None
 
 
 def _earlier_pending(delivery: WebhookDelivery):
@@ -224,17 +264,18 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
         delivery_send.enqueue(following)
 
 
-def _parked_for_a_slot_queue(*, endpoint_id: int) -> None:
-    """Queue the endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
+def _parked_for_a_slot(*, endpoint_id: int) -> int | None:
+    """The endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
     earlier = WebhookDelivery.objects.filter(
         endpoint_id=endpoint_id, item_public_id=OuterRef("item_public_id"), sequence__lt=OuterRef("sequence"),
         status=DeliveryStatus.PENDING,
     )
-    parked = (
-        WebhookDelivery.objects.filter(endpoint_id=endpoint_id, status=DeliveryStatus.PENDING,
-                                       next_attempt_at=F("retry_until"))
+    return (
+        _parked(WebhookDelivery.objects.filter(endpoint_id=endpoint_id))
         .exclude(Exists(earlier)).order_by("pk").values_list("pk", flat=True).first()
     )
-    if parked is not None:
-        WebhookDelivery.objects.filter(pk=parked).update(next_attempt_at=timezone.now())
-        delivery_send.enqueue(parked)
+
+
+def _parked(deliveries):
+    """Those parked: pending, their next attempt put off to the end of their retry window."""
+    return deliveries.filter(status=DeliveryStatus.PENDING, next_attempt_at=F("retry_until"))

@@ -249,13 +249,19 @@ def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, a
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_attempts_ends(receiver, settings):
-    """A hung receiver holds at most its share of a worker's lanes; its next delivery waits parked, not in a lane."""
+@pytest.mark.parametrize("first_answer", ["quick", "hung"])
+def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_attempts_ends(receiver, settings, first_answer):
+    """A receiver holds at most its share of a worker's lanes; its next delivery waits parked, in no lane.
+
+    The attempt that ends hands its slot on: it goes on with the parked delivery itself when
+    the receiver answered within half the timeout, and queues it when the receiver hung.
+    """
     settings.WEBHOOK_LANES = 2  # one attempt at a time per endpoint
+    settings.WEBHOOK_TIMEOUT = 10 if first_answer == "quick" else 1
     endpoint = WebhookEndpoint.objects.create(name="pipeline", url=receiver.url, events=ALL_EVENTS)
     receiver.secret = endpoint.secret
     first, second = (_deliveries(item_create(title=f"Post {n}", body="Harmless.", source="test"))[0] for n in range(2))
-    receiver.stall_next, receiver.stall_seconds = 1, 60.0
+    receiver.stall_next, receiver.stall_seconds = 1, 60.0  # held until released, or past the hung one's timeout
     in_flight = threading.Thread(target=delivery_attempt, kwargs={"delivery_id": first.pk})
     in_flight.start()
     deadline = time.monotonic() + 30
@@ -268,14 +274,22 @@ def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_atte
     assert second.next_attempt_at == second.retry_until and receiver.requests == 1  # parked, not sent
     tasks_before = len(_queued(second))
 
-    receiver.release.set()
+    if first_answer == "quick":
+        receiver.release.set()
     in_flight.join()
     first.refresh_from_db()
     second.refresh_from_db()
-    assert first.status == DeliveryStatus.DELIVERED
-    assert second.next_attempt_at <= timezone.now() and len(_queued(second)) == tasks_before + 1  # queued by its end
-    assert delivery_attempt(delivery_id=second.pk) == DeliveryStatus.DELIVERED
-    assert [r.msg_id for r in receiver.received] == [first.msg_id, second.msg_id]
+    if first_answer == "quick":
+        # Handed on: the first attempt's thread delivered the second too, no task needed.
+        assert (first.status, second.status, len(_queued(second))) == (DeliveryStatus.DELIVERED,) * 2 + (tasks_before,)
+    else:
+        # Queued: the hung receiver's slot goes back to the queue, not to this loop.
+        assert first.status == DeliveryStatus.PENDING and "the attempt took its whole WEBHOOK_TIMEOUT" in first.last_error
+        assert second.next_attempt_at <= timezone.now() and len(_queued(second)) == tasks_before + 1
+        assert receiver.requests == 1
+        receiver.release.set()
+        assert delivery_attempt(delivery_id=second.pk) == DeliveryStatus.DELIVERED
+    assert second.msg_id in {r.msg_id for r in receiver.received}
 
 
 def _worker_died_running(delivery: WebhookDelivery) -> None:

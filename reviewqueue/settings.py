@@ -352,8 +352,22 @@ APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
 APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
 # An edit's arguments, as JSON.
 DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))
-# One attempt's HTTP timeout (seconds): a slow receiver holds a worker at most this long.
+# One webhook attempt's whole time (seconds): resolving, connecting, sending and reading
+# the answer together; a slow receiver holds a worker's lane at most this long.
 WEBHOOK_TIMEOUT = float(os.environ.get("WEBHOOK_TIMEOUT", "10"))
+# Webhooks go to public (global unicast) addresses only; these comma-separated addresses or
+# CIDR networks may be reached too, for internal receivers (moderation.delivery.targets).
+from ipaddress import ip_network  # noqa: E402
+
+try:
+    WEBHOOK_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
+                                for entry in os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+# Each worker runs this many delivery lanes (threads that take webhook deliveries only); one
+# endpoint has at most half of them (at least one) in flight, so a hung receiver leaves the
+# other half to everyone else (moderation.delivery.sending).
+WEBHOOK_LANES = int(os.environ.get("WEBHOOK_LANES", "4"))
 # Retries: exponential backoff from WEBHOOK_RETRY_BASE seconds, capped at WEBHOOK_RETRY_MAX,
 # with jitter; after WEBHOOK_RETRY_FOR seconds without a 2xx the delivery is marked failed.
 WEBHOOK_RETRY_BASE = float(os.environ.get("WEBHOOK_RETRY_BASE", "5"))

@@ -217,13 +217,16 @@ def text_clean(text: object, *, field: str) -> str:
     return text
 
 
+def ask_resume_langchain(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> Any:
+    """The decisions as the asking graph takes them in ``Command(resume=...)``: ``{"decisions": [...]}``
+    for a ``HITLRequest``, the one decision for any other ask."""
+    return {"decisions": decisions} if spec.kind == "batched" else decisions[0]
+
+
 def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:
     """What the graph is resumed with for this ask: its own shape, plus who and when where it has room."""
-    if spec.kind == "per_call":
-        return decisions[0]
-    if spec.kind == "plain":
-        return {**decisions[0], **meta}
-    return {"decisions": decisions, **meta}
+    resume = ask_resume_langchain(spec=spec, decisions=decisions)
+    return resume if spec.kind == "per_call" else {**resume, **meta}
 
 
 def decisions_kind(decisions: list[dict[str, Any]]) -> str:

@@ -18,10 +18,12 @@ DEMO_WAIT ?= 10
 
 .PHONY: install run run-cluster test test-sqlite test-postgres lint-imports e2e e2e-browser e2e-axe prometheus demo bench clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths).
+	$(PY) -m pip install --quiet -e ./reviewqueue-client
 	@touch $@
 
 install: $(VENV)/.installed

@@ -275,6 +275,9 @@ DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
 # A reject must name one of the admin's reason codes (moderation.records.reasons).
 REJECT_REASON_REQUIRED = _env_bool("REJECT_REASON_REQUIRED", True)
+# Per graph, over REJECT_REASON_REQUIRED: an agent's asks (the "ask" graph) are not content,
+# so the content-moderation codes are optional there and a reject's note reaches it as written.
+REJECT_REASON_REQUIRED_BY_GRAPH = {"ask": False}
 # Rows per page of the Decided page (moderation.records.timeline).
 DECIDED_PAGE_SIZE = 50
 # Longest item body accepted (characters); longer ones are refused before any processing.
@@ -334,6 +337,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["d
 # adds more without editing this file.
 REVIEWQUEUE_GRAPHS = {
     "moderation": "moderation.graphs.builtin:build",
+    # Asks submitted over /api/v1 by agents running elsewhere (POST /api/v1/items with "ask").
+    "ask": "moderation.graphs.passthrough:build",
     # The example LangChain agent (examples/refund_agent): runs with no API key.
     "refund_agent": "examples.refund_agent.agent:build",
 }

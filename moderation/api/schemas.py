@@ -11,6 +11,8 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.passthrough import ask_external
 from moderation.models import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -22,7 +24,7 @@ from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
 from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
 from moderation.policies.teams import ask_tally_read
 from moderation.records.outcomes import ask_what
-from moderation.review.submissions import KEY_MAX_LENGTH
+from moderation.review.submissions import EXTERNAL_MAX_LENGTHS, KEY_MAX_LENGTH
 
 BATCH_MAX_ITEMS = 500
 
@@ -63,6 +65,14 @@ class PolicyIn(Strict):
     )
 
 
+class ExternalIn(Strict):
+    """The asking agent's own ids, echoed on reads and webhooks; thread and interrupt id make the natural key."""
+
+    thread_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["thread_id"])
+    interrupt_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["interrupt_id"])
+    run_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["run_id"])
+
+
 class ItemIn(Strict):
     title: str = Field(min_length=1, max_length=200)
     # Its length limit is ITEM_BODY_MAX_LENGTH, checked by the service with the limit named.
@@ -82,6 +92,10 @@ class ItemIn(Strict):
     team: str | None = Field(default=None, min_length=1, max_length=50)
     policy: PolicyIn | None = None
     requested_by: str | None = Field(default=None, min_length=1, max_length=150)
+    # An agent's interrupt value (README "Approvals for an agent in your own service"): the item
+    # runs the pass-through "ask" graph; its limits (ASK_MAX_BYTES, ASK_MAX_DEPTH) are checked by the service.
+    ask: Any = None
+    external: ExternalIn | None = None
 
 
 class ItemSubmitIn(ItemIn):
@@ -146,6 +160,8 @@ class AskOut(Schema):
     # How it was resolved: "quorum" / "veto" / "impossible" (votes), "deadline", "decision"
     # (one moderator's, no quorum), "withdrawn"; null while open.
     resolution: AskResolution | None
+    # The decisions as the asking graph resumes with them (``Command(resume=...)``); null while open.
+    resume: Any = None
 
     @classmethod
     def of(cls, ask: ReviewAsk, *, item: QueueItem) -> AskOut:
@@ -158,7 +174,12 @@ class AskOut(Schema):
             decisions=ask.decisions, what=ask_what(ask) if decided else "", reason=ask.reason,
             applied=ask.applied_at is not None, deadline_at=ask.deadline_at, tally=tally,
             resolution=_resolution(ask, tally=tally) if decided else None,
+            resume=_resume(ask) if decided else None,
         )
+
+
+def _resume(ask: ReviewAsk) -> Any:
+    return ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions) if ask.decisions else None
 
 
 def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> AskResolution:
@@ -192,6 +213,9 @@ class ItemOut(Schema):
     requested_by: str | None  # who may never decide it (four eyes)
     deadline_at: datetime | None  # the first open ask's deadline
     escalated_at: datetime | None  # when a deadline handed it to the supervisor team
+    external: dict[str, str] | None = None  # an ask's agent ids: {thread_id, interrupt_id, run_id}
+    # Once no ask is open: the latest decision, ready for the agent's Command(resume=...).
+    resume: Any = None
 
     @classmethod
     def of(cls, item: QueueItem) -> ItemOut:
@@ -202,15 +226,18 @@ class ItemOut(Schema):
             )
         asks = list(item.asks.all())
         first_open = next((a for a in asks if a.status == AskStatus.PENDING), None)
+        outs = [AskOut.of(a, item=item) for a in asks]
         return cls(
             id=item.public_id, title=item.title, source=item.source, status=item.status,
             external_id=item.external_id, metadata=item.metadata, priority=item.priority,
             created_at=item.created_at, decided_at=item.decided_at, decision=decision,
-            graph=item.graph, asks=[AskOut.of(a, item=item) for a in asks], apply_state=item.apply_state,
+            graph=item.graph, asks=outs, apply_state=item.apply_state,
             applied_result=item.applied_result, review_request=first_open.payload if first_open else {},
             team=item.team.slug if item.team_id else None, policy=item.policy,
             requested_by=item.requested_by.get_username() if item.requested_by_id else None,
             deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,
+            external=ask_external(graph=item.graph, graph_input=item.graph_input),
+            resume=outs[-1].resume if outs and first_open is None else None,
         )
 
 

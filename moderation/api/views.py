@@ -165,7 +165,8 @@ def _submission(data: ItemIn) -> Submission:
         title=data.title, body=data.body, source=data.source, external_id=data.external_id,
         metadata=data.metadata, priority=data.priority, graph=data.graph, graph_input=data.input,
         team=data.team, policy=data.policy.model_dump(exclude_unset=True) if data.policy else None,
-        requested_by=data.requested_by,
+        requested_by=data.requested_by, ask=data.ask,
+        external=data.external.model_dump(exclude_none=True) if data.external else None,
     )
 
 

@@ -212,13 +212,16 @@ def text_clean(text: object, *, field: str) -> str:
         raise AskDecisionInvalid(str(exc), field=field) from None
 
 
+def ask_resume_langchain(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> Any:
+    """The decisions as the asking graph takes them in ``Command(resume=...)``: ``{"decisions": [...]}``
+    for a ``HITLRequest``, the one decision for any other ask."""
+    return {"decisions": decisions} if spec.kind == "batched" else decisions[0]
+
+
 def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:
     """What the graph is resumed with for this ask: its own shape, plus who and when where it has room."""
-    if spec.kind == "per_call":
-        return decisions[0]
-    if spec.kind == "plain":
-        return {**decisions[0], **meta}
-    return {"decisions": decisions, **meta}
+    resume = ask_resume_langchain(spec=spec, decisions=decisions)
+    return resume if spec.kind == "per_call" else {**resume, **meta}
 
 
 # What ``moderation.review.apply`` puts beside an answer (``ask_resume_value``'s ``meta``): never a decision's own key.

@@ -247,6 +247,7 @@ class _Target:
     spec: AskSpec | None
     policy: Policy = Policy()
     requester_id: int | None = None
+    graph: str = ""
 
 
 def item_decide(
@@ -295,7 +296,7 @@ def item_decide(
                               field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
     try:
-        reason = reason_check(reason=reason, rejecting=rejecting)
+        reason = reason_check(reason=reason, rejecting=rejecting, graph=target.graph)
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
     if reason:
@@ -330,7 +331,7 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
 def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     key = _item_key(item_public_id)
     asks = ReviewAsk.objects.filter(item__public_id=key)
-    columns = ("pk", "payload", "item__policy", "item__requested_by_id")
+    columns = ("pk", "payload", "item__policy", "item__requested_by_id", "item__graph")
     if ask:
         row = asks.filter(interrupt_id=ask).values_list(*columns).first()
         if row is None:
@@ -359,7 +360,8 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
-    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3])
+    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3],
+                   graph=row[4])
 
 
 def _status_read(key: str) -> str | None:

@@ -20,6 +20,7 @@ from moderation.core.faults import fault_point
 from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
 from moderation.graphs.asks import AskSpec
+from moderation.graphs.passthrough import ask_external
 from moderation.graphs.registry import graph_loaded, graph_names
 from moderation.live.sockets import (
     CLOSE_FORBIDDEN,
@@ -39,7 +40,7 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
-from moderation.records.reasons import reason_codes_active
+from moderation.records.reasons import reason_codes_active, reason_required
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
@@ -234,7 +235,8 @@ def _item_page(
             "lost_note": lost_note,
             "lost_reason": lost_reason,
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
-            "reason_required": settings.REJECT_REASON_REQUIRED,
+            "reason_required": reason_required(graph=item.graph),
+            "external": ask_external(graph=item.graph, graph_input=item.graph_input),
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
             "claim": claim or (claim_live(item=item) if item.is_pending else None),
             "graph_loaded": graph_loaded(name=item.graph),

@@ -105,7 +105,7 @@ def test_an_ask_may_nest_32_levels_not_33(api):
 
 @pytest.mark.parametrize(("change", "needle"), [
     ({"ask": {"x": "y" * 70_000}}, "ask: ask is 70,008 bytes as JSON; the limit is 65,536"),
-    ({"ask": {"x": "nul\u0000"}}, "ask: ask strings cannot contain NUL characters"),
+    ({"ask": {"x": "nul\u0000"}}, "ask: ask strings must not contain NUL (\\u0000) characters"),
     ({"graph": "moderation"}, "graph: an ask runs under the built-in 'ask' graph; leave graph out"),
     ({"input": {"a": 1}}, "input: an ask is its graph's whole input; leave input out"),
     ({"ask": None}, "external: external names the agent behind an ask; send it with ask"),

@@ -33,6 +33,7 @@ from typing import Literal
 
 from django.db.models import Q
 
+from moderation.lab.waits import progress_wait
 from moderation.policies.rules import DEADLINE_USERNAME
 
 Completion = Literal["ok", "fail", "unknown"]
@@ -170,8 +171,9 @@ def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Ano
     return anomalies
 
 
-def history_wait_applied(*, items: Iterable[str], timeout: float = 30.0) -> None:
-    """Wait until the worker has applied every decision on ``items`` (their graphs resumed), or ``timeout``.
+def history_wait_applied(*, items: Iterable[str], stall: float = 30.0) -> None:
+    """Wait until the worker has applied every decision on ``items`` (their graphs resumed), or
+    until none was applied for ``stall`` seconds (a busy worker is slow, a stuck one never moves).
 
     The guard answers before the graph runs (``moderation.review.apply``); judging earlier
     would see decided items whose graphs were simply not resumed yet.
@@ -179,11 +181,8 @@ def history_wait_applied(*, items: Iterable[str], timeout: float = 30.0) -> None
     from moderation.models import ApplyState, QueueItem
 
     ids = list(items)
-    deadline = time.monotonic() + timeout
-    while QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING).exists():
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.05)
+    applying = QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING)
+    progress_wait(lambda: set(applying.values_list("pk", flat=True)), done=lambda left: not left, stall=stall, poll=0.05)
 
 
 def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:

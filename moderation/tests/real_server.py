@@ -2,8 +2,8 @@
 
 A reviewer that POSTs decisions with a session ``LiveServer.seed`` handed out (no
 login form, so no password hashing), the Redis environment of a test's own, the odd
-socket a failure test needs (a port that never answers), and the wait on progress that
-every wait for a real server to settle uses.
+socket a failure test needs (a port that never answers), and ``progress_wait`` (from
+``moderation.lab.waits``), the wait on progress every wait for a real server to settle uses.
 """
 
 from __future__ import annotations
@@ -13,17 +13,15 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
 import pytest
 
 from e2e.server import LiveServer
 from moderation.lab.history import HistoryRecorder
+from moderation.lab.waits import progress_wait  # noqa: F401 - the server tests' wait, imported from here
 from moderation.tests.cluster_support import DEFAULT_REDIS_URL, channel_prefix
-
-T = TypeVar("T")
 
 # Any 32 alphanumerics form a valid CSRF secret: the header only has to match the cookie.
 CSRF = "crashtestcrashtestcrashtestcrash"
@@ -88,23 +86,6 @@ class Reviewer:
 
     def ws_headers(self) -> dict[str, str]:
         return {"Cookie": self.cookie}
-
-
-def progress_wait(read: Callable[[], T], *, done: Callable[[T], bool], stall: float, poll: float = 0.1) -> T:
-    """Read until ``done`` holds or nothing moved for ``stall`` seconds; the last value read.
-
-    A busy machine makes the work slow, not stuck: any change in the value read restarts
-    the ``stall`` clock, so the wait gives up only when the work stopped moving. The
-    caller asserts ``done`` on the value returned, which then says where it stopped.
-    """
-    value = read()
-    moved = time.monotonic()
-    while not done(value) and time.monotonic() - moved < stall:
-        time.sleep(poll)
-        last, value = value, read()
-        if value != last:
-            moved = time.monotonic()
-    return value
 
 
 def port_wait(port: int, *, timeout: float = 10.0) -> None:

@@ -70,7 +70,7 @@ import dataclasses, json, os
 from moderation.lab.history import history_final_read, history_wait_applied
 from moderation.models import DecisionAttempt
 ids = json.loads(open(os.environ["POLICY_RACE_FILE"]).read())
-history_wait_applied(items=ids, timeout=60)
+history_wait_applied(items=ids, stall=60)
 attempts = {}
 for a in DecisionAttempt.objects.filter(item__public_id__in=ids).select_related("item", "reviewer", "winner").order_by("seq"):
     attempts.setdefault(str(a.item.public_id), []).append(

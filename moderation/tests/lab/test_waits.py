@@ -1,11 +1,11 @@
-"""The server tests' wait on progress, on a clock of the test's own (no sleeping)."""
+"""progress_wait (moderation.lab.waits), on a clock of the test's own (no sleeping)."""
 
 from __future__ import annotations
 
 import pytest
 
-from moderation.tests import real_server
-from moderation.tests.real_server import progress_wait
+from moderation.lab import waits
+from moderation.lab.waits import progress_wait
 
 
 class FakeClock:
@@ -22,7 +22,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(real_server, "time", fake)
+    monkeypatch.setattr(waits, "time", fake)
     return fake
 
 

@@ -1,4 +1,4 @@
-"""Benches that run inside one Django process: ingest, guard overhead, isolation, queue page."""
+"""Benches that run inside one Django process: ingest, guard overhead, isolation, writer contention, queue page."""
 
 from __future__ import annotations
 
@@ -271,6 +271,33 @@ def bench_isolation(*, items: list[str], reviewers: list, seconds: float) -> lis
                    detail={"threads": len(reviewers) - 1, "seconds": seconds, "errors": errors, "runs": runs})
         )
     return metrics
+
+
+# --- 18. writer contention: eight reviewer processes on each item -------------------------------
+
+
+def bench_writer_contention(*, items: list[str], usernames: list[str], count: int) -> Metric:
+    """The longest any of 8 reviewer processes waits for its decision, all 8 released together
+    onto each of ``count`` items (the race lab's process harness, the graph applied inline).
+
+    On SQLite every decision takes the database's one write lock, and its busy handler can
+    starve a writer for seconds; the IMMEDIATE mode and short transactions keep the worst
+    wait low. ``moderation/tests/test_concurrency.py`` checks the same race's outcome.
+    """
+    from moderation.lab.harness import race_processes
+
+    raced = [_pop(items) for _ in range(count)]
+    report = race_processes(strategy="guarded", items=raced, usernames=usernames, delay=0.0,
+                            extra_env={"REVIEWQUEUE_APPLY_INLINE": "1"})
+    worst, p50 = report.latency_ms(percentile=100), report.latency_ms(percentile=50)
+    log(f"writer contention: worst {worst:.0f} ms, p50 {p50:.0f} ms over {len(report.attempts)} attempts, "
+        f"{len(report.errors)} errors, {len(report.anomalies)} anomalies")
+    return Metric(
+        "writer_contention_worst", f"20. worst decision wait, {len(usernames)} reviewer processes on each of {count} items",
+        worst, "ms", p50, "p50 of the same race", target=1000, check="value", op="<=",
+        detail={"p99_ms": report.latency_ms(percentile=99), "attempts": len(report.attempts),
+                "errors": report.errors[:5], "anomalies": [str(a) for a in report.anomalies][:5]},
+    )
 
 
 # --- 6. queue page, and the cost of a decision's events, by queue size ------------------------------

@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
-    from bench.inprocess import bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, items_make
+    from bench.inprocess import (
+        bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, bench_writer_contention,
+        items_make,
+    )
     from bench.notices import bench_loser_other_tab
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
@@ -104,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         # real items, so bring the counters back to the COUNT before the concurrent run is checked.
         repaired = counts_recount()
         log(f"{args.backend}: counters repaired after the contrast strategies' bare writes: {[str(d) for d in repaired]}")
+
+    if wanted(20):
+        contended = max(10, int(20 * s))
+        if len(pool) < contended:
+            pool += items_make(contended - len(pool))
+        log(f"{args.backend}: 20. writer contention, 8 reviewer processes")
+        metrics.append(bench_writer_contention(items=pool, usernames=[u.username for u in users[:8]], count=contended))
 
     # Sized so the full run stays under 10 minutes on 2 cores (PostgreSQL applies ~10/s there).
     agent_count, applied_count = max(30, int(60 * s)), max(100, int(150 * s))

@@ -11,7 +11,7 @@ from reviewqueue.asgi import application
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
 HOST = (b"host", b"127.0.0.1")  # a browser's socket request always names its host
-TIMEOUT = 5
+TIMEOUT = 30  # for one frame that comes unless something is broken: only a failure waits it out
 
 
 @pytest.fixture(autouse=True)

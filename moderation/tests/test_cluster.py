@@ -263,19 +263,21 @@ async def test_two_servers_race_one_winner_each_and_losers_told_across_servers(c
         await listener.close()
 
     durations = [op.completed_at - op.invoked_at for op in recorder.ops]
-    invoked: dict[str, list[float]] = {}
+    by_item: dict[str, list[Op]] = {}
     for op in recorder.ops:
-        invoked.setdefault(op.item, []).append(op.invoked_at)
-    skews = [max(times) - min(times) for times in invoked.values()]
-    # Both requests of an item left together (a real race, not two polite turns).
-    assert statistics.median(skews) < 0.05, f"start skew median {statistics.median(skews) * 1000:.0f} ms"
+        by_item.setdefault(op.item, []).append(op)
+    skews = [max(op.invoked_at for op in ops) - min(op.invoked_at for op in ops) for ops in by_item.values()]
+    # A real race, not two polite turns: on most items the second request left before the first was answered.
+    overlapped = sum(max(op.invoked_at for op in ops) < min(op.completed_at for op in ops) for ops in by_item.values())
+    assert overlapped >= len(items) / 2, f"{overlapped} of {len(items)} items had both requests in flight at once"
     print(
         f"\ncluster race: {len(items)} items x 2 reviewers on 2 servers in {race_seconds:.1f} s "
         f"({ITEMS_IN_FLIGHT} items in flight); wins alice {wins['alice']} / bob {wins['bob']}; "
         f"request latency median {statistics.median(durations) * 1000:.0f} ms, "
         f"p95 {sorted(durations)[int(0.95 * len(durations)) - 1] * 1000:.0f} ms, max {max(durations) * 1000:.0f} ms; "
         f"live notices all in within {live_wait:.2f} s after the last response"
-        + f"; start skew median {statistics.median(skews) * 1000:.1f} ms, max {max(skews) * 1000:.1f} ms"
+        + f"; start skew median {statistics.median(skews) * 1000:.1f} ms, max {max(skews) * 1000:.1f} ms; "
+        + f"{overlapped} of {len(items)} items raced with both requests in flight"
     )
 
 

@@ -6,7 +6,6 @@ database) and, in the PostgreSQL pass, on PostgreSQL.
 """
 
 import threading
-import time
 
 import pytest
 from django.db import connection
@@ -61,6 +60,26 @@ def test_negative_control_naive_across_processes(make_moderator, make_item):
     assert report.lost_decisions >= 1 and report.double_resumes >= 1
 
 
+class _Held:
+    """A fault action that holds one item where it fires until the test releases it.
+
+    The hold ends on its own after ``HOLD_LIMIT`` seconds, so a decision that wrongly waits
+    for it still ends; ``released_by_test`` then tells the two apart without timing anything.
+    """
+
+    HOLD_LIMIT = 60.0
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.inside, self.release = threading.Event(), threading.Event()
+        self.released_by_test: bool | None = None
+
+    def hold(self, key: str) -> None:
+        if key == self.key:
+            self.inside.set()
+            self.released_by_test = self.release.wait(self.HOLD_LIMIT)
+
+
 @pytest.mark.parametrize("point", ["after_item_lock", "after_row_lock"])
 def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, make_item, point):
     if point == "after_row_lock" and connection.vendor == "sqlite":
@@ -71,30 +90,23 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
     slow_user, fast_user = make_moderator(), make_moderator()
     slow_item = make_item(title="X")
     others = [make_item(title=f"other {i}") for i in range(4)]
-    stall_seconds = 4.0
-    inside = threading.Event()
+    slow = _Held(str(slow_item.public_id))
 
-    def stall(key):
-        if key == str(slow_item.public_id):
-            inside.set()
-            time.sleep(stall_seconds)
-
-    with fault_inject(point, stall):
-        slow = threading.Thread(
+    with fault_inject(point, slow.hold):
+        reviewer = threading.Thread(
             target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
         )
-        slow.start()
-        assert inside.wait(5)
-        start = time.monotonic()
-        for item in others:
-            assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
-        others_took = time.monotonic() - start
-        still_holding = slow.is_alive()
-        slow.join()
-    # Finishing while X is still held is the proof they did not queue behind it; the
-    # time bound is loose because CI machines are loaded.
-    assert still_holding, "the slow reviewer should still be inside the guard while the others were decided"
-    assert others_took < stall_seconds * 0.75
+        reviewer.start()
+        try:
+            assert slow.inside.wait(30)
+            for item in others:
+                assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
+        finally:
+            slow.release.set()
+            reviewer.join()
+    # X is held until the others are decided: had they queued behind it, the hold would have
+    # run out on its own first (and a lock wait would have answered "busy", failing above).
+    assert slow.released_by_test, "the others were decided only after the slow reviewer's hold ran out"
     assert QueueItem.objects.get(pk=slow_item.pk).status == ItemStatus.APPROVED
 
 
@@ -105,30 +117,23 @@ def test_a_slow_graph_after_a_decision_holds_no_reviewer(make_moderator, make_it
     slow_user, late_user, fast_user = make_moderator(), make_moderator(), make_moderator()
     slow_item = make_item(title="X")
     others = [make_item(title=f"other {i}") for i in range(4)]
-    stall_seconds = 4.0
-    inside = threading.Event()
+    slow = _Held(str(slow_item.public_id))
 
-    def stall(key):
-        if key == str(slow_item.public_id):
-            inside.set()
-            time.sleep(stall_seconds)
-
-    with fault_inject("in_apply_node", stall):
-        slow = threading.Thread(
+    with fault_inject("in_apply_node", slow.hold):
+        reviewer = threading.Thread(
             target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
         )
-        slow.start()
-        assert inside.wait(5)
-        start = time.monotonic()
-        late = item_decide(item_public_id=slow_item.public_id, reviewer=late_user, decision="reject")
-        for item in others:
-            assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
-        others_took = time.monotonic() - start
-        still_applying = slow.is_alive()
-        slow.join()
+        reviewer.start()
+        try:
+            assert slow.inside.wait(30)
+            late = item_decide(item_public_id=slow_item.public_id, reviewer=late_user, decision="reject")
+            for item in others:
+                assert item_decide(item_public_id=item.public_id, reviewer=fast_user, decision="reject").won
+        finally:
+            slow.release.set()
+            reviewer.join()
     assert not late.won and late.winner == slow_user.username and late.applying
-    assert still_applying, "the slow graph should still be running while the others were decided"
-    assert others_took < stall_seconds * 0.75
+    assert slow.released_by_test, "the others were decided only after the slow graph's hold ran out"
     slow_item.refresh_from_db()
     assert slow_item.status == ItemStatus.APPROVED and slow_item.applied_result["state"] == "finished"
     assert item_resumes(slow_item) == 1
@@ -147,12 +152,11 @@ def test_undecided_item_stays_paused_and_blocks_nothing(alice, make_item):
     assert item_decide(item_public_id=b.public_id, reviewer=alice, decision="approve").won
 
 
-def test_eight_writer_processes_wait_less_than_a_second(make_moderator, make_item):
-    """Bounded waits under contention: SQLite's busy handler can starve a writer for
-    seconds; the IMMEDIATE mode plus short transactions keep the worst case low."""
+def test_eight_writer_processes_one_winner_per_item_and_no_writer_starved(make_moderator, make_item):
+    """Under contention SQLite's busy handler can starve a writer past its busy timeout (an
+    error, which guard_held_assert refuses); the IMMEDIATE mode plus short transactions keep
+    every writer in. How long the worst one waits is measure 18 of ``make bench``."""
     users = [make_moderator().username for _ in range(8)]
     items = _items(make_item, 20)
     report = race_processes(strategy="guarded", items=items, usernames=users, delay=0.0)
     guard_held_assert(report, items=items, reviewers=8)
-    worst = max(a.latency_ms for a in report.attempts)
-    assert worst < 1000, f"worst decision latency {worst:.0f} ms"

@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
+import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -32,9 +35,23 @@ from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, Queue
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing
 
-# "A few seconds": a decision must answer within this even with the channel layer gone.
-ANSWER_WITHIN = 5.0
-RECOVER_WITHIN = 10.0
+# Nothing here times a decision against a fixed figure: what a Redis outage costs is judged
+# against the same decisions, in the same run, with Redis healthy (or absent), so a busy
+# machine slows both sides alike. An answer that long in coming is a hang, not a slow answer.
+HUNG = 60.0
+# Waits for something that comes unless broken (a live frame, Redis back): long, since only
+# a failure ever waits them out.
+FRAME_WAIT = 30.0
+RECOVER_WITHIN, RECOVER_TRY = 60.0, 5.0
+# Below this, two medians are both "at once": it keeps a ratio of milliseconds from judging jitter.
+JITTER = 0.1
+
+
+def _costs_nothing(outage: list[float], healthy: list[float]) -> bool:
+    """The median answer during the outage within twice the median of the same requests without one."""
+    print(f"\nmedian answer {statistics.median(outage):.3f} s during the outage, {statistics.median(healthy):.3f} s without "
+          f"(slowest {max(outage):.3f} s and {max(healthy):.3f} s)")
+    return statistics.median(outage) < 2 * statistics.median(healthy) + JITTER
 
 
 class RedisProcess:
@@ -88,10 +105,10 @@ class Tab:
     async def open(cls, server: LiveServer, reviewer: Reviewer) -> Tab:
         ws = await connect(
             f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
-            additional_headers=reviewer.ws_headers(), open_timeout=5, ping_interval=None,
+            additional_headers=reviewer.ws_headers(), open_timeout=FRAME_WAIT, ping_interval=None,
         )
         tab = cls(ws)
-        assert (await tab.frame("state", timeout=5))["type"] == "state"
+        assert (await tab.frame("state", timeout=FRAME_WAIT))["type"] == "state"
         return tab
 
     async def frame(self, kind: str, item: str | None = None, *, timeout: float) -> dict:
@@ -110,16 +127,43 @@ class Tab:
 def _timed_decide(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: str) -> tuple[int, dict, float]:
     op = history.invoke(reviewer=reviewer.username, item=item, decision=decision)
     start = time.monotonic()
-    status, body = reviewer.decide(item, decision, timeout=ANSWER_WITHIN * 2)
+    status, body = reviewer.decide(item, decision, timeout=HUNG)
     took = time.monotonic() - start
     history.complete_from_http(op, status=status, body=body)
     return status, body, took
 
 
+def _in_turn_and_at_once(history: HistoryRecorder, alice: Reviewer, bob: Reviewer, items: Iterator[str], *,
+                         races: int) -> list[float]:
+    """alice decides an item and bob after her (told who won, by name); then both at once on
+    ``races`` more items (one winner each, the loser told who). Every answer's seconds."""
+    item = next(items)
+    status, body, first = _timed_decide(history, alice, item, "approve")
+    assert (status, body["winner"]) == (200, "alice"), (status, body)
+    status, body, second = _timed_decide(history, bob, item, "reject")
+    assert (status, body["outcome"], body["winner"]) == (409, "lost", "alice"), body
+    assert body["message"].startswith("Already reviewed by alice (approved,")
+    took = [first, second]
+    barrier = threading.Barrier(2)
+
+    def race(reviewer: Reviewer, item: str, decision: str):
+        barrier.wait(timeout=HUNG)
+        return _timed_decide(history, reviewer, item, decision)
+
+    with ThreadPoolExecutor(2) as pool:
+        for item in itertools.islice(items, races):
+            results = list(pool.map(race, (alice, bob), (item, item), ("approve", "reject")))
+            assert sorted(status for status, _, _ in results) == [200, 409], results
+            winner = next(body["winner"] for status, body, _ in results if status == 200)
+            assert all(body["winner"] == winner for _, body, _ in results), results
+            took += [seconds for _, _, seconds in results]
+    return took
+
+
 def _healthz(server: LiveServer) -> tuple[int, dict]:
     import http.client
 
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=ANSWER_WITHIN * 2)
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=HUNG)
     try:
         conn.request("GET", "/healthz")
         response = conn.getresponse()
@@ -128,11 +172,11 @@ def _healthz(server: LiveServer) -> tuple[int, dict]:
         conn.close()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.asyncio
 async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
     server = LiveServer(tmp_path / "site", extra_env={"REDIS_URL": own_redis.url, "CHANNEL_LAYER_PREFIX": "outage"})
-    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob", "carol"], items=12, prefix="Outage")
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob", "carol"], items=24, prefix="Outage")
     items = iter(seeded.items)
     history = HistoryRecorder()
     await server.astart()
@@ -142,33 +186,15 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
         first = next(items)
         status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, first, "approve")
         assert status == 200
-        assert (await open_tab.frame("item.decided", first, timeout=5))["winner"] == "alice"
+        assert (await open_tab.frame("item.decided", first, timeout=FRAME_WAIT))["winner"] == "alice"
+        healthy = await asyncio.to_thread(_in_turn_and_at_once, history, alice, bob, items, races=2)
 
         await asyncio.to_thread(own_redis.kill)
 
-        # One after the other: the winner is told at once, and so is the loser, by name.
-        item = next(items)
-        status, body, took = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
-        assert (status, body["winner"]) == (200, "alice") and took < ANSWER_WITHIN, (status, body, took)
-        status, body, took = await asyncio.to_thread(_timed_decide, history, bob, item, "reject")
-        assert (status, body["outcome"], body["winner"]) == (409, "lost", "alice") and took < ANSWER_WITHIN, (body, took)
-        assert body["message"].startswith("Already reviewed by alice (approved,")
-
-        # At the same moment, on three items: one winner each, the loser told who.
-        barrier = threading.Barrier(2)
-
-        def race(reviewer: Reviewer, item: str, decision: str):
-            barrier.wait(timeout=10)
-            return _timed_decide(history, reviewer, item, decision)
-
-        for item in (next(items), next(items), next(items)):
-            results = await asyncio.gather(
-                asyncio.to_thread(race, alice, item, "approve"), asyncio.to_thread(race, bob, item, "reject")
-            )
-            assert sorted(status for status, _, _ in results) == [200, 409], results
-            winner = next(body["winner"] for status, body, _ in results if status == 200)
-            assert all(body["winner"] == winner for _, body, _ in results), results
-            assert all(took < ANSWER_WITHIN for _, _, took in results), results
+        # The same with Redis dead: the winner is told at once, and so is the loser, by name,
+        # one after the other and at the same moment, as fast as with Redis up.
+        dead = await asyncio.to_thread(_in_turn_and_at_once, history, alice, bob, items, races=3)
+        assert _costs_nothing(dead, healthy), {"Redis dead": dead, "Redis up": healthy}
 
         health_status, health = await asyncio.to_thread(_healthz, server)
         assert health_status == 503 and not health["checks"]["channel_layer"]["ok"], health
@@ -188,15 +214,15 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
             item = next(items)
             status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
             assert status == 200
-            try:
-                delivered = await tab.frame("item.decided", item, timeout=max(0.1, RECOVER_WITHIN - (time.monotonic() - back)))
+            try:  # a push made before the layer resubscribed is lost: then try again with the next item
+                delivered = await tab.frame("item.decided", item, timeout=RECOVER_TRY)
             except TimeoutError:
                 pass
             await tab.ws.close()
         assert delivered is not None, f"no item.decided on a new socket within {RECOVER_WITHIN} s of Redis returning"
         assert delivered["winner"] == "alice"
         # The tab that stayed open through the outage hears it too (the layer resubscribed).
-        await open_tab.frame("item.decided", item, timeout=max(1.0, RECOVER_WITHIN - (time.monotonic() - back)))
+        await open_tab.frame("item.decided", item, timeout=FRAME_WAIT)
         await open_tab.ws.close()
 
         decided = list(dict.fromkeys(op.item for op in history.ops))
@@ -212,44 +238,57 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
 
 
 # A black-holed Redis (accepts, never answers): what a decision costs, and what a loser is told.
-# Seconds per racer: at most one rate-limit cache timeout (0.5 s) and the decision itself;
-# the old code's pushes under the lock took 2 s each, its cache calls 2 s each.
-BLACK_HOLE_BOUND = 1.5
+BLACK_HOLE_ITEMS = 6
+RACERS = ["alice", "bob", "carol", "dave"]
 
 
-@pytest.mark.timeout(120)
+def _four_racers(history: HistoryRecorder, server: LiveServer, sessions: dict[str, str], item: str) -> list[float]:
+    """Four reviewers decide ``item`` at once: one winner, three 409s naming it. Every answer's seconds."""
+    barrier = threading.Barrier(len(RACERS))
+
+    def race(name: str, decision: str):
+        barrier.wait(timeout=HUNG)
+        return _timed_decide(history, Reviewer(server, name, sessions[name]), item, decision)
+
+    with ThreadPoolExecutor(len(RACERS)) as pool:
+        results = list(pool.map(race, RACERS, ["approve", "reject", "approve", "reject"]))
+    assert sorted(status for status, _, _ in results) == [200, 409, 409, 409], results
+    winner = next(body["winner"] for status, body, _ in results if status == 200)
+    assert all(body["winner"] == winner for _, body, _ in results), results
+    return [seconds for _, _, seconds in results]
+
+
+@pytest.mark.timeout(240)
 def test_a_black_holed_redis_costs_decisions_nothing_and_every_loser_is_told(tmp_path):
-    server = LiveServer(tmp_path / "site")
-    names = ["alice", "bob", "carol", "dave"]
-    seeded = server.seed(users=names, items=4, prefix="Hole")
-    history = HistoryRecorder()
+    holed, healthy = LiveServer(tmp_path / "holed"), LiveServer(tmp_path / "healthy")
+    seeded = holed.seed(users=RACERS, items=BLACK_HOLE_ITEMS, prefix="Hole")
+    healthy.clone_from(holed)  # the same moderators, sessions and items, on a site without Redis
+    histories = {"holed": HistoryRecorder(), "healthy": HistoryRecorder()}
+    took: dict[str, list[float]] = {"holed": [], "healthy": []}
     with black_hole() as port:
         # The channel layer and the rate limit's cache both live on the black-holed Redis.
-        server.extra_env.update(REDIS_URL=f"redis://127.0.0.1:{port}/0", CHANNEL_LAYER_PREFIX="blackhole")
-        server.start()
+        holed.extra_env.update(REDIS_URL=f"redis://127.0.0.1:{port}/0", CHANNEL_LAYER_PREFIX="blackhole")
+        sites = {"holed": holed, "healthy": healthy}
         try:
-            reviewers = [Reviewer(server, name, seeded.sessions[name]) for name in names]
+            for server in sites.values():
+                server.start()
             for item in seeded.items:
-                barrier = threading.Barrier(len(reviewers))
-
-                def race(reviewer: Reviewer, decision: str, item: str = item, barrier=barrier):
-                    barrier.wait(timeout=10)
-                    return _timed_decide(history, reviewer, item, decision)
-
-                with ThreadPoolExecutor(len(reviewers)) as pool:
-                    results = list(pool.map(race, reviewers, ["approve", "reject", "approve", "reject"]))
-                assert sorted(status for status, _, _ in results) == [200, 409, 409, 409], results
-                winner = next(body["winner"] for status, body, _ in results if status == 200)
-                assert all(body["winner"] == winner for _, body, _ in results), results
-                assert max(took for _, _, took in results) < BLACK_HOLE_BOUND, [took for _, _, took in results]
-            state = server.tool("state", *seeded.items)
+                # Each item raced on both sites in turn: load from elsewhere on the machine hits both alike.
+                for name, server in sites.items():
+                    took[name] += _four_racers(histories[name], server, seeded.sessions, item)
+            states = {name: server.tool("state", *seeded.items) for name, server in sites.items()}
         finally:
-            server.close()
-    final = {
-        key: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
-        for key, row in state.items()
-    }
-    assert history_check(ops=history.ops, final=final) == []
+            for server in sites.values():
+                server.close()
+    for name, state in states.items():
+        final = {
+            key: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
+            for key, row in state.items()
+        }
+        assert history_check(ops=histories[name].ops, final=final) == [], name
+    # The black hole may cost the first racers one cache timeout (0.5 s, once per process per
+    # 10 s) and pushes cost nothing; before, every decision waited 4 s for them.
+    assert _costs_nothing(took["holed"], took["healthy"]), took
 
 
 # --- PostgreSQL: the deciding connection is killed while it holds the row lock --------------

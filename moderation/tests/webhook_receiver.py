@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from moderation.lab.waits import progress_wait
+
 
 @dataclass(frozen=True)
 class Received:
@@ -162,10 +164,9 @@ class Receiver:
                 seen.setdefault(r.msg_id, r)
             return seen
 
-    def wait_for(self, count: int, *, timeout: float) -> dict[str, Received]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(unique := self.unique()) >= count:
-                return unique
-            time.sleep(0.02)
-        raise AssertionError(f"{len(self.unique())} distinct webhooks arrived, expected {count}: {json.dumps([r.type for r in self.received])}")
+    def wait_for(self, count: int, *, stall: float = 30) -> dict[str, Received]:
+        """The first arrival per webhook-id once ``count`` have arrived; fails once none arrived for ``stall`` seconds."""
+        arrived = progress_wait(lambda: len(self.unique()), done=lambda n: n >= count, stall=stall, poll=0.02)
+        if arrived < count:
+            raise AssertionError(f"{arrived} distinct webhooks arrived, expected {count}: {json.dumps([r.type for r in self.received])}")
+        return self.unique()

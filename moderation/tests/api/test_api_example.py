@@ -65,7 +65,7 @@ def test_the_readme_example_submits_waits_and_receives_the_decision(tmp_path, ca
         assert "approved by alice" in capsys.readouterr().out
 
         # The receiver half: the webhook the worker delivered passes the README's handler.
-        receiver.wait_for(1, timeout=30)
+        receiver.wait_for(1)
         body, headers = receiver.raw[0]
         example["on_webhook"](body, headers, receiver.secret)
         assert f"{item_id} approved" in capsys.readouterr().out

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import multiprocessing
-import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -173,8 +172,14 @@ def test_ingest_rate_single_and_batch(tmp_path, record_property):
     print(f"\nAPI submit: {single:.0f} items/s one by one, {batched:.0f} items/s in a batch of 100 (SQLite)")
 
 
+# The waits asked for. Timed only against themselves: a 204 comes at its wait (not before, nor
+# a second wait later), and a decision wakes its poll long before the poll's wait runs out.
+# How fast it wakes is measure 10 of ``make bench``.
+IDLE_WAIT, POLL_WAIT = 3.0, 30.0
+
+
 @pytest.mark.timeout(300)
-def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wait(tmp_path, record_property):
+def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wait(tmp_path):
     with _server(tmp_path) as (server, token):
         seeded = server.seed(users=["bob"], items=0)
         reviewer = Reviewer(server, "bob", seeded.sessions["bob"])
@@ -182,29 +187,22 @@ def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wai
         ids = [http_.call("POST", "/items", {**ITEM, "external_id": f"lp-{n}"})[1]["id"] for n in range(21)]
 
         started = time.monotonic()
-        status, _ = ApiHttp(server, token).call("GET", f"/items/{ids[-1]}/decision?wait=1.5")
+        status, _ = ApiHttp(server, token).call("GET", f"/items/{ids[-1]}/decision?wait={IDLE_WAIT:g}")
         waited = time.monotonic() - started
-        assert status == 204 and 1.4 <= waited < 3.0
+        assert status == 204 and IDLE_WAIT * 0.9 <= waited < IDLE_WAIT * 2, waited
 
-        latencies = []
         for item in ids[:20]:
             answer: dict = {}
 
             def poll(item=item, answer=answer) -> None:
-                answer["status"], answer["body"] = ApiHttp(server, token).call("GET", f"/items/{item}/decision?wait=30")
+                answer["status"], answer["body"] = ApiHttp(server, token).call("GET", f"/items/{item}/decision?wait={POLL_WAIT:g}")
                 answer["at"] = time.monotonic()
 
             poller = threading.Thread(target=poll)
             poller.start()
-            time.sleep(0.15)  # the poll has joined the item's group
+            time.sleep(0.15)  # the poll has most likely joined the item's group (if not, its second read sees the decision)
             assert reviewer.decide(item, "approve")[0] == 200
             decided_at = time.monotonic()
-            poller.join(10)
+            poller.join()
             assert answer["status"] == 200 and answer["body"]["decision"]["by"] == "bob"
-            latencies.append(max(0.0, answer["at"] - decided_at))
-    p50 = statistics.median(latencies)
-    p99 = statistics.quantiles(latencies, n=100)[98]
-    record_property("longpoll_wake_p50_ms", round(p50 * 1000, 1))
-    record_property("longpoll_wake_p99_ms", round(p99 * 1000, 1))
-    print(f"\nlong-poll wake-up after the decision's response: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
-    assert p99 < 1.0
+            assert answer["at"] - decided_at < POLL_WAIT / 2, "the decision did not wake the poll: it waited its wait out"

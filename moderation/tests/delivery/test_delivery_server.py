@@ -4,24 +4,24 @@ One server and one worker on a SQLite file, short retry settings, and the receiv
 moderation/tests/webhook_receiver.py (verifies every signature). Decisions go through
 the server's HTTP API; the receiver must see each exactly once after de-duplication by
 webhook-id, after its item's item.created, through failures, timeouts, downtime, a
-worker killed mid-delivery and a server killed right after the commit. The last test
-measures decision → webhook received at 10 decisions/s. Then a hung receiver beside a
-healthy one: the hung one's attempts must not hold up the healthy one's deliveries.
+worker killed mid-delivery and a server killed right after the commit, and at 10
+decisions/s (how fast they arrive is measure 9 of ``make bench``). Then a hung receiver beside
+a healthy one: the hung one's attempts must not hold up the healthy one's deliveries. Nothing
+here is timed against a fixed figure: every wait gives up only once nothing arrived for a while.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import statistics
 import threading
 import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
 
 from e2e.server import LiveServer
-from moderation.tests.real_server import Dropped, Reviewer
+from moderation.tests.real_server import Dropped, Reviewer, progress_wait
 from moderation.tests.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -51,7 +51,7 @@ def site(tmp_path_factory):
         alice=Reviewer(server, "alice", seeded.sessions["alice"]), bob=Reviewer(server, "bob", seeded.sessions["bob"]),
     )
     try:
-        receiver.wait_for(ITEMS, timeout=60)  # every seeded item's item.created
+        receiver.wait_for(ITEMS)  # every seeded item's item.created
         yield site
     finally:
         server.close()
@@ -70,13 +70,12 @@ def _firsts(receiver: Receiver) -> list:
     return sorted(receiver.unique().values(), key=lambda r: r.at)
 
 
-def _decided_wait(receiver: Receiver, items: list[str], *, timeout: float) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        decided = {r.data["id"]: r for r in _firsts(receiver) if r.type == "item.decided" and r.data["id"] in items}
-        if len(decided) == len(items) or time.monotonic() > deadline:
-            return decided
-        time.sleep(0.02)
+def _decided_wait(receiver: Receiver, items: list[str], *, stall: float = 30) -> dict[str, object]:
+    """Each item's first item.decided, once all arrived or none arrived for ``stall`` seconds."""
+    def decided() -> dict[str, object]:
+        return {r.data["id"]: r for r in _firsts(receiver) if r.type == "item.decided" and r.data["id"] in items}
+
+    return progress_wait(decided, done=lambda found: len(found) == len(items), stall=stall, poll=0.02)
 
 
 def _check_once_and_in_order(receiver: Receiver, items: list[str], winners: dict[str, str]) -> None:
@@ -99,14 +98,12 @@ def _delivery_rows(server: LiveServer, item: str) -> list[tuple]:
         conn.close()
 
 
-def _rows_settled(server: LiveServer, items: list[str], *, timeout: float = 10) -> dict[str, list[tuple]]:
-    """Each item's delivery rows once none is pending: the receiver answers before the worker records it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = {item: _delivery_rows(server, item) for item in items}
-        if all(row[1] != "pending" for found in rows.values() for row in found) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
+def _rows_settled(server: LiveServer, items: list[str]) -> dict[str, list[tuple]]:
+    """Each item's delivery rows once none is pending (the receiver answers before the worker
+    records it), or once they stopped changing for a while."""
+    return progress_wait(lambda: {item: _delivery_rows(server, item) for item in items},
+                         done=lambda rows: all(row[1] != "pending" for found in rows.values() for row in found),
+                         stall=30, poll=0.05)
 
 
 def test_every_decision_arrives_once_in_order_through_failures_timeouts_and_downtime(site):
@@ -115,14 +112,14 @@ def test_every_decision_arrives_once_in_order_through_failures_timeouts_and_down
     requests_before = receiver.requests
     for n, item in enumerate(items[:10]):
         assert site.alice.decide(item, "approve" if n % 2 else "reject")[0] == 200
-    receiver.wait_for(ITEMS + 10, timeout=30)
+    receiver.wait_for(ITEMS + 10)
     receiver.stop()  # down for a while: decisions keep being made
     for item in items[10:]:
         assert site.alice.decide(item, "approve")[0] == 200
     time.sleep(1.5)
     receiver.start()  # back on the same port
 
-    decided = _decided_wait(receiver, items, timeout=30)
+    decided = _decided_wait(receiver, items)
     assert set(decided) == set(items)
     _check_once_and_in_order(receiver, items, {item: "alice" for item in items})
     # Failed, timed-out and refused attempts were retried under the same webhook-ids.
@@ -136,16 +133,15 @@ def test_worker_killed_mid_delivery_is_retried_and_nothing_is_lost(site):
     receiver.stall_next, receiver.fail_next, receiver.stall_seconds = 1, 1, 3.0  # held, then refused
     requests_before = receiver.requests
     assert site.bob.decide(item, "approve")[0] == 200
-    deadline = time.monotonic() + 10
-    while receiver.requests == requests_before:  # the attempt is in flight at the receiver
-        assert time.monotonic() < deadline, "the worker never sent the decision"
-        time.sleep(0.01)
+    # The attempt is in flight at the receiver (held there).
+    in_flight = progress_wait(lambda: receiver.requests, done=lambda n: n > requests_before, stall=60, poll=0.01)
+    assert in_flight > requests_before, "the worker never sent the decision"
     site.worker.kill()
     site.worker.wait()
-    assert _decided_wait(receiver, [item], timeout=0.5) == {}
+    assert _decided_wait(receiver, [item], stall=0.5) == {}
     site.worker = site.server.worker_start()
 
-    assert list(_decided_wait(receiver, [item], timeout=20)) == [item]
+    assert list(_decided_wait(receiver, [item])) == [item]
     _check_once_and_in_order(receiver, [item], {item: "bob"})
     assert _rows_settled(site.server, [item])[item][1][1:] == ("delivered", 2)
 
@@ -160,18 +156,15 @@ def test_server_killed_right_after_the_commit_still_delivers_the_decision(site):
         assert server.wait_dead() == -9
     finally:
         server.start()
-    assert list(_decided_wait(site.receiver, [item], timeout=20)) == [item]
+    assert list(_decided_wait(site.receiver, [item])) == [item]
     _check_once_and_in_order(site.receiver, [item], {item: "alice"})
 
 
-def test_decision_to_webhook_latency_at_10_decisions_per_second(site):
+def test_decisions_at_10_per_second_each_arrive_once_in_order(site):
     receiver, items = site.receiver, site.items[30:60]
-    done: dict[str, float] = {}
 
     def decide(item: str) -> None:
-        status, _ = site.alice.decide(item, "approve")
-        assert status == 200
-        done[item] = time.time()
+        assert site.alice.decide(item, "approve")[0] == 200
 
     threads = []
     for item in items:  # paced at 10/s whatever each decision takes
@@ -180,15 +173,8 @@ def test_decision_to_webhook_latency_at_10_decisions_per_second(site):
         time.sleep(0.1)
     for thread in threads:
         thread.join()
-    decided = _decided_wait(receiver, items, timeout=30)
-    assert set(decided) == set(items)
-    latencies = sorted((decided[item].at - done[item]) * 1000 for item in items)
-    p50, p99 = statistics.median(latencies), latencies[int(0.99 * (len(latencies) - 1))]
-    print(f"\nwebhook latency (decision answered -> webhook received) at 10/s: p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
-          f"max {latencies[-1]:.0f} ms over {len(latencies)}")
-    print(json.dumps({"webhook_p50_ms": round(p50), "webhook_p99_ms": round(p99)}))
-    # The target is 250 ms; the bound here leaves room for a busy shared test machine.
-    assert p99 < 1000
+    assert set(_decided_wait(receiver, items)) == set(items)
+    _check_once_and_in_order(receiver, items, {item: "alice" for item in items})
 
 
 # --- The worker's delivery lane: a webhook never waits behind a slow graph ------------------
@@ -215,41 +201,50 @@ def slow_applies(tmp_path_factory):
         print(f"\n--- worker log ---\n{server.log_tail(40, worker=True)}")
 
 
-def _webhook_delays_behind_slow_applies(site, items: list[str], *, delivery_lane: bool) -> list[float]:
-    """Decide ``items`` half a second apart while each apply takes APPLY_HOLD; return each
-    decision's seconds from its answer to its item.decided webhook. Every item is applied too."""
+def _applied_at(server: LiveServer, item: str) -> float:
+    """When the worker recorded ``item``'s apply (its graph run, held APPLY_HOLD, over), as a Unix time."""
+    conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
+    try:
+        (at,), = conn.execute(
+            "SELECT a.applied_at FROM moderation_reviewask a JOIN moderation_queueitem q ON q.id = a.item_id "
+            "WHERE q.public_id = ?", [item.replace("-", "")],
+        ).fetchall()
+    finally:
+        conn.close()
+    return datetime.fromisoformat(at).replace(tzinfo=timezone.utc).timestamp()
+
+
+def _webhooks_behind_slow_applies(site, items: list[str], *, delivery_lane: bool) -> tuple[list[float], float]:
+    """Decide ``items`` half a second apart while each apply is held APPLY_HOLD in the graph;
+    when each item.decided webhook arrived, and when the first item's apply ended (Unix times)."""
     worker_id = f"lane-{'on' if delivery_lane else 'off'}"
     worker = site.server.worker_start(worker_id=worker_id, faults=f"in_apply_node:sleep={APPLY_HOLD}",
                                       delivery_lane=delivery_lane)
     try:
         site.server.worker_wait_ready(worker_id)
-        answered = {}
         for item in items:
             assert site.alice.decide(item, "approve")[0] == 200
-            answered[item] = time.time()
             time.sleep(0.5)  # the first item's apply is under way when the next decision lands
-        decided = _decided_wait(site.receiver, items, timeout=30)
-        deadline = time.monotonic() + 30
-        while {r.data["id"] for r in _firsts(site.receiver) if r.type == "item.applied"} < set(items):
-            assert time.monotonic() < deadline, "an apply never finished"
-            time.sleep(0.05)
+        decided = _decided_wait(site.receiver, items)
+        applied = progress_wait(lambda: {r.data["id"] for r in _firsts(site.receiver) if r.type == "item.applied"},
+                                done=lambda found: found >= set(items), stall=30, poll=0.05)
+        assert applied >= set(items), "an apply never finished"
     finally:
         worker.kill()
         worker.wait()
-    return [decided[item].at - answered[item] for item in items]
+    return [decided[item].at for item in items], _applied_at(site.server, items[0])
 
 
 def test_a_webhook_never_waits_behind_a_slow_apply(slow_applies):
-    delays = _webhook_delays_behind_slow_applies(slow_applies, slow_applies.items[:2], delivery_lane=True)
-    print(f"\nitem.decided after the answer, applies of {APPLY_HOLD} s under way: {[round(d, 2) for d in delays]} s")
-    assert max(delays) < APPLY_HOLD / 2, delays
+    arrived, first_applied = _webhooks_behind_slow_applies(slow_applies, slow_applies.items[:2], delivery_lane=True)
+    # Both decisions' webhooks arrived while the first apply was still held in the graph.
+    assert max(arrived) < first_applied, [round(at - first_applied, 2) for at in arrived]
 
 
 def test_control_without_the_lane_the_second_webhook_waits_for_the_first_apply(slow_applies):
-    delays = _webhook_delays_behind_slow_applies(slow_applies, slow_applies.items[2:], delivery_lane=False)
-    print(f"\nwithout the lane: {[round(d, 2) for d in delays]} s")
-    # The second decision's delivery is queued behind the first item's apply, which still holds the worker.
-    assert delays[1] > APPLY_HOLD - 1.0, delays
+    arrived, first_applied = _webhooks_behind_slow_applies(slow_applies, slow_applies.items[2:], delivery_lane=False)
+    # The second decision's delivery is queued behind the first item's apply, which holds the worker.
+    assert arrived[1] > first_applied, [round(at - first_applied, 2) for at in arrived]
 
 
 # --- A hung receiver holds its own deliveries only ----------------------------------------

@@ -95,16 +95,28 @@ ADVERSARIAL_SHAPES = {
 }
 
 
+# Each 16 times the one before: linear time grows 16-fold (9 to 19 measured), quadratic 256-fold.
+SIZES = (4_000, 64_000, 1_000_000)
+# Room over linear growth for noise; and a floor under the smallest times, which are fractions of a millisecond.
+GROWTH_SLACK, FLOOR_S = 3, 0.001
+
+
 @pytest.mark.parametrize("shape", ADVERSARIAL_SHAPES)
 def test_adversarial_bodies_are_screened_in_linear_time(shape):
-    # CPU time of this thread, best of three, so other work on a shared machine does not
-    # count against the pre-screen. 64 KB first: the old patterns took 8 s on the dotted
-    # run there, so a regression fails in seconds instead of hanging on the megabyte.
-    for size in (64_000, 1_000_000):
+    # CPU time of this thread, best of three, each size judged against the one before it in
+    # the same run, so a busy or slower machine slows both alike. Small sizes first: the old
+    # patterns took 8 s on the dotted run at 64 KB, so a regression fails there in seconds
+    # instead of hanging on the megabyte.
+    before = None
+    for size in SIZES:
         body = ADVERSARIAL_SHAPES[shape](size)
         took = min(_cpu_seconds(lambda: text_prescreen(title="t", body=body)) for _ in range(3))
-        # Linear is tens of ms for the megabyte; 0.25 s leaves room for a busy core (two test workers).
-        assert took < 0.25, f"{shape}: {size:,} characters took {took * 1000:.0f} ms"
+        if before is not None:
+            smaller, smaller_took = before
+            limit = GROWTH_SLACK * size / smaller * max(smaller_took, FLOOR_S)
+            assert took < limit, (f"{shape}: {size:,} characters took {took * 1000:.1f} ms, "
+                                  f"{smaller:,} took {smaller_took * 1000:.2f} ms: more than linear")
+        before = size, took
 
 
 def _cpu_seconds(run) -> float:

@@ -20,7 +20,7 @@ from e2e.server import LiveServer
 from moderation.tests.form_session import FormSession
 from moderation.tests.real_server import redis_env
 
-TIMEOUT = 5
+TIMEOUT = 30  # for one frame that comes unless something is broken: only a failure waits it out
 PASSWORD = "live-test-pw-1"
 
 pytestmark = [pytest.mark.timeout(180)]

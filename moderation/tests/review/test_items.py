@@ -1,7 +1,6 @@
 """item_create: bad fields create nothing, and the pre-screen never holds the write lock."""
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -83,7 +82,7 @@ def test_another_writer_is_not_blocked_while_an_item_is_prescreened():
 
     def stall(item_key):
         inside.set()
-        release.wait(10)
+        release.wait(60)
 
     def create():
         try:
@@ -98,12 +97,10 @@ def test_another_writer_is_not_blocked_while_an_item_is_prescreened():
             assert inside.wait(10)
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA busy_timeout = 1000")  # fail in 1 s, not SQLite's 5
-            started = time.monotonic()
             try:
                 Group.objects.create(name="written during the pre-screen")
-            except OperationalError as exc:
+            except OperationalError as exc:  # the write lock was held: busy after 1 s
                 pytest.fail(f"a write during the pre-screen failed: {exc}")
-            assert time.monotonic() - started < 0.5
             assert creator.is_alive()  # the pre-screen was still running
         finally:
             release.set()

@@ -90,20 +90,23 @@ def relay_follow(
     stop = stop or threading.Event()
     after: int | None = None
     made_since: datetime | None = None
+    # Taken just before the last look that found no page listening: an event made before it
+    # had nobody to reach, and one made after it may have (a slow look must not skip it).
+    quiet_at: datetime | None = None
     failing = False
     while True:
         try:
+            looked_at = timezone.now()
             if after is None:
                 after = relay_last()
             if listening():
                 if made_since is None:
-                    # The page that made the layer listen joined its groups at most one interval ago.
-                    made_since = timezone.now() - timedelta(seconds=RELAY_FOLLOW_SECONDS)
+                    made_since = quiet_at or looked_at
                 after, events = relay_read(after=after, made_since=made_since)
                 for sends in events:
                     deliver(sends)
             else:
-                made_since = None
+                made_since, quiet_at = None, looked_at
         except Exception:  # a database outage must not end the relaying for good
             if not failing:  # once per outage, not four times a second
                 logger.exception("live relay: could not pass on the events of other processes; trying again")

@@ -65,11 +65,17 @@ def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatc
     monkeypatch.setattr(relay, "RELAY_FOLLOW_SECONDS", 0.01)
     relay_record(sends=[("queue", {"type": "before the server followed"})])
     delivered: queue.Queue = queue.Queue()
-    pages_open, asked, stop = threading.Event(), threading.Event(), threading.Event()
+    pages_open, stop = threading.Event(), threading.Event()
+    looks = threading.Semaphore(0)  # one release per look the follower takes
 
     def listening() -> bool:
-        asked.set()  # asked only once the follower knows where it starts
+        looks.release()
         return pages_open.is_set()
+
+    def looked_twice() -> None:
+        # The second look began after the first ended: after anything recorded before this call.
+        for _ in range(2):
+            assert looks.acquire(timeout=PATIENCE_SECONDS)
 
     def follow() -> None:
         try:
@@ -80,9 +86,11 @@ def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatc
     follower = threading.Thread(target=follow)
     follower.start()
     try:
-        assert asked.wait(PATIENCE_SECONDS)
+        looked_twice()
         relay_record(sends=[("queue", {"type": "while no page listened"})])
-        time.sleep(0.1)  # well before the page below opened
+        while looks.acquire(blocking=False):  # looks taken before that record say nothing of it
+            pass
+        looked_twice()  # a look found no page, after the record: that event had nobody to reach
         pages_open.set()
         relay_record(sends=[("item.x", {"type": "item.applied"}), ("queue", {"type": "item.applied"})])
         assert delivered.get(timeout=PATIENCE_SECONDS) == [("item.x", {"type": "item.applied"}), ("queue", {"type": "item.applied"})]
@@ -92,3 +100,41 @@ def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatc
         stop.set()
         follower.join(PATIENCE_SECONDS)
     assert delivered.empty()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_made_while_a_slow_follower_had_not_yet_looked_is_not_skipped(monkeypatch):
+    """A page opens, an event is made, and only then does the follower look (a busy machine):
+    the event was made after the follower last saw nobody listening, so it is passed on."""
+    monkeypatch.setattr(relay, "RELAY_FOLLOW_SECONDS", 0.01)
+    delivered: queue.Queue = queue.Queue()
+    stop, quiet_seen, go_on = threading.Event(), threading.Event(), threading.Event()
+    calls = []
+
+    def listening() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            quiet_seen.set()
+            return False
+        assert go_on.wait(PATIENCE_SECONDS)  # the follower is held here, as if descheduled
+        return True
+
+    def follow() -> None:
+        try:
+            relay_follow(deliver=delivered.put, listening=listening, stop=stop)
+        finally:
+            connection.close()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        assert quiet_seen.wait(PATIENCE_SECONDS)
+        time.sleep(0.3)  # longer than any look's interval: the old rule took "now - interval" as the start
+        relay_record(sends=[("item.y", {"type": "item.applied"})])
+        time.sleep(0.3)
+        go_on.set()
+        assert delivered.get(timeout=PATIENCE_SECONDS) == [("item.y", {"type": "item.applied"})]
+    finally:
+        stop.set()
+        go_on.set()
+        follower.join(PATIENCE_SECONDS)

@@ -60,6 +60,20 @@ def test_rows_past_the_keep_time_go_with_the_next_record():
     assert list(RelayedEvent.objects.values_list("sends", flat=True)) == [[["queue", {"type": "item.decided"}]]]
 
 
+def _follower_start(**kwargs) -> threading.Thread:
+    """``relay_follow`` in a thread of its own, as the server runs it."""
+
+    def follow() -> None:
+        try:
+            relay_follow(**kwargs)
+        finally:
+            connection.close()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    return follower
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatch):
     monkeypatch.setattr(relay, "RELAY_FOLLOW_SECONDS", 0.01)
@@ -77,14 +91,7 @@ def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatc
         for _ in range(2):
             assert looks.acquire(timeout=PATIENCE_SECONDS)
 
-    def follow() -> None:
-        try:
-            relay_follow(deliver=delivered.put, listening=listening, stop=stop)
-        finally:
-            connection.close()
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    follower = _follower_start(deliver=delivered.put, listening=listening, stop=stop)
     try:
         looked_twice()
         relay_record(sends=[("queue", {"type": "while no page listened"})])
@@ -119,14 +126,7 @@ def test_an_event_made_while_a_slow_follower_had_not_yet_looked_is_not_skipped(m
         assert go_on.wait(PATIENCE_SECONDS)  # the follower is held here, as if descheduled
         return True
 
-    def follow() -> None:
-        try:
-            relay_follow(deliver=delivered.put, listening=listening, stop=stop)
-        finally:
-            connection.close()
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    follower = _follower_start(deliver=delivered.put, listening=listening, stop=stop)
     try:
         assert quiet_seen.wait(PATIENCE_SECONDS)
         time.sleep(0.3)  # longer than any look's interval: the old rule took "now - interval" as the start

@@ -16,16 +16,21 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports e2e e2e-browser e2e-axe demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports e2e e2e-browser e2e-axe prometheus demo bench clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths).
+	$(PY) -m pip install --quiet -e ./reviewqueue-client
 	@touch $@
 
 install: $(VENV)/.installed
 
+# Development mode, asked for here: DEBUG is off unless set (and then SECRET_KEY and AUDIT_KEY
+# must be set). `DEBUG=false make run` tries production settings (README, Configuration).
+run: export DEBUG ?= true
 run: install
 	@$(PY) scripts/port_check.py $(HOST) $(PORT)
 	$(PY) manage.py migrate --no-input
@@ -41,6 +46,7 @@ run: install
 	@echo ""
 	PY=$(PY) HOST=$(HOST) PORT=$(PORT) scripts/run_with_worker.sh
 
+run-cluster: export DEBUG ?= true
 run-cluster: install
 	DATABASE_URL="$${DATABASE_URL:-$(CLUSTER_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(CLUSTER_REDIS_URL)}" \
 		PY=$(PY) HOST=$(HOST) scripts/run_cluster.sh
@@ -56,10 +62,10 @@ lint-imports: install
 # (a SQLite file named by pid; PostgreSQL's named by worker) and, in the PostgreSQL pass,
 # its own Redis database and channel prefix (conftest.py).
 TEST_WORKERS ?= 2
-test-sqlite: install e2e-browser
+test-sqlite: install e2e-browser prometheus
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile
 
-test-postgres: install
+test-postgres: install prometheus
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile
 
@@ -72,6 +78,16 @@ e2e-browser: install e2e-axe
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && $(PY) e2e/browser.py; \
 	  else \
 	    echo "e2e: no Chromium found; install it (apt-get install -y chromium) or set E2E_CHROMIUM" >&2; exit 1; \
+	  fi; }
+
+# The metrics tests run a real Prometheus and promtool (Debian's, installed here when running as root).
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's prometheus for the metrics tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "metrics tests: no prometheus/promtool found; install them (apt-get install -y prometheus)" >&2; exit 1; \
 	  fi; }
 
 # The accessibility check (e2e/test_look.py) runs axe-core from npm inside the pages.

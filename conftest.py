@@ -1,5 +1,6 @@
 """Suite-wide set-up: the PostgreSQL pass must fail in CI when the server is missing."""
 
+import ipaddress
 import os
 import urllib.parse
 
@@ -12,6 +13,9 @@ os.environ.setdefault("REVIEWQUEUE_APPLY_INLINE", "1")
 # Most tests reject without a reason code; the tests of reasons turn this back on
 # (in-process with the settings fixture, for a server in its extra_env).
 os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
+# The tests' webhook receivers listen on 127.0.0.1, which webhooks may reach only when allowed;
+# the tests of the refusal take the allowance away.
+os.environ.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1")
 
 
 def pytest_configure(config):
@@ -21,6 +25,10 @@ def pytest_configure(config):
 
     settings.REVIEWQUEUE_APPLY_INLINE = os.environ["REVIEWQUEUE_APPLY_INLINE"] == "1"
     settings.REJECT_REASON_REQUIRED = os.environ["REJECT_REASON_REQUIRED"].lower() in {"1", "true", "yes", "on"}
+    # This process plays the server and every other process at once: its events go to its
+    # own channel layer, never through the database (moderation.records.relay).
+    settings.LIVE_RELAY = False
+    settings.WEBHOOK_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["WEBHOOK_ALLOWED_NETWORKS"].split(",")]
     _redis_of_this_worker(settings)
 
 

@@ -9,14 +9,19 @@
   with one `manage.py db_worker` (started by the suite; it applies the decisions too);
   target p99 ≤ 250 ms.
 - 10. Long-poll wake-up: decision answered → the waiting GET answered; target p99 ≤ 100 ms.
+- 18. A moderator's queue page p50 before, during and after 200 long-poll waits on its
+  server (a sleeping wait holds no database connection); target ≤ 1.5× of before, during
+  and after, and every wait answered 200 once its item is decided.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -193,3 +198,93 @@ def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rat
     finally:
         receiver.stop()
     return metrics
+
+
+# --- 18. a moderator's page while 200 long-poll waits are open ----------------------------------------
+
+WAITS_PER_CLIENT = 20  # LONGPOLL_WAITS_PER_CLIENT's default: 200 waits take 10 clients
+
+
+async def _page_p50(client: httpx.AsyncClient, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        response = await client.get("/")
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, f"the queue page answered {response.status_code}"
+    return percentile(times, 50)
+
+
+async def _waits_open(staff: httpx.AsyncClient, count: int, *, timeout: float = 120) -> None:
+    deadline = time.perf_counter() + timeout
+    while (await staff.get("/healthz")).json()["longpoll"]["waits"] < count:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"fewer than {count} long-poll waits open after {timeout:.0f} s")
+        await asyncio.sleep(0.1)
+
+
+async def _page_under_waits(
+    host: str, login: Login, staff: Login, tokens: list[str], *, waits: int, reps: int, rss_kib,
+) -> dict:
+    def client(who: Login | None = None, token: str | None = None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=f"http://{host}", cookies=who.cookies() if who else None, timeout=120,
+            headers={"X-CSRFToken": who.csrftoken} if who else {"Authorization": f"Bearer {token}"},
+            limits=httpx.Limits(max_connections=WAITS_PER_CLIENT, max_keepalive_connections=WAITS_PER_CLIENT),
+        )
+
+    moderator, ops = client(login), client(staff)
+    apis = [client(token=token) for token in tokens]
+    try:
+        items = []
+        for api in apis:
+            answer = await api.post("/api/v1/items", json={"title": f"Waited on {next(_keys)}", "body": BODY, "source": "bench-waits"})
+            assert answer.status_code == 201, answer.text
+            items.append(answer.json()["id"])
+        await _page_p50(moderator, 5)  # warm-up
+        before = await _page_p50(moderator, reps)
+
+        async def wait(api: httpx.AsyncClient, item: str) -> int:
+            answer = await api.get(f"/api/v1/items/{item}/decision", params={"wait": 60})
+            return answer.status_code
+
+        waiting = [asyncio.create_task(wait(apis[n % len(apis)], items[n % len(apis)])) for n in range(waits)]
+        await _waits_open(ops, waits)
+        rss_during = rss_kib()
+        during = await _page_p50(moderator, reps)
+        for item in items:
+            answer = await moderator.post(f"/api/items/{item}/decision", json={"decision": "approve"})
+            assert answer.status_code == 200, answer.text
+        statuses = Counter(await asyncio.gather(*waiting))
+        after = await _page_p50(moderator, reps)
+        return {"before_ms": before, "during_ms": during, "after_ms": after, "waits": waits,
+                "wait_statuses": dict(statuses), "reps": reps, "rss_during_kib": rss_during}
+    finally:
+        for c in (moderator, ops, *apis):
+            await c.aclose()
+
+
+def bench_page_under_waits(servers: Servers, login: Login, staff: Login, *, waits: int, reps: int) -> list[Metric]:
+    """A moderator's queue page, p50 over ``reps`` loads, before, during and after ``waits`` long-poll
+    waits on the same server (10 API clients, 20 waits each); then their items are decided."""
+    from moderation.api.clients import apiclient_create
+
+    tokens = [apiclient_create(name=f"bench-waits-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])[1]
+              for _ in range(max(1, waits // WAITS_PER_CLIENT))]
+    idle_rss = servers.rss_kib()[0]
+    result = asyncio.run(_page_under_waits(
+        servers.host(0), login, staff, tokens, waits=waits, reps=reps, rss_kib=lambda: servers.rss_kib()[0]
+    ))
+    result["rss_idle_kib"], result["rss_after_kib"] = idle_rss, servers.rss_kib()[0]
+    log(f"page under waits: p50 {result['before_ms']:.1f} ms before, {result['during_ms']:.1f} ms during {waits} waits, "
+        f"{result['after_ms']:.1f} ms after; waits answered {result['wait_statuses']}; server RSS "
+        f"{idle_rss / 1024:.0f} MiB idle, {result['rss_during_kib'] / 1024:.0f} MiB during")
+    if result["wait_statuses"] != {200: waits}:
+        log(f"WARNING: not every wait answered 200: {result['wait_statuses']}")
+    baseline = "p50 before the waits, same page, same server"
+    return [
+        Metric("page_during_waits", f"18. moderator's queue page p50 during {waits} long-poll waits (one server)",
+               result["during_ms"], "ms", result["before_ms"], baseline, target=1.5, check="ratio", op="<=", detail=result),
+        Metric("page_after_waits", f"18. moderator's queue page p50 after the {waits} waits were answered",
+               result["after_ms"], "ms", result["before_ms"], baseline, target=1.5, check="ratio", op="<=", detail=result),
+    ]

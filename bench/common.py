@@ -125,6 +125,33 @@ class Servers:
             list(pool.map(LiveServer.close, self.live))
 
 
+# --- real browsers (measures 17 and 18) -----------------------------------------------
+
+
+def browsers_env(env: dict[str, str]) -> dict[str, str]:
+    """The servers' environment for real browsers, whose pages need their scripts (production
+    serves them collected, as `make run` does) and, on the bench's plain HTTP, cookies without
+    the Secure flag (README, production settings locally). Django must be set up."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)
+    return {**env, "SECURE_COOKIES": "false"}
+
+
+async def browser_launch(playwright: Any, measure: str) -> Any:
+    """A headless Chromium, or None (logged: the measure is skipped) where there is none; required when CI=true."""
+    from e2e.browser import chromium_find, chromium_launch
+
+    try:
+        chromium_find(playwright)
+    except FileNotFoundError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        log(f"{measure}. SKIPPED, no browser: {exc}")
+        return None
+    return await chromium_launch(playwright)
+
+
 # --- users and sessions (Django must be set up) --------------------------------------
 
 
@@ -142,14 +169,16 @@ class Login:
         return f"sessionid={self.sessionid}; csrftoken={self.csrftoken}"
 
 
-def moderators_login(count: int, *, prefix: str = "bench-mod") -> tuple[list, list[Login]]:
-    """``count`` moderators (``e2e.seed.site_seed``) and a logged-in session for each, plus a CSRF secret.
+def moderators_login(count: int, *, prefix: str = "bench-mod", staff: bool = False) -> tuple[list, list[Login]]:
+    """``count`` moderators (``e2e.seed.site_seed``; staff too if ``staff``) and a logged-in session for each,
+    plus a CSRF secret.
 
     The CSRF cookie holds the unmasked secret and the header repeats it, which Django accepts.
     """
     from e2e.seed import site_seed
 
-    seeded = site_seed(moderators=[f"{prefix}-{n}" for n in range(count)], sessions=True)
+    names = [f"{prefix}-{n}" for n in range(count)]
+    seeded = site_seed(moderators=names, staff=names if staff else (), sessions=True)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     logins = [
         Login(username=name, user_id=user.pk, sessionid=seeded.sessions[name],

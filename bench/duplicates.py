@@ -12,13 +12,12 @@ not be read.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 from playwright.async_api import async_playwright
 
-from bench.common import Login, Metric, Servers, log
-from e2e.browser import chromium_find, chromium_launch, context_new
+from bench.common import Login, Metric, Servers, browser_launch, browsers_env, log
+from e2e.browser import context_new
 from e2e.duplicates import DUPLICATE_WINDOW_S, DuplicateReading, duplicate_reading_run
 
 MODERATORS = 3
@@ -27,14 +26,9 @@ TARGET_RATIO = 0.5  # claims must at least halve duplicate reading
 
 async def _browsers_run(servers: Servers, logins: list[Login], *, start_path: str, items: int) -> DuplicateReading | None:
     async with async_playwright() as playwright:
-        try:
-            chromium_find(playwright)
-        except FileNotFoundError as exc:
-            if os.environ.get("CI", "").lower() == "true":
-                raise
-            log(f"17. SKIPPED, no browser: {exc}")
+        browser = await browser_launch(playwright, "17")
+        if browser is None:
             return None
-        browser = await chromium_launch(playwright)
         try:
             moderators = []
             for n, login in enumerate(logins):
@@ -57,15 +51,11 @@ def _items_decided(ids: list[str]) -> None:
 
 def bench_duplicate_reading(*, env: dict[str, str], logdir: Path, count: int, logins: list[Login], items: int,
                             process_note: str) -> list[Metric]:
-    from django.core.management import call_command
     from django.db import connections
 
     from e2e.seed import site_seed
 
-    # Browsers need the pages' scripts (production serves them collected, as `make run` does) and,
-    # on the bench's plain HTTP, cookies without the Secure flag (README, production settings locally).
-    call_command("collectstatic", interactive=False, verbosity=0)
-    env = {**env, "SECURE_COOKIES": "false"}
+    env = browsers_env(env)
     readings: dict[str, DuplicateReading] = {}
     for label, extra in (("claims", {}), ("no-claims", {"CLAIMS_ENABLED": "false"})):
         source = f"bench-dup-{label}"

@@ -52,6 +52,8 @@ def _base_env(workdir: Path) -> dict[str, str]:
         REVIEWQUEUE_APPLY_INLINE="",
         # The example agent's refund tool stands for a payment provider's latency (bench 11).
         REFUND_AGENT_TOOL_SECONDS="0.5",
+        # Bench 9's webhook receiver listens on loopback, where webhooks go only when allowed.
+        WEBHOOK_ALLOWED_NETWORKS="127.0.0.1",
     )
     return env
 

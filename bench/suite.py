@@ -3,8 +3,8 @@
 Started by ``bench.run`` with the database, the layer and the server count in the
 environment; writes one JSON file. Order matters: the servers' benches run before the
 queue-size benches (6, 13) fill the table to 10,000 and then 1,000,000 pending rows, the
-HTTP benches 1, 4, 7 and 15 run before the task worker starts (they measure the request
-path alone), the browsers of 17 on servers of their own after those, and the counts are
+HTTP benches 1, 4, 7, 15 and 18 run before the task worker starts (they measure the request
+path alone), the browsers of 17 and 19 on servers of their own after those, and the counts are
 checked (16) after every concurrent bench. ``--only N`` (repeatable) runs those measures
 alone, with what they need (8's baseline is 5's).
 
@@ -44,11 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from django.conf import settings
+
+    # The in-process measures stand in for a server's request: their events go to this
+    # process's layer, not through the database as a worker's would (moderation.records.relay).
+    settings.LIVE_RELAY = False
     from django.core.management import call_command
     from django.db import connections
     from django.test import override_settings
 
-    from bench.api import bench_api
+    from bench.api import bench_api, bench_page_under_waits
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, bench_writer_contention,
         items_make,
     )
+    from bench.notices import bench_loser_other_tab
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
@@ -102,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         repaired = counts_recount()
         log(f"{args.backend}: counters repaired after the contrast strategies' bare writes: {[str(d) for d in repaired]}")
 
-    if wanted(18):
+    if wanted(20):
         contended = max(10, int(20 * s))
         if len(pool) < contended:
             pool += items_make(contended - len(pool))
-        log(f"{args.backend}: 18. writer contention, 8 reviewer processes")
+        log(f"{args.backend}: 20. writer contention, 8 reviewer processes")
         metrics.append(bench_writer_contention(items=pool, usernames=[u.username for u in users[:8]], count=contended))
 
     # Sized so the full run stays under 10 minutes on 2 cores (PostgreSQL applies ~10/s there).
@@ -117,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    if wanted(1, 4, 7, 15, 11, 12, 14, 8, 9, 10):
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
         replays = max(50, int(200 * s)) if wanted(1) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
         if more > 0:
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 4. notice latency, {many} watchers")
                 metrics += bench_many_watchers(servers, watch_logins, pool, watchers=many, rate=many_rate,
                                                seconds=many_seconds, process_note=note)
+            if wanted(18):
+                log(f"{args.backend}: 18. a moderator's page during 200 long-poll waits")
+                _, ops = moderators_login(1, prefix="bench-ops", staff=True)
+                metrics += bench_page_under_waits(servers, logins[0], ops[0], waits=200, reps=max(20, int(50 * s)))
             if wanted(11, 12, 14, 8, 9, 10):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
@@ -167,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     if wanted(17):
         metrics += bench_duplicate_reading(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
                                            items=max(9, int(30 * s)), process_note=note)
+    if wanted(19):
+        metrics += bench_loser_other_tab(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
+                                         rounds=max(10, int(20 * s)), process_note=note)
 
     # Every decision since the repair above went through the product, concurrently (8 reviewers,
     # races, the worker applying, API submits): the counters must equal a real COUNT.

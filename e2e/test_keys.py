@@ -4,17 +4,29 @@ The `?` overlay lists every action's key with a "change" button; the next key pr
 becomes the action's key, kept in this browser for this user. A key another action
 holds, or one that cannot be used, is refused with the reason and changes nothing;
 "Reset keys to defaults" restores them. Everything is done from the keyboard.
+
+The server requires a reason for a reject (REJECT_REASON_REQUIRED, as in production), so
+that `r` first takes the moderator to the reason.
 """
 
 from __future__ import annotations
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import Page, expect
 
+from e2e.conftest import e2e_server_running
 from e2e.duplicates import press_and_land
-from e2e.pages import item_path
+from e2e.pages import item_path, item_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(e2e_template, tmp_path_factory):
+    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-keys"),
+                                  env={"REJECT_REASON_REQUIRED": "1"}) as live:
+        yield live
 
 APPROVE = "Change the key for approve"
 
@@ -113,3 +125,26 @@ async def test_reset_restores_the_default_keys(server, crowd):
     await _still_pending(carol, server, item["id"], "p")
     assert await press_and_land(carol, "a")
     await expect(carol.locator(".notice-success")).to_contain_text("You approved")
+
+
+async def test_r_first_takes_the_moderator_to_the_required_reason_then_rejects(server, crowd):
+    (item,) = await server.items_create(1, "Reason first")
+    alice = await crowd.login("alice", next_path=item_path(item["id"]))
+    await item_ready(alice)
+    reason = alice.get_by_label("Reason, if you reject (required to reject)")
+
+    # Nothing is posted: the reason the reject cannot go without takes the focus.
+    assert not await press_and_land(alice, "r", timeout=1_500), f"r posted from {alice.url}"
+    await expect(reason).to_be_focused()
+    await expect(alice.locator("#error-notice")).to_have_count(0)
+    assert (await server.arows([item["id"]]))[item["id"]].status == "pending"
+
+    await reason.select_option("spam")
+    await alice.keyboard.press("Escape")  # out of the field, back to the keys
+    assert await press_and_land(alice, "r")
+    await expect(alice.locator(".notice-success")).to_contain_text("You rejected")
+    row = (await server.arows([item["id"]]))[item["id"]]
+    assert (row.status, row.winner) == ("rejected", "alice")
+    history = await alice.goto(f"{item_path(item['id'])}history")
+    assert history.ok
+    await expect(alice.locator(".reason code")).to_have_text("spam")

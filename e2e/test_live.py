@@ -71,6 +71,57 @@ async def test_loser_other_tab_is_told(server, crowd):
     await expect(second[row.winner].locator("#lost-live-notice")).to_have_count(0)
 
 
+async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(server, crowd):
+    """The loser's other tab is sent item.decided, then decision.lost: one read of the item's state
+    confirms both. The pages that sent the decisions are being replaced by their answers and read
+    nothing. (Each event read it, on every page, so a race's six reads competed with its decisions
+    and answer pages, and the loser's notice waited for the last of them.) Reads are counted until
+    the page moves on: the racing pages to their answers, the other tabs to the apply's own
+    item.applied, which reads the item again."""
+    [item] = await server.items_create(1, "Read once")
+    path = item_path(item["id"])
+    users = ("alice", "bob")
+    racing = dict(zip(users, await asyncio.gather(*(crowd.login(user) for user in users))))
+    second = dict(zip(users, await asyncio.gather(*(crowd.page(user) for user in users))))
+    reads = {(user, kind): 0 for user in users for kind in ("racing", "second")}
+    counting = dict.fromkeys(reads, True)
+    lost_sent = asyncio.Event()
+
+    def frames(user: str):
+        def seen(payload) -> None:
+            if '"decision.lost"' in str(payload):
+                lost_sent.set()
+            if '"item.applied"' in str(payload):
+                counting[user, "second"] = False
+        return lambda ws: ws.on("framereceived", seen)
+
+    def counter(user: str, kind: str):
+        async def read(route) -> None:
+            reads[user, kind] += counting[user, kind]
+            # Held until decision.lost has reached a tab, so the read item.decided started is still
+            # under way when it does: the case where one read must serve both.
+            await asyncio.wait_for(lost_sent.wait(), LIVE_TIMEOUT_MS / 1000)
+            await route.continue_()
+        return read
+
+    for user in users:
+        second[user].on("websocket", frames(user))
+        await second[user].route("**/api/items/*/state", counter(user, "second"))
+        await racing[user].route("**/api/items/*/state", counter(user, "racing"))
+    await asyncio.gather(*(page.goto(path) for page in [*racing.values(), *second.values()]))
+    await asyncio.gather(*(item_ready(tab, [other]) for tab, other in zip(second.values(), reversed(users))))
+    for user in users:  # from here on, a navigation is the answer to the click
+        racing[user].on("framenavigated", lambda frame, user=user: frame.parent_frame or counting.update({(user, "racing"): False}))
+
+    subs = await race([(racing["alice"], "alice", "approve"), (racing["bob"], "bob", "reject")])
+    [loser] = [s for s in subs if s.kind == "lost"]
+    [winner] = [s for s in subs if s.won]
+    await expect(second[loser.user].locator("#lost-live-notice")).to_contain_text("was not applied")
+    await expect(second[winner.user].locator("#decided-banner")).to_be_visible()
+    assert reads == {(loser.user, "second"): 1, (winner.user, "second"): 1,
+                     (loser.user, "racing"): 0, (winner.user, "racing"): 0}, reads
+
+
 async def test_slow_reviewer_holds_nothing(server, crowd):
     a, b, c = await server.items_create(3, "Slow reviewer")
     carol = await crowd.login("carol")

@@ -11,7 +11,8 @@ from e2e.pages import live_wait
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# LIVE_QUEUE_RESYNC_SECONDS is 3 on the embedded default: one resync, one refresh, some slack.
+# The command's event, relayed by the server (moderation.records.relay), then one refresh;
+# well short of the queue's 15 s resync, which cannot stand in for it.
 ANOTHER_PROCESS_MS = 8_000
 
 
@@ -21,7 +22,7 @@ async def test_an_item_added_by_a_command_reaches_open_queues_moderator_and_view
     await expect(dave.locator("#live-status")).to_have_text("Live")
     await expect(dave.get_by_role("status").filter(has_text="Live")).to_have_count(1)
 
-    # manage.py in its own process: the in-memory channel layer cannot carry its event here.
+    # manage.py in its own process: the in-memory channel layer cannot carry its event, the relay does.
     await asyncio.to_thread(server.manage, "item_add", "--title", "Added from the shell", "--body", "hello")
     for page in (alice, dave):
         await expect(page.get_by_role("link", name="Added from the shell")).to_be_visible(timeout=ANOTHER_PROCESS_MS)

@@ -33,6 +33,33 @@ async def test_the_queue_fits_a_phone_without_sideways_scrolling(server, crowd):
     assert await alice.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
 
 
+async def test_the_decision_buttons_are_on_screen_at_phone_width_without_scrolling(server, crowd):
+    # The example agent's refund: its arguments, an edit form, a reason and a note come before the buttons.
+    [item] = await server.atool("items", "--count", "1", "--prefix", "Refund on a phone", "--graph", "refund_agent")
+    alice = await crowd.login("alice")
+    await alice.set_viewport_size(PHONE)
+    await alice.goto(item_path(item["id"]))
+    await item_ready(alice)
+    assert await alice.evaluate("document.documentElement.scrollHeight") > PHONE["height"] * 1.5
+    assert await alice.evaluate("window.scrollY") == 0
+    approve = alice.locator("#decide-form button[value=approve]")
+    box = await approve.bounding_box()
+    assert box and box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"], box
+    # Nothing lies over it, and the end of the form scrolls clear of it.
+    assert await approve.evaluate("b => { const r = b.getBoundingClientRect();"
+                                  " return b.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)); }")
+    await alice.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    note = await alice.locator("#decide-form textarea[name=note]").bounding_box()
+    bar = await alice.locator("#decide-form .buttons").bounding_box()
+    assert note["y"] + note["height"] <= bar["y"], (note, bar)
+    assert await alice.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    if AXE_JS.exists():
+        assert await _serious_violations(alice) == []
+    await alice.evaluate("window.scrollTo(0, 0)")
+    await approve.click()
+    await expect(alice.locator(".notice-success")).to_contain_text("You approved")
+
+
 async def test_markers_are_words_and_risk_has_a_legend(server, crowd):
     [item] = await server.items_create(1, "Looked at")
     alice, bob = await crowd.login("alice"), await crowd.login("bob")

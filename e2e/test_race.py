@@ -31,9 +31,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    # These tests watch rows leave by their live events. The queue's resync (every 3 s on the
-    # embedded default) removes decided rows too, unmarked, and on a loaded machine it can
-    # come first: here it waits a minute, so a missing event cannot hide behind it.
+    # These tests watch rows leave by their live events. The queue's resync (every 15 s)
+    # removes decided rows too, unmarked, and on a loaded machine it can come first: here it
+    # waits a minute, so a missing event cannot hide behind it.
     workdir = tmp_path_factory.mktemp("e2e-race")
     async with e2e_server_running(e2e_template, workdir, env={"LIVE_QUEUE_RESYNC_SECONDS": "60"}) as live:
         yield live

@@ -1,5 +1,6 @@
 """reviewqueue's app. Its packages, from the bottom up; each imports only from those below it
-(``make test`` checks this with import-linter, contract in ``.importlinter``):
+(``make test`` checks this with import-linter, contracts in ``.importlinter``, which also
+forbids import circles between the modules of one package):
 
 - ``core``: locks, the checkpointer, fault points, the task queue's view, permissions; no domain.
 - ``graphs`` and ``policies``: the LangGraph side (the registry, runs, asks) and who may decide.
@@ -8,7 +9,7 @@
 - ``delivery``: webhooks, recorded in the guard's transaction and sent by the worker.
 - ``review``: the guard (``decisions``) and the services beside it: items, submissions,
   apply, bulk decisions, deadlines, reconcile and recovery.
-- ``live``: the websockets (consumers, presence, rights changes).
+- ``live``: the websockets (consumers, presence, rights changes) and the caps on long-poll waits.
 - ``web``, ``api``, ``lab``: the pages, the service API, and the race lab with its history checker.
 
 Django's own modules (``models``, ``apps``, ``admin``, ``urls``, ``migrations``,

@@ -127,7 +127,9 @@ class AuditLedgerEntryAdmin(_ReadOnlyAdmin):
 
 
 class WebhookEndpointForm(forms.ModelForm):
-    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="http:// or https:// URL that receives POSTed events")
+    url = forms.URLField(max_length=2000, assume_scheme="https",
+                         help_text="http:// or https:// URL that receives POSTed events; a public address, "
+                                   "or one in WEBHOOK_ALLOWED_NETWORKS")
     events = forms.MultipleChoiceField(
         choices=[(e.value, e.label) for e in SUBSCRIBABLE_EVENTS], widget=forms.CheckboxSelectMultiple,
     )
@@ -148,8 +150,18 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     form = WebhookEndpointForm
     list_display = ["name", "url", "events", "active", "created_at"]
     list_filter = ["active"]
-    readonly_fields = ["secret", "created_at"]
     actions = ["send_test_ping"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Not on the add page: a new instance's default secret is drawn on every render and is
+        # not the one saved. The saved secret is shown once the endpoint exists.
+        return ["secret", "created_at"] if obj is not None else []
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None:
+            return super().get_fieldsets(request, obj)
+        return [(None, {"fields": ["name", "url", "events", "active"],
+                        "description": "The signing secret is made when you save, and shown then."})]
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
@@ -260,7 +272,7 @@ class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
         fields = ["slug", "name", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
-                  "sources", "graphs"]
+                  "sources", "graphs", "allow_weaker_policies"]
 
     def clean(self):
         cleaned = super().clean()

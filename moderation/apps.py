@@ -24,6 +24,11 @@ class ModerationConfig(AppConfig):
         from moderation.live.rights import rights_signals_connect
 
         rights_signals_connect()
+        from axes.signals import user_locked_out
+
+        from moderation.records.metrics import metrics_lockout_record
+
+        user_locked_out.connect(metrics_lockout_record, dispatch_uid="moderation.records.metrics.lockout")
 
 
 def _moderators_group_ensure(sender, **kwargs) -> None:

@@ -42,6 +42,9 @@ class ItemStatus(models.TextChoices):
     DECIDED = "decided", "Decided"
     # The graph accepted a decision but could not finish; an operator runs `recover`.
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
+    # Accepted queued, then its graph raised at its start (the submitter's input, as a
+    # 422 is for a start "now"): final, no winner, nothing to decide (moderation.review.starts).
+    REFUSED = "refused", "Refused"
 
 
 # Settled: the item has a winner and a time, and every later attempt loses to it.
@@ -187,10 +190,14 @@ class QueueItem(models.Model):
             models.Index(fields=["decided_at", "is_lab"], name="item_decided_at_lab_idx"),
             # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
             models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
+            # /metrics' oldest pending item of each team: one seek per team; pending rows only.
+            models.Index(fields=["team", "created_at"], condition=Q(status="pending", is_lab=False),
+                         name="item_pending_team_age_idx"),
         ]
         permissions = [
             ("decide_item", "Can approve or reject queue items"),
             ("supervise_teams", "Can decide the items of every team"),
+            ("lead_team", "Can see the team page (/team/) of the teams they are a member of"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -199,7 +206,8 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(status__in=UNDECIDED_STATUSES, decided_by__isnull=True, decided_at__isnull=True)
+                    Q(status__in=[*UNDECIDED_STATUSES, ItemStatus.REFUSED], decided_by__isnull=True,
+                      decided_at__isnull=True)
                     | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",
@@ -496,6 +504,20 @@ class Presence(models.Model):
         return f"{self.user_id} on {self.item_id} at {self.last_seen:%H:%M:%S}"
 
 
+class RelayedEvent(models.Model):
+    """A live event made in a process without sockets, for the server to pass on.
+
+    Only without Redis; see ``moderation.records.relay``. Kept a minute, then pruned.
+    """
+
+    # [[group, message], ...]: what the process would have sent to the channel layer.
+    sends = models.JSONField()
+    made_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["made_at"], name="relayedevent_made_at_idx")]
+
+
 # --- Service clients (the /api/v1 HTTP API) ----------------------------------------
 
 
@@ -573,6 +595,38 @@ class DecidedDayCounter(models.Model):
     class Meta:
         # ``day`` first: the read asks for one day.
         constraints = [models.UniqueConstraint(fields=["day", "graph", "shard"], name="decided_day_counter_key")]
+
+
+class PendingCounter(models.Model):
+    """Pending items of one team (``team_key`` 0: no team), graph and priority band, split over shards (read by /metrics)."""
+
+    team_key = models.PositiveIntegerField()
+    graph = models.CharField(max_length=64)
+    band = models.CharField(max_length=8)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team_key", "graph", "band", "shard"], name="pending_counter_key")]
+
+
+class TeamDayCounter(models.Model):
+    """One day's tally of one team (``team_key`` 0: no team) for the team page (``moderation.records.teamstats``).
+
+    ``kind``: ``decided`` (``key``: the winner's user id), ``wait`` (``key``: the upper bound in
+    seconds of the time-to-decision bucket), ``lost_race``, ``deadline_miss``, ``escalation``.
+    """
+
+    team_key = models.PositiveIntegerField()
+    day = models.DateField()
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=32, blank=True, default="")
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        # Team first: the page reads one team's days.
+        constraints = [models.UniqueConstraint(fields=["team_key", "day", "kind", "key", "shard"], name="team_day_counter_key")]
 
 
 # --- Claims (their rules: moderation.records.claims) -------------------------------

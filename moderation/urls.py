@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from moderation.web import decided_views, views
+from moderation.web import decided_views, metrics_views, team_views, views
 
 app_name = "moderation"
 
@@ -17,5 +17,8 @@ urlpatterns = [
     path("api/items/<uuid:public_id>/state", views.live_state, name="api-item-state"),
     path("api/live/state", views.live_state, name="api-queue-state"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics_views.metrics, name="metrics"),
+    path("team/", team_views.team, name="team"),
+    path("team/export.csv", team_views.team_export, name="team-export"),
     path("lab/", include("moderation.lab.urls")),
 ]

@@ -1,19 +1,37 @@
-"""Refuse an oversized request body before Django reads it.
+"""Refuse an oversized request body while it arrives, before anything reads it whole.
 
-Django's ASGI handler reads the whole body (into a spooled temporary file) before any
-middleware runs, so authentication, CSRF and DATA_UPLOAD_MAX_MEMORY_SIZE all come after
-the upload: an anonymous 64 MiB POST was accepted in full before its 403. This ASGI
-middleware answers 413 from the Content-Length header alone, and stops reading a
-chunked body (no length) as soon as it passes the limit.
+daphne (Twisted) receives a request's whole body, into a temporary file past 100 KB,
+before it starts the ASGI application, and has no setting to bound it: an anonymous
+64 MiB POST was spooled in full before any middleware could answer. So the limit is
+enforced twice:
 
-daphne itself (Twisted) still receives a body before it starts the application, so the
-bytes on the wire are bounded by the reverse proxy (nginx ``client_max_body_size``, see
-README); what this bounds is Django's copy and all the work done for it.
+- in daphne's request itself (``daphne_body_limit_install``, called by
+  ``reviewqueue.asgi``): a ``Content-Length`` over the limit is answered 413 as soon as
+  the headers are in, and a chunked body as soon as what arrived passes the limit; the
+  connection is closed without reading the rest.
+- in the ASGI stack (``BodyLimitMiddleware``), for any ASGI server that streams bodies to
+  the application instead (and for the in-process tests): the same 413 from the
+  ``Content-Length`` header, and a chunked body is read no further than the limit.
+
+A reverse proxy's body limit (nginx ``client_max_body_size``, see README) still comes
+first in a deployment; this holds where there is none.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+
+from daphne import http_protocol
+
+logger = logging.getLogger(__name__)
+
+
+def body_refusal(max_bytes: int) -> bytes:
+    """The 413 body, the same from daphne's request and from the middleware."""
+    return json.dumps(
+        {"error": "request_too_large", "message": f"the request body is larger than {max_bytes} bytes"}
+    ).encode()
 
 
 class BodyLimitMiddleware:
@@ -50,9 +68,7 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send) -> None:
-        body = json.dumps(
-            {"error": "request_too_large", "message": f"the request body is larger than {self.max_bytes} bytes"}
-        ).encode()
+        body = body_refusal(self.max_bytes)
         await send(
             {
                 "type": "http.response.start",
@@ -71,3 +87,63 @@ def _content_length(scope) -> int | None:
             except ValueError:
                 return None  # the server or Django answers a malformed length
     return None
+
+
+class BodyLimitedRequest(http_protocol.WebRequest):
+    """daphne's request, answering 413 and closing the connection once the body passes ``max_bytes``.
+
+    Twisted calls ``gotLength`` when the headers are in (the declared length, or None for
+    a chunked body), ``handleContentChunk`` for each piece of the body as it arrives, and
+    ``requestReceived`` (which starts the application) once the body is complete. A
+    refused request never gets there: what is still in flight is dropped unread.
+    """
+
+    max_bytes = 0
+    _received = 0
+    _refused = False
+
+    def gotLength(self, length: int | None) -> None:
+        if length is not None and length > self.max_bytes:
+            # Twisted would otherwise send "100 Continue" after our answer, inviting the body.
+            self.requestHeaders.removeHeader(b"Expect")
+            self._refuse()
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._received > self.max_bytes:
+            self._refuse()
+            return
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if not self._refused:
+            super().requestReceived(command, path, version)
+
+    def _refuse(self) -> None:
+        self._refused = True
+        body = body_refusal(self.max_bytes)
+        head = (
+            "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        # Straight to the transport, not through Request.finish: the request is not complete,
+        # and Twisted's bookkeeping for a finished request expects it to be.
+        self.channel.transport.write(head.encode() + body)
+        self.channel.loseConnection()  # stops reading: the rest of the body is never received
+        peer = self.getClientAddress()
+        logger.info("refused a request body over %d bytes from %s", self.max_bytes, getattr(peer, "host", peer))
+
+
+def daphne_body_limit_install(*, max_bytes: int) -> None:
+    """Make daphne build its HTTP requests as ``BodyLimitedRequest`` with this limit.
+
+    daphne has no option for this: its HTTPFactory names its request class as a module
+    global, looked up for each connection, so that name is what is replaced. Called when
+    the ASGI application is imported, which daphne does before it accepts a connection.
+    """
+    BodyLimitedRequest.max_bytes = max_bytes
+    http_protocol.WebRequest = BodyLimitedRequest

@@ -28,10 +28,15 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-do-not-deploy"
-DEBUG = _env_bool("DEBUG", True)
+# Off unless asked for (`make run` and the test suite ask): a deployment that forgets a
+# variable gets no debug pages, and refuses to start without keys of its own.
+DEBUG = _env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
-    raise ImproperlyConfigured("SECRET_KEY must be set in the environment when DEBUG is off")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true): "
+        "set SECRET_KEY (and AUDIT_KEY) to long random values, or DEBUG=true for development, as `make run` does"
+    )
 
 # The audit log's HMAC key (moderation.records.audit). It must not live in the database the log
 # is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS
@@ -118,6 +123,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every line logged while serving a request carries its id (moderation.core.requestid).
+    "moderation.core.requestid.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -197,6 +204,10 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "reviewqueue.channel_layers.InMemoryChannelLayer"}}
+# With the in-memory layer, the events of other processes (the task worker, manage.py
+# commands) reach the server's sockets through the database (moderation.records.relay).
+# The in-process test suite, where one process plays every part, turns it off.
+LIVE_RELAY = not REDIS_URL
 
 # Shared by every server process when Redis is configured (rate limits).
 CACHES = {
@@ -264,6 +275,9 @@ DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
 DECISION_NOTE_MAX_LENGTH = 2000
 # A reject must name one of the admin's reason codes (moderation.records.reasons).
 REJECT_REASON_REQUIRED = _env_bool("REJECT_REASON_REQUIRED", True)
+# Per graph, over REJECT_REASON_REQUIRED: an agent's asks (the "ask" graph) are not content,
+# so the content-moderation codes are optional there and a reject's note reaches it as written.
+REJECT_REASON_REQUIRED_BY_GRAPH = {"ask": False}
 # Rows per page of the Decided page (moderation.records.timeline).
 DECIDED_PAGE_SIZE = 50
 # Longest item body accepted (characters); longer ones are refused before any processing.
@@ -294,15 +308,25 @@ LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
 LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
 LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
+# A page heartbeats at least every LIVE_HEARTBEAT_SECONDS (its state frames tell it so). A socket
+# that sends no heartbeat for LIVE_SILENT_SECONDS is closed by the server (4408), and its place
+# under LIVE_SOCKETS_PER_SESSION and its presence go with it: the cap counts live sockets.
+LIVE_HEARTBEAT_SECONDS = float(os.environ.get("LIVE_HEARTBEAT_SECONDS", "15"))
+LIVE_SILENT_SECONDS = float(os.environ.get("LIVE_SILENT_SECONDS", "40"))
+if LIVE_SILENT_SECONDS <= LIVE_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS")
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
 # sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
 LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
 # A queue page heartbeats this often (seconds) and refreshes when the counts its state
-# frame carries differ from the page's. Without Redis the in-memory channel layer cannot
-# carry an event from another process (`manage.py item_add`, the worker) to this server's
-# sockets, so this is how such an item appears: within a few seconds. Counts are O(1)
-# counter rows, so each resync costs a few small queries.
-LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15" if REDIS_URL else "3"))
+# frame carries differ from the page's: a catch-up for events lost on the way (layers
+# deliver at most once). Counts are O(1) counter rows, so each resync costs a few small queries.
+LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15"))
+# Long-poll waits (GET /api/v1/items/<id>/decision?wait=) open at once in one server process,
+# per API client and in all (moderation.live.waits); past either a wait is refused at once,
+# 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.
+LONGPOLL_WAITS_PER_CLIENT = int(os.environ.get("LONGPOLL_WAITS_PER_CLIENT", "20"))
+LONGPOLL_WAITS_PER_PROCESS = int(os.environ.get("LONGPOLL_WAITS_PER_PROCESS", "200"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}
@@ -313,6 +337,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["d
 # adds more without editing this file.
 REVIEWQUEUE_GRAPHS = {
     "moderation": "moderation.graphs.builtin:build",
+    # Asks submitted over /api/v1 by agents running elsewhere (POST /api/v1/items with "ask").
+    "ask": "moderation.graphs.passthrough:build",
     # The example LangChain agent (examples/refund_agent): runs with no API key.
     "refund_agent": "examples.refund_agent.agent:build",
 }
@@ -331,8 +357,22 @@ APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
 APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
 # An edit's arguments, as JSON.
 DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))
-# One attempt's HTTP timeout (seconds): a slow receiver holds a worker at most this long.
+# One webhook attempt's whole time (seconds): resolving, connecting, sending and reading
+# the answer together; a slow receiver holds a worker's lane at most this long.
 WEBHOOK_TIMEOUT = float(os.environ.get("WEBHOOK_TIMEOUT", "10"))
+# Webhooks go to public (global unicast) addresses only; these comma-separated addresses or
+# CIDR networks may be reached too, for internal receivers (moderation.delivery.targets).
+from ipaddress import ip_network  # noqa: E402
+
+try:
+    WEBHOOK_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
+                                for entry in os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+# Each worker runs this many delivery lanes (threads that take webhook deliveries only); one
+# endpoint has at most half of them (at least one) in flight, so a hung receiver leaves the
+# other half to everyone else (moderation.delivery.sending).
+WEBHOOK_LANES = int(os.environ.get("WEBHOOK_LANES", "4"))
 # Retries: exponential backoff from WEBHOOK_RETRY_BASE seconds, capped at WEBHOOK_RETRY_MAX,
 # with jitter; after WEBHOOK_RETRY_FOR seconds without a 2xx the delivery is marked failed.
 WEBHOOK_RETRY_BASE = float(os.environ.get("WEBHOOK_RETRY_BASE", "5"))
@@ -350,14 +390,29 @@ REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 
+# /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
+# "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
+# series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_WORKER_ADDR = os.environ.get("METRICS_WORKER_ADDR", "127.0.0.1")
+METRICS_WORKER_PORT = int(os.environ.get("METRICS_WORKER_PORT", "0") or 0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # LOG_FORMAT=json: one JSON object per line, fields in moderation.core.requestid and the README.
+        "json": {"()": "moderation.core.requestid.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"],
+                             "formatter": "json" if os.environ.get("LOG_FORMAT") == "json" else "plain"}},
+    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
+                "request_id": {"()": "moderation.core.requestid.RequestIdFilter"}},
     "loggers": {
-        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Our handler writes our lines; daphne gives the root logger one of its own, which would
+        # write each of them a second time.
+        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False},
         "django.request": {"filters": ["no_conflicts"]},
     },
 }

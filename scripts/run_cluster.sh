@@ -3,16 +3,17 @@
 # (`manage.py db_worker`), sharing one PostgreSQL database and one Redis: the smallest
 # "several servers" deployment, to try it out.
 #
-#   DATABASE_URL=postgres://postgres@127.0.0.1:5432/reviewqueue \
+#   DEBUG=true DATABASE_URL=postgres://postgres@127.0.0.1:5432/reviewqueue \
 #   REDIS_URL=redis://127.0.0.1:6379/0 \
-#   scripts/run_cluster.sh            # or: make run-cluster
+#   scripts/run_cluster.sh            # or: make run-cluster (which sets DEBUG=true)
 #
 # Then open http://127.0.0.1:8001/ as alice and http://127.0.0.1:8002/ as bob and
 # decide the same item. Ctrl-C stops the servers and the workers.
 #
 # Environment: DATABASE_URL and REDIS_URL (required), HOST (127.0.0.1), PORT1 (8001),
 # PORT2 (8002), PY (.venv/bin/python), WORKER_INTERVAL (0.1 s, an idle worker's polling
-# interval), DEBUG (true: demo users and items are added),
+# interval), DEBUG (off unless set; true: development mode, demo users and items are added),
+# METRICS_WORKER_PORT (unset: off; N: worker n serves its Prometheus series on N+n-1, README "Metrics"),
 # and everything reviewqueue/settings.py reads (SECRET_KEY, ALLOWED_HOSTS, ...).
 # The database is created if it does not exist yet and the server may create it.
 set -euo pipefail
@@ -23,7 +24,7 @@ HOST=${HOST:-127.0.0.1}
 PORT1=${PORT1:-8001}
 PORT2=${PORT2:-8002}
 WORKER_INTERVAL=${WORKER_INTERVAL:-0.1}
-export DEBUG=${DEBUG:-true}
+export DEBUG=${DEBUG:-false}
 
 die() { echo "run_cluster: $*" >&2; exit 2; }
 
@@ -86,6 +87,7 @@ done
 # Two workers share the database's task queue (each task is claimed by one of them).
 for n in 1 2; do
   "$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" --worker-id "$(hostname)-$n-$$" \
+    --metrics-port "$(( ${METRICS_WORKER_PORT:-0} ? ${METRICS_WORKER_PORT:-0} + n - 1 : 0 ))" \
     > >(sed -u "s/^/[worker$n] /") 2>&1 &
   pids+=("$!")
 done

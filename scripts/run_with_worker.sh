@@ -4,7 +4,8 @@
 #
 # Environment: PY (.venv/bin/python), HOST (127.0.0.1), PORT (8000), WORKER_INTERVAL
 # (0.1: seconds an idle worker waits before looking for tasks again), and everything
-# reviewqueue/settings.py reads.
+# reviewqueue/settings.py reads. DEBUG is off unless set (then SECRET_KEY and AUDIT_KEY must
+# be): `make run` sets DEBUG=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,7 +3,7 @@ wait for a human decision (``HumanInTheLoopMiddleware``), registered in
 ``REVIEWQUEUE_GRAPHS`` as ``refund_agent``.
 
 Its input is the customer's message: ``{"messages": [{"role": "user", "content": ...}]}``,
-which the queue merges over the item's ``item_id``, ``title``, ``body`` and ``source``;
+which the queue puts beside the item's ``item_id``, ``title``, ``body`` and ``source``;
 without ``messages`` the item's body is the message. ``create_agent``'s own state drops
 keys it does not declare; ``RefundAgentState`` declares the item's, so its thread keeps them.
 """

@@ -22,6 +22,14 @@ class ClientToken(HttpBearer):
         super().__init__()
         self.scope = scope
 
+    def __call__(self, request: HttpRequest) -> ApiClient | None:
+        # Not HttpBearer's: under DEBUG it logs a header of another scheme whole ("Basic
+        # rq_..." or a bare token), and a token must never reach a log line.
+        scheme, _, token = request.headers.get(self.header, "").partition(" ")
+        if scheme.lower() != self.openapi_scheme:
+            return None
+        return self.authenticate(request, token)
+
     def authenticate(self, request: HttpRequest, token: str) -> ApiClient | None:
         client = token_authenticate(token=token) if token else None
         if client is not None and not client.has_scope(self.scope):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.passthrough import ask_external
 from moderation.models import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -16,13 +20,25 @@ from moderation.models import (
     QueueItem,
     ReviewAsk,
 )
-from moderation.policies.models import APPROVALS_MAX
+from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
 from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
 from moderation.policies.teams import ask_tally_read
 from moderation.records.outcomes import ask_what
-from moderation.review.submissions import KEY_MAX_LENGTH
+from moderation.review.submissions import EXTERNAL_MAX_LENGTHS, KEY_MAX_LENGTH
 
 BATCH_MAX_ITEMS = 500
+
+
+def _storable(text: str) -> str:
+    try:
+        return text_check(text=text, field="")
+    except TextInvalid as exc:
+        raise ValueError(str(exc)) from None
+
+
+# A text that goes straight into a query (a list filter): a NUL is a 422 naming it, not PostgreSQL's 500.
+# What is submitted is checked by the services (moderation.review.items.item_texts_check).
+QueryText = Annotated[str, AfterValidator(_storable)]
 
 
 class Strict(Schema):
@@ -35,7 +51,8 @@ class PolicyIn(Strict):
 
     The service (``moderation.policies.rules.policy_parse``) checks it again, with the
     team: more approvals than the team's moderators, its requester excluded, is a 422
-    naming ``policy.approvals``.
+    naming ``policy.approvals``; so is a policy weaker than the team's, naming the first
+    weakened field (``policy_weakenings``), unless the team allows weaker policies.
     """
 
     approvals: StrictInt | None = Field(default=None, ge=1, le=APPROVALS_MAX, description="distinct moderators who must approve")
@@ -46,6 +63,14 @@ class PolicyIn(Strict):
     on_deadline: Literal["", "approve", "reject", "escalate"] | None = Field(
         default=None, description='at the deadline: resolved as "deadline", or escalated to the team\'s supervisor team; "" waits',
     )
+
+
+class ExternalIn(Strict):
+    """The asking agent's own ids, echoed on reads and webhooks; thread and interrupt id make the natural key."""
+
+    thread_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["thread_id"])
+    interrupt_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["interrupt_id"])
+    run_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["run_id"])
 
 
 class ItemIn(Strict):
@@ -67,6 +92,10 @@ class ItemIn(Strict):
     team: str | None = Field(default=None, min_length=1, max_length=50)
     policy: PolicyIn | None = None
     requested_by: str | None = Field(default=None, min_length=1, max_length=150)
+    # An agent's interrupt value (README "Approvals for an agent in your own service"): the item
+    # runs the pass-through "ask" graph; its limits (ASK_MAX_BYTES, ASK_MAX_DEPTH) are checked by the service.
+    ask: Any = None
+    external: ExternalIn | None = None
 
 
 class ItemSubmitIn(ItemIn):
@@ -88,7 +117,7 @@ class DecisionOut(Schema):
 
 class VoteOut(Schema):
     voter: str
-    vote: Literal["approve", "reject"]
+    vote: VoteKind
     at: datetime
 
 
@@ -99,9 +128,15 @@ class TallyOut(Schema):
     eligible: int  # moderators who may vote (its requester excluded)
     veto: bool
     votes: list[VoteOut]  # one per moderator, oldest first (a changed vote dates from its change)
-    resolution: Literal["approve", "reject"] | None
-    why: Literal["quorum", "veto", "impossible"] | None
+    resolution: VoteKind | None
+    why: TallyWhy | None  # the enum the guard writes it from
     summary: str  # "2 of 3 approvals: alice, bob · carol rejected — vetoed"
+
+
+# How an ask was resolved: its tally's why (the guard's TallyWhy, every one of them), one
+# moderator's decision, or its submitter's withdrawal.
+AskResolution = StrEnum("AskResolution", {**{why.name: why.value for why in TallyWhy},
+                                          "DECISION": "decision", "WITHDRAWN": "withdrawn"})
 
 
 class AskOut(Schema):
@@ -124,7 +159,9 @@ class AskOut(Schema):
     tally: TallyOut | None  # quorum asks only
     # How it was resolved: "quorum" / "veto" / "impossible" (votes), "deadline", "decision"
     # (one moderator's, no quorum), "withdrawn"; null while open.
-    resolution: Literal["quorum", "veto", "impossible", "deadline", "decision", "withdrawn"] | None
+    resolution: AskResolution | None
+    # The decisions as the asking graph resumes with them (``Command(resume=...)``); null while open.
+    resume: Any = None
 
     @classmethod
     def of(cls, ask: ReviewAsk, *, item: QueueItem) -> AskOut:
@@ -137,15 +174,20 @@ class AskOut(Schema):
             decisions=ask.decisions, what=ask_what(ask) if decided else "", reason=ask.reason,
             applied=ask.applied_at is not None, deadline_at=ask.deadline_at, tally=tally,
             resolution=_resolution(ask, tally=tally) if decided else None,
+            resume=_resume(ask) if decided else None,
         )
 
 
-def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> str:
+def _resume(ask: ReviewAsk) -> Any:
+    return ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions) if ask.decisions else None
+
+
+def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> AskResolution:
     if ask.status == AskStatus.WITHDRAWN:
-        return "withdrawn"
+        return AskResolution.WITHDRAWN
     if tally and tally.get("why"):
-        return tally["why"]
-    return "deadline" if ask.decided_by.get_username() == DEADLINE_USERNAME else "decision"
+        return AskResolution(tally["why"])
+    return AskResolution.DEADLINE if ask.decided_by.get_username() == DEADLINE_USERNAME else AskResolution.DECISION
 
 
 class ItemOut(Schema):
@@ -171,6 +213,9 @@ class ItemOut(Schema):
     requested_by: str | None  # who may never decide it (four eyes)
     deadline_at: datetime | None  # the first open ask's deadline
     escalated_at: datetime | None  # when a deadline handed it to the supervisor team
+    external: dict[str, str] | None = None  # an ask's agent ids: {thread_id, interrupt_id, run_id}
+    # Once no ask is open: the latest decision, ready for the agent's Command(resume=...).
+    resume: Any = None
 
     @classmethod
     def of(cls, item: QueueItem) -> ItemOut:
@@ -181,15 +226,18 @@ class ItemOut(Schema):
             )
         asks = list(item.asks.all())
         first_open = next((a for a in asks if a.status == AskStatus.PENDING), None)
+        outs = [AskOut.of(a, item=item) for a in asks]
         return cls(
             id=item.public_id, title=item.title, source=item.source, status=item.status,
             external_id=item.external_id, metadata=item.metadata, priority=item.priority,
             created_at=item.created_at, decided_at=item.decided_at, decision=decision,
-            graph=item.graph, asks=[AskOut.of(a, item=item) for a in asks], apply_state=item.apply_state,
+            graph=item.graph, asks=outs, apply_state=item.apply_state,
             applied_result=item.applied_result, review_request=first_open.payload if first_open else {},
             team=item.team.slug if item.team_id else None, policy=item.policy,
             requested_by=item.requested_by.get_username() if item.requested_by_id else None,
             deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,
+            external=ask_external(graph=item.graph, graph_input=item.graph_input),
+            resume=outs[-1].resume if outs and first_open is None else None,
         )
 
 

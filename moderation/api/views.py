@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -12,6 +13,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Query, Status, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from pydantic import ValidationError as PydanticValidationError
 
 from moderation.api.auth import ScopeMissing, read_auth, write_auth
@@ -28,7 +30,10 @@ from moderation.api.schemas import (
     ItemOut,
     ItemPage,
     ItemSubmitIn,
+    QueryText,
 )
+from moderation.core.jsonparse import json_parse
+from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
 from moderation.records.selectors import (
@@ -38,6 +43,7 @@ from moderation.records.selectors import (
 )
 from moderation.review.decisions import DecisionError, item_withdraw
 from moderation.review.submissions import (
+    KEY_MAX_LENGTH,
     Accepted,
     IdempotencyConflict,
     Submission,
@@ -52,7 +58,15 @@ ERRORS: dict[int | str, Any] = {
     503: ErrorOut,
 }
 
+class _Parser(Parser):
+    """Bodies read as every JSON the product reads: ``NaN`` or ``1e999`` is a 400, not a 500 at the database."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return json_parse(request.body)
+
+
 api = NinjaAPI(
+    parser=_Parser(),
     title="reviewqueue",
     version="1",
     urls_namespace="api-v1",
@@ -68,13 +82,37 @@ def _error(request: HttpRequest, status: int, code: str, message: str, **extra: 
     return api.create_response(request, {"error": code, "message": message, **extra}, status=status)
 
 
+def _field_name(loc: Sequence[str | int]) -> str:
+    """A value's place as the README names it: ``policy.approvals``, ``items[0]``."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f"{'.' if name else ''}{part}"
+    return name or "request body"
+
+
 def _field_errors(errors: list[dict[str, Any]]) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', '')}" for e in errors)
+    return "; ".join(f"{_field_name(e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)
+
+
+# ninja locates a bad value by where it came from and the view's own parameter names
+# ("body.data.title", "path.item_id"), names no client sees: the README's are the JSON
+# body's fields, the query's and header's own names, and the path's {id}.
+_PATH_NAMES = {"item_id": "id"}
+
+
+def _documented_loc(loc: Sequence[str | int]) -> tuple[str | int, ...]:
+    source, *rest = loc
+    if source == "body":
+        return tuple(rest[1:])  # rest[0]: the view's parameter holding the whole body
+    if source == "path" and rest:
+        return (_PATH_NAMES.get(rest[0], rest[0]), *rest[1:])
+    return tuple(rest)
 
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    return _error(request, 422, "invalid", _field_errors(exc.errors), details=exc.errors)
+    errors = [{**e, "loc": list(_documented_loc(e.get("loc") or ("body",)))} for e in exc.errors]
+    return _error(request, 422, "invalid", _field_errors(errors), details=errors)
 
 
 @api.exception_handler(DjangoValidationError)
@@ -127,13 +165,15 @@ def _submission(data: ItemIn) -> Submission:
         title=data.title, body=data.body, source=data.source, external_id=data.external_id,
         metadata=data.metadata, priority=data.priority, graph=data.graph, graph_input=data.input,
         team=data.team, policy=data.policy.model_dump(exclude_unset=True) if data.policy else None,
-        requested_by=data.requested_by,
+        requested_by=data.requested_by, ask=data.ask,
+        external=data.external.model_dump(exclude_none=True) if data.external else None,
     )
 
 
 @api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, 202: ItemOut, **ERRORS}, tags=["items"])
 def items_submit(
-    request: HttpRequest, data: ItemSubmitIn, idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+    request: HttpRequest, data: ItemSubmitIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=KEY_MAX_LENGTH),
 ):
     """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item.
 
@@ -202,16 +242,19 @@ def _refused_outcome(index: int, exc: DjangoValidationError | IdempotencyConflic
 @api.post(
     "/items/{item_id}/cancel", auth=write_auth, response={200: ItemOut, **ERRORS, 409: CancelLost}, tags=["items"]
 )
-def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn):
+def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn | None = None):
     """Withdraw a pending item this client submitted, through the same guard as a moderator's decision.
 
     200 with the withdrawn item (also on a retry); 409 ``already_decided`` naming the
-    moderator whose decision came first. Send ``{}`` or ``{"reason": "..."}``.
+    moderator whose decision came first. Send ``{"reason": "..."}``, or ``{}`` or no body
+    for a withdrawal with no reason.
     """
     item = client_item_get(client_id=request.auth.pk, public_id=item_id)
     if item is None:
         raise Http404("no such item")
-    outcome = item_withdraw(item_public_id=item.public_id, by=request.auth.user, reason=data.reason, origin=AttemptOrigin.API)
+    outcome = item_withdraw(
+        item_public_id=item.public_id, by=request.auth.user, reason=data.reason if data else "", origin=AttemptOrigin.API,
+    )
     if not outcome.won and outcome.winner != request.auth.user.get_username():
         return Status(409, CancelLost(error="already_decided", message=outcome.message(), **_lost_fields(outcome)))
     return ItemOut.of(client_item_get(client_id=request.auth.pk, public_id=item_id))
@@ -245,10 +288,10 @@ def _cursor_encode(last_id: int) -> str:
 def items_list(
     request: HttpRequest,
     status: ItemStatus | None = None,
-    source: str | None = Query(None, max_length=100),
-    external_id: str | None = Query(None, max_length=200),
+    source: QueryText | None = Query(None, max_length=100),
+    external_id: QueryText | None = Query(None, max_length=200),
     decided_after: datetime | None = None,
-    graph: str | None = Query(None, max_length=64),
+    graph: QueryText | None = Query(None, max_length=64),
     cursor: str | None = Query(None, max_length=40),
     limit: int = Query(50, ge=1, le=PAGE_MAX),
 ):
@@ -261,13 +304,23 @@ def items_list(
 
 
 @api.get(
-    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, **ERRORS}, tags=["items"]
+    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, 429: ErrorOut, **ERRORS},
+    tags=["items"],
 )
 async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query(0, ge=0)):
-    """The item once decided (200); with ``wait`` (seconds, at most 60) held open until then, else 204."""
-    item = await item_decision_wait(
-        client_id=request.auth.pk, public_id=str(item_id), timeout=min(wait, LONGPOLL_MAX_SECONDS)
-    )
+    """The item once decided (200); with ``wait`` (seconds, at most 60) held open until then, else 204.
+
+    A wait past this client's or this server's cap of open waits is refused at once: 429
+    ``too_many_waits`` or 503 ``busy``, with ``Retry-After``.
+    """
+    try:
+        item = await item_decision_wait(
+            client_id=request.auth.pk, public_id=str(item_id), timeout=min(wait, LONGPOLL_MAX_SECONDS)
+        )
+    except WaitRefused as refused:
+        response = _error(request, refused.status, refused.code, str(refused))
+        response["Retry-After"] = str(refused.retry_after)
+        return response
     if item is None:
         raise Http404("no such item")
     if item_undecided(item):

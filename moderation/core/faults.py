@@ -18,7 +18,9 @@ POINTS = (
     # The guard (moderation.review.decisions), in a reviewer's request:
     "after_item_lock", "after_row_lock", "before_commit", "after_commit", "before_response",
     # The worker applying a decision (moderation.review.apply), and the moderation graph's nodes:
-    "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_apply_node",
+    # in_review_node: the resumed node, holding its answer, not yet checkpointed; in_apply_node: the
+    # next node, the resume's first checkpoint written.
+    "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_review_node", "in_apply_node",
     # The worker starting a queued item (moderation.review.starts): its graph has run, its row not yet written.
     "after_start_run",
 )

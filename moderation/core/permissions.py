@@ -1,5 +1,8 @@
+from collections.abc import Sequence
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.db import transaction
 
 DECIDE_PERMISSION = "moderation.decide_item"
 MODERATORS_GROUP = "moderators"
@@ -14,15 +17,27 @@ def user_can_decide(*, user: AbstractBaseUser | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 
 
-def moderator_set(*, username: str, moderator: bool) -> AbstractBaseUser:
-    """Put the user in the moderators group (which holds the decide permission) or take them out.
+class UnknownUsers(ValueError):
+    def __init__(self, usernames: list[str]) -> None:
+        self.usernames = usernames
+        super().__init__(f"no user named {', '.join(map(repr, usernames))}")
 
-    Raises the user model's DoesNotExist for an unknown username.
+
+def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[AbstractBaseUser]:
+    """Put the users in the moderators group (which holds the decide permission) or take them out.
+
+    All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
+    The users are returned fresh, in the order given (the permission cache is per instance).
     """
-    user = get_user_model().objects.get(username=username)
+    users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
+    unknown = [name for name in dict.fromkeys(usernames) if name not in users]
+    if unknown:
+        raise UnknownUsers(unknown)
     group = Group.objects.get(name=MODERATORS_GROUP)
-    if moderator:
-        user.groups.add(group)
-    else:
-        user.groups.remove(group)
-    return get_user_model().objects.get(pk=user.pk)  # fresh: the permission cache is per instance
+    with transaction.atomic():
+        if moderator:
+            group.user_set.add(*users.values())
+        else:
+            group.user_set.remove(*users.values())
+    fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
+    return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]

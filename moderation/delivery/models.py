@@ -11,6 +11,8 @@ import uuid
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from moderation.delivery.targets import webhook_url_validate
+
 
 class WebhookEvent(models.TextChoices):
     ITEM_CREATED = "item.created", "item.created"
@@ -53,7 +55,9 @@ def events_validate(value: object) -> None:
 
 class WebhookEndpoint(models.Model):
     name = models.CharField(max_length=100, unique=True)
-    url = models.URLField(max_length=2000, help_text="http:// or https:// URL that receives POSTed events")
+    url = models.URLField(max_length=2000, validators=[webhook_url_validate],
+                          help_text="http:// or https:// URL that receives POSTed events; a public address, "
+                                    "or one in WEBHOOK_ALLOWED_NETWORKS")
     secret = models.CharField(max_length=100, default=webhook_secret_new, editable=False)
     events = models.JSONField(default=list, validators=[events_validate])
     active = models.BooleanField(default=True)

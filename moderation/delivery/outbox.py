@@ -17,6 +17,8 @@ from django.utils import timezone
 
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.sending import delivery_send
+from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.passthrough import ask_external
 from moderation.models import ItemStatus
 from moderation.records.outcomes import ask_what
 
@@ -40,6 +42,7 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
         "team": item.team.slug if item.team_id else None,
         "policy": item.policy or None,
         "decision": None,
+        "external": ask_external(graph=item.graph, graph_input=item.graph_input),
     }
     if item.decided_at is not None and item.decided_by is not None:
         data["decision"] = {
@@ -50,6 +53,7 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
         }
         if ask is not None:
             data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), reason=ask.reason,
+                                    resume=ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
                                     **({"tally": ask.tally} if ask.tally else {}))
     return data
 

@@ -2,13 +2,26 @@
 
 Each attempt runs as a ``delivery_send`` task in a worker (``manage.py db_worker``),
 never in a web process. The delivery row is the truth; tasks only say "look at it":
-- an attempt first takes a lease on the row (``next_attempt_at`` moves past the HTTP
-  timeout), so a duplicate task finds the lease and does nothing;
+- an attempt first takes a lease on the row (``next_attempt_at`` moves past
+  ``WEBHOOK_TIMEOUT``, which bounds the whole attempt), so a duplicate task finds the
+  lease and does nothing;
 - a delivery whose earlier sibling (same item and endpoint, lower sequence) is still
   pending is parked; finishing the sibling makes it due and queues it;
 - a worker killed mid-attempt leaves its task claimed forever (the database backend
   does not reclaim them), so ``deliveries_sweep`` (run by every worker) re-queues
-  deliveries whose lease ran out.
+  deliveries whose lease ran out;
+- one endpoint has at most half of a worker's delivery lanes in flight (``WEBHOOK_LANES``,
+  ``_EndpointSlots``): a delivery that would take one more is parked, and the end of one of
+  that endpoint's attempts hands its slot to the oldest parked one. A receiver that hangs
+  (every attempt lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it
+  does not delay the deliveries to other endpoints, nor do its retries. While the receiver
+  answers within half the timeout, the attempt that ends takes the parked delivery's lease
+  itself and goes on with it (``HANDOVER_MAX`` in a row at most), so a healthy endpoint's
+  backlog costs one write per parked delivery, not a task round trip; a slower one's parked
+  delivery is queued as a task, so no loop waits on a slow receiver twice in a row.
+
+The request itself is ``moderation.delivery.posting.webhook_post``: bounded as a whole by
+``WEBHOOK_TIMEOUT``, sent only to addresses ``moderation.delivery.targets`` allows.
 """
 
 from __future__ import annotations
@@ -16,26 +29,32 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
+from moderation.delivery.posting import webhook_post
+from moderation.records.metrics import metrics_webhook_attempt_record
 
 logger = logging.getLogger(__name__)
 
 # An attempt's lease outlasts its HTTP timeout by this much (recording the result included).
 LEASE_MARGIN_SECONDS = 2.0
-ERROR_MAX_CHARS = 500
-# Every worker also runs a thread serving this queue alone (``manage.py db_worker``'s
-# delivery lane), so a webhook never waits behind the graph work of earlier decisions.
+# Attempts one task makes at most, handing its endpoint's slot from one parked delivery to the
+# next, before it leaves the rest to the queue (the main loop has graph work too).
+HANDOVER_MAX = 10
+# Every worker also runs threads serving this queue alone (``manage.py db_worker``'s
+# delivery lanes), so a webhook never waits behind the graph work of earlier decisions.
 DELIVERY_QUEUE = "default"
 
 
@@ -55,15 +74,67 @@ def retry_delay(*, attempts: int) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
+class _EndpointSlots:
+    """The attempts each endpoint has in flight in this process, and a lock per endpoint.
+
+    A lease is taken (or the delivery parked) and a result recorded (waking a parked one,
+    then the slot given back) under the endpoint's lock, so a delivery parked for want of a
+    slot is always seen by the attempt whose end frees one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[int, threading.Lock] = {}
+        self.busy: Counter[int] = Counter()
+
+    def lock(self, endpoint_id: int) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(endpoint_id, threading.Lock())
+
+    def full(self, endpoint_id: int) -> bool:
+        return self.busy[endpoint_id] >= max(1, settings.WEBHOOK_LANES // 2)
+
+
+_slots = _EndpointSlots()
+
+
 def delivery_attempt(*, delivery_id: int) -> str:
-    """Make one attempt if the delivery is due and first in line; return what happened."""
-    delivery = _lease_take(delivery_id)
-    if delivery is None:
+    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return what happened."""
+    endpoint_id = WebhookDelivery.objects.filter(pk=delivery_id).values_list("endpoint_id", flat=True).first()
+    if endpoint_id is None:
         return "skipped"
-    started = time.monotonic()
-    status_code, error = _post(delivery)
-    latency_ms = int((time.monotonic() - started) * 1000)
-    return _result_record(delivery_id=delivery_id, status_code=status_code, error=error, latency_ms=latency_ms)
+    with _slots.lock(endpoint_id):
+        delivery = _lease_take(delivery_id)
+        if delivery is None:
+            return "skipped"
+        _slots.busy[endpoint_id] += 1
+    outcome = ""
+    for made in range(1, HANDOVER_MAX + 1):
+        try:
+            started = time.monotonic()
+            status_code, error = _post(delivery)
+            latency_ms = int((time.monotonic() - started) * 1000)
+        except BaseException:
+            with _slots.lock(endpoint_id):
+                _slots.busy[endpoint_id] -= 1
+            raise
+        # Recorded (the slot handed to a parked delivery) and the slot given back in one hold of
+        # the lock: a delivery parked between the two would miss the slot that was freed.
+        with _slots.lock(endpoint_id):
+            following = None
+            try:
+                status, following = _result_record(
+                    delivery_id=delivery.pk, status_code=status_code, error=error, latency_ms=latency_ms,
+                    hand_over=made < HANDOVER_MAX and latency_ms < settings.WEBHOOK_TIMEOUT * 1000 / 2,
+                )
+            finally:
+                if following is None:
+                    _slots.busy[endpoint_id] -= 1
+        outcome = outcome or status
+        if following is None:
+            break
+        delivery = following
+    return outcome
 
 
 def deliveries_sweep() -> int:
@@ -97,8 +168,8 @@ def _lease_take(delivery_id: int) -> WebhookDelivery | None:
         # Gone, finished, leased by a running attempt, or a retry not yet due.
         if delivery is None or delivery.status != DeliveryStatus.PENDING or delivery.next_attempt_at > now:
             return None
-        if _earlier_pending(delivery).exists():
-            # Parked: finishing the earlier one queues this one (and makes it due).
+        if _earlier_pending(delivery).exists() or (delivery.endpoint.active and _slots.full(delivery.endpoint_id)):
+            # Parked: finishing the earlier one, or an attempt to the endpoint, queues this one (and makes it due).
             delivery.next_attempt_at = delivery.retry_until
             delivery.save(update_fields=["next_attempt_at"])
             return None
@@ -108,10 +179,14 @@ def _lease_take(delivery_id: int) -> WebhookDelivery | None:
             delivery.save(update_fields=["status", "last_error"])
             _next_in_line_queue(delivery)
             return None
-        delivery.attempts += 1
-        delivery.next_attempt_at = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + LEASE_MARGIN_SECONDS)
-        delivery.save(update_fields=["attempts", "next_attempt_at"])
+        _lease(delivery, now=now)
     return delivery
+
+
+def _lease(delivery: WebhookDelivery, *, now) -> None:
+    delivery.attempts += 1
+    delivery.next_attempt_at = now + timedelta(seconds=settings.WEBHOOK_TIMEOUT + LEASE_MARGIN_SECONDS)
+    delivery.save(update_fields=["attempts", "next_attempt_at"])
 
 
 def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
@@ -124,21 +199,16 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
         "webhook-timestamp": str(int(sent_at.timestamp())),
         "webhook-signature": Webhook(delivery.endpoint.secret).sign(delivery.msg_id, sent_at, body),
     }
-    try:
-        response = httpx.post(
-            delivery.endpoint.url, content=body.encode(), headers=headers,
-            timeout=settings.WEBHOOK_TIMEOUT, follow_redirects=False,
-        )
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}: {response.text[:200]}"[:ERROR_MAX_CHARS]
+    return webhook_post(url=delivery.endpoint.url, body=body.encode(), headers=headers, timeout=settings.WEBHOOK_TIMEOUT)
 
 
-def _result_record(*, delivery_id: int, status_code: int | None, error: str, latency_ms: int) -> str:
+def _result_record(
+    *, delivery_id: int, status_code: int | None, error: str, latency_ms: int, hand_over: bool,
+) -> tuple[str, WebhookDelivery | None]:
+    """Record the attempt and give its endpoint's slot to the oldest parked delivery: leased
+    here and returned when ``hand_over`` (the caller attempts it next), else queued."""
     with transaction.atomic():
-        delivery = WebhookDelivery.objects.select_for_update().get(pk=delivery_id)
+        delivery = WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint").get(pk=delivery_id)
         DeliveryAttempt.objects.create(delivery=delivery, status_code=status_code, latency_ms=latency_ms, error=error)
         now = timezone.now()
         delivery.last_error = error
@@ -155,7 +225,29 @@ def _result_record(*, delivery_id: int, status_code: int | None, error: str, lat
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
             _next_in_line_queue(delivery)
-    return delivery.status
+        following = _slot_hand_on(delivery=delivery, now=now, hand_over=hand_over)
+    metrics_webhook_attempt_record(endpoint_id=delivery.endpoint_id, failed=bool(error))
+    return delivery.status, following
+
+
+def _slot_hand_on(*, delivery: WebhookDelivery, now: datetime, hand_over: bool) -> WebhookDelivery | None:
+    """In the attempt's transaction: give its endpoint's slot to the oldest parked delivery,
+    leased and returned when ``hand_over`` (the caller attempts it next), else queued."""
+    parked = _parked_for_a_slot(endpoint_id=delivery.endpoint_id)
+    if parked is None:
+        return None
+    if hand_over and delivery.endpoint.active:
+        # Locked and read again: another worker's attempt may have handed it a slot since.
+        following = (
+            _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint"))
+            .filter(pk=parked).first()
+        )
+        if following is not None:
+            _lease(following, now=now)
+        return following
+    _parked(WebhookDelivery.objects.filter(pk=parked)).update(next_attempt_at=now)
+    delivery_send.enqueue(parked)
+    return None
 
 
 def _earlier_pending(delivery: WebhookDelivery):
@@ -179,3 +271,20 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
     if following is not None:
         WebhookDelivery.objects.filter(pk=following).update(next_attempt_at=timezone.now())
         delivery_send.enqueue(following)
+
+
+def _parked_for_a_slot(*, endpoint_id: int) -> int | None:
+    """The endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
+    earlier = WebhookDelivery.objects.filter(
+        endpoint_id=endpoint_id, item_public_id=OuterRef("item_public_id"), sequence__lt=OuterRef("sequence"),
+        status=DeliveryStatus.PENDING,
+    )
+    return (
+        _parked(WebhookDelivery.objects.filter(endpoint_id=endpoint_id))
+        .exclude(Exists(earlier)).order_by("pk").values_list("pk", flat=True).first()
+    )
+
+
+def _parked(deliveries):
+    """Those parked: pending, their next attempt put off to the end of their retry window."""
+    return deliveries.filter(status=DeliveryStatus.PENDING, next_attempt_at=F("retry_until"))

@@ -9,8 +9,9 @@ Three shapes of interrupt value are understood, so one page renders them all:
   with the value as its arguments, answered with ``{"type": ..., ...}``.
 
 Decisions are checked here, before anything is locked: their count, their types
-against ``allowed_decisions``, an edit's arguments against ``args_schema`` (JSON
-Schema, when the request gives one), and every text's length and characters.
+against ``allowed_decisions``, an edit's arguments as the tool will take them
+(``moderation.graphs.argschema``: its ``args_schema`` with JSON Schema's semantics, when
+the request gives one), and every text's length and characters.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import ProhibitNullCharactersValidator
+
+from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.argschema import ArgsInvalid, args_check
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 PLAIN_ACTION = "review"
 # A "plain" interrupt offers what every graph can act on without knowing its tools.
 PLAIN_ALLOWED = ["approve", "reject", "respond"]
-_NO_NUL = ProhibitNullCharactersValidator()
 
 
 class AskDecisionInvalid(ValueError):
@@ -180,13 +180,10 @@ def _edit_clean(edited: object, *, action: dict, config: dict, where: str) -> di
     _texts_check(args, field=f"{field}.args")
     if len(json.dumps(args)) > settings.DECISION_ARGS_MAX_LENGTH:
         raise AskDecisionInvalid(f"edited arguments are longer than {settings.DECISION_ARGS_MAX_LENGTH} characters", field=f"{field}.args")
-    schema = config.get("args_schema")
-    if schema:
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path))
-        if errors:
-            error = errors[0]
-            path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.path)
-            raise AskDecisionInvalid(error.message, field=f"{field}.args{path}")
+    try:
+        args_check(args=args, schema=config.get("args_schema"), proposed=action["args"])
+    except ArgsInvalid as exc:
+        raise AskDecisionInvalid(str(exc), field=f"{field}.args{exc.path}") from None
     return {"name": action["name"], "args": args}
 
 
@@ -210,20 +207,39 @@ def text_clean(text: object, *, field: str) -> str:
     if len(text) > settings.DECISION_NOTE_MAX_LENGTH:
         raise AskDecisionInvalid(f"is longer than {settings.DECISION_NOTE_MAX_LENGTH} characters", field=field)
     try:
-        _NO_NUL(text)
-    except ValidationError:
-        # PostgreSQL refuses NUL at the write; refused here, nothing is locked or recorded.
-        raise AskDecisionInvalid("must not contain NUL (\\u0000) characters", field=field) from None
-    return text
+        return text_check(text=text, field=field)
+    except TextInvalid as exc:  # refused here, so nothing is locked or recorded
+        raise AskDecisionInvalid(str(exc), field=field) from None
+
+
+def ask_resume_langchain(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> Any:
+    """The decisions as the asking graph takes them in ``Command(resume=...)``: ``{"decisions": [...]}``
+    for a ``HITLRequest``, the one decision for any other ask."""
+    return {"decisions": decisions} if spec.kind == "batched" else decisions[0]
 
 
 def ask_resume_value(*, spec: AskSpec, decisions: list[dict[str, Any]], meta: dict[str, Any]) -> Any:
     """What the graph is resumed with for this ask: its own shape, plus who and when where it has room."""
+    resume = ask_resume_langchain(spec=spec, decisions=decisions)
+    return resume if spec.kind == "per_call" else {**resume, **meta}
+
+
+# What ``moderation.review.apply`` puts beside an answer (``ask_resume_value``'s ``meta``): never a decision's own key.
+RESUME_META_KEYS = frozenset({"reviewer", "decided_at", "note", "withdrawn", "tally"})
+
+
+def ask_resume_read(*, spec: AskSpec, value: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """``ask_resume_value`` read back: the decisions ``value`` answers the ask with, and the reviewer it
+    names (None where the ask's shape has no room for one). ValueError for a value not of that shape."""
     if spec.kind == "per_call":
-        return decisions[0]
+        return [value], None
+    if not isinstance(value, dict):
+        raise ValueError(f"a {spec.kind} ask is answered with an object, not {type(value).__name__}")
     if spec.kind == "plain":
-        return {**decisions[0], **meta}
-    return {"decisions": decisions, **meta}
+        return [{k: v for k, v in value.items() if k not in RESUME_META_KEYS}], value.get("reviewer")
+    if not isinstance(value.get("decisions"), list):
+        raise ValueError("a batched ask is answered with its decisions")
+    return value["decisions"], value.get("reviewer")
 
 
 def decisions_kind(decisions: list[dict[str, Any]]) -> str:

@@ -64,6 +64,7 @@ def _request_review(state: ReviewState) -> dict[str, Any]:
         }],
         "review_configs": [{"action_name": ACTION, "allowed_decisions": ["approve", "reject"]}],
     })
+    fault_point("in_review_node", item_key=state["item_id"])
     # The guard validates before anything is resumed; this keeps a hand-made resume honest.
     decisions = answer.get("decisions") if isinstance(answer, dict) else None
     if not (isinstance(decisions, list) and len(decisions) == 1 and decisions[0].get("type") in STATUS_FOR_TYPE):

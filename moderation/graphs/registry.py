@@ -5,6 +5,11 @@ The callable takes a LangGraph checkpointer and returns the compiled graph
 Every entry is imported when the app starts (``graphs_check`` from ``AppConfig.ready``),
 so a typo stops the server and the worker at start-up with the name and the import
 error, never as a 500 on the first item.
+
+A graph left out altogether (``REVIEWQUEUE_EXTRA_GRAPHS`` forgotten on a restart) cannot be
+told from one retired on purpose, so it stops nothing: its items keep their rows and
+threads as they are (``graph_loaded`` is false for them), and whatever would run the graph
+(the worker's start and apply, ``recover``) leaves them for a process that runs it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,15 @@ class UnknownGraph(ValueError):
 
 def graph_names() -> list[str]:
     return sorted(settings.REVIEWQUEUE_GRAPHS)
+
+
+def graph_loaded(*, name: str) -> bool:
+    """Whether this process runs the graph ``name`` (an item's may have been left out of its registry)."""
+    return name in settings.REVIEWQUEUE_GRAPHS
+
+
+def graph_not_loaded_text(*, name: str) -> str:
+    return f"graph {name!r} is not loaded in this process (add it to REVIEWQUEUE_GRAPHS or REVIEWQUEUE_EXTRA_GRAPHS)"
 
 
 def graph_name_validate(*, name: object) -> str:

@@ -2,15 +2,29 @@
 
 Callers that resume hold the thread's resume lock (``moderation.review.apply``): LangGraph
 itself runs two concurrent resumes of one thread both, forking its checkpoints.
+
+What a process killed mid-run leaves behind (LangGraph's durability model). A resume
+runs with ``durability="sync"``: each step's checkpoint is written before the next step
+starts. So a kill between two nodes loses nothing, and a kill inside a node loses only
+that node's unfinished work: the checkpoint still names it in ``next`` (``GraphState.
+stalled`` when nothing else is pending), and ``graph_continue`` runs it again from its
+start. A node may therefore run twice, never a node after it has been checkpointed.
+Nodes keep that safe by being idempotent: the built-in graphs' nodes compute from their
+state and write nothing outside it; an agent's tool with side effects must carry its
+own idempotency key (the item's thread id and its ask's interrupt id are stable).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from django.db import Error as DjangoDatabaseError
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from langgraph.types import Command
 
 from moderation.core.checkpointer import checkpointer_get
@@ -52,6 +66,14 @@ class GraphState:
     values: dict[str, Any]
     checkpointed: bool = True  # False: nothing was ever saved on the thread (never started, or a start that failed)
 
+    @property
+    def stalled(self) -> bool:
+        """Left between its steps: nodes still to run, none of them waiting for review or failed.
+
+        Only a run that died mid-graph leaves a thread so (see the module docstring).
+        """
+        return self.checkpointed and not self.finished and not self.asks and self.error is None
+
 
 def graph_state_read(*, name: str, thread_id: str) -> GraphState:
     state = graph_get(name=name).get_state(_config(thread_id))
@@ -73,6 +95,14 @@ def _asks(state: Any) -> list[PendingAsk]:
 
 # In the metadata of the checkpoint a start writes (LangGraph keeps a run's config metadata there).
 _START_MARK = {"reviewqueue_run": "start"}
+# Failures of the storage under a run (the checkpointer's database), not of the graph: ours, and worth trying again.
+_STORAGE_ERRORS = (DjangoDatabaseError, psycopg.Error, sqlite3.Error, MemoryError)
+START_ERROR_MAX_CHARS = 500
+
+
+class GraphStartRefused(Exception):
+    """The graph raised while running from its start state: the submitter's input, not the
+    server, is at fault (a refund agent handed ``messages`` that are not messages)."""
 
 
 def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphState:
@@ -84,8 +114,21 @@ def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphSta
     default, so ``graph_resume_count`` can read their per-step history. The checkpoint
     carries ``_START_MARK`` in its metadata, so ``graph_start_count`` can tell a start
     from a resume.
+
+    Anything the graph raises, except a storage failure, is ``GraphStartRefused`` with the
+    graph's own message (no NUL, at most ``START_ERROR_MAX_CHARS``), and the thread is
+    deleted: even with ``durability="exit"`` LangGraph saves the failed run's checkpoint,
+    and a thread that never asked holds nothing anyone needs.
     """
-    graph_get(name=name).invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    graph = graph_get(name=name)
+    try:
+        graph.invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    except _STORAGE_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the submitter is told what
+        graph.checkpointer.delete_thread(thread_id)
+        message = f"the {name} graph refused its start: {type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+        raise GraphStartRefused(message[:START_ERROR_MAX_CHARS]) from exc
     started = graph_state_read(name=name, thread_id=thread_id)
     if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
@@ -99,7 +142,28 @@ def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:
 
 def graph_resume(*, name: str, thread_id: str, answers: dict[str, Any]) -> None:
     """Resume the thread with ``{interrupt_id: value}``; interrupts not named stay pending."""
-    graph_get(name=name).invoke(Command(resume=answers), _config(thread_id))
+    graph_get(name=name).invoke(Command(resume=answers), _config(thread_id), durability="sync")
+
+
+def graph_resume_values(*, name: str, thread_id: str) -> dict[str, Any]:
+    """What each interrupt of the thread was resumed with, by interrupt id (``recover --all`` compares them with the rows).
+
+    Read from the checkpointer's pending writes: a resume writes, on the checkpoint that
+    held the interrupts, each task's answers (``RESUME``, in the order the task raised
+    them) beside that task's interrupts (``INTERRUPT``). Once written they never change.
+    """
+    answers: dict[str, Any] = {}
+    for saved in graph_get(name=name).checkpointer.list(_config(thread_id)):
+        asked: dict[str, list[Any]] = {}
+        resumed: dict[str, list[Any]] = {}
+        for task_id, channel, value in saved.pending_writes or ():
+            if channel == INTERRUPT:
+                asked.setdefault(task_id, []).extend(value)
+            elif channel == RESUME:
+                resumed.setdefault(task_id, []).extend(value if isinstance(value, list) else [value])
+        for task_id, interrupts in asked.items():
+            answers.update((i.id, v) for i, v in zip(interrupts, resumed.get(task_id, [])))
+    return answers
 
 
 def graph_values(*, name: str, thread_id: str) -> dict[str, Any]:
@@ -111,8 +175,8 @@ def graph_is_finished(*, name: str, thread_id: str) -> bool:
 
 
 def graph_continue(*, name: str, thread_id: str) -> None:
-    """Re-run whatever node failed after a resume (used by the worker's retry and ``recover``)."""
-    graph_get(name=name).invoke(None, _config(thread_id))
+    """Run on from the last checkpoint: the node that failed, or the nodes a killed run left (``GraphState.stalled``)."""
+    graph_get(name=name).invoke(None, _config(thread_id), durability="sync")
 
 
 def graph_error_read(*, name: str, thread_id: str) -> str | None:
@@ -124,6 +188,7 @@ def graph_error_read(*, name: str, thread_id: str) -> str | None:
 class RunCounts:
     starts: int  # runs from an input (``graph_start``)
     resumes: int  # runs on from an interrupt
+    settled: bool  # its latest checkpoint is at its end or at an interrupt (not ``GraphState.stalled``)
 
 
 def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
@@ -135,9 +200,10 @@ def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
     sibling children. The latest state alone would hide both. A second start on a
     paused thread is a child of that checkpoint too: it counts as a start, not a resume.
     """
-    history = list(graph_get(name=name).get_state_history(_config(thread_id)))
+    history = list(graph_get(name=name).get_state_history(_config(thread_id)))  # newest first
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
     return RunCounts(
+        settled=bool(history) and (history[0].next == () or bool(history[0].interrupts)),
         starts=sum(1 for s in history if _is_start(s)),
         resumes=sum(
             1 for s in history

@@ -27,12 +27,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
-from django.utils import timezone
 
 from moderation.graphs.runtime import graph_asks_pending
 from moderation.lab.history import (
@@ -43,14 +41,11 @@ from moderation.lab.history import (
     history_final_read,
     history_wait_applied,
 )
-from moderation.lab.strategies import STRATEGIES, deadline_fire
-from moderation.lab.worker import BARRIER_TIMEOUT, Attempt, reviewer_main
-from moderation.models import AskStatus, QueueItem, ReviewAsk
+from moderation.lab.attempts import Attempt, attempt_run
+from moderation.lab.strategies import STRATEGIES
+from moderation.lab.worker import BARRIER_TIMEOUT, reviewer_main
+from moderation.models import QueueItem
 from moderation.policies.rules import DEADLINE_USERNAME
-
-DEADLINE_DECISION = "deadline"
-# Past the deadline by this much, so the deadline's own "is it due" check agrees.
-DEADLINE_SLACK_S = 0.005
 
 
 @dataclass
@@ -138,38 +133,6 @@ def decisions_for(usernames: Sequence[str], decisions: Sequence[str] | None) -> 
     if len(decisions) != len(usernames):
         raise ValueError(f"{len(decisions)} decisions for {len(usernames)} reviewers")
     return list(decisions)
-
-
-def attempt_run(
-    strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float, at_deadline: bool = False,
-) -> Attempt:
-    if at_deadline:
-        deadline_wait(item=item)
-    started_at = time.time()
-    start = time.perf_counter()
-    counted, judged = False, True
-    try:
-        if decision == DEADLINE_DECISION:
-            fired = deadline_fire(item_public_id=item)
-            won, told, judged, decision = bool(fired.won), fired.winner, fired.won is not None, fired.decision
-        else:
-            outcome = strategy(item_public_id=item, reviewer=user, decision=decision, delay=delay)
-            won, told, counted = outcome.won, outcome.winner, outcome.counted
-        error = None
-    except Exception as exc:  # the harness counts every failure instead of stopping
-        won, told, error = None, None, f"{type(exc).__name__}: {exc}"
-    return Attempt(
-        item=item, reviewer=user.get_username(), decision=decision, won=won, told_winner=told, error=error,
-        latency_ms=(time.perf_counter() - start) * 1000, started_at=started_at, counted=counted, judged=judged,
-    )
-
-
-def deadline_wait(*, item: str) -> None:
-    """Sleep until the item's open ask is due (at once if it has none, or is overdue already)."""
-    due = ReviewAsk.objects.filter(item__public_id=item, status=AskStatus.PENDING).values_list(
-        "deadline_at", flat=True).first()
-    if due is not None:
-        time.sleep(max(0.0, (due - timezone.now()).total_seconds() + DEADLINE_SLACK_S))
 
 
 def race_threads(

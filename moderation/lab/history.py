@@ -16,7 +16,8 @@ final votes (their last acknowledged vote: a vote may be changed until resolutio
 and one vote per reviewer; a resolved ask's tally, the one its graph was resumed with,
 must hold every counted vote; no counted vote may come from the item's requester or
 from someone who was not a member of its team when the vote was cast; and the item
-resolves at most once (one winning attempt), its graph resumed once per resolution.
+resolves at most once (one winning attempt), its graph resumed once per resolution. A decided item's graph must have run on to its end
+or its next interrupt: one left between its steps lost the decision's effect.
 
 Items accepted for the worker to start (``moderation.review.starts``): whoever starts
 them, and however often a start is retried, each item's graph runs from its input once.
@@ -67,13 +68,16 @@ class FinalItem:
     votes: dict[str, str] | None = None
     tally: dict[str, str] | None = None
     ineligible: tuple[str, ...] = ()
+    # Its graph is at its end or paused at an interrupt, not stalled between its steps
+    # (a run killed mid-graph and never run on: ``moderation.graphs.runtime``).
+    settled: bool = True
 
 
 @dataclass(frozen=True)
 class Anomaly:
     kind: Literal[
         "multiple_winners", "lost_decision", "misinformed_loser", "double_resume", "never_resumed", "incomplete",
-        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start",
+        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start", "graph_unsettled",
     ]
     item: str
     detail: str
@@ -149,6 +153,9 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
             anomalies.append(Anomaly("double_resume", item, f"review node completed {state.resumes} times"))
         if state.winner is not None and state.resumes == 0:
             anomalies.append(Anomaly("never_resumed", item, f"decided by {state.winner} but its graph never resumed"))
+        if state.winner is not None and not state.settled:
+            anomalies.append(Anomaly("graph_unsettled", item, f"decided by {state.winner} but its graph neither "
+                                                              "reached its end nor its next interrupt"))
     return anomalies
 
 
@@ -205,6 +212,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
             resumes=runs.resumes,
             starts=runs.starts,
             decision=DECISION_FOR_STATUS[row.status].value if row.is_decided else None,
+            settled=runs.settled,
             **_votes_read(row),
         )
 

@@ -42,9 +42,8 @@ from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
 from moderation.review.items import lab_item_create
 from moderation.review.deadlines import deadline_account
 from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.lab.harness import (
-    DEADLINE_DECISION, Attempt, ReviewerProcesses, attempt_run, decision_for, race_threads, reviewer_processes,
-)
+from moderation.lab.attempts import DEADLINE_DECISION, Attempt, attempt_run
+from moderation.lab.harness import ReviewerProcesses, decision_for, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
 from moderation.models import AttemptOrigin, LabAccount, QueueItem
 from moderation.core.permissions import MODERATORS_GROUP
@@ -428,7 +427,9 @@ def lab_teams_create(*, usernames: Sequence[str], racers: int) -> LabTeams:
     slugs = _lab_team_slugs(users[0].lab_account.run)
     with transaction.atomic():
         everyone = Team.objects.create(slug=slugs.everyone, name="race lab: all reviewers")
-        racing = Team.objects.create(slug=slugs.racers, name="race lab: racers", escalate_to=everyone)
+        # The lab's items carry the run's policy, whatever it is (a deadline that approves, say).
+        racing = Team.objects.create(slug=slugs.racers, name="race lab: racers", escalate_to=everyone,
+                                     allow_weaker_policies=True)
         for n, user in enumerate(users):
             team_member_add(team=everyone, user=user)
             if n < racers:

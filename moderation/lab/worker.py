@@ -9,23 +9,8 @@ from __future__ import annotations
 import os
 import threading
 import traceback
-from dataclasses import dataclass
 
 BARRIER_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class Attempt:
-    item: str
-    reviewer: str
-    decision: str
-    won: bool | None  # None: the call raised
-    told_winner: str | None
-    error: str | None
-    latency_ms: float
-    started_at: float = 0.0  # wall clock (time.time()), comparable across processes
-    counted: bool = False  # a vote counted on a quorum item that did not resolve with it
-    judged: bool = True  # False: the deadline found nothing to decide (settled before, or it escalated)
 
 
 def reviewer_main(env, inbox, barrier, results) -> None:
@@ -42,7 +27,7 @@ def reviewer_main(env, inbox, barrier, results) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connections
 
-    from moderation.lab.harness import attempt_run
+    from moderation.lab.attempts import Attempt, attempt_run
     from moderation.lab.strategies import STRATEGIES
 
     for strategy, items, username, decision, delay, at_deadline in iter(inbox.get, None):

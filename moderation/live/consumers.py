@@ -23,6 +23,10 @@ and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECON
 a socket whose user may no longer hold it leaves its groups and is closed (4401). A
 viewer made a moderator is sent a state saying so at once; the socket stays read-only as
 admitted, and the page, rendered without decision forms, asks to be reloaded.
+
+A socket that sends no heartbeat for ``LIVE_SILENT_SECONDS`` is told (``silent``) and
+closed (4408): its place under ``LIVE_SOCKETS_PER_SESSION`` is released with it, before
+that place's cache entry could expire, so the cap counts every socket that is open.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from moderation.core.permissions import user_can_decide
 from moderation.live.presence import presence_join
 from moderation.live.sockets import (
     CLOSE_RATE_LIMITED,
+    CLOSE_SILENT,
     CLOSE_TOO_MANY_SOCKETS,
     CLOSE_UNAUTHENTICATED,
     RATE_LIMITED_FRAME,
@@ -57,6 +62,8 @@ from moderation.live.sockets import (
     live_groups_leave,
     live_heartbeat,
     live_rights_read,
+    live_silent,
+    live_silent_frame,
     live_socket_admit,
     live_socket_forget,
     live_socket_hold,
@@ -64,6 +71,7 @@ from moderation.live.sockets import (
     too_many_sockets_message,
 )
 from moderation.records.claims import claim_release
+from moderation.records.metrics import metrics_open_track
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +89,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     forgotten = False
     ended = False
     rights_checked_at = 0.0
-    rights_watch: asyncio.Task | None = None
+    # When the socket was admitted or last answered a heartbeat: silent past LIVE_SILENT_SECONDS, it is closed.
+    heard_at = 0.0
+    watch: asyncio.Task | None = None
     # When an item page's socket was admitted: leaving releases only claims taken before it.
     opened_at: datetime | None = None
     # Admitted as a moderator (presence, claims) or as a viewer (listening only).
@@ -126,7 +136,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # consumer still alive; any exception before it would skip the clean-up and leave a
         # presence row and group subscriptions behind. This runs however the socket ended.
         try:
-            await super().__call__(scope, inbox.get, send_or_drop)
+            with metrics_open_track(kind="socket"):
+                await super().__call__(scope, inbox.get, send_or_drop)
         finally:
             pumping.cancel()
             await self._forget()
@@ -162,8 +173,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await database_sync_to_async(presence_join)(
                 user_id=self.user_id, item_public_id=self.item_public_id, channel_name=self.channel_name
             )
-        self.rights_checked_at = time.monotonic()
-        self.rights_watch = asyncio.ensure_future(self._rights_watch())
+        self.rights_checked_at = self.heard_at = time.monotonic()
+        self.watch = asyncio.ensure_future(self._watch())
         state = await database_sync_to_async(live_state_read)(
             username=self.username, item_public_id=self.item_public_id, can_decide=self.can_decide
         )
@@ -185,7 +196,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if state is None:
             await self.rights_changed({})
             return
-        self.rights_checked_at = time.monotonic()
+        self.rights_checked_at = self.heard_at = time.monotonic()
         await self.send_json(state)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -209,7 +220,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.rights_checked_at = time.monotonic()
         if rights.lost is not None:
             logger.info("live: closing a socket of %s: %s", self.username, rights.lost)
-            await self._end(message=rights.lost)
+            await self._end(frame={"type": "session.ended", "message": rights.lost}, code=CLOSE_UNAUTHENTICATED)
         elif rights.can_decide and not self.can_decide:
             # Promoted: the page has no decision forms; a state saying so now, not at its next heartbeat.
             await self.send_json(await database_sync_to_async(live_state_read)(
@@ -221,11 +232,18 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     # it is checked against the database like any rights change, never just obeyed.
     session_ended = rights_changed
 
-    async def _rights_watch(self) -> None:
-        # For a client that sends nothing, and for changes made behind the ORM's back.
+    async def _watch(self) -> None:
+        # For a client that sends nothing: its rights are re-read (and changes made behind the
+        # ORM's back are seen), and once it has missed its heartbeats it is closed.
         interval = settings.LIVE_RIGHTS_RECHECK_SECONDS
-        while True:
-            await asyncio.sleep(max(0.0, self.rights_checked_at + interval - time.monotonic()))
+        while not self.ended:
+            recheck_at = self.rights_checked_at + interval
+            silent_at = self.heard_at + settings.LIVE_SILENT_SECONDS
+            await asyncio.sleep(max(0.0, min(recheck_at, silent_at) - time.monotonic()))
+            if live_silent(heard_at=self.heard_at, now=time.monotonic()):
+                logger.info("live: closing a silent socket of %s (4408)", self.username)
+                await self._end(frame=live_silent_frame(), code=CLOSE_SILENT)
+                return
             if time.monotonic() - self.rights_checked_at >= interval:
                 try:
                     await self.rights_changed({})
@@ -233,21 +251,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                     self.rights_checked_at = time.monotonic()
                     logger.warning("live: could not re-check the rights of %s", self.username, exc_info=True)
 
-    async def _end(self, *, message: str) -> None:
+    async def _end(self, *, frame: dict[str, Any], code: int) -> None:
         if self.ended:
             return
         self.ended = True
         # Leave the groups first: a socket whose rights are gone must not get one more event.
         await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
-        await self.send_json({"type": "session.ended", "message": message})
-        await self.close(code=CLOSE_UNAUTHENTICATED)
+        await self.send_json(frame)
+        await self.close(code=code)
 
     async def _forget(self) -> None:
         if self.forgotten or not self.channel_name:
             return
         self.forgotten = True
-        if self.rights_watch is not None and self.rights_watch is not asyncio.current_task():
-            self.rights_watch.cancel()
+        if self.watch is not None and self.watch is not asyncio.current_task():
+            self.watch.cancel()
         await live_groups_leave(layer=self.channel_layer, channel_name=self.channel_name)
         await database_sync_to_async(live_socket_forget)(
             session_key=self.session_key, channel_name=self.channel_name, on_item=self.opened_at is not None

@@ -7,8 +7,8 @@ so presence works across processes without making Redis a requirement. The cost 
 one small upsert per open tab per heartbeat.
 
 A row counts while its heartbeat is recent. A tab that closes cleanly deletes its
-row; a connection that dies without a goodbye (crashed process, lost network) simply
-stops heartbeating and drops out after ``PRESENCE_TTL``. Stale rows are purged when
+row, and so does one its server closes for missing its heartbeats; a connection whose
+process died stops heartbeating and drops out after ``presence_ttl()``. Stale rows are purged when
 someone joins, and every page re-reads presence with each heartbeat, so an expiry
 nobody announced still reaches every screen within a heartbeat.
 
@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
@@ -31,9 +32,14 @@ from moderation.records import events
 
 logger = logging.getLogger(__name__)
 
-PRESENCE_HEARTBEAT_SECONDS = 15
-# More than two heartbeats, so one heartbeat late under load does not make a viewer flicker.
-PRESENCE_TTL = timedelta(seconds=40)
+
+def presence_ttl() -> timedelta:
+    """How long a row counts after its page's last heartbeat: as long as its socket may stay silent.
+
+    ``LIVE_SILENT_SECONDS`` is more than two heartbeats by default, so one heartbeat late
+    under load does not make a viewer flicker.
+    """
+    return timedelta(seconds=settings.LIVE_SILENT_SECONDS)
 
 
 @contextmanager
@@ -49,7 +55,7 @@ def presence_join(*, user_id: int, item_public_id: str, channel_name: str, now: 
     now = now or timezone.now()
     with _best_effort("join"):
         item_id = QueueItem.objects.values_list("pk", flat=True).get(public_id=item_public_id)
-        Presence.objects.filter(last_seen__lt=now - PRESENCE_TTL).delete()
+        Presence.objects.filter(last_seen__lt=now - presence_ttl()).delete()
         Presence.objects.bulk_create(
             [Presence(channel_name=channel_name, item_id=item_id, user_id=user_id, last_seen=now)],
             update_conflicts=True, unique_fields=["channel_name"], update_fields=["last_seen"],
@@ -61,7 +67,7 @@ def presence_touch(*, user_id: int, item_public_id: str, channel_name: str, now:
     """Heartbeat: keep the row fresh, re-joining if it had already expired."""
     now = now or timezone.now()
     with _best_effort("heartbeat"):
-        fresh = Presence.objects.filter(channel_name=channel_name, last_seen__gte=now - PRESENCE_TTL)
+        fresh = Presence.objects.filter(channel_name=channel_name, last_seen__gte=now - presence_ttl())
         if not fresh.update(last_seen=now):
             presence_join(user_id=user_id, item_public_id=item_public_id, channel_name=channel_name, now=now)
 
@@ -82,7 +88,7 @@ def presence_viewers(*, item_public_id: str, now: datetime | None = None) -> lis
     now = now or timezone.now()
     return sorted(
         set(
-            Presence.objects.filter(item__public_id=item_public_id, last_seen__gte=now - PRESENCE_TTL)
+            Presence.objects.filter(item__public_id=item_public_id, last_seen__gte=now - presence_ttl())
             .values_list("user__username", flat=True)
         )
     )
@@ -92,7 +98,7 @@ def presence_by_item(*, now: datetime | None = None) -> dict[str, list[str]]:
     """Every item someone is viewing, with who (for the queue page's markers)."""
     now = now or timezone.now()
     viewing: dict[str, set[str]] = {}
-    for public_id, username in Presence.objects.filter(last_seen__gte=now - PRESENCE_TTL).values_list(
+    for public_id, username in Presence.objects.filter(last_seen__gte=now - presence_ttl()).values_list(
         "item__public_id", "user__username"
     ):
         viewing.setdefault(str(public_id), set()).add(username)

@@ -9,7 +9,6 @@ never leaves a stale screen).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -22,10 +21,9 @@ from django.contrib import auth
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
 
+from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide, user_can_view
 from moderation.live.presence import (
-    PRESENCE_HEARTBEAT_SECONDS,
-    PRESENCE_TTL,
     presence_by_item,
     presence_leave,
     presence_touch,
@@ -41,10 +39,12 @@ from moderation.records.selectors import item_get, queue_counts
 logger = logging.getLogger(__name__)
 
 # Close codes a client acts on (static/moderation/live.js): after 4401 it stops
-# reconnecting; after 4409 it stops and says why; after 4429 it backs off, then reconnects.
+# reconnecting; after 4409 it stops and says why; after 4429 it backs off, then reconnects;
+# after 4408 (its heartbeats stopped reaching us: a sleeping laptop, a throttled tab) it reconnects.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_SILENT = 4408
 CLOSE_TOO_MANY_SOCKETS = 4409
 CLOSE_RATE_LIMITED = 4429
 
@@ -141,7 +141,7 @@ def live_frame_parse(*, text_data: str | None, bytes_data: bytes | None) -> str:
     if len(text_data) > FRAME_MAX_CHARS:
         raise FrameError("frame_too_large", f"a frame may hold at most {FRAME_MAX_CHARS} characters")
     try:
-        frame: Any = json.loads(text_data)
+        frame: Any = json_parse(text_data)
     except RecursionError:
         raise FrameError("bad_json", "the frame nests too deeply") from None
     except ValueError:
@@ -202,7 +202,9 @@ def live_socket_hold(*, session_key: str, channel_name: str, now: float | None =
     False if the session already holds ``LIVE_SOCKETS_PER_SESSION`` other sockets. The
     count lives in the cache, which is Redis (shared by every process) when REDIS_URL is
     set: one entry per socket with its own expiry, renewed by its heartbeat, so sockets
-    of a process that died without cleaning up stop counting after ``PRESENCE_TTL``.
+    of a process that died without cleaning up stop counting after ``_entry_seconds()``.
+    A live process closes a socket that misses its heartbeats before its entry expires
+    (``live_silent``), and releases the entry then: an open socket is never uncounted.
     Two processes updating one session at the same instant may lose one renewal (that
     socket is not counted until its next heartbeat), never refuse a socket wrongly. If
     the cache is unreachable the cap is not enforced (logged), as with the decision limit.
@@ -211,7 +213,7 @@ def live_socket_hold(*, session_key: str, channel_name: str, now: float | None =
     if cap <= 0:
         return True
     now = time.time() if now is None else now
-    ttl = PRESENCE_TTL.total_seconds()
+    ttl = _entry_seconds()
     key = _session_sockets_key(session_key)
     try:
         held = {name: until for name, until in (cache.get(key) or {}).items() if until > now}
@@ -224,12 +226,30 @@ def live_socket_hold(*, session_key: str, channel_name: str, now: float | None =
     return True
 
 
+def _entry_seconds() -> float:
+    # A heartbeat interval longer than the silence that closes its socket: the entry outlives
+    # the open socket, however late the close runs on a busy server.
+    return settings.LIVE_SILENT_SECONDS + settings.LIVE_HEARTBEAT_SECONDS
+
+
+def live_silent(*, heard_at: float, now: float) -> bool:
+    """Whether a socket last heard from (admitted, or a heartbeat answered) at ``heard_at`` has missed its heartbeats."""
+    return now - heard_at >= settings.LIVE_SILENT_SECONDS
+
+
+def live_silent_frame() -> dict[str, str]:
+    return live_error_frame(
+        code="silent",
+        message=f"no heartbeat for {settings.LIVE_SILENT_SECONDS:g} s: this socket is closed; reconnect",
+    )
+
+
 def live_socket_release(*, session_key: str, channel_name: str) -> None:
     key = _session_sockets_key(session_key)
     try:
         held = cache.get(key) or {}
         if held.pop(channel_name, None) is not None:
-            cache.set(key, held, timeout=int(PRESENCE_TTL.total_seconds()) + 1)
+            cache.set(key, held, timeout=int(_entry_seconds()) + 1)
     except Exception as exc:  # as above: the entry then expires by itself
         logger.warning("live socket not released from its cap: the cache is unreachable (%s: %s)", type(exc).__name__, exc)
 
@@ -301,7 +321,7 @@ def live_state_read(*, username: str, item_public_id: str | None, can_decide: bo
     ``can_decide`` lets a page rendered for a moderator notice that it no longer may.
     """
     state: dict[str, Any] = {
-        "type": "state", "you": username, "can_decide": can_decide, "heartbeat_seconds": PRESENCE_HEARTBEAT_SECONDS,
+        "type": "state", "you": username, "can_decide": can_decide, "heartbeat_seconds": settings.LIVE_HEARTBEAT_SECONDS,
     }
     if item_public_id is None:
         state["counts"] = queue_counts().as_dict()
@@ -316,6 +336,8 @@ def live_state_read(*, username: str, item_public_id: str | None, can_decide: bo
 
 def _item_state(item: QueueItem) -> dict[str, Any]:
     state: dict[str, Any] = {"item": str(item.public_id), "title": item.title, "status": item.status}
+    if item.apply_state:  # "applying" or "failed": a page still showing "applying…" learns it is over
+        state["apply_state"] = item.apply_state
     if item.decided_by is not None:
         state.update(
             winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),

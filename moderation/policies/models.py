@@ -41,6 +41,11 @@ class Team(models.Model):
     escalate_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     sources = models.JSONField(default=list, blank=True, help_text="Item sources that belong to this team.")
     graphs = models.JSONField(default=list, blank=True, help_text="Graphs whose items belong to this team.")
+    allow_weaker_policies = models.BooleanField(
+        default=False,
+        help_text="Let a submitter's policy be weaker than this team's (fewer approvals, no veto, a deadline that "
+                  "approves sooner...). Off: a submitter may only make it stricter.",
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
 
     class Meta:
@@ -86,6 +91,15 @@ class VoteKind(models.TextChoices):
     REJECT = "reject", "Reject"
 
 
+class TallyWhy(models.TextChoices):
+    """Why a quorum ask resolved: its tally's ``why``, written by the guard and read by the API's schema."""
+
+    QUORUM = "quorum", "Enough approvals"
+    VETO = "veto", "Vetoed"
+    IMPOSSIBLE = "impossible", "Approval no longer possible"
+    DEADLINE = "deadline", "The policy's default, when time ran out"
+
+
 class Vote(models.Model):
     """A moderator's current vote on one ask of a quorum item; one per moderator.
 
@@ -107,6 +121,8 @@ class Vote(models.Model):
         app_label = "moderation"
         ordering = ["cast_at", "id"]
         constraints = [models.UniqueConstraint(fields=["ask", "voter"], name="one_vote_per_voter")]
+        # The team page's agreement reads one team's votes of a period (moderation.records.teamstats).
+        indexes = [models.Index(fields=["team", "cast_at"], name="vote_team_cast_idx")]
 
     def __str__(self) -> str:
         return f"{self.voter_id} {self.vote} on {self.ask_id}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from moderation.policies.models import APPROVALS_MAX, OnDeadline, VoteKind
+from moderation.policies.models import APPROVALS_MAX, OnDeadline, TallyWhy, VoteKind
 
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
 # The account a deadline decides as (moderation.review.deadlines); it never logs in, and never votes.
@@ -94,6 +94,61 @@ def policy_parse(value: Any, *, base: Policy | None = None) -> Policy:
     return Policy(**fields)
 
 
+def policy_weakenings(*, base: Policy, asked: Policy) -> list[tuple[str, str]]:
+    """Where ``asked`` is weaker than ``base`` (a team's policy): (field, why) pairs; none when it is as strict or stricter.
+
+    Weaker means that some votes, at some moment, would approve the item under ``asked``
+    and not yet under ``base``, or that the item would reach other hands than ``base``
+    sends it to. Per field (README "Approval policies"):
+
+    - ``approvals`` may be raised, never lowered; ``veto`` turned on, never off;
+    - ``majority`` may be turned on only over a team whose ``approvals`` is 1 (a majority
+      of a small team can be fewer than a fixed count), and never turned off (a team that
+      grows needs more than any fixed count);
+    - the deadline: ``approve`` approves without anyone, so only the team's own, no
+      sooner; ``reject`` approves nothing, so it may be added over a team that waits or
+      approves, and brought forward (never put off) over one that rejects or escalates;
+      waiting (``""``) drops an auto-approval, but not the team's rejection or escalation;
+      ``escalate`` hands the item to the supervisor team and its own policy, which may be
+      weaker or stricter, so only the team's own, at the team's time.
+    """
+    found = []
+    if asked.approvals < base.approvals:
+        found.append(("policy.approvals", f"approvals {asked.approvals} is fewer than its {base.approvals}"))
+    if base.veto and not asked.veto:
+        found.append(("policy.veto", "its veto cannot be turned off"))
+    if base.majority and not asked.majority:
+        found.append(("policy.majority", "its majority cannot be turned off"))
+    elif asked.majority and not base.majority and base.approvals > 1:
+        found.append(("policy.majority", f"a majority can be fewer than its {base.approvals} approvals"))
+    deadline = _deadline_weakening(base=base, asked=asked)
+    if deadline:
+        found.append(deadline)
+    return found
+
+
+def _deadline_weakening(*, base: Policy, asked: Policy) -> tuple[str, str] | None:
+    theirs, ours = base.on_deadline, asked.on_deadline
+    later = (asked.deadline_seconds or 0) > (base.deadline_seconds or 0)
+    then = f"{theirs or 'nothing'} after {base.deadline_seconds} s" if theirs else "no deadline action"
+    if ours == OnDeadline.APPROVE:
+        if theirs != OnDeadline.APPROVE:
+            return "policy.on_deadline", f"on_deadline approve approves without a moderator; it has {then}"
+        if (asked.deadline_seconds or 0) < (base.deadline_seconds or 0):
+            return "policy.deadline_seconds", f"deadline_seconds {asked.deadline_seconds} approves sooner than its {then}"
+    elif ours == OnDeadline.REJECT:
+        if theirs in (OnDeadline.REJECT, OnDeadline.ESCALATE) and later:
+            return "policy.deadline_seconds", f"deadline_seconds {asked.deadline_seconds} is later than its {then}"
+    elif ours == OnDeadline.ESCALATE:
+        if theirs != OnDeadline.ESCALATE:
+            return "policy.on_deadline", f"on_deadline escalate hands the item to other moderators; it has {then}"
+        if asked.deadline_seconds != base.deadline_seconds:
+            return "policy.deadline_seconds", f"its escalation ({then}) cannot be moved"
+    elif theirs in (OnDeadline.REJECT, OnDeadline.ESCALATE):
+        return "policy.on_deadline", f"its deadline action ({then}) cannot be dropped"
+    return None
+
+
 def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> None:
     """Refuse a policy no tally could ever approve: more approvals than moderators who may vote."""
     if not policy.majority and policy.approvals > eligible:
@@ -106,7 +161,7 @@ def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> Non
 @dataclass(frozen=True)
 class Resolution:
     outcome: str  # approve / reject
-    why: str  # quorum / veto / impossible / deadline (the policy's default, when time ran out)
+    why: TallyWhy
 
 
 def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Resolution | None:
@@ -120,11 +175,11 @@ def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Re
     eligible = max(eligible, len(votes))
     needed = policy.needed(eligible=eligible)
     if policy.veto and rejections:
-        return Resolution(outcome="reject", why="veto")
+        return Resolution(outcome="reject", why=TallyWhy.VETO)
     if approvals >= needed:
-        return Resolution(outcome="approve", why="quorum")
+        return Resolution(outcome="approve", why=TallyWhy.QUORUM)
     if approvals + (eligible - len(votes)) < needed:
-        return Resolution(outcome="reject", why="impossible")
+        return Resolution(outcome="reject", why=TallyWhy.IMPOSSIBLE)
     return None
 
 
@@ -135,7 +190,9 @@ def tally_build(
     return {
         "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
         "votes": [{"voter": name, "vote": kind, "at": at.isoformat()} for name, kind, at in votes],
-        "resolution": resolution.outcome if resolution else None, "why": resolution.why if resolution else None,
+        "resolution": resolution.outcome if resolution else None,
+        # TallyWhy(...) refuses a why the API's schema would not read (it reads the same enum).
+        "why": TallyWhy(resolution.why).value if resolution else None,
         "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
                                   resolution=resolution),
     }
@@ -151,6 +208,7 @@ def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: in
     if rejecters:
         text += " · " + ", ".join(rejecters) + " rejected"
     if resolution is not None:
-        text += {"veto": " — vetoed", "quorum": " — approved", "impossible": " — approval no longer possible",
-                 "deadline": f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
+        text += {TallyWhy.VETO: " — vetoed", TallyWhy.QUORUM: " — approved",
+                 TallyWhy.IMPOSSIBLE: " — approval no longer possible",
+                 TallyWhy.DEADLINE: f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
     return text

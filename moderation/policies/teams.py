@@ -20,9 +20,17 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from moderation.core.permissions import user_can_decide
 from moderation.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
-from moderation.policies.rules import Policy, PolicyInvalid, policy_parse, policy_satisfiable_check, tally_build
+from moderation.policies.rules import (
+    Policy,
+    PolicyInvalid,
+    policy_parse,
+    policy_satisfiable_check,
+    policy_weakenings,
+    tally_build,
+)
 
 SUPERVISE_PERMISSION = "moderation.supervise_teams"
 DECIDE_CODENAME = "decide_item"
@@ -63,15 +71,52 @@ def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
     return TeamMembership.objects.select_for_update().filter(team_id=team_id, user=user, removed_at__isnull=True).exists()
 
 
+def user_team_ids(*, user: AbstractBaseUser) -> list[int]:
+    """The teams ``user`` is a member of now: read once per user object (a page asks for every row)."""
+    teams = getattr(user, "_team_ids", None)
+    if teams is None:
+        teams = list(TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True))
+        user._team_ids = teams
+    return teams
+
+
 def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
+    refusal = _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
+    if refusal:
+        raise NotAMember(refusal)
+
+
+def decide_right_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> bool:
+    """May ``user`` decide an item of ``team_id`` requested by ``requester_id``? The guard's rule, the decide
+    permission included, read without locks: for claims (``moderation.records.claims``), which steer who reads
+    what; the guard judges each decision with ``decide_right_check``."""
+    return not _decide_refusal_read(team_id=team_id, requester_id=requester_id, user=user)
+
+
+def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str:
+    """Why ``user`` may not decide ``item``, in words for its pages ("" if they may): the guard's rule, read
+    without locks, so a page offers a decision only to those the guard would let make it."""
+    return _decide_refusal_read(team_id=item.team_id, requester_id=item.requested_by_id, user=user)
+
+
+def _decide_refusal_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> str:
+    if not user_can_decide(user=user):
+        return "you are not a moderator"
+    return _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=False)
+
+
+def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool) -> str:
+    """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
     if requester_id is not None and requester_id == user.pk:
-        raise NotAMember("you requested this item, so someone else must decide it (four eyes)")
+        return "you requested this item, so someone else must decide it (four eyes)"
     if team_id is None or user_is_supervisor(user=user):
-        return
-    if not member_lock(team_id=team_id, user=user):
-        name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
-        raise NotAMember(f"you are not a moderator of the team {name}, which this item belongs to")
+        return ""
+    live = member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user)
+    if live:
+        return ""
+    name = Team.objects.filter(pk=team_id).values_list("name", flat=True).first()
+    return f"you are not a moderator of the team {name}, which this item belongs to"
 
 
 def team_member_add(*, team: Team, user: AbstractBaseUser) -> TeamMembership:
@@ -127,11 +172,19 @@ def team_for_item(*, slug: str | None, source: str, graph: str) -> Team | None:
 def item_policy_resolve(
     *, slug: str | None, source: str, graph: str, policy: object, requester: AbstractBaseUser | None,
 ) -> tuple[Team | None, Policy]:
-    """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable."""
+    """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable
+    and, unless the team has ``allow_weaker_policies``, no weaker than the team's (``policy_weakenings``;
+    an item of no team: than the default policy)."""
     team = team_for_item(slug=slug, source=source, graph=graph)
-    resolved = policy_parse(policy, base=team_policy(team=team) if team else None)
+    base = team_policy(team=team) if team else Policy()
+    resolved = policy_parse(policy, base=base)
     if resolved.on_deadline == "escalate" and (team is None or team.escalate_to_id is None):
         raise PolicyInvalid("escalate needs a team with a team to escalate to", field="policy.on_deadline")
+    weaker = [] if team is not None and team.allow_weaker_policies else policy_weakenings(base=base, asked=resolved)
+    if weaker:
+        owner = f"team {team.name} (unless the team allows weaker policies)" if team else "an item of no team"
+        raise PolicyInvalid(f"a submitter may make the policy of {owner} stricter, never weaker: "
+                            + "; ".join(why for _, why in weaker), field=weaker[0][0])
     if resolved.is_quorum:  # a single decision waits for whoever joins, as it always did
         eligible = eligible_count(team_id=team.pk if team else None, requester_id=requester.pk if requester else None)
         policy_satisfiable_check(policy=resolved, eligible=eligible, team=f"team {team.name}" if team else "this site")
@@ -169,6 +222,7 @@ class TeamSpec:
     escalate_to: str | None = None  # a team's slug; "": none
     sources: list[str] | None = None
     graphs: list[str] | None = None
+    allow_weaker_policies: bool | None = None
     add: Sequence[str] = ()  # usernames
     remove: Sequence[str] = ()
 
@@ -185,7 +239,7 @@ def team_save(*, slug: str, spec: TeamSpec) -> tuple[Team, bool]:
         created = team is None
         if team is None:
             team = Team(slug=slug, name=spec.name or slug.replace("-", " ").capitalize())
-        for field in ("name", "approvals", "majority", "veto", "on_deadline", "sources", "graphs"):
+        for field in ("name", "approvals", "majority", "veto", "on_deadline", "sources", "graphs", "allow_weaker_policies"):
             if getattr(spec, field) is not None:
                 setattr(team, field, getattr(spec, field))
         if spec.deadline_seconds is not None:

@@ -72,6 +72,8 @@ from moderation.models import (
     ReviewAsk,
 )
 from moderation.records.counts import counts_forget
+from moderation.records.metrics import metrics_attempt_record
+from moderation.records.teamstats import teamstats_attempt_record
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
 _LEDGER_LOCK = 7_243_001
@@ -176,6 +178,8 @@ def attempt_append(*, item: QueueItem, **fields: Any) -> DecisionAttempt:
     item.save(update_fields=["attempt_count", "audit_head"])
     _ledger_append(kind=LedgerKind.ATTEMPT, item_public_id=str(item.public_id), attempt_seq=attempt.seq,
                    entry_hash=attempt.entry_hash)
+    metrics_attempt_record(attempt=attempt, item_created_at=item.created_at)
+    teamstats_attempt_record(attempt=attempt, item=item)
     return attempt
 
 

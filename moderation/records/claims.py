@@ -8,7 +8,13 @@ so nothing has to sweep them: a moderator who walks away blocks nobody for long.
 Claims are advisory: taking an item someone else holds a live claim on does not steal
 it (the page says who holds it and for how long), "next item" skips it, and the guard
 still judges every decision on its own. Only with ``CLAIMS_REQUIRED`` does the guard
-refuse a decision on an item someone else holds (``moderation.review.decisions``).
+refuse a decision, or a vote, on an item someone else holds (``moderation.review.decisions``).
+
+A claim is for the next person who can act on the item: nobody who may not decide it
+claims it (its requester, a moderator outside its team, a view-only account:
+``decide_right_read``), nor one who has already voted on its open ask; a counted vote
+ends the voter's claim, so a quorum item passes from voter to voter. A claim whose holder
+has since lost the right (removed from the team) binds nobody.
 
 One ``ItemClaim`` row per item (the item is the primary key of the claim, so two
 moderators claiming an item at the same instant cannot both insert one), in the
@@ -33,7 +39,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from moderation.models import ItemClaim, ItemStatus, QueueItem
+from moderation.models import AskStatus, ItemClaim, ItemStatus, QueueItem
+from moderation.policies.models import Vote
+from moderation.policies.teams import decide_right_read
 from moderation.records import events
 
 
@@ -64,10 +72,14 @@ def _claim_of(row: ItemClaim, item_public_id: str) -> Claim:
 
 def claim_live(*, item, now: datetime | None = None) -> Claim | None:
     """The item's live claim, whoever holds it (None: unclaimed, expired, or claims are off)."""
+    row = _live_row(item=item, now=now)
+    return _claim_of(row, str(item.public_id)) if row else None
+
+
+def _live_row(*, item, now: datetime | None) -> ItemClaim | None:
     if not settings.CLAIMS_ENABLED:
         return None
-    row = ItemClaim.objects.select_related("user").filter(item_id=item.pk, expires_at__gt=now or timezone.now()).first()
-    return _claim_of(row, str(item.public_id)) if row else None
+    return ItemClaim.objects.select_related("user").filter(item_id=item.pk, expires_at__gt=now or timezone.now()).first()
 
 
 def claims_live(*, items: Iterable, now: datetime | None = None) -> dict[int, Claim]:
@@ -89,7 +101,8 @@ def claim_extend(*, item, user: AbstractBaseUser, now: datetime | None = None) -
 
 
 def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> Claim | None:
-    """Claim the item for ``user`` unless someone else holds a live claim on it.
+    """Claim the item for ``user`` unless someone else holds a live claim on it, or ``user`` may not claim it
+    (the module docstring: may not decide it, or has voted on it).
 
     Returns the item's live claim afterwards: ``user``'s own (taken or renewed) or the
     other holder's, which is left as it is (advisory: reading is never refused). None
@@ -98,6 +111,8 @@ def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> 
     if not settings.CLAIMS_ENABLED:
         return None
     now = now or timezone.now()
+    if not claim_allowed(item=item, user=user):
+        return claim_live(item=item, now=now)
     expires_at = now + timedelta(seconds=settings.CLAIM_SECONDS)
     if ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now).update(
         taken_at=now, expires_at=expires_at
@@ -116,7 +131,8 @@ def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> 
             pass  # someone else claimed it first (or holds it live)
     claim = claim_live(item=item, now=now)
     if taken and claim is not None:
-        events.after_commit(lambda: events.claim_broadcast(claim=claim))
+        events.after_commit(lambda: events.claim_broadcast(
+            item_public_id=claim.item_public_id, holder=claim.holder, seconds_left=claim.seconds_left()))
     return claim
 
 
@@ -135,10 +151,22 @@ def claim_release(*, item_public_id: str, user_id: int, taken_before: datetime |
     return True
 
 
+def claim_allowed(*, item, user: AbstractBaseUser) -> bool:
+    """May ``user`` claim the item: may they decide it, and have they not voted on its open ask yet?"""
+    if not decide_right_read(team_id=item.team_id, requester_id=item.requested_by_id, user=user):
+        return False
+    return not Vote.objects.filter(ask__item_id=item.pk, ask__status=AskStatus.PENDING, voter_id=user.pk).exists()
+
+
 def claim_held_by_other(*, item, user: AbstractBaseUser, now: datetime | None = None) -> Claim | None:
-    """Someone else's live claim on the item (what ``CLAIMS_REQUIRED`` refuses a decision over)."""
-    claim = claim_live(item=item, now=now)
-    return claim if claim is not None and claim.holder_id != user.pk else None
+    """Someone else's live claim on the item (what ``CLAIMS_REQUIRED`` refuses a decision or a vote over),
+    if its holder may still decide the item (one removed from its team since binds nobody)."""
+    row = _live_row(item=item, now=now)
+    if row is None or row.user_id == user.pk:
+        return None
+    if not decide_right_read(team_id=item.team_id, requester_id=item.requested_by_id, user=row.user):
+        return None
+    return _claim_of(row, str(item.public_id))
 
 
 def next_item_pick(*, candidates: Iterable, user: AbstractBaseUser, skip_public_id: str | None = None):

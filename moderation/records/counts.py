@@ -3,7 +3,8 @@
 Counting the queue (``COUNT(*) ... WHERE status = 'pending'``) costs O(queue size), and
 every live event and queue page used to do it. Instead each change moves its item's
 count from the old (graph, status, decided day) to the new one in ``QueueCounter`` and
-``DecidedDayCounter``, in the same transaction, so a reader sums a few rows and the
+``DecidedDayCounter``, and a pending item's (team, graph, priority band) in
+``PendingCounter`` (what /metrics reports, ``moderation.records.metrics``), in the same transaction, so a reader sums a few rows and the
 counts are exact at every commit. Race-lab items are not counted: the queue hides them.
 
 Sharding: on PostgreSQL a transaction that adds to a counter row holds that row's lock
@@ -30,14 +31,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from moderation.models import DecidedDayCounter, QueueCounter, QueueItem
+from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
 
 SHARDS = 8
+# Priority bands of the pending counts: one escalation (ESCALATION_PRIORITY_STEP, 10) takes
+# an item of the default priority 0 to "high".
+HIGH_PRIORITY = 10
+NO_TEAM = 0  # PendingCounter.team_key of an item of no team (a key column, so not NULL)
+
+
+def priority_band(priority: int) -> str:
+    return "high" if priority >= HIGH_PRIORITY else "low" if priority < 0 else "normal"
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Counted:
     graph: str
     status: str
     decided_day: date | None
+    team_key: int = NO_TEAM
+    band: str = "normal"
 
 
 def counted_day(at: datetime) -> date:
@@ -58,7 +69,8 @@ def item_counted(item: QueueItem) -> Counted | None:
     """What ``item`` counts towards as it is now; None for a race-lab item (never counted)."""
     if item.is_lab:
         return None
-    return Counted(graph=item.graph, status=item.status, decided_day=counted_day(item.decided_at) if item.decided_at else None)
+    return Counted(graph=item.graph, status=item.status, decided_day=counted_day(item.decided_at) if item.decided_at else None,
+                   team_key=item.team_id or NO_TEAM, band=priority_band(item.priority))
 
 
 def counts_apply(*, before: Counted | None, after: Counted | None) -> None:
@@ -73,38 +85,50 @@ def counts_apply_many(*, changes: Iterable[tuple[Counted | None, Counted | None]
     """``counts_apply`` for many items at once (a batch's rows): still one statement per table."""
     statuses: Counter[tuple[str, str]] = Counter()
     days: Counter[tuple[date, str]] = Counter()
+    pending: Counter[tuple[int, str, str]] = Counter()
     for before, after in changes:
         for counted, sign in ((before, -1), (after, 1)):
             if counted is not None:
                 statuses[(counted.graph, counted.status)] += sign
                 if counted.decided_day is not None:
                     days[(counted.decided_day, counted.graph)] += sign
-    _add(statuses=statuses, days=days)
+                if counted.status == ItemStatus.PENDING:
+                    pending[(counted.team_key, counted.graph, counted.band)] += sign
+    _add(statuses=statuses, days=days, pending=pending)
 
 
 def counts_forget(*, items: QuerySet[QueueItem]) -> None:
     """Take ``items`` out of the counts; call in the transaction that deletes them."""
     statuses: Counter[tuple[str, str]] = Counter()
     days: Counter[tuple[date, str]] = Counter()
-    for graph, status, decided_at in items.filter(is_lab=False).values_list("graph", "status", "decided_at"):
+    pending: Counter[tuple[int, str, str]] = Counter()
+    rows = items.filter(is_lab=False).values_list("graph", "status", "decided_at", "team_id", "priority")
+    for graph, status, decided_at, team_id, priority in rows:
         statuses[(graph, status)] -= 1
         if decided_at is not None:
             days[(counted_day(decided_at), graph)] -= 1
-    _add(statuses=statuses, days=days)
+        if status == ItemStatus.PENDING:
+            pending[(team_id or NO_TEAM, graph, priority_band(priority))] -= 1
+    _add(statuses=statuses, days=days, pending=pending)
 
 
-def _add(*, statuses: Counter[tuple[str, str]], days: Counter[tuple[date, str]]) -> None:
+def _add(
+    *, statuses: Counter[tuple[str, str]], days: Counter[tuple[date, str]], pending: Counter[tuple[int, str, str]],
+) -> None:
     shard = random.randrange(SHARDS)
     # Sorted: two transactions touching the same rows lock them in the same order (no deadlock).
     status_rows = sorted((graph, status, shard, n) for (graph, status), n in statuses.items() if n)
     day_rows = sorted(
         (connection.ops.adapt_datefield_value(day), graph, shard, n) for (day, graph), n in days.items() if n
     )
-    _upsert(QueueCounter, ("graph", "status", "shard"), status_rows)
-    _upsert(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
+    counter_rows_add(QueueCounter, ("graph", "status", "shard"), status_rows)
+    counter_rows_add(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
+    pending_rows = sorted((team, graph, band, shard, n) for (team, graph, band), n in pending.items() if n)
+    counter_rows_add(PendingCounter, ("team_key", "graph", "band", "shard"), pending_rows)
 
 
-def _upsert(model: type[QueueCounter | DecidedDayCounter], key: tuple[str, ...], rows: list[tuple]) -> None:
+def counter_rows_add(model: type[models.Model], key: tuple[str, ...], rows: list[tuple]) -> None:
+    """Add each row's last value (``n``) to the counter row of its key (created on first use): one statement."""
     if not rows:
         return
     qn = connection.ops.quote_name
@@ -180,7 +204,8 @@ def counts_recount() -> list[CountDrift]:
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in (QueueCounter, DecidedDayCounter))
+                counters = (QueueCounter, DecidedDayCounter, PendingCounter)
+                tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in counters)
                 cursor.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
         counters = _counters_summed()
         actual = counts_actual()
@@ -193,7 +218,8 @@ def counts_recount() -> list[CountDrift]:
 
 
 def counts_actual() -> dict[tuple, int]:
-    """The real COUNTs, keyed like ``_counters_summed``: ("status", graph, status) and ("day", day, graph)."""
+    """The real COUNTs, keyed like ``_counters_summed``: ("status", graph, status), ("day", day, graph)
+    and ("pending", team_key, graph, band)."""
     items = QueueItem.objects.filter(is_lab=False).order_by()
     actual: dict[tuple, int] = {
         ("status", row["graph"], row["status"]): row["total"]
@@ -205,6 +231,10 @@ def counts_actual() -> dict[tuple, int]:
         .values("day", "graph").annotate(total=Count("id"))
     )
     actual.update({("day", row["day"], row["graph"]): row["total"] for row in days})
+    pending: Counter[tuple] = Counter()
+    for row in items.filter(status=ItemStatus.PENDING).values("team_id", "graph", "priority").annotate(total=Count("id")):
+        pending[("pending", row["team_id"] or NO_TEAM, row["graph"], priority_band(row["priority"]))] += row["total"]
+    actual.update(pending)
     return actual
 
 
@@ -215,12 +245,16 @@ def _counters_summed() -> dict[tuple, int]:
     }
     days = DecidedDayCounter.objects.values("day", "graph").annotate(total=Sum("n")).order_by()
     summed.update({("day", row["day"], row["graph"]): row["total"] for row in days})
+    pending = PendingCounter.objects.values("team_key", "graph", "band").annotate(total=Sum("n")).order_by()
+    summed.update({("pending", row["team_key"], row["graph"], row["band"]): row["total"] for row in pending})
     return summed
 
 
 def _key_words(key: tuple) -> str:
     if key[0] == "status":
         return f"{key[2]} ({key[1]})"
+    if key[0] == "pending":
+        return f"pending of team {key[1] or 'none'}, {key[3]} priority ({key[2]})"
     return f"decided on {key[1].isoformat()} ({key[2]})"
 
 
@@ -230,6 +264,11 @@ def _key_set(key: tuple, value: int) -> None:
         QueueCounter.objects.filter(graph=graph, status=status).delete()
         if value:
             QueueCounter.objects.create(graph=graph, status=status, shard=0, n=value)
+    elif key[0] == "pending":
+        _, team_key, graph, band = key
+        PendingCounter.objects.filter(team_key=team_key, graph=graph, band=band).delete()
+        if value:
+            PendingCounter.objects.create(team_key=team_key, graph=graph, band=band, shard=0, n=value)
     else:
         _, day, graph = key
         DecidedDayCounter.objects.filter(day=day, graph=graph).delete()

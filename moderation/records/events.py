@@ -15,6 +15,11 @@ A push never sits on a decision's critical path:
   number of waiting tasks. Outside a server (management commands, the test client)
   the push runs in the caller's thread, bounded by the same timeout.
 
+Without Redis (``LIVE_RELAY``) a process other than the server (the task worker, a
+management command) has no sockets behind its in-memory layer: its pushes are recorded
+in the database instead, and the server passes them on to its own layer
+(``moderation.records.relay``).
+
 Groups: ``queue`` (every open queue page: items of no team), ``team.<id>`` (the queue
 pages of that team's members), ``supervisors`` (the queue pages of supervisors, who see
 every team's items), ``item.<uuid>`` (every open page of that item, whose page only the
@@ -35,15 +40,16 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
 from moderation.models import QueueItem
 from moderation.policies.models import Team
+from moderation.records.relay import relay_follow, relay_record
 from moderation.records.selectors import queue_counts
 
 if TYPE_CHECKING:
-    from moderation.records.claims import Claim
     from moderation.records.outcomes import DecisionOutcome
 
 logger = logging.getLogger(__name__)
@@ -98,16 +104,40 @@ _held = threading.local()
 _server_loop: asyncio.AbstractEventLoop | None = None
 _in_flight: set[concurrent.futures.Future] = set()
 _in_flight_lock = threading.Lock()
+_relay_follower: threading.Thread | None = None
+_relay_follower_lock = threading.Lock()
 
 
-def server_loop_register(loop: asyncio.AbstractEventLoop) -> None:
+def server_loop_register(loop: asyncio.AbstractEventLoop | None) -> None:
     """The ASGI application's event loop: pushes from request threads are handed to it.
 
     It is also the loop the in-memory layer's consumers wait on, so a push made there
-    wakes them; a loop of our own would not.
+    wakes them; a loop of our own would not. With ``LIVE_RELAY``, the first call also
+    starts passing the events of other processes on to this process's sockets.
     """
     global _server_loop
     _server_loop = loop
+    if loop is not None and _relay_follower is None and settings.LIVE_RELAY:
+        _relay_follower_start()
+
+
+def _relay_follower_start() -> None:
+    global _relay_follower
+    layer = get_channel_layer()
+    with _relay_follower_lock:
+        if _relay_follower is not None or layer is None:
+            return
+        _relay_follower = threading.Thread(
+            target=relay_follow, name="live-relay", daemon=True,
+            kwargs={"deliver": _relayed_send, "listening": lambda: bool(layer.groups)},
+        )
+        _relay_follower.start()
+
+
+def _relayed_send(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    loop, layer = _server_loop, get_channel_layer()
+    if loop is not None and loop.is_running() and layer is not None:
+        _send_in_background(loop, layer, sends)
 
 
 @contextmanager
@@ -160,6 +190,13 @@ def _send_all(sends: list[tuple[str, dict[str, Any]]]) -> None:
     loop = _server_loop
     if loop is not None and loop.is_running():
         _send_in_background(loop, layer, sends)
+        return
+    if settings.LIVE_RELAY:
+        # Not the server: nothing listens to this process's in-memory layer.
+        try:
+            relay_record(sends=sends)
+        except Exception as exc:
+            _failures_log(sends, [exc] * len(sends))
         return
     try:
         # One trip into an event loop for all groups: each async_to_sync from a plain
@@ -282,11 +319,10 @@ def presence_broadcast(*, item_public_id: str, viewers: list[str]) -> None:
     _item_send(item_public_id, message)
 
 
-def claim_broadcast(*, claim: Claim) -> None:
+def claim_broadcast(*, item_public_id: str, holder: str, seconds_left: int) -> None:
     """Tell the queue and the item's pages who claimed the item and for how long (``moderation.records.claims``)."""
-    message = {"type": "item.claimed", "item": claim.item_public_id, "holder": claim.holder,
-               "seconds_left": claim.seconds_left()}
-    _item_send(claim.item_public_id, message)
+    message = {"type": "item.claimed", "item": item_public_id, "holder": holder, "seconds_left": seconds_left}
+    _item_send(item_public_id, message)
 
 
 def claim_released_broadcast(*, item_public_id: str) -> None:

@@ -1,7 +1,7 @@
 """Reason codes: why an item was rejected, from a list the admin keeps.
 
 A reject names one active code (``REJECT_REASON_REQUIRED``, on by default, makes it
-mandatory); the code is stored on the ask and on the attempt, and travels to the graph
+mandatory; ``REJECT_REASON_REQUIRED_BY_GRAPH`` overrides it per graph); the code is stored on the ask and on the attempt, and travels to the graph
 as the start of the reject's message ("spam: <note>"). Codes are never deleted in use:
 an admin retires one by turning ``active`` off, and decisions that used it keep it.
 """
@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.models import ReasonCode
 
 
@@ -28,14 +29,23 @@ def reason_labels() -> dict[str, str]:
     return dict(ReasonCode.objects.values_list("code", "label"))
 
 
-def reason_check(*, reason: Any, rejecting: bool) -> str:
-    """The cleaned reason code for a decision ("" for none); ``ReasonInvalid`` if it cannot go with it."""
+def reason_required(*, graph: str = "") -> bool:
+    """Whether a reject on an item of ``graph`` must name a code: ``REJECT_REASON_REQUIRED_BY_GRAPH``, else ``REJECT_REASON_REQUIRED``."""
+    return settings.REJECT_REASON_REQUIRED_BY_GRAPH.get(graph, settings.REJECT_REASON_REQUIRED)
+
+
+def reason_check(*, reason: Any, rejecting: bool, graph: str = "") -> str:
+    """The cleaned reason code for a decision on an item of ``graph`` ("" for none); ``ReasonInvalid`` if it cannot go with it."""
     if reason is None or reason == "":
-        if rejecting and settings.REJECT_REASON_REQUIRED:
+        if rejecting and reason_required(graph=graph):
             raise ReasonInvalid("choose a reason for the rejection")
         return ""
     if not isinstance(reason, str):
         raise ReasonInvalid("must be a reason code (text)")
+    try:
+        text_check(text=reason, field="reason")
+    except TextInvalid as exc:
+        raise ReasonInvalid(str(exc)) from None
     if not rejecting:
         raise ReasonInvalid("a reason goes with a rejection only")
     if not ReasonCode.objects.filter(code=reason, active=True).exists():

@@ -22,7 +22,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 from django.utils import timezone
 
-from moderation.core.text import text_excerpt
+from moderation.core.text import TextInvalid, text_check, text_excerpt
 from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import (
@@ -34,9 +34,9 @@ from moderation.models import (
     QueueItem,
     ReviewAsk,
 )
-from moderation.policies.models import OnDeadline, TeamMembership, Vote
+from moderation.policies.models import OnDeadline, Vote
 from moderation.policies.rules import policy_parse, tally_describe
-from moderation.policies.teams import eligible_voters, user_is_supervisor
+from moderation.policies.teams import eligible_voters, user_is_supervisor, user_team_ids
 from moderation.records.counts import counted_day, counts_read
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
@@ -54,11 +54,7 @@ def items_visible_q(*, viewer: AbstractBaseUser | None) -> Q:
     """
     if viewer is None or user_is_supervisor(user=viewer):
         return Q()
-    teams = getattr(viewer, "_visible_team_ids", None)
-    if teams is None:
-        teams = list(TeamMembership.objects.filter(user_id=viewer.pk, removed_at__isnull=True).values_list("team_id", flat=True))
-        viewer._visible_team_ids = teams
-    return Q(team__isnull=True) | Q(team_id__in=teams)
+    return Q(team__isnull=True) | Q(team_id__in=user_team_ids(user=viewer))
 
 
 def _queue_items() -> QuerySet[QueueItem]:
@@ -346,6 +342,11 @@ def item_asks_open(*, item: QueueItem) -> list[ReviewAsk]:
 
 
 def item_ask_get(*, item: QueueItem, interrupt_id: str) -> ReviewAsk | None:
+    """The ask, or None; as for a malformed item id, also for an id no ask can have (the guard names the field)."""
+    try:
+        text_check(text=interrupt_id, field="ask")
+    except TextInvalid:
+        return None
     return item.asks.filter(interrupt_id=interrupt_id).first()
 
 

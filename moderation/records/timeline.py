@@ -19,6 +19,7 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.asks import PAST, AskSpec, decisions_describe
 from moderation.models import (
     DECIDED_STATUSES,
@@ -52,6 +53,11 @@ def decided_filters_read(*, data: Mapping[str, str]) -> tuple[DecidedFilters, di
     """Filters from query parameters, and an error per parameter that could not be read (then ignored)."""
     errors: dict[str, str] = {}
     text = {name: (data.get(name) or "").strip()[:200] for name in ("status", "decided_by", "source", "graph", "reason")}
+    for name, value in text.items():
+        try:
+            text_check(text=value, field=name)
+        except TextInvalid as exc:
+            errors[name], text[name] = str(exc), ""
     if text["status"] and text["status"] not in DECIDED_STATUSES:
         errors["status"] = f"not a decided status: {text['status']}"
         text["status"] = ""
@@ -264,14 +270,14 @@ CSV_HEADER = [
 ]
 
 
-def decided_csv_rows(*, filters: DecidedFilters) -> Iterator[list[str]]:
-    """The header, then every attempt on the filtered items (newest item first, its attempts in order).
+def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None) -> Iterator[list[str]]:
+    """The header, then every attempt on the filtered items ``viewer`` may see (newest item first, its attempts in order).
 
     Streamed from one query in chunks, so an export of the whole history never sits in memory.
     """
     yield CSV_HEADER
     attempts = (
-        DecisionAttempt.objects.filter(item__in=decided_items(filters=filters))
+        DecisionAttempt.objects.filter(item__in=decided_items(filters=filters).filter(items_visible_q(viewer=viewer)))
         .select_related("item", "reviewer", "winner", "ask")
         .order_by("-item__decided_at", "-item_id", "seq")
     )

@@ -22,7 +22,13 @@ not wait for the graph. Then, in a worker, ``item_apply``:
 
 A task retried, duplicated or run by two workers at once finds nothing to do, or waits
 for the lock and then finds nothing to do. A worker killed at any step leaves a decided,
-unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again.
+unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again. A
+worker killed inside the graph's run, after its resume was checkpointed, leaves the
+thread with nodes still to run and no interrupt to resume (``GraphState.stalled``): the
+retried apply runs those nodes (``graph_continue``) to the graph's end or its next
+interrupt before it records anything, and ``recover`` does the same for a decided item
+whose graph was left so. What a node killed half-way may run twice is in
+``moderation.graphs.runtime``.
 """
 
 from __future__ import annotations
@@ -40,10 +46,13 @@ from django_tasks import task
 
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
+from moderation.core.requestid import request_id_bound, request_id_current
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
+from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import (
+    GraphState,
     PendingAsk,
     graph_continue,
     graph_resume,
@@ -53,6 +62,7 @@ from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, Revi
 from moderation.policies.rules import policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
+from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +71,12 @@ ERROR_MAX_CHARS = 500
 
 
 @task(queue_name=APPLY_QUEUE)
-def item_apply_task(item_id: int) -> str:
-    return item_apply(item_id=item_id)
+def item_apply_task(item_id: int, request_id: str = "") -> str:
+    """``request_id``: the deciding request's, so the worker's lines for this apply carry it (sweeps queue none)."""
+    with request_id_bound(request_id):
+        done = item_apply(item_id=item_id)
+        logger.info("item %s: %s", item_id, done)
+    return done
 
 
 def item_apply_enqueue(*, item_id: int) -> None:
@@ -76,7 +90,7 @@ def item_apply_enqueue(*, item_id: int) -> None:
     if settings.REVIEWQUEUE_APPLY_INLINE:
         events.after_commit(lambda: item_apply(item_id=item_id))
     else:
-        item_apply_task.enqueue(item_id)
+        item_apply_task.enqueue(item_id, request_id=request_id_current())
 
 
 def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
@@ -87,6 +101,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
     if item is None:
         return "gone"
+    if not graph_loaded(name=item.graph):
+        # Nothing is wrong with the decision: it waits, unapplied, for a worker that runs the
+        # graph (whose sweep queues it again), instead of being recorded as failed.
+        logger.warning("item %s: its decision is left unapplied: %s", item_id, graph_not_loaded_text(name=item.graph))
+        return "left unapplied: graph not loaded"
     if item.apply_state == ApplyState.FAILED and not retry_failed:
         return "failed earlier; left for manage.py recover"
     done: list[str] = []
@@ -101,6 +120,22 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     return "; ".join(done) or "nothing to apply"
 
 
+def item_continue(*, item_id: int) -> str:
+    """Run a decided item's graph on to its end or next interrupt if a killed run left it stalled; say what happened.
+
+    For ``recover``: an item recorded as applied while its graph was stalled (before the
+    worker checked for it) has no unapplied ask left to bring it back. Holds the
+    thread's resume lock, like every apply; records as ``item_apply`` does.
+    """
+    item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
+    if item is None:
+        return "gone"
+    with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+        if not graph_state_read(name=item.graph, thread_id=item.thread_id).stalled:
+            return "nothing to continue"
+        return _apply_round(item=item, asks=[], retry_failed=True)
+
+
 def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) -> str:
     name, thread_id = item.graph, item.thread_id
     fault_point("before_resume", item_key=thread_id)
@@ -110,18 +145,26 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
         if answers:
             graph_resume(name=name, thread_id=thread_id, answers=answers)
-        elif retry_failed and before.error:
+        elif before.stalled or (retry_failed and before.error):
+            # Resumed by a run that died mid-graph (stalled), or failed after its resume: run on from its checkpoint.
             graph_continue(name=name, thread_id=thread_id)
         fault_point("after_resume", item_key=thread_id)
         after = graph_state_read(name=name, thread_id=thread_id)
     except Exception as exc:
         logger.exception("applying item %s failed", item.pk)
         return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
-    if after.error and not after.asks:
-        return _record_failure(item_id=item.pk, error=after.error)
+    if not (after.finished or after.asks):
+        # Neither at its end nor at an interrupt: never recorded as applied.
+        return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
     return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
                    values=after.values if after.finished else {}, resumed=len(answers))
+
+
+def _not_settled(state: GraphState) -> str:
+    if not state.checkpointed:
+        return "no checkpoint for its thread"
+    return "its graph stopped between its steps without finishing or asking"
 
 
 def _resume_value(ask: ReviewAsk) -> Any:
@@ -137,6 +180,7 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
     now = timezone.now()
     with events.events_held(), transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
+        metrics_applied_record(ask_ids=ask_ids, at=now)
         ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
         known = set(item.asks.values_list("interrupt_id", flat=True))
         new = [p for p in asked if p.interrupt_id not in known]
@@ -146,12 +190,11 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
         elif new and item.status == ItemStatus.WITHDRAWN:
             # A withdrawn item stays withdrawn: its graph is left paused at what it asks next.
             item.applied_result = {"state": "asked after withdrawal", "asks": len(new)}
-        elif asked:
+        else:
+            # Not finished: it asks again (``_apply_round`` records nothing else as applied).
             item.applied_result = {"state": "asked again", "asks": len(asked)}
             if new:
                 _asks_open(item=item, asked=new)
-        else:
-            item.applied_result = {"state": "waiting"}
         item.apply_state = ApplyState.IDLE
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])
@@ -203,6 +246,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item.apply_state = ApplyState.FAILED
         item.applied_result = {"state": "failed", "error": error}
         item.save(update_fields=["apply_state", "applied_result"])
+        metrics_apply_failed_record()
         item_applied_record(item=item, applied=[])
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
@@ -229,6 +273,7 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
     unapplied = (
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
+        .filter(item__graph__in=graph_names())  # the others wait for a worker that runs their graph
         .values_list("item_id", flat=True).distinct()
     )
     item_ids = tasks_orphaned(ids=unapplied.iterator(), task=item_apply_task, started_since=overdue)

@@ -8,6 +8,10 @@ checked before any item is touched, so a bad request decides nothing.
 
 Bulk decides an item's single open ask only; an item with several open asks needs a
 decision per ask, made on its own page.
+
+An unknown item, and one the reviewer may not see (another team's), is refused by its id
+as "no such item", before the guard: the result names no title and no team, as its page
+would be a 404.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from moderation.core.permissions import user_can_decide
 from moderation.models import AttemptOrigin, QueueItem
 from moderation.records.reasons import ReasonInvalid, reason_check
+from moderation.records.selectors import items_visible_q
 from moderation.review.decisions import (
     DecisionError,
     InvalidDecision,
@@ -30,7 +35,7 @@ from moderation.review.decisions import (
     item_decide,
 )
 
-BulkOutcome = Literal["won", "lost", "refused"]
+BulkOutcome = Literal["won", "lost", "voted", "refused"]
 
 
 class BulkInvalid(InvalidDecision):
@@ -86,10 +91,11 @@ def items_decide_bulk(
         reason_check(reason=reason, rejecting=decision == "reject")
     except ReasonInvalid as exc:
         raise BulkInvalid(f"reason: {exc}", field="reason") from None
-    titles = _titles(keys)
+    titles = _titles(keys, reviewer=reviewer)
     return [
-        _item_decide_one(key=key, title=titles.get(key, key), reviewer=reviewer, decision=decision, note=note,
+        _item_decide_one(key=key, title=titles[key], reviewer=reviewer, decision=decision, note=note,
                          reason=reason, origin=origin)
+        if key in titles else BulkResult(item=key, title=key, outcome="refused", error="no such item")
         for key in keys
     ]
 
@@ -111,11 +117,13 @@ def _item_decide_one(
                       winner=outcome.winner, what=outcome.winner_status)
 
 
-def _titles(keys: list[str]) -> dict[str, str]:
-    valid = []
+def _titles(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, str]:
+    """The titles of the items ``reviewer`` may see, by id as given."""
+    given: dict[str, list[str]] = {}  # each id as a UUID spells it -> as given
     for key in keys:
         try:
-            valid.append(UUID(key))
+            given.setdefault(str(UUID(key)), []).append(key)
         except ValueError:
-            continue  # item_decide refuses it as an unknown item
-    return {str(pid): title for pid, title in QueueItem.objects.filter(public_id__in=valid).values_list("public_id", "title")}
+            continue
+    visible = QueueItem.objects.filter(items_visible_q(viewer=reviewer), public_id__in=list(given))
+    return {key: title for pid, title in visible.values_list("public_id", "title") for key in given[str(pid)]}

@@ -21,6 +21,7 @@ from django.utils import timezone
 from moderation.models import AskStatus, ReviewAsk
 from moderation.policies.models import OnDeadline
 from moderation.policies.rules import DEADLINE_USERNAME, PAST, policy_parse
+from moderation.records.metrics import metrics_deadline_fired_record
 from moderation.review.decisions import (
     DecisionError,
     DecisionOutcome,
@@ -65,10 +66,14 @@ def ask_deadline_fire(*, ask_pk: int) -> Fired:
     action = policy_parse(policy).on_deadline
     if action == OnDeadline.ESCALATE:
         escalated = ask_escalate(ask_pk=ask_pk)
+        if escalated:
+            metrics_deadline_fired_record(action=action)
         return Fired(said="escalated" if escalated else "not escalated (decided or moved meanwhile)", acted=escalated)
     if action in (OnDeadline.APPROVE, OnDeadline.REJECT):
         outcome = ask_deadline_settle(ask_pk=ask_pk, by=deadline_account(), outcome=action)
         said = f"{PAST[action]} by the deadline" if outcome.won else f"lost to {outcome.winner}"
+        if outcome.won:
+            metrics_deadline_fired_record(action=action)
         return Fired(said=said, acted=True, outcome=outcome)
     return Fired(said="waits (no deadline action)")
 

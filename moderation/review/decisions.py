@@ -14,12 +14,14 @@ withdrawn item loses with "Already withdrawn by <name>".
 
 An item accepted for the task worker to start (STARTING, ``moderation.review.starts``)
 has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 409),
-when the item is read and again under the row lock, recording nothing.
+when the item is read and again under the row lock, recording nothing; likewise one
+its graph refused at the start (REFUSED: ``ItemRefused``, 409), which never asks.
 
 Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
-decision on an open ask of an item someone else holds a live claim on is refused under
-the row lock (``ItemClaimed``, 409, naming the holder), recording nothing. A win that
-settles the item ends the decider's claim in the same transaction.
+decision or a vote on an open ask of an item someone else holds a live claim on is
+refused under the row lock (``ItemClaimed``, 409, naming the holder), recording nothing.
+A win that settles the item, or a counted vote, ends the decider's claim in the same
+transaction.
 
 Approval policies (``moderation.policies``). Under the row lock, and before anything
 else is judged, the decider must be allowed: a moderator of the item's team (the team
@@ -108,7 +110,7 @@ from moderation.models import (
     Requested,
     ReviewAsk,
 )
-from moderation.policies.models import Vote, VoteKind
+from moderation.policies.models import TallyWhy, Vote, VoteKind
 from moderation.policies.rules import (
     Policy,
     Resolution,
@@ -126,6 +128,8 @@ from moderation.records import events
 from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
+from moderation.records.metrics import metrics_escalated_record
+from moderation.records.teamstats import teamstats_escalation_record
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -187,6 +191,13 @@ class ItemStarting(DecisionError):
     http_status = 409
 
 
+class ItemRefused(DecisionError):
+    """Its graph raised at its start (``moderation.review.starts``): it never asked, and never will."""
+
+    code = "refused"
+    http_status = 409
+
+
 class ItemClaimed(DecisionError):
     """``CLAIMS_REQUIRED``: someone else holds a live claim on the item (``moderation.records.claims``)."""
 
@@ -217,6 +228,15 @@ def _text(text: object, *, field: str) -> str:
         raise InvalidDecision(f"{field} {exc}", field=field) from None
 
 
+def _ask_id(ask: object) -> str | None:
+    """The ask's interrupt id as sent, checked before it is looked up; None for none."""
+    if ask is None or ask == "":
+        return None
+    if not isinstance(ask, str):
+        raise InvalidDecision(f"ask must be an ask's id (text), not {ask!r}"[:200], field="ask")
+    return _text(ask, field="ask")
+
+
 @dataclass(frozen=True)
 class _Target:
     """The ask an attempt is about, read before any lock (an ask's payload, an item's policy
@@ -227,6 +247,7 @@ class _Target:
     spec: AskSpec | None
     policy: Policy = Policy()
     requester_id: int | None = None
+    graph: str = ""
 
 
 def item_decide(
@@ -252,6 +273,7 @@ def item_decide(
     if not user_can_decide(user=reviewer):
         raise NotAModerator("you do not have permission to decide items")
     note = _text(note, field="note")
+    ask = _ask_id(ask)
     if decisions is None:
         shorthand, _ = decision_validate(decision=decision, note="")
     elif decision is not None:
@@ -274,7 +296,7 @@ def item_decide(
                               field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
     try:
-        reason = reason_check(reason=reason, rejecting=rejecting)
+        reason = reason_check(reason=reason, rejecting=rejecting, graph=target.graph)
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
     if reason:
@@ -309,14 +331,14 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
 def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     key = _item_key(item_public_id)
     asks = ReviewAsk.objects.filter(item__public_id=key)
-    columns = ("pk", "payload", "item__policy", "item__requested_by_id")
+    columns = ("pk", "payload", "item__policy", "item__requested_by_id", "item__graph")
     if ask:
-        row = asks.filter(interrupt_id=str(ask)).values_list(*columns).first()
+        row = asks.filter(interrupt_id=ask).values_list(*columns).first()
         if row is None:
             status = _status_read(key)
             if status is None:
                 raise ItemNotFound(f"no item {key}")
-            _not_starting(status)
+            _askless_refuse(status)
             raise ItemNotFound(f"item {key} has no ask {ask!r}")
     else:
         open_rows = list(asks.filter(status=AskStatus.PENDING).values_list(*columns)[:2])
@@ -330,7 +352,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 raise ItemNotFound(f"no item {key}")
             # Before the lock, too: an item read as starting and started by the time the lock
             # is taken would otherwise be judged with no ask, as one whose graph never asked.
-            _not_starting(status)
+            _askless_refuse(status)
             if status == ItemStatus.PENDING:
                 # Paused before asks were recorded (an item from an earlier version not yet
                 # recovered): record what its graph waits on, then decide as usual.
@@ -338,15 +360,18 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
-    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3])
+    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3],
+                   graph=row[4])
 
 
 def _status_read(key: str) -> str | None:
     return QueueItem.objects.filter(public_id=key).values_list("status", flat=True).first()
 
 
-def _not_starting(status: str) -> None:
+def _askless_refuse(status: str) -> None:
     # Recorded nowhere, like a bad decision (raised under the row lock, it rolls back): there is no ask to judge it against.
+    if status == ItemStatus.REFUSED:
+        raise ItemRefused("its graph refused this item at its start (see applied_result); there is nothing to decide")
     if status == ItemStatus.STARTING:
         raise ItemStarting("this item is still starting: its graph has not asked for a review yet; "
                            "nothing was recorded, decide it once it is in the queue")
@@ -387,7 +412,7 @@ def _decide_locked(
     with transaction.atomic():
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
-        _not_starting(item.status)
+        _askless_refuse(item.status)
         if item.status != ItemStatus.NEEDS_ATTENTION:
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))
@@ -400,6 +425,11 @@ def _decide_locked(
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
             # The locked row's policy, not the one read before the lock: an escalation may have changed it.
             policy = policy_parse(item.policy)
+            if ask is not None and ask.status == AskStatus.PENDING and settings.CLAIMS_REQUIRED and (
+                    claim := claim_held_by_other(item=item, user=reviewer)):
+                # Votes too: each moves the item toward its resolution, over someone still reading it.
+                raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
+                                  "nothing was recorded, decide it when their claim ends")
             if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
                 if requested not in VoteKind.values:
                     raise InvalidDecision(f"this item is now decided by vote ({policy.describe()}): vote approve or reject",
@@ -410,9 +440,6 @@ def _decide_locked(
             if ask is not None and ask.status == AskStatus.PENDING:
                 if by_deadline and policy.is_quorum:
                     _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
-                if settings.CLAIMS_REQUIRED and (claim := claim_held_by_other(item=item, user=reviewer)):
-                    raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
-                                      "nothing was recorded, decide it when their claim ends")
                 return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
             if ask is not None:
@@ -455,6 +482,8 @@ def _vote_cast(
             outcome=AttemptOutcome.VOTED, requested_at=requested_at, reason=reason, origin=origin,
         )
         item_voted_record(item=item, ask=ask, tally=tally)
+        # Done reading: the claim passes to the next voter (moderation.records.claims).
+        claim_release(item_public_id=str(item.public_id), user_id=voter.pk)
         outcome = vote_outcome(item=item, ask=ask, requested=requested, attempt=attempt, tally=tally)
         events.after_commit(lambda: events.vote_broadcast(outcome=outcome))
         return outcome
@@ -473,7 +502,8 @@ def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why="deadline"))
+    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible,
+                            resolution=Resolution(outcome=outcome, why=TallyWhy.DEADLINE))
     ask.save(update_fields=["tally"])
 
 
@@ -485,7 +515,7 @@ def _resolved_decisions(*, ask: ReviewAsk, resolution: Resolution) -> list[dict[
     rejections = ask.votes.filter(vote=VoteKind.REJECT).select_related("voter").order_by("cast_at", "id")
     words = [(v.voter.get_username(), reason_message(reason=v.reason, message=v.note)) for v in rejections]
     said = "; ".join(f"{name}: {text}" if text else name for name, text in words)
-    why = "vetoed" if resolution.why == "veto" else "rejected by vote"
+    why = "vetoed" if resolution.why == TallyWhy.VETO else "rejected by vote"
     return [{"type": "reject", "message": f"{why} ({said})"[:2000]} for _ in actions]
 
 
@@ -686,12 +716,16 @@ def ask_escalate(*, ask_pk: int) -> bool:
         # The supervisors decide by their own team's rules; votes cast so far stay counted (each
         # was cast by a member of the team the item then belonged to, ``Vote.team``).
         policy = team_policy(team=to)
+        before = item_counted(item)
+        teamstats_escalation_record(team_id=item.team_id, at=now)
         item.team, item.policy, item.escalated_at = to, policy.as_json(), now
         item.priority = min(PRIORITY_MAX, item.priority + ESCALATION_PRIORITY_STEP)
         item.save(update_fields=["team", "policy", "escalated_at", "priority", "rank"])
+        counts_apply(before=before, after=item_counted(item))  # its team and priority band moved
         ask.deadline_at = now + timedelta(seconds=to.deadline_seconds) if to.deadline_seconds else None
         ask.save(update_fields=["deadline_at"])
         item_escalated_record(item=item)
+        metrics_escalated_record()
         snapshot = {"item_public_id": key, "title": item.title, "team": to.slug, "team_name": to.name}
         events.after_commit(lambda: events.item_escalated_broadcast(**snapshot))
         return True

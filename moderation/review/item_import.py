@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from moderation.core.jsonparse import json_parse
+
 ITEM_FIELDS = ("title", "body", "source", "team", "policy", "requested_by")
 REQUIRED_FIELDS = ("title", "body")
 # Optional columns a CSV line may leave blank: unset, not an empty team or user.
@@ -53,7 +55,7 @@ def _jsonl_rows(stream: TextIO) -> Iterator[ItemRow]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json_parse(line)
         except json.JSONDecodeError as exc:
             yield ItemRow(number, {}, f"not valid JSON: {exc.msg} (column {exc.colno})")
             continue
@@ -98,7 +100,7 @@ def _row_check(number: int, value: dict) -> ItemRow:
     fields = dict(value)
     if isinstance(fields.get("policy"), str):  # a CSV cell
         try:
-            fields["policy"] = json.loads(fields["policy"])
+            fields["policy"] = json_parse(fields["policy"])
         except json.JSONDecodeError as exc:
             return ItemRow(number, {}, f"policy is not valid JSON: {exc.msg} (column {exc.colno})")
     if "policy" in fields and not isinstance(fields["policy"], dict):

@@ -12,16 +12,21 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from moderation.core.resumelock import thread_resume_lock
+from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
 from moderation.graphs.registry import graph_name_validate
-from moderation.graphs.runtime import GraphState, graph_start, graph_state_read
+from moderation.graphs.runtime import GraphStartRefused, GraphState, graph_start, graph_state_read
 from moderation.models import QueueItem
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import item_policy_resolve
 from moderation.records import events
 from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
+
+
+# The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
+START_FIELDS = ("item_id", "title", "body", "source")
 
 
 def item_body_check(*, body: str) -> None:
@@ -33,10 +38,24 @@ def item_body_check(*, body: str) -> None:
         )
 
 
+def item_texts_check(**texts: str | None) -> None:
+    """Each given text (None: not given) storable; ValidationError naming the first that is not.
+
+    Called before the lookups the texts feed (team, source, requester), which PostgreSQL
+    would fail on a NUL with a 500.
+    """
+    for field, text in texts.items():
+        try:
+            text_check(text=text or "", field=field)
+        except TextInvalid as exc:
+            raise ValidationError({field: f"{field} {exc}"}) from None
+
+
 def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
     """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
     if username is None:
         return None
+    item_texts_check(requested_by=username)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise ValidationError({"requested_by": f"no user named {username!r} on this server"})
@@ -50,15 +69,16 @@ def item_create(
     """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
     moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
 
-    ``graph_input`` is merged over ``{item_id, title, body, source}`` as the graph's
-    start state (an agent's ``messages``, say). An unknown graph is a ValidationError.
+    ``graph_input`` joins ``{item_id, title, body, source}`` in the graph's start state
+    (an agent's ``messages``, say), and may not set them. An unknown graph is a ValidationError.
 
     ``team`` (a team's slug), ``policy`` (``moderation.policies.rules``) and
     ``requested_by`` (who asked for the decision, and so may never make it): see
     ``item_policy_resolve``; a team or policy that cannot be satisfied is refused.
 
     Raises ValidationError (and creates nothing: no row, no graph thread) for an empty,
-    oversized or NUL-bearing field.
+    oversized or NUL-bearing field, and for a start the graph refuses (it raised at its
+    start: ``graph_start``), naming ``input`` with the graph's message.
 
     The graph starts before the row is written and outside any transaction of ours, so
     pre-screening a person's text never holds the database's write lock (on SQLite,
@@ -96,18 +116,21 @@ def _item_start(
     (moderation.review.submissions); ``fields``: the API's columns (external_id, metadata, ...)."""
     chosen_id = public_id is not None
     item = item_build(title=title, body=body, source=source, is_lab=is_lab, public_id=public_id, **fields)
-    if chosen_id:
-        # Concurrent submits of one key share this thread (moderation.review.submissions). Two
-        # starts on it would each raise interrupts of their own ids, and the row's asks
-        # could name the one the thread no longer waits on: one start runs, under the
-        # thread's lock, and whoever comes after it joins it or finds its row.
-        with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
-            if QueueItem.objects.filter(public_id=item.public_id).exists():
-                raise IntegrityError(f"item {item.public_id} already exists")
-            _item_insert(item=item, started=item_graph_run(item=item))
-    else:
-        started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
-        _item_insert(item=item, started=started)
+    try:
+        if chosen_id:
+            # Concurrent submits of one key share this thread (moderation.review.submissions). Two
+            # starts on it would each raise interrupts of their own ids, and the row's asks
+            # could name the one the thread no longer waits on: one start runs, under the
+            # thread's lock, and whoever comes after it joins it or finds its row.
+            with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
+                if QueueItem.objects.filter(public_id=item.public_id).exists():
+                    raise IntegrityError(f"item {item.public_id} already exists")
+                _item_insert(item=item, started=item_graph_run(item=item))
+        else:
+            started = graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
+            _item_insert(item=item, started=started)
+    except GraphStartRefused as exc:  # the submitter's error; the failed start saved nothing
+        raise ValidationError({"input": str(exc)}) from None
     return item
 
 
@@ -119,6 +142,7 @@ def item_build(
     Its team and policy are resolved here (``item_policy_resolve``), so a team or policy
     that cannot be satisfied is refused before anything starts.
     """
+    item_texts_check(title=title, body=body, source=source, team=fields.get("team"))
     item_body_check(body=body)
     try:
         fields["graph"] = graph_name_validate(name=fields.get("graph"))
@@ -133,6 +157,9 @@ def item_build(
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
+    if taken := [key for key in START_FIELDS if key in graph_input]:
+        raise ValidationError({"input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
+                                        "(what moderators read); send them as the item's fields"})
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
         public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
@@ -151,9 +178,9 @@ def item_build(
 
 
 def item_start_state(*, item: QueueItem) -> dict[str, Any]:
-    """What the item's graph starts from: its content, under its ``graph_input``."""
-    return {"item_id": str(item.public_id), "title": item.title, "body": item.body, "source": item.source,
-            **(item.graph_input or {})}
+    """What the item's graph starts from: its ``graph_input`` and, over it, its own content."""
+    return {**(item.graph_input or {}), "item_id": str(item.public_id), "title": item.title, "body": item.body,
+            "source": item.source}
 
 
 def item_graph_run(*, item: QueueItem) -> GraphState:

@@ -3,7 +3,8 @@
 The graph is resumed only after a decision commits (``moderation.review.apply``), so after a
 crash the rows can be ahead of the graph, never behind it: a decided ask not yet
 applied is applied now (once: ``item_apply`` re-checks the graph under the thread's
-resume lock), and a graph that failed after a decision is run on. A pending item is
+resume lock), and a graph that failed after a decision, or that a killed run left
+between its steps, is run on. A pending item is
 checked against the interrupts its graph waits on: interrupts with no ask (an item
 from before asks existed) get their asks; an item whose graph waits on nothing it
 knows is flagged NEEDS_ATTENTION for an operator. An item whose graph never asked (still
@@ -19,7 +20,7 @@ from django.db import transaction
 from moderation.graphs.runtime import graph_asks_pending, graph_error_read
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
-from moderation.review.apply import asks_create, item_apply
+from moderation.review.apply import asks_create, item_apply, item_continue
 from moderation.review.starts import item_start, item_startable
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,10 @@ def item_reconcile(*, key: str) -> tuple[str, str]:
     unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
     if unapplied or item.apply_state == ApplyState.FAILED:
         done.append(f"applied its decision: {item_apply(item_id=item.pk, retry_failed=True)}")
+    elif item.is_decided:
+        continued = item_continue(item_id=item.pk)
+        if continued != "nothing to continue":
+            done.append(f"ran its graph on from where a killed run left it: {continued}")
     with transaction.atomic():
         item = QueueItem.objects.select_for_update().get(public_id=key)
         if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):

@@ -8,11 +8,23 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from moderation.core.locks import item_lock
-from moderation.models import DECIDED_STATUSES, UNDECIDED_STATUSES, ApplyState, ItemStatus, QueueItem
+from moderation.graphs.asks import AskSpec, ask_resume_read, decisions_describe
+from moderation.graphs.registry import graph_names
+from moderation.graphs.runtime import graph_resume_values
+from moderation.models import (
+    DECIDED_STATUSES,
+    UNDECIDED_STATUSES,
+    ApplyState,
+    AskStatus,
+    ItemStatus,
+    QueueItem,
+    ReviewAsk,
+)
 from moderation.records.counts import counts_apply, item_counted
+from moderation.review.decisions import ask_status_word
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -33,6 +45,8 @@ class RecoveryAction:
 class RecoveryReport:
     checked: int = 0
     actions: list[RecoveryAction] = field(default_factory=list)
+    # graph name -> its unsettled items, left as they are: this process does not run the graph.
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -48,19 +62,29 @@ def items_recover(
     locks as a decision, so it is safe while reviewers are working, and on its own: an
     item that cannot be repaired (whatever it contains) is marked needs attention with
     the reason and the run goes on, so no single item can stop a server from starting.
+    Items of a graph this process does not run are not touched, only counted
+    (``skipped``): nothing is wrong with them, and a run that has the graph back repairs them.
+    ``include_decided`` also reports every row that disagrees with what its graph was
+    resumed with (``item_graph_disagreement``), and leaves it as it is.
     """
     statuses = list(UNDECIDED_STATUSES)
     if include_decided:
         statuses += list(DECIDED_STATUSES)
     unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])
-    keys = list(QueueItem.objects.filter(unsettled).order_by("id").values_list("public_id", flat=True))
-    report = RecoveryReport()
+    items = QueueItem.objects.filter(unsettled)
+    loaded = graph_names()
+    report = RecoveryReport(skipped=dict(
+        items.exclude(graph__in=loaded).values_list("graph").annotate(Count("id")).order_by("graph")))
+    keys = list(items.filter(graph__in=loaded).order_by("id").values_list("public_id", flat=True))
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
         try:
             title, action = item_reconcile(key=key)
-            if action != "ok":
-                report.actions.append(RecoveryAction(item=key, title=title, action=action))
+            said = [] if action == "ok" else [action]
+            if include_decided and (disagreement := item_graph_disagreement(key=key)):
+                said.append(f"decided row disagrees with its graph, left as it is (see verify_audit): {disagreement}")
+            if said:
+                report.actions.append(RecoveryAction(item=key, title=title, action="; ".join(said)))
         except Exception as exc:
             logger.exception("recover: item %s could not be repaired", key)
             reason = _reason(exc)
@@ -70,6 +94,50 @@ def items_recover(
         if progress is not None:
             progress(done, len(keys))
     return report
+
+
+def item_graph_disagreement(*, key: str) -> str | None:
+    """How the item's decided rows disagree with what its graph was resumed with; None when they agree.
+
+    Each applied ask's decider and decisions against the answer its graph holds
+    (``graph_resume_values``), and the item row's decision against the ask that settled
+    it, once that ask agrees with its graph. Read without locks: an answer, once in the
+    graph, never changes, and only asks recorded as applied (answered before they were
+    so recorded) are compared. Never repaired: which side is right is for an operator
+    and ``verify_audit`` to say.
+    """
+    item = QueueItem.objects.select_related("decided_by").get(public_id=key)
+    settled = list(item.asks.exclude(status=AskStatus.PENDING).select_related("decided_by").order_by("decided_at", "pk"))
+    if not any(ask.applied_at for ask in settled):
+        return None
+    answers = graph_resume_values(name=item.graph, thread_id=item.thread_id)
+    disagreeing = {ask.pk: problem for ask in settled if ask.applied_at and (problem := _ask_disagreement(ask, answers))}
+    found = list(disagreeing.values())
+    settling = settled[-1]
+    if item.is_decided and settling.applied_at and settling.pk not in disagreeing:
+        row = (item.status, item.decided_by.get_username() if item.decided_by else "nobody")
+        asked = (ask_status_word(settling), settling.decided_by.get_username())
+        if row != asked:
+            found.append(f"the item row says {row[0]} by {row[1]}; the ask {settling.interrupt_id} that decided it "
+                         f"(its graph holds it) says {asked[0]} by {asked[1]}")
+    return "; ".join(found) or None
+
+
+def _ask_disagreement(ask: ReviewAsk, answers: dict) -> str | None:
+    if ask.interrupt_id not in answers:
+        return f"ask {ask.interrupt_id} is recorded as applied, but its graph holds no answer to it"
+    spec = AskSpec.from_payload(ask.payload)
+    who = ask.decided_by.get_username()
+    try:
+        decisions, reviewer = ask_resume_read(spec=spec, value=answers[ask.interrupt_id])
+        if decisions == ask.decisions and reviewer in (None, who):
+            return None
+        said = decisions_describe(spec=spec, decisions=decisions)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"ask {ask.interrupt_id}: its graph holds an answer this version does not write ({exc!r})"
+    by = f"{reviewer}'s" if reviewer else "an answer"
+    return (f"ask {ask.interrupt_id}: the row says {who} {decisions_describe(spec=spec, decisions=ask.decisions)}; "
+            f"its graph was resumed with {by}: {said}")
 
 
 def _attention_mark(*, key: str, reason: str) -> str:

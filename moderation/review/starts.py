@@ -21,8 +21,11 @@ the item still waits to start. Nothing runs the graph under the row lock.
 
 A worker killed mid-start leaves its task claimed for good; ``starts_sweep`` (in every
 worker's sweep thread) queues again each item STARTING for longer than
-``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that fails to start
-leaves its item NEEDS_ATTENTION with the error; ``manage.py recover`` starts it again.
+``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that raises at its start
+refuses its item (REFUSED, final: the submitter's input is at fault, as a start "now"
+answers 422); a start that fails otherwise (the storage under it, a graph that finished
+without asking) leaves its item NEEDS_ATTENTION with the error, and ``manage.py recover``
+starts it again.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ from django_tasks import task
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
-from moderation.graphs.runtime import graph_state_read
+from moderation.delivery.outbox import item_applied_record
+from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
+from moderation.graphs.runtime import GraphStartRefused, graph_state_read
 from moderation.models import ItemStatus, QueueItem
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
@@ -98,6 +103,10 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
         return "gone"
     if not item_startable(item=item, retry_failed=retry_failed):
         return "started earlier"
+    if not graph_loaded(name=item.graph):
+        # It waits, STARTING, for a worker that runs the graph (whose sweep queues it again).
+        logger.warning("item %s is left to start later: %s", item_id, graph_not_loaded_text(name=item.graph))
+        return "left to start later: graph not loaded"
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         if item.status == ItemStatus.NEEDS_ATTENTION:
             # Started again only if it never ran (a start that fails saves nothing): a graph
@@ -107,7 +116,9 @@ def item_start(*, item_id: int, retry_failed: bool = False) -> str:
                 return "left as it is: its graph ran and waits for no review"
         try:
             started = item_graph_run(item=item)  # raises if the graph finished without asking
-        except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the item records it
+        except GraphStartRefused as exc:
+            return _start_refused(item_id=item_id, error=str(exc), retry_failed=retry_failed)
+        except Exception as exc:  # noqa: BLE001 - storage, or a graph that ran without asking: the item records it
             return _start_failed(item_id=item_id, error=f"{type(exc).__name__}: {exc}", retry_failed=retry_failed)
         fault_point("after_start_run", item_key=item.thread_id)
         with events.events_held(), transaction.atomic():
@@ -142,6 +153,31 @@ def _start_failed(*, item_id: int, error: str, retry_failed: bool) -> str:
     return f"failed: {error}"
 
 
+def _start_refused(*, item_id: int, error: str, retry_failed: bool) -> str:
+    """Its graph raised at its start: the submitter's error, as a 422 is for a start "now".
+
+    The item is REFUSED, final: nothing to decide and nothing for ``recover`` to try again
+    (the failed start saved nothing). Its submitter reads why in ``applied_result``
+    (``{"state": "refused", "error": ...}``), through the API, its long-poll and the
+    ``item.applied`` webhook, as for any run of its graph.
+    """
+    with events.events_held(), transaction.atomic():
+        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        if not item_startable(item=item, retry_failed=retry_failed):
+            return "started earlier"
+        before = item_counted(item)
+        item.status, item.attention = ItemStatus.REFUSED, ""
+        item.applied_result = {"state": "refused", "error": error}
+        item.save(update_fields=["status", "attention", "applied_result"])
+        counts_apply(before=before, after=item_counted(item))
+        item_applied_record(item=item, applied=[])
+        snapshot = {"item_public_id": str(item.public_id), "title": item.title, "status": item.status,
+                    "applied": item.applied_result}
+        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+    logger.warning("item %s: refused by its graph at the start: %s", item_id, error)
+    return f"refused: {error}"
+
+
 def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
     """Queue again every item STARTING for ``APPLY_SWEEP_GRACE`` seconds that no start task will run.
 
@@ -150,7 +186,7 @@ def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
     """
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
     waiting = (
-        QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue)
+        QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue, graph__in=graph_names())
         .order_by("created_at", "id").values_list("pk", flat=True)
     )
     item_ids = tasks_orphaned(ids=waiting.iterator(), task=items_start_task, started_since=overdue)

@@ -23,12 +23,18 @@ the content digest, so one key cannot start two different graphs. Likewise its
 approval policy (``team``, ``policy``, ``requested_by``; ``moderation.policies``): part
 of the digest when given, so a submit without them digests exactly as before.
 
+An ``ask`` (an agent's interrupt value, from a service that runs its own graph) makes the
+item run the built-in pass-through graph (``moderation.graphs.passthrough``) with
+``{"ask", "external"}`` as its input; its natural key, when the submit names none, is
+the caller's ``<thread id>:<interrupt id>`` as its ``external_id``.
+
 Every field is checked before anything starts; a refused submit changes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -39,6 +45,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
 from moderation.models import (
     PRIORITY_MAX,
@@ -52,6 +60,7 @@ from moderation.review.items import (
     item_body_check,
     item_build,
     item_requester_get,
+    item_texts_check,
     submitted_item_create,
 )
 from moderation.review.starts import items_start_enqueue
@@ -62,6 +71,14 @@ METADATA_MAX_DEPTH = 5
 INPUT_MAX_BYTES = METADATA_MAX_BYTES
 INPUT_MAX_DEPTH = METADATA_MAX_DEPTH
 KEY_MAX_LENGTH = 200
+# An ask carries an agent's tool arguments and, per action, a JSON Schema for them
+# (``args_schema``): nested objects, ``$defs``, ``anyOf`` and ``items`` go well past
+# metadata's 5 levels. 32 levels hold any schema a tool's arguments need; the total size
+# bound, not the depth, is what keeps a hostile ask's cost small.
+ASK_MAX_BYTES = 64 * 1024
+ASK_MAX_DEPTH = 32
+# The caller's own ids; thread and interrupt id joined are the natural key (KEY_MAX_LENGTH).
+EXTERNAL_MAX_LENGTHS = {"thread_id": 128, "interrupt_id": 64, "run_id": 64}
 _NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
 
 
@@ -82,6 +99,8 @@ class Submission:
     team: str | None = None  # a Team's slug
     policy: dict[str, Any] | None = None  # over the team's (moderation.policies.rules.policy_parse)
     requested_by: str | None = None  # the username on whose behalf the client submits
+    ask: Any = None  # an agent's interrupt value: the item runs the pass-through graph (ASK_GRAPH)
+    external: dict[str, str] | None = None  # the asking agent's {thread_id, interrupt_id, run_id}
 
     def digest(self) -> str:
         content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
@@ -116,6 +135,10 @@ def graph_input_check(*, graph_input: Any) -> None:
 def _json_object_check(value: Any, *, field: str, max_bytes: int, max_depth: int) -> None:
     if not isinstance(value, dict):
         raise ValidationError({field: f"{field} must be a JSON object"})
+    _json_value_check(value, field=field, max_bytes=max_bytes, max_depth=max_depth)
+
+
+def _json_value_check(value: Any, *, field: str, max_bytes: int, max_depth: int) -> None:
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
     if size > max_bytes:
         raise ValidationError({field: f"{field} is {size:,} bytes as JSON; the limit is {max_bytes:,}"})
@@ -128,16 +151,60 @@ def _json_walk(value: Any, *, field: str, max_depth: int, depth: int) -> None:
             raise ValidationError({field: f"{field} nests deeper than {max_depth} levels"})
         children = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in children:
-            if isinstance(key, str) and "\x00" in key:
-                raise ValidationError({field: f"{field} keys cannot contain NUL characters"})
+            if isinstance(key, str):
+                _json_text_check(key, field=field, what="keys")
             _json_walk(child, field=field, max_depth=max_depth, depth=depth + 1)
-    elif isinstance(value, str) and "\x00" in value:
-        # PostgreSQL's jsonb cannot hold \u0000: refused on both backends alike.
-        raise ValidationError({field: f"{field} strings cannot contain NUL characters"})
+    elif isinstance(value, str):
+        _json_text_check(value, field=field, what="strings")
+
+
+def _json_text_check(text: str, *, field: str, what: str) -> None:
+    try:
+        text_check(text=text, field=field)
+    except TextInvalid as exc:  # jsonb cannot hold \u0000 either
+        raise ValidationError({field: f"{field} {what} {exc}"}) from None
+
+
+def ask_check(*, submission: Submission) -> None:
+    """An ask and its ``external`` ids (ASK_MAX_BYTES, ASK_MAX_DEPTH, no NUL); they leave ``graph`` and ``input`` to it."""
+    if submission.ask is None:
+        raise ValidationError({"external": "external names the agent behind an ask; send it with ask"})
+    if submission.graph not in (None, ASK_GRAPH):
+        raise ValidationError({"graph": f"an ask runs under the built-in {ASK_GRAPH!r} graph; leave graph out"})
+    if submission.graph_input:
+        raise ValidationError({"input": "an ask is its graph's whole input; leave input out"})
+    try:
+        graph_name_validate(name=ASK_GRAPH)
+    except UnknownGraph as exc:
+        raise ValidationError({"ask": str(exc)}) from None
+    _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
+    external = submission.external or {}
+    if not isinstance(external, dict):
+        raise ValidationError({"external": "external must be a JSON object"})
+    for name, value in external.items():
+        limit = EXTERNAL_MAX_LENGTHS.get(name)
+        if limit is None:
+            raise ValidationError({"external": f"external takes {', '.join(EXTERNAL_MAX_LENGTHS)}, not {name!r}"})
+        if not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value:
+            raise ValidationError({f"external.{name}": f"external.{name} must be 1 to {limit} characters, without NUL"})
+
+
+def _ask_unfold(*, submission: Submission, idempotency_key: str | None) -> Submission:
+    """An ask's submission as the item it makes: the pass-through graph, the ask as its input, its natural key."""
+    if submission.ask is None:
+        return submission
+    external = submission.external or {}
+    external_id = submission.external_id
+    if external_id is None and idempotency_key is None and external.get("thread_id") and external.get("interrupt_id"):
+        external_id = f"{external['thread_id']}:{external['interrupt_id']}"
+    return dataclasses.replace(submission, graph=ASK_GRAPH, graph_input={"ask": submission.ask, "external": external},
+                               external_id=external_id)
 
 
 def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
     """Everything that needs no database: raises ValidationError naming the field."""
+    if submission.ask is not None or submission.external is not None:
+        ask_check(submission=submission)
     item_body_check(body=submission.body)
     metadata_check(metadata=submission.metadata or {})
     try:
@@ -147,11 +214,10 @@ def submission_check(*, submission: Submission, idempotency_key: str | None) -> 
     graph_input_check(graph_input=submission.graph_input or {})
     if not PRIORITY_MIN <= submission.priority <= PRIORITY_MAX:
         raise ValidationError({"priority": f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}"})
+    item_texts_check(idempotency_key=idempotency_key, external_id=submission.external_id)
     for field, value in (("idempotency_key", idempotency_key), ("external_id", submission.external_id)):
-        if value is None:
-            continue
-        if not value or len(value) > KEY_MAX_LENGTH or "\x00" in value:
-            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters, without NUL"})
+        if value is not None and not 1 <= len(value) <= KEY_MAX_LENGTH:
+            raise ValidationError({field: f"{field} must be 1 to {KEY_MAX_LENGTH} characters"})
 
 
 def _public_id_for(*, client: ApiClient, key: str, digest: str) -> uuid.UUID:
@@ -166,6 +232,7 @@ def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: s
     key with other content; neither changes anything.
     """
     submission_check(submission=submission, idempotency_key=idempotency_key)
+    submission = _ask_unfold(submission=submission, idempotency_key=idempotency_key)
     requester = item_requester_get(username=submission.requested_by)
     digest = submission.digest()
     key = _key(submission=submission, idempotency_key=idempotency_key)
@@ -260,6 +327,7 @@ def items_accept(*, client: ApiClient, entries: list[tuple[Submission, str | Non
     for index, (submission, idempotency_key) in enumerate(entries):
         try:
             submission_check(submission=submission, idempotency_key=idempotency_key)
+            submission = _ask_unfold(submission=submission, idempotency_key=idempotency_key)
             if submission.requested_by not in requesters:
                 requesters[submission.requested_by] = item_requester_get(username=submission.requested_by)
             digest = submission.digest()

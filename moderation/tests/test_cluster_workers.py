@@ -48,10 +48,11 @@ from moderation.tests.cluster_support import (
     fresh_database,
     services_require,
 )
-from moderation.tests.real_server import Reviewer
+from moderation.tests.real_server import Reviewer, progress_wait
 from moderation.tests.webhook_receiver import Receiver
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+# A net for a hang, not a speed claim: the waits fail on a stall (SETTLE_STALL); a loaded 2-core machine is slow.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 ITEMS = 200
 MODERATORS = [f"mod{n}" for n in range(8)]
@@ -59,7 +60,8 @@ IN_FLIGHT = 8  # items raced at the same time
 DOOMED_HOLD = 2.5  # seconds the doomed worker holds each apply between resume and record
 KILL_MARGIN = 0.5  # seconds the kill may take after the last look
 DOOMED_APPLIES_BEFORE_KILL = 1
-SETTLE_TIMEOUT = 60
+# The settle waits give up once nothing has moved for this long: a busy machine makes the work slow, not stuck.
+SETTLE_STALL = 60
 WORKER_ENV = {
     # The suite's conftest sets "1" (apply in the deciding process); here the workers apply.
     "REVIEWQUEUE_APPLY_INLINE": "",
@@ -92,11 +94,10 @@ def _unsettled(database_url: str) -> dict[str, int]:
     return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
 
 
-def _settled_wait(database_url: str, *, timeout: float) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
-    while any((left := _unsettled(database_url)).values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+def _settled_wait(database_url: str) -> dict[str, int]:
+    """What is left once nothing is (``_unsettled`` all zero), or once nothing moved for ``SETTLE_STALL`` seconds."""
+    return progress_wait(lambda: _unsettled(database_url), done=lambda left: not any(left.values()),
+                         stall=SETTLE_STALL, poll=0.2)
 
 
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
@@ -108,6 +109,15 @@ def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
 
 def _item_public_id(database_url: str, pk: int) -> str:
     return _sql(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
+
+
+def _workers_stop(site: SimpleNamespace) -> None:
+    """SIGTERM every worker still running (each finishes its task first): a test's own workers alone work after this."""
+    for server in site.servers:
+        for worker in server.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +132,8 @@ def site(tmp_path_factory):
         ]
         try:
             began = time.monotonic()
-            # One item more than the burst: the negative control's.
-            seeded = servers[0].seed(users=MODERATORS, items=ITEMS + 1, prefix="Burst")
+            # Beyond the burst: the negative control's item, and one per kill point inside the graph's run.
+            seeded = servers[0].seed(users=MODERATORS, items=ITEMS + 1 + len(GRAPH_KILL_POINTS), prefix="Burst")
             out = servers[0].manage("shell", "-c", _ENDPOINT.format(url=receiver.url, events=list(EVENTS)))
             receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
             with ThreadPoolExecutor(2) as pool:
@@ -132,7 +142,8 @@ def site(tmp_path_factory):
             # Moderator n posts to server n % 2, so an item's two reviewers (n, n + 1) are on different servers.
             reviewers = [Reviewer(servers[n % 2], name, seeded.sessions[name]) for n, name in enumerate(MODERATORS)]
             yield SimpleNamespace(servers=servers, database_url=database_url, receiver=receiver,
-                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS], reviewers=reviewers)
+                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS],
+                                  in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1:])), reviewers=reviewers)
         finally:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LiveServer.close, servers))
@@ -233,17 +244,18 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     # What a supervisor does: start another (the sweeps of any worker would do without it).
     site.servers[0].worker_start(worker_id="replacement")
 
-    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
+    left = _settled_wait(url)
     settled_at = time.monotonic()
-    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+    assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
 
     # The kill landed in the burst, after the graph's resume and before the record.
     assert killer.killed_at < burst_end, "the worker was killed after the burst"
     assert killer.applied_before >= DOOMED_APPLIES_BEFORE_KILL
     orphan = killer.orphan_state
     assert (orphan["apply_state"], orphan["graph_paused"], orphan["resume_count"]) == ("applying", False, 1), orphan
-    # Its task stays claimed by the dead worker for good: the sweep, not the task, finished the job.
-    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "RUNNING")] == [
+    # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed.
+    assert _tasks(url, "doomed", "RUNNING") == []
+    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "FAILED")] == [
         (APPLY_TASK, [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
     ]
 
@@ -252,11 +264,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
     state = site.servers[1].tool("state", *items)
     assert sorted(state) == sorted(items)
-    final = {
-        item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"],
-                        decision={"approved": "approve", "rejected": "reject"}.get(row["status"]))
-        for item, row in state.items()
-    }
+    final = {item: FinalItem(**row["final"]) for item, row in state.items()}
     anomalies = history_check(ops=recorder.ops, final=final)
     assert not anomalies, "\n".join(map(str, anomalies))
     by_item = defaultdict(list)
@@ -303,11 +311,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
 
 def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sweep(site):
     url, item, receiver = site.database_url, site.spare, site.receiver
-    for server in site.servers:  # the first test's workers: nobody may sweep
-        for worker in server.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                worker.wait(timeout=30)
+    _workers_stop(site)  # the first test's workers: nobody may sweep
     assert not any(_unsettled(url).values()), "the first test left work behind"
     doomed = site.servers[0].worker_start(worker_id="control-doomed", faults="before_record:kill")
     status, body = site.reviewers[0].decide(item, "approve")
@@ -322,12 +326,45 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     assert not [r for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item]
 
     site.servers[1].worker_start(worker_id="control-rescuer")
-    left = _settled_wait(url, timeout=30)
+    left = _settled_wait(url)
     assert not any(left.values()), left
     row = site.servers[0].tool("state", item)[item]
     assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
     applied = {r.msg_id for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item}
     assert len(applied) == 1
+
+
+GRAPH_KILL_POINTS = ("in_review_node", "in_apply_node")
+
+
+@pytest.mark.parametrize("point", GRAPH_KILL_POINTS)
+def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(site, point):
+    """Killed in the resumed node (its answer not checkpointed) or in the next one (the
+    resume's first checkpoint written, no interrupt left to resume): the next worker's
+    sweep runs the graph on to its end, resumed once, and only then records it applied.
+    Before the rescue the checker sees the harm a retry that only records would leave."""
+    url, item = site.database_url, site.in_graph[point]
+    _workers_stop(site)  # earlier tests' workers: only the doomed one may take this apply
+    recorder = HistoryRecorder()
+    doomed = site.servers[0].worker_start(worker_id=f"graph-doomed-{point}", faults=f"{point}:kill")
+    site.reviewers[0].decide_recorded(recorder, item, "approve")
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    killed = site.servers[0].tool("state", item)[item]
+    assert (killed["apply_state"], killed["graph_paused"]) == ("applying", point == "in_review_node"), killed
+    if point == "in_apply_node":
+        assert [str(a) for a in history_check(ops=recorder.ops, final={item: FinalItem(**killed["final"])})] == [
+            f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"]
+
+    site.servers[1].worker_start(worker_id=f"graph-rescuer-{point}")
+    left = _settled_wait(url)
+    _workers_stop(site)  # the tests after this one count their own workers' tasks
+    assert not any(left.values()), left
+    row = site.servers[1].tool("state", item)[item]
+    assert (row["apply_state"], row["applied_result"]["state"], row["resume_count"], row["forks"]) == ("", "finished", 1, 0), row
+    assert row["applied_result"]["result"]["status"] == "approved", row
+    assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
+    assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED")] == [
+        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
 
 
 START_TASK = "moderation.review.starts.items_start_task"
@@ -350,14 +387,34 @@ def _accept(server, token: str, count: int) -> list[str]:
     return ids
 
 
+class _StartsProgress:
+    """Whether the workers still start items: the count still starting, read at most once a second
+    for all the reviewers' threads, and when it last changed."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._lock = threading.Lock()
+        self._starting: int | None = None
+        self._read_at = self._moved_at = time.monotonic()
+
+    def stalled(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self._starting is None or now - self._read_at >= 1:
+                starting = _unsettled(self.database_url)["starting"]
+                if starting != self._starting:
+                    self._starting, self._moved_at = starting, now
+                self._read_at = now
+            return now - self._moved_at >= SETTLE_STALL
+
+
 def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str,
-                         start: threading.Barrier) -> int:
-    """Race the pair's other reviewer; an answer "still starting" records nothing, so try again.
-    Returns how many times the item was still starting."""
+                         start: threading.Barrier, starts: _StartsProgress) -> int:
+    """Race the pair's other reviewer; an answer "still starting" records nothing, so try again
+    while the workers are still starting items. Returns how many times the item was still starting."""
     start.wait()
     refusals = 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while not starts.stalled():
         op = recorder.invoke(reviewer=reviewer.username, item=item, decision=decision)
         try:
             status, body = reviewer.decide(item, decision, timeout=60)
@@ -371,7 +428,7 @@ def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: st
             continue
         recorder.complete_from_http(op, status=status, body=body)
         return refusals
-    raise AssertionError(f"{reviewer.username}: item {item} still starting after 60 s")
+    raise AssertionError(f"{reviewer.username}: item {item} still starting, and no item started for {SETTLE_STALL} s")
 
 
 class StartKiller(_Hunter):
@@ -408,11 +465,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     SIGKILLed between a graph's start and its row's record; pairs of reviewers on both servers
     decide each item as soon as it is in the queue. Judged by the history checker, starts included."""
     url = site.database_url
-    for server in site.servers:  # the earlier tests' workers
-        for worker in server.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                worker.wait(timeout=30)
+    _workers_stop(site)  # the earlier tests' workers
     token = site.servers[0].manage("apiclient_create", "queued-pipeline").strip()
     doomed = site.servers[0].worker_start(worker_id="start-doomed", faults=f"after_start_run:sleep={START_HOLD}")
     site.servers[1].worker_start(worker_id="start-steady")
@@ -427,11 +480,13 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     recorder = HistoryRecorder()
     with ThreadPoolExecutor(2 * IN_FLIGHT) as pool:
         attempts = []
+        starts = _StartsProgress(url)
+        starts = _StartsProgress(url)
         for n, item in enumerate(items):
             first, second = site.reviewers[n % 8], site.reviewers[(n + 1) % 8]
             start = threading.Barrier(2, timeout=60)
-            attempts.append(pool.submit(_decide_once_started, recorder, first, item, "approve", start))
-            attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start))
+            attempts.append(pool.submit(_decide_once_started, recorder, first, item, "approve", start, starts))
+            attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start, starts))
         refusals = sum(a.result() for a in attempts)
     burst_end = time.monotonic()
     killer.join(timeout=30)
@@ -440,12 +495,12 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     assert doomed.returncode == -signal.SIGKILL
     orphan = killer.orphan_state
     assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
-    # The kill left its task claimed for good: the sweep started the orphan (and the rest of its chunk) again.
-    [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "RUNNING") if path == START_TASK]
+    # The kill left its task unfinished: the sweep started the orphan (and the rest of its chunk) again, and marked it.
+    [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]
     assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
-    left = _settled_wait(url, timeout=SETTLE_TIMEOUT)
-    assert not any(left.values()), f"not settled {SETTLE_TIMEOUT} s after the burst: {left}"
+    left = _settled_wait(url)
+    assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
     unknown = [op for op in recorder.ops if op.completion not in ("ok", "fail")]
     assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
     state = site.servers[1].tool("state", *items)

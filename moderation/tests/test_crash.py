@@ -9,13 +9,15 @@ server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
   her attempt is recorded as *unknown*; ``manage.py recover --all`` runs and the server
   restarts;
 - worker points: alice is told she won (the answer never waits for the graph), then
-  the worker dies applying it; a second worker's sweep finds the decision unapplied
-  and applies it.
+  the worker dies applying it, before the graph's resume, inside the graph's run (in a
+  node, before or after the resume's first checkpoint) or before recording it; a second
+  worker's sweep finds the decision unapplied and applies it, running the graph on to
+  its end.
 
 Then bob decides the same item again and carol decides a fresh one. The whole history
 is checked with ``moderation.lab.history.history_check`` against the final rows, attempts
-and checkpoint histories: decided items resumed exactly once (never forked), pending
-items still paused.
+and checkpoint histories: decided items resumed exactly once (never forked) and their
+graphs at their end, pending items still paused.
 
 The scenarios run side by side in threads (each is mostly waiting on its own
 processes) to keep the module near a minute on a small machine.
@@ -24,7 +26,6 @@ processes) to keep the module near a minute on a small machine.
 from __future__ import annotations
 
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ import pytest
 
 from e2e.server import LiveServer, Seeded
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-from moderation.tests.real_server import Dropped, Reviewer
+from moderation.tests.real_server import Dropped, Reviewer, progress_wait
 
 # The first test waits for every scenario (the module fixture): near 300 s on a loaded 2-core machine.
 pytestmark = [pytest.mark.timeout(600)]
@@ -48,6 +49,8 @@ WORKER_ENV = {"REVIEWQUEUE_APPLY_INLINE": "", "APPLY_SWEEP_GRACE": "1", "WEBHOOK
 # The workers' task poll: at the default 0.05 s each idle worker costs a tenth of a core,
 # and up to eight run at once on a 2-core machine; the sweep's 0.2 s bounds the recovery anyway.
 WORKER_POLL = 0.25
+# A worker's apply may be slow on a busy machine, never stuck: the wait gives up after this long with no change.
+APPLY_STALL = 60
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ EXPECTED = {
     "before_resume": Expect("worker", "approved", "alice"),
     "after_resume": Expect("worker", "approved", "alice"),
     "before_record": Expect("worker", "approved", "alice"),
+    # Or inside the graph's run: in the resumed node, holding its answer before any checkpoint;
+    # in the next node, after the resume's first checkpoint, with nothing left to resume.
+    "in_review_node": Expect("worker", "approved", "alice"),
+    "in_apply_node": Expect("worker", "approved", "alice"),
 }
 
 
@@ -90,16 +97,15 @@ def _record(history: HistoryRecorder, reviewer: Reviewer, item: str, decision: s
     return status, body
 
 
-def _applied_wait(server: LiveServer, items: list[str], *, timeout: float = 60.0) -> dict:
-    """The items' state once no decision on them waits for a worker.
+def _applied_wait(server: LiveServer, items: list[str]) -> dict:
+    """The items' state once no decision on them waits for a worker (or nothing moved for ``APPLY_STALL`` s).
 
     Polls the rows alone, one query (the test process never opens the server's database
     through the ORM, so not ``history_wait_applied``); the full state, which reads every
     item's checkpoint history, is read once at the end.
     """
-    deadline = time.monotonic() + timeout
-    while any(row.apply_state == "applying" for row in server.rows(items).values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    progress_wait(lambda: {item: row.apply_state for item, row in server.rows(items).items()},
+                  done=lambda states: "applying" not in states.values(), stall=APPLY_STALL)
     return server.tool("state", *items)
 
 
@@ -182,6 +188,7 @@ def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point
     else:
         assert state["apply_state"] == "" and state["applied_result"]["state"] == "finished", (state, context)
         assert not state["graph_paused"] and state["resume_count"] == 1 and state["forks"] == 0, (state, context)
+        assert state["final"]["settled"] and state["applied_result"]["result"]["status"] == "approved", (state, context)
         assert state["won_attempts"] == [expect.winner], state
 
     # Deciding it again is consistent with what was stored.
@@ -203,9 +210,6 @@ def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point
             assert row["status"] in {"approved", "rejected"}, (item, row)
             assert not row["graph_paused"] and row["resume_count"] == 1 and row["forks"] == 0, (item, row, context)
             assert row["won_attempts"] == [row["winner"]], (item, row)
-    checked = {
-        item: FinalItem(winner=row["winner"], winning_attempts=len(row["won_attempts"]), resumes=row["resume_count"])
-        for item, row in final.items()
-    }
+    checked = {item: FinalItem(**row["final"]) for item, row in final.items()}
     assert history_check(ops=scenario.history.ops, final=checked) == []
     assert "audit log intact" in scenario.audit_output

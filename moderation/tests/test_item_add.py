@@ -116,6 +116,9 @@ def test_team_policy_and_requester_for_one_item_and_as_defaults_of_a_file(tmp_pa
         (["--team", "payments", "--policy", '{"approvals": 4}'],
          "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote"),
         (["--policy", '{"on_deadline": "approve"}'], "policy.deadline_seconds: on_deadline needs deadline_seconds"),
+        (["--team", "payments", "--policy", '{"deadline_seconds": 1, "on_deadline": "approve"}'],
+         "policy.on_deadline: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
+         "stricter, never weaker: on_deadline approve approves without a moderator; it has no deadline action"),
     ],
 )
 def test_a_bad_team_policy_or_requester_adds_nothing(tmp_path, payments, args, message):

@@ -128,6 +128,35 @@ def test_an_edit_breaking_the_tools_schema_changes_nothing(alice):
     assert _tool_results(item) == {}
 
 
+EDIT_TEXT = '[{"type": "edit", "edited_action": {"name": "refund_payment", "args": {%s}}}]'
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db
+@pytest.mark.parametrize("via", ["json", "form"])
+@pytest.mark.parametrize(("args", "field"), [
+    ('"order_id": "A-17", "amount": NaN, "currency": "EUR"', None),  # was a 500 at the write; not JSON at all
+    ('"order_id": "A-17", "amount": 1e999, "currency": "EUR"', None),
+    ('"order_id": "A-17", "amount": 80, "currency": "EUR\\n"', "decisions[0].edited_action.args.currency"),
+    ('"order_id": "A-17", "amount": 80, "currency": "EUR", "extra": 1', "decisions[0].edited_action.args.extra"),
+    ('"order_id": "A-17\\u001b[2J", "amount": 80, "currency": "EUR"', "decisions[0].edited_action.args.order_id"),
+])
+def test_an_edit_the_tool_would_not_take_is_refused_on_every_path_and_changes_nothing(client, alice, via, args, field):
+    item = _agent_item(SINGLE)
+    client.force_login(alice)
+    text = EDIT_TEXT % args
+    if via == "json":
+        refused = client.post(f"/api/items/{item.public_id}/decision", f'{{"decisions": {text}}}',
+                              content_type="application/json")
+    else:
+        refused = client.post(f"/items/{item.public_id}/", {"decisions": text}, headers={"Accept": "application/json"})
+    assert refused.status_code == 400, refused.content
+    assert refused.json().get("field") == (field or ("decisions" if via == "form" else None)), refused.json()
+    item.refresh_from_db()
+    assert item.status == ItemStatus.PENDING and [a.status for a in item.asks.all()] == [AskStatus.PENDING]
+    assert _tool_results(item) == {}
+
+
 @pytest.mark.django_db
 def test_reject_leaves_the_refund_unrun_and_the_model_reads_why(alice, decide):
     item = _agent_item(SINGLE)
@@ -232,7 +261,7 @@ def test_item_add_names_the_graph_and_its_input():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("args", "message"), [
-    (["--graph", "refund_agnt"], "--graph: unknown graph 'refund_agnt'; this server runs moderation, refund_agent"),
+    (["--graph", "refund_agnt"], "--graph: unknown graph 'refund_agnt'; this server runs ask, moderation, refund_agent"),
     (["--graph", REFUND_AGENT, "--input", "{messages: 1}"], "--input is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
     (["--graph", REFUND_AGENT, "--input", "[1, 2]"], "--input must be a JSON object, not list"),
     (["--file", "-", "--input", "{}"], "--input is for a single item (--title/--body), not --file"),

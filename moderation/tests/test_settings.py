@@ -27,6 +27,20 @@ def test_check_deploy_reports_nothing_in_production_mode():
     assert "System check identified no issues" in result.stdout
 
 
+def test_debug_is_off_unless_asked_for_so_forgetting_both_variables_does_not_start():
+    """DEBUG and SECRET_KEY both unset: no debug pages with the public development key, but a clear refusal."""
+    result = _manage("check")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true)" in result.stderr
+    assert "or DEBUG=true for development" in result.stderr, result.stderr
+    # Keys of its own and DEBUG still unset: production mode.
+    result = _manage(
+        "shell", "-v", "0", "-c", "from django.conf import settings; print(settings.DEBUG)",
+        SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="reviews.example.org",
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["False"], result.stdout + result.stderr
+
+
 def test_production_refuses_the_development_key_and_a_missing_key():
     for key in ("dev-only-insecure-key-do-not-deploy", None):
         env = {"DEBUG": "false", "ALLOWED_HOSTS": "reviews.example.org", "AUDIT_KEY": secrets.token_urlsafe(64)}
@@ -57,6 +71,12 @@ def test_bad_boolean_is_a_clear_error():
     assert result.returncode != 0 and "DEBUG must be true or false, not 'maybe'" in result.stderr
 
 
+def test_a_silence_no_longer_than_a_heartbeat_is_a_clear_error():
+    result = _manage("check", DEBUG="true", LIVE_HEARTBEAT_SECONDS="15", LIVE_SILENT_SECONDS="15")
+    assert result.returncode != 0
+    assert "LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS" in result.stderr, result.stderr
+
+
 def test_seed_demo_refuses_to_run_in_production():
     result = _manage(
         "seed_demo", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),
@@ -85,6 +105,68 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
     finally:
         server.close()
 
+def test_the_readmes_production_recipe_run_as_written_serves_and_applies_a_decision(tmp_path):
+    """README "Production settings on plain HTTP, locally", its commands as written (the
+    superuser made without prompts, on a free port): it migrates, and a decision is applied."""
+    import http.cookiejar
+    import json
+    import re
+    import time
+    import urllib.parse
+    import urllib.request
+
+    from e2e.server import _group_stop, free_port
+
+    readme = (BASE_DIR / "README.md").read_text()
+    section = readme.split("### Production settings on plain HTTP, locally", 1)[1]
+    recipe = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    recipe = recipe.replace("createsuperuser", "createsuperuser --no-input").replace("<that user>", "ann")
+    port, password = free_port(), secrets.token_urlsafe(16)
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"SECRET_KEY", "AUDIT_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL",
+                        "REVIEWQUEUE_APPLY_INLINE", "CHANNEL_LAYER_PREFIX"}}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", REVIEWQUEUE_VAR_DIR=str(tmp_path), PORT=str(port),
+               DJANGO_SUPERUSER_USERNAME="ann", DJANGO_SUPERUSER_PASSWORD=password,
+               DJANGO_SUPERUSER_EMAIL="ann@example.org")
+    item = "python manage.py item_add --title 'Recipe item' --body 'Some harmless text.'"
+    # The item is added after the set-up and before the last line, which serves until stopped.
+    *setup, serve = recipe.strip().splitlines()
+    script = "\n".join([*setup, item, serve])
+    log = open(tmp_path / "recipe.log", "w")  # noqa: SIM115 - the child's
+    proc = subprocess.Popen(["bash", "-euc", script], cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        deadline = time.monotonic() + 600  # migrations and two start-ups on a busy machine: a hang guard only
+        while True:
+            assert proc.poll() is None, (tmp_path / "recipe.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "recipe.log").read_text()
+            try:
+                page = opener.open(f"{base}/accounts/login/", timeout=10).read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        opener.open(urllib.request.Request(f"{base}/accounts/login/", headers={"Referer": f"{base}/accounts/login/"},
+                    data=urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "ann",
+                                                 "password": password}).encode()), timeout=30)
+        item_id = re.search(r"Added ([0-9a-f-]{36})", (tmp_path / "recipe.log").read_text()).group(1)
+        csrf = next(c.value for c in jar if c.name == "csrftoken")
+        decided = json.loads(opener.open(urllib.request.Request(
+            f"{base}/api/items/{item_id}/decision", data=json.dumps({"decision": "approve"}).encode(),
+            headers={"Content-Type": "application/json", "X-CSRFToken": csrf, "Referer": f"{base}/"}), timeout=30).read())
+        assert decided["outcome"] == "won", decided
+        # The task worker the recipe starts applies it: the item page says Done.
+        while 'data-state="finished"' not in opener.open(f"{base}/items/{item_id}/", timeout=30).read().decode():
+            assert time.monotonic() < deadline, (tmp_path / "recipe.log").read_text()
+            time.sleep(0.5)
+    finally:
+        _group_stop(proc, 15)
+        log.close()
+
+
 def _shown(**env) -> list[str]:
     """AXES_FAILURE_LIMIT, the cool-off in seconds and the cache key prefix under ``env``."""
     show = (
@@ -105,3 +187,26 @@ def test_login_lock_out_and_cache_prefix_come_from_the_environment():
     # The cache prefix follows the channel-layer prefix unless it is set on its own.
     assert _shown(LOGIN_FAILURE_LIMIT="20", LOGIN_COOLOFF="60", CHANNEL_LAYER_PREFIX="siteb") == ["20", "60", "siteb"]
     assert _shown(CHANNEL_LAYER_PREFIX="siteb", CACHE_KEY_PREFIX="sitec")[2] == "sitec"
+
+
+def test_a_moderation_log_line_is_written_once_under_daphne(tmp_path):
+    """daphne gives the root logger a handler of its own; ``moderation`` has ours and must not
+    also hand its lines on to daphne's, which wrote each of them twice."""
+    import urllib.error
+    import urllib.request
+
+    from e2e.server import LiveServer
+
+    # A zero bound fails every check of /healthz at once, and each failure logs one warning.
+    server = LiveServer(tmp_path, extra_env={"HEALTH_CHECK_TIMEOUT": "0"})
+    server.start()
+    try:
+        try:
+            urllib.request.urlopen(f"{server.url}/healthz", timeout=10)
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
+    finally:
+        server.close()
+    log = server.log_path.read_text()
+    assert log.count("health check database failed") == 1, log
+    assert "WARNING moderation.web.health: health check database failed" in log, log

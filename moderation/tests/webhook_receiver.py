@@ -1,10 +1,15 @@
 """A real webhook receiver for the delivery tests: a threaded http.server that verifies signatures.
 
 It can answer 500 to the next N requests, stall the next M (longer than the sender's
-timeout; a request both stalled and failed is held, then refused),
+timeout, or until ``release`` is set; a request both stalled and failed is held, then refused),
 or be stopped and restarted on the same port (down for a while). Every request whose
 signature verifies with ``standardwebhooks.Webhook(secret).verify`` is kept, in
 arrival order, with the moment it arrived.
+
+Hostile answers: the next K requests can be answered by trickling (a 200 sent one byte every
+``trickle_interval`` seconds, each byte well within a per-read timeout), and a refusal can
+carry a body (``fail_body`` sent ``fail_body_times`` over, e.g. 64 MiB). ``answers`` records,
+per answer of either kind, the body bytes it got out and whether the sender hung up first.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -28,6 +33,17 @@ class Received:
     at: float  # time.time() on arrival
 
 
+@dataclass
+class Answer:
+    """One trickled or bodied answer as it went: how far it got before it ended."""
+
+    kind: str  # "trickle" or "fail_body"
+    total: int  # bytes it meant to send
+    sent: int = 0
+    cut: bool = False  # the sender closed the connection before the end
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class Receiver:
     def __init__(self, secret: str = "", *, port: int = 0) -> None:
         self.secret = secret
@@ -35,6 +51,12 @@ class Receiver:
         self.fail_next = 0  # answer 500 to this many requests
         self.stall_next = 0  # hold this many requests for stall_seconds before answering
         self.stall_seconds = 0.0
+        self.release = threading.Event()  # set: stalled requests go on at once
+        self.trickle_next = 0  # answer this many requests a byte at a time (verified or not)
+        self.trickle_interval = 0.05
+        self.fail_body = b""  # the body of the 500 answers, sent fail_body_times over
+        self.fail_body_times = 1
+        self.answers: list[Answer] = []
         self.received: list[Received] = []
         self.requests = 0
         self.raw: list[tuple[bytes, dict[str, str]]] = []  # verified requests as sent: body and headers
@@ -58,10 +80,18 @@ class Receiver:
                     receiver.fail_next -= fail
                     stall = receiver.stall_next > 0
                     receiver.stall_next -= stall
+                    trickle = receiver.trickle_next > 0
+                    receiver.trickle_next -= trickle
                 if stall:
-                    time.sleep(receiver.stall_seconds)
+                    receiver.release.wait(receiver.stall_seconds)
+                if trickle:
+                    self._trickle()
+                    return
                 if fail:
-                    self._answer(500)
+                    if receiver.fail_body:
+                        self._fail_with_body()
+                    else:
+                        self._answer(500)
                     return
                 try:
                     event = Webhook(receiver.secret).verify(body, dict(self.headers.items()))
@@ -82,6 +112,33 @@ class Receiver:
                     self.end_headers()
                 except OSError:  # the sender gave up (timeout) meanwhile
                     pass
+
+            def _trickle(self) -> None:
+                raw = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                self._send_recorded(Answer("trickle", len(raw)), [raw[n:n + 1] for n in range(len(raw))],
+                                    pause=receiver.trickle_interval)
+
+            def _fail_with_body(self) -> None:
+                body, times = receiver.fail_body, receiver.fail_body_times
+                head = f"HTTP/1.1 500 Internal Server Error\r\ncontent-length: {len(body) * times}\r\n\r\n".encode()
+                answer = Answer("fail_body", len(body) * times)
+                self.wfile.write(head)
+                self._send_recorded(answer, (body for _ in range(times)))
+
+            def _send_recorded(self, answer: Answer, chunks, *, pause: float = 0.0) -> None:
+                with receiver._lock:
+                    receiver.answers.append(answer)
+                self.close_connection = True
+                try:
+                    for chunk in chunks:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        answer.sent += len(chunk)
+                        time.sleep(pause)
+                except OSError:  # the sender hung up
+                    answer.cut = True
+                finally:
+                    answer.done.set()
 
             def log_message(self, *args):
                 pass

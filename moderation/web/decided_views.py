@@ -99,7 +99,7 @@ def decided_export(request: HttpRequest) -> HttpResponse:
     if not _user_is_staff(request.user):
         return HttpResponse("Only staff can export the history.", status=403, content_type="text/plain")
     filters, _ = decided_filters_read(data=request.GET)
-    lines = (_CSV.writerow(row) for row in decided_csv_rows(filters=filters))
+    lines = (_CSV.writerow(row) for row in decided_csv_rows(filters=filters, viewer=request.user))
     # Under ASGI a plain iterator would be read whole into memory before the first byte goes out.
     content = _chunks_async(lines) if isinstance(request, ASGIRequest) else lines
     response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")

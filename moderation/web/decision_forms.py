@@ -28,9 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
+from moderation.web.display import value_display
 
 TYPE_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 VOTE_KINDS = ("approve", "reject")
@@ -174,7 +176,7 @@ def _ask_form(
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
             index=i, name=action["name"], description=action.get("description", ""),
-            args=[(key, _display(value)) for key, value in action["args"].items()],
+            args=[(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
@@ -248,10 +250,6 @@ def _plain(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _display(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 # --- reading a post --------------------------------------------------------------------------------
 
 
@@ -265,7 +263,7 @@ def form_decision_read(*, spec: AskSpec | None, data: Mapping[str, str]) -> Form
     reason = data.get("reason") or None
     if "decisions" in data:
         try:
-            decisions = json.loads(data["decisions"])
+            decisions = json_parse(data["decisions"])
         except ValueError:
             raise FormInvalid("decisions is not valid JSON", field="decisions") from None
         return FormDecision(decision=None, decisions=decisions, note=note, reason=reason)
@@ -298,7 +296,7 @@ def _args_read(i: int, *, action: dict, config: dict, data: Mapping[str, str]) -
     if not props:
         name = f"action-{i}-args"
         try:
-            args = json.loads(data.get(name, ""))
+            args = json_parse(data.get(name, ""))
         except ValueError as exc:
             raise FormInvalid(f"not valid JSON: {exc}", field=name) from None
         if not isinstance(args, dict):
@@ -343,7 +341,7 @@ def _value_read(raw: str, *, prop: dict, widget: str, field: str) -> Any:
         return int(number) if number.is_integer() and abs(number) < 2**53 else number
     if widget == "json":
         try:
-            return json.loads(raw)
+            return json_parse(raw)
         except ValueError as exc:
             raise FormInvalid(f"not valid JSON: {exc}", field=field) from None
     return raw

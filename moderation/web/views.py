@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -18,9 +17,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from moderation.core.faults import fault_point
+from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
 from moderation.graphs.asks import AskSpec
-from moderation.graphs.registry import graph_names
+from moderation.graphs.passthrough import ask_external
+from moderation.graphs.registry import graph_loaded, graph_names
 from moderation.live.sockets import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
@@ -29,7 +30,9 @@ from moderation.live.sockets import (
     live_sockets_stats,
     live_state_read,
 )
+from moderation.live.waits import waits_stats
 from moderation.models import AttemptOrigin
+from moderation.policies.teams import item_decide_refusal
 from moderation.records.claims import (
     Claim,
     claim_live,
@@ -37,7 +40,7 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
-from moderation.records.reasons import reason_codes_active
+from moderation.records.reasons import reason_codes_active, reason_required
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
@@ -63,6 +66,7 @@ from moderation.web.decision_forms import (
     form_decision_read,
     form_field_for,
 )
+from moderation.web.display import metadata_display
 from moderation.web.health import health_redact, health_report
 from moderation.web.ratelimit import reviewer_rate_check
 
@@ -83,9 +87,12 @@ def queue(request: HttpRequest) -> HttpResponse:
         request.session[_QUEUE_QUERY] = encoded
     claims = claims_live(items=page.object_list)
     tallies = queue_tallies(items=page.object_list)
+    can_decide = user_can_decide(user=request.user)
     for item in page.object_list:
         item.live_claim = claims.get(item.pk)
         item.tally_line = tallies.get(item.pk, "")
+        # A row its viewer may not decide (their own request) gets no checkbox, and says why.
+        item.refusal = item_decide_refusal(item=item, user=request.user) if can_decide else ""
     return render(
         request,
         "moderation/queue.html",
@@ -101,7 +108,7 @@ def queue(request: HttpRequest) -> HttpResponse:
             "counts": queue_counts(),
             "recent": items_recently_decided(limit=5, viewer=request.user),
             "attention": items_needing_attention(viewer=request.user),
-            "can_decide": user_can_decide(user=request.user),
+            "can_decide": can_decide,
             "reasons": reason_codes_active(),
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "bulk_max": settings.BULK_MAX_ITEMS,
@@ -214,20 +221,25 @@ def _item_page(
         "moderation/item.html",
         {
             "item": item,
+            "metadata": metadata_display(item.metadata),
             "panel": panel,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
                                      reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
             "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
+            # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
+            "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else "",
             "error": error,
             "lost": lost,
             "lost_message": lost.message() if lost else "",
             "lost_note": lost_note,
             "lost_reason": lost_reason,
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
-            "reason_required": settings.REJECT_REASON_REQUIRED,
+            "reason_required": reason_required(graph=item.graph),
+            "external": ask_external(graph=item.graph, graph_input=item.graph_input),
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
             "claim": claim or (claim_live(item=item) if item.is_pending else None),
+            "graph_loaded": graph_loaded(name=item.graph),
         },
         status=status,
     )
@@ -320,7 +332,7 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
             {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
         )
     try:
-        body: Any = json.loads(request.body or b"")
+        body: Any = json_parse(request.body or b"")
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
         return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
     if not isinstance(body, dict):
@@ -386,10 +398,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
     Anyone gets ok per check; staff also get backends, errors and timings, and ``live``:
     this process's open sockets and their group memberships (numbers that stay up after
-    everyone left mean sockets were not cleaned up). Not "loopback callers": behind a
-    proxy on the same host every request comes from loopback.
+    everyone left mean sockets were not cleaned up), and ``longpoll``: its open long-poll
+    waits. Not "loopback callers": behind a proxy on the same host every request comes from loopback.
     """
     ok, checks = health_report()
     if not (request.user.is_active and request.user.is_staff):
         return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
-    return JsonResponse({"ok": ok, "checks": checks, "live": live_sockets_stats()}, status=200 if ok else 503)
+    return JsonResponse(
+        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats()}, status=200 if ok else 503
+    )

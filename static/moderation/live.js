@@ -97,8 +97,27 @@ async function sessionOver() {
   }
 }
 
-// The item's state as the server has it now, for an event that claims it changed.
-async function itemStateRead() {
+// The item's state as the server has it now, for an event that claims it changed: the read
+// under way if it began after ``since`` (performance.now() when the event came), else a new
+// one. A decision sends every page of the item an item.decided, and the loser's pages a
+// decision.lost too: one read serves both, or a race's reads pile up on the server beside
+// its decisions and answer pages, and the loser's notice waits for the last of them. A page
+// that has sent a decision is being replaced by the answer, and reads nothing more.
+let stateReading = null; // {startedAt, promise}
+let leaving = false;
+document.addEventListener("submit", (e) => { if (e.target.matches(".decide-form")) leaving = true; });
+window.addEventListener("pageshow", (e) => { if (e.persisted) leaving = false; });
+
+function itemStateRead(since) {
+  if (leaving) return Promise.resolve(null);
+  if (stateReading && stateReading.startedAt > since) return stateReading.promise;
+  const reading = { startedAt: performance.now(), promise: itemStateFetch() };
+  stateReading = reading;
+  reading.promise.finally(() => { if (stateReading === reading) stateReading = null; });
+  return reading.promise;
+}
+
+async function itemStateFetch() {
   try {
     const res = await stateFetch();
     return res.ok ? (await res.json()).item : null;
@@ -145,8 +164,8 @@ function stateApply(msg) {
   statusSet("live");
   if (page === "queue") {
     // After a reconnect anything may have changed; otherwise differing counts mean an event
-    // never reached us (say an item added or decided by a process the in-memory layer cannot
-    // reach). The server answers every resync_seconds heartbeat with fresh counts for this.
+    // never reached us (layers deliver at most once). The server answers every
+    // resync_seconds heartbeat with fresh counts for this.
     const stale = (socketFresh && everLive)
       || String(msg.counts.pending) !== text("count-pending")
       || String(msg.counts.decided_today) !== text("count-decided-today");
@@ -317,8 +336,9 @@ const CONTROLS = ".decide-form button, .decide-form textarea, .decide-form input
 
 async function appliedCheck(msg) {
   if (msg.item !== itemId) return;
+  const since = performance.now();
   await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
-  itemStateShow(await itemStateRead());
+  itemStateShow(await itemStateRead(since));
 }
 
 // The item's state sections come from the server's own rendering of this page (as the
@@ -326,6 +346,7 @@ async function appliedCheck(msg) {
 // whose ask is no longer open goes, unless nothing is open any more: then the page
 // keeps it, disabled under the banner that says who decided.
 async function itemRefresh() {
+  if (leaving) return;
   const res = await fetch(location.pathname, { headers: { Accept: "text/html", "X-Live-Refresh": "1" }, cache: "no-store" });
   if (!res.ok) return;
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
@@ -348,7 +369,7 @@ async function itemRefresh() {
 
 async function decidedCheck(msg) {
   if (page !== "item" || msg.item !== itemId) return;
-  itemStateShow(await itemStateRead());
+  itemStateShow(await itemStateRead(performance.now()));
 }
 
 // The row's "Vote: 1 of 2 approvals: alice" line, as the server renders it now.
@@ -413,6 +434,11 @@ function itemStateShow(item) {
   if (item.tally && !document.getElementById("vote-outcome")) {
     itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
   }
+  // Applied while this page was being rendered (its item.applied came before its socket did):
+  // the page's own rendering, with the outcome, once the state says the apply is over.
+  if (item.apply_state !== "applying" && document.getElementById("applying")) {
+    itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
+  }
 }
 
 function bannerClear() {
@@ -454,7 +480,11 @@ const REQUESTED_NOUN = { approve: "approval", reject: "rejection", edit: "edit",
 // the words come from that confirmed state, not from the event.
 async function lostCheck(msg) {
   if (page !== "item" || msg.item !== itemId || !REQUESTED_NOUN[msg.requested]) return;
-  const item = await itemStateRead();
+  const since = performance.now();
+  // The read the item.decided before this event started (whenever it began) confirms the
+  // winner, as the server had it, when it names them; else a read of its own.
+  let item = await itemStateRead(-Infinity);
+  if (item?.winner !== msg.winner) item = await itemStateRead(since);
   if (!item?.winner || item.winner !== msg.winner) return;
   itemStateShow(item);
   // Worded as moderation/records/outcomes.py's DecisionOutcome.loser_notice, except that an edit or

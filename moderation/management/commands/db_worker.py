@@ -8,10 +8,11 @@ deliveries).
 
 One task at a time per loop: a delivery queued behind the applies of a burst of
 decisions would wait for every one of those graphs. So a worker that serves deliveries
-beside other queues also runs a second loop, the delivery lane, that takes deliveries
-only; the main loop still takes any task, oldest first, so neither kind can starve the
-other (``--no-delivery-lane`` turns it off). A delivery in flight when the worker is
-stopped is finished before the process exits.
+beside other queues also runs delivery lanes (``WEBHOOK_LANES`` loops, 4 by default) that
+take deliveries only; the main loop still takes any task, oldest first, so neither kind can
+starve the other (``--no-delivery-lane`` turns the lanes off). One endpoint has at most half
+of the lanes (``moderation.delivery.sending``), so a hung receiver leaves the rest to the
+others. A delivery in flight when the worker is stopped is finished before the process exits.
 
 A worker killed mid-task leaves that task claimed for good (the database backend does
 not reclaim it); the sweep, in a thread of every worker, queues again what such a task
@@ -32,6 +33,7 @@ from django.db import connection
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand, Worker
 
+from moderation.records.metrics import metrics_worker_serve
 from moderation.review.apply import applies_sweep
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.starts import starts_sweep
@@ -39,6 +41,8 @@ from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 
 logger = logging.getLogger("moderation.worker")
+# Seconds an idle delivery lane other than the first waits between polls.
+SPARE_LANE_INTERVAL = 0.5
 
 
 class Command(DbWorkerCommand):
@@ -49,8 +53,13 @@ class Command(DbWorkerCommand):
         parser.set_defaults(queue_name="*")
         parser.add_argument(
             "--delivery-lane", action=BooleanOptionalAction, default=True,
-            help="Also run a loop that takes webhook deliveries only, so none waits behind graph work "
+            help="Also run WEBHOOK_LANES loops that take webhook deliveries only, so none waits behind graph work "
                  "(when this worker serves deliveries and other queues; default: on)",
+        )
+        parser.add_argument(
+            "--metrics-port", type=int, default=settings.METRICS_WORKER_PORT,
+            help="Serve this worker's Prometheus series on METRICS_WORKER_ADDR (loopback) at this port "
+                 "(default: METRICS_WORKER_PORT; 0: not served)",
         )
 
     def handle(self, *args, **options):
@@ -59,17 +68,19 @@ class Command(DbWorkerCommand):
         # As the servers do (reviewqueue.heap): full collections skip the start-up heap (measured
         # over 300 applies: median full-collection pause 55 -> 34 ms, collection time 363 -> 268 ms).
         heap_freeze()
+        if options["metrics_port"]:
+            metrics_worker_serve(port=options["metrics_port"], addr=settings.METRICS_WORKER_ADDR)
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
                          args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
                          args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
-        lane = _delivery_lane_start(options) if _delivery_lane_wanted(options) else None
+        lanes = _delivery_lanes_start(options) if _delivery_lane_wanted(options) else []
         try:
             return super().handle(*args, **options)
         finally:
-            if lane is not None:
-                # Not a daemon thread: the interpreter waits for its delivery in flight at exit.
+            for lane in lanes:
+                # Not daemon threads: the interpreter waits for their deliveries in flight at exit.
                 lane.running = False
 
 
@@ -83,14 +94,21 @@ def _delivery_lane_wanted(options: dict) -> bool:
     return DELIVERY_QUEUE in queues and len(queues) > 1
 
 
-def _delivery_lane_start(options: dict) -> Worker:
-    lane = Worker(
-        queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], interval=options["interval"], batch=False,
-        backend_name=options["backend_name"], startup_delay=False, max_tasks=None,
-        worker_id=f"{options['worker_id']}-deliveries",  # a JSON list entry: no column limits its length
-    )
-    threading.Thread(target=lane.run, name="delivery-lane").start()
-    return lane
+def _delivery_lanes_start(options: dict) -> list[Worker]:
+    # An idle poll is a short exclusive transaction on SQLite: the first lane polls as often as
+    # the main loop, the others (needed only while it is busy) less often.
+    lanes = [
+        Worker(
+            queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False,
+            interval=options["interval"] if n == 0 else max(options["interval"], SPARE_LANE_INTERVAL),
+            backend_name=options["backend_name"], startup_delay=False, max_tasks=None,
+            worker_id=f"{options['worker_id']}-deliveries-{n}",  # a JSON list entry: no column limits its length
+        )
+        for n in range(settings.WEBHOOK_LANES)
+    ]
+    for n, lane in enumerate(lanes):
+        threading.Thread(target=lane.run, name=f"delivery-lane-{n}").start()
+    return lanes
 
 
 def _sweep_forever(sweeps: tuple, interval: float) -> None:

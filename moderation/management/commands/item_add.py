@@ -6,6 +6,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.core.jsonparse import json_parse
 from moderation.graphs.registry import UnknownGraph, graph_name_validate
 from moderation.review.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
 from moderation.review.items import item_create, item_requester_get
@@ -20,7 +21,7 @@ def _object_parse(text: str | None, *, option: str) -> dict | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = json_parse(text)
     except json.JSONDecodeError as exc:
         raise CommandError(f"{option} is not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(value, dict):

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from moderation.graphs.registry import graph_not_loaded_text
 from moderation.records.counts import counts_recount
 from moderation.review.recovery import items_recover
 
@@ -15,7 +16,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--all", action="store_true", help="also check decided items (slower)")
+        parser.add_argument("--all", action="store_true",
+                            help="also check decided items, and report (not change) rows that disagree with their graphs (slower)")
         parser.add_argument(
             "--counts", action="store_true",
             help="only compare the queue's counters with real COUNTs and repair any that drifted (items are not checked)",
@@ -27,6 +29,9 @@ class Command(BaseCommand):
             return
         report = items_recover(include_decided=options["all"], progress=self._progress)
         self.stdout.write("")
+        for graph, count in report.skipped.items():
+            self.stderr.write(f"recover: skipped {count} item(s) of {graph_not_loaded_text(name=graph)}; "
+                              "they are left as they are, and carry on once it is back")
         for action in report.actions:
             self.stdout.write(f"{action.item} “{action.title}”: {action.action}")
         changed = len(report.actions) - report.failed

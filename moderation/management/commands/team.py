@@ -25,11 +25,15 @@ class Command(BaseCommand):
         parser.add_argument("--escalate-to", metavar="SLUG", help="the team overdue items go to ('' for none)")
         parser.add_argument("--source", action="append", default=None, help="an item source of this team (repeatable; replaces the list)")
         parser.add_argument("--graph", action="append", default=None, help="a graph of this team (repeatable; replaces the list)")
+        parser.add_argument("--allow-weaker-policies", choices=["on", "off"],
+                            help="let a submitter's policy be weaker than the team's (off: only stricter; README "
+                                 "\"Approval policies\")")
         parser.add_argument("--add", action="append", default=[], metavar="USER", help="a username to add")
         parser.add_argument("--remove", action="append", default=[], metavar="USER", help="a username to remove")
 
     def handle(self, *args, **options):
-        flags = {name: options[name] == "on" if options[name] else None for name in ("majority", "veto")}
+        flags = {name: options[name] == "on" if options[name] else None
+                 for name in ("majority", "veto", "allow_weaker_policies")}
         on_deadline = options["on_deadline"]
         spec = TeamSpec(
             name=options["name"], approvals=options["approvals"], **flags,
@@ -59,4 +63,6 @@ def team_describe(team: Team) -> str:
         text += f"; deadline {policy.deadline_seconds} s, then {policy.on_deadline or 'wait'}"
         if team.escalate_to:
             text += f" to {team.escalate_to.slug}"
+    if team.allow_weaker_policies:
+        text += "; submitters may weaken it"
     return text

@@ -104,8 +104,8 @@ def test_keys_are_per_client(api):
         ({**ITEM, "priority": "high"}, "priority"),
         ({**ITEM, "priority": 10_000}, "priority"),
         ({**ITEM, "title": "x" * 201}, "title"),
-        ({**ITEM, "title": "A\x00B"}, "Null characters"),
-        ({**ITEM, "source": "s\x00"}, "Null characters"),
+        ({**ITEM, "title": "A\x00B"}, "title must not contain NUL"),
+        ({**ITEM, "source": "s\x00"}, "source must not contain NUL"),
         ({**ITEM, "external_id": "e\x00"}, "external_id"),
         ({**ITEM, "metadata": {"k": "v\x00"}}, "NUL"),
         ({**ITEM, "metadata": {"k": "x" * METADATA_MAX_BYTES}}, "the limit is 16,384"),
@@ -128,6 +128,16 @@ def test_malformed_json_is_400_json(api):
     assert not QueueItem.objects.exists()
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_number_anywhere_in_a_body_is_400_malformed(api, number):
+    """Python's parser took them, and PostgreSQL's jsonb refused the write: a 500."""
+    body = '{"title": "t", "body": "b", "source": "s", "metadata": {"score": %s}}' % number
+    for path in ("/items", "/items:batch"):
+        response = api.post(path, body if path == "/items" else '{"items": [%s]}' % body)
+        assert response.status_code == 400 and response.json()["error"] == "malformed_request", response.content
+    assert not QueueItem.objects.exists()
+
+
 def test_body_over_item_limit_is_refused_naming_it(api, settings):
     settings.ITEM_BODY_MAX_LENGTH = 10
     response = api.post("/items", {**ITEM, "body": "x" * 11})
@@ -136,7 +146,35 @@ def test_body_over_item_limit_is_refused_naming_it(api, settings):
 
 def test_overlong_idempotency_key_is_refused(api):
     response = api.post("/items", ITEM, **{"Idempotency-Key": "k" * 201})
-    assert response.status_code == 422 and "idempotency_key" in response.json()["message"]
+    assert response.status_code == 422 and response.json()["message"].startswith("Idempotency-Key: ")
+    assert not QueueItem.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "payload", "field", "loc"),
+    [
+        ("post", "/items", {**ITEM, "colour": "red"}, "colour", ["colour"]),
+        ("post", "/items", {**ITEM, "policy": {"approvals": 0}}, "policy.approvals", ["policy", "approvals"]),
+        ("post", "/items", [ITEM], "request body", []),
+        ("post", "/items:batch", {"items": [ITEM, 1]}, "items[1]", ["items", 1]),
+        ("post", "/items/{id}/cancel", {"reason": 1}, "reason", ["reason"]),
+        ("post", "/items/{id}/cancel", [], "request body", []),
+        ("post", "/items/not-a-uuid/cancel", {}, "id", ["id"]),
+        ("get", "/items", {"limit": 0}, "limit", ["limit"]),
+        ("get", "/items/{id}/decision", {"wait": -1}, "wait", ["wait"]),
+    ],
+)
+def test_a_validation_error_names_the_field_as_the_readme_does(api, method, path, payload, field, loc):
+    """ninja's own names for where a value came from ("body.data.title", "query.limit",
+    "path.item_id") appear nowhere in the README: the answer names the field as it does."""
+    item_id = api.post("/items", ITEM).json()["id"]
+    path = path.format(id=item_id)
+    response = api.post(path, payload) if method == "post" else api.get(path, **payload)
+    assert response.status_code == 422, response.content
+    body = response.json()
+    assert body["error"] == "invalid" and body["message"].startswith(f"{field}: "), body
+    assert [detail["loc"] for detail in body["details"]] == [loc]
+    assert QueueItem.objects.get().status == "pending"
 
 
 @pytest.mark.parametrize("token", [None, "rq_wrong", "garbage with spaces"])
@@ -247,6 +285,52 @@ def test_batch_gives_each_item_its_outcome(api):
     retry = api.post("/items:batch", {"items": items})
     assert [r["outcome"] for r in retry.json()["results"]][:2] == ["existing", "existing"]
     assert QueueItem.objects.count() == 3
+
+
+@pytest.mark.parametrize("start", ["now", "queued"])
+def test_a_nul_in_any_text_of_a_batch_entry_is_that_entrys_invalid_before_any_lookup(api, settings, alice, start):
+    """The team and requested_by lookups ran before the field checks: a 500 on PostgreSQL for the whole batch."""
+    settings.REVIEWQUEUE_APPLY_INLINE = False
+    fields = ["title", "body", "source", "external_id", "team", "requested_by", "graph", "idempotency_key"]
+    items = [{**ITEM, field: "a\x00b"} for field in fields] + [{**ITEM, "requested_by": "alice"}]
+    response = api.post("/items:batch", {"items": items, "start": start})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [(r["outcome"], r["error"]) for r in results[:-1]] == [("invalid", "invalid")] * len(fields)
+    for field, result in zip(fields, results, strict=False):
+        assert field in result["message"] and ("NUL" in result["message"] or field == "graph"), result
+    assert results[-1]["outcome"] == ("created" if start == "now" else "accepted")
+    assert QueueItem.objects.count() == 1
+
+
+def test_a_nul_in_a_list_filter_is_422_naming_it(api):
+    api.post("/items", ITEM)
+    for name in ("source", "external_id", "graph"):
+        response = api.get("/items", **{name: "a\x00"})
+        assert response.status_code == 422 and name in response.json()["message"], response.content
+        assert "NUL" in response.json()["message"]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("messages", [5, {"role": "user"}, [{"content": "no role"}]])
+def test_a_graph_that_raises_at_its_start_is_422_with_its_message_and_leaves_nothing(api, keyed, messages, monkeypatch):
+    """It was a 500 with a traceback."""
+    # Keys fix thread ids, and the checkpointer outlives each test's database: a fresh key per run.
+    headers = {"Idempotency-Key": uuid.uuid4().hex} if keyed else {}
+    refund = {**ITEM, "graph": "refund_agent", "input": {"messages": messages}}
+    with monkeypatch.context() as patched:
+        public_id = uuid.uuid4()
+        patched.setattr("moderation.review.items.uuid.uuid4", lambda: public_id)
+        response = api.post("/items", refund, **headers)
+    assert response.status_code == 422 and response.json()["error"] == "invalid", response.content
+    assert response.json()["message"].startswith("input: the refund_agent graph refused its start: ")
+    assert "Traceback" not in response.json()["message"]
+    assert keyed or not _thread_exists(str(public_id))  # the failed start's checkpoint is gone too
+    batch = api.post("/items:batch", {"items": [refund, ITEM]}).json()["results"]
+    assert [r["outcome"] for r in batch] == ["invalid", "created"] and "refused its start" in batch[0]["message"]
+    assert QueueItem.objects.count() == 1 and not DBTaskResult.objects.exists()
+    submitted = {**refund, "input": {"messages": [{"role": "user", "content": "refund A-17"}]}}
+    assert api.post("/items", submitted, **headers).status_code == 201  # the same key, once the input is right
 
 
 def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(api, settings, alice):
@@ -393,6 +477,14 @@ def test_cancel_withdraws_through_the_guard_and_a_retry_answers_the_same(api, cl
     assert not lost.won and lost.message().startswith("Already withdrawn by api.pipeline")
 
 
+def test_cancel_without_a_body_is_a_cancel_with_no_reason(api):
+    item_id = api.post("/items", ITEM).json()["id"]
+    cancelled = api.http.generic("POST", f"/api/v1/items/{item_id}/cancel", headers=api.headers)  # curl -X POST
+    assert cancelled.status_code == 200, cancelled.content
+    body = cancelled.json()
+    assert (body["status"], body["decision"]["by"], body["decision"]["note"]) == ("withdrawn", "api.pipeline", "")
+
+
 def test_cancel_after_a_moderator_decided_is_409_naming_them(api, alice):
     item_id = api.post("/items", ITEM).json()["id"]
     item_decide(item_public_id=item_id, reviewer=alice, decision="reject")
@@ -477,6 +569,7 @@ def test_a_deadline_and_an_escalation_show_in_the_item(api, payments, make_moder
     leads = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=leads, user=make_moderator("boss"))
     payments.escalate_to = leads
+    payments.allow_weaker_policies = True  # its items bring their own deadlines
     payments.save()
     escalating = api.post("/items", {**ITEM, "team": "payments",
                                      "policy": {"deadline_seconds": 60, "on_deadline": "escalate"}}).json()
@@ -517,6 +610,34 @@ def test_a_bad_policy_is_422_naming_its_field_and_creates_nothing(api, payments,
     batch = api.post("/items:batch", {"items": [{**ITEM, **extra}, ITEM]}).json()["results"]
     assert [(r["outcome"], needle in (r["message"] or "")) for r in batch] == [("invalid", True), ("created", False)]
     assert QueueItem.objects.count() == 1  # the batch's good item alone
+
+
+def test_a_submitter_may_make_a_teams_policy_stricter_never_weaker(api, payments, make_moderator):
+    leads = Team.objects.create(slug="leads", name="Leads")
+    team_member_add(team=leads, user=make_moderator("boss"))
+    Team.objects.filter(pk=payments.pk).update(approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate",
+                                               escalate_to=leads)
+    # The probe's item: one approval, no veto, approved by a one-second deadline, no human involved.
+    weaker = {**ITEM, "team": "payments",
+              "policy": {"approvals": 1, "veto": False, "deadline_seconds": 1, "on_deadline": "approve"}}
+    refused = api.post("/items", weaker)
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["message"] == (
+        "policy.approvals: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
+        "stricter, never weaker: approvals 1 is fewer than its 2; its veto cannot be turned off; on_deadline approve "
+        "approves without a moderator; it has escalate after 3600 s")
+    [outcome] = api.post("/items:batch", {"items": [weaker]}).json()["results"]
+    assert (outcome["outcome"], outcome["message"]) == ("invalid", refused.json()["message"])
+    assert not QueueItem.objects.exists()
+
+    stricter = api.post("/items", {**ITEM, "team": "payments", "policy": {"approvals": 3, "deadline_seconds": 60,
+                                                                          "on_deadline": "reject"}})
+    assert stricter.status_code == 201, stricter.content
+    assert stricter.json()["policy"] == {"approvals": 3, "majority": False, "veto": True, "deadline_seconds": 60,
+                                         "on_deadline": "reject"}
+    Team.objects.filter(pk=payments.pk).update(allow_weaker_policies=True)
+    allowed = api.post("/items", weaker)
+    assert allowed.status_code == 201 and allowed.json()["policy"]["on_deadline"] == "approve"
 
 
 def test_the_openapi_schema_documents_policies_and_tallies():

@@ -5,6 +5,8 @@ run by calling the attempt directly, as a worker would. Worker processes, kill -
 latency are in test_delivery_server.py.
 """
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -246,6 +248,50 @@ def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, a
     assert [r.type for r in receiver.received] == ["item.created", "item.decided"]
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first_answer", ["quick", "hung"])
+def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_attempts_ends(receiver, settings, first_answer):
+    """A receiver holds at most its share of a worker's lanes; its next delivery waits parked, in no lane.
+
+    The attempt that ends hands its slot on: it goes on with the parked delivery itself when
+    the receiver answered within half the timeout, and queues it when the receiver hung.
+    """
+    settings.WEBHOOK_LANES = 2  # one attempt at a time per endpoint
+    settings.WEBHOOK_TIMEOUT = 10 if first_answer == "quick" else 1
+    endpoint = WebhookEndpoint.objects.create(name="pipeline", url=receiver.url, events=ALL_EVENTS)
+    receiver.secret = endpoint.secret
+    first, second = (_deliveries(item_create(title=f"Post {n}", body="Harmless.", source="test"))[0] for n in range(2))
+    receiver.stall_next, receiver.stall_seconds = 1, 60.0  # held until released, or past the hung one's timeout
+    in_flight = threading.Thread(target=delivery_attempt, kwargs={"delivery_id": first.pk})
+    in_flight.start()
+    deadline = time.monotonic() + 30
+    while receiver.requests == 0:  # the first attempt is held by the receiver
+        assert time.monotonic() < deadline, "the first attempt never reached the receiver"
+        time.sleep(0.01)
+
+    assert delivery_attempt(delivery_id=second.pk) == "skipped"
+    second.refresh_from_db()
+    assert second.next_attempt_at == second.retry_until and receiver.requests == 1  # parked, not sent
+    tasks_before = len(_queued(second))
+
+    if first_answer == "quick":
+        receiver.release.set()
+    in_flight.join()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    if first_answer == "quick":
+        # Handed on: the first attempt's thread delivered the second too, no task needed.
+        assert (first.status, second.status, len(_queued(second))) == (DeliveryStatus.DELIVERED,) * 2 + (tasks_before,)
+    else:
+        # Queued: the hung receiver's slot goes back to the queue, not to this loop.
+        assert first.status == DeliveryStatus.PENDING and "the attempt took its whole WEBHOOK_TIMEOUT" in first.last_error
+        assert second.next_attempt_at <= timezone.now() and len(_queued(second)) == tasks_before + 1
+        assert receiver.requests == 1
+        receiver.release.set()
+        assert delivery_attempt(delivery_id=second.pk) == DeliveryStatus.DELIVERED
+    assert second.msg_id in {r.msg_id for r in receiver.received}
+
+
 def _worker_died_running(delivery: WebhookDelivery) -> None:
     """Its task was claimed by a worker that died: RUNNING for good (the database backend never reclaims it)."""
     for task in _queued(delivery):
@@ -329,13 +375,18 @@ def test_bad_endpoint_config_is_refused_and_creates_nothing(db, changes, field, 
     assert WebhookEndpoint.objects.count() == 0
 
 
-def test_admin_create_shows_the_secret_and_actions_queue_ping_and_redeliver(admin_client, receiver, make_item):
+def test_admin_create_shows_the_saved_secret_and_actions_queue_ping_and_redeliver(admin_client, receiver, make_item):
+    add_page = admin_client.get("/admin/moderation/webhookendpoint/add/").content.decode()
+    assert "whsec_" not in add_page and "The signing secret is made when you save" in add_page
     response = admin_client.post(
         "/admin/moderation/webhookendpoint/add/",
         {"name": "hooks", "url": receiver.url, "events": ["item.created"], "active": "on"}, follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
-    assert endpoint.secret in response.content.decode()
+    page = response.content.decode()
+    assert endpoint.secret in page and page.count("whsec_") == 1  # the saved secret, and no other
+    change_page = admin_client.get(f"/admin/moderation/webhookendpoint/{endpoint.pk}/change/").content.decode()
+    assert endpoint.secret in change_page and change_page.count("whsec_") == 1
     admin_client.post("/admin/moderation/webhookendpoint/",
                       {"action": "send_test_ping", "_selected_action": [endpoint.pk]})
     ping = WebhookDelivery.objects.get(event="webhook.ping")
@@ -399,10 +450,9 @@ def test_a_vote_that_does_not_resolve_sends_item_voted_and_the_resolving_one_ite
 def test_an_escalation_sends_item_escalated_once(policy_endpoint, receiver, payments, make_moderator):
     leads = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=leads, user=make_moderator("boss"))
-    payments.escalate_to = leads
+    payments.escalate_to, payments.deadline_seconds, payments.on_deadline = leads, 60, "escalate"
     payments.save()
-    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments",
-                       policy={"deadline_seconds": 60, "on_deadline": "escalate"})
+    item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments")
     ReviewAsk.objects.filter(item=item).update(deadline_at=timezone.now() - timedelta(seconds=1))
     assert deadlines_sweep() == 1
     assert deadlines_sweep() == 0  # escalated: the supervisors' team sets no deadline, nothing fires again

@@ -5,8 +5,9 @@ moderation/tests/webhook_receiver.py (verifies every signature). Decisions go th
 the server's HTTP API; the receiver must see each exactly once after de-duplication by
 webhook-id, after its item's item.created, through failures, timeouts, downtime, a
 worker killed mid-delivery and a server killed right after the commit, and at 10
-decisions/s (how fast they arrive is measure 9 of ``make bench``). Nothing here is timed
-against a fixed figure: every wait gives up only once nothing arrived for a while.
+decisions/s (how fast they arrive is measure 9 of ``make bench``). Then a hung receiver beside
+a healthy one: the hung one's attempts must not hold up the healthy one's deliveries. Nothing
+here is timed against a fixed figure: every wait gives up only once nothing arrived for a while.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ WEBHOOK_ENV = {
 }
 _ENDPOINT = """
 from moderation.models import WebhookEndpoint
-e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
+e = WebhookEndpoint.objects.create(name={name!r}, url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """
 
@@ -58,9 +59,9 @@ def site(tmp_path_factory):
         print(f"\n--- worker log ---\n{server.log_tail(60, worker=True)}")
 
 
-def _subscribe(server: LiveServer, receiver: Receiver, events: list[str]) -> None:
+def _subscribe(server: LiveServer, receiver: Receiver, events: list[str], *, name: str = "receiver") -> None:
     """An endpoint for ``events`` pointing at the receiver, which learns its signing secret."""
-    out = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url, events=events))
+    out = server.manage("shell", "-c", _ENDPOINT.format(name=name, url=receiver.url, events=events))
     receiver.secret = next(line for line in out.splitlines() if line.startswith("SECRET ")).removeprefix("SECRET ")
 
 
@@ -244,3 +245,58 @@ def test_control_without_the_lane_the_second_webhook_waits_for_the_first_apply(s
     arrived, first_applied = _webhooks_behind_slow_applies(slow_applies, slow_applies.items[2:], delivery_lane=False)
     # The second decision's delivery is queued behind the first item's apply, which holds the worker.
     assert arrived[1] > first_applied, [round(at - first_applied, 2) for at in arrived]
+
+
+# --- A hung receiver holds its own deliveries only ----------------------------------------
+
+HUNG_ITEMS = 12
+HUNG_TIMEOUT = 30  # WEBHOOK_TIMEOUT here: each attempt to the hung receiver lasts this long
+
+
+@pytest.fixture(scope="module")
+def hung_and_healthy(tmp_path_factory):
+    """Two endpoints for item.created, one hung (holds every request past the timeout), and a
+    burst of items already recorded when the worker starts."""
+    hung, healthy = Receiver().start(), Receiver().start()
+    hung.stall_next, hung.stall_seconds = 10**6, 2 * HUNG_TIMEOUT
+    server = LiveServer(tmp_path_factory.mktemp("hung"), db_name="hung",
+                        extra_env={**WEBHOOK_ENV, "WEBHOOK_TIMEOUT": str(HUNG_TIMEOUT)})
+    server.manage("migrate", "--no-input", "-v0")
+    _subscribe(server, hung, ["item.created"], name="hung")
+    _subscribe(server, healthy, ["item.created"], name="healthy")
+    server.seed(items=HUNG_ITEMS, prefix="Hung")
+    try:
+        yield SimpleNamespace(server=server, hung=hung, healthy=healthy)
+    finally:
+        hung.release.set()  # its attempts end, so the worker stops without waiting for them
+        server.close()
+        hung.stop()
+        healthy.stop()
+        print(f"\n--- worker log ---\n{server.log_tail(40, worker=True)}")
+
+
+def _attempts_ended(server: LiveServer, endpoint: str) -> int:
+    """Attempts to the endpoint that have ended (an attempt's row is written when it ends)."""
+    conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute("""
+            SELECT count(*) FROM moderation_deliveryattempt a
+            JOIN moderation_webhookdelivery d ON d.id = a.delivery_id
+            JOIN moderation_webhookendpoint e ON e.id = d.endpoint_id WHERE e.name = ?""", [endpoint]).fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(360)  # its server's set-up, on a busy machine, and a hung attempt in the control
+def test_a_hung_endpoint_does_not_delay_another_endpoints_deliveries(hung_and_healthy):
+    """Which comes first: every delivery to the healthy receiver, or the end of an attempt to the hung one?"""
+    site = hung_and_healthy
+    site.server.worker_start()
+    deadline = time.monotonic() + 2 * HUNG_TIMEOUT  # a safety net: the first hung attempt ends after HUNG_TIMEOUT
+    while len(site.healthy.unique()) < HUNG_ITEMS and _attempts_ended(site.server, "hung") == 0:
+        assert time.monotonic() < deadline, "neither receiver saw any progress"
+        time.sleep(0.1)
+    arrived, hung_ended = len(site.healthy.unique()), _attempts_ended(site.server, "hung")
+    assert (arrived, hung_ended) == (HUNG_ITEMS, 0), f"{arrived} of {HUNG_ITEMS} arrived before {hung_ended} hung attempt(s) ended"
+    assert 0 < site.hung.requests < HUNG_ITEMS  # it holds some lanes, never all of them
+    assert site.healthy.bad_signatures == 0

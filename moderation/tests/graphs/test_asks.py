@@ -121,7 +121,7 @@ def test_a_refused_type_is_a_400_naming_the_field(client, alice, make_item):
         ({"amount": 500, "to": "acct-1"}, "decisions[0].edited_action.args.amount"),
         ({"amount": "80", "to": "acct-1"}, "decisions[0].edited_action.args.amount"),
         ({"amount": 80}, "decisions[0].edited_action.args"),
-        ({"amount": 80, "to": "acct-1", "extra": 1}, "decisions[0].edited_action.args"),
+        ({"amount": 80, "to": "acct-1", "extra": 1}, "decisions[0].edited_action.args.extra"),
         ({"amount": 80, "to": "acct\x00-1"}, "decisions[0].edited_action.args.to"),
     ],
 )

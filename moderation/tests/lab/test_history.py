@@ -1,7 +1,10 @@
 """The checker must catch each broken history, and pass a clean one."""
 
 import pytest
+from django.test import override_settings
 
+from moderation.core.faults import fault_inject
+from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check, history_final_read
 
@@ -56,6 +59,30 @@ def test_double_resume_and_never_resumed_are_caught():
 def test_a_graph_started_twice_is_caught():
     ops = _history(("alice", "i1", "ok", "alice"))
     assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, starts=2)}) == ["double_start"]
+
+
+def test_a_decided_item_whose_graph_stopped_between_its_steps_is_caught():
+    ops = _history(("alice", "i1", "ok", "alice"))
+    assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, settled=False)}) == ["graph_unsettled"]
+    # An undecided item's graph is judged by its pause, not by this.
+    assert _kinds([], {"i2": FinalItem(winner=None, winning_attempts=0, resumes=0, settled=False)}) == []
+
+
+@pytest.mark.django_db
+def test_final_read_sees_a_graph_a_killed_run_left_between_its_steps(alice, make_item):
+    item = make_item()
+    with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject("in_apply_node", killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    final = history_final_read(items=[str(item.public_id)])[str(item.public_id)]
+    assert (final.resumes, final.settled) == (1, False)
+    item_apply(item_id=item.pk)
+    assert history_final_read(items=[str(item.public_id)])[str(item.public_id)].settled
 
 
 def test_withdrawal_competes_with_decisions_for_the_one_win():

@@ -202,6 +202,7 @@ async def test_bad_frames_get_an_error_and_change_nothing(alice, login, make_ite
     bad_frames = [
         ({"text_data": "{not json"}, "bad_json"),
         ({"text_data": "[1, 2]"}, "bad_json"),
+        ({"text_data": '{"type": NaN}'}, "bad_json"),  # not JSON, though Python's parser takes it
         ({"text_data": json.dumps({"type": "decide", "decision": "approve"})}, "unknown_type"),
         ({"text_data": json.dumps({"no": "type"})}, "unknown_type"),
         ({"bytes_data": b"\x00\x01"}, "bad_frame"),

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from moderation.live.sockets import CLOSE_RATE_LIMITED, CLOSE_TOO_MANY_SOCKETS
+from moderation.live.sockets import CLOSE_RATE_LIMITED, CLOSE_SILENT, CLOSE_TOO_MANY_SOCKETS
 from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, progress_wait, redis_env
 
@@ -292,3 +292,58 @@ async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
             await tab.close()
     finally:
         await asyncio.gather(first.aclose(), second.aclose())
+
+
+async def _frame_of(ws, kind: str) -> dict:
+    """The next frame of this type, past presence and claim chatter."""
+    while True:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
+        if frame["type"] == kind:
+            return frame
+
+
+async def _refused(server: LiveServer, reviewer: Reviewer, item: str) -> bool:
+    ws = await connect(
+        _ws_url(server, item), origin=f"http://127.0.0.1:{server.port}", additional_headers=reviewer.ws_headers(),
+        open_timeout=30, ping_interval=None,
+    )
+    frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+    await asyncio.wait_for(ws.wait_closed(), 30)
+    return (frame.get("error"), ws.close_code) == ("too_many_sockets", CLOSE_TOO_MANY_SOCKETS)
+
+
+async def test_silent_sockets_are_closed_and_the_cap_counts_only_open_ones(tmp_path):
+    """A login's sockets that stay open but never heartbeat are told and closed by the server (4408);
+    their places go with them, and sockets that heartbeat stay open past the same silence."""
+    env = {"LIVE_SOCKETS_PER_SESSION": "2", "LIVE_HEARTBEAT_SECONDS": "0.5", "LIVE_SILENT_SECONDS": "2"}
+    server = LiveServer(tmp_path / "site", extra_env=env)
+    seeded = await asyncio.to_thread(server.seed, users=["alice"], items=1, prefix="Silent")
+    await server.astart()
+    try:
+        alice, item = Reviewer(server, "alice", seeded.sessions["alice"]), seeded.items[0]
+        silent = [await _tab(server, alice, item) for _ in range(2)]
+        assert await _refused(server, alice, item)
+        for ws in silent:  # they never send a frame; the client library still answers the server's pings
+            frame = await _frame_of(ws, "error")
+            assert frame["error"] == "silent", frame
+            await asyncio.wait_for(ws.wait_closed(), 30)
+            assert ws.close_code == CLOSE_SILENT
+
+        deadline = time.monotonic() + 30  # the places are released once the server has seen the closes
+        talking = []
+        while len(talking) < 2:
+            try:
+                talking.append(await _tab(server, alice, item))
+            except AssertionError:
+                assert time.monotonic() < deadline, "the silent sockets' places were never freed"
+                await asyncio.sleep(0.2)
+        assert await _refused(server, alice, item)
+        for _ in range(10):  # 5 s of heartbeats, more than twice the silence: still open, still answered
+            for ws in talking:
+                await ws.send(json.dumps({"type": "heartbeat"}))
+                assert (await _frame_of(ws, "state"))["heartbeat_seconds"] == 0.5
+            await asyncio.sleep(0.5)
+        for ws in talking:
+            await ws.close()
+    finally:
+        await server.aclose()

@@ -8,11 +8,11 @@ from django.test import Client
 from django.utils import timezone
 
 from moderation.live.presence import (
-    PRESENCE_TTL,
     presence_by_item,
     presence_join,
     presence_leave,
     presence_touch,
+    presence_ttl,
     presence_viewers,
 )
 from moderation.models import Presence
@@ -43,7 +43,7 @@ def test_viewers_are_listed_once_each_and_sorted(alice, bob, make_item):
 @pytest.mark.django_db
 def test_a_silent_viewer_expires_and_a_heartbeat_keeps_one(alice, bob, make_item):
     item = make_item()
-    long_ago = timezone.now() - PRESENCE_TTL - timedelta(seconds=1)
+    long_ago = timezone.now() - presence_ttl() - timedelta(seconds=1)
     presence_join(user_id=alice.pk, item_public_id=_public_id(item), channel_name="dead-tab", now=long_ago)
     presence_join(user_id=bob.pk, item_public_id=_public_id(item), channel_name="live-tab", now=long_ago)
     presence_touch(user_id=bob.pk, item_public_id=_public_id(item), channel_name="live-tab")
@@ -57,7 +57,7 @@ def test_joining_purges_expired_rows(alice, bob, make_item):
     item = make_item()
     presence_join(
         user_id=alice.pk, item_public_id=_public_id(item), channel_name="dead-tab",
-        now=timezone.now() - PRESENCE_TTL - timedelta(seconds=1),
+        now=timezone.now() - presence_ttl() - timedelta(seconds=1),
     )
     presence_join(user_id=bob.pk, item_public_id=_public_id(item), channel_name="new-tab")
     assert list(Presence.objects.values_list("channel_name", flat=True)) == ["new-tab"]
@@ -68,7 +68,7 @@ def test_heartbeat_after_expiry_rejoins(alice, make_item):
     item = make_item()
     presence_join(
         user_id=alice.pk, item_public_id=_public_id(item), channel_name="tab",
-        now=timezone.now() - PRESENCE_TTL - timedelta(seconds=1),
+        now=timezone.now() - presence_ttl() - timedelta(seconds=1),
     )
     presence_touch(user_id=alice.pk, item_public_id=_public_id(item), channel_name="tab")
     assert presence_viewers(item_public_id=_public_id(item)) == ["alice"]
@@ -122,7 +122,7 @@ async def test_heartbeat_refreshes_presence_and_returns_state(alice, make_item):
     client = Client()
     await database_sync_to_async(client.force_login)(alice)
     tab, _ = await opened(item_path(item), client)
-    stale = timezone.now() - PRESENCE_TTL + timedelta(seconds=5)
+    stale = timezone.now() - presence_ttl() + timedelta(seconds=5)
     await database_sync_to_async(Presence.objects.update)(last_seen=stale)
 
     await tab.send_json_to({"type": "heartbeat"})

@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from moderation.core.jsonparse import json_parse
 from moderation.live.sockets import FRAME_MAX_CHARS
 from moderation.models import DecisionAttempt, Presence, QueueItem
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, login, opened  # noqa: F401 (fixtures)
@@ -62,7 +63,7 @@ def _expected(frame: dict) -> str:
     if len(frame["text_data"]) > FRAME_MAX_CHARS:
         return "frame_too_large"
     try:
-        parsed = json.loads(frame["text_data"])
+        parsed = json_parse(frame["text_data"])
     except (ValueError, RecursionError):
         return "bad_json"
     if not isinstance(parsed, dict):

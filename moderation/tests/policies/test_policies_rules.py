@@ -1,6 +1,15 @@
 import pytest
 
-from moderation.policies.rules import Policy, PolicyInvalid, Resolution, policy_parse, policy_satisfiable_check, tally_describe, tally_resolve
+from moderation.policies.rules import (
+    Policy,
+    PolicyInvalid,
+    Resolution,
+    policy_parse,
+    policy_satisfiable_check,
+    policy_weakenings,
+    tally_describe,
+    tally_resolve,
+)
 
 
 def test_the_default_policy_is_one_decision():
@@ -35,6 +44,46 @@ def test_more_approvals_than_voters_is_refused():
     with pytest.raises(PolicyInvalid, match="3 approvals can never be reached: team x has 2"):
         policy_satisfiable_check(policy=Policy(approvals=3), eligible=2, team="team x")
     policy_satisfiable_check(policy=Policy(approvals=2), eligible=2, team="team x")
+
+
+TEAM = Policy(approvals=2, veto=True)
+WAITS = Policy()
+APPROVES, REJECTS, ESCALATES = (Policy(deadline_seconds=60, on_deadline=then) for then in ("approve", "reject", "escalate"))
+
+
+@pytest.mark.parametrize(("base", "asked", "fields"), [
+    # Stricter, or the same: accepted.
+    (TEAM, {}, []),
+    (TEAM, {"approvals": 3}, []),
+    (WAITS, {"veto": True}, []),
+    (WAITS, {"majority": True}, []),  # a majority is never fewer than one approval
+    (Policy(majority=True), {"approvals": 3}, []),
+    (WAITS, {"deadline_seconds": 5, "on_deadline": "reject"}, []),  # rejecting approves nothing
+    (APPROVES, {"deadline_seconds": 5, "on_deadline": "reject"}, []),
+    (APPROVES, {"deadline_seconds": 600}, []),  # the team's auto-approval, later
+    (APPROVES, {"on_deadline": ""}, []),  # no auto-approval at all
+    (REJECTS, {"deadline_seconds": 5}, []),  # rejected sooner
+    (ESCALATES, {"deadline_seconds": 5, "on_deadline": "reject"}, []),  # rejected before it escalates
+    (ESCALATES, {"approvals": 2}, []),
+    # Weaker: refused, naming each field.
+    (TEAM, {"approvals": 1}, ["policy.approvals"]),
+    (TEAM, {"veto": False}, ["policy.veto"]),
+    (TEAM, {"approvals": 1, "veto": False, "deadline_seconds": 1, "on_deadline": "approve"},
+     ["policy.approvals", "policy.veto", "policy.on_deadline"]),  # issue 28.11: no human left
+    (Policy(approvals=3), {"majority": True}, ["policy.majority"]),  # a majority of 3 is 2
+    (Policy(majority=True), {"majority": False, "approvals": 50}, ["policy.majority"]),
+    (WAITS, {"deadline_seconds": 5, "on_deadline": "approve"}, ["policy.on_deadline"]),
+    (REJECTS, {"on_deadline": "approve"}, ["policy.on_deadline"]),
+    (APPROVES, {"deadline_seconds": 5}, ["policy.deadline_seconds"]),  # approves sooner
+    (REJECTS, {"deadline_seconds": 600}, ["policy.deadline_seconds"]),  # approvable for longer
+    (REJECTS, {"on_deadline": ""}, ["policy.on_deadline"]),
+    (ESCALATES, {"on_deadline": ""}, ["policy.on_deadline"]),
+    (ESCALATES, {"deadline_seconds": 5}, ["policy.deadline_seconds"]),
+    (ESCALATES, {"deadline_seconds": 600, "on_deadline": "reject"}, ["policy.deadline_seconds"]),
+    (WAITS, {"deadline_seconds": 5, "on_deadline": "escalate"}, ["policy.on_deadline"]),
+])
+def test_a_submitter_may_make_a_policy_stricter_never_weaker(base, asked, fields):
+    assert [field for field, _ in policy_weakenings(base=base, asked=policy_parse(asked, base=base))] == fields
 
 
 QUORUM2 = Policy(approvals=2)

@@ -1,11 +1,14 @@
-"""The five races of approval policies (issue 16), each judged by the history checker.
+"""The races of approval policies (issue 16), each judged by the history checker.
 
 1. the Nth approval and a veto at the same instant: one resolution, the first committed;
 2. the last two approvals of a quorum of 3 at once: the graph resumed once, with every vote;
 3. the deadline firing while a moderator clicks: one of them decides, the other is told;
 4. a moderator removed from the team while voting: refused or counted, as the removal's
    commit says (never a vote cast after the removal it was judged before);
-5. one moderator voting from two tabs at once: one vote.
+5. one moderator voting from two tabs at once: one vote;
+6. with ``CLAIMS_REQUIRED``, a vote racing the vote of the claim's holder: refused while
+   the holder's claim is live, counted only once the holder's vote (which ends the claim)
+   committed before it (issue 28.14).
 
 Real threads released by a barrier (``races.race_rounds``), on SQLite here and on
 PostgreSQL in the PostgreSQL pass. Every attempt is an op of a ``HistoryRecorder``;
@@ -26,7 +29,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from moderation.review.deadlines import ask_deadline_fire
-from moderation.review.decisions import NotAllowed, item_decide
+from moderation.records.claims import claim_take
+from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_values
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
@@ -69,11 +73,11 @@ def _items(n: int, policy: dict, *, first: tuple[AbstractBaseUser, str] | None =
 
 
 def _recorded(history: HistoryRecorder, item: QueueItem, user: AbstractBaseUser, decision: str, decide=item_decide):
-    """One attempt as an op: won, voted (counted), lost naming the winner, or refused (403: nothing counted)."""
+    """One attempt as an op: won, voted (counted), lost naming the winner, or refused (403, 409 claimed: nothing counted)."""
     op = history.invoke(reviewer=user.username, item=str(item.public_id), decision=decision)
     try:
         outcome = decide(item_public_id=item.public_id, reviewer=user, decision=decision)
-    except NotAllowed:
+    except (NotAllowed, ItemClaimed):
         history.complete(op, completion="fail", told_winner=None)
         return op
     op.voted = outcome.counted and not outcome.won
@@ -247,6 +251,33 @@ def test_two_tabs_of_one_moderator_cast_one_vote(team, mods):
             assert acks == [("ok", True, ""), ("ok", True, "")] and item_resumes(item) == 0
         else:
             assert acks == [("fail", False, "alice"), ("ok", False, "alice")] and item_resumes(item) == 1
+
+
+# --- 6. with claims required, a vote racing the claim holder's vote -------------------------
+
+
+def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_holders_vote(settings, team, mods):
+    settings.CLAIMS_REQUIRED = True
+    items = _items(ROUNDS, {"approvals": 3})
+    for item in items:
+        claim_take(item=item, user=mods["bob"])
+    history = HistoryRecorder()
+    # Each thread votes as bob in one round and as alice in the next: neither starts first every time.
+    voters = (mods["bob"], mods["alice"])
+    race_rounds(ROUNDS, lambda n: _recorded(history, items[n], voters[n % 2], "approve"),
+                lambda n: _recorded(history, items[n], voters[1 - n % 2], "approve"))
+    assert _judged(history, items) == []
+    counted = 0
+    for item in items:
+        alice = next(op for op in history.ops if op.item == str(item.public_id) and op.reviewer == "alice")
+        logged = dict(DecisionAttempt.objects.filter(item=item).values_list("reviewer__username", "seq"))
+        if alice.voted:  # judged after bob's vote had ended his claim
+            assert logged["alice"] > logged["bob"] and _votes(item) == {"bob": "approve", "alice": "approve"}
+            counted += 1
+        else:  # judged while bob held it: nothing of hers recorded
+            assert alice.completion == "fail" and "alice" not in logged and _votes(item) == {"bob": "approve"}
+    print(f"\nrace 6: {ROUNDS} rounds, alice's vote counted after bob's {counted}, "
+          f"refused over his claim {ROUNDS - counted}")
 
 
 # --- negative control: the quorum without the guard ----------------------------------------

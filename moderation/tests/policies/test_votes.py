@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from moderation.records.audit import audit_verify
 from moderation.review.deadlines import deadlines_sweep
-from moderation.review.decisions import InvalidDecision, NotAllowed, item_decide
+from moderation.records.claims import claim_take
+from moderation.review.decisions import InvalidDecision, ItemClaimed, NotAllowed, item_decide
 from moderation.graphs.runtime import graph_values
 from moderation.review.items import item_create
 from moderation.models import AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk, Team, Vote
@@ -86,6 +87,22 @@ def test_a_vote_can_be_changed_until_the_item_resolves_and_counts_once(payments,
     assert changed.tally["summary"] == "1 of 2 approvals: alice" and not changed.won
     assert list(Vote.objects.values_list("voter__username", "vote")) == [("alice", "approve")]
     assert DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.VOTED).count() == 2
+
+
+@pytest.mark.django_db
+def test_with_claims_required_a_vote_honours_someone_elses_claim_like_a_decision(settings, payments, alice, bob, carol):
+    """Issue 28.14: alice voted and carol resolved an item bob held a live claim on."""
+    settings.CLAIMS_REQUIRED = True
+    item = _item(team="payments", policy={"approvals": 2})
+    claim_take(item=item, user=bob)
+    before = _snapshot()
+    for voter in (alice, carol):
+        with pytest.raises(ItemClaimed, match="^bob has claimed this item"):
+            _decide(item, voter)
+    assert _snapshot() == before  # no vote, no attempt
+    assert _decide(item, bob).counted  # the holder votes, and his claim passes on
+    assert claim_take(item=item, user=alice).holder == "alice"
+    assert _decide(item, alice).won
 
 
 @pytest.mark.django_db
@@ -180,7 +197,9 @@ def test_a_deadline_that_loses_to_a_decision_is_recorded_as_the_loser(payments, 
     from moderation.review.deadlines import deadline_account
     from moderation.review.decisions import ask_deadline_settle
 
-    item = _item(team="payments", policy={"deadline_seconds": 60, "on_deadline": "approve"})
+    payments.deadline_seconds, payments.on_deadline = 60, "approve"
+    payments.save()
+    item = _item(team="payments")
     assert _decide(item, alice, "reject", reason="spam").won
     lost = ask_deadline_settle(ask_pk=item.asks.get().pk, by=deadline_account(), outcome="approve")
     assert not lost.won and lost.winner == "alice"

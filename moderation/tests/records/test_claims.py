@@ -9,10 +9,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from moderation.records.claims import (
-    ItemClaim, claim_extend, claim_live, claim_release, claim_take, claims_live, next_item_pick,
+    ItemClaim, claim_extend, claim_held_by_other, claim_live, claim_release, claim_take, claims_live, next_item_pick,
 )
 from moderation.review.decisions import ItemClaimed, item_decide
+from moderation.review.items import item_create
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus
+from moderation.policies.teams import team_member_remove
 
 pytestmark = pytest.mark.django_db
 
@@ -116,6 +118,58 @@ def test_required_claims_let_the_holder_and_the_unclaimed_decide(settings, alice
     claim_take(item=mine, user=alice)
     assert item_decide(item_public_id=mine.public_id, reviewer=alice, decision="approve").won
     assert item_decide(item_public_id=free.public_id, reviewer=bob, decision="approve").won
+
+
+def _requested_by(requester, **policy):
+    return item_create(title="Refund for the requester", body="Order 7.", source="shop", team="payments",
+                       requested_by=requester, policy=policy or None)
+
+
+def test_nobody_who_may_not_decide_an_item_claims_it(payments, alice, carol, make_moderator, make_viewer):
+    item = _requested_by(carol)
+    for user in (carol, make_moderator("dave"), make_viewer("vera")):  # requester, not in the team, view-only
+        assert claim_take(item=item, user=user) is None
+    assert not ItemClaim.objects.exists()
+    claim_take(item=item, user=alice)
+    assert claim_take(item=item, user=carol).holder == "alice"  # told who holds it, nothing taken
+    assert ItemClaim.objects.get().user == alice
+
+
+def test_a_claim_binds_nobody_once_its_holder_may_no_longer_decide(settings, payments, alice, bob, carol):
+    settings.CLAIMS_REQUIRED = True
+    item = _requested_by(carol)
+    claim_take(item=item, user=bob)
+    assert claim_held_by_other(item=item, user=alice).holder == "bob"
+    team_member_remove(team=payments, user=bob)
+    assert claim_held_by_other(item=item, user=alice) is None
+    assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
+
+
+def test_the_requester_opening_her_item_neither_claims_it_nor_blocks_the_team(settings, client, payments, alice, carol):
+    """Issue 27.3: carol opened her own request; everyone saw her claim, /next/ skipped it, alice's approve got 409."""
+    settings.CLAIMS_REQUIRED = True
+    item = _requested_by(carol)
+    client.force_login(carol)
+    page = client.get(reverse("moderation:item", args=[item.public_id])).content.decode()
+    assert "claimed by" not in page and not ItemClaim.objects.exists()
+    assert client.post(reverse("moderation:item-claim", args=[item.public_id])).json() == {"claimed": False}
+    client.force_login(alice)
+    assert client.get(reverse("moderation:next")).url == reverse("moderation:item", args=[item.public_id])
+    assert ItemClaim.objects.get(item=item).user == alice
+    answer = client.post(reverse("moderation:api-decide", args=[item.public_id]), {"decision": "approve"},
+                         content_type="application/json")
+    assert answer.status_code == 200 and answer.json()["outcome"] == "won"
+
+
+def test_a_vote_ends_the_voters_claim_and_a_voter_does_not_claim_again(payments, alice, bob, carol):
+    item = _requested_by(carol, approvals=2)
+    claim_take(item=item, user=alice)
+    assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").counted
+    assert not ItemClaim.objects.exists()
+    assert claim_take(item=item, user=alice) is None  # she has voted: the claim is for the next voter
+    assert next_item_pick(candidates=[item], user=alice) is None
+    assert next_item_pick(candidates=[item], user=bob) == item
+    assert ItemClaim.objects.get(item=item).user == bob
 
 
 def test_claims_off_claims_nothing(settings, alice, make_item):
@@ -252,7 +306,7 @@ def test_a_decision_lands_on_the_next_item_unless_turned_off(settings, client, a
     answer = client.post(url, {"decision": "approve"}, follow=True)
     landed = answer.redirect_chain[-1][0]
     assert landed == reverse("moderation:item", args=[(waiting if next_item else decided).public_id])
-    assert f"You approved “decided”." in answer.content.decode()
+    assert "You approved “decided”." in answer.content.decode()
     assert not ItemClaim.objects.filter(item=decided).exists()
     assert ItemClaim.objects.filter(item=waiting).exists() == next_item
 

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from moderation.lab.harness import race_threads
-from moderation.models import DecidedDayCounter, ItemStatus, QueueCounter, QueueItem
+from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
 from moderation.records.audit import audit_items_purge
 from moderation.records.counts import SHARDS, counts_actual, counts_recount
 from moderation.records.selectors import queue_counts
@@ -36,6 +36,8 @@ def _counters() -> dict[tuple, int]:
     """The counters summed over their shards, keyed like ``counts_actual``, zeros left out."""
     summed = {("status", r["graph"], r["status"]): r["t"] for r in QueueCounter.objects.values("graph", "status").annotate(t=Sum("n")).order_by()}
     summed |= {("day", r["day"], r["graph"]): r["t"] for r in DecidedDayCounter.objects.values("day", "graph").annotate(t=Sum("n")).order_by()}
+    pending = PendingCounter.objects.values("team_key", "graph", "band").annotate(t=Sum("n")).order_by()
+    summed |= {("pending", r["team_key"], r["graph"], r["band"]): r["t"] for r in pending}
     return {k: v for k, v in summed.items() if v}
 
 

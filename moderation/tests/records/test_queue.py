@@ -2,7 +2,7 @@
 
 import uuid
 from datetime import timedelta
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 import pytest
 from django.core import signing

@@ -7,12 +7,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from moderation.review.decisions import item_decide
+from moderation.review.items import item_create
 from moderation.models import AskStatus, AttemptOrigin, ItemStatus, QueueItem, ReasonCode, ReviewAsk
 from moderation.records.timeline import DecidedFilters, decided_filters_read, decided_page, duration_words
 
@@ -61,6 +63,20 @@ def test_unreadable_filters_are_named_and_ignored():
     filters, errors = decided_filters_read(data={"status": "pending", "since": "yesterday", "until": "2026-02-30", "source": "x"})
     assert filters == DecidedFilters(source="x")
     assert set(errors) == {"status", "since", "until"}
+
+
+@pytest.mark.postgres_variant
+def test_a_nul_in_a_text_filter_is_named_and_ignored_on_both_backends(alice):
+    """PostgreSQL failed the filter's query with a 500."""
+    alice.is_staff = True  # the export is staff's
+    alice.save()
+    http = Client()
+    http.force_login(alice)
+    for name in ("decided_by", "source", "graph", "reason"):
+        for url in ("/decided/", "/decided/export.csv"):
+            assert http.get(url, {name: "a\x00"}).status_code == 200, (name, url)
+        filters, errors = decided_filters_read(data={name: "a\x00", "status": "approved"})
+        assert filters == DecidedFilters(status="approved") and "NUL" in errors[name]
 
 
 def test_keyset_pages_walk_every_item_once_in_constant_queries_without_count_or_offset(alice, bob, settings):
@@ -176,6 +192,22 @@ def test_staff_export_the_filtered_history_as_csv_one_row_per_attempt(alice, bob
     assert len(everything) == 3
     # A cell a spreadsheet would run as a formula is defused.
     assert [r["title"] for r in everything if r["item"] == str(approved.public_id)] == ["'=HYPERLINK(\"http://evil\")"]
+
+
+def test_staff_export_only_what_their_teams_may_see_unless_they_supervise(payments, alice, bob, make_item, make_moderator):
+    secret = item_create(title="Refund for the CEO", body="Order 7.", source="shop", team="payments")
+    item_decide(item_public_id=secret.public_id, reviewer=alice, decision="reject", note="alice's words")
+    public = make_item(title="A post")
+    item_decide(item_public_id=public.public_id, reviewer=bob, decision="approve")
+    staff = make_moderator("dave")
+    staff.is_staff = True
+    staff.save()
+    http = Client()
+    http.force_login(staff)
+    assert [r["title"] for r in _csv(http.get("/decided/export.csv"))] == ["A post"]
+    staff.user_permissions.add(Permission.objects.get(codename="supervise_teams"))
+    http.force_login(staff)
+    assert {r["title"] for r in _csv(http.get("/decided/export.csv"))} == {"A post", "Refund for the CEO"}
 
 
 def test_only_staff_may_export(alice, client):

@@ -10,7 +10,7 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
-from moderation.graphs.runtime import graph_values
+from moderation.graphs.runtime import graph_is_finished, graph_values
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.review.apply import applies_sweep, item_apply, item_apply_task
 from moderation.review.decisions import item_decide, item_withdraw
@@ -114,6 +114,50 @@ def test_apply_killed_after_the_resume_records_without_resuming_again(alice, mak
     assert item_resumes(item) == 1
 
 
+@pytest.mark.parametrize("point", ["in_review_node", "in_apply_node"])
+def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_run(alice, make_item, point):
+    """Killed inside the resumed node (its answer not yet checkpointed) or inside the next one
+    (the resume's first checkpoint written, nothing left to resume): the retry runs the graph
+    on to its end, resumed once, and only then records it as applied."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject(point, killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.APPLYING and item.asks.get().applied_at is None
+    assert item_apply(item_id=item.pk).endswith(", finished")
+    item.refresh_from_db()
+    assert (item.apply_state, item.applied_result) == (
+        ApplyState.IDLE, {"state": "finished", "result": {"status": "approved", "reviewer": "alice",
+                                                          "decided_at": item.asks.get().decided_at.isoformat()}})
+    assert graph_is_finished(name=item.graph, thread_id=item.thread_id)
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+
+
+def test_recover_runs_on_a_decided_item_recorded_as_applied_while_its_graph_was_stalled(alice, make_item):
+    """What the worker recorded before it checked for a stalled graph ("waiting", asks applied):
+    ``recover --all`` runs the graph on to its end and records that."""
+    item = _decided_unapplied(make_item(), alice, decision="reject")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject("in_apply_node", killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    item.asks.update(applied_at=timezone.now())
+    QueueItem.objects.filter(pk=item.pk).update(apply_state=ApplyState.IDLE, applied_result={"state": "waiting"})
+    assert not graph_is_finished(name=item.graph, thread_id=item.thread_id)
+    [action] = items_recover(include_decided=True).actions
+    assert action.action == "ran its graph on from where a killed run left it: resumed 0, finished"
+    item.refresh_from_db()
+    assert item.applied_result["state"] == "finished" and item.applied_result["result"]["status"] == "rejected"
+    assert item_resumes(item) == 1 and graph_is_finished(name=item.graph, thread_id=item.thread_id)
+    assert items_recover(include_decided=True).actions == []
+
+
 def _apply_tasks(item, status):
     return DBTaskResult.objects.filter(task_path=item_apply_task.module_path, status=status, args_kwargs__args=[item.pk])
 
@@ -158,3 +202,24 @@ def test_two_workers_applying_one_item_at_once_resume_it_once(alice, make_item):
     assert sorted(results) == ["nothing to apply", "resumed 1, finished"]
     assert item_resumes(item) == 1 and item_forks(item) == 0
     assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.IDLE
+
+
+def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_it_once_the_graph_is_back(
+    alice, make_asking_item, settings,
+):
+    item = _decided_unapplied(make_asking_item(), alice, decision="approve")
+    graphs = dict(settings.REVIEWQUEUE_GRAPHS)
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in graphs.items() if name != item.graph}
+    assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+    item.refresh_from_db()
+    assert (item.apply_state, item.applied_result, item_resumes(item)) == (ApplyState.APPLYING, {}, 0)
+    assert item.asks.get().applied_at is None
+    # Its task ran; this worker's sweep does not queue it again and again for nothing.
+    _apply_tasks(item, TaskResultStatus.READY).update(status=TaskResultStatus.SUCCESSFUL)
+    settings.APPLY_SWEEP_GRACE = 0
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued for a worker without its graph")) == 0
+    settings.REVIEWQUEUE_GRAPHS = graphs
+    queued: list[int] = []
+    assert applies_sweep(enqueue=queued.append) == 1 and queued == [item.pk]
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_resumes(item) == 1

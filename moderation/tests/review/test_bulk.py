@@ -68,6 +68,23 @@ def test_an_item_named_twice_or_unknown_is_judged_once_or_refused(alice, make_it
 
 
 @pytest.mark.django_db
+def test_another_teams_item_is_refused_as_unknown_without_its_title(client, payments, alice, make_moderator):
+    from moderation.review.items import item_create
+
+    secret = item_create(title="Refund for the CEO", body="Order 7.", source="shop", team="payments")
+    key = str(secret.public_id)
+    outsider = make_moderator("dave")
+    [result] = items_decide_bulk(item_public_ids=[key], reviewer=outsider, decision="approve")
+    assert (result.outcome, result.title, result.error) == ("refused", key, "no such item")
+    client.force_login(outsider)
+    page = client.post(BULK_URL, {"items": [key], "decision": "approve", "reason": ""}).content.decode()
+    assert "Refund for the CEO" not in page and "Payments" not in page and "not decided: no such item" in page
+    assert _status(secret) == ItemStatus.PENDING and not DecisionAttempt.objects.exists()
+    [member] = items_decide_bulk(item_public_ids=[key], reviewer=alice, decision="approve")
+    assert (member.outcome, member.title) == ("won", "Refund for the CEO")
+
+
+@pytest.mark.django_db
 def test_a_reject_carries_the_reason_to_every_item(alice, make_item):
     items = [make_item(f"spam {n}") for n in range(3)]
     results = items_decide_bulk(item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision="reject",

@@ -21,6 +21,7 @@ def test_json_lines_give_each_line_its_fields_or_its_error():
         '{"title": "Three"}',
         '{"title": "Four", "body": 4}',
         '{"title": "Five", "body": "Fifth.", "source": "feed"}',
+        '{"title": "Six", "body": "Sixth.", "policy": {"approvals": NaN}}',
     ])
     assert _rows(text, "jsonl") == [
         ItemRow(1, {"title": "One", "body": "First."}),
@@ -30,6 +31,7 @@ def test_json_lines_give_each_line_its_fields_or_its_error():
         ItemRow(6, {}, "missing body"),
         ItemRow(7, {}, "body must be text"),
         ItemRow(8, {"title": "Five", "body": "Fifth.", "source": "feed"}),
+        ItemRow(9, {}, "not valid JSON: NaN is not a finite number (column 60)"),
     ]
 
 

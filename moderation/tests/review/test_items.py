@@ -11,7 +11,7 @@ from django.db import OperationalError, connection
 from moderation.core.checkpointer import checkpointer_get
 from moderation.core.faults import fault_inject
 from moderation.models import QueueItem
-from moderation.review.items import item_create
+from moderation.review.items import item_create, item_start_state
 
 FIXED_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 
@@ -26,14 +26,16 @@ def fixed_id(monkeypatch):
     return FIXED_ID
 
 
+@pytest.mark.postgres_variant
 @pytest.mark.django_db
-@pytest.mark.parametrize("field", ["title", "body", "source"])
+@pytest.mark.parametrize("field", ["title", "body", "source", "team"])
 def test_nul_in_any_field_is_refused_and_creates_nothing(field, fixed_id):
-    fields = {"title": "A title", "body": "A body.", "source": "test"}
+    """Before the team's lookup (by slug, or by the source), which PostgreSQL failed with a DataError."""
+    fields = {"title": "A title", "body": "A body.", "source": "test", "team": "payments"}
     fields[field] = fields[field][:3] + "\x00" + fields[field][3:]
     with pytest.raises(ValidationError) as caught:
         item_create(**fields)
-    assert "Null characters are not allowed." in caught.value.message_dict[field]
+    assert caught.value.message_dict[field] == [f"{field} must not contain NUL (\\u0000) characters"]
     assert not QueueItem.objects.exists()
     assert not _graph_thread_exists(fixed_id)
 
@@ -47,6 +49,26 @@ def test_body_over_the_limit_is_refused_naming_it_and_creates_nothing(settings, 
     assert not QueueItem.objects.exists()
     assert not _graph_thread_exists(fixed_id)
     assert item_create(title="Long", body="x" * 50, source="test").body == "x" * 50
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["title", "body", "source", "item_id"])
+def test_an_input_may_not_replace_what_moderators_read_and_creates_nothing(key, monkeypatch):
+    """It did: a FREE MONEY body was pre-screened as the input's harmless one (risk 0)."""
+    public_id = uuid.uuid4()
+    monkeypatch.setattr("moderation.review.items.uuid.uuid4", lambda: public_id)
+    with pytest.raises(ValidationError) as caught:
+        item_create(title="Offer", body="FREE MONEY, click here", source="test", graph_input={key: "harmless", "n": 1})
+    assert key in caught.value.message_dict["input"][0]
+    assert not QueueItem.objects.exists() and not _graph_thread_exists(public_id)
+
+
+def test_the_start_state_is_the_items_own_text_whatever_its_input_holds():
+    # A row accepted before inputs were checked (queued, or recovered) starts from what moderators read too.
+    item = QueueItem(public_id=FIXED_ID, title="Offer", body="FREE MONEY", source="test",
+                     graph_input={"body": "harmless", "title": "hi", "messages": []})
+    assert item_start_state(item=item) == {"item_id": str(FIXED_ID), "title": "Offer", "body": "FREE MONEY",
+                                           "source": "test", "messages": []}
 
 
 @pytest.mark.django_db(transaction=True)

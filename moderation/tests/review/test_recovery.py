@@ -6,10 +6,13 @@ from django.db import DataError
 from django.test import override_settings
 
 from moderation.review import recovery
-from moderation.review.decisions import ItemNeedsAttention, item_decide
+from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.core.faults import fault_inject
+from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
 from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.apply import item_apply
+from moderation.review.items import item_create
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 
@@ -137,3 +140,106 @@ def test_a_nul_in_a_graph_error_is_stored_readably(alice, make_item, django_capt
     assert report.failed == 0
     item.refresh_from_db()
     assert item.apply_state == ApplyState.FAILED and "bad\\x00key" in item.applied_result["error"]
+
+
+@pytest.mark.django_db
+def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back(
+    alice, bob, make_asking_item, settings, capsys, caplog, monkeypatch,
+):
+    """REVIEWQUEUE_EXTRA_GRAPHS forgotten on a restart: recover skips the graph's items with one
+    line, no traceback, and marks none of them; a decision still wins and waits to be applied;
+    with the graph back, each is applied once."""
+    waiting, decided = make_asking_item(title="waiting"), make_asking_item(title="decided")
+    _decided_unapplied(decided, alice)
+    builtin = _decided_unapplied(make_asking_item(graph="moderation", title="builtin"), alice)
+    graphs = dict(settings.REVIEWQUEUE_GRAPHS)
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in graphs.items() if name != "t_hitl"}
+    monkeypatch.setattr(runtime, "_compiled", {})  # a restart: nothing compiled yet
+
+    def rows():
+        return {title: (status, apply_state, attention, result.get("state"))
+                for title, status, apply_state, attention, result in QueueItem.objects.values_list(
+                    "title", "status", "apply_state", "attention", "applied_result")}
+
+    call_command("recover")
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "recover: skipped 2 item(s) of graph 't_hitl' is not loaded in this process (add it to REVIEWQUEUE_GRAPHS "
+        "or REVIEWQUEUE_EXTRA_GRAPHS); they are left as they are, and carry on once it is back"]
+    assert "checked 1 item(s); 1 changed or need attention, 0 could not be repaired" in out  # the builtin one
+    assert rows() == {
+        "waiting": (ItemStatus.PENDING, "", "", None),
+        "decided": (ItemStatus.APPROVED, ApplyState.APPLYING, "", None),
+        "builtin": (ItemStatus.APPROVED, "", "", "finished"),
+    }
+    # Still decidable: the decision wins and waits, applying, for a worker that runs the graph.
+    _decided_unapplied(waiting, bob)
+    assert item_apply(item_id=waiting.pk) == "left unapplied: graph not loaded"
+    assert rows()["waiting"] == (ItemStatus.APPROVED, ApplyState.APPLYING, "", None)
+    assert not [record for record in caplog.records if record.exc_info], "a traceback for an expected case"
+
+    settings.REVIEWQUEUE_GRAPHS = graphs
+    assert {a.title: a.action for a in items_recover().actions} == {
+        "waiting": "applied its decision: resumed 1, finished", "decided": "applied its decision: resumed 1, finished"}
+    assert {title: row[:2] + row[3:] for title, row in rows().items()} == {
+        title: (ItemStatus.APPROVED, "", "finished") for title in ("waiting", "decided", "builtin")}
+    assert item_resumes(waiting) == item_resumes(decided) == item_resumes(builtin) == 1
+def _decided_applied(item, reviewer, django_capture_on_commit_callbacks, decision="approve"):
+    with django_capture_on_commit_callbacks(execute=True):
+        assert item_decide(item_public_id=item.public_id, reviewer=reviewer, decision=decision).won
+    return item
+
+
+@pytest.mark.parametrize("tampered", ["row and ask", "item row", "ask"])
+@pytest.mark.django_db
+def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph_and_leaves_it(
+        alice, bob, make_item, capsys, django_capture_on_commit_callbacks, tampered):
+    item = _decided_applied(make_item(), alice, django_capture_on_commit_callbacks)
+    healthy = _decided_applied(make_item(), alice, django_capture_on_commit_callbacks)
+    # The graph holds alice's approval; the rows are changed behind the guard's back to say bob rejected.
+    rejection = [{"type": "reject", "message": "spam"}]
+    if tampered != "ask":
+        QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.REJECTED, decided_by=bob)
+    if tampered != "item row":
+        item.asks.update(decided_by=bob, decisions=rejection)
+    before = list(QueueItem.objects.order_by("pk").values_list("status", "decided_by", "apply_state"))
+    interrupt_id = item.asks.get().interrupt_id
+
+    assert items_recover().actions == []  # without --all, decided items are not read
+    call_command("recover", "--all")
+    out = capsys.readouterr().out
+    assert "checked 2 item(s); 1 changed or need attention, 0 could not be repaired" in out
+    [line] = [line for line in out.splitlines() if line.startswith(str(item.public_id))]
+    reports = {
+        "row and ask": f"ask {interrupt_id}: the row says bob rejected publish (“spam”); "
+                       "its graph was resumed with alice's: approved publish",
+        "ask": f"ask {interrupt_id}: the row says bob rejected publish (“spam”); "
+               "its graph was resumed with alice's: approved publish",
+        "item row": f"the item row says rejected by bob; the ask {interrupt_id} that decided it (its graph holds it) "
+                    "says approved by alice",
+    }
+    assert line.endswith(f"decided row disagrees with its graph, left as it is (see verify_audit): {reports[tampered]}")
+    assert str(healthy.public_id) not in out
+    assert list(QueueItem.objects.order_by("pk").values_list("status", "decided_by", "apply_state")) == before
+    assert item_resumes(item) == 1
+
+
+@pytest.mark.django_db
+def test_recover_all_finds_every_kind_of_healthy_decision_in_agreement(
+        alice, bob, carol, payments, make_asking_item, make_item, make_viewer, django_capture_on_commit_callbacks):
+    edited = make_asking_item(graph="t_refund")
+    both = make_asking_item(graph="t_parallel")
+    quorum = item_create(title="Refund", body="Order 7.", source="shop", team="payments", policy={"approvals": 2})
+    withdrawn = make_item()
+    with django_capture_on_commit_callbacks(execute=True):
+        ask = edited.asks.get()
+        item_decide(item_public_id=edited.public_id, reviewer=alice, ask=ask.interrupt_id, decisions=[
+            {"type": "edit", "edited_action": {"name": "refund", "args": {**ask.payload["action_requests"][0]["args"],
+                                                                          "amount": 80}}}])
+        for ask in both.asks.all():
+            item_decide(item_public_id=both.public_id, reviewer=bob, ask=ask.interrupt_id, decision="reject", note="no")
+        item_decide(item_public_id=quorum.public_id, reviewer=alice, decision="approve")
+        item_decide(item_public_id=quorum.public_id, reviewer=bob, decision="approve")
+        item_withdraw(item_public_id=withdrawn.public_id, by=make_viewer("svc"), reason="sent twice")
+    assert QueueItem.objects.filter(apply_state="").count() == 4
+    assert items_recover(include_decided=True).actions == []

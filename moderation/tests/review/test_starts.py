@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -31,6 +32,7 @@ from moderation.review import starts
 from moderation.review.apply import item_apply
 from moderation.review.decisions import (
     DecisionError,
+    ItemRefused,
     ItemStarting,
     item_decide,
     item_withdraw,
@@ -154,24 +156,48 @@ def test_a_second_start_joins_the_first_and_runs_no_graph(queued, client):
 
 
 @pytest.mark.django_db
-def test_a_graph_that_fails_to_start_needs_attention_and_recover_starts_it(queued, client, monkeypatch):
+def test_a_start_the_storage_fails_needs_attention_and_recover_starts_it(queued, client, monkeypatch):
     [accepted] = items_accept(client=client, entries=_entries(1))
 
-    def broken(**kwargs):
-        raise RuntimeError("model unavailable \x00")
+    def broken(*args, **kwargs):
+        raise OperationalError("the checkpointer's database is unreachable \x00")
 
     with monkeypatch.context() as patched:
-        patched.setattr("moderation.review.items.graph_start", broken)
-        assert item_start(item_id=accepted.item.pk).startswith("failed: RuntimeError: model unavailable")
+        patched.setattr("langgraph.pregel.Pregel.invoke", broken)
+        assert item_start(item_id=accepted.item.pk).startswith("failed: OperationalError: the checkpointer's")
     item = QueueItem.objects.get()
     assert item.status == ItemStatus.NEEDS_ATTENTION and "\x00" not in item.attention
-    assert item.attention.startswith("its graph failed to start: RuntimeError")
+    assert item.attention.startswith("its graph failed to start: OperationalError")
     assert item_start(item_id=item.pk) == "started earlier"  # a duplicated task does not retry it
     assert _today_counts()["needs_attention"] == 1
     assert item_reconcile(key=str(item.public_id))[1] == "started: 1 ask(s)"
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING and item.attention == "" and item.asks.count() == 1
     assert _today_counts() == {"starting": 0, "pending": 1, "needs_attention": 0}
+
+
+@pytest.mark.django_db
+def test_a_graph_that_raises_at_its_start_refuses_its_item_for_good_and_tells_the_submitter(queued, client, alice):
+    """It left the item needing attention, for an operator to start again with the same input."""
+    WebhookEndpoint.objects.create(name="hooks", url="http://127.0.0.1:9/hook", events=["item.applied"])
+    [accepted] = items_accept(client=client, entries=_entries(1, graph="refund_agent", graph_input={"messages": 5}))
+    assert item_start(item_id=accepted.item.pk).startswith("refused: the refund_agent graph refused its start")
+    item = QueueItem.objects.get()
+    assert item.status == ItemStatus.REFUSED and item.attention == "" and not item.asks.exists()
+    assert item.applied_result["state"] == "refused"
+    assert "NotImplementedError: Unsupported message type" in item.applied_result["error"]
+    [delivery] = WebhookEndpoint.objects.get().deliveries.all()
+    assert (delivery.event, delivery.payload["data"]["applied_result"]) == ("item.applied", item.applied_result)
+    assert counts_read(day=timezone.localdate()).status_total("refused") == 1 and _today_counts()["starting"] == 0
+    # Nothing is left to act on: no checkpoint, no decision, no second start.
+    assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 0
+    assert item_start(item_id=item.pk, retry_failed=True) == "started earlier"
+    assert item_reconcile(key=str(item.public_id))[1] == "ok"
+    for attempt in (lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve"),
+                    lambda: item_withdraw(item_public_id=item.public_id, by=client.user)):
+        with pytest.raises(ItemRefused):
+            attempt()
+    assert QueueItem.objects.get().status == ItemStatus.REFUSED and not DecisionAttempt.objects.exists()
 
 
 @pytest.mark.django_db
@@ -187,6 +213,26 @@ def test_sweep_queues_again_only_items_no_task_will_start(queued, client, settin
     assert starts_sweep(enqueue=enqueued.append) == 3
     assert enqueued == [[i.pk for i in lost]]
     assert starts_sweep() == 3 and starts_sweep() == 0  # queued once: the next sweep finds its task waiting
+
+
+@pytest.mark.django_db
+def test_an_item_of_a_graph_not_loaded_waits_starting_and_starts_once_the_graph_is_back(
+    queued, client, test_graphs, settings,
+):
+    [accepted] = items_accept(client=client, entries=_entries(1, graph="t_hitl"))
+    settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in test_graphs.items() if name != "t_hitl"}
+    assert item_start(item_id=accepted.item.pk) == "left to start later: graph not loaded"
+    item = QueueItem.objects.get()
+    assert (item.status, item.attention, item.asks.exists()) == (ItemStatus.STARTING, "", False)
+    # Its task ran; this worker's sweep does not queue it again and again for nothing.
+    DBTaskResult.objects.update(status=TaskResultStatus.SUCCESSFUL)
+    settings.APPLY_SWEEP_GRACE = 0
+    assert starts_sweep(enqueue=lambda chunk: pytest.fail("queued for a worker without its graph")) == 0
+    settings.REVIEWQUEUE_GRAPHS = dict(test_graphs)
+    chunks: list[list[int]] = []
+    assert starts_sweep(enqueue=chunks.append) == 1 and chunks == [[item.pk]]
+    assert item_start(item_id=item.pk) == "started: 1 ask(s)"
+    assert QueueItem.objects.get().status == ItemStatus.PENDING
 
 
 @pytest.mark.django_db

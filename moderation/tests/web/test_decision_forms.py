@@ -31,9 +31,10 @@ def test_shorthand_passes_through():
 def test_decisions_json_passes_through_and_bad_json_is_marked():
     read = form_decision_read(spec=_spec(), data={"decisions": '[{"type": "approve"}]'})
     assert read.decisions == [{"type": "approve"}] and read.decision is None
-    with pytest.raises(FormInvalid) as bad:
-        form_decision_read(spec=_spec(), data={"decisions": "[{"})
-    assert bad.value.field == "decisions"
+    for text in ("[{", '[{"type": "edit", "edited_action": {"args": {"amount": NaN}}}]'):
+        with pytest.raises(FormInvalid) as bad:
+            form_decision_read(spec=_spec(), data={"decisions": text})
+        assert bad.value.field == "decisions"
 
 
 def test_edit_from_schema_inputs_reads_typed_values():
@@ -68,7 +69,8 @@ def test_json_editor_without_schema():
     read = form_decision_read(spec=_spec(schema=False), data={
         "action-0-type": "edit", "action-0-args": '{"order_id": "A-1001", "amount": 80}'})
     assert read.decisions[0]["edited_action"]["args"] == {"order_id": "A-1001", "amount": 80}
-    for raw, error in (("{oops", "not valid JSON"), ("[1, 2]", "must be a JSON object")):
+    for raw, error in (("{oops", "not valid JSON"), ("[1, 2]", "must be a JSON object"),
+                       ('{"amount": Infinity}', "Infinity is not a finite number")):
         with pytest.raises(FormInvalid, match=error) as bad:
             form_decision_read(spec=_spec(schema=False), data={"action-0-type": "edit", "action-0-args": raw})
         assert bad.value.field == "action-0-args"

@@ -1,10 +1,12 @@
 """The item page renders every ask through one path, and its forms decide through the guard."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
 from django.urls import reverse
+from django.utils import timezone
 
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
@@ -251,6 +253,21 @@ def test_a_failed_apply_says_an_operator_must_recover(client, alice):
     assert 'data-state="failed"' in html and "RuntimeError: tool down" in html and "manage.py recover" in html
 
 
+@override_settings(REVIEWQUEUE_APPLY_INLINE=False)
+def test_an_item_of_a_graph_not_loaded_says_so_and_can_still_be_decided(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    with override_settings(REVIEWQUEUE_GRAPHS={k: v for k, v in TEST_GRAPHS.items() if k != REFUND_GRAPH}):
+        html = client.get(_url(item)).content.decode()
+        assert 'id="graph-not-loaded"' in html and f"Graph not loaded: this server does not run <code>{REFUND_GRAPH}</code>" in html
+        post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
+        assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+        html = client.get(_url(item)).content.decode()
+        assert 'id="graph-not-loaded"' in html and 'id="applying"' in html
+    assert 'id="graph-not-loaded"' not in client.get(_url(item)).content.decode()
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+
+
 def test_queue_names_the_graph_and_the_actions_asked_about(client, alice, make_item):
     _refund(actions=2)
     make_item(title="Plain post")
@@ -268,3 +285,51 @@ def test_item_decide_by_another_moderator_shows_on_the_page(client, alice, bob):
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     assert 'id="decision"' in html and "bob</strong> approved refund · " in html and "decide-form" not in html
+
+
+def test_the_page_shows_what_the_submitter_sent_escaped_and_readable(client, alice):
+    item = _refund()
+    QueueItem.objects.filter(pk=item.pk).update(metadata={
+        "order": 4711, "customer": {"name": "<b>Ann</b>", "tags": ["vip"]}, "comment": "first line\nsecond line",
+    })
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    listed = re.search(r'<details class="metadata" id="item-metadata" open>\s*<summary>(.*?)</summary>\s*<dl>(.*?)</dl>', html, re.S)
+    assert listed and listed.group(1) == "Metadata from the submitter (3 fields)"
+    assert re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", listed.group(2), re.S) == [
+        ("order", "4711"),
+        ("customer", '{\n  &quot;name&quot;: &quot;&lt;b&gt;Ann&lt;/b&gt;&quot;,\n  &quot;tags&quot;: [\n    &quot;vip&quot;\n  ]\n}'),
+        ("comment", "first line\nsecond line"),
+    ]
+    QueueItem.objects.filter(pk=item.pk).update(metadata={})
+    assert 'id="item-metadata"' not in client.get(_url(item)).content.decode()
+
+
+def test_an_agents_description_keeps_its_lines(client, alice):
+    # LangChain's HumanInTheLoopMiddleware describes a tool call this way when its config names no description.
+    item = _refund()
+    ask = ReviewAsk.objects.get(item=item)
+    payload = ask.payload
+    payload["action_requests"][0]["description"] = (
+        'Tool execution requires approval\n\nTool: refund\nArgs: {"order_id": "<A-1001>", "amount": 120}'
+    )
+    ReviewAsk.objects.filter(pk=ask.pk).update(payload=payload)
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert ('<p class="action-description">Tool execution requires approval<br><br>Tool: refund<br>'
+            'Args: {&quot;order_id&quot;: &quot;&lt;A-1001&gt;&quot;, &quot;amount&quot;: 120}</p>') in html
+
+
+def _meta_line(client, item) -> str:
+    line = re.search(r'id="item-meta">(.*?)</p>', client.get(_url(item)).content.decode(), re.S).group(1)
+    return " ".join(re.sub(r"<[^>]+>", "", line).split())
+
+
+def test_a_decided_item_says_when_it_was_decided_not_that_it_waits(client, alice, bob, make_item):
+    item = make_item(title="Decided long ago")
+    client.force_login(alice)
+    assert _meta_line(client, item) == "From test · waiting since 0 minutes ago"
+    item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
+    QueueItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - timedelta(hours=3),
+                                                decided_at=timezone.now() - timedelta(minutes=5))
+    assert _meta_line(client, item) == "From test · submitted 3 hours ago, decided 5 minutes ago"

@@ -92,6 +92,50 @@ def test_the_item_page_shows_the_policy_tally_voters_your_vote_and_deadline(team
     assert _text(counted, "vote-outcome") == "Resolved: rejected — your vote counted"
 
 
+def _offered(html: bytes) -> list[str]:
+    """The decision buttons and the bulk boxes a page offers."""
+    page = html.decode()
+    return (re.findall(r"<button[^>]*>((?:Vote )?(?:approve|reject|Approve|Reject))</button>", page)
+            + re.findall(r'class="bulk-pick"[^>]*aria-label="Select ([^"]+)"', page))
+
+
+@pytest.mark.django_db
+def test_each_viewer_is_offered_only_what_they_may_do_and_told_why(team, alice, bob, carol, erin, make_moderator,
+                                                                   make_viewer):
+    dora, vic = make_moderator("dora"), make_viewer("vic")
+    for user in (dora, vic):  # the requester, and a member without the right to decide
+        team_member_add(team=team, user=user)
+    item = _item(team="payments", requested_by=dora)
+    url = f"/items/{item.public_id}/"
+
+    assert _offered(_client(alice).get(url).content) == ["Vote approve", "Vote reject"]
+    assert b'id="no-decision"' not in _client(alice).get(url).content
+    assert _offered(_client(alice).get("/").content) == ["Refund 120"]  # the queue's bulk box
+    for user, why in (
+        (dora, "you requested this item, so someone else must decide it (four eyes)"),
+        (vic, "you are not a moderator"),
+    ):
+        page = _client(user).get(url).content
+        assert _offered(page) == [], user
+        assert _text(page, "no-decision") == f"You can read this item but not decide it: {why}."
+        assert "<code>publish</code>" in page.decode()  # what is asked stays readable
+        # The guard agrees: the forged vote is refused and nothing is recorded.
+        assert _vote(_client(user), item, "approve").status_code == 403
+    requester_queue = _client(dora).get("/").content
+    assert _offered(requester_queue) == []
+    assert f'name="page_items" value="{item.public_id}"'.encode() not in requester_queue
+    assert "Not yours to decide: you requested this item" in requester_queue.decode()
+    # A moderator of another team: the item is not theirs to see at all.
+    assert _client(erin).get(url).status_code == 404
+
+    _vote(_client(alice), item, "approve")
+    _vote(_client(bob), item, "approve")  # the second approval resolves it
+    resolved = _client(carol).get(url).content
+    assert _offered(resolved) == [] and b'id="no-decision"' not in resolved
+    assert _text(resolved, "vote-outcome") == "Resolved: approved"
+    assert b'id="decision"' in resolved
+
+
 @pytest.mark.django_db
 def test_a_plain_item_has_no_panel_and_keeps_its_buttons(alice, make_item):
     page = _client(alice).get(f"/items/{make_item().public_id}/").content
@@ -228,6 +272,7 @@ def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice
     assert "Not saved: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote" in refused.content.decode()
     data["approvals"] = "2"
     assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
+    assert not Team.objects.get().allow_weaker_policies  # off unless asked for
     team = Team.objects.get()
     row = team.memberships.get(user=bob)
     removal = {**data, "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "2",
@@ -239,3 +284,19 @@ def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice
     assert admin_client.post(f"/admin/moderation/team/{team.pk}/change/", removal).status_code == 302
     row.refresh_from_db()
     assert row.removed_at is not None and TeamMembership.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_the_admin_and_the_team_command_let_a_team_allow_weaker_policies(admin_client, capsys):
+    form = admin_client.get("/admin/moderation/team/add/").content.decode()
+    assert 'name="allow_weaker_policies"' in form
+    data = {"slug": "payments", "name": "Payments", "approvals": "1", "on_deadline": "", "sources": "[]", "graphs": "[]",
+            "allow_weaker_policies": "on", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000"}
+    assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
+    assert Team.objects.get(slug="payments").allow_weaker_policies
+    call_command("team", "payments", "--allow-weaker-policies", "off")
+    assert not Team.objects.get(slug="payments").allow_weaker_policies
+    call_command("team", "payments", "--allow-weaker-policies", "on")
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "Updated team payments (Payments): one decision settles it; submitters may weaken it")

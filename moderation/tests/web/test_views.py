@@ -127,6 +127,34 @@ def test_a_nul_in_the_note_is_refused_before_anything_is_resumed(client, alice, 
     assert _post_json(client, _api_url(item), {"decision": "reject", "note": "fine"}).status_code == 200
 
 
+@pytest.mark.postgres_variant
+@pytest.mark.django_db
+@pytest.mark.parametrize(("via", "field"), [
+    ("api", "reason"), ("form", "reason"), ("form-json", "reason"), ("bulk", "reason"),
+    ("api", "ask"), ("form", "ask"), ("form-json", "ask"),  # bulk names no ask
+])
+def test_a_nul_in_the_ask_or_the_reason_is_a_clear_400_on_every_path(client, alice, make_item, reasons, via, field):
+    """Only notes were checked: PostgreSQL failed the ask's or the reason code's lookup with a 500."""
+    posted = {"decision": "reject", "reason": "spam\x00"} if field == "reason" else {"decision": "approve", "ask": "9e5c\x00"}
+    item = make_item()
+    client.force_login(alice)
+    if via == "api":
+        refused = _post_json(client, _api_url(item), posted)
+        assert (refused.status_code, refused.json()["error"], refused.json()["field"]) == (400, "invalid_decision", field)
+        assert "NUL" in refused.json()["message"]
+    elif via == "form-json":
+        refused = client.post(_item_url(item), posted, headers={"Accept": "application/json"})
+        assert (refused.status_code, refused.json()["field"]) == (400, field) and "NUL" in refused.json()["message"]
+    elif via == "form":
+        refused = client.post(_item_url(item), posted)
+        assert refused.status_code == 400 and "NUL" in refused.content.decode()
+    else:
+        refused = client.post(reverse("moderation:bulk"), {**posted, "items": [str(item.public_id)]})
+        assert refused.status_code == 400 and "reason" in refused.content.decode() and "NUL" in refused.content.decode()
+    assert QueueItem.objects.get(pk=item.pk).status == ItemStatus.PENDING
+    assert DecisionAttempt.objects.count() == 0 and item_resumes(item) == 0
+
+
 @pytest.mark.django_db
 def test_non_moderator_sees_no_buttons_and_forged_post_is_refused(client, make_viewer, make_item):
     item = make_item()

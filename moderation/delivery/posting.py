@@ -1,0 +1,167 @@
+"""One webhook POST: bounded as a whole, sent only where ``targets`` allows, its answer hardly read.
+
+httpx's timeout bounds each network operation (the connect, each read), so a receiver that
+sends its answer a byte at a time could hold an attempt for as long as it liked. Here one
+deadline, ``WEBHOOK_TIMEOUT`` after the attempt began, bounds all of it: resolving the name,
+connecting, TLS, sending the request and every read of the answer; each operation gets what
+is left of it (``_DeadlineStream``).
+
+The connection is made by ``_GuardedBackend`` (httpcore's network backend, below httpx): it
+resolves the name once, checks every address (``moderation.delivery.targets``) and connects
+the socket to a checked one, so a DNS answer that changes between the check and the connect
+(rebinding) cannot slip through. Proxies named in the environment are not used: the check
+must see the receiver's own address. TLS still verifies the certificate for the URL's name.
+
+For a 2xx answer only the status line and headers are read. Of any other answer at most
+``BODY_READ_MAX`` bytes are read, then the connection is closed: the admin shows an excerpt
+(``error_excerpt``), and a receiver's 64 MiB error page costs the worker nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import ssl
+import time
+
+import httpcore
+import httpx
+
+from moderation.core.text import text_excerpt
+from moderation.delivery.targets import address_refusal, host_addresses
+
+BODY_READ_MAX = 1024
+EXCERPT_CHARS = 100
+# name=value, name: value and "name": "value" pairs (names bounded, so matching stays linear);
+# the value is redacted when the name says secret. Also redacted: long opaque tokens.
+_PAIR = re.compile(r"(?P<name>[\w.-]{1,64})(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?P<value>(?:bearer\s+|basic\s+)?[^\s\"'&,;]+)",
+                   re.IGNORECASE)
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|auth|session|cookie|credential|signature", re.IGNORECASE)
+_OPAQUE = re.compile(r"[A-Za-z0-9+/_=-]{24,}")
+_SPACES = re.compile(r"\s{2,}")
+REDACTED = "[redacted]"
+
+
+class TargetRefused(Exception):
+    """The URL's host is, or resolves to, an address webhooks may not go to."""
+
+
+def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """POST ``body`` to ``url`` within ``timeout`` seconds in all; (status or None, error or "")."""
+    deadline = time.monotonic() + timeout
+    per_operation = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+    try:
+        with httpcore.ConnectionPool(ssl_context=_ssl_context(), network_backend=_GuardedBackend(deadline)) as pool:
+            with pool.stream("POST", url, headers=list(headers.items()), content=body,
+                             extensions={"timeout": per_operation}) as response:
+                if 200 <= response.status < 300:
+                    return response.status, ""
+                return response.status, error_excerpt(status=response.status, head=_head_read(response))
+    except TargetRefused as exc:
+        return None, f"refused: {exc}"
+    except httpcore.TimeoutException as exc:
+        # Each operation may take only what is left, so any timeout is the whole attempt's.
+        return None, f"{type(exc).__name__}: the attempt took its whole WEBHOOK_TIMEOUT ({timeout:g} s)"
+    except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
+        # A protocol error quotes what the receiver sent (an "illegal status line"): scrubbed like a body.
+        return None, f"{type(exc).__name__}: {_scrubbed(str(exc) or 'no detail', length=2 * EXCERPT_CHARS)}"
+
+
+def error_excerpt(*, status: int, head: bytes) -> str:
+    """What is kept of a non-2xx answer: its status and at most EXCERPT_CHARS printable characters
+    of its body, secrets redacted (``_scrubbed``)."""
+    text = _scrubbed(head.decode("utf-8", errors="replace"), length=EXCERPT_CHARS)
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
+def _scrubbed(text: str, *, length: int) -> str:
+    """One line of printable text, secrets redacted, cut to ``length`` characters.
+
+    Redacted before the cut, so that a secret cut in half is not half shown.
+    """
+    text = _SPACES.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
+    text = _PAIR.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}" if _SECRET_NAME.search(m["name"]) else m[0], text)
+    text = _OPAQUE.sub(lambda m: REDACTED if _looks_opaque(m[0]) else m[0], text)
+    return text_excerpt(text=text, length=length)
+
+
+def _looks_opaque(word: str) -> bool:
+    return any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+
+
+def _head_read(response: httpcore.Response) -> bytes:
+    head = b""
+    for chunk in response.iter_stream():
+        head += chunk
+        if len(head) >= BODY_READ_MAX:
+            break
+    return head[:BODY_READ_MAX]
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # httpx's: certifi's roots, or SSL_CERT_FILE / SSL_CERT_DIR when set (a private CA).
+    return httpx.create_ssl_context()
+
+
+def _left(deadline: float, expired: type[Exception]) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise expired("out of time")
+    return left
+
+
+class _GuardedBackend(httpcore.NetworkBackend):
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._tcp = httpcore.SyncBackend()
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        try:
+            addresses = host_addresses(host=host, timeout=_left(self._deadline, httpcore.ConnectTimeout))
+        except TimeoutError:
+            raise httpcore.ConnectTimeout from None
+        except OSError as exc:
+            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from None
+        for address in addresses:
+            if refusal := address_refusal(address):
+                raise TargetRefused(f"{host}: {refusal}" if str(address) != host else refusal)
+        error: Exception | None = None
+        for address in addresses:  # in DNS's order, as a plain connect would try them
+            try:
+                stream = self._tcp.connect_tcp(
+                    str(address), port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
+                    local_address=local_address, socket_options=socket_options,
+                )
+            except httpcore.ConnectError as exc:
+                error = exc
+                continue
+            return _DeadlineStream(stream, self._deadline)
+        raise error
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every operation ends by the attempt's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadline: float) -> None:
+        self._stream, self._deadline = stream, deadline
+
+    def read(self, max_bytes, timeout=None):
+        return self._stream.read(max_bytes, self._bounded(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer, timeout=None):
+        self._stream.write(buffer, self._bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self):
+        self._stream.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        stream = self._stream.start_tls(ssl_context, server_hostname, self._bounded(timeout, httpcore.ConnectTimeout))
+        return _DeadlineStream(stream, self._deadline)
+
+    def get_extra_info(self, info):
+        return self._stream.get_extra_info(info)
+
+    def _bounded(self, timeout: float | None, expired: type[Exception]) -> float:
+        left = _left(self._deadline, expired)
+        return left if timeout is None else min(timeout, left)

@@ -1,0 +1,57 @@
+"""The built-in pass-through graph: an agent's ask, submitted over /api/v1, put to humans as is.
+
+START -> request_review (interrupt with the ask) -> finish -> END
+
+An agent running in its own service sends the interrupt value its own graph paused at
+(LangChain's ``HITLRequest``, or any JSON); this graph interrupts with that very value,
+so it renders and is decided as an in-process ask would be, and finishes holding the
+decisions, which the agent resumes its own thread with. Registered as ``ask``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from typing_extensions import TypedDict
+
+NAME = "ask"
+REVIEW_NODE = "request_review"
+
+
+class AskState(TypedDict, total=False):
+    item_id: str
+    title: str
+    body: str
+    source: str
+    ask: Any
+    external: dict[str, Any]
+    answer: Any
+    result: dict[str, Any]
+
+
+def ask_external(*, graph: str, graph_input: dict[str, Any]) -> dict[str, str] | None:
+    """The asking agent's own ids an item's ask was submitted with (None for an item of any other graph)."""
+    return (graph_input or {}).get("external") or None if graph == NAME else None
+
+
+def _request_review(state: AskState) -> dict[str, Any]:
+    return {"answer": interrupt(state["ask"])}
+
+
+def _finish(state: AskState) -> dict[str, Any]:
+    answer = state["answer"]
+    withdrawn = isinstance(answer, dict) and bool(answer.get("withdrawn"))
+    return {"result": {"status": "withdrawn" if withdrawn else "decided", "answer": answer}}
+
+
+def build(checkpointer: BaseCheckpointSaver) -> Any:
+    builder = StateGraph(AskState)
+    builder.add_node(REVIEW_NODE, _request_review)
+    builder.add_node("finish", _finish)
+    builder.add_edge(START, REVIEW_NODE)
+    builder.add_edge(REVIEW_NODE, "finish")
+    builder.add_edge("finish", END)
+    return builder.compile(checkpointer=checkpointer)

@@ -1,0 +1,150 @@
+"""/api/v1 asks from agents running elsewhere: POST /items with ``ask``, run by the pass-through graph."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from moderation.api.clients import apiclient_create
+from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
+from moderation.models import QueueItem, ReviewAsk
+from moderation.review.apply import item_apply
+from moderation.review.decisions import InvalidDecision, item_decide
+from moderation.tests.api.test_api_items import Api
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
+
+# A JSON Schema as a tool's pydantic model gives it: nested objects under $defs, anyOf.
+ARGS_SCHEMA = {
+    "type": "object", "required": ["customer"],
+    "properties": {"customer": {"$ref": "#/$defs/Customer"}, "reason": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+    "$defs": {"Customer": {"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "string"},
+        "address": {"type": "object", "properties": {"lines": {"type": "array", "items": {"type": "object", "properties": {
+            "text": {"type": "string", "maxLength": 80}}}}}}}}},
+}
+HITL = {
+    "action_requests": [
+        {"name": "delete_customer", "args": {"customer": {"id": "C-7"}}, "description": "Delete customer C-7?"},
+        {"name": "send_email", "args": {"to": "c7@example.com"}, "description": ""},
+    ],
+    "review_configs": [
+        {"action_name": "delete_customer", "allowed_decisions": ["approve", "edit", "reject"], "args_schema": ARGS_SCHEMA},
+        {"action_name": "send_email", "allowed_decisions": ["approve", "reject", "respond"]},
+    ],
+}
+EXTERNAL = {"thread_id": "support-thread-9", "interrupt_id": "a" * 32, "run_id": "run-1"}
+ASK = {"title": "Agent: delete customer C-7", "body": "The support agent proposes two actions.", "source": "support-agent",
+       "ask": HITL, "external": EXTERNAL}
+
+
+@pytest.fixture
+def api():
+    return Api(apiclient_create(name="agent", scopes=["items:write", "items:read"])[1])
+
+
+def _depth(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+def test_a_hitl_ask_renders_as_in_process_asks_do_and_its_natural_key_is_thread_and_interrupt(api):
+    response = api.post("/items", ASK)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    [ask] = body["asks"]
+    assert body["graph"] == "ask" and body["status"] == "pending" and body["external"] == EXTERNAL
+    assert [a["name"] for a in ask["action_requests"]] == ["delete_customer", "send_email"]
+    assert ask["review_configs"][0] == {"action_name": "delete_customer", "allowed_decisions": ["approve", "edit", "reject"],
+                                        "args_schema": ARGS_SCHEMA}
+    assert body["external_id"] == f"support-thread-9:{'a' * 32}" and body["resume"] is None and ask["resume"] is None
+    again = api.post("/items", ASK)
+    assert again.status_code == 200 and again.json()["id"] == body["id"]
+    assert QueueItem.objects.count() == 1
+
+
+def test_the_decision_comes_back_in_langchains_resume_format_with_the_reject_note_unmangled(api, alice, reasons):
+    item_id = api.post("/items", ASK).json()["id"]
+    decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
+                 {"type": "reject", "message": "do not delete paying customers"}]
+    assert item_decide(item_public_id=item_id, reviewer=alice, decisions=decisions).won
+    body = api.get(f"/items/{item_id}").json()
+    assert body["resume"] == {"decisions": decisions} and body["asks"][0]["resume"] == {"decisions": decisions}
+    item_apply(item_id=QueueItem.objects.get(public_id=item_id).pk)
+    body = api.get(f"/items/{item_id}").json()
+    assert body["applied_result"]["state"] == "finished"
+    assert body["applied_result"]["result"]["answer"]["decisions"] == decisions
+
+
+def test_any_other_json_is_the_generic_review_ask_resumed_with_the_decision(api, alice):
+    item_id = api.post("/items", {**ASK, "ask": ["any", {"json": 1}], "external": None}).json()["id"]
+    [ask] = api.get(f"/items/{item_id}").json()["asks"]
+    assert ask["action_requests"] == [{"name": "review", "args": {"value": ["any", {"json": 1}]}, "description": ""}]
+    assert item_decide(item_public_id=item_id, reviewer=alice, decisions=[{"type": "respond", "message": "use v2"}]).won
+    assert api.get(f"/items/{item_id}").json()["resume"] == {"type": "respond", "message": "use v2"}
+
+
+def test_an_edit_failing_the_asks_own_schema_is_refused_before_any_lock(api, alice):
+    item_id = api.post("/items", ASK).json()["id"]
+    bad = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": 7}}}},
+           {"type": "approve"}]
+    with pytest.raises(InvalidDecision) as refused:
+        item_decide(item_public_id=item_id, reviewer=alice, decisions=bad)
+    assert refused.value.field == "decisions[0].edited_action.args.customer.id"
+    assert ReviewAsk.objects.get().status == "pending"
+
+
+def test_an_ask_may_nest_32_levels_not_33(api):
+    assert api.post("/items", {**ASK, "ask": _depth(32)}).status_code == 201
+    refused = api.post("/items", {**ASK, "ask": _depth(33), "external": {"thread_id": "t2", "interrupt_id": "i2"}})
+    assert refused.status_code == 422 and refused.json()["message"] == "ask: ask nests deeper than 32 levels"
+    assert QueueItem.objects.count() == 1
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"ask": {"x": "y" * 70_000}}, "ask: ask is 70,008 bytes as JSON; the limit is 65,536"),
+    ({"ask": {"x": "nul\u0000"}}, "ask: ask strings must not contain NUL (\\u0000) characters"),
+    ({"graph": "moderation"}, "graph: an ask runs under the built-in 'ask' graph; leave graph out"),
+    ({"input": {"a": 1}}, "input: an ask is its graph's whole input; leave input out"),
+    ({"ask": None}, "external: external names the agent behind an ask; send it with ask"),
+    ({"external": {"thread_id": "t", "interrupt_id": "i" * 65}}, "external.interrupt_id"),
+    ({"external": {"thread": "t"}}, "external.thread"),
+])
+def test_bad_asks_are_422_naming_the_field_and_create_nothing(api, change, needle):
+    response = api.post("/items", {**ASK, **change})
+    assert response.status_code == 422, response.content
+    assert needle in response.json()["message"]
+    assert not QueueItem.objects.exists()
+
+
+def test_a_reject_on_an_ask_needs_no_content_moderation_reason_but_other_graphs_still_do(api, alice, reasons, settings):
+    settings.REJECT_REASON_REQUIRED = True
+    item_id = api.post("/items", {**ASK, "ask": {"question": "ship it?"}}).json()["id"]
+    assert item_decide(item_public_id=item_id, reviewer=alice, decision="reject", note="not yet").won
+    assert api.get(f"/items/{item_id}").json()["resume"] == {"type": "reject", "message": "not yet"}
+    post = api.post("/items", {"title": "A post", "body": "text", "source": "s"}).json()["id"]
+    with pytest.raises(InvalidDecision) as refused:
+        item_decide(item_public_id=post, reviewer=alice, decision="reject", note="no")
+    assert refused.value.field == "reason"
+
+
+def test_item_decided_webhooks_echo_external_and_carry_the_resume_value(api, alice):
+    WebhookEndpoint.objects.create(name="agent", url="http://agent.test/hooks", events=["item.created", "item.decided"])
+    item_id = api.post("/items", ASK).json()["id"]
+    decisions = [{"type": "approve"}, {"type": "reject", "message": "no email"}]
+    assert item_decide(item_public_id=item_id, reviewer=alice, decisions=decisions).won
+    created, decided = (d.payload["data"] for d in WebhookDelivery.objects.filter(item_public_id=item_id).order_by("sequence"))
+    assert created["external"] == EXTERNAL and created["decision"] is None
+    assert decided["external"] == EXTERNAL and decided["decision"]["resume"] == {"decisions": decisions}
+
+
+def test_the_item_page_shows_the_agents_ids_and_needs_no_reason_for_a_reject(api, alice, settings):
+    settings.REJECT_REASON_REQUIRED = True
+    item_id = api.post("/items", ASK).json()["id"]
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(f"/items/{item_id}/").content.decode()
+    assert f"thread <code>support-thread-9</code> · interrupt <code>{'a' * 32}</code> · run <code>run-1</code>" in page
+    assert "required to reject" not in page

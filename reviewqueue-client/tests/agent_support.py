@@ -1,0 +1,42 @@
+"""A real LangChain agent for the glue's tests: ``create_agent`` + ``HumanInTheLoopMiddleware``,
+a scripted model that proposes one ``delete_customer`` call, and a tool that counts its runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+
+class ScriptedModel(GenericFakeChatModel):
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
+def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter) -> Any:
+    """The agent; ``runs[customer_id]`` counts each time the tool really ran."""
+
+    @tool
+    def delete_customer(customer_id: str) -> str:
+        """Delete a customer."""
+        runs[customer_id] += 1
+        return f"deleted {customer_id}"
+
+    model = ScriptedModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "delete_customer", "args": {"customer_id": "C-7"}, "id": "call-1"}]),
+        AIMessage(content="done"),
+    ]))
+    return create_agent(
+        model=model, tools=[delete_customer], checkpointer=checkpointer,
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})],
+    )
+
+
+def agent_start(agent: Any, *, thread_id: str) -> None:
+    agent.invoke({"messages": [HumanMessage(content="delete C-7")]}, {"configurable": {"thread_id": thread_id}})

@@ -1,0 +1,116 @@
+"""The durable glue with a real agent: forward its interrupt, resume its thread exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+from agent_support import agent_build, agent_start
+from langgraph.checkpoint.memory import InMemorySaver
+from standardwebhooks import Webhook
+
+from reviewqueue_client import ReviewQueue, WebhookInvalid
+from reviewqueue_client.langgraph import (
+    WebhookResumer,
+    decision_resume,
+    decision_wait_resume,
+    file_thread_lock,
+    interrupts_forward,
+)
+
+SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+EDIT = {"decisions": [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer_id": "C-8"}}}]}
+
+
+@pytest.fixture
+def runs():
+    return Counter()
+
+
+@pytest.fixture
+def agent(runs):
+    agent = agent_build(checkpointer=InMemorySaver(), runs=runs)
+    agent_start(agent, thread_id="th-1")
+    return agent
+
+
+def _interrupt_id(agent) -> str:
+    [pending] = agent.get_state({"configurable": {"thread_id": "th-1"}}).interrupts
+    return pending.id
+
+
+def _signed(event: dict, msg_id: str = "msg_1") -> tuple[dict, str]:
+    body = json.dumps(event)
+    now = datetime.now(tz=timezone.utc)
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": Webhook(SECRET).sign(msg_id, now, body)}, body
+
+
+def _decided(agent, resume=EDIT) -> dict:
+    external = {"thread_id": "th-1", "interrupt_id": _interrupt_id(agent)}
+    return {"type": "item.decided", "data": {"id": "it-1", "external": external, "decision": {"resume": resume}}}
+
+
+def test_forward_submits_each_pending_interrupt_as_an_ask_keyed_by_thread_and_interrupt(agent):
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(201, json={"id": "it-1", "status": "pending", "graph": "ask", "external_id": None,
+                                         "external": sent[-1]["external"], "resume": None, "asks": [], "applied_result": {}})
+
+    client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
+    [item] = interrupts_forward(client, agent, thread_id="th-1", source="support-agent", team="payments")
+    [payload] = sent
+    assert payload["external"] == {"thread_id": "th-1", "interrupt_id": _interrupt_id(agent)} == item.external
+    assert payload["ask"]["action_requests"] == [{"name": "delete_customer", "args": {"customer_id": "C-7"},
+                                                 "description": payload["ask"]["action_requests"][0]["description"]}]
+    assert payload["ask"]["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
+    assert payload["title"] == "Approve delete_customer" and payload["team"] == "payments"
+
+
+def test_a_webhook_resumes_the_thread_with_the_edit_once_and_duplicates_are_no_ops(agent, runs):
+    resumer = WebhookResumer(agent, secret=SECRET)
+    headers, body = _signed(_decided(agent))
+    first = resumer(headers, body)
+    assert first.resumed and runs == Counter({"C-8": 1})
+    assert not resumer(headers, body).resumed  # the same delivery again
+    assert not resumer(*_signed(json.loads(body), msg_id="msg_2")).resumed  # a redelivery
+    assert runs == Counter({"C-8": 1})
+    with pytest.raises(WebhookInvalid):
+        resumer(headers, body.replace("C-8", "C-9"))
+
+
+def test_concurrent_deliveries_and_a_racing_long_poll_run_the_tool_once(agent, runs, tmp_path):
+    lock = file_thread_lock(str(tmp_path))
+    event = _decided(agent)
+    resumer = WebhookResumer(agent, secret=SECRET, thread_lock=lock)
+    decided = {"id": "it-1", "status": "edited", "graph": "ask", "external_id": None, "external": event["data"]["external"],
+               "resume": EDIT, "asks": [], "applied_result": {}}
+    client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=decided)))
+    barrier = threading.Barrier(5)
+    outcomes = []
+
+    def deliver(n: int) -> None:
+        barrier.wait()
+        outcomes.append(resumer(*_signed(event, msg_id=f"msg_{n}")).resumed)
+
+    def poll() -> None:
+        barrier.wait()
+        outcomes.append(decision_wait_resume(client, agent, item_id="it-1", timeout=1, thread_lock=lock).resumed)
+
+    workers = [threading.Thread(target=deliver, args=(n,)) for n in range(4)] + [threading.Thread(target=poll)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(outcomes) == [False, False, False, False, True] and runs == Counter({"C-8": 1})
+
+
+def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_a_no_op(agent, runs):
+    stale = decision_resume(agent, thread_id="th-1", interrupt_id="not-pending", resume=EDIT)
+    assert not stale.resumed and runs == Counter()

@@ -155,7 +155,7 @@ def test_undecided_item_stays_paused_and_blocks_nothing(alice, make_item):
 def test_eight_writer_processes_one_winner_per_item_and_no_writer_starved(make_moderator, make_item):
     """Under contention SQLite's busy handler can starve a writer past its busy timeout (an
     error, which guard_held_assert refuses); the IMMEDIATE mode plus short transactions keep
-    every writer in. How long the worst one waits is measure 18 of ``make bench``."""
+    every writer in. How long the worst one waits is measure 20 of ``make bench``."""
     users = [make_moderator().username for _ in range(8)]
     items = _items(make_item, 20)
     report = race_processes(strategy="guarded", items=items, usernames=users, delay=0.0)

@@ -96,7 +96,8 @@ async def _churn(server: LiveServer, reviewer: Reviewer, item: str, until: float
 
 async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
     viewers = [f"viewer{n}" for n in range(10)]
-    server = LiveServer(tmp_path / "site")
+    # 30 handshakes at once on a busy machine can outlast daphne's default 5 s for one; that limit is not under test.
+    server = LiveServer(tmp_path / "site", daphne_args=("--websocket_connect_timeout", "60"))
     seeded = await asyncio.to_thread(server.seed, users=["alice", "churner", *viewers], items=4, prefix="Ghost", staff=["alice"])
     await server.astart()
     try:

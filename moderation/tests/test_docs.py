@@ -1,0 +1,106 @@
+"""Every command and program in the documentation, run exactly as written against a real server.
+
+One server for the whole run (``e2e.server.LiveServer``: daphne and a task worker on a
+fresh SQLite database, migrated and given the demo data ``make run`` gives), in the
+environment a reader of the docs has after ``make run``:
+
+- ``REVIEWQUEUE_URL``: the server's address (``http://127.0.0.1:8000`` under ``make run``);
+- ``REVIEWQUEUE_TOKEN``: an API client's token (``manage.py apiclient_create``);
+- ``REVIEWQUEUE_SESSION``, ``REVIEWQUEUE_CSRF``: a logged-in moderator's (alice's) session
+  cookie and CSRF token, for the session endpoint;
+- ``DATABASE_URL`` and ``DEBUG=true``: what ``manage.py`` reads.
+
+Shell blocks run in ``bash -eo pipefail`` and Python blocks in the project's interpreter,
+both from the repository root, one after another in the site's order (a page's blocks may
+build on the ones above them, as its reader does). Markers above a block (see
+``docs_examples``) skip it with a reason, hand it to the test that runs it, or state the
+exit status and output it must show.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from e2e.server import LiveServer
+from moderation.tests.docs_examples import ROOT, all_blocks, page_blocks, pages
+from moderation.tests.real_server import CSRF
+
+pytestmark = [pytest.mark.timeout(600)]
+
+BLOCKS = all_blocks()
+RUN_HERE = [b for b in BLOCKS if b.runs and not b.skip and not b.runs_in]
+
+
+@pytest.fixture(scope="module")
+def docs_env(tmp_path_factory):
+    server = LiveServer(tmp_path_factory.mktemp("docs-site"), extra_env={"DECISION_RATE_LIMIT": "0"})
+    seeded = server.seed(users=["alice"], items=0)
+    server.manage("seed_demo", timeout=300)
+    token = server.manage("apiclient_create", "docs").strip()
+    server.start()
+    server.worker_start()
+    env = {
+        **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
+        "REVIEWQUEUE_SESSION": seeded.sessions["alice"], "REVIEWQUEUE_CSRF": CSRF,
+    }
+    try:
+        yield env
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("block", RUN_HERE, ids=[b.id for b in RUN_HERE])
+def test_the_docs_example_runs_as_written(block, docs_env):
+    if block.language == "bash":
+        cmd = ["bash", "-eo", "pipefail", "-c", block.code]
+    else:
+        script = Path(tempfile.mkdtemp(prefix="docs-example-")) / "example.py"
+        script.write_text(block.code)
+        cmd = [sys.executable, str(script)]
+    done = subprocess.run(cmd, cwd=ROOT, env=docs_env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == block.status, f"{block.id} exited {done.returncode}, expected {block.status}:\n{output[-4000:]}"
+    for text in block.expect:
+        assert text in output, f"{block.id}: {text!r} not in its output:\n{output[-4000:]}"
+
+
+def test_every_block_that_is_not_run_here_says_why_or_where():
+    """A skip has its reason (the parser refuses one without), and a block run elsewhere
+    names a test module that exists and reads that page."""
+    for block in BLOCKS:
+        if block.runs_in:
+            module = ROOT / block.runs_in
+            assert module.is_file(), f"{block.id}: {block.runs_in} does not exist"
+            assert block.page in module.read_text(), f"{block.id}: {block.runs_in} never reads {block.page}"
+        if block.skip:
+            assert len(block.skip) > 10, f"{block.id}: say why it is not run"
+
+
+def test_the_marker_parser_sees_a_block_and_its_markers(tmp_path, monkeypatch):
+    """The negative control: a page with an unmarked, a skipped and an expected-failure block
+    is read as such (so a block cannot slip through the runner unseen)."""
+    import moderation.tests.docs_examples as docs_examples
+
+    (tmp_path / "p.md").write_text(
+        "```sh\nfalse\n```\n\n<!-- docs-test: skip — runs forever -->\n```sh\nmake run\n```\n\n"
+        "<!-- docs-test: status 1 -->\n<!-- docs-test: expect nope -->\n```bash\necho nope; exit 1\n```\n\n"
+        "```ini\n[Service]\n```\n"
+    )
+    monkeypatch.setattr(docs_examples, "DOCS", tmp_path)
+    first, skipped, failing, config = page_blocks("p.md")
+    assert (first.runs, first.skip, first.status) == (True, "", 0)
+    assert skipped.skip == "runs forever"
+    assert (failing.status, failing.expect) == (1, ["nope"])
+    assert not config.runs
+    (tmp_path / "q.md").write_text("<!-- docs-test: skip -->\n```sh\nmake run\n```\n")
+    with pytest.raises(docs_examples.DocsMarkerError):
+        page_blocks("q.md")
+
+
+def test_every_page_is_read():
+    assert "moderators/index.md" in pages() and len(BLOCKS) > 10

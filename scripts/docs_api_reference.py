@@ -84,9 +84,9 @@ def _type(spec: dict[str, Any]) -> str:
 
 
 _LIMITS = {
-    "minLength": "at least {} characters", "maxLength": "at most {} characters", "minimum": "≥ {}",
-    "maximum": "≤ {}", "exclusiveMinimum": "> {}", "exclusiveMaximum": "< {}", "minItems": "at least {} items",
-    "maxItems": "at most {} items",
+    "minLength": "length ≥ {}", "maxLength": "length ≤ {}", "minimum": "≥ {}",
+    "maximum": "≤ {}", "exclusiveMinimum": "> {}", "exclusiveMaximum": "< {}", "minItems": "items ≥ {}",
+    "maxItems": "items ≤ {}",
 }
 
 

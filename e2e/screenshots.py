@@ -81,9 +81,9 @@ def main() -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     server = LiveServer(workdir)
     try:
-        server.manage("migrate", "--no-input")
-        server.manage("seed_demo", timeout=300)
-        server.start()
+        server.manage("migrate", "--no-input", timeout=900)  # minutes on a busy machine
+        server.manage("seed_demo", timeout=900)
+        server.start(timeout=300)
         server.worker_start()
         args.out.mkdir(parents=True, exist_ok=True)
         for path in asyncio.run(shoot(server, args.out)):

@@ -30,7 +30,7 @@ from e2e.server import LiveServer
 from moderation.tests.docs_examples import ROOT, all_blocks, page_blocks, pages
 from moderation.tests.real_server import CSRF
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(900)]
 
 BLOCKS = all_blocks()
 RUN_HERE = [b for b in BLOCKS if b.runs and not b.skip and not b.runs_in]
@@ -42,7 +42,7 @@ def docs_env(tmp_path_factory):
     seeded = server.seed(users=["alice"], items=0)
     server.manage("seed_demo", timeout=300)
     token = server.manage("apiclient_create", "docs").strip()
-    server.start()
+    server.start(timeout=300)  # a hang guard: start-ups take minutes on a loaded machine
     server.worker_start()
     env = {
         **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,

@@ -19,7 +19,7 @@ from moderation.tests.docs_examples import block_find
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(600)]
 
 _ENDPOINT = """
 from moderation.models import WebhookEndpoint

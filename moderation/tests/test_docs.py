@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from e2e.server import LiveServer
-from moderation.tests.docs_examples import ROOT, all_blocks, page_blocks, pages
+from moderation.tests.docs_examples import ROOT, Block, all_blocks, page_blocks, pages
 from moderation.tests.real_server import CSRF
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -54,19 +54,25 @@ def docs_env(tmp_path_factory):
         server.close()
 
 
-@pytest.mark.parametrize("block", RUN_HERE, ids=[b.id for b in RUN_HERE])
-def test_the_docs_example_runs_as_written(block, docs_env):
+def block_problems(block: Block, env: dict[str, str]) -> list[str]:
+    """Run ``block`` as a reader would; what went other than its markers say (nothing: it passed)."""
     if block.language == "bash":
         cmd = ["bash", "-eo", "pipefail", "-c", block.code]
     else:
         script = Path(tempfile.mkdtemp(prefix="docs-example-")) / "example.py"
         script.write_text(block.code)
         cmd = [sys.executable, str(script)]
-    done = subprocess.run(cmd, cwd=ROOT, env=docs_env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr
-    assert done.returncode == block.status, f"{block.id} exited {done.returncode}, expected {block.status}:\n{output[-4000:]}"
-    for text in block.expect:
-        assert text in output, f"{block.id}: {text!r} not in its output:\n{output[-4000:]}"
+    problems = [f"exited {done.returncode}, expected {block.status}"] if done.returncode != block.status else []
+    problems += [f"{text!r} not in its output" for text in block.expect if text not in output]
+    return [f"{block.id}: {problem}:\n{output[-4000:]}" for problem in problems]
+
+
+@pytest.mark.parametrize("block", RUN_HERE, ids=[b.id for b in RUN_HERE])
+def test_the_docs_example_runs_as_written(block, docs_env):
+    problems = block_problems(block, docs_env)
+    assert not problems, "\n".join(problems)
 
 
 def test_every_block_that_is_not_run_here_says_why_or_where():
@@ -100,6 +106,20 @@ def test_the_marker_parser_sees_a_block_and_its_markers(tmp_path, monkeypatch):
     (tmp_path / "q.md").write_text("<!-- docs-test: skip -->\n```sh\nmake run\n```\n")
     with pytest.raises(docs_examples.DocsMarkerError):
         page_blocks("q.md")
+
+
+def test_the_runner_sees_a_failing_command_and_a_changed_answer():
+    """The negative control: a command that fails, and one whose answer is not what the page
+    says, are each reported (so a renamed flag or a changed answer cannot pass unseen)."""
+    env = {"PATH": "/usr/bin:/bin"}
+    failing = Block(page="control.md", line=1, language="bash", code="ls --no-such-flag\necho done\n")
+    changed = Block(page="control.md", line=5, language="bash", code="echo hello\n", expect=["goodbye"])
+    python = Block(page="control.md", line=9, language="python", code="raise SystemExit(3)\n")
+    reported = block_problems(failing, env)
+    assert len(reported) == 1 and "control.md:1: exited 2, expected 0" in reported[0] and "done" not in reported[0]
+    assert "'goodbye' not in its output" in block_problems(changed, env)[0]
+    assert "exited 3, expected 0" in block_problems(python, env)[0]
+    assert block_problems(Block(page="control.md", line=1, language="bash", code="echo goodbye\n", expect=["goodbye"]), env) == []
 
 
 def test_every_page_is_read():

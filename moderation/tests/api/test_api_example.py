@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from e2e.server import ROOT, LiveServer
+from e2e.server import LiveServer
 from moderation.tests.docs_examples import block_find
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
@@ -36,7 +36,7 @@ def test_the_tutorial_submits_waits_and_receives_the_decision(tmp_path, capsys, 
     seeded = server.seed(users=["alice"], items=0)
     receiver.secret = server.manage("shell", "-c", _ENDPOINT.format(url=receiver.url)).split("SECRET ")[1].strip()
     token = server.manage("apiclient_create", "pipeline").strip()
-    server.start()
+    server.start(timeout=300)  # a hang guard: start-ups take minutes on a loaded machine
     server.worker_start()
     try:
         env = {"REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token, "PATH": "/usr/bin:/bin"}

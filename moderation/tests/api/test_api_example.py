@@ -43,7 +43,7 @@ def test_the_tutorial_submits_waits_and_receives_the_decision(tmp_path, capsys, 
         # curl, as written: the submit, then the long-poll, answered once alice decides. Its first
         # call alone, twice, is one item (the Idempotency-Key).
         curl = block_find(PAGE, "ID=$(curl").code
-        submit = curl.split("\n  | jq")[0].removeprefix("ID=$(")
+        submit = curl.split("\n  | jq")[0].removeprefix("ID=$(").rstrip(" \\")
         answers = [
             json.loads(subprocess.run(["bash", "-c", submit], env=env, capture_output=True, text=True, check=True,
                                       timeout=30).stdout)

@@ -11,9 +11,10 @@ to ``effects.jsonl`` in ``--dir`` (the side effect the tests count); each webhoo
 long-poll it acts on prints ``resumed true`` or ``resumed false`` (a no-op).
 
 Replicas are processes on the same ``--dir`` (one checkpointer); the race tests
-(e2e/test_agent_races.py) add ``--slow-resume`` (each resume starts that long after the
-check that allowed it, as a slow checkpointer or a pause makes it: a wide window for a
-second resume), ``--naive`` (resume without the per-thread lock: the negative controls) and
+(e2e/test_agent_side.py) add ``--slow-resume`` (each resume starts that long after the
+check that allowed it, as a slow checkpointer or a pause makes it) and ``--tool-seconds``
+(a slow tool, so a resume's run lasts): together a wide window for a second resume;
+``--naive`` (resume without the per-thread lock: the negative controls) and
 ``--hold`` (a verified decision is received, then never acted on: the moment to kill it).
 
 REVIEWQUEUE_URL, REVIEWQUEUE_TOKEN and REVIEWQUEUE_WEBHOOK_SECRET come from the environment.
@@ -86,10 +87,11 @@ class SlowResume:
         return self.agent.invoke(*args, **kwargs)
 
 
-def agent_build(*, checkpoints: str, effects: str) -> Any:
+def agent_build(*, checkpoints: str, effects: str, tool_seconds: float = 0.0) -> Any:
     @tool
     def delete_customer(customer_id: str) -> str:
         """Delete a customer."""
+        time.sleep(tool_seconds)
         with open(effects, "a") as out:
             out.write(json.dumps({"customer_id": customer_id}) + "\n")
         return f"deleted {customer_id}"
@@ -107,11 +109,13 @@ def main() -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--thread", default=THREAD)
     parser.add_argument("--slow-resume", type=float, default=0.0)
+    parser.add_argument("--tool-seconds", type=float, default=0.0)
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--poll", action="store_true")
     args = parser.parse_args()
-    agent = agent_build(checkpoints=os.path.join(args.dir, "agent.db"), effects=os.path.join(args.dir, "effects.jsonl"))
+    agent = agent_build(checkpoints=os.path.join(args.dir, "agent.db"), effects=os.path.join(args.dir, "effects.jsonl"),
+                        tool_seconds=args.tool_seconds)
     config = {"configurable": {"thread_id": args.thread}}
     if not agent.get_state(config).values:
         agent.invoke({"messages": [("user", "Please delete customer C-7.")]}, config)

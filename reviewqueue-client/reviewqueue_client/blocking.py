@@ -35,7 +35,9 @@ class DecisionTimeout(TimeoutError):
 class BlockingAgent:
     """An agent whose ``invoke`` waits for reviewqueue's decisions instead of returning at an interrupt.
 
-    ``on_timeout``: ``"reject"`` (the default: the tool does not run) or ``"approve"``.
+    ``on_timeout``: ``"reject"`` (the default: the tool does not run) or ``"approve"`` (a weaker
+    policy than a moderator's decision: only for a ``team`` that allows weaker policies; the
+    server refuses it otherwise, a ``ReviewQueueError`` with code ``invalid``).
     ``fields``: any other field of ``POST /items`` (``team``, ``requested_by``, ``priority``, a
     ``policy`` whose other keys are kept).
     """

@@ -6,7 +6,7 @@ fires it). Every racer waits for the deadline and acts at that instant (the race
 loser told who won: judged by the history checker. The negative control runs the same race
 with the seed's naive check-then-act for the three people (the deadline keeps the product's
 path), and the checker must see several winners. Over HTTP against a real server and its
-worker's own deadline sweep: e2e/test_agent_races.py.
+worker's own deadline sweep: e2e/test_agent_side.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
-"""The agent side of a remote ask, raced: its tool runs once per decision, whatever races to resume it.
+"""The agent side of remote asks against a real server: races, blocking mode, the guarantees page's example.
+
+Races: an agent's tool runs once per decision, whatever races to resume it.
 
 One real server and its task worker (which sends the webhooks) for the module; agents are
 ``e2e/remote_agent.py`` processes (``e2e.agents``) whose resumes start 2 s after the check
-that allowed them (``--slow-resume``: a wide window for a second resume, in both arms). A moderator approves over HTTP; then, racing to resume the agent:
+that allowed them and whose tool takes 2 s (``--slow-resume``, ``--tool-seconds``: a wide
+window for a second resume, in both arms). LangGraph itself makes a resume that starts
+after another's run was saved a no-op; the per-thread lock is what covers the window. A moderator approves over HTTP; then, racing to resume the agent:
 
 1. duplicate deliveries of the decision (the worker's, plus the same signed body replayed
    at once, as a retry would send it) and the agent's own long-poll;
@@ -16,6 +20,10 @@ server's final read (``history_final_read`` through dbtool) plus the tool's runs
 (``FinalItem.agent_resumes``) the final state. The negative controls run the same races
 with ``--naive`` agents (check-then-resume without the per-thread lock), and the checker
 must then report ``double_resume``.
+
+Blocking mode (``reviewqueue_client.blocking``): the run waits for a moderator's decision,
+and its timeout is the ask's deadline, decided by the worker's sweep. And the blocking
+example of docs/integrators/agent-guarantees.md, run as written.
 """
 
 from __future__ import annotations
@@ -39,13 +47,15 @@ from moderation.lab.waits import progress_wait
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 from e2e.remote_agent import agent_build
-from reviewqueue_client import Item, ReviewQueue
+from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
 from reviewqueue_client.blocking import BlockingAgent
 
 pytestmark = [pytest.mark.timeout(600)]
 
 SECRET = "whsec_" + base64.b64encode(b"agent-races-agent-races-agent-ra").decode()
-SLOW_RESUME = "2"  # seconds from the check to the resume: wider than the spread of the racers' arrivals
+# Seconds from the check to the resume, and the tool's time: a second resume checked within
+# the first and started before the first's run is saved runs the tool again, unless locked out.
+SLOW_RESUME, TOOL_SECONDS = "2", "2"
 REPLAYS = 2  # the decision's signed body sent again, at once, to each agent process
 VARIANTS = pytest.mark.parametrize("naive", [False, True], ids=["guarded", "naive-control"])
 
@@ -92,7 +102,7 @@ def hooks(site) -> Iterator[callable]:
 
 def _agent(site: Site, workdir: Path, port: int, *, thread: str, naive: bool, flags: tuple[str, ...] = ()) -> AgentProcess:
     return AgentProcess(server=site.server, workdir=workdir, port=port, token=site.token, secret=SECRET, thread=thread,
-                        flags=("--slow-resume", SLOW_RESUME, *flags, *(("--naive",) if naive else ())))
+                        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())))
 
 
 def _items_of(site: Site, thread: str) -> list[Item]:
@@ -265,16 +275,19 @@ def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tm
     assert _judge(site, history, item.id, tmp_path) == []
 
 
-@pytest.mark.parametrize(("outcome", "runs"), [("reject", 0), ("approve", 1)])
-def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with_its_outcome(site, tmp_path, outcome, runs):
-    thread = f"blocking-timeout-{outcome}"
-    runner, final = _blocking_run(site, tmp_path, thread, timeout=1, on_timeout=outcome)
+def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with_its_outcome(site, tmp_path):
+    runner, final = _blocking_run(site, tmp_path, "blocking-timeout", timeout=1)
     runner.join()  # nobody decides: the worker's deadline sweep does, with the outcome asked for
-    [item] = _items_of(site, thread)
-    assert (item.status, item.raw["decision"]["by"]) == (f"{outcome}d", "deadline")
-    assert len(agent_effects(tmp_path)) == runs and final["messages"][-1].content == "done"
-    if outcome == "reject":
-        assert "no decision before the deadline" in final["messages"][-2].content  # what the agent was told
+    [item] = _items_of(site, "blocking-timeout")
+    assert (item.status, item.raw["decision"]["by"]) == ("rejected", "deadline")
+    assert agent_effects(tmp_path) == [] and final["messages"][-1].content == "done"
+    assert "no decision before the deadline" in final["messages"][-2].content  # what the agent was told
+    # Approving without a moderator weakens the default policy: only a team that allows it may.
+    agent = agent_build(checkpoints=str(tmp_path / "approve.db"), effects=str(tmp_path / "approve.jsonl"))
+    with ReviewQueue(site.server.url, site.token) as client, pytest.raises(ReviewQueueError) as refused:
+        BlockingAgent(agent, client, timeout=1, on_timeout="approve").invoke(
+            {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": "blocking-approve-1"}})
+    assert refused.value.code == "invalid" and "policy.on_deadline" in refused.value.message
 
 
 def test_the_guarantees_pages_blocking_example_runs_as_written(site, tmp_path):

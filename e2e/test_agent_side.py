@@ -1,12 +1,12 @@
-"""The agent side of remote asks against a real server: races, blocking mode, the guarantees page's example.
+"""Remote asks against one real server and its task worker (which sends the webhooks and
+sweeps deadlines): the agent's races, the server's race, blocking mode, the docs' example.
 
-Races: an agent's tool runs once per decision, whatever races to resume it.
-
-One real server and its task worker (which sends the webhooks) for the module; agents are
+The agent's races: its tool runs once per decision, whatever races to resume it. Agents are
 ``e2e/remote_agent.py`` processes (``e2e.agents``) whose resumes start 2 s after the check
 that allowed them and whose tool takes 2 s (``--slow-resume``, ``--tool-seconds``: a wide
 window for a second resume, in both arms). LangGraph itself makes a resume that starts
-after another's run was saved a no-op; the per-thread lock is what covers the window. A moderator approves over HTTP; then, racing to resume the agent:
+after another's run was saved a no-op; the per-thread lock is what covers the window. A
+moderator approves over HTTP; then, racing to resume the agent:
 
 1. duplicate deliveries of the decision (the worker's, plus the same signed body replayed
    at once, as a retry would send it) and the agent's own long-poll;
@@ -21,6 +21,10 @@ server's final read (``history_final_read`` through dbtool) plus the tool's runs
 with ``--naive`` agents (check-then-resume without the per-thread lock), and the checker
 must then report ``double_resume``.
 
+The server's race: two moderators, the agent's API cancel and the deadline on one ask, over
+HTTP, judged by the same checker (its negative control runs in-process, with the race
+lab's naive strategy: moderation/tests/review/test_remote_ask_races.py).
+
 Blocking mode (``reviewqueue_client.blocking``): the run waits for a moderator's decision,
 and its timeout is the ask's deadline, decided by the worker's sweep. And the blocking
 example of docs/integrators/agent-guarantees.md, run as written.
@@ -31,22 +35,28 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import random
 import subprocess
 import sys
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from e2e.agents import AgentProcess, agent_effects
+from e2e.remote_agent import agent_build
 from e2e.server import ROOT, LiveServer, free_port
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.waits import progress_wait
+from moderation.tests.races import race_rounds
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
-from e2e.remote_agent import agent_build
 from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
 from reviewqueue_client.blocking import BlockingAgent
 
@@ -65,6 +75,7 @@ class Site:
     server: LiveServer
     token: str
     alice: Reviewer
+    bob: Reviewer
     capture: Receiver  # receives every decision too: the signed body the tests replay
 
 
@@ -72,7 +83,7 @@ class Site:
 def site(tmp_path_factory) -> Iterator[Site]:
     server = LiveServer(tmp_path_factory.mktemp("agent-races"), extra_env={
         "REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"})
-    seeded = server.seed(users=["alice"])
+    seeded = server.seed(users=["alice", "bob"])
     token = server.manage("apiclient_create", "agents").strip().splitlines()[-1]
     capture = Receiver(SECRET).start()
     server.tool("hook", "capture", "--url", capture.url, "--secret", SECRET)
@@ -80,7 +91,7 @@ def site(tmp_path_factory) -> Iterator[Site]:
         server.start()
         server.worker_start(worker_id="agent-races")
         server.worker_wait_ready("agent-races")
-        yield Site(server, token, Reviewer(server, "alice", seeded.sessions["alice"]), capture)
+        yield Site(server, token, *(Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "bob")), capture)
     finally:
         server.close()
         capture.stop()
@@ -243,6 +254,62 @@ def test_an_agent_killed_between_receiving_a_decision_and_resuming_reconciles_on
     _verdict_assert(kinds, naive=naive, workdir=tmp_path)
     if not naive:
         assert (reconciled + resumed).count(True) == 1
+
+
+# --- the server side: four competitors on one remote ask --------------------------------------
+
+RACE_ROUNDS = 6
+
+
+def _cancel_recorded(history: HistoryRecorder, client: ReviewQueue, account: str, item: str) -> None:
+    """The agent's cancel as an op: 200 it won, 409 ``already_decided`` naming who did."""
+    op = history.invoke(reviewer=account, item=item, decision="withdraw")
+    try:
+        client.cancel(item, reason="the customer changed their mind")
+    except ReviewQueueError as refused:
+        if refused.code == "already_decided":
+            history.complete(op, completion="fail", told_winner=refused.body.get("winner"))
+        else:
+            history.complete(op, completion="unknown", error=str(refused))
+        return
+    except httpx.HTTPError as exc:
+        history.complete(op, completion="unknown", error=repr(exc))
+        return
+    history.complete(op, completion="ok", told_winner=account)
+
+
+def test_two_moderators_the_agents_cancel_and_the_deadline_race_on_a_remote_ask_over_http(site):
+    """alice approves, bob rejects, the agent cancels, all released by one barrier at about the ask's
+    deadline, while the worker's sweep fires it: one winner per ask (the in-process race with its
+    negative control: moderation/tests/review/test_remote_ask_races.py)."""
+    history, items = HistoryRecorder(), []
+    with ReviewQueue(site.server.url, site.token) as client:
+        def before(n: int) -> None:  # a fresh ask due in a second; release the racers about then
+            item = client.submit(title=f"race {n}", body="An agent asks.", source="support-agent", ask={"ship": n},
+                                 external={"thread_id": f"race-{n}", "interrupt_id": "i-1"},
+                                 policy={"deadline_seconds": 1, "on_deadline": "reject"})
+            items.append(item.id)
+            due = datetime.fromisoformat(item.raw["deadline_at"]).timestamp()
+            time.sleep(max(0.0, due - time.time() + random.uniform(-0.3, 0.2)))
+
+        race_rounds(RACE_ROUNDS, lambda n: site.alice.decide_recorded(history, items[n], "approve"),
+                    lambda n: site.bob.decide_recorded(history, items[n], "reject"),
+                    lambda n: _cancel_recorded(history, client, "api.agents", items[n]), before=before)
+    progress_wait(lambda: [s["apply_state"] for s in site.server.tool("state", *items).values()],
+                  done=lambda states: "applying" not in states, stall=60)
+    state = site.server.tool("state", *items)
+    for item in items:  # the sweep's attempts, as the attempts log recorded them
+        if "deadline" in state[item]["won_attempts"]:
+            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="ok",
+                             told_winner="deadline")
+        for lost in (a for a in state[item]["lost_attempts"] if a["reviewer"] == "deadline"):
+            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="fail",
+                             told_winner=lost["told_winner"])
+    finals = {i: FinalItem(**{**state[i]["final"], "ineligible": tuple(state[i]["final"]["ineligible"])}) for i in items}
+    assert [op for op in history.ops if op.completion == "unknown"] == []
+    assert [str(a) for a in history_check(ops=history.ops, final=finals)] == []
+    assert all(state[i]["won_attempts"] == [state[i]["winner"]] and finals[i].resumes == 1 for i in items), state
+    print("\nremote ask races over HTTP, won by:", Counter(state[i]["winner"] for i in items))
 
 
 # --- blocking mode (reviewqueue_client.blocking) -------------------------------------------

@@ -82,7 +82,7 @@ def postgres_thread_lock(saver: Any) -> ThreadLock:
 def _session(saver: Any) -> Iterator[Callable[..., Any]]:
     """One PostgreSQL session for the whole lock: a pooled connection held, or the saver's own connection."""
     conn = saver.conn
-    if hasattr(conn, "connection"):  # a psycopg_pool pool
+    if hasattr(conn, "getconn"):  # a psycopg_pool pool
         with conn.connection() as pinned:
             yield lambda sql, *args: pinned.execute(sql, args).fetchone()[0]
         return

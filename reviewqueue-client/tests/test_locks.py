@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from collections import Counter
 
 import httpx
+import pytest
 from agent_support import agent_build, agent_start
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -85,3 +87,30 @@ def test_reconcile_resumes_a_decision_already_made_once_and_forwards_what_is_und
     assert first.resumed and runs == Counter({"C-7": 1})
     assert interrupts_reconcile(client, agent, thread_ids=["th-1"], source="support-agent") == []  # nothing waits now
     assert runs == Counter({"C-7": 1}) and decided["submits"] == 1
+
+
+@pytest.mark.postgres_variant
+def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees():
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("the PostgreSQL pass runs this (DATABASE_URL=postgres://...)")
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with psycopg.connect(url, autocommit=True) as mine, psycopg.connect(url, autocommit=True) as theirs:
+        lock = checkpointer_thread_lock(PostgresSaver(mine))
+        other = checkpointer_thread_lock(PostgresSaver(theirs))  # another replica's, on its own session
+        held, released = threading.Event(), threading.Event()
+
+        def replica() -> None:
+            with other("th-1"):
+                held.set()
+                time.sleep(0.3)
+                released.set()
+
+        worker = threading.Thread(target=replica)
+        worker.start()
+        held.wait(timeout=60)
+        with lock("th-1"):
+            assert released.is_set()  # it had to let go first
+        worker.join()

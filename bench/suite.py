@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
                 need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
-                if len(pool) < need:
+                if wanted(11, 12, 14, 8, 9, 10) and len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))
             if wanted(11):

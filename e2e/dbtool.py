@@ -114,9 +114,16 @@ def cmd_hook(args: argparse.Namespace) -> str:
     return args.name
 
 
+def cmd_apiclient(args: argparse.Namespace) -> str:
+    """A new API client (``items:write``, ``items:read``); its token."""
+    from moderation.api.clients import apiclient_create
+
+    return apiclient_create(name=args.name, scopes=["items:write", "items:read"])[1]
+
+
 COMMANDS = {
     "ping": lambda args: "pong", "seed": cmd_seed, "users": cmd_users, "items": cmd_items, "state": cmd_state,
-    "decide": cmd_decide, "hook": cmd_hook,
+    "decide": cmd_decide, "hook": cmd_hook, "apiclient": cmd_apiclient,
 }
 
 
@@ -157,6 +164,8 @@ def parser_build() -> argparse.ArgumentParser:
     decide.add_argument("id")
     decide.add_argument("--user", required=True)
     decide.add_argument("--decision", choices=["approve", "reject"], required=True)
+    apiclient = sub.add_parser("apiclient")
+    apiclient.add_argument("name")
     hook = sub.add_parser("hook")
     hook.add_argument("name")
     hook.add_argument("--url", default="")

@@ -84,7 +84,7 @@ def site(tmp_path_factory) -> Iterator[Site]:
     server = LiveServer(tmp_path_factory.mktemp("agent-races"), extra_env={
         "REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"})
     seeded = server.seed(users=["alice", "bob"])
-    token = server.manage("apiclient_create", "agents").strip().splitlines()[-1]
+    token = server.tool("apiclient", "agents")
     capture = Receiver(SECRET).start()
     server.tool("hook", "capture", "--url", capture.url, "--secret", SECRET)
     try:

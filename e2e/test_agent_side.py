@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -98,7 +98,7 @@ def site(tmp_path_factory) -> Iterator[Site]:
 
 
 @pytest.fixture
-def hooks(site) -> Iterator[callable]:
+def hooks(site) -> Iterator[Callable[[str, int], None]]:
     """``hooks(name, port)``: the worker sends decisions to an agent on ``port``; removed after the test."""
     names = []
 

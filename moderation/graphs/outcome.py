@@ -102,7 +102,7 @@ def applied_result_build(*, state: AppliedState, values: dict[str, Any] | None =
         state = AppliedState.FINISHED_WITH_ERRORS
     result = values.get("result") if isinstance(values.get("result"), dict) else {}
     return {"state": state.value, **outcome.as_dict(), **({"result": result} if result else {}),
-            **({"error": error} if error else {}), **extra}
+            **({"error": error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]} if error else {}), **extra}
 
 
 def _bounded(text: Any, limit: int) -> str:

@@ -41,7 +41,7 @@ from moderation.records.counts import counted_day, counts_read
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))
-_API_ITEM_RELATED = ("decided_by", "team", "requested_by")
+_API_ITEM_RELATED = ("decided_by", "team", "requested_by", "outcome_report")
 
 
 def items_visible_q(*, viewer: AbstractBaseUser | None) -> Q:

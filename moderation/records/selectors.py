@@ -31,6 +31,7 @@ from moderation.models import (
     AskStatus,
     AttemptOutcome,
     ItemStatus,
+    OutcomeReport,
     QueueItem,
     ReviewAsk,
 )
@@ -483,6 +484,11 @@ def items_needing_attention(*, limit: int = 50, viewer: AbstractBaseUser | None 
 
 
 # --- Service clients (/api/v1) -------------------------------------------------------
+
+
+def item_outcome_report_get(*, item: QueueItem) -> OutcomeReport | None:
+    """What the item's remote agent reported it did with the decision, if it has."""
+    return OutcomeReport.objects.filter(item=item).select_related("reported_by").first()
 
 
 def client_items_prefetch(*, items: list[QueueItem]) -> None:

@@ -172,9 +172,10 @@ def build_refund(checkpointer: Any) -> Any:
 
 # The example refund agent with LangChain's HumanInTheLoopMiddleware as it comes (no
 # args_schema): the queue then takes any edit, and the tool is what refuses a wrong type.
-# Registered per test (``plain_agent`` fixtures), not in TEST_GRAPHS, whose list tests name.
+# Registered per test (with the pass-through ``ask``: ``AGENT_GRAPHS``), not in TEST_GRAPHS, whose list tests name.
 PLAIN_AGENT = "t_plain_agent"
-PLAIN_AGENT_GRAPHS = {**TEST_GRAPHS, PLAIN_AGENT: "moderation.tests.graphs_support:build_plain_agent"}
+AGENT_GRAPHS = {**TEST_GRAPHS, "ask": "moderation.graphs.passthrough:build",
+                PLAIN_AGENT: "moderation.tests.graphs_support:build_plain_agent"}
 
 
 def build_plain_agent(checkpointer: Any) -> Any:

@@ -5,7 +5,8 @@
 reviewqueue's webhooks. It uses only ``reviewqueue-client``: no Django, no reviewqueue
 code. On start it runs the agent (unless its thread already waits), forwards the pending
 interrupt, prints ``ready`` and serves; each run of the tool appends its arguments to
-``--effects`` (the side effect the test counts).
+``--effects`` (the side effect the test counts). After each resume it reports the run's
+outcome back (done, or failed with its tool's error), which the item page shows.
 
 REVIEWQUEUE_URL, REVIEWQUEUE_TOKEN and REVIEWQUEUE_WEBHOOK_SECRET come from the environment.
 """
@@ -65,10 +66,10 @@ def main() -> None:
     config = {"configurable": {"thread_id": THREAD}}
     if not agent.get_state(config).values:
         agent.invoke({"messages": [("user", "Please delete customer C-7.")]}, config)
-    with ReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews:
-        interrupts_forward(reviews, agent, thread_id=THREAD, source="support-agent")
+    reviews = ReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"])
+    interrupts_forward(reviews, agent, thread_id=THREAD, source="support-agent")
     resumer = WebhookResumer(agent, secret=os.environ["REVIEWQUEUE_WEBHOOK_SECRET"],
-                             thread_lock=file_thread_lock(os.path.join(args.dir, "locks")))
+                             thread_lock=file_thread_lock(os.path.join(args.dir, "locks")), client=reviews)
 
     class Hooks(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from moderation.core.faults import fault_point
 from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.outbox import item_outcome_record
 from moderation.models import (
@@ -113,6 +114,7 @@ def item_outcome_report(*, client: ApiClient, item_public_id: str, status: str, 
                 "the first report stands")
         if not item.is_decided:
             raise OutcomeNotDecided(f"the item is {item.status}: report its outcome once it is decided")
+        fault_point("outcome_checked", item_key=str(item.public_id))
         report = OutcomeReport(item=item, status=status, message=message, reported_by=client, reported_at=timezone.now())
         item_outcome_record(item=item, report=report)
         outcome_append(item=item, report=report)

@@ -74,7 +74,7 @@ class GraphOutcome:
         return out
 
 
-def graph_outcome_read(*, values: dict[str, Any], error: str | None = None) -> GraphOutcome:
+def graph_outcome_read(*, values: dict[str, Any] | None, error: str | None = None) -> GraphOutcome:
     """The outcome of a graph whose state is ``values`` (see the module docstring).
 
     ``error``: the exception a node of the run raised, if any, which comes first among the errors.

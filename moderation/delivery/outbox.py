@@ -100,7 +100,7 @@ def item_applied_record(*, item: QueueItem, applied: list[str]) -> list[WebhookD
     """The webhooks for the worker's record of an apply (``moderation.review.apply``), in that record's transaction.
 
     ``applied``: the interrupt ids the graph took decisions for; ``applied_result`` says
-    what it did next (finished with its result, asked again, or failed).
+    what it did next, with its summary and errors (``moderation.graphs.outcome.applied_result_build``).
     """
     payload = {**item_payload(item=item), "applied": applied, "applied_result": item.applied_result}
     return delivery_record(event=WebhookEvent.ITEM_APPLIED, item=item, payload=payload)

@@ -8,7 +8,9 @@ serves webhooks (prints ``serving``), reconciles (forwards what its thread waits
 resumes it with a decision already made: prints ``ready`` and what it resumed), and with
 ``--poll`` long-polls each forwarded item too. Each run of the tool appends its arguments
 to ``effects.jsonl`` in ``--dir`` (the side effect the tests count); each webhook and
-long-poll it acts on prints ``resumed true`` or ``resumed false`` (a no-op).
+long-poll it acts on prints ``resumed true`` or ``resumed false`` (a no-op). After each
+resume it reports the run's outcome back (done, or failed with its tool's error), which the
+item page shows.
 
 Replicas are processes on the same ``--dir`` (one checkpointer); the race tests
 (e2e/test_agent_side.py) add ``--slow-resume`` (each resume starts that long after the
@@ -122,7 +124,8 @@ def main() -> None:
     if args.slow_resume:
         agent = SlowResume(agent, args.slow_resume)
     lock = NO_LOCK if args.naive else None  # None: the lock the SQLite checkpointer shares with the replicas
-    resumer = WebhookResumer(agent, secret=os.environ["REVIEWQUEUE_WEBHOOK_SECRET"], thread_lock=lock)
+    reviews = ReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"])
+    resumer = WebhookResumer(agent, secret=os.environ["REVIEWQUEUE_WEBHOOK_SECRET"], thread_lock=lock, client=reviews)
 
     class Hooks(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -148,7 +151,7 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Hooks)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     say("serving")
-    with ReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews:
+    with reviews:
         resumed = interrupts_reconcile(reviews, agent, thread_ids=[args.thread], source="support-agent", thread_lock=lock)
         say("ready", json.dumps([r.resumed for r in resumed]))
         if args.poll:

@@ -1,5 +1,6 @@
 """An agent in its own OS process asks over /api/v1; a moderator edits its tool call in the browser;
-the agent, resumed by webhook, runs the tool once with the edited arguments."""
+the agent, resumed by webhook, runs the tool once with the edited arguments and reports its
+outcome, which the item page shows."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from e2e.agents import AgentProcess, agent_effects
 from e2e.conftest import e2e_server_running
 from e2e.pages import item_path, item_ready
 from e2e.server import free_port
+from moderation.lab.waits import progress_wait
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -28,6 +30,11 @@ async def server(e2e_template, tmp_path_factory):
         live.worker_start(worker_id=WORKER)  # sends the webhooks
         await asyncio.to_thread(live.worker_wait_ready, WORKER)
         yield live
+
+
+def _outcome(server, token: str, item_id: str) -> dict | None:
+    """The outcome the agent reported on the item, as the API reads it (None: not yet)."""
+    return httpx.get(f"{server.url}/api/v1/items/{item_id}", headers={"Authorization": f"Bearer {token}"}).json()["outcome"]
 
 
 async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs_once(server, crowd, tmp_path):
@@ -57,5 +64,14 @@ async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs
             await asyncio.sleep(0.1)
         await asyncio.sleep(1)  # room for a wrong second run to show
         assert agent_effects(tmp_path) == [{"customer_id": "C-8"}]
+
+        # The agent reports its outcome right after its resume: wait for it while it is on its way, then look.
+        reported = await asyncio.to_thread(progress_wait, lambda: _outcome(server, token, item["id"]),
+                                           done=lambda outcome: outcome is not None, stall=60)
+        assert reported is not None and reported["status"] == "done", reported
+        await alice.reload()
+        await expect(alice.locator("#agent-outcome")).to_contain_text("The agent reports: done")
+        await expect(alice.locator("#agent-outcome-message")).to_have_text("done")
+        await expect(alice.locator("#agent-outcome")).to_contain_text("e2e-agent")
     finally:
         await asyncio.to_thread(agent.stop)

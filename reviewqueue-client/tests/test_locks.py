@@ -75,18 +75,23 @@ def test_reconcile_resumes_a_decision_already_made_once_and_forwards_what_is_und
     agent = agent_build(checkpointer=InMemorySaver(), runs=runs)
     agent_start(agent, thread_id="th-1")
     decided = Counter()
+    item = {"id": "it-1", "status": "approved", "graph": "ask", "external_id": None, "resume": APPROVE, "asks": [],
+            "applied_result": {}, "outcome": None}
 
     def handler(request: httpx.Request) -> httpx.Response:
         sent = json.loads(request.content)
+        if request.url.path.endswith("/outcome"):  # the resumed run's report
+            decided["reports"] += 1
+            return httpx.Response(201, json={**item, "outcome": sent})
         decided["submits"] += 1
-        return httpx.Response(200, json={"id": "it-1", "status": "approved", "graph": "ask", "external_id": None,
-                                         "external": sent["external"], "resume": APPROVE, "asks": [], "applied_result": {}})
+        item["external"] = sent["external"]
+        return httpx.Response(200, json=item)
 
     client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
     [first] = interrupts_reconcile(client, agent, thread_ids=["th-1"], source="support-agent")
     assert first.resumed and runs == Counter({"C-7": 1})
     assert interrupts_reconcile(client, agent, thread_ids=["th-1"], source="support-agent") == []  # nothing waits now
-    assert runs == Counter({"C-7": 1}) and decided["submits"] == 1
+    assert runs == Counter({"C-7": 1}) and decided == Counter({"submits": 1, "reports": 1})
 
 
 @pytest.mark.postgres_variant

@@ -1,0 +1,198 @@
+"""LangGraph deployments against a real LangGraph Server (``langgraph dev``, ``moderation/tests/langgraph_app``).
+
+Registration, discovery by sweep and by the run's real webhook, four eyes from the thread's
+metadata, parallel interrupts and a later round, an interrupt resumed elsewhere (withdrawn,
+the moderator told), the server unreachable mid-apply. The races (webhook against sweep in
+two workers; three moderators on one decision) are judged by the history checker against
+the server's own count of runs and checkpoints, beside the negative control: the naive
+direct resume, which the server accepts twice and answers both with 200.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from langgraph_sdk import get_sync_client
+
+from moderation.graphs.remote import Connection, remote_counts
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
+from moderation.models import ApiClient, ApplyState, AttemptOutcome, DecisionAttempt, Deployment, ItemStatus, QueueItem
+from moderation.review.apply import item_apply
+from moderation.review.decisions import item_decide
+from moderation.review.deployments import (
+    DeploymentInvalid,
+    GraphRoute,
+    deployment_register,
+    deployment_webhook_path,
+    deployments_sweep,
+)
+from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.tests.langgraph_server import PortGate, free_port
+
+_names = itertools.count()
+
+
+def sdk(url: str):
+    return get_sync_client(url=url, api_key=None)
+
+
+def agent_run(url: str, graph: str, *, metadata: dict | None = None, webhook: str | None = None, **graph_input) -> str:
+    """What the agent does: a thread of its own, a run to its first interrupt(s); the thread's id."""
+    client = sdk(url)
+    thread_id = client.threads.create(metadata=metadata or {})["thread_id"]
+    client.runs.wait(thread_id, graph, input=graph_input, webhook=webhook)
+    return thread_id
+
+
+def register(url: str, **route) -> tuple[Deployment, str]:
+    return deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
+                               routes=[GraphRoute(graph="hitl", **route), GraphRoute(graph="fanout")])
+
+
+def items_of(thread_id: str) -> list[QueueItem]:
+    return list(QueueItem.objects.filter(graph_input__external__thread_id=thread_id).order_by("id"))
+
+
+def edit_to(name: str) -> list[dict]:
+    return [{"type": "edit", "edited_action": {"name": "send_email", "args": {"to": f"{name}@example.com"}}}]
+
+
+def remote_outcome(url: str, thread_id: str):
+    return sdk(url).threads.get_state(thread_id)["values"].get("outcome")
+
+
+def resumes_of(url: str, thread_id: str) -> tuple[int, int]:
+    """(runs after the first, checkpoints after the first interrupt): a resume that took effect adds one of each."""
+    runs, checkpoints = remote_counts(connection=Connection(url=url), thread_id=thread_id)
+    return runs - 1, checkpoints - 2
+
+
+@pytest.fixture
+def decide(django_capture_on_commit_callbacks):
+    """``item_decide``, then what its commit sets off (the apply) run, as the worker would."""
+    def run(**kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return item_decide(**kwargs)
+    return run
+
+
+@pytest.fixture
+def sweep(django_capture_on_commit_callbacks):
+    """``deployments_sweep``, then what its commits set off (a withdrawal's apply)."""
+    def run():
+        with django_capture_on_commit_callbacks(execute=True):
+            return deployments_sweep()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_server):
+    before = (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count())
+    with pytest.raises(DeploymentInvalid, match="cannot reach the deployment"):
+        register(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(DeploymentInvalid, match=r"has no assistant or graph 'nope' \(its graphs: fanout, hitl\)"):
+        deployment_register(name="agents-bad", url=langgraph_server.url, api_key="", routes=[GraphRoute(graph="nope")])
+    with pytest.raises(DeploymentInvalid, match="url: Enter a valid URL"):
+        deployment_register(name="agents-bad", url="ftp://x", api_key="", routes=[GraphRoute(graph="hitl")])
+    with pytest.raises(DeploymentInvalid, match="team: no team 'ghosts'"):
+        register(langgraph_server.url, team="ghosts")
+    assert (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count()) == before
+
+
+@pytest.mark.django_db
+def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resumes_the_thread_once(
+    langgraph_server, alice, make_moderator, decide, sweep,
+):
+    url = langgraph_server.url
+    bob = make_moderator("bob")
+    register(url)
+    thread_id = agent_run(url, "hitl", metadata={"requested_by": "bob"}, to="team@example.com")
+    sweep()
+    [item] = items_of(thread_id)
+    sweep()
+    assert items_of(thread_id) == [item]  # found again: the same item
+    assert (item.requested_by, item.status, item.graph) == (bob, ItemStatus.PENDING, "ask")
+    [ask] = item.asks.all()
+    assert ask.payload["action_requests"][0]["args"] == {"to": "team@example.com"}
+    assert item.title == "hitl: Send the weekly report"
+    with pytest.raises(Exception, match="requested"):
+        decide(item_public_id=item.public_id, reviewer=bob, decision="approve")  # four eyes
+    outcome = decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice"))
+    assert outcome.won
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.IDLE
+    assert item.applied_result["remote"] == {"thread_id": thread_id, "interrupt_id": ask.payload and
+                                             item.graph_input["external"]["interrupt_id"],
+                                             "thread_status": "idle", "resumed": True}
+    assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
+    assert resumes_of(url, thread_id) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_parallel_interrupts_make_an_item_each_and_a_later_round_makes_new_ones(langgraph_server, alice, decide, sweep):
+    url = langgraph_server.url
+    register(url)
+    thread_id = agent_run(url, "fanout")
+    sweep()
+    news, sports = sorted(items_of(thread_id), key=lambda i: i.title)
+    assert (news.title, sports.title) == ("fanout: Publish the news post?", "fanout: Publish the sports post?")
+    decide(item_public_id=news.public_id, reviewer=alice, decision="approve")
+    news.refresh_from_db()
+    assert news.applied_result["remote"]["asks_next"] == 1  # sports still waits
+    decide(item_public_id=sports.public_id, reviewer=alice, decision="reject")
+    sweep()
+    [*_, confirm] = items_of(thread_id)
+    assert confirm.title == "fanout: Send the newsletter now?" and confirm.status == ItemStatus.PENDING
+    decide(item_public_id=confirm.public_id, reviewer=alice, decision="approve")
+    state = sdk(url).threads.get_state(thread_id)
+    assert state["next"] == [] and state["values"]["final"]["type"] == "approve"
+    assert sorted(a for d in state["values"]["answers"] for a in d) == ["news", "sports"]
+
+
+@pytest.mark.django_db
+def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_moderator_is_told(langgraph_server, alice, decide, sweep):
+    url = langgraph_server.url
+    deployment, _ = register(url)
+    thread_id = agent_run(url, "hitl")
+    sweep()
+    [item] = items_of(thread_id)
+    interrupt_id = item.graph_input["external"]["interrupt_id"]
+    sdk(url).runs.wait(thread_id, "hitl", command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
+    sweep()
+    item.refresh_from_db()
+    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user,
+                                                                  RESOLVED_OUTSIDE)
+    assert item.applied_result["remote"]["resolved"] == RESOLVED_OUTSIDE
+    told = decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert not told.won and told.winner == deployment.client.user.username
+    assert RESOLVED_OUTSIDE in told.message()
+    assert resumes_of(url, thread_id) == (1, 1)  # only Studio's
+
+
+@pytest.mark.django_db
+def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(langgraph_server, alice, decide, sweep):
+    gate = PortGate(langgraph_server.url)
+    register(gate.url)
+    thread_id = agent_run(langgraph_server.url, "hitl")
+    sweep()
+    [item] = items_of(thread_id)
+    gate.close()
+    try:
+        assert decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice")).won
+        item.refresh_from_db()
+        assert (item.status, item.apply_state) == (ItemStatus.EDITED, ApplyState.APPLYING)
+        assert item.applied_result["state"] == "applying" and "cannot reach" in item.applied_result["error"]
+        assert item_apply(item_id=item.pk).startswith("retrying")  # the queued retry, still down
+        item.refresh_from_db()
+        assert item.applied_result["tries"] == 2
+    finally:
+        gate.open()
+    assert item_apply(item_id=item.pk).startswith("resumed 1")
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.IDLE and item.applied_result["remote"]["resumed"]
+    assert remote_outcome(langgraph_server.url, thread_id) == {"decisions": edit_to("alice")}
+    assert resumes_of(langgraph_server.url, thread_id) == (1, 1)

@@ -667,7 +667,8 @@ class Deployment(models.Model):
     url = models.URLField(max_length=500)
     # Sent as x-api-key; never shown back (the admin and the commands only say whether one is set).
     api_key = models.CharField(max_length=500, blank=True, default="", validators=[NO_NUL])
-    # {graph id: {"team": slug or null, "policy": {...}}}: the graphs reviewed, and who decides each.
+    # {graph or assistant id: {"match": "graph_id" | "assistant_id", "team": slug or null, "policy": {...}}}:
+    # what is reviewed (threads whose metadata has that key and value), and who decides it.
     graphs = models.JSONField(default=dict)
     client = models.OneToOneField("ApiClient", on_delete=models.PROTECT, related_name="deployment", editable=False)
     # SHA-256 of the secret in its webhook URL (shown once, at registration).

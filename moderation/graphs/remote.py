@@ -105,33 +105,34 @@ def _detail(exc: Exception) -> str:
 
 
 def remote_graphs_resolve(*, connection: Connection, names: list[str]) -> dict[str, str]:
-    """Each name (a graph id or an assistant id) as the graph id it serves; RemoteRefused naming one it does not know.
+    """How each name (a graph id or an assistant id) picks its threads: ``graph_id`` or ``assistant_id``
+    (the thread metadata key LangGraph Server sets); RemoteRefused naming one the deployment does not serve.
 
     Also proves the URL and the key: RemoteUnavailable / RemoteRefused when they are wrong.
     """
     with connection.client(timeout=30.0) as client, _calling("listing assistants"):
         assistants = client.assistants.search(limit=1000)
-    by_id = {a["assistant_id"]: a["graph_id"] for a in assistants}
-    graph_ids = set(by_id.values())
+    assistant_ids = {a["assistant_id"] for a in assistants}
+    graph_ids = {a["graph_id"] for a in assistants}
     resolved: dict[str, str] = {}
     for name in names:
         if name in graph_ids:
-            resolved[name] = name
-        elif name in by_id:
-            resolved[name] = by_id[name]
+            resolved[name] = "graph_id"
+        elif name in assistant_ids:
+            resolved[name] = "assistant_id"
         else:
             known = ", ".join(sorted(graph_ids)) or "none"
             raise RemoteRefused(f"the deployment has no assistant or graph {name!r} (its graphs: {known})")
     return resolved
 
 
-def remote_interrupted(*, connection: Connection, graph_id: str) -> list[RemoteThread]:
-    """Every thread of ``graph_id`` waiting at an interrupt, with its interrupts."""
+def remote_interrupted(*, connection: Connection, match: dict[str, str]) -> list[RemoteThread]:
+    """Every thread whose metadata has ``match`` (``{"graph_id": ...}`` or ``{"assistant_id": ...}``) waiting at an interrupt."""
     threads: list[RemoteThread] = []
     with connection.client(timeout=60.0) as client, _calling("searching interrupted threads"):
         offset = 0
         while True:
-            page = client.threads.search(status="interrupted", metadata={"graph_id": graph_id},
+            page = client.threads.search(status="interrupted", metadata=match,
                                          limit=SEARCH_PAGE, offset=offset)
             threads += [_thread(t) for t in page]
             if len(page) < SEARCH_PAGE:

@@ -78,10 +78,10 @@ def deployment_register(*, name: str, url: str, api_key: str, routes: list[Graph
     """
     _local_check(name=name, url=url, api_key=api_key, routes=routes)
     try:
-        graphs = remote_graphs_resolve(connection=Connection(url=url, api_key=api_key), names=[r.graph for r in routes])
+        matches = remote_graphs_resolve(connection=Connection(url=url, api_key=api_key), names=[r.graph for r in routes])
     except (RemoteUnavailable, RemoteRefused) as exc:
         raise DeploymentInvalid(str(exc)) from None
-    mapping = {graphs[r.graph]: {"team": r.team, "policy": r.policy or {}} for r in routes}
+    mapping = {r.graph: {"match": matches[r.graph], "team": r.team, "policy": r.policy or {}} for r in routes}
     secret = secrets.token_urlsafe(32)
     with transaction.atomic():
         user = get_user_model()(username=f"langgraph.{name}")
@@ -134,9 +134,18 @@ def deployment_webhook(*, deployment: Deployment, payload: Any) -> list[SubmitRe
     if not isinstance(thread_id, str) or not thread_id or len(thread_id) > 128:
         raise ValidationError({"thread_id": "the webhook's body names no thread_id"})
     thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
-    if thread.graph_id not in deployment.graphs:
-        return []
+    if _route(deployment=deployment, thread=thread) is None:
+        return []  # a run of a graph this deployment's connection does not review
     return thread_discover(deployment=deployment, thread=thread)
+
+
+def _route(*, deployment: Deployment, thread: RemoteThread) -> dict[str, Any] | None:
+    """The deployment's route for the thread: its assistant's, else its graph's; None if neither is reviewed."""
+    for key in ("assistant_id", "graph_id"):
+        route = deployment.graphs.get(str(thread.metadata.get(key, "")))
+        if route is not None and route.get("match", "graph_id") == key:
+            return route
+    return None
 
 
 def deployments_sweep() -> int:
@@ -157,8 +166,8 @@ def deployments_sweep() -> int:
 def deployment_sweep(*, deployment: Deployment) -> int:
     connection = deployment_connection(deployment)
     made, seen = 0, set()
-    for graph_id in deployment.graphs:
-        for thread in remote_interrupted(connection=connection, graph_id=graph_id):
+    for name, route in deployment.graphs.items():
+        for thread in remote_interrupted(connection=connection, match={route.get("match", "graph_id"): name}):
             seen.add(thread.thread_id)
             made += sum(1 for found in thread_discover(deployment=deployment, thread=thread) if found.created)
     # Threads with undecided items that no longer wait at an interrupt at all: resolved elsewhere.
@@ -189,7 +198,7 @@ def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[Sub
 
 
 def _interrupt_submit(*, deployment: Deployment, thread: RemoteThread, interrupt_id: str, value: Any) -> SubmitResult:
-    route = deployment.graphs.get(thread.graph_id) or {}
+    route = _route(deployment=deployment, thread=thread) or {}
     requested_by = thread.metadata.get("requested_by")
     title = f"{thread.graph_id}: {_summary(value)}"[:TITLE_MAX]
     submission = Submission(

@@ -10,15 +10,22 @@ direct resume, which the server accepts twice and answers both with 200.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from langgraph_sdk import get_sync_client
 
 from moderation.graphs.remote import Connection, remote_counts
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
+from moderation.records.events import item_group
 from moderation.models import ApiClient, ApplyState, AttemptOutcome, DecisionAttempt, Deployment, ItemStatus, QueueItem
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
@@ -47,9 +54,24 @@ def agent_run(url: str, graph: str, *, metadata: dict | None = None, webhook: st
     return thread_id
 
 
-def register(url: str, **route) -> tuple[Deployment, str]:
-    return deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
-                               routes=[GraphRoute(graph="hitl", **route), GraphRoute(graph="fanout")])
+@dataclass
+class Agents:
+    """A deployment connected for one test: assistants of its own on the shared server, so the
+    threads other tests left interrupted there are not its business."""
+
+    deployment: Deployment
+    secret: str
+    hitl: str  # assistant ids
+    fanout: str
+
+
+def register(url: str, *, server_url: str | None = None, **route) -> Agents:
+    """Connect ``url`` (the server, or a gate in front of it) with a new assistant of each graph."""
+    client = sdk(server_url or url)
+    hitl, fanout = (client.assistants.create(graph_id=g)["assistant_id"] for g in ("hitl", "fanout"))
+    deployment, secret = deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
+                                             routes=[GraphRoute(graph=hitl, **route), GraphRoute(graph=fanout)])
+    return Agents(deployment=deployment, secret=secret, hitl=hitl, fanout=fanout)
 
 
 def items_of(thread_id: str) -> list[QueueItem]:
@@ -68,6 +90,22 @@ def resumes_of(url: str, thread_id: str) -> tuple[int, int]:
     """(runs after the first, checkpoints after the first interrupt): a resume that took effect adds one of each."""
     runs, checkpoints = remote_counts(connection=Connection(url=url), thread_id=thread_id)
     return runs - 1, checkpoints - 2
+
+
+@contextmanager
+def item_page(item: QueueItem) -> Iterator[dict]:
+    """An open page of the item (its live group on the channel layer); yields the ``item.decided`` it is sent."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(item_group(str(item.public_id)), channel)
+    told: dict = {}
+    yield told
+
+    async def decided() -> dict:
+        while (message := await asyncio.wait_for(layer.receive(channel), 30))["type"] != "item.decided":
+            pass
+        return message
+    told.update(async_to_sync(decided)())
 
 
 @pytest.fixture
@@ -92,13 +130,15 @@ def sweep(django_capture_on_commit_callbacks):
 def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_server):
     before = (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count())
     with pytest.raises(DeploymentInvalid, match="cannot reach the deployment"):
-        register(f"http://127.0.0.1:{free_port()}")
+        deployment_register(name="agents-bad", url=f"http://127.0.0.1:{free_port()}", api_key="",
+                            routes=[GraphRoute(graph="hitl")])
     with pytest.raises(DeploymentInvalid, match=r"has no assistant or graph 'nope' \(its graphs: fanout, hitl\)"):
         deployment_register(name="agents-bad", url=langgraph_server.url, api_key="", routes=[GraphRoute(graph="nope")])
     with pytest.raises(DeploymentInvalid, match="url: Enter a valid URL"):
         deployment_register(name="agents-bad", url="ftp://x", api_key="", routes=[GraphRoute(graph="hitl")])
     with pytest.raises(DeploymentInvalid, match="team: no team 'ghosts'"):
-        register(langgraph_server.url, team="ghosts")
+        deployment_register(name="agents-bad", url=langgraph_server.url, api_key="",
+                            routes=[GraphRoute(graph="hitl", team="ghosts")])
     assert (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count()) == before
 
 
@@ -108,8 +148,8 @@ def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resu
 ):
     url = langgraph_server.url
     bob = make_moderator("bob")
-    register(url)
-    thread_id = agent_run(url, "hitl", metadata={"requested_by": "bob"}, to="team@example.com")
+    agents = register(url)
+    thread_id = agent_run(url, agents.hitl, metadata={"requested_by": "bob"}, to="team@example.com")
     sweep()
     [item] = items_of(thread_id)
     sweep()
@@ -134,8 +174,8 @@ def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resu
 @pytest.mark.django_db
 def test_parallel_interrupts_make_an_item_each_and_a_later_round_makes_new_ones(langgraph_server, alice, decide, sweep):
     url = langgraph_server.url
-    register(url)
-    thread_id = agent_run(url, "fanout")
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
     sweep()
     news, sports = sorted(items_of(thread_id), key=lambda i: i.title)
     assert (news.title, sports.title) == ("fanout: Publish the news post?", "fanout: Publish the sports post?")
@@ -155,28 +195,31 @@ def test_parallel_interrupts_make_an_item_each_and_a_later_round_makes_new_ones(
 @pytest.mark.django_db
 def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_moderator_is_told(langgraph_server, alice, decide, sweep):
     url = langgraph_server.url
-    deployment, _ = register(url)
-    thread_id = agent_run(url, "hitl")
+    agents = register(url)
+    deployment = agents.deployment
+    thread_id = agent_run(url, agents.hitl)
     sweep()
     [item] = items_of(thread_id)
     interrupt_id = item.graph_input["external"]["interrupt_id"]
-    sdk(url).runs.wait(thread_id, "hitl", command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
-    sweep()
+    sdk(url).runs.wait(thread_id, agents.hitl, command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
+    with item_page(item) as told_live:
+        sweep()
+    assert (told_live["status"], told_live["winner"]) == ("withdrawn", deployment.client.user.username)
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user,
                                                                   RESOLVED_OUTSIDE)
     assert item.applied_result["remote"]["resolved"] == RESOLVED_OUTSIDE
     told = decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert not told.won and told.winner == deployment.client.user.username
-    assert RESOLVED_OUTSIDE in told.message()
+    assert told.message().startswith(f"Already withdrawn by {deployment.client.user.username}")
     assert resumes_of(url, thread_id) == (1, 1)  # only Studio's
 
 
 @pytest.mark.django_db
 def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(langgraph_server, alice, decide, sweep):
     gate = PortGate(langgraph_server.url)
-    register(gate.url)
-    thread_id = agent_run(langgraph_server.url, "hitl")
+    agents = register(gate.url, server_url=langgraph_server.url)
+    thread_id = agent_run(langgraph_server.url, agents.hitl)
     sweep()
     [item] = items_of(thread_id)
     gate.close()

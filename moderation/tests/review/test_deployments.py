@@ -11,22 +11,17 @@ direct resume, which the server accepts twice and answers both with 200.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
-from langgraph_sdk import get_sync_client
 
-from moderation.graphs.remote import Connection, remote_counts
-from moderation.lab.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.waits import progress_wait
+from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
 from moderation.records.events import item_group
-from moderation.models import ApiClient, ApplyState, AttemptOutcome, DecisionAttempt, Deployment, ItemStatus, QueueItem
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import (
@@ -37,59 +32,17 @@ from moderation.review.deployments import (
     deployments_sweep,
 )
 from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.tests.deployments_support import (
+    agent_run,
+    edit_to,
+    items_of,
+    register,
+    remote_outcome,
+    resumes_of,
+    sdk,
+)
 from moderation.tests.langgraph_server import PortGate, free_port
 
-_names = itertools.count()
-
-
-def sdk(url: str):
-    return get_sync_client(url=url, api_key=None)
-
-
-def agent_run(url: str, graph: str, *, metadata: dict | None = None, webhook: str | None = None, **graph_input) -> str:
-    """What the agent does: a thread of its own, a run to its first interrupt(s); the thread's id."""
-    client = sdk(url)
-    thread_id = client.threads.create(metadata=metadata or {})["thread_id"]
-    client.runs.wait(thread_id, graph, input=graph_input, webhook=webhook)
-    return thread_id
-
-
-@dataclass
-class Agents:
-    """A deployment connected for one test: assistants of its own on the shared server, so the
-    threads other tests left interrupted there are not its business."""
-
-    deployment: Deployment
-    secret: str
-    hitl: str  # assistant ids
-    fanout: str
-
-
-def register(url: str, *, server_url: str | None = None, **route) -> Agents:
-    """Connect ``url`` (the server, or a gate in front of it) with a new assistant of each graph."""
-    client = sdk(server_url or url)
-    hitl, fanout = (client.assistants.create(graph_id=g)["assistant_id"] for g in ("hitl", "fanout"))
-    deployment, secret = deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
-                                             routes=[GraphRoute(graph=hitl, **route), GraphRoute(graph=fanout)])
-    return Agents(deployment=deployment, secret=secret, hitl=hitl, fanout=fanout)
-
-
-def items_of(thread_id: str) -> list[QueueItem]:
-    return list(QueueItem.objects.filter(graph_input__external__thread_id=thread_id).order_by("id"))
-
-
-def edit_to(name: str) -> list[dict]:
-    return [{"type": "edit", "edited_action": {"name": "send_email", "args": {"to": f"{name}@example.com"}}}]
-
-
-def remote_outcome(url: str, thread_id: str):
-    return sdk(url).threads.get_state(thread_id)["values"].get("outcome")
-
-
-def resumes_of(url: str, thread_id: str) -> tuple[int, int]:
-    """(runs after the first, checkpoints after the first interrupt): a resume that took effect adds one of each."""
-    runs, checkpoints = remote_counts(connection=Connection(url=url), thread_id=thread_id)
-    return runs - 1, checkpoints - 2
 
 
 @contextmanager
@@ -239,3 +192,21 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
     assert item.apply_state == ApplyState.IDLE and item.applied_result["remote"]["resumed"]
     assert remote_outcome(langgraph_server.url, thread_id) == {"decisions": edit_to("alice")}
     assert resumes_of(langgraph_server.url, thread_id) == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(langgraph_server, live_server, client):
+    url = langgraph_server.url
+    agents = register(url)
+    path = deployment_webhook_path(deployment=agents.deployment, secret=agents.secret)
+    thread_id = agent_run(url, agents.hitl, webhook=live_server.url + path)  # LangGraph Server calls it after the run
+    found = progress_wait(lambda: len(items_of(thread_id)), done=lambda n: n == 1, stall=60)
+    assert found == 1 and items_of(thread_id)[0].status == ItemStatus.PENDING
+    other = agent_run(url, agents.hitl)
+    wrong = path.replace("token=", "token=x")
+    answer = client.post(wrong, {"thread_id": other}, content_type="application/json")
+    assert answer.status_code == 404 and answer.json()["error"] == "not_found"
+    assert client.post(path, "{", content_type="application/json").json()["error"] == "invalid_json"
+    assert items_of(other) == []
+    answer = client.post(path, {"thread_id": other}, content_type="application/json")
+    assert answer.status_code == 200 and answer.json() == {"items": [str(items_of(other)[0].public_id)]}

@@ -57,13 +57,12 @@ def deployment_resume(*, deployment: Deployment, item: QueueItem, asks: list[Rev
     external = item.graph_input["external"]
     thread_id, interrupt_id = external["thread_id"], external["interrupt_id"]
     decided = [a for a in asks if a.status == AskStatus.DECIDED]
-    connection = deployment_connection(deployment)
-    with thread_resume_lock(f"langgraph:{deployment.pk}:{thread_id}", timeout=settings.APPLY_LOCK_TIMEOUT):
-        thread = remote_thread_read(connection=connection, thread_id=thread_id)
-        resumed = False
-        if decided:
-            value = ask_resume_langchain(spec=AskSpec.from_payload(decided[0].payload), decisions=decided[0].decisions)
-            thread, resumed = _resume_once(connection=connection, thread=thread, interrupt_id=interrupt_id, value=value)
+    value = None
+    if decided:
+        value = ask_resume_langchain(spec=AskSpec.from_payload(decided[0].payload), decisions=decided[0].decisions)
+    thread, resumed = remote_resume_once(connection=deployment_connection(deployment), lock=f"langgraph:{deployment.pk}",
+                                         thread_id=thread_id, interrupt_id=interrupt_id, value=value,
+                                         resume=bool(decided))
     outcome: dict[str, Any] = {"thread_id": thread_id, "interrupt_id": interrupt_id, "thread_status": thread.status,
                                "resumed": resumed}
     if not resumed:
@@ -76,8 +75,19 @@ def deployment_resume(*, deployment: Deployment, item: QueueItem, asks: list[Rev
     return outcome
 
 
+def remote_resume_once(
+    *, connection: Connection, lock: str, thread_id: str, interrupt_id: str, value: Any, resume: bool = True,
+) -> tuple[RemoteThread, bool]:
+    """Under the thread's resume lock (named ``lock:thread_id``), resume ``interrupt_id`` with ``value`` if the
+    thread still waits on it; (the thread after, whether this call resumed it). ``resume=False``: only read it."""
+    with thread_resume_lock(f"{lock}:{thread_id}", timeout=settings.APPLY_LOCK_TIMEOUT):
+        thread = remote_thread_read(connection=connection, thread_id=thread_id)
+        if not resume:
+            return thread, False
+        return _resume_once(connection=connection, thread=thread, interrupt_id=interrupt_id, value=value)
+
+
 def _resume_once(*, connection: Connection, thread: RemoteThread, interrupt_id: str, value: Any) -> tuple[RemoteThread, bool]:
-    """Resume ``interrupt_id`` if the thread still waits on it; (the thread after, whether we resumed it)."""
     while True:
         if thread.status != "busy" and interrupt_id not in {i.interrupt_id for i in thread.interrupts}:
             return thread, False

@@ -11,6 +11,7 @@ direct resume, which the server accepts twice and answers both with 200.
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +19,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
 
 from moderation.lab.waits import progress_wait
 from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
@@ -210,3 +212,35 @@ def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(lan
     assert items_of(other) == []
     answer = client.post(path, {"thread_id": other}, content_type="application/json")
     assert answer.status_code == 200 and answer.json() == {"items": [str(items_of(other)[0].public_id)]}
+
+
+@pytest.mark.django_db
+def test_the_admin_registers_a_deployment_checked_with_it_and_never_shows_its_key(langgraph_server, admin_client):
+    form = {"name": "support-agents", "url": f"http://127.0.0.1:{free_port()}", "api_key": "lsv2-secret-key",
+            "routes": "hitl\nfanout", "policy": ""}
+    refused = admin_client.post("/admin/moderation/deployment/add/", form)
+    assert refused.status_code == 200 and "cannot reach the deployment" in refused.content.decode()
+    assert not Deployment.objects.exists()
+    added = admin_client.post("/admin/moderation/deployment/add/", {**form, "url": langgraph_server.url}, follow=True)
+    deployment = Deployment.objects.get(name="support-agents")
+    assert "/api/v1/deployments/support-agents/webhook?token=" in added.content.decode()
+    assert deployment.api_key == "lsv2-secret-key" and set(deployment.graphs) == {"hitl", "fanout"}
+    page = admin_client.get(f"/admin/moderation/deployment/{deployment.pk}/change/").content.decode()
+    assert "lsv2-secret-key" not in page and "support-agents" in page
+
+
+@pytest.mark.django_db
+def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(langgraph_server, monkeypatch):
+    monkeypatch.setenv("AGENTS_KEY", "lsv2-command-key")
+    with pytest.raises(CommandError, match="cannot reach the deployment"):
+        call_command("deployment_add", "cmd-agents", "--url", f"http://127.0.0.1:{free_port()}", "--graph", "hitl")
+    assert not Deployment.objects.exists()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("deployment_add", "cmd-agents", "--url", langgraph_server.url, "--api-key-env", "AGENTS_KEY",
+                 "--graph", "hitl", "--graph", "fanout", "--base-url", "https://rq.example.com", stdout=out, stderr=err)
+    assert out.getvalue().startswith("https://rq.example.com/api/v1/deployments/cmd-agents/webhook?token=")
+    assert Deployment.objects.get(name="cmd-agents").api_key == "lsv2-command-key"
+    listed = io.StringIO()
+    call_command("deployment_list", stdout=listed)
+    assert listed.getvalue().startswith(f"cmd-agents\t{langgraph_server.url}\tactive\tkey set\tgraphs: hitl→any team, fanout")
+    assert "lsv2-command-key" not in listed.getvalue() + err.getvalue()

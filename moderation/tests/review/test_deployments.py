@@ -171,7 +171,9 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
 
 
 @pytest.mark.django_db
-def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(langgraph_server, alice, decide, sweep):
+def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(
+    langgraph_server, alice, decide, sweep, client,
+):
     gate = PortGate(langgraph_server.url)
     agents = register(gate.url, server_url=langgraph_server.url)
     thread_id = agent_run(langgraph_server.url, agents.hitl)
@@ -186,6 +188,9 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
         assert item_apply(item_id=item.pk).startswith("retrying")  # the queued retry, still down
         item.refresh_from_db()
         assert item.applied_result["tries"] == 2
+        client.force_login(alice)
+        page = client.get(f"/items/{item.public_id}/").content.decode()
+        assert "applying…" in page and "could not take it yet (try 2)" in page
     finally:
         gate.open()
     assert item_apply(item_id=item.pk).startswith("resumed 1")
@@ -194,6 +199,8 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
     assert item.apply_state == ApplyState.IDLE and item.applied_result["remote"]["resumed"]
     assert remote_outcome(langgraph_server.url, thread_id) == {"decisions": edit_to("alice")}
     assert resumes_of(langgraph_server.url, thread_id) == (1, 1)
+    page = client.get(f"/items/{item.public_id}/").content.decode()
+    assert "The agent's thread is <strong>idle</strong>, resumed with this decision." in page
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,6 +8,9 @@
   per interrupt (an interrupt with two items is a ``double_start`` to the checker, its graph
   started twice). Negative control: a naive discoverer that checks for the item and then
   creates it, both workers past the check before either creates.
+
+The two guarded races run in the PostgreSQL pass too (its advisory resume lock and its
+unique constraint, where SQLite has a file lock).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def in_threads(targets: list) -> None:
         t.join()
 
 
+@pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
 def test_three_moderators_racing_one_remote_decision_resume_its_thread_once(langgraph_server, make_moderator):
     url = langgraph_server.url
@@ -75,6 +79,7 @@ def test_three_moderators_racing_one_remote_decision_resume_its_thread_once(lang
     assert (runs, resumes) == (1, 1)
 
 
+@pytest.mark.django_db(transaction=True)  # the resume lock is an advisory lock on PostgreSQL
 def test_naive_direct_resumes_are_all_told_they_won_and_the_guarded_path_tells_the_truth(langgraph_server):
     """The negative control and the guarded resume side by side, as ``manage.py racelab --langgraph-url`` runs them."""
     naive = remote_race(url=langgraph_server.url, assistant="hitl", reviewers=MODERATORS, mode="naive")
@@ -94,6 +99,7 @@ def _discovery_final(thread_ids: list[str]) -> dict[str, FinalItem]:
     return {key: FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n) for key, n in made.items()}
 
 
+@pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
 def test_a_webhook_and_a_sweep_racing_in_two_workers_make_one_item_per_interrupt(langgraph_server):
     url = langgraph_server.url

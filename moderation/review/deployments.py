@@ -193,6 +193,11 @@ def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[Sub
         except IdempotencyConflict:
             # Made already from another reading (the deployment's mapping changed in between): it stays as made.
             continue
+        except ValidationError as exc:
+            # This interrupt cannot be an item (its requested_by names nobody here, say); the others still are.
+            logger.warning("deployment %s, thread %s, interrupt %s: not queued: %s", deployment.name,
+                           thread.thread_id, interrupt.interrupt_id, "; ".join(exc.messages))
+            continue
     outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return items
 

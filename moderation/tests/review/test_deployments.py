@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
@@ -203,15 +205,28 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
     assert "The agent's thread is <strong>idle</strong>, resumed with this decision." in page
 
 
+def doc_agent_snippet(*, deployment_url: str, webhook_url: str) -> str:
+    """The agent's code of "Connect a LangGraph deployment" (step 2), with this test's URLs."""
+    doc = (settings.BASE_DIR / "docs" / "integrators" / "langgraph-deployments.md").read_text()
+    [code] = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    code = re.sub(r'^deployment_url = ".*"$', f"deployment_url = {deployment_url!r}", code, flags=re.M)
+    return re.sub(r'^webhook_url = ".*$', f"webhook_url = {webhook_url!r}", code, flags=re.M)
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(langgraph_server, live_server, client):
+def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
+    langgraph_server, live_server, client, make_moderator,
+):
     url = langgraph_server.url
-    agents = register(url)
-    path = deployment_webhook_path(deployment=agents.deployment, secret=agents.secret)
-    thread_id = agent_run(url, agents.hitl, webhook=live_server.url + path)  # LangGraph Server calls it after the run
-    found = progress_wait(lambda: len(items_of(thread_id)), done=lambda n: n == 1, stall=60)
-    assert found == 1 and items_of(thread_id)[0].status == ItemStatus.PENDING
-    other = agent_run(url, agents.hitl)
+    bob = make_moderator("bob")
+    deployment, secret = deployment_register(name="my-agents", url=url, api_key="", routes=[GraphRoute(graph="hitl")])
+    path = deployment_webhook_path(deployment=deployment, secret=secret)
+    agent: dict = {}
+    exec(doc_agent_snippet(deployment_url=url, webhook_url=live_server.url + path), agent)  # the docs' agent code
+    thread_id = agent["thread"]["thread_id"]
+    found = progress_wait(lambda: len(items_of(thread_id)), done=lambda n: n == 1, stall=60)  # LangGraph Server calls it
+    assert found == 1 and items_of(thread_id)[0].requested_by == bob
+    other = agent_run(url, "hitl")
     wrong = path.replace("token=", "token=x")
     answer = client.post(wrong, {"thread_id": other}, content_type="application/json")
     assert answer.status_code == 404 and answer.json()["error"] == "not_found"

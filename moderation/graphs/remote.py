@@ -10,13 +10,15 @@ one sent after the first finished is answered 200 with the first one's state.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from langgraph_sdk.errors import APIConnectionError, APIStatusError, AuthenticationError, PermissionDeniedError
+from langgraph_sdk.errors import APIConnectionError, AuthenticationError, PermissionDeniedError
 
 # Seconds to connect; a resume's run may take as long as the agent's next steps.
 CONNECT_TIMEOUT = 5.0
@@ -71,30 +73,22 @@ class Connection:
         ))
 
 
-def _calling(what: str):
-    """Translate the SDK's and httpx's errors into ours: unreachable (retry) or refused (don't)."""
-
-    class _Translate:
-        def __enter__(self) -> None:
-            return None
-
-        def __exit__(self, kind, exc, tb) -> bool:
-            if exc is None:
-                return False
-            if isinstance(exc, (APIConnectionError, httpx.TransportError)):
-                raise RemoteUnavailable(f"{what}: cannot reach the deployment: {exc}") from exc
-            if isinstance(exc, (AuthenticationError, PermissionDeniedError)):
-                raise RemoteRefused(f"{what}: the deployment refused the API key ({exc.status_code})") from exc
-            if isinstance(exc, (APIStatusError, httpx.HTTPStatusError)):
-                status = exc.response.status_code
-                if status == 409:
-                    raise RemoteBusy(f"{what}: a run is in flight on the thread") from exc
-                if status >= 500 or status == 429:
-                    raise RemoteUnavailable(f"{what}: the deployment answered {status}") from exc
-                raise RemoteRefused(f"{what}: the deployment answered {status}: {_detail(exc)}") from exc
-            return False
-
-    return _Translate()
+@contextmanager
+def _calling(what: str) -> Iterator[None]:
+    """Translate the SDK's and httpx's errors into ours: unreachable (try again later), busy (409) or refused."""
+    try:
+        yield
+    except (APIConnectionError, httpx.TransportError) as exc:
+        raise RemoteUnavailable(f"{what}: cannot reach the deployment: {exc}") from exc
+    except (AuthenticationError, PermissionDeniedError) as exc:
+        raise RemoteRefused(f"{what}: the deployment refused the API key ({exc.status_code})") from exc
+    except httpx.HTTPStatusError as exc:  # the SDK's APIStatusError is one
+        status = exc.response.status_code
+        if status == 409:
+            raise RemoteBusy(f"{what}: a run is in flight on the thread") from exc
+        if status >= 500 or status == 429:
+            raise RemoteUnavailable(f"{what}: the deployment answered {status}") from exc
+        raise RemoteRefused(f"{what}: the deployment answered {status}: {_detail(exc)}") from exc
 
 
 def _detail(exc: Exception) -> str:

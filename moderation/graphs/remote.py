@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from langgraph_sdk.errors import APIConnectionError, AuthenticationError, PermissionDeniedError
+from langgraph_sdk.errors import APIConnectionError, AuthenticationError, NotFoundError, PermissionDeniedError
 
 # Seconds to connect; a resume's run may take as long as the agent's next steps.
 CONNECT_TIMEOUT = 5.0
@@ -48,7 +48,7 @@ class RemoteInterrupt:
 @dataclass(frozen=True)
 class RemoteThread:
     thread_id: str
-    status: str  # idle, busy, interrupted, error
+    status: str  # idle, busy, interrupted, error; or deleted
     graph_id: str
     metadata: dict[str, Any]
     interrupts: list[RemoteInterrupt] = field(default_factory=list)
@@ -137,7 +137,11 @@ def remote_interrupted(*, connection: Connection, match: dict[str, str]) -> list
 def remote_thread_read(*, connection: Connection, thread_id: str) -> RemoteThread:
     """The thread now: its status, the interrupts it waits on and the error of its last run, if any."""
     with connection.client(timeout=60.0) as client, _calling("reading the thread"):
-        thread = client.threads.get(thread_id)
+        try:
+            thread = client.threads.get(thread_id)
+        except NotFoundError:
+            # Deleted: it waits on nothing any more.
+            return RemoteThread(thread_id=thread_id, status="deleted", graph_id="", metadata={})
         error = None
         if thread["status"] == "error":
             state = client.threads.get_state(thread_id)

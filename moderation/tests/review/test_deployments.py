@@ -154,10 +154,11 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
     url = langgraph_server.url
     agents = register(url)
     deployment = agents.deployment
-    thread_id = agent_run(url, agents.hitl)
+    thread_id, deleted = agent_run(url, agents.hitl), agent_run(url, agents.hitl)
     sweep()
     [item] = items_of(thread_id)
     interrupt_id = item.graph_input["external"]["interrupt_id"]
+    sdk(url).threads.delete(deleted)
     sdk(url).runs.wait(thread_id, agents.hitl, command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
     with item_page(item) as told_live:
         sweep()
@@ -166,6 +167,7 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
     assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user,
                                                                   RESOLVED_OUTSIDE)
     assert item.applied_result["remote"]["resolved"] == RESOLVED_OUTSIDE
+    assert [i.status for i in items_of(deleted)] == [ItemStatus.WITHDRAWN]  # a deleted thread waits on nothing
     told = decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     assert not told.won and told.winner == deployment.client.user.username
     assert told.message().startswith(f"Already withdrawn by {deployment.client.user.username}")

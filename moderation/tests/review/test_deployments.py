@@ -22,11 +22,13 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django_tasks.base import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 
 from moderation.lab.waits import progress_wait
 from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
 from moderation.records.events import item_group
-from moderation.review.apply import item_apply
+from moderation.review.apply import item_apply, item_apply_task
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import (
     DeploymentInvalid,
@@ -189,6 +191,8 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
         item.refresh_from_db()
         assert (item.status, item.apply_state) == (ItemStatus.EDITED, ApplyState.APPLYING)
         assert item.applied_result["state"] == "applying" and "cannot reach" in item.applied_result["error"]
+        [retry] = DBTaskResult.objects.filter(task_path=item_apply_task.module_path, args_kwargs__args__0=item.pk)
+        assert retry.status == TaskResultStatus.READY and retry.run_after > retry.enqueued_at  # after a backoff
         assert item_apply(item_id=item.pk).startswith("retrying")  # the queued retry, still down
         item.refresh_from_db()
         assert item.applied_result["tries"] == 2

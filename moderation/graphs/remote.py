@@ -171,6 +171,19 @@ def remote_resume(*, connection: Connection, thread: RemoteThread, answers: dict
                          raise_error=False)
 
 
+def remote_thread_start(*, connection: Connection, assistant: str, graph_input: dict[str, Any]) -> str:
+    """A new thread run with ``graph_input`` until it ends or pauses; its id (the race lab plays an agent with it)."""
+    with connection.client() as client, _calling("starting a thread"):
+        thread_id = client.threads.create()["thread_id"]
+        client.runs.wait(thread_id, assistant, input=graph_input)
+    return str(thread_id)
+
+
+def remote_values(*, connection: Connection, thread_id: str) -> dict[str, Any]:
+    with connection.client(timeout=60.0) as client, _calling("reading the thread's state"):
+        return client.threads.get_state(thread_id)["values"] or {}
+
+
 def remote_counts(*, connection: Connection, thread_id: str) -> tuple[int, int]:
     """How many runs the thread has had, and how many checkpoints it holds (for the tests and the race lab)."""
     with connection.client(timeout=60.0) as client, _calling("counting the thread's runs"):

@@ -27,6 +27,8 @@ from moderation.graphs.remote import (
     remote_counts,
     remote_resume,
     remote_thread_read,
+    remote_thread_start,
+    remote_values,
 )
 from moderation.lab.history import Anomaly, FinalItem, HistoryRecorder, history_check
 from moderation.lab.worker import BARRIER_TIMEOUT
@@ -70,9 +72,7 @@ def naive_resume(*, connection: Connection, thread_id: str, interrupt_id: str, v
 def remote_race(*, url: str, assistant: str, reviewers: list[str], mode: str) -> RemoteRaceReport:
     """Start a thread of ``assistant`` to its interrupt, release ``reviewers`` onto it together, judge."""
     connection = Connection(url=url)
-    with connection.client() as client:
-        thread_id = client.threads.create()["thread_id"]
-        client.runs.wait(thread_id, assistant, input={})
+    thread_id = remote_thread_start(connection=connection, assistant=assistant, graph_input={})
     interrupt_id = remote_thread_read(connection=connection, thread_id=thread_id).interrupts[0].interrupt_id
     history = HistoryRecorder()
     barrier = threading.Barrier(len(reviewers))
@@ -109,8 +109,7 @@ def remote_race(*, url: str, assistant: str, reviewers: list[str], mode: str) ->
 
 
 def _winner(connection: Connection, thread_id: str) -> str | None:
-    with connection.client() as client:
-        outcome = client.threads.get_state(thread_id)["values"].get("outcome")
+    outcome = remote_values(connection=connection, thread_id=thread_id).get("outcome")
     try:
         return outcome["decisions"][0]["message"]
     except (TypeError, KeyError, IndexError):

@@ -18,7 +18,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,12 +77,25 @@ lint-imports: install
 # (a SQLite file named by pid; PostgreSQL's named by worker) and, in the PostgreSQL pass,
 # its own Redis database and channel prefix (conftest.py).
 TEST_WORKERS ?= 2
-test-sqlite: install e2e-browser prometheus
+test-sqlite: install e2e-browser prometheus langgraph-venv
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile
 
-test-postgres: install prometheus
+test-postgres: install prometheus langgraph-venv
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile
+
+# The LangGraph deployment tests run a real LangGraph Server (`langgraph dev`, in-memory runtime)
+# from its own virtualenv: langgraph-cli's pins differ from ours. Under var/, outside the folder
+# it serves (moderation/tests/langgraph_app), which it would otherwise watch and reload forever.
+LANGGRAPH_VENV := var/langgraph-venv
+LANGGRAPH_CLI := langgraph-cli[inmem]==0.4.40
+$(LANGGRAPH_VENV)/.installed:
+	$(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LANGGRAPH_VENV)/bin/python -m pip install --quiet "$(LANGGRAPH_CLI)"
+	@touch $@
+
+langgraph-venv: $(LANGGRAPH_VENV)/.installed
 
 # The e2e tests drive Chromium: Playwright's own where installed, else Debian's
 # (installed here when running as root), or whichever E2E_CHROMIUM names.

@@ -21,12 +21,14 @@ from moderation.models import (
     ApiToken,
     AuditLedgerEntry,
     DecisionAttempt,
+    Deployment,
     QueueItem,
     ReasonCode,
 )
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
+from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployment_webhook_path
 from moderation.review.items import (
     ItemNotEditable,
     item_body_check,
@@ -355,3 +357,70 @@ class TeamAdmin(admin.ModelAdmin):
                 team_member_add(team=form.instance, user=data["user"])
             elif inline_form.instance.pk and data.get("remove") and inline_form.instance.removed_at is None:
                 team_member_remove(team=form.instance, user=inline_form.instance.user)
+
+
+# --- LangGraph deployments (moderation.review.deployments) ------------------------------
+
+
+class DeploymentAddForm(forms.ModelForm):
+    """Registration: checked with the deployment (URL, key, graphs) once the form is otherwise valid, so a bad
+    one is a form error and nothing is created. The API key is write-only: never rendered back."""
+
+    url = forms.URLField(assume_scheme="https", max_length=500)
+    api_key = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
+                              help_text="Sent as x-api-key; leave empty for a deployment without one.")
+    routes = forms.CharField(
+        label="Graphs", widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One graph id or assistant id a line, optionally with the team that decides it: hitl=support",
+    )
+    policy = forms.JSONField(required=False, help_text='The approval policy of its items, e.g. {"approvals": 2}')
+
+    class Meta:
+        model = Deployment
+        fields = ["name", "url"]
+
+    def _post_clean(self):
+        super()._post_clean()  # the model's own checks (a taken name) first
+        if self.errors:
+            return
+        data = self.cleaned_data
+        routes = []
+        for line in filter(None, (line.strip() for line in data["routes"].splitlines())):
+            graph, _, team = line.partition("=")
+            routes.append(GraphRoute(graph=graph.strip(), team=team.strip() or None, policy=data.get("policy") or None))
+        try:
+            self.registered = deployment_register(name=data["name"], url=data["url"], api_key=data["api_key"],
+                                                  routes=routes)
+        except DeploymentInvalid as exc:
+            self.add_error(None, str(exc))
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(admin.ModelAdmin):
+    list_display = ["name", "url", "is_active", "swept_at", "sweep_error"]
+    list_filter = ["is_active"]
+    # Never the API key or the webhook secret's digest.
+    fields = ["name", "url", "graphs", "is_active", "client", "created_at", "swept_at", "sweep_error"]
+    readonly_fields = ["name", "url", "graphs", "client", "created_at", "swept_at", "sweep_error"]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = DeploymentAddForm
+            kwargs["fields"] = ["name", "url", "api_key", "routes", "policy"]
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return self.fields if obj is not None else ["name", "url", "api_key", "routes", "policy"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        deployment, secret = form.registered  # made by the form's checks, after the deployment said yes
+        obj.pk = deployment.pk
+        path = deployment_webhook_path(deployment=deployment, secret=secret)
+        self.message_user(request, f"Connected {deployment.name}. Its webhook URL for the agent's runs (webhook=...), "
+                                   f"shown only now: {request.build_absolute_uri(path)}", messages.WARNING)

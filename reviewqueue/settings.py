@@ -355,6 +355,12 @@ APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
 # A decision still unapplied (or a queued item still not started) this long after it was
 # made is queued again by the sweep.
 APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
+# LangGraph deployments (moderation.review.deployments): a resume their server could not take is
+# tried again after REMOTE_RETRY_BASE seconds, doubling up to REMOTE_RETRY_MAX (with jitter); every
+# worker sweeps their interrupted threads every LANGGRAPH_SWEEP_INTERVAL seconds, for what no webhook told.
+REMOTE_RETRY_BASE = float(os.environ.get("REMOTE_RETRY_BASE", "2"))
+REMOTE_RETRY_MAX = float(os.environ.get("REMOTE_RETRY_MAX", "300"))
+LANGGRAPH_SWEEP_INTERVAL = float(os.environ.get("LANGGRAPH_SWEEP_INTERVAL", "30"))
 # An edit's arguments, as JSON.
 DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))
 # One webhook attempt's whole time (seconds): resolving, connecting, sending and reading

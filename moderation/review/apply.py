@@ -34,6 +34,7 @@ whose graph was left so. What a node killed half-way may run twice is in
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -64,6 +65,8 @@ from moderation.policies.rules import policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
+from moderation.graphs.remote import RemoteUnavailable
+from moderation.review.remote import deployment_of_item, deployment_resume
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +102,8 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
 
     ``retry_failed`` also runs on an item whose graph failed after a decision (``recover``).
     """
-    item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
+    item = QueueItem.objects.filter(pk=item_id).only(
+        "thread_id", "graph", "apply_state", "submitted_by", "graph_input", "applied_result").first()
     if item is None:
         return "gone"
     if not graph_loaded(name=item.graph):
@@ -116,7 +120,7 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
             if not asks:
                 break
             done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
-            if done[-1].startswith("failed"):
+            if done[-1].startswith(("failed", "retrying")):
                 break
     return "; ".join(done) or "nothing to apply"
 
@@ -144,6 +148,9 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         before = graph_state_read(name=name, thread_id=thread_id)
         waiting = {p.interrupt_id for p in before.asks}
         answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
+        deployment = deployment_of_item(item=item) if answers else None
+        # A LangGraph deployment's interrupt: its thread there first, then this item's own pass-through thread.
+        remote = deployment_resume(deployment=deployment, item=item, asks=asks) if deployment else None
         if answers:
             graph_resume(name=name, thread_id=thread_id, answers=answers)
         elif before.stalled or (retry_failed and before.error):
@@ -151,6 +158,8 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
             graph_continue(name=name, thread_id=thread_id)
         fault_point("after_resume", item_key=thread_id)
         after = graph_state_read(name=name, thread_id=thread_id)
+    except RemoteUnavailable as exc:
+        return _retry_later(item=item, error=str(exc))
     except Exception as exc:
         logger.exception("applying item %s failed", item.pk)
         return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
@@ -159,7 +168,7 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
     return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
-                   values=after.values, resumed=len(answers))
+                   values=after.values, resumed=len(answers), remote=remote)
 
 
 def _not_settled(state: GraphState) -> str:
@@ -177,7 +186,10 @@ def _resume_value(ask: ReviewAsk) -> Any:
     return ask_resume_value(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, meta=meta)
 
 
-def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finished: bool, values: dict, resumed: int) -> str:
+def _record(
+    *, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finished: bool, values: dict, resumed: int,
+    remote: dict | None = None,
+) -> str:
     now = timezone.now()
     with events.events_held(), transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
@@ -195,6 +207,8 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
             item.applied_result = applied_result_build(state=AppliedState.ASKED_AGAIN, values=values, asks=len(asked))
             if new:
                 _asks_open(item=item, asked=new)
+        if remote is not None:
+            item.applied_result["remote"] = remote
         item.apply_state = ApplyState.IDLE
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])
@@ -237,6 +251,25 @@ def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
     item.review_request = asked[0].spec.as_payload()
     # The caller saves the row in this transaction.
     counts_apply(before=before, after=item_counted(item))
+
+
+def _retry_later(*, item: QueueItem, error: str) -> str:
+    """The deployment could not be reached: the decision stays recorded, unapplied, APPLYING; its apply
+    is queued again after a backoff (``REMOTE_RETRY_BASE`` doubling, up to ``REMOTE_RETRY_MAX`` seconds)."""
+    error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
+    with events.events_held(), transaction.atomic():
+        row = QueueItem.objects.select_for_update().get(pk=item.pk)
+        tries = int(row.applied_result.get("tries", 0)) + 1 if row.applied_result.get("state") == "applying" else 1
+        row.applied_result = {"state": "applying", "tries": tries, "error": error}
+        row.save(update_fields=["applied_result"])
+        ceiling = min(settings.REMOTE_RETRY_MAX, settings.REMOTE_RETRY_BASE * 2 ** (tries - 1))
+        run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
+        item_apply_task.using(run_after=run_after).enqueue(item.pk)
+        snapshot = _snapshot(row)
+        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+    logger.warning("item %s: its deployment is unreachable (try %d), trying again at %s: %s", item.pk, tries,
+                   run_after.isoformat(), error)
+    return f"retrying: {error}"
 
 
 def _record_failure(*, item_id: int, error: str) -> str:

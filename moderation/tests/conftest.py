@@ -89,3 +89,18 @@ def make_asking_item(db, test_graphs):
                            graph_input=graph_input)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def langgraph_server(tmp_path_factory):
+    """One real LangGraph Server (``langgraph dev``) for the session's tests; see ``moderation.tests.langgraph_server``."""
+    from moderation.tests.langgraph_server import LangGraphServer
+    from moderation.tests.real_server import service_missing
+
+    server = LangGraphServer(tmp_path_factory.mktemp("langgraph"))
+    try:
+        server.start()
+    except RuntimeError as exc:
+        service_missing(str(exc))
+    yield server
+    server.stop()

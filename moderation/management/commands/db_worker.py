@@ -19,7 +19,8 @@ not reclaim it); the sweep, in a thread of every worker, queues again what such 
 left undone: webhook deliveries whose lease ran out, decisions not yet applied and
 items not yet started.
 Another thread fires the deadlines of overdue asks (``moderation.review.deadlines``) every
-``DEADLINE_SWEEP_INTERVAL`` seconds.
+``DEADLINE_SWEEP_INTERVAL`` seconds, and one more finds the interrupts of the LangGraph
+deployments (``moderation.review.deployments``) every ``LANGGRAPH_SWEEP_INTERVAL`` seconds.
 """
 
 import logging
@@ -36,6 +37,7 @@ from django_tasks_db.management.commands.db_worker import Command as DbWorkerCom
 from moderation.records.metrics import metrics_worker_serve
 from moderation.review.apply import applies_sweep
 from moderation.review.deadlines import deadlines_sweep
+from moderation.review.deployments import deployments_sweep
 from moderation.review.starts import starts_sweep
 from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
@@ -74,6 +76,8 @@ class Command(DbWorkerCommand):
                          args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
                          args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
+        threading.Thread(target=_sweep_forever, name="langgraph-sweep", daemon=True,
+                         args=((deployments_sweep,), settings.LANGGRAPH_SWEEP_INTERVAL)).start()
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
         lanes = _delivery_lanes_start(options) if _delivery_lane_wanted(options) else []
         try:

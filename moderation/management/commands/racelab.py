@@ -5,7 +5,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from moderation.graphs.registry import DEFAULT_GRAPH
+from moderation.graphs.remote import RemoteRefused, RemoteUnavailable
 from moderation.lab.chart import CHART_FORMATS
+from moderation.lab.remote_race import MODES, remote_race
 from moderation.lab.runner import LabConfigError, lab_config_build
 from moderation.lab.store import LabBusy, lab_run_recorded
 from moderation.lab.strategies import STRATEGIES
@@ -50,10 +52,19 @@ class Command(BaseCommand):
         parser.add_argument("--deadline", metavar="SECONDS",
                             help="the raced items' deadline, e.g. 1s; the deadline then races the reviewers")
         parser.add_argument("--on-deadline", metavar="ACTION", help="approve, reject (default) or escalate")
+        parser.add_argument(
+            "--langgraph-url", metavar="URL",
+            help="instead: race the naive direct resume against this LangGraph Server beside the guarded path "
+                 "(moderation.lab.remote_race); its --langgraph-assistant keeps its resume value in 'outcome'",
+        )
+        parser.add_argument("--langgraph-assistant", default="hitl", metavar="ID",
+                            help="the graph or assistant raced with --langgraph-url (default hitl)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables; no progress bar")
         parser.add_argument("--chart", type=Path, metavar="PATH", help="also write the chart to PATH (.png or .svg)")
 
     def handle(self, *args, **options):
+        if options["langgraph_url"]:
+            return self._remote(options)
         chart = options["chart"]
         if chart is not None:
             if chart.suffix.lower() not in CHART_FORMATS:
@@ -129,3 +140,16 @@ class Command(BaseCommand):
         )
         if chart is not None:
             self.stdout.write(f"Chart written to {chart}")
+
+    def _remote(self, options):
+        reviewers = [f"reviewer{n + 1}" for n in range(options["reviewers"])]
+        try:
+            reports = [remote_race(url=options["langgraph_url"], assistant=options["langgraph_assistant"],
+                                   reviewers=reviewers, mode=mode) for mode in MODES]
+        except (RemoteUnavailable, RemoteRefused) as exc:
+            raise CommandError(str(exc)) from None
+        if options["json"]:
+            self.stdout.write(json.dumps([{**vars(r), "anomalies": [str(a) for a in r.anomalies]} for r in reports]))
+            return
+        for report in reports:
+            self.stdout.write(report.summary())

@@ -233,6 +233,13 @@ def test_bad_options_are_refused_before_anything_runs(args, message):
         call_command("racelab", *args)
 
 
+def test_a_langgraph_race_against_a_server_that_is_not_there_is_refused():
+    from moderation.tests.langgraph_server import free_port
+
+    with pytest.raises(CommandError, match="cannot reach the deployment"):
+        call_command("racelab", "--langgraph-url", f"http://127.0.0.1:{free_port()}")
+
+
 def test_only_one_lab_run_at_a_time(monkeypatch):
     monkeypatch.setattr(store, "LOCK_WAIT_S", 0.0)
     with store.lab_lock():

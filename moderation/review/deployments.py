@@ -1,0 +1,248 @@
+"""LangGraph Server deployments: their interrupts become asks, and each decision resumes its thread once.
+
+Registration (``deployment_register``) proves the URL, the API key and the graphs with the
+SDK before it writes anything: a bad one is ``DeploymentInvalid`` and creates nothing.
+
+Discovery. Each interrupt a deployment's thread waits on becomes one item of the built-in
+pass-through graph (``moderation.graphs.passthrough``), submitted as an ask by the
+deployment's own service client with ``external`` = the thread and interrupt ids, so its
+key is ``<thread id>:<interrupt id>`` (``moderation.review.submissions``): the database
+allows one item per key and client, and two discoverers of one interrupt (a webhook and a
+sweep, two workers) share one local thread and make one item. Parallel interrupts make one
+item each; a later round's interrupts are new ids, so new items. ``requested_by`` is the
+thread's metadata's (four eyes). Found by the run's webhook (``deployment_webhook``,
+verified by the secret in its URL) and by the worker's sweep (``deployments_sweep``).
+
+An interrupt the thread no longer waits on while its item is still undecided was resumed
+elsewhere (Studio, the agent's own code): the item is withdrawn through the guard by the
+deployment's account, with the note ``RESOLVED_OUTSIDE``, so whoever was deciding it loses
+and is told, as for any withdrawal.
+
+Resume: ``moderation.review.remote``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from moderation.graphs.remote import (
+    Connection,
+    RemoteRefused,
+    RemoteThread,
+    RemoteUnavailable,
+    remote_graphs_resolve,
+    remote_interrupted,
+    remote_thread_read,
+)
+from moderation.models import ApiClient, Deployment, ItemStatus, QueueItem, Team
+from moderation.policies.rules import PolicyInvalid, policy_parse
+from moderation.review.decisions import item_withdraw
+from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection
+from moderation.review.submissions import IdempotencyConflict, Submission, SubmitResult, item_submit
+
+logger = logging.getLogger(__name__)
+
+TITLE_MAX = 200
+
+
+class DeploymentInvalid(Exception):
+    """A registration refused, with why; nothing was created."""
+
+
+@dataclass(frozen=True)
+class GraphRoute:
+    graph: str  # a graph id or an assistant id of the deployment
+    team: str | None = None
+    policy: dict[str, Any] | None = None
+
+
+def deployment_register(*, name: str, url: str, api_key: str, routes: list[GraphRoute]) -> tuple[Deployment, str]:
+    """Check everything, then create the deployment and its service client; returns (deployment, webhook secret).
+
+    The secret is in the webhook URL the agent's runs name (``deployment_webhook_path``);
+    only its SHA-256 is kept, so this is the one time it is seen. DeploymentInvalid, and
+    nothing created, for a taken or malformed name, a malformed URL, an unknown team, a bad
+    policy, and whatever the deployment says no to (unreachable, the key refused, a graph
+    or assistant it does not serve).
+    """
+    _local_check(name=name, url=url, api_key=api_key, routes=routes)
+    try:
+        matches = remote_graphs_resolve(connection=Connection(url=url, api_key=api_key), names=[r.graph for r in routes])
+    except (RemoteUnavailable, RemoteRefused) as exc:
+        raise DeploymentInvalid(str(exc)) from None
+    mapping = {r.graph: {"match": matches[r.graph], "team": r.team, "policy": r.policy or {}} for r in routes}
+    secret = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        user = get_user_model()(username=f"langgraph.{name}")
+        user.set_unusable_password()
+        user.save()
+        client = ApiClient.objects.create(name=f"langgraph.{name}", user=user, scopes=[])
+        deployment = Deployment.objects.create(name=name, url=url, api_key=api_key, graphs=mapping, client=client,
+                                               webhook_digest=_digest(secret))
+    return deployment, secret
+
+
+def _local_check(*, name: str, url: str, api_key: str, routes: list[GraphRoute]) -> None:
+    try:
+        Deployment(name=name, url=url, api_key=api_key, graphs={}, webhook_digest="x").full_clean(exclude=["client", "graphs"])
+    except ValidationError as exc:
+        raise DeploymentInvalid("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+    if ApiClient.objects.filter(name=f"langgraph.{name}").exists() or \
+            get_user_model().objects.filter(username=f"langgraph.{name}").exists():
+        raise DeploymentInvalid(f"name: the account langgraph.{name} already exists")
+    if not routes:
+        raise DeploymentInvalid("graphs: name at least one graph or assistant of the deployment")
+    for route in routes:
+        if route.team and not Team.objects.filter(slug=route.team).exists():
+            raise DeploymentInvalid(f"team: no team {route.team!r}")
+        try:
+            policy_parse(route.policy or {})
+        except PolicyInvalid as exc:
+            raise DeploymentInvalid(f"policy: {exc}") from None
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def deployment_webhook_path(*, deployment: Deployment, secret: str) -> str:
+    return f"/api/v1/deployments/{deployment.name}/webhook?token={secret}"
+
+
+def deployment_verify(*, name: str, token: str) -> Deployment | None:
+    """The active deployment the webhook secret belongs to, or None (compared in constant time)."""
+    deployment = Deployment.objects.filter(name=name, is_active=True).select_related("client").first()
+    expected = deployment.webhook_digest if deployment is not None else "0" * 64
+    matches = hmac.compare_digest(_digest(token or ""), expected)
+    return deployment if matches and deployment is not None else None
+
+
+def deployment_webhook(*, deployment: Deployment, payload: Any) -> list[SubmitResult]:
+    """A run of the deployment ended: discover its thread (read from the deployment, not from the payload)."""
+    thread_id = payload.get("thread_id") if isinstance(payload, dict) else None
+    if not isinstance(thread_id, str) or not thread_id or len(thread_id) > 128:
+        raise ValidationError({"thread_id": "the webhook's body names no thread_id"})
+    thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
+    if _route(deployment=deployment, thread=thread) is None:
+        return []  # a run of a graph this deployment's connection does not review
+    return thread_discover(deployment=deployment, thread=thread)
+
+
+def _route(*, deployment: Deployment, thread: RemoteThread) -> dict[str, Any] | None:
+    """The deployment's route for the thread: its assistant's, else its graph's; None if neither is reviewed."""
+    for key in ("assistant_id", "graph_id"):
+        route = deployment.graphs.get(str(thread.metadata.get(key, "")))
+        if route is not None and route.get("match", "graph_id") == key:
+            return route
+    return None
+
+
+def deployments_sweep() -> int:
+    """Discover every interrupt of every active deployment; return how many items it made. Each
+    deployment's trouble is logged and kept on its row (``sweep_error``), never stops the others."""
+    made = 0
+    for deployment in Deployment.objects.filter(is_active=True).select_related("client"):
+        error = ""
+        try:
+            made += deployment_sweep(deployment=deployment)
+        except (RemoteUnavailable, RemoteRefused) as exc:
+            error = str(exc)[:500]
+            logger.warning("sweep of deployment %s: %s", deployment.name, error)
+        Deployment.objects.filter(pk=deployment.pk).update(swept_at=timezone.now(), sweep_error=error)
+    return made
+
+
+def deployment_sweep(*, deployment: Deployment) -> int:
+    connection = deployment_connection(deployment)
+    made, seen = 0, set()
+    for name, route in deployment.graphs.items():
+        for thread in remote_interrupted(connection=connection, match={route.get("match", "graph_id"): name}):
+            seen.add(thread.thread_id)
+            made += sum(1 for found in thread_discover(deployment=deployment, thread=thread) if found.created)
+    # Threads with undecided items that no longer wait at an interrupt at all: resolved elsewhere.
+    for thread_id in _undecided_threads(deployment=deployment) - seen:
+        outside_resolutions_withdraw(deployment=deployment,
+                                     thread=remote_thread_read(connection=connection, thread_id=thread_id))
+    return made
+
+
+def _undecided_threads(*, deployment: Deployment) -> set[str]:
+    rows = QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING).values_list(
+        "graph_input", flat=True)
+    return {(row.get("external") or {}).get("thread_id") for row in rows} - {None}
+
+
+def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[SubmitResult]:
+    """One item per interrupt the thread waits on (made, or the one already made); withdraw what it no longer waits on."""
+    items = []
+    for interrupt in thread.interrupts:
+        try:
+            items.append(_interrupt_submit(deployment=deployment, thread=thread, interrupt_id=interrupt.interrupt_id,
+                                           value=interrupt.value))
+        except IdempotencyConflict:
+            # Made already from another reading (the deployment's mapping changed in between): it stays as made.
+            continue
+        except ValidationError as exc:
+            # This interrupt cannot be an item (its requested_by names nobody here, say); the others still are.
+            logger.warning("deployment %s, thread %s, interrupt %s: not queued: %s", deployment.name,
+                           thread.thread_id, interrupt.interrupt_id, "; ".join(exc.messages))
+            continue
+    outside_resolutions_withdraw(deployment=deployment, thread=thread)
+    return items
+
+
+def _interrupt_submit(*, deployment: Deployment, thread: RemoteThread, interrupt_id: str, value: Any) -> SubmitResult:
+    route = _route(deployment=deployment, thread=thread) or {}
+    requested_by = thread.metadata.get("requested_by")
+    title = f"{thread.graph_id}: {_summary(value)}"[:TITLE_MAX]
+    submission = Submission(
+        title=title, body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
+        source=f"langgraph:{deployment.name}"[:100], team=route.get("team"), policy=route.get("policy") or None,
+        requested_by=requested_by if isinstance(requested_by, str) and requested_by else None,
+        ask=value, external={"thread_id": thread.thread_id, "interrupt_id": interrupt_id},
+    )
+    return item_submit(client=deployment.client, submission=submission)
+
+
+def _summary(value: Any) -> str:
+    if isinstance(value, dict):
+        actions = value.get("action_requests")
+        if isinstance(actions, list) and actions and isinstance(actions[0], dict):
+            first = actions[0]
+            return str(first.get("description") or first.get("name") or "an action")
+        for key in ("question", "description", "message", "title"):
+            if isinstance(value.get(key), str) and value[key]:
+                return value[key]
+    if isinstance(value, str) and value:
+        return value
+    return json.dumps(value, ensure_ascii=False)[:120]
+
+
+def outside_resolutions_withdraw(*, deployment: Deployment, thread: RemoteThread) -> int:
+    """Withdraw the undecided items of ``thread`` whose interrupt it no longer waits on; how many.
+
+    Through the guard, as the deployment's account: a moderator deciding at that moment either
+    wins first (then the apply finds the interrupt gone and records so) or loses and is told.
+    A thread with a run in flight is left for the next look: its interrupts are not yet final.
+    """
+    if thread.status == "busy":
+        return 0
+    waiting = {i.interrupt_id for i in thread.interrupts}
+    withdrawn = 0
+    for item in QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING,
+                                         graph_input__external__thread_id=thread.thread_id):
+        if item.graph_input["external"]["interrupt_id"] not in waiting:
+            withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user,
+                                       reason=RESOLVED_OUTSIDE).won
+    return withdrawn

@@ -1,0 +1,139 @@
+"""Races on a LangGraph deployment's interrupts, against a real LangGraph Server, judged by the history checker.
+
+- Three moderators deciding one remote ask at once: one decision wins, the thread is
+  resumed once (the server's own count of runs and checkpoints). Negative control: three
+  naive direct resumes of the same kind of thread, which the server takes as one resume and
+  three successes (``moderation.lab.remote_race``).
+- A webhook and a sweep discovering the same interrupts in two workers at once: one item
+  per interrupt (an interrupt with two items is a ``double_start`` to the checker, its graph
+  started twice). Negative control: a naive discoverer that checks for the item and then
+  creates it, both workers past the check before either creates.
+
+The two guarded races run in the PostgreSQL pass too (its advisory resume lock and its
+unique constraint, where SQLite has a file lock).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from moderation.graphs.remote import remote_thread_read
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.remote_race import remote_race
+from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
+from moderation.review.decisions import item_decide
+from moderation.review.deployments import deployment_sweep, deployment_webhook
+from moderation.review.items import item_create
+from moderation.review.remote import deployment_connection
+from moderation.tests.deployments_support import agent_run, edit_to, items_of, register, remote_outcome, resumes_of
+
+MODERATORS = ["mod_a", "mod_b", "mod_c"]
+
+
+def in_threads(targets: list) -> None:
+    """Run each callable in a thread of its own, released together; each closes its own connection."""
+    barrier = threading.Barrier(len(targets))
+
+    def run(target) -> None:
+        try:
+            barrier.wait(timeout=120)
+            target()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_three_moderators_racing_one_remote_decision_resume_its_thread_once(langgraph_server, make_moderator):
+    url = langgraph_server.url
+    agents = register(url)
+    users = [make_moderator(name) for name in MODERATORS]
+    thread_id = agent_run(url, agents.hitl)
+    deployment_sweep(deployment=agents.deployment)
+    [item] = items_of(thread_id)
+    history = HistoryRecorder()
+
+    def moderator(user):
+        def decide() -> None:
+            op = history.invoke(reviewer=user.username, item=thread_id, decision="edit")
+            # The winner's apply (inline here) resumes the remote thread after the guard's commit.
+            outcome = item_decide(item_public_id=item.public_id, reviewer=user, decisions=edit_to(user.username))
+            history.complete(op, completion="ok" if outcome.won else "fail", told_winner=outcome.winner)
+        return decide
+
+    in_threads([moderator(user) for user in users])
+    winner = remote_outcome(url, thread_id)["decisions"][0]["edited_action"]["args"]["to"].split("@")[0]
+    runs, resumes = resumes_of(url, thread_id)
+    final = FinalItem(winner=winner, resumes=resumes, decision="edit",
+                      winning_attempts=DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count())
+    assert history_check(ops=history.ops, final={thread_id: final}) == []
+    assert (runs, resumes) == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)  # the resume lock is an advisory lock on PostgreSQL
+def test_naive_direct_resumes_are_all_told_they_won_and_the_guarded_path_tells_the_truth(langgraph_server):
+    """The negative control and the guarded resume side by side, as ``manage.py racelab --langgraph-url`` runs them."""
+    naive = remote_race(url=langgraph_server.url, assistant="hitl", reviewers=MODERATORS, mode="naive")
+    assert naive.told_won == sorted(MODERATORS) and naive.resumes == 1 and naive.runs == 1 + len(MODERATORS)
+    assert {a.kind for a in naive.anomalies} == {"multiple_winners", "lost_decision"}
+    guarded = remote_race(url=langgraph_server.url, assistant="hitl", reviewers=MODERATORS, mode="guarded")
+    assert guarded.anomalies == [] and guarded.told_won == [guarded.winner] and (guarded.runs, guarded.resumes) == (2, 1)
+
+
+def _discovery_final(thread_ids: list[str]) -> dict[str, FinalItem]:
+    """Per interrupt: how many items were made for it (the checker's ``starts``: two is a double start)."""
+    made: dict[str, int] = {}
+    for item in QueueItem.objects.filter(graph_input__external__thread_id__in=thread_ids):
+        external = item.graph_input["external"]
+        key = f"{external['thread_id']}:{external['interrupt_id']}"
+        made[key] = made.get(key, 0) + 1
+    return {key: FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n) for key, n in made.items()}
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_and_a_sweep_racing_in_two_workers_make_one_item_per_interrupt(langgraph_server):
+    url = langgraph_server.url
+    agents = register(url)
+    deployment = agents.deployment
+    thread_ids = [agent_run(url, agents.hitl), agent_run(url, agents.hitl), agent_run(url, agents.fanout)]
+
+    def webhooks() -> None:
+        for thread_id in thread_ids:
+            deployment_webhook(deployment=deployment, payload={"thread_id": thread_id})
+
+    in_threads([webhooks, lambda: deployment_sweep(deployment=deployment)])
+    final = _discovery_final(thread_ids)
+    assert len(final) == 4  # two HITL requests, two parallel interrupts
+    assert history_check(ops=[], final=final) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_naive_discovery_racing_in_two_workers_makes_two_items_of_one_interrupt(langgraph_server):
+    """Negative control: check for the interrupt's item, then create it, without the key the database holds."""
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.hitl)
+    [interrupt] = remote_thread_read(connection=deployment_connection(agents.deployment), thread_id=thread_id).interrupts
+    both_checked = threading.Barrier(2)
+
+    def naive_discover() -> None:
+        external = {"thread_id": thread_id, "interrupt_id": interrupt.interrupt_id}
+        known = QueueItem.objects.filter(graph_input__external=external).exists()
+        both_checked.wait(timeout=60)
+        if not known:
+            item_create(title="naive", body="naive", source="naive", graph="ask",
+                        graph_input={"ask": interrupt.value, "external": external})
+
+    in_threads([naive_discover, naive_discover])
+    anomalies = history_check(ops=[], final=_discovery_final([thread_id]))
+    assert [a.kind for a in anomalies] == ["double_start"]

@@ -1,0 +1,273 @@
+"""LangGraph deployments against a real LangGraph Server (``langgraph dev``, ``moderation/tests/langgraph_app``).
+
+Registration, discovery by sweep and by the run's real webhook, four eyes from the thread's
+metadata, parallel interrupts and a later round, an interrupt resumed elsewhere (withdrawn,
+the moderator told), the server unreachable mid-apply. The races (webhook against sweep in
+two workers; three moderators on one decision) are judged by the history checker against
+the server's own count of runs and checkpoints, beside the negative control: the naive
+direct resume, which the server accepts twice and answers both with 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django_tasks.base import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
+
+from moderation.lab.waits import progress_wait
+from moderation.tests.docs_examples import block_find
+from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
+from moderation.records.events import item_group
+from moderation.review.apply import item_apply, item_apply_task
+from moderation.review.decisions import item_decide
+from moderation.review.deployments import (
+    DeploymentInvalid,
+    GraphRoute,
+    deployment_register,
+    deployment_webhook_path,
+    deployments_sweep,
+)
+from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.tests.deployments_support import (
+    agent_run,
+    edit_to,
+    items_of,
+    register,
+    remote_outcome,
+    resumes_of,
+    sdk,
+)
+from moderation.tests.langgraph_server import PortGate, free_port
+
+
+
+@contextmanager
+def item_page(item: QueueItem) -> Iterator[dict]:
+    """An open page of the item (its live group on the channel layer); yields the ``item.decided`` it is sent."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(item_group(str(item.public_id)), channel)
+    told: dict = {}
+    yield told
+
+    async def decided() -> dict:
+        while (message := await asyncio.wait_for(layer.receive(channel), 30))["type"] != "item.decided":
+            pass
+        return message
+    told.update(async_to_sync(decided)())
+
+
+@pytest.fixture
+def decide(django_capture_on_commit_callbacks):
+    """``item_decide``, then what its commit sets off (the apply) run, as the worker would."""
+    def run(**kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return item_decide(**kwargs)
+    return run
+
+
+@pytest.fixture
+def sweep(django_capture_on_commit_callbacks):
+    """``deployments_sweep``, then what its commits set off (a withdrawal's apply)."""
+    def run():
+        with django_capture_on_commit_callbacks(execute=True):
+            return deployments_sweep()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_server):
+    before = (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count())
+    with pytest.raises(DeploymentInvalid, match="cannot reach the deployment"):
+        deployment_register(name="agents-bad", url=f"http://127.0.0.1:{free_port()}", api_key="",
+                            routes=[GraphRoute(graph="hitl")])
+    with pytest.raises(DeploymentInvalid, match=r"has no assistant or graph 'nope' \(its graphs: fanout, hitl\)"):
+        deployment_register(name="agents-bad", url=langgraph_server.url, api_key="", routes=[GraphRoute(graph="nope")])
+    with pytest.raises(DeploymentInvalid, match="url: Enter a valid URL"):
+        deployment_register(name="agents-bad", url="ftp://x", api_key="", routes=[GraphRoute(graph="hitl")])
+    with pytest.raises(DeploymentInvalid, match="team: no team 'ghosts'"):
+        deployment_register(name="agents-bad", url=langgraph_server.url, api_key="",
+                            routes=[GraphRoute(graph="hitl", team="ghosts")])
+    assert (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count()) == before
+
+
+@pytest.mark.django_db
+def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resumes_the_thread_once(
+    langgraph_server, alice, make_moderator, decide, sweep,
+):
+    url = langgraph_server.url
+    bob = make_moderator("bob")
+    agents = register(url)
+    thread_id = agent_run(url, agents.hitl, metadata={"requested_by": "bob"}, to="team@example.com")
+    sweep()
+    [item] = items_of(thread_id)
+    sweep()
+    assert items_of(thread_id) == [item]  # found again: the same item
+    assert (item.requested_by, item.status, item.graph) == (bob, ItemStatus.PENDING, "ask")
+    [ask] = item.asks.all()
+    assert ask.payload["action_requests"][0]["args"] == {"to": "team@example.com"}
+    assert item.title == "hitl: Send the weekly report"
+    with pytest.raises(Exception, match="requested"):
+        decide(item_public_id=item.public_id, reviewer=bob, decision="approve")  # four eyes
+    outcome = decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice"))
+    assert outcome.won
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.IDLE
+    assert item.applied_result["remote"] == {"thread_id": thread_id, "interrupt_id": ask.payload and
+                                             item.graph_input["external"]["interrupt_id"],
+                                             "thread_status": "idle", "resumed": True}
+    assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
+    assert resumes_of(url, thread_id) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_parallel_interrupts_make_an_item_each_and_a_later_round_makes_new_ones(langgraph_server, alice, decide, sweep):
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
+    sweep()
+    news, sports = sorted(items_of(thread_id), key=lambda i: i.title)
+    assert (news.title, sports.title) == ("fanout: Publish the news post?", "fanout: Publish the sports post?")
+    decide(item_public_id=news.public_id, reviewer=alice, decision="approve")
+    news.refresh_from_db()
+    assert news.applied_result["remote"]["asks_next"] == 1  # sports still waits
+    decide(item_public_id=sports.public_id, reviewer=alice, decision="reject")
+    sweep()
+    [*_, confirm] = items_of(thread_id)
+    assert confirm.title == "fanout: Send the newsletter now?" and confirm.status == ItemStatus.PENDING
+    decide(item_public_id=confirm.public_id, reviewer=alice, decision="approve")
+    state = sdk(url).threads.get_state(thread_id)
+    assert state["next"] == [] and state["values"]["final"]["type"] == "approve"
+    assert sorted(a for d in state["values"]["answers"] for a in d) == ["news", "sports"]
+
+
+@pytest.mark.django_db
+def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_moderator_is_told(langgraph_server, alice, decide, sweep):
+    url = langgraph_server.url
+    agents = register(url)
+    deployment = agents.deployment
+    thread_id, deleted = agent_run(url, agents.hitl), agent_run(url, agents.hitl)
+    sweep()
+    [item] = items_of(thread_id)
+    interrupt_id = item.graph_input["external"]["interrupt_id"]
+    sdk(url).threads.delete(deleted)
+    sdk(url).runs.wait(thread_id, agents.hitl, command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
+    with item_page(item) as told_live:
+        sweep()
+    assert (told_live["status"], told_live["winner"]) == ("withdrawn", deployment.client.user.username)
+    item.refresh_from_db()
+    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user,
+                                                                  RESOLVED_OUTSIDE)
+    assert item.applied_result["remote"]["resolved"] == RESOLVED_OUTSIDE
+    assert [i.status for i in items_of(deleted)] == [ItemStatus.WITHDRAWN]  # a deleted thread waits on nothing
+    told = decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
+    assert not told.won and told.winner == deployment.client.user.username
+    assert told.message().startswith(f"Already withdrawn by {deployment.client.user.username}")
+    assert resumes_of(url, thread_id) == (1, 1)  # only Studio's
+
+
+@pytest.mark.django_db
+def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(
+    langgraph_server, alice, decide, sweep, client,
+):
+    gate = PortGate(langgraph_server.url)
+    agents = register(gate.url, server_url=langgraph_server.url)
+    thread_id = agent_run(langgraph_server.url, agents.hitl)
+    sweep()
+    [item] = items_of(thread_id)
+    gate.close()
+    try:
+        assert decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice")).won
+        item.refresh_from_db()
+        assert (item.status, item.apply_state) == (ItemStatus.EDITED, ApplyState.APPLYING)
+        assert item.applied_result["state"] == "applying" and "cannot reach" in item.applied_result["error"]
+        [retry] = DBTaskResult.objects.filter(task_path=item_apply_task.module_path, args_kwargs__args__0=item.pk)
+        assert retry.status == TaskResultStatus.READY and retry.run_after > retry.enqueued_at  # after a backoff
+        assert item_apply(item_id=item.pk).startswith("retrying")  # the queued retry, still down
+        item.refresh_from_db()
+        assert item.applied_result["tries"] == 2
+        client.force_login(alice)
+        page = client.get(f"/items/{item.public_id}/").content.decode()
+        assert "applying…" in page and "could not take it yet (try 2)" in page
+    finally:
+        gate.open()
+    assert item_apply(item_id=item.pk).startswith("resumed 1")
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.IDLE and item.applied_result["remote"]["resumed"]
+    assert remote_outcome(langgraph_server.url, thread_id) == {"decisions": edit_to("alice")}
+    assert resumes_of(langgraph_server.url, thread_id) == (1, 1)
+    page = client.get(f"/items/{item.public_id}/").content.decode()
+    assert "The agent's thread is <strong>idle</strong>, resumed with this decision." in page
+
+
+def doc_agent_snippet(*, deployment_url: str, webhook_url: str) -> str:
+    """The agent's code of "Connect a LangGraph deployment" (step 2), with this test's URLs."""
+    code = block_find("integrators/langgraph-deployments.md", "from langgraph_sdk import get_sync_client").code
+    code = re.sub(r'^deployment_url = ".*"$', f"deployment_url = {deployment_url!r}", code, flags=re.M)
+    return re.sub(r'^webhook_url = ".*$', f"webhook_url = {webhook_url!r}", code, flags=re.M)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
+    langgraph_server, live_server, client, make_moderator,
+):
+    url = langgraph_server.url
+    bob = make_moderator("bob")
+    deployment, secret = deployment_register(name="my-agents", url=url, api_key="", routes=[GraphRoute(graph="hitl")])
+    path = deployment_webhook_path(deployment=deployment, secret=secret)
+    agent: dict = {}
+    exec(doc_agent_snippet(deployment_url=url, webhook_url=live_server.url + path), agent)  # the docs' agent code
+    thread_id = agent["thread"]["thread_id"]
+    found = progress_wait(lambda: len(items_of(thread_id)), done=lambda n: n == 1, stall=60)  # LangGraph Server calls it
+    assert found == 1 and items_of(thread_id)[0].requested_by == bob
+    other = agent_run(url, "hitl")
+    wrong = path.replace("token=", "token=x")
+    answer = client.post(wrong, {"thread_id": other}, content_type="application/json")
+    assert answer.status_code == 404 and answer.json()["error"] == "not_found"
+    assert client.post(path, "{", content_type="application/json").json()["error"] == "invalid_json"
+    assert items_of(other) == []
+    answer = client.post(path, {"thread_id": other}, content_type="application/json")
+    assert answer.status_code == 200 and answer.json() == {"items": [str(items_of(other)[0].public_id)]}
+
+
+@pytest.mark.django_db
+def test_the_admin_registers_a_deployment_checked_with_it_and_never_shows_its_key(langgraph_server, admin_client):
+    form = {"name": "support-agents", "url": f"http://127.0.0.1:{free_port()}", "api_key": "lsv2-secret-key",
+            "routes": "hitl\nfanout", "policy": ""}
+    refused = admin_client.post("/admin/moderation/deployment/add/", form)
+    assert refused.status_code == 200 and "cannot reach the deployment" in refused.content.decode()
+    assert not Deployment.objects.exists()
+    added = admin_client.post("/admin/moderation/deployment/add/", {**form, "url": langgraph_server.url}, follow=True)
+    deployment = Deployment.objects.get(name="support-agents")
+    assert "/api/v1/deployments/support-agents/webhook?token=" in added.content.decode()
+    assert deployment.api_key == "lsv2-secret-key" and set(deployment.graphs) == {"hitl", "fanout"}
+    page = admin_client.get(f"/admin/moderation/deployment/{deployment.pk}/change/").content.decode()
+    assert "lsv2-secret-key" not in page and "support-agents" in page
+
+
+@pytest.mark.django_db
+def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(langgraph_server, monkeypatch):
+    monkeypatch.setenv("AGENTS_KEY", "lsv2-command-key")
+    with pytest.raises(CommandError, match="cannot reach the deployment"):
+        call_command("deployment_add", "cmd-agents", "--url", f"http://127.0.0.1:{free_port()}", "--graph", "hitl")
+    assert not Deployment.objects.exists()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("deployment_add", "cmd-agents", "--url", langgraph_server.url, "--api-key-env", "AGENTS_KEY",
+                 "--graph", "hitl", "--graph", "fanout", "--base-url", "https://rq.example.com", stdout=out, stderr=err)
+    assert out.getvalue().startswith("https://rq.example.com/api/v1/deployments/cmd-agents/webhook?token=")
+    assert Deployment.objects.get(name="cmd-agents").api_key == "lsv2-command-key"
+    listed = io.StringIO()
+    call_command("deployment_list", stdout=listed)
+    assert listed.getvalue().startswith(f"cmd-agents\t{langgraph_server.url}\tactive\tkey set\tgraphs: hitl→any team, fanout")
+    assert "lsv2-command-key" not in listed.getvalue() + err.getvalue()

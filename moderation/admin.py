@@ -140,8 +140,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
     def clean_url(self):
         url = self.cleaned_data["url"]
-        if not url.lower().startswith(("http://", "https://")):
-            raise forms.ValidationError("the URL must start with http:// or https://")
+        webhook_url_check(url)
         return url
 
 

@@ -8,6 +8,7 @@ from django.utils.html import format_html_join
 
 from moderation.api.clients import apiclient_create, token_issue
 from moderation.core.text import text_excerpt
+from moderation.delivery.endpoints import CLIENT_ENDPOINTS_MAX, client_endpoints_full
 from moderation.delivery.models import (
     SUBSCRIBABLE_EVENTS,
     DeliveryAttempt,
@@ -15,6 +16,7 @@ from moderation.delivery.models import (
     WebhookEndpoint,
 )
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
+from moderation.delivery.targets import webhook_url_check
 from moderation.models import (
     ApiClient,
     ApiScope,
@@ -136,31 +138,42 @@ class WebhookEndpointForm(forms.ModelForm):
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["name", "url", "events", "active"]
+        fields = ["name", "owner", "url", "events", "active"]
 
     def clean_url(self):
         url = self.cleaned_data["url"]
         webhook_url_check(url)
         return url
 
+    def clean_owner(self):
+        owner = self.cleaned_data.get("owner")
+        if owner is not None and owner.pk != self.instance.owner_id and client_endpoints_full(client=owner):
+            raise forms.ValidationError(f"{owner} already has {CLIENT_ENDPOINTS_MAX} webhook endpoints, the most a client may have")
+        return owner
+
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     form = WebhookEndpointForm
-    list_display = ["name", "url", "events", "active", "created_at"]
-    list_filter = ["active"]
+    list_display = ["name", "owner", "url", "events", "active", "created_at"]
+    list_filter = ["active", ("owner", admin.EmptyFieldListFilter)]
     actions = ["send_test_ping"]
 
     def get_readonly_fields(self, request, obj=None):
         # Not on the add page: a new instance's default secret is drawn on every render and is
-        # not the one saved. The saved secret is shown once the endpoint exists.
-        return ["secret", "created_at"] if obj is not None else []
+        # not the one saved. An operator's endpoint shows its saved secret once it exists; a
+        # client's only at its creation (the client holds it, as one made over the API).
+        if obj is None:
+            return []
+        return ["created_at"] if obj.owner_id else ["secret", "created_at"]
 
     def get_fieldsets(self, request, obj=None):
         if obj is not None:
             return super().get_fieldsets(request, obj)
-        return [(None, {"fields": ["name", "url", "events", "active"],
-                        "description": "The signing secret is made when you save, and shown then."})]
+        return [(None, {"fields": ["name", "owner", "url", "events", "active"],
+                        "description": "The signing secret is made when you save, and shown then. With an owner, "
+                                       "the endpoint receives only the events of the items that API client submitted; "
+                                       "without, every item's."})]
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

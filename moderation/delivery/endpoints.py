@@ -51,7 +51,7 @@ def client_endpoint_create(
     events = _events_clean(list(SUBSCRIBABLE_EVENTS) if events is None else events)
     with transaction.atomic():
         ApiClient.objects.select_for_update().filter(pk=client.pk).first()
-        if WebhookEndpoint.objects.filter(owner=client).count() >= CLIENT_ENDPOINTS_MAX:
+        if client_endpoints_full(client=client):
             raise EndpointRefused("endpoint_limit", f"a client has at most {CLIENT_ENDPOINTS_MAX} webhook endpoints; "
                                   "remove one first", http_status=409)
         if WebhookEndpoint.objects.filter(owner=client, name=name).exists():
@@ -63,6 +63,11 @@ def client_endpoint_create(
         except IntegrityError:  # the constraint, should the check above ever be bypassed
             raise EndpointRefused("name_taken", f"you already have an endpoint named {name!r}", http_status=409,
                                   field="name") from None
+
+
+def client_endpoints_full(*, client: ApiClient) -> bool:
+    """Whether ``client`` has its ``CLIENT_ENDPOINTS_MAX`` endpoints already."""
+    return WebhookEndpoint.objects.filter(owner=client).count() >= CLIENT_ENDPOINTS_MAX
 
 
 def client_endpoints(*, client: ApiClient) -> list[WebhookEndpoint]:

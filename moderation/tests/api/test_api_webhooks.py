@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
+from django.test import Client
+from reviewqueue_client import ReviewQueue, ReviewQueueError
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.endpoints import CLIENT_ENDPOINTS_MAX
@@ -114,3 +117,29 @@ def test_scopes(scopes, method, status):
 def test_no_token_is_401():
     assert Api(None).get("/webhooks").status_code == 401
     assert Api(None).post("/webhooks", HOOK).status_code == 401
+
+
+def _django_transport() -> httpx.MockTransport:
+    """httpx requests answered by Django's test client: the real routes, in the test's transaction."""
+    django = Client()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in {"host", "content-length", "content-type"}}
+        response = django.generic(request.method, request.url.raw_path.decode(), request.content,
+                                  content_type=request.headers.get("content-type", ""), headers=headers)
+        return httpx.Response(response.status_code, content=response.content, headers=dict(response.items()))
+
+    return httpx.MockTransport(answer)
+
+
+def test_the_client_package_manages_endpoints_against_this_api():
+    _, token = apiclient_create(name="agents", scopes=["items:write", "items:read"])
+    rq = ReviewQueue("http://testserver", token, transport=_django_transport())
+    created = rq.create_webhook(name="prod", url=HOOK["url"], events=["item.decided"])
+    assert created.secret == WebhookEndpoint.objects.get(pk=created.id).secret
+    assert [(e.id, e.secret) for e in rq.webhooks()] == [(created.id, None)]
+    with pytest.raises(ReviewQueueError) as refused:
+        rq.create_webhook(name="lan", url="http://192.168.1.10/")
+    assert (refused.value.status, refused.value.code) == (422, "url_refused")
+    rq.delete_webhook(created.id)
+    assert rq.webhooks() == []

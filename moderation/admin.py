@@ -25,10 +25,13 @@ from moderation.models import (
     DecisionAttempt,
     QueueItem,
     ReasonCode,
+    ReasonOffer,
+    ReasonRule,
 )
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
+from moderation.records.reasons import reason_codes_active
 from moderation.review.items import (
     ItemNotEditable,
     item_body_check,
@@ -343,12 +346,45 @@ class TeamMembershipInline(admin.TabularInline):
     can_delete = False
 
 
+class ReasonRuleForm(forms.ModelForm):
+    codes = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="With \u201conly the codes listed\u201d: the codes offered.")
+
+    class Meta:
+        model = ReasonRule
+        fields = ["graph", "offer", "codes", "required"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["codes"].choices = [(c.code, c.label) for c in reason_codes_active()]
+
+    def clean(self):
+        cleaned = super().clean()
+        offer = cleaned.get("offer")
+        if offer == ReasonOffer.LISTED and not cleaned.get("codes"):
+            self.add_error("codes", "tick the codes this rule offers")
+        if offer != ReasonOffer.LISTED:
+            cleaned["codes"] = []
+        if offer == ReasonOffer.NONE and cleaned.get("required"):
+            self.add_error("required", "a rule that offers no codes cannot require one")
+        return cleaned
+
+
+class ReasonRuleInline(admin.TabularInline):
+    """The team's reason rules (``moderation.records.reasons``): an empty graph is the team's own."""
+
+    model = ReasonRule
+    form = ReasonRuleForm
+    extra = 0
+    verbose_name = "reason rule"
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
     form = TeamForm
     list_display = ["name", "slug", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
                     "member_names"]
-    inlines = [TeamMembershipInline]
+    inlines = [TeamMembershipInline, ReasonRuleInline]
 
     @admin.display(description="members")
     def member_names(self, obj):
@@ -359,6 +395,9 @@ class TeamAdmin(admin.ModelAdmin):
         return construct_change_message(form, [], add)
 
     def save_formset(self, request, form, formset, change):
+        if formset.model is ReasonRule:
+            formset.save()
+            return
         # Through the policies' own functions: an addition reuses a live membership, a
         # removal is stamped under the lock the guard takes (moderation.policies.teams).
         for inline_form in formset.forms:

@@ -25,13 +25,12 @@ from moderation.models import (
     DecisionAttempt,
     QueueItem,
     ReasonCode,
-    ReasonOffer,
     ReasonRule,
 )
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
-from moderation.records.reasons import reason_codes_active
+from moderation.records.reasons import ReasonInvalid, reason_codes_active, reason_rule_check
 from moderation.review.items import (
     ItemNotEditable,
     item_body_check,
@@ -269,6 +268,40 @@ class ApiClientAdmin(admin.ModelAdmin):
                               messages.WARNING)
 
 
+class ReasonRuleForm(forms.ModelForm):
+    codes = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="With \u201conly the codes listed\u201d: the codes offered.")
+
+    class Meta:
+        model = ReasonRule
+        fields = ["team", "graph", "offer", "codes", "required"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["codes"].choices = [(c.code, c.label) for c in reason_codes_active()]
+
+    def clean(self):
+        cleaned = super().clean()
+        if "offer" in cleaned:
+            try:
+                cleaned["codes"] = reason_rule_check(offer=cleaned["offer"], codes=cleaned.get("codes") or [],
+                                                     required=cleaned.get("required", False))
+            except ReasonInvalid as exc:
+                self.add_error(exc.field or None, str(exc))
+        return cleaned
+
+
+@admin.register(ReasonRule)
+class ReasonRuleAdmin(admin.ModelAdmin):
+    """Which codes a team's rejects may name, and whether they must (``moderation.records.reasons``):
+    a rule with an empty graph is the team's own; one with a graph (``ask`` for asks sent over
+    the API) is for the team's items of that graph and goes before it."""
+
+    form = ReasonRuleForm
+    list_display = ["team", "graph", "offer", "codes", "required"]
+    list_filter = ["team", "offer", "required"]
+
+
 @admin.register(ReasonCode)
 class ReasonCodeAdmin(admin.ModelAdmin):
     list_display = ["code", "label", "active", "ordering"]
@@ -346,45 +379,12 @@ class TeamMembershipInline(admin.TabularInline):
     can_delete = False
 
 
-class ReasonRuleForm(forms.ModelForm):
-    codes = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
-                                      help_text="With \u201conly the codes listed\u201d: the codes offered.")
-
-    class Meta:
-        model = ReasonRule
-        fields = ["graph", "offer", "codes", "required"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["codes"].choices = [(c.code, c.label) for c in reason_codes_active()]
-
-    def clean(self):
-        cleaned = super().clean()
-        offer = cleaned.get("offer")
-        if offer == ReasonOffer.LISTED and not cleaned.get("codes"):
-            self.add_error("codes", "tick the codes this rule offers")
-        if offer != ReasonOffer.LISTED:
-            cleaned["codes"] = []
-        if offer == ReasonOffer.NONE and cleaned.get("required"):
-            self.add_error("required", "a rule that offers no codes cannot require one")
-        return cleaned
-
-
-class ReasonRuleInline(admin.TabularInline):
-    """The team's reason rules (``moderation.records.reasons``): an empty graph is the team's own."""
-
-    model = ReasonRule
-    form = ReasonRuleForm
-    extra = 0
-    verbose_name = "reason rule"
-
-
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
     form = TeamForm
     list_display = ["name", "slug", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
                     "member_names"]
-    inlines = [TeamMembershipInline, ReasonRuleInline]
+    inlines = [TeamMembershipInline]
 
     @admin.display(description="members")
     def member_names(self, obj):
@@ -395,9 +395,6 @@ class TeamAdmin(admin.ModelAdmin):
         return construct_change_message(form, [], add)
 
     def save_formset(self, request, form, formset, change):
-        if formset.model is ReasonRule:
-            formset.save()
-            return
         # Through the policies' own functions: an addition reuses a live membership, a
         # removal is stamped under the lock the guard takes (moderation.policies.teams).
         for inline_form in formset.forms:

@@ -40,7 +40,9 @@ GRAPH_MAX_LENGTH = ReasonRule._meta.get_field("graph").max_length
 
 
 class ReasonInvalid(ValueError):
-    pass
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field  # of a rule: which of its fields is wrong
 
 
 @dataclass(frozen=True)
@@ -119,25 +121,29 @@ def reason_rule_save(
     graph = _graph_clean(graph)
     with transaction.atomic():
         rule = ReasonRule.objects.select_for_update().filter(team=team, graph=graph).first() or ReasonRule(team=team, graph=graph)
-        if offer is not None:
-            if offer not in ReasonOffer.values:
-                raise ReasonInvalid(f"offer must be one of {', '.join(ReasonOffer.values)}, not {offer!r}")
-            rule.offer = offer
-        if codes is not None:
-            unknown = sorted(set(codes) - set(ReasonCode.objects.filter(active=True).values_list("code", flat=True)))
-            if unknown:
-                raise ReasonInvalid(f"unknown or retired reason codes: {', '.join(map(repr, unknown))}")
-            rule.codes = list(dict.fromkeys(codes))
-        if rule.offer != ReasonOffer.LISTED:
-            rule.codes = []
-        elif not rule.codes:
-            raise ReasonInvalid("list the codes the rule offers")
-        if required is not None:
-            rule.required = required
-        if rule.offer == ReasonOffer.NONE and rule.required:
-            raise ReasonInvalid("a rule that offers no codes cannot require one")
+        rule.offer = rule.offer if offer is None else offer
+        rule.codes = rule.codes if codes is None else codes
+        rule.required = rule.required if required is None else required
+        rule.codes = reason_rule_check(offer=rule.offer, codes=rule.codes, required=rule.required)
         rule.save()
     return rule
+
+
+def reason_rule_check(*, offer: str, codes: list[str], required: bool) -> list[str]:
+    """The codes a rule of ``offer`` keeps (the listed ones, without repeats; none for another offer);
+    ``ReasonInvalid`` naming the field at fault for a rule that cannot be."""
+    if offer not in ReasonOffer.values:
+        raise ReasonInvalid(f"offer must be one of {', '.join(ReasonOffer.values)}, not {offer!r}", field="offer")
+    if offer == ReasonOffer.NONE and required:
+        raise ReasonInvalid("a rule that offers no codes cannot require one", field="required")
+    if offer != ReasonOffer.LISTED:
+        return []
+    unknown = sorted(set(codes) - set(ReasonCode.objects.filter(active=True).values_list("code", flat=True)))
+    if unknown:
+        raise ReasonInvalid(f"unknown or retired reason codes: {', '.join(map(repr, unknown))}", field="codes")
+    if not codes:
+        raise ReasonInvalid("list the codes the rule offers", field="codes")
+    return list(dict.fromkeys(codes))
 
 
 def reason_rule_delete(*, team: Team, graph: str = "") -> bool:

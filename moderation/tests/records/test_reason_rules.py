@@ -262,20 +262,16 @@ def test_the_team_command_refuses_a_bad_rule_and_changes_nothing(payments, args,
     assert payments.name == "Payments" and not ReasonRule.objects.exists()
 
 
-def _admin_team_form(team, **rule) -> dict:
-    data = {"slug": team.slug, "name": team.name, "approvals": "1", "on_deadline": "", "sources": "[]", "graphs": "[]",
-            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
-            "reason_rules-TOTAL_FORMS": "1", "reason_rules-INITIAL_FORMS": "0"}
-    return {**data, **{f"reason_rules-0-{k}": v for k, v in rule.items()}}
-
-
 def test_the_admin_saves_a_teams_rule_and_refuses_a_bad_one(admin_client, payments):
-    url = f"/admin/moderation/team/{payments.pk}/change/"
-    bad = admin_client.post(url, _admin_team_form(payments, graph="ask", offer="none", required="on"))
+    url = "/admin/moderation/reasonrule/add/"
+    rule = {"team": payments.pk, "graph": "ask"}
+    bad = admin_client.post(url, {**rule, "offer": "none", "required": "on"})
     assert bad.status_code == 200 and "cannot require one" in bad.content.decode()
-    bad = admin_client.post(url, _admin_team_form(payments, graph="ask", offer="listed"))
-    assert "tick the codes this rule offers" in bad.content.decode()
+    bad = admin_client.post(url, {**rule, "offer": "listed"})
+    assert "list the codes the rule offers" in bad.content.decode()
     assert not ReasonRule.objects.exists()
-    saved = admin_client.post(url, _admin_team_form(payments, graph="ask", offer="listed", codes=["other"], required="on"))
+    saved = admin_client.post(url, {**rule, "offer": "listed", "codes": ["other"], "required": "on"})
     assert saved.status_code == 302, saved.content.decode()[:2000]
     assert _resolved(payments.pk, "ask") == (["other"], True, "team payments, graph ask")
+    again = admin_client.post(url, {**rule, "offer": "all"})
+    assert again.status_code == 200 and ReasonRule.objects.count() == 1  # one rule per team and graph

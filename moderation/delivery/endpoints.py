@@ -50,7 +50,7 @@ def client_endpoint_create(
     url = _url_clean(url)
     events = _events_clean(list(SUBSCRIBABLE_EVENTS) if events is None else events)
     with transaction.atomic():
-        ApiClient.objects.select_for_update().filter(pk=client.pk).first()
+        _client_lock(client=client)
         if client_endpoints_full(client=client):
             raise EndpointRefused("endpoint_limit", f"a client has at most {CLIENT_ENDPOINTS_MAX} webhook endpoints; "
                                   "remove one first", http_status=409)
@@ -83,6 +83,11 @@ def client_endpoint_delete(*, client: ApiClient, endpoint_id: int) -> bool:
     """Remove ``client``'s endpoint with its deliveries (pending ones are not sent); False if it has none of that id."""
     deleted, _ = WebhookEndpoint.objects.filter(owner=client, pk=endpoint_id).delete()
     return bool(deleted)
+
+
+def _client_lock(*, client: ApiClient) -> None:
+    """The client's row lock, held to the transaction's end: its creates count and insert one at a time."""
+    ApiClient.objects.select_for_update().filter(pk=client.pk).first()
 
 
 def _name_clean(name: object) -> str:

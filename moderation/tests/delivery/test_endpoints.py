@@ -9,6 +9,7 @@ worker would.
 from __future__ import annotations
 
 import re
+import time
 from io import StringIO
 
 import pytest
@@ -152,3 +153,74 @@ def test_command_refuses_bad_input_and_changes_nothing(args, message):
     with pytest.raises(CommandError, match=re.escape(message)):
         _command(*args)
     assert not WebhookEndpoint.objects.exists()
+
+
+# --- the bound under concurrent creates -------------------------------------------------------
+
+RACE_ROUNDS = 5
+RACERS = 3
+NAIVE_DELAY = 0.05  # the window between counting and inserting that real latency opens
+
+
+def _bound_race(monkeypatch, *, guarded: bool) -> list[tuple[int, int]]:
+    """Per round, (endpoints after it, creates that succeeded): RACERS creates at once for a client
+    one short of its bound. Unguarded: without the client's row lock (the textbook count-then-insert)."""
+    from moderation.delivery import endpoints
+    from moderation.delivery.endpoints import EndpointRefused
+    from moderation.tests.races import race_rounds
+
+    counted = endpoints.client_endpoints_full
+
+    def slow_count(*, client):
+        full = counted(client=client)
+        time.sleep(NAIVE_DELAY)
+        return full
+
+    monkeypatch.setattr(endpoints, "client_endpoints_full", slow_count)
+    if not guarded:
+        monkeypatch.setattr(endpoints, "_client_lock", lambda *, client: None)
+    client, _ = apiclient_create(name="racer", scopes=["items:write"])
+    made: list[list[str]] = [[] for _ in range(RACE_ROUNDS)]
+
+    def before(n: int) -> None:
+        WebhookEndpoint.objects.filter(owner=client).delete()
+        for k in range(CLIENT_ENDPOINTS_MAX - 1):
+            WebhookEndpoint.objects.create(owner=client, name=f"base-{k}", url="https://hooks.example.com/", events=["item.created"])
+
+    def racer(index: int):
+        def create(n: int) -> None:
+            try:
+                client_endpoint_create(client=client, name=f"r{n}-{index}", url="https://hooks.example.com/")
+            except EndpointRefused as exc:
+                assert exc.code == "endpoint_limit", exc
+                return
+            made[n].append(f"r{n}-{index}")
+        return create
+
+    results = []
+
+    def settle(n: int) -> None:
+        if n:
+            results.append((WebhookEndpoint.objects.filter(owner=client).count(), len(made[n - 1])))
+        before(n)
+
+    race_rounds(RACE_ROUNDS, *(racer(i) for i in range(RACERS)), before=settle)
+    results.append((WebhookEndpoint.objects.filter(owner=client).count(), len(made[-1])))
+    return results
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_never_pass_the_bound(monkeypatch):
+    assert _bound_race(monkeypatch, guarded=True) == [(CLIENT_ENDPOINTS_MAX, 1)] * RACE_ROUNDS
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_count_then_insert_without_the_lock_passes_the_bound(monkeypatch):
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's IMMEDIATE transactions serialize every writer: the naive path cannot race there")
+    rounds = _bound_race(monkeypatch, guarded=False)
+    assert any(count > CLIENT_ENDPOINTS_MAX for count, _ in rounds), rounds

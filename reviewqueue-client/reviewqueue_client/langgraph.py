@@ -8,59 +8,37 @@
    under a per-thread lock it re-reads the thread's pending interrupts and resumes only if
    the interrupt is still among them. So a duplicate delivery, a webhook racing a
    long-poll, and a decision for an interrupt the thread no longer waits on are no-ops.
-   Within one process the default lock does; replicas of the agent service need a lock
-   they share (``thread_lock`` takes any ``thread_id -> context manager``: a PostgreSQL
-   advisory lock, a Redis lock, or ``file_thread_lock`` on one host), as they share the
-   checkpointer.
+   The lock is the one the graph's checkpointer lets every process share
+   (``reviewqueue_client.locks.checkpointer_thread_lock``: a lock file beside a SQLite
+   checkpointer, a PostgreSQL advisory lock beside a PostgreSQL one, a lock in this process
+   for an in-memory one), so replicas of the agent service sharing a checkpointer resume
+   once too; ``thread_lock`` takes any other ``thread_id -> context manager`` (a Redis lock).
+3. After a crash or a restart, ``interrupts_reconcile`` forwards again what each thread
+   still waits on (idempotent: the same items come back) and resumes those already decided,
+   through the same check-then-resume: a decision received but never resumed is resumed
+   once, and a redelivery racing the reconcile is a no-op.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.types import Command
 
 from reviewqueue_client.client import Item, ReviewQueue
+from reviewqueue_client.locks import (  # noqa: F401 - the locks, importable from here too
+    ThreadLock,
+    checkpointer_thread_lock,
+    file_thread_lock,
+    local_thread_lock,
+    postgres_thread_lock,
+)
 from reviewqueue_client.webhooks import webhook_verify
 
-ThreadLock = Callable[[str], AbstractContextManager[Any]]
 _TITLE_MAX = 200
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-@contextmanager
-def local_thread_lock(thread_id: str) -> Iterator[None]:
-    """One lock per thread id in this process: enough for a single agent process."""
-    with _locks_guard:
-        lock = _locks.setdefault(thread_id, threading.Lock())
-    with lock:
-        yield
-
-
-def file_thread_lock(directory: str) -> ThreadLock:
-    """A per-thread lock shared by the processes of one host (``flock`` on a file per thread)."""
-    os.makedirs(directory, exist_ok=True)
-
-    @contextmanager
-    def lock(thread_id: str) -> Iterator[None]:
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in thread_id)
-        with open(os.path.join(directory, f"{name}.lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    return lock
 
 
 def _config(thread_id: str) -> dict[str, Any]:
@@ -105,9 +83,12 @@ class Resumed:
 
 
 def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: Any,
-                    thread_lock: ThreadLock = local_thread_lock) -> Resumed:
-    """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt."""
-    with thread_lock(thread_id):
+                    thread_lock: ThreadLock | None = None) -> Resumed:
+    """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt.
+
+    ``thread_lock`` None: the lock the graph's checkpointer shares (``checkpointer_thread_lock``).
+    """
+    with (thread_lock or checkpointer_thread_lock(graph.checkpointer))(thread_id):
         pending = {i.id for i in graph.get_state(_config(thread_id)).interrupts}
         if interrupt_id not in pending:
             return Resumed(resumed=False, thread_id=thread_id, interrupt_id=interrupt_id)
@@ -115,7 +96,7 @@ def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: An
     return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result)
 
 
-def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: ThreadLock = local_thread_lock) -> Resumed:
+def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: ThreadLock | None = None) -> Resumed:
     """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision."""
     external = item.external if isinstance(item, Item) else item.get("external")
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
@@ -126,10 +107,27 @@ def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: Thre
 
 
 def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeout: float,
-                         thread_lock: ThreadLock = local_thread_lock) -> Resumed:
+                         thread_lock: ThreadLock | None = None) -> Resumed:
     """Long-poll the item's decision for up to ``timeout`` seconds and resume its agent with it."""
     item = client.wait(item_id, timeout=timeout)
     return Resumed(resumed=False) if item is None else item_resume(graph, item, thread_lock=thread_lock)
+
+
+def interrupts_reconcile(client: ReviewQueue, graph: Any, *, thread_ids: Iterable[str], source: str,
+                         thread_lock: ThreadLock | None = None, **fields: Any) -> list[Resumed]:
+    """On start-up, for each of ``thread_ids``: forward what it waits on again, and resume it with what is already decided.
+
+    Forwarding is idempotent (the natural key answers with the same items, as they are now),
+    so an ask the agent sent before it died is not asked twice, one it never sent is sent
+    now, and a decision whose webhook it received but never acted on is resumed, once.
+    ``fields`` as in ``interrupts_forward``. One ``Resumed`` per decided item.
+    """
+    done = []
+    for thread_id in thread_ids:
+        for item in interrupts_forward(client, graph, thread_id=thread_id, source=source, **fields):
+            if item.resume is not None:
+                done.append(item_resume(graph, item, thread_lock=thread_lock))
+    return done
 
 
 class WebhookResumer:
@@ -140,7 +138,7 @@ class WebhookResumer:
     reviewqueue stops retrying).
     """
 
-    def __init__(self, graph: Any, *, secret: str, thread_lock: ThreadLock = local_thread_lock) -> None:
+    def __init__(self, graph: Any, *, secret: str, thread_lock: ThreadLock | None = None) -> None:
         self.graph = graph
         self.secret = secret
         self.thread_lock = thread_lock

@@ -28,8 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--source", action="append", default=None, help="an item source of this team (repeatable; replaces the list)")
         parser.add_argument("--graph", action="append", default=None, help="a graph of this team (repeatable; replaces the list)")
         parser.add_argument("--allow-weaker-policies", choices=["on", "off"],
-                            help="let a submitter's policy be weaker than the team's (off: only stricter; README "
-                                 "\"Approval policies\")")
+                            help="let a submitter's policy be weaker than the team's (off: only stricter; "
+                                 "docs/integrators/policies.md)")
         parser.add_argument("--reason-codes", metavar="CODES",
                             help="the reason codes a reject may name: all (every active code), none, or a comma-separated "
                                  "list; for --reason-graph's items, else for the team's")

@@ -8,6 +8,7 @@ from django.utils.html import format_html_join
 
 from moderation.api.clients import apiclient_create, token_issue
 from moderation.core.text import text_excerpt
+from moderation.delivery.endpoints import CLIENT_ENDPOINTS_MAX, client_endpoints_full
 from moderation.delivery.models import (
     SUBSCRIBABLE_EVENTS,
     DeliveryAttempt,
@@ -15,6 +16,7 @@ from moderation.delivery.models import (
     WebhookEndpoint,
 )
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
+from moderation.delivery.targets import webhook_url_check
 from moderation.models import (
     ApiClient,
     ApiScope,
@@ -24,11 +26,13 @@ from moderation.models import (
     Deployment,
     QueueItem,
     ReasonCode,
+    ReasonRule,
 )
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
 from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployment_webhook_path
+from moderation.records.reasons import ReasonInvalid, reason_codes_active, reason_rule_check
 from moderation.review.items import (
     ItemNotEditable,
     item_body_check,
@@ -138,32 +142,42 @@ class WebhookEndpointForm(forms.ModelForm):
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["name", "url", "events", "active"]
+        fields = ["name", "owner", "url", "events", "active"]
 
     def clean_url(self):
         url = self.cleaned_data["url"]
-        if not url.lower().startswith(("http://", "https://")):
-            raise forms.ValidationError("the URL must start with http:// or https://")
+        webhook_url_check(url)
         return url
+
+    def clean_owner(self):
+        owner = self.cleaned_data.get("owner")
+        if owner is not None and owner.pk != self.instance.owner_id and client_endpoints_full(client=owner):
+            raise forms.ValidationError(f"{owner} already has {CLIENT_ENDPOINTS_MAX} webhook endpoints, the most a client may have")
+        return owner
 
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     form = WebhookEndpointForm
-    list_display = ["name", "url", "events", "active", "created_at"]
-    list_filter = ["active"]
+    list_display = ["name", "owner", "url", "events", "active", "created_at"]
+    list_filter = ["active", ("owner", admin.EmptyFieldListFilter)]
     actions = ["send_test_ping"]
 
     def get_readonly_fields(self, request, obj=None):
         # Not on the add page: a new instance's default secret is drawn on every render and is
-        # not the one saved. The saved secret is shown once the endpoint exists.
-        return ["secret", "created_at"] if obj is not None else []
+        # not the one saved. An operator's endpoint shows its saved secret once it exists; a
+        # client's only at its creation (the client holds it, as one made over the API).
+        if obj is None:
+            return []
+        return ["created_at"] if obj.owner_id else ["secret", "created_at"]
 
     def get_fieldsets(self, request, obj=None):
         if obj is not None:
             return super().get_fieldsets(request, obj)
-        return [(None, {"fields": ["name", "url", "events", "active"],
-                        "description": "The signing secret is made when you save, and shown then."})]
+        return [(None, {"fields": ["name", "owner", "url", "events", "active"],
+                        "description": "The signing secret is made when you save, and shown then. With an owner, "
+                                       "the endpoint receives only the events of the items that API client submitted; "
+                                       "without, every item's."})]
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
@@ -254,6 +268,40 @@ class ApiClientAdmin(admin.ModelAdmin):
         for client in queryset:
             self.message_user(request, f"New token for {client.name}, shown only now: {token_issue(client=client)}",
                               messages.WARNING)
+
+
+class ReasonRuleForm(forms.ModelForm):
+    codes = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="With \u201conly the codes listed\u201d: the codes offered.")
+
+    class Meta:
+        model = ReasonRule
+        fields = ["team", "graph", "offer", "codes", "required"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["codes"].choices = [(c.code, c.label) for c in reason_codes_active()]
+
+    def clean(self):
+        cleaned = super().clean()
+        if "offer" in cleaned:
+            try:
+                cleaned["codes"] = reason_rule_check(offer=cleaned["offer"], codes=cleaned.get("codes") or [],
+                                                     required=cleaned.get("required", False))
+            except ReasonInvalid as exc:
+                self.add_error(exc.field or None, str(exc))
+        return cleaned
+
+
+@admin.register(ReasonRule)
+class ReasonRuleAdmin(admin.ModelAdmin):
+    """Which codes a team's rejects may name, and whether they must (``moderation.records.reasons``):
+    a rule with an empty graph is the team's own; one with a graph (``ask`` for asks sent over
+    the API) is for the team's items of that graph and goes before it."""
+
+    form = ReasonRuleForm
+    list_display = ["team", "graph", "offer", "codes", "required"]
+    list_filter = ["team", "offer", "required"]
 
 
 @admin.register(ReasonCode)

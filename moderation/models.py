@@ -326,6 +326,39 @@ class ReasonCode(models.Model):
         return f"{self.code} ({self.label})"
 
 
+class ReasonOffer(models.TextChoices):
+    ALL = "all", "Every active code"
+    LISTED = "listed", "Only the codes listed"
+    NONE = "none", "No codes"
+
+
+class ReasonRule(models.Model):
+    """Which reason codes a reject may name, and whether it must, for one team's items
+    (``graph`` empty) or one team's items of one graph (``moderation.records.reasons``)."""
+
+    team = models.ForeignKey("Team", on_delete=models.CASCADE, related_name="reason_rules")
+    graph = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="A graph name (asks submitted over the API run under \"ask\"); empty: the team's other graphs.",
+    )
+    offer = models.CharField(max_length=8, choices=ReasonOffer.choices, default=ReasonOffer.ALL,
+                             help_text="The codes the reject form offers and a reject may name.")
+    codes = models.JSONField(default=list, blank=True, help_text="With \"only the codes listed\": those codes.")
+    required = models.BooleanField(default=False, help_text="A reject must name one of the codes; its code then "
+                                                            "goes in front of the message the graph receives.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "graph"], name="reason_rule_one_per_team_graph"),
+            models.CheckConstraint(condition=~Q(offer=ReasonOffer.NONE, required=True),
+                                   name="reason_rule_none_not_required"),
+            models.CheckConstraint(condition=Q(offer__in=ReasonOffer.values), name="reason_rule_offer_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.graph or '*'}: {self.offer}{' required' if self.required else ''}"
+
+
 class AttemptOrigin(models.TextChoices):
     """Where an attempt came from."""
 

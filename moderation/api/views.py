@@ -33,7 +33,9 @@ from moderation.api.schemas import (
     OutcomeIn,
     QueryText,
 )
+from moderation.api.webhooks import router as webhooks_router
 from moderation.core.jsonparse import json_parse
+from moderation.delivery.endpoints import EndpointRefused
 from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
@@ -80,6 +82,7 @@ api = NinjaAPI(
     docs_url="/docs",
     openapi_url="/openapi.json",
 )
+api.add_router("", webhooks_router)
 
 
 def _error(request: HttpRequest, status: int, code: str, message: str, **extra: Any) -> HttpResponse:
@@ -101,7 +104,7 @@ def _field_errors(errors: list[dict[str, Any]]) -> str:
 # ninja locates a bad value by where it came from and the view's own parameter names
 # ("body.data.title", "path.item_id"), names no client sees: the README's are the JSON
 # body's fields, the query's and header's own names, and the path's {id}.
-_PATH_NAMES = {"item_id": "id"}
+_PATH_NAMES = {"item_id": "id", "endpoint_id": "id"}
 
 
 def _documented_loc(loc: Sequence[str | int]) -> tuple[str | int, ...]:
@@ -148,13 +151,11 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 
 @api.exception_handler(DecisionError)
-def _guard_refused(request: HttpRequest, exc: DecisionError) -> HttpResponse:
-    # The guard's own refusals (busy, needs attention, a bad reason), with its codes and statuses.
-    return _error(request, exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
-
-
 @api.exception_handler(OutcomeRefused)
-def _outcome_refused(request: HttpRequest, exc: OutcomeRefused) -> HttpResponse:
+@api.exception_handler(EndpointRefused)
+def _refused(request: HttpRequest, exc: DecisionError | OutcomeRefused | EndpointRefused) -> HttpResponse:
+    # A service's own refusals (the guard's: busy, needs attention, a bad reason; an outcome
+    # report's; a webhook endpoint's), each with its code, status and field.
     return _error(request, exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
 
 

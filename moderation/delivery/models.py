@@ -10,6 +10,7 @@ import uuid
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import Q
 
 from moderation.delivery.targets import webhook_url_validate
 
@@ -56,7 +57,10 @@ def events_validate(value: object) -> None:
 
 
 class WebhookEndpoint(models.Model):
-    name = models.CharField(max_length=100, unique=True)
+    """Where events are POSTed. An operator's (no ``owner``) gets every item's events; an API
+    client's own (``owner``, see ``moderation.delivery.endpoints``) only those of the items it submitted."""
+
+    name = models.CharField(max_length=100)
     url = models.URLField(max_length=2000, validators=[webhook_url_validate],
                           help_text="http:// or https:// URL that receives POSTed events; a public address, "
                                     "or one in WEBHOOK_ALLOWED_NETWORKS")
@@ -64,9 +68,21 @@ class WebhookEndpoint(models.Model):
     events = models.JSONField(default=list, validators=[events_validate])
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    owner = models.ForeignKey(
+        "moderation.ApiClient", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_endpoints",
+        help_text="the API client whose items' events it receives; empty: an operator's endpoint, every item's events",
+    )
+
+    class Meta:
+        constraints = [
+            # A client names its endpoints in its own namespace: one client cannot learn another's names.
+            models.UniqueConstraint(fields=["name"], condition=Q(owner__isnull=True), name="webhook_endpoint_name_unique"),
+            models.UniqueConstraint(fields=["owner", "name"], condition=Q(owner__isnull=False),
+                                    name="webhook_endpoint_name_unique_per_client"),
+        ]
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name} ({self.owner})" if self.owner_id else self.name
 
 
 class DeliveryStatus(models.TextChoices):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
@@ -59,14 +59,20 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
 
 
 def delivery_record(*, event: str, item: QueueItem, payload: dict) -> list[WebhookDelivery]:
-    """One delivery per active endpoint subscribed to ``event``; call it inside the event's transaction.
+    """One delivery per active endpoint subscribed to ``event`` that may see ``item``; call it
+    inside the event's transaction.
 
+    Those are the operators' endpoints (no owner) and, for an item an API client submitted,
+    that client's own (``moderation.delivery.endpoints``): never another client's.
     The caller holds the item's row lock (or has just inserted the row), so the item's
     sequence numbers are handed out in the order its events happen.
     """
     if item.is_lab:  # the race lab's items are the lab's business, not other systems'
         return []
-    endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if event in e.events]
+    audience = Q(owner__isnull=True)
+    if item.submitted_by_id is not None:
+        audience |= Q(owner_id=item.submitted_by_id)
+    endpoints = [e for e in WebhookEndpoint.objects.filter(audience, active=True) if event in e.events]
     if not endpoints:
         return []
     last = WebhookDelivery.objects.filter(item_public_id=item.public_id).aggregate(last=Max("sequence"))["last"]

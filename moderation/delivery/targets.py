@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -91,6 +92,19 @@ def webhook_url_validate(value: str) -> None:
     for address in addresses:
         if refusal := address_refusal(address):
             raise ValidationError(f"the URL's host {host} is refused: {refusal}", code="webhook_target")
+
+
+def webhook_url_check(value: str) -> None:
+    """Everything a webhook URL must be, for every way an endpoint is made (admin, API, command):
+    a well-formed http(s) URL (``ValidationError`` code ``url_invalid``) whose host is allowed
+    (``webhook_url_validate``, code ``webhook_target``)."""
+    if not isinstance(value, str) or not value.lower().startswith(("http://", "https://")):
+        raise ValidationError("the URL must start with http:// or https://", code="url_invalid")
+    try:
+        URLValidator(schemes=["http", "https"])(value)
+    except ValidationError:
+        raise ValidationError("not a valid URL", code="url_invalid") from None
+    webhook_url_validate(value)
 
 
 def _allowed(address: IPAddress) -> bool:

@@ -1,23 +1,62 @@
-"""Reason codes: why an item was rejected, from a list the admin keeps.
+"""Reason codes: why an item was rejected, from a list the admin keeps, and which of them apply where.
 
-A reject names one active code (``REJECT_REASON_REQUIRED``, on by default, makes it
-mandatory; ``REJECT_REASON_REQUIRED_BY_GRAPH`` overrides it per graph); the code is stored on the ask and on the attempt, and travels to the graph
-as the start of the reject's message ("spam: <note>"). Codes are never deleted in use:
-an admin retires one by turning ``active`` off, and decisions that used it keep it.
+Which codes a reject may name, and whether it must name one, is a rule
+(``ReasonRuleResolved``), the first found of:
+
+1. the item's team's rule for the item's graph (``ReasonRule`` with that ``graph``; asks
+   submitted over the API run under the pass-through graph ``ask``);
+2. the item's team's own rule (``ReasonRule`` with an empty ``graph``);
+3. ``REJECT_REASON_REQUIRED_BY_GRAPH[graph]``: required or not, every active code offered;
+4. ``REJECT_REASON_REQUIRED``: required or not, every active code offered.
+
+A rule offers every active code, only those it lists (the active ones among them), or
+none: then a reject names no code and none is accepted. A rule that requires a code but
+offers none (all its listed codes retired) requires none: a reject is never impossible.
+
+The code is stored on the ask and on the attempt. Only where a code is required does it
+also travel to the graph in front of the reject's message ("spam: <note>"), as content
+graphs expect; elsewhere the graph (an agent) receives the moderator's message exactly
+as typed, and the code only as data (``reason`` on the ask, in /api/v1 and webhooks).
+Codes are never deleted in use: an admin retires one by turning ``active`` off, and
+decisions that used it keep it.
+
+Rules are read before any lock, like the rest of a decision's input: a decision racing an
+escalation that moves its item to another team is judged by the rule it was read with.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from moderation.core.text import TextInvalid, text_check
-from moderation.models import ReasonCode
+from moderation.models import ReasonCode, ReasonOffer, ReasonRule
+from moderation.policies.models import Team
+
+GRAPH_MAX_LENGTH = ReasonRule._meta.get_field("graph").max_length
 
 
 class ReasonInvalid(ValueError):
-    pass
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field  # of a rule: which of its fields is wrong
+
+
+@dataclass(frozen=True)
+class ReasonRuleResolved:
+    """The reason codes a reject may name (active, in the admin's order) and whether it must name one."""
+
+    codes: list[ReasonCode] = field(default_factory=list)
+    required: bool = False
+    # Which level it came from, in words: shown to operators ("team payments, graph ask").
+    source: str = ""
+
+    @property
+    def code_names(self) -> list[str]:
+        return [c.code for c in self.codes]
 
 
 def reason_codes_active() -> list[ReasonCode]:
@@ -29,16 +68,32 @@ def reason_labels() -> dict[str, str]:
     return dict(ReasonCode.objects.values_list("code", "label"))
 
 
-def reason_required(*, graph: str = "") -> bool:
-    """Whether a reject on an item of ``graph`` must name a code: ``REJECT_REASON_REQUIRED_BY_GRAPH``, else ``REJECT_REASON_REQUIRED``."""
-    return settings.REJECT_REASON_REQUIRED_BY_GRAPH.get(graph, settings.REJECT_REASON_REQUIRED)
+def reason_rule(*, team_id: int | None, graph: str = "") -> ReasonRuleResolved:
+    """The rule for a reject of an item of team ``team_id`` (None: no team) and graph ``graph``; see the module docstring."""
+    if team_id is not None:
+        rules = {r.graph: r for r in ReasonRule.objects.filter(team_id=team_id, graph__in={graph, ""})
+                 .select_related("team")}
+        rule = rules.get(graph) if graph else None
+        rule = rule or rules.get("")
+        if rule is not None:
+            return _rule_resolve(rule)
+    if graph in settings.REJECT_REASON_REQUIRED_BY_GRAPH:
+        return ReasonRuleResolved(codes=reason_codes_active(), required=bool(settings.REJECT_REASON_REQUIRED_BY_GRAPH[graph]),
+                                  source=f"REJECT_REASON_REQUIRED_BY_GRAPH[{graph!r}]")
+    return ReasonRuleResolved(codes=reason_codes_active(), required=bool(settings.REJECT_REASON_REQUIRED),
+                              source="REJECT_REASON_REQUIRED")
 
 
-def reason_check(*, reason: Any, rejecting: bool, graph: str = "") -> str:
-    """The cleaned reason code for a decision on an item of ``graph`` ("" for none); ``ReasonInvalid`` if it cannot go with it."""
+def reason_required(*, team_id: int | None = None, graph: str = "") -> bool:
+    """Whether a reject on an item of ``team_id`` and ``graph`` must name a code (``reason_rule``)."""
+    return reason_rule(team_id=team_id, graph=graph).required
+
+
+def reason_check(*, reason: Any, rejecting: bool, rule: ReasonRuleResolved) -> str:
+    """The cleaned reason code for a decision under ``rule`` ("" for none); ``ReasonInvalid`` if it cannot go with it."""
     if reason is None or reason == "":
-        if rejecting and reason_required(graph=graph):
-            raise ReasonInvalid("choose a reason for the rejection")
+        if rejecting and rule.required:
+            raise ReasonInvalid(f"choose a reason for the rejection: one of {', '.join(rule.code_names)}")
         return ""
     if not isinstance(reason, str):
         raise ReasonInvalid("must be a reason code (text)")
@@ -48,9 +103,62 @@ def reason_check(*, reason: Any, rejecting: bool, graph: str = "") -> str:
         raise ReasonInvalid(str(exc)) from None
     if not rejecting:
         raise ReasonInvalid("a reason goes with a rejection only")
-    if not ReasonCode.objects.filter(code=reason, active=True).exists():
-        raise ReasonInvalid(f"{reason[:40]!r} is not one of the active reason codes")
+    if not rule.codes:
+        raise ReasonInvalid("no reason codes apply to this item's rejections: leave the reason out")
+    if reason not in rule.code_names:
+        if not ReasonCode.objects.filter(code=reason, active=True).exists():
+            raise ReasonInvalid(f"{reason[:40]!r} is not one of the active reason codes")
+        raise ReasonInvalid(f"{reason[:40]!r} does not apply to this item; choose from {', '.join(rule.code_names)}")
     return reason
+
+
+def reason_rule_save(
+    *, team: Team, graph: str = "", offer: str | None = None, codes: list[str] | None = None, required: bool | None = None,
+) -> ReasonRule:
+    """Create or change ``team``'s rule for ``graph`` ("" for the team's own); a value left None keeps
+    the rule's (a new rule: every active code, none required). ``ReasonInvalid``, nothing changed, for
+    an unknown offer or code, a "listed" rule listing none, or a rule with no codes that requires one."""
+    graph = _graph_clean(graph)
+    with transaction.atomic():
+        rule = ReasonRule.objects.select_for_update().filter(team=team, graph=graph).first() or ReasonRule(team=team, graph=graph)
+        rule.offer = rule.offer if offer is None else offer
+        rule.codes = rule.codes if codes is None else codes
+        rule.required = rule.required if required is None else required
+        rule.codes = reason_rule_check(offer=rule.offer, codes=rule.codes, required=rule.required)
+        rule.save()
+    return rule
+
+
+def reason_rule_check(*, offer: str, codes: list[str], required: bool) -> list[str]:
+    """The codes a rule of ``offer`` keeps (the listed ones, without repeats; none for another offer);
+    ``ReasonInvalid`` naming the field at fault for a rule that cannot be."""
+    if offer not in ReasonOffer.values:
+        raise ReasonInvalid(f"offer must be one of {', '.join(ReasonOffer.values)}, not {offer!r}", field="offer")
+    if offer == ReasonOffer.NONE and required:
+        raise ReasonInvalid("a rule that offers no codes cannot require one", field="required")
+    if offer != ReasonOffer.LISTED:
+        return []
+    unknown = sorted(set(codes) - set(ReasonCode.objects.filter(active=True).values_list("code", flat=True)))
+    if unknown:
+        raise ReasonInvalid(f"unknown or retired reason codes: {', '.join(map(repr, unknown))}", field="codes")
+    if not codes:
+        raise ReasonInvalid("list the codes the rule offers", field="codes")
+    return list(dict.fromkeys(codes))
+
+
+def reason_rule_delete(*, team: Team, graph: str = "") -> bool:
+    """Remove ``team``'s rule for ``graph``: its items fall back to the next level; False if there was none."""
+    deleted, _ = ReasonRule.objects.filter(team=team, graph=_graph_clean(graph)).delete()
+    return bool(deleted)
+
+
+def reason_rules_describe(*, team: Team) -> str:
+    """``team``'s rules in words, for the ``team`` command: "reasons: spam, abuse required; for ask: none"."""
+    parts = []
+    for rule in ReasonRule.objects.filter(team=team).order_by("graph"):
+        offered = {"all": "every code", "none": "no codes"}.get(rule.offer) or ", ".join(rule.codes)
+        parts.append(f"{'for ' + rule.graph + ': ' if rule.graph else ''}{offered}{' required' if rule.required else ''}")
+    return "reasons " + "; ".join(parts) if parts else ""
 
 
 def reason_message(*, reason: str, message: str) -> str:
@@ -62,3 +170,25 @@ def reason_message(*, reason: str, message: str) -> str:
 
 def decisions_rejecting(decisions: list[dict[str, Any]]) -> bool:
     return any(isinstance(d, dict) and d.get("type") == "reject" for d in decisions)
+
+
+def _graph_clean(graph: str) -> str:
+    try:
+        graph = text_check(text=graph.strip(), field="graph")
+    except TextInvalid as exc:
+        raise ReasonInvalid(str(exc)) from None
+    if len(graph) > GRAPH_MAX_LENGTH:
+        raise ReasonInvalid(f"a graph name has at most {GRAPH_MAX_LENGTH} characters")
+    return graph
+
+
+def _rule_resolve(rule: ReasonRule) -> ReasonRuleResolved:
+    active = reason_codes_active()
+    if rule.offer == ReasonOffer.NONE:
+        codes = []
+    elif rule.offer == ReasonOffer.LISTED:
+        codes = [c for c in active if c.code in rule.codes]
+    else:
+        codes = active
+    where = f"team {rule.team.slug}" + (f", graph {rule.graph}" if rule.graph else "")
+    return ReasonRuleResolved(codes=codes, required=rule.required and bool(codes), source=where)

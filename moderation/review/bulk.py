@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from moderation.core.permissions import user_can_decide
 from moderation.models import AttemptOrigin, QueueItem
-from moderation.records.reasons import ReasonInvalid, reason_check
+from moderation.records.reasons import ReasonInvalid, reason_check, reason_rule
 from moderation.records.selectors import items_visible_q
 from moderation.review.decisions import (
     DecisionError,
@@ -87,11 +87,14 @@ def items_decide_bulk(
         decision, note = decision_validate(decision=decision, note=note)
     except InvalidDecision as exc:
         raise BulkInvalid(str(exc), field=exc.field) from None
+    visible = _visible(keys, reviewer=reviewer)
+    # Each item's own rule (its team and graph): a reason one of them cannot take decides nothing.
     try:
-        reason_check(reason=reason, rejecting=decision == "reject")
+        for team_id, graph in {(team_id, graph) for _, team_id, graph in visible.values()} or {(None, "")}:
+            reason_check(reason=reason, rejecting=decision == "reject", rule=reason_rule(team_id=team_id, graph=graph))
     except ReasonInvalid as exc:
         raise BulkInvalid(f"reason: {exc}", field="reason") from None
-    titles = _titles(keys, reviewer=reviewer)
+    titles = {key: title for key, (title, _, _) in visible.items()}
     return [
         _item_decide_one(key=key, title=titles[key], reviewer=reviewer, decision=decision, note=note,
                          reason=reason, origin=origin)
@@ -117,8 +120,8 @@ def _item_decide_one(
                       winner=outcome.winner, what=outcome.winner_status)
 
 
-def _titles(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, str]:
-    """The titles of the items ``reviewer`` may see, by id as given."""
+def _visible(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, tuple[str, int | None, str]]:
+    """The title, team and graph of the items ``reviewer`` may see, by id as given."""
     given: dict[str, list[str]] = {}  # each id as a UUID spells it -> as given
     for key in keys:
         try:
@@ -126,4 +129,6 @@ def _titles(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, str]:
         except ValueError:
             continue
     visible = QueueItem.objects.filter(items_visible_q(viewer=reviewer), public_id__in=list(given))
-    return {key: title for pid, title in visible.values_list("public_id", "title") for key in given[str(pid)]}
+    return {key: (title, team_id, graph)
+            for pid, title, team_id, graph in visible.values_list("public_id", "title", "team_id", "graph")
+            for key in given[str(pid)]}

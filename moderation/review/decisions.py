@@ -136,6 +136,7 @@ from moderation.records.reasons import (
     decisions_rejecting,
     reason_check,
     reason_message,
+    reason_rule,
 )
 from moderation.review.apply import item_apply_enqueue
 from moderation.review.reconcile import item_reconcile
@@ -248,6 +249,7 @@ class _Target:
     policy: Policy = Policy()
     requester_id: int | None = None
     graph: str = ""
+    team_id: int | None = None
 
 
 def item_decide(
@@ -260,8 +262,9 @@ def item_decide(
     settled item, its latest). Give either ``decisions`` (LangChain's, one per action
     of the ask, in order) or the shorthand ``decision`` (``approve`` / ``reject``, for
     every action; a reject carries ``note`` as its message). ``reason``: a reason code
-    (``moderation.records.reasons``), for a decision with a reject only, required for one when
-    ``REJECT_REASON_REQUIRED``; it goes in front of each reject's message. ``origin``:
+    (``moderation.records.reasons``), for a decision with a reject only, one of those the
+    item's rule (its team and graph, else the settings) offers, required when the rule says
+    so; then it goes in front of each reject's message. ``origin``:
     where the attempt came from (``AttemptOrigin``), for the log.
 
     Returns the outcome, won or lost (a lost one names the winner and what they
@@ -295,11 +298,12 @@ def item_decide(
         raise InvalidDecision(f"this item is decided by vote ({target.policy.describe()}): vote approve or reject",
                               field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
+    rule = reason_rule(team_id=target.team_id, graph=target.graph)
     try:
-        reason = reason_check(reason=reason, rejecting=rejecting, graph=target.graph)
+        reason = reason_check(reason=reason, rejecting=rejecting, rule=rule)
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
-    if reason:
+    if reason and rule.required:  # else the graph gets the message as typed, the code only as data
         cleaned = [
             {**d, "message": reason_message(reason=reason, message=d.get("message", ""))} if d["type"] == "reject" else d
             for d in cleaned
@@ -331,7 +335,7 @@ def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: s
 def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
     key = _item_key(item_public_id)
     asks = ReviewAsk.objects.filter(item__public_id=key)
-    columns = ("pk", "payload", "item__policy", "item__requested_by_id", "item__graph")
+    columns = ("pk", "payload", "item__policy", "item__requested_by_id", "item__graph", "item__team_id")
     if ask:
         row = asks.filter(interrupt_id=ask).values_list(*columns).first()
         if row is None:
@@ -361,7 +365,7 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
     return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3],
-                   graph=row[4])
+                   graph=row[4], team_id=row[5])
 
 
 def _status_read(key: str) -> str | None:

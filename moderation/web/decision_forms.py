@@ -136,7 +136,8 @@ class AskForm:
 
     @property
     def takes_reason(self) -> bool:
-        return any("reject" in action.allowed for action in self.actions)
+        # No codes apply (the item's reason rule): no field, and the message goes as typed.
+        return bool(self.reasons) and any("reject" in action.allowed for action in self.actions)
 
     @property
     def single(self) -> bool:
@@ -153,8 +154,8 @@ def ask_forms_build(
 ) -> list[AskForm]:
     """A form per open ask; the posted ask's form is refilled with ``posted`` and shows ``errors``.
 
-    ``reasons``: the reason codes a reject may name (the active ones). ``vote``: the item is
-    decided by quorum, whose votes are only approve or reject (the guard refuses the rest).
+    ``reasons``: the reason codes a reject may name (the item's reason rule's; none: no
+    field). ``vote``: the item is decided by quorum, whose votes are only approve or reject (the guard refuses the rest).
     """
     forms = []
     for n, ask in enumerate(asks):

@@ -40,7 +40,7 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
-from moderation.records.reasons import reason_codes_active, reason_required
+from moderation.records.reasons import reason_codes_active, reason_rule
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
@@ -217,6 +217,7 @@ def _item_page(
     claim: Claim | None = None,
 ) -> HttpResponse:
     panel = item_vote_panel(item=item, viewer=request.user)
+    rule = reason_rule(team_id=item.team_id, graph=item.graph)
     return render(
         request,
         "moderation/item.html",
@@ -225,7 +226,7 @@ def _item_page(
             "metadata": metadata_display(item.metadata),
             "panel": panel,
             "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
-                                     reasons=reason_codes_active(), vote=bool(panel and panel.quorum)),
+                                     reasons=rule.codes, vote=bool(panel and panel.quorum)),
             "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
             "can_decide": user_can_decide(user=request.user),
             # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
@@ -236,7 +237,7 @@ def _item_page(
             "lost_note": lost_note,
             "lost_reason": lost_reason,
             "note_max_length": settings.DECISION_NOTE_MAX_LENGTH,
-            "reason_required": reason_required(graph=item.graph),
+            "reason_required": rule.required,
             "external": ask_external(graph=item.graph, graph_input=item.graph_input),
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
             "claim": claim or (claim_live(item=item) if item.is_pending else None),

@@ -4,7 +4,7 @@
 (needs ``langgraph``) forwards an agent's interrupts and resumes its thread with the decision.
 """
 
-from reviewqueue_client.client import Item, ReviewQueue, ReviewQueueError
+from reviewqueue_client.client import Item, ReviewQueue, ReviewQueueError, WebhookEndpoint
 from reviewqueue_client.webhooks import WebhookInvalid, webhook_verify
 
-__all__ = ["Item", "ReviewQueue", "ReviewQueueError", "WebhookInvalid", "webhook_verify"]
+__all__ = ["Item", "ReviewQueue", "ReviewQueueError", "WebhookEndpoint", "WebhookInvalid", "webhook_verify"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,23 @@ class Item:
         return cls(id=raw["id"], status=raw["status"], graph=raw["graph"], external_id=raw.get("external_id"),
                    external=raw.get("external"), resume=raw.get("resume"), asks=raw.get("asks", []),
                    applied_result=raw.get("applied_result", {}), raw=raw)
+
+
+@dataclass(frozen=True)
+class WebhookEndpoint:
+    """One of this client's webhook endpoints; ``secret`` only in what ``create_webhook`` returns, else None."""
+
+    id: int
+    name: str
+    url: str
+    events: list[str]
+    active: bool
+    secret: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> WebhookEndpoint:
+        return cls(id=raw["id"], name=raw["name"], url=raw["url"], events=raw["events"], active=raw["active"],
+                   secret=raw.get("secret"))
 
 
 class ReviewQueue:
@@ -125,6 +142,25 @@ class ReviewQueue:
         ``ReviewQueueError`` ``outcome_already_reported``; ``not_decided`` before the decision.
         """
         return Item.of(self._call("POST", f"/items/{item_id}/outcome", json={"status": status, "message": message}).json())
+
+    def create_webhook(self, *, name: str, url: str, events: Sequence[str] | None = None) -> WebhookEndpoint:
+        """Register an endpoint that receives the events of this client's items (default: every item event).
+
+        Keep the returned ``secret``: it is never shown again. Refusals carry ``url_invalid``,
+        ``url_refused``, ``events_invalid``, ``name_invalid``, ``name_taken`` or ``endpoint_limit``.
+        """
+        payload: dict[str, Any] = {"name": name, "url": url}
+        if events is not None:
+            payload["events"] = [str(e) for e in events]
+        return WebhookEndpoint.of(self._call("POST", "/webhooks", json=payload).json())
+
+    def webhooks(self) -> Sequence[WebhookEndpoint]:
+        """This client's endpoints, oldest first (without secrets)."""
+        return [WebhookEndpoint.of(raw) for raw in self._call("GET", "/webhooks").json()["endpoints"]]
+
+    def delete_webhook(self, endpoint_id: int) -> None:
+        """Remove one of this client's endpoints; ``not_found`` if it has none of that id."""
+        self._call("DELETE", f"/webhooks/{endpoint_id}")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         response = self._http.request(method, path, **kwargs)

@@ -93,3 +93,51 @@ def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
         with pytest.raises(ReviewQueueError) as refused:
             client.report_outcome(ITEM["id"], status="done")
         assert (refused.value.status, refused.value.code) == (status, code)
+
+
+ENDPOINT = {"id": 7, "name": "prod", "url": "https://agent.example.com/hooks", "events": ["item.decided"],
+            "active": True, "created_at": "2026-12-02T03:00:00Z"}
+
+
+def test_create_webhook_sends_name_url_events_and_keeps_the_secret_it_answers_once():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={**ENDPOINT, "secret": "whsec_abc"})
+
+    endpoint = _client(handler).create_webhook(name="prod", url=ENDPOINT["url"], events=["item.decided"])
+    [request] = seen
+    assert (request.method, str(request.url)) == ("POST", "http://rq.test/api/v1/webhooks")
+    assert json.loads(request.content) == {"name": "prod", "url": ENDPOINT["url"], "events": ["item.decided"]}
+    assert (endpoint.id, endpoint.events, endpoint.secret) == (7, ["item.decided"], "whsec_abc")
+    assert "whsec_abc" not in repr(endpoint)
+    _client(handler).create_webhook(name="all", url=ENDPOINT["url"])
+    assert json.loads(seen[-1].content) == {"name": "all", "url": ENDPOINT["url"]}  # the server's default: every event
+
+
+def test_webhooks_lists_without_secrets_and_delete_webhook_sends_delete():
+    requests = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append((request.method, request.url.path))
+        if request.method == "DELETE":
+            return httpx.Response(204) if request.url.path.endswith("/7") else httpx.Response(
+                404, json={"error": "not_found", "message": "no such webhook endpoint"})
+        return httpx.Response(200, json={"endpoints": [ENDPOINT]})
+
+    client = _client(handler)
+    [listed] = client.webhooks()
+    assert (listed.id, listed.name, listed.secret) == (7, "prod", None)
+    client.delete_webhook(7)
+    with pytest.raises(ReviewQueueError) as missing:
+        client.delete_webhook(8)
+    assert (missing.value.status, missing.value.code) == (404, "not_found")
+    assert requests == [("GET", "/api/v1/webhooks"), ("DELETE", "/api/v1/webhooks/7"), ("DELETE", "/api/v1/webhooks/8")]
+
+
+def test_a_refused_webhook_is_an_exception_with_its_code():
+    answer = {"error": "url_refused", "message": "url: the URL's host 10.0.0.5 is refused", "field": "url"}
+    with pytest.raises(ReviewQueueError) as refused:
+        _client(lambda r: httpx.Response(422, json=answer)).create_webhook(name="x", url="http://10.0.0.5/")
+    assert (refused.value.code, refused.value.body["field"]) == ("url_refused", "url")

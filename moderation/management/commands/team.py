@@ -1,10 +1,12 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from moderation.policies.models import OnDeadline
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.models import Team
 from moderation.policies.teams import TeamSpec, team_policy, team_save
+from moderation.records.reasons import ReasonInvalid, reason_rule_delete, reason_rule_save, reason_rules_describe
 
 
 class Command(BaseCommand):
@@ -28,6 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--allow-weaker-policies", choices=["on", "off"],
                             help="let a submitter's policy be weaker than the team's (off: only stricter; "
                                  "docs/integrators/policies.md)")
+        parser.add_argument("--reason-codes", metavar="CODES",
+                            help="the reason codes a reject may name: all (every active code), none, or a comma-separated "
+                                 "list; for --reason-graph's items, else for the team's")
+        parser.add_argument("--reason-required", choices=["on", "off"], help="a reject must name one of those codes")
+        parser.add_argument("--reason-graph", metavar="GRAPH", default="",
+                            help="the graph the --reason-* options are for (e.g. ask); default: the team's own rule")
+        parser.add_argument("--reason-clear", action="store_true",
+                            help="remove the rule for --reason-graph (or the team's own): the next level applies")
         parser.add_argument("--add", action="append", default=[], metavar="USER", help="a username to add")
         parser.add_argument("--remove", action="append", default=[], metavar="USER", help="a username to remove")
 
@@ -42,12 +52,32 @@ class Command(BaseCommand):
             add=options["add"], remove=options["remove"],
         )
         try:
-            team, created = team_save(slug=options["slug"], spec=spec)
-        except (PolicyInvalid, ValidationError) as exc:
+            with transaction.atomic():
+                team, created = team_save(slug=options["slug"], spec=spec)
+                _reason_rule(team, options)
+        except (PolicyInvalid, ValidationError, ReasonInvalid) as exc:
             raise CommandError(f"nothing changed: {_words(exc)}") from None
         members = ", ".join(sorted(team.memberships.filter(removed_at=None).values_list("user__username", flat=True)))
         self.stdout.write(f"{'Created' if created else 'Updated'} team {team.slug} ({team.name}): {team_describe(team)}; "
                           f"members: {members or 'none'}")
+
+
+def _reason_rule(team: Team, options: dict) -> None:
+    graph = options["reason_graph"]
+    if options["reason_clear"]:
+        if options["reason_codes"] or options["reason_required"]:
+            raise ReasonInvalid("--reason-clear goes alone, without --reason-codes or --reason-required")
+        reason_rule_delete(team=team, graph=graph)
+        return
+    codes = options["reason_codes"]
+    required = options["reason_required"]
+    if codes is None and required is None:
+        if graph:
+            raise ReasonInvalid("--reason-graph needs --reason-codes, --reason-required or --reason-clear")
+        return
+    offer = None if codes is None else codes if codes in ("all", "none") else "listed"
+    listed = [c.strip() for c in codes.split(",") if c.strip()] if offer == "listed" else None
+    reason_rule_save(team=team, graph=graph, offer=offer, codes=listed, required=None if required is None else required == "on")
 
 
 def _words(exc: Exception) -> str:
@@ -65,4 +95,6 @@ def team_describe(team: Team) -> str:
             text += f" to {team.escalate_to.slug}"
     if team.allow_weaker_policies:
         text += "; submitters may weaken it"
+    if reasons := reason_rules_describe(team=team):
+        text += f"; {reasons}"
     return text

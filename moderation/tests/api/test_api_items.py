@@ -49,6 +49,9 @@ class Api:
     def get(self, path: str, **params):
         return self.http.get(f"/api/v1{path}", params, headers=self.headers)
 
+    def delete(self, path: str):
+        return self.http.delete(f"/api/v1{path}", headers=self.headers)
+
 
 def _thread_exists(public_id: str) -> bool:
     return checkpointer_get().get_tuple({"configurable": {"thread_id": f"item-{public_id}"}}) is not None

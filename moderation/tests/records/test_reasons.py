@@ -166,7 +166,7 @@ def test_the_json_endpoint_takes_a_reason_and_names_the_field_when_it_is_missing
     assert DecisionAttempt.objects.get(item=item).origin == AttemptOrigin.API
 
 
-def test_the_api_item_and_the_webhook_carry_the_reason(alice):
+def test_the_api_item_and_the_webhook_carry_the_reason(required, alice):
     client, token = apiclient_create(name="pipeline", scopes=["items:write", "items:read"])
     WebhookEndpoint.objects.create(name="hook", url="http://127.0.0.1:9/", events=["item.decided"])
     auth = {"Authorization": f"Bearer {token}"}

@@ -113,7 +113,41 @@ def django_db_setup(django_db_setup):
     checkpointer_close_all()
 
 
+# The test files that take longest (measured; longest first). pytest-xdist's `--dist loadfile`
+# hands files out in collection order (pytest.ini turns off its reordering by test count, which
+# put these few-test, long files last): started first, none of them keeps one worker busy at
+# the end while the other has nothing left. A new file that takes over half a minute belongs here.
+LONGEST_FIRST = (
+    "moderation/tests/test_cluster_workers.py",
+    "moderation/tests/test_crash.py",
+    "moderation/tests/test_concurrency.py",
+    "moderation/tests/live/test_live_sockets_server.py",
+    "moderation/tests/delivery/test_delivery_server.py",
+    "moderation/tests/api/test_api_server.py",
+    "moderation/tests/test_cluster.py",
+    "moderation/tests/test_outages.py",
+    "moderation/tests/api/test_api_longpoll.py",
+    "moderation/tests/policies/test_policy_races_server.py",
+    "e2e/test_live.py",
+    "e2e/test_live_trust.py",
+    "e2e/test_cluster.py",
+    "moderation/tests/live/test_live_server.py",
+    "e2e/test_keys.py",
+    "moderation/tests/graphs/test_asks.py",
+    "moderation/tests/test_bodylimit.py",
+    "e2e/test_race.py",
+    "moderation/tests/review/test_withdraw.py",
+    "moderation/tests/lab/test_racelab.py",
+)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     if not _postgres_pass():
         return
     problem = _postgres_reachable()

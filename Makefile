@@ -12,11 +12,13 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 CLUSTER_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/reviewqueue
 CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379/0
 
+DOCS_PORT ?= 8003
+
 DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports e2e e2e-browser e2e-axe prometheus demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,8 +61,21 @@ run-cluster: install
 # (TEST_PASSES=1 runs them one after the other, as the two targets do alone).
 TEST_PASSES ?= 2
 # The browser and Prometheus installs come first: two apt-gets at once would fight over dpkg's lock.
-test: install lint-imports e2e-browser prometheus
+test: install lint-imports docs e2e-browser prometheus
 	$(MAKE) --no-print-directory --output-sync=target -j$(TEST_PASSES) test-sqlite test-postgres
+
+# The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.
+# Its API reference is rendered from the OpenAPI schema at build time. The examples on its pages
+# are run by moderation/tests/test_docs.py (in test-sqlite).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict --dev-addr $(HOST):$(DOCS_PORT)
+
+# The docs' screenshots (docs/img/), taken by a browser from a seeded server, never by hand.
+screenshots: install e2e-browser
+	$(PY) e2e/screenshots.py
 
 # The layers in moderation/__init__.py: a package that imports one above it fails here.
 lint-imports: install

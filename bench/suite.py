@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
     from django.test import override_settings
 
+    from bench.agents import bench_agent_resumed, bench_ask_visible
     from bench.api import bench_api, bench_page_under_waits
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
@@ -123,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22):
         replays = max(50, int(200 * s)) if wanted(1) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
+        if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
+            more = 0  # the agents' benches (21, 22) submit their own asks
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)
@@ -151,12 +154,15 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 18. a moderator's page during 200 long-poll waits")
                 _, ops = moderators_login(1, prefix="bench-ops", staff=True)
                 metrics += bench_page_under_waits(servers, logins[0], ops[0], waits=200, reps=max(20, int(50 * s)))
-            if wanted(11, 12, 14, 8, 9, 10):
+            if wanted(21):
+                log(f"{args.backend}: 21. an agent's ask, submitted → in a moderator's queue")
+                metrics += bench_ask_visible(servers, logins[0], count=max(20, int(100 * s)))
+            if wanted(11, 12, 14, 8, 9, 10, 22):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
                 need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
-                if len(pool) < need:
+                if wanted(11, 12, 14, 8, 9, 10) and len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))
             if wanted(11):
@@ -171,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(8, 9, 10):
                 log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
                 metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
+            if wanted(22):
+                log(f"{args.backend}: 22. decision → an agent resumed, by long-poll and by webhook")
+                metrics += bench_agent_resumed(servers, logins[1], waves=max(1, round(3 * s)))
         finally:
             servers.stop()
 

@@ -104,9 +104,26 @@ def cmd_decide(args: argparse.Namespace) -> dict:
     return {"won": outcome.won, "message": outcome.message(), **outcome.winner_payload()}
 
 
+def cmd_hook(args: argparse.Namespace) -> str:
+    """A webhook endpoint for ``item.decided`` named ``name`` (replacing one of that name); ``--off`` removes it."""
+    from moderation.delivery.models import WebhookEndpoint
+
+    WebhookEndpoint.objects.filter(name=args.name).delete()
+    if not args.off:
+        WebhookEndpoint.objects.create(name=args.name, url=args.url, secret=args.secret, events=["item.decided"])
+    return args.name
+
+
+def cmd_apiclient(args: argparse.Namespace) -> str:
+    """A new API client (``items:write``, ``items:read``); its token."""
+    from moderation.api.clients import apiclient_create
+
+    return apiclient_create(name=args.name, scopes=["items:write", "items:read"])[1]
+
+
 COMMANDS = {
     "ping": lambda args: "pong", "seed": cmd_seed, "users": cmd_users, "items": cmd_items, "state": cmd_state,
-    "decide": cmd_decide,
+    "decide": cmd_decide, "hook": cmd_hook, "apiclient": cmd_apiclient,
 }
 
 
@@ -147,6 +164,13 @@ def parser_build() -> argparse.ArgumentParser:
     decide.add_argument("id")
     decide.add_argument("--user", required=True)
     decide.add_argument("--decision", choices=["approve", "reject"], required=True)
+    apiclient = sub.add_parser("apiclient")
+    apiclient.add_argument("name")
+    hook = sub.add_parser("hook")
+    hook.add_argument("name")
+    hook.add_argument("--url", default="")
+    hook.add_argument("--secret", default="")
+    hook.add_argument("--off", action="store_true")
     sub.add_parser("serve")
     sub.add_parser("ping")
     return parser

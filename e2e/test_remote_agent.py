@@ -1,23 +1,21 @@
 """An agent in its own OS process asks over /api/v1; a moderator edits its tool call in the browser;
-the agent, resumed by webhook, runs the tool once with the edited arguments."""
+the agent, resumed by webhook, runs the tool once with the edited arguments and reports its
+outcome, which the item page shows."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
+from e2e.agents import AgentProcess, agent_effects
 from e2e.conftest import e2e_server_running
 from e2e.pages import item_path, item_ready
-from e2e.server import ROOT, free_port
+from e2e.server import free_port
+from moderation.lab.waits import progress_wait
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -34,19 +32,9 @@ async def server(e2e_template, tmp_path_factory):
         yield live
 
 
-def _agent_start(*, server, workdir: Path, port: int, token: str, secret: str) -> subprocess.Popen:
-    env = {**os.environ, "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token, "REVIEWQUEUE_WEBHOOK_SECRET": secret,
-           "PYTHONPATH": f"{ROOT / 'reviewqueue-client'}{os.pathsep}{ROOT}"}
-    agent = subprocess.Popen([sys.executable, str(ROOT / "e2e" / "remote_agent.py"), "--port", str(port), "--dir", str(workdir)],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    line = agent.stdout.readline()
-    assert line.strip() == "ready", line + (agent.stdout.read() if agent.poll() is not None else "")
-    return agent
-
-
-def _effects(workdir: Path) -> list[dict]:
-    path = workdir / "effects.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def _outcome(server, token: str, item_id: str) -> dict | None:
+    """The outcome the agent reported on the item, as the API reads it (None: not yet)."""
+    return httpx.get(f"{server.url}/api/v1/items/{item_id}", headers={"Authorization": f"Bearer {token}"}).json()["outcome"]
 
 
 async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs_once(server, crowd, tmp_path):
@@ -57,8 +45,9 @@ async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs
         "from moderation.delivery.models import WebhookEndpoint as E; "
         f"print(E.objects.create(name='agent', url='http://127.0.0.1:{port}/hooks', events=['item.decided']).secret)",
     )).strip().splitlines()[-1]
-    agent = await asyncio.to_thread(_agent_start, server=server, workdir=tmp_path, port=port, token=token, secret=secret)
+    agent = AgentProcess(server=server, workdir=tmp_path, port=port, token=token, secret=secret)
     try:
+        assert await asyncio.to_thread(agent.ready) == []  # forwarded; nothing decided yet
         async with httpx.AsyncClient(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}) as api:
             [item] = (await api.get("/items", params={"graph": "ask"})).json()["items"]
         assert item["external"]["thread_id"] == "support-thread-1" and item["status"] == "pending"
@@ -70,11 +59,19 @@ async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs
         await alice.get_by_role("button", name="Submit edited delete_customer").click()
         await expect(alice.locator(".notice-success")).to_be_visible()
 
-        while not _effects(tmp_path):  # the worker's webhook reaches the agent, which resumes
-            assert agent.poll() is None, agent.stdout.read()
+        while not agent_effects(tmp_path):  # the worker's webhook reaches the agent, which resumes
+            assert agent.process.poll() is None, "".join(agent.output)
             await asyncio.sleep(0.1)
         await asyncio.sleep(1)  # room for a wrong second run to show
-        assert _effects(tmp_path) == [{"customer_id": "C-8"}]
+        assert agent_effects(tmp_path) == [{"customer_id": "C-8"}]
+
+        # The agent reports its outcome right after its resume: wait for it while it is on its way, then look.
+        reported = await asyncio.to_thread(progress_wait, lambda: _outcome(server, token, item["id"]),
+                                           done=lambda outcome: outcome is not None, stall=60)
+        assert reported is not None and reported["status"] == "done", reported
+        await alice.reload()
+        await expect(alice.locator("#agent-outcome")).to_contain_text("The agent reports: done")
+        await expect(alice.locator("#agent-outcome-message")).to_have_text("done")
+        await expect(alice.locator("#agent-outcome")).to_contain_text("e2e-agent")
     finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+        await asyncio.to_thread(agent.stop)

@@ -444,6 +444,8 @@ class LedgerKind(models.TextChoices):
     ATTEMPT = "attempt", "Attempt"
     # A sanctioned removal of an item and its log (race-lab clean-up).
     PURGE = "purge", "Purge"
+    # A remote agent's report of what it did with the item's decision (``OutcomeReport``).
+    OUTCOME = "outcome", "Outcome"
 
 
 class AuditLedgerEntry(AppendOnlyModel):
@@ -650,3 +652,37 @@ from moderation.delivery.models import DeliveryAttempt, WebhookDelivery, Webhook
 # --- Approval policies -----------------------------------------------------------
 # Defined in moderation.policies (below the guard); imported here so they belong to this app.
 from moderation.policies.models import Team, TeamMembership, Vote  # noqa: E402, F401
+
+
+class OutcomeStatus(models.TextChoices):
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+OUTCOME_MESSAGE_MAX_LENGTH = 500
+
+
+class OutcomeReport(AppendOnlyModel):
+    """What the remote agent that submitted an item reported it did with the decision
+    (``POST /api/v1/items/{id}/outcome``, ``moderation.review.outcomes``).
+
+    One per item, written once (the first report stands), signed (``mac`` with key
+    ``key_id``) and entered in the global audit ledger, so ``verify_audit`` finds an
+    edited or deleted report (``moderation.records.audit``).
+    """
+
+    item = models.OneToOneField(QueueItem, on_delete=models.PROTECT, related_name="outcome_report")
+    status = models.CharField(max_length=8, choices=OutcomeStatus.choices)
+    message = models.CharField(max_length=OUTCOME_MESSAGE_MAX_LENGTH, blank=True, default="", validators=[NO_NUL])
+    reported_by = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    reported_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    mac = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=OutcomeStatus.values), name="outcome_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id}: {self.status}"

@@ -8,15 +8,19 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.delivery.outbox import outcome_payload
 from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.outcome import ERRORS_MAX, SUMMARY_MAX_CHARS, AppliedState
 from moderation.graphs.passthrough import ask_external
 from moderation.models import (
+    OUTCOME_MESSAGE_MAX_LENGTH,
     PRIORITY_MAX,
     PRIORITY_MIN,
     AskStatus,
+    OutcomeStatus,
     QueueItem,
     ReviewAsk,
 )
@@ -190,6 +194,44 @@ def _resolution(ask: ReviewAsk, *, tally: dict[str, Any] | None) -> AskResolutio
     return AskResolution.DEADLINE if ask.decided_by.get_username() == DEADLINE_USERNAME else AskResolution.DECISION
 
 
+# ``applied_result`` stays the dict the worker wrote (``moderation.graphs.outcome.applied_result_build``);
+# this documents its shape in the OpenAPI schema.
+APPLIED_RESULT_SCHEMA = {
+    "type": "object",
+    "title": "AppliedResult",
+    "description": "What the item's graph did after its latest decision ({} before any). docs/integrators/outcomes.md",
+    "properties": {
+        "state": {"type": "string", "enum": [s.value for s in AppliedState],
+                  "description": '"finished with errors": it ran to its end but a tool or the graph reported errors'},
+        "summary": {"type": "string", "maxLength": SUMMARY_MAX_CHARS,
+                    "description": "the graph's own words: an agent's last answer, or its result's status"},
+        "errors": {"type": "array", "maxItems": ERRORS_MAX, "items": {
+            "type": "object", "required": ["where", "message"],
+            "properties": {"where": {"type": "string", "description": '"tool <name>", "graph", or the graph\'s own'},
+                           "message": {"type": "string"}}}},
+        "decisions": {"description": "pass-through (ask) items: the decisions as the agent's Command(resume=...) takes them"},
+        "result": {"type": "object", "description": "the graph's own result key, as it left it"},
+        "error": {"type": "string", "description": "failed or refused: the exception"},
+        "asks": {"type": "integer", "description": "asked again: how many asks are open now"},
+    },
+}
+
+
+class OutcomeIn(Strict):
+    """What the agent did with the decision: ``done`` or ``failed``, and a short message (no control characters)."""
+
+    status: Literal["done", "failed"]
+    message: str = Field(default="", max_length=OUTCOME_MESSAGE_MAX_LENGTH)
+
+
+class OutcomeOut(Schema):
+    """The agent's report (``POST /items/{id}/outcome``); the first one stands."""
+
+    status: OutcomeStatus
+    message: str
+    reported_at: datetime
+
+
 class ItemOut(Schema):
     id: UUID
     title: str
@@ -205,7 +247,7 @@ class ItemOut(Schema):
     asks: list[AskOut]
     # "" idle, "applying" (a decision waits for the worker), "failed" (needs manage.py recover)
     apply_state: str
-    applied_result: dict[str, Any]
+    applied_result: Annotated[dict[str, Any], WithJsonSchema(APPLIED_RESULT_SCHEMA)]
     # Kept for clients written before asks: the first open ask's request ({} when none is open).
     review_request: dict[str, Any]
     team: str | None  # the team's slug; only its moderators (and supervisors) may decide
@@ -216,6 +258,7 @@ class ItemOut(Schema):
     external: dict[str, str] | None = None  # an ask's agent ids: {thread_id, interrupt_id, run_id}
     # Once no ask is open: the latest decision, ready for the agent's Command(resume=...).
     resume: Any = None
+    outcome: OutcomeOut | None = None  # what the agent reported it did with the decision (null: no report yet)
 
     @classmethod
     def of(cls, item: QueueItem) -> ItemOut:
@@ -238,7 +281,13 @@ class ItemOut(Schema):
             deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,
             external=ask_external(graph=item.graph, graph_input=item.graph_input),
             resume=outs[-1].resume if outs and first_open is None else None,
+            outcome=_outcome(item),
         )
+
+
+def _outcome(item: QueueItem) -> OutcomeOut | None:
+    report = getattr(item, "outcome_report", None)
+    return OutcomeOut(**outcome_payload(report=report)) if report else None
 
 
 class ErrorOut(Schema):

@@ -30,6 +30,7 @@ from moderation.api.schemas import (
     ItemOut,
     ItemPage,
     ItemSubmitIn,
+    OutcomeIn,
     QueryText,
 )
 from moderation.core.jsonparse import json_parse
@@ -42,6 +43,7 @@ from moderation.records.selectors import (
     client_items_prefetch,
 )
 from moderation.review.decisions import DecisionError, item_withdraw
+from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.submissions import (
     KEY_MAX_LENGTH,
     Accepted,
@@ -146,6 +148,11 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(DecisionError)
 def _guard_refused(request: HttpRequest, exc: DecisionError) -> HttpResponse:
     # The guard's own refusals (busy, needs attention, a bad reason), with its codes and statuses.
+    return _error(request, exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
+
+
+@api.exception_handler(OutcomeRefused)
+def _outcome_refused(request: HttpRequest, exc: OutcomeRefused) -> HttpResponse:
     return _error(request, exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
 
 
@@ -263,6 +270,19 @@ def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn | None = Non
 def _lost_fields(outcome: DecisionOutcome) -> dict[str, Any]:
     payload = outcome.winner_payload()
     return {"winner": payload["winner"], "status": payload["status"], "decided_at": payload["decided_at"]}
+
+
+@api.post("/items/{item_id}/outcome", auth=write_auth, response={200: ItemOut, 201: ItemOut, **ERRORS}, tags=["items"])
+def item_outcome(request: HttpRequest, item_id: UUID, data: OutcomeIn):
+    """Report what the agent did with this client's decided item: ``{"status": "done" | "failed", "message": "..."}``.
+
+    201 with the item (its ``outcome`` set); the same report again answers 200. The first
+    report stands: a different one is a 409 ``outcome_already_reported``; an item not yet
+    decided, a 409 ``not_decided``; another client's item, a 404 ``not_found``. Webhook
+    ``item.outcome``.
+    """
+    reported = item_outcome_report(client=request.auth, item_public_id=str(item_id), status=data.status, message=data.message)
+    return Status(201 if reported.created else 200, ItemOut.of(client_item_get(client_id=request.auth.pk, public_id=item_id)))
 
 
 @api.get("/items/{item_id}", auth=read_auth, response={200: ItemOut, **ERRORS}, tags=["items"])

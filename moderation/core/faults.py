@@ -23,6 +23,8 @@ POINTS = (
     "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_review_node", "in_apply_node",
     # The worker starting a queued item (moderation.review.starts): its graph has run, its row not yet written.
     "after_start_run",
+    # An agent's outcome report (moderation.review.outcomes): checked under the item's lock, not yet written.
+    "outcome_checked",
 )
 
 _actions: dict[str, Callable[[str], None]] = {}

@@ -24,13 +24,15 @@ class WebhookEvent(models.TextChoices):
     # an item handed to its team's supervisors at a deadline.
     ITEM_VOTED = "item.voted", "item.voted"
     ITEM_ESCALATED = "item.escalated", "item.escalated"
+    # The remote agent that submitted the item reported what it did with the decision.
+    ITEM_OUTCOME = "item.outcome", "item.outcome"
     # Sent only by the admin's "send test ping"; an endpoint never subscribes to it.
     PING = "webhook.ping", "webhook.ping"
 
 
 SUBSCRIBABLE_EVENTS = [
     WebhookEvent.ITEM_CREATED, WebhookEvent.ITEM_DECIDED, WebhookEvent.ITEM_CANCELLED, WebhookEvent.ITEM_APPLIED,
-    WebhookEvent.ITEM_VOTED, WebhookEvent.ITEM_ESCALATED,
+    WebhookEvent.ITEM_VOTED, WebhookEvent.ITEM_ESCALATED, WebhookEvent.ITEM_OUTCOME,
 ]
 
 

@@ -23,7 +23,7 @@ from moderation.models import ItemStatus
 from moderation.records.outcomes import ask_what
 
 if TYPE_CHECKING:
-    from moderation.models import QueueItem, ReviewAsk
+    from moderation.models import OutcomeReport, QueueItem, ReviewAsk
 
 
 def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
@@ -100,10 +100,21 @@ def item_applied_record(*, item: QueueItem, applied: list[str]) -> list[WebhookD
     """The webhooks for the worker's record of an apply (``moderation.review.apply``), in that record's transaction.
 
     ``applied``: the interrupt ids the graph took decisions for; ``applied_result`` says
-    what it did next (finished with its result, asked again, or failed).
+    what it did next, with its summary and errors (``moderation.graphs.outcome.applied_result_build``).
     """
     payload = {**item_payload(item=item), "applied": applied, "applied_result": item.applied_result}
     return delivery_record(event=WebhookEvent.ITEM_APPLIED, item=item, payload=payload)
+
+
+def outcome_payload(*, report: OutcomeReport) -> dict:
+    """An agent's outcome report as the API and the ``item.outcome`` webhook say it."""
+    return {"status": report.status, "message": report.message, "reported_at": report.reported_at.isoformat()}
+
+
+def item_outcome_record(*, item: QueueItem, report: OutcomeReport) -> list[WebhookDelivery]:
+    """The webhooks for the outcome its agent reported (``moderation.review.outcomes``), in that report's transaction."""
+    payload = {**item_payload(item=item), "outcome": outcome_payload(report=report)}
+    return delivery_record(event=WebhookEvent.ITEM_OUTCOME, item=item, payload=payload)
 
 
 def endpoint_ping(*, endpoint: WebhookEndpoint) -> WebhookDelivery:

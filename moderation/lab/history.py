@@ -19,6 +19,12 @@ from someone who was not a member of its team when the vote was cast; and the it
 resolves at most once (one winning attempt), its graph resumed once per resolution. A decided item's graph must have run on to its end
 or its next interrupt: one left between its steps lost the decision's effect.
 
+Remote asks (an agent in its own service, ``reviewqueue_client.langgraph``): the agent
+resumes its own thread with the decision, so the checkpointer here does not see it. The
+test counts what the resumed step did (``FinalItem.agent_resumes``: the approved tool's
+runs, its side effect) and the checker holds it to the same rule: a decided ask resumes
+its agent exactly once, however many deliveries, long-polls, replicas and restarts raced.
+
 Items accepted for the worker to start (``moderation.review.starts``): whoever starts
 them, and however often a start is retried, each item's graph runs from its input once.
 """
@@ -71,6 +77,8 @@ class FinalItem:
     # Its graph is at its end or paused at an interrupt, not stalled between its steps
     # (a run killed mid-graph and never run on: ``moderation.graphs.runtime``).
     settled: bool = True
+    # A remote ask's agent: how often the step its decision let run ran (None: not an agent's ask, or not counted).
+    agent_resumes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -153,10 +161,20 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
             anomalies.append(Anomaly("double_resume", item, f"review node completed {state.resumes} times"))
         if state.winner is not None and state.resumes == 0:
             anomalies.append(Anomaly("never_resumed", item, f"decided by {state.winner} but its graph never resumed"))
+        if state.agent_resumes is not None:
+            anomalies += _agent_check(item=item, state=state)
         if state.winner is not None and not state.settled:
             anomalies.append(Anomaly("graph_unsettled", item, f"decided by {state.winner} but its graph neither "
                                                               "reached its end nor its next interrupt"))
     return anomalies
+
+
+def _agent_check(*, item: str, state: FinalItem) -> list[Anomaly]:
+    if state.agent_resumes > 1:
+        return [Anomaly("double_resume", item, f"the agent ran the decided step {state.agent_resumes} times")]
+    if state.winner is not None and state.agent_resumes == 0:
+        return [Anomaly("never_resumed", item, f"decided by {state.winner} but its agent never resumed")]
+    return []
 
 
 def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Anomaly]:

@@ -67,6 +67,7 @@ from moderation.models import (
     AuditLedgerEntry,
     DecisionAttempt,
     LedgerKind,
+    OutcomeReport,
     QueueItem,
     Requested,
     ReviewAsk,
@@ -183,6 +184,29 @@ def attempt_append(*, item: QueueItem, **fields: Any) -> DecisionAttempt:
     return attempt
 
 
+def outcome_digest(*, report: OutcomeReport, item_public_id: str, key: bytes) -> str:
+    return _mac(key, {
+        "item": item_public_id,
+        "kind": LedgerKind.OUTCOME.value,
+        "status": report.status,
+        "message": report.message,
+        "by": report.reported_by_id,
+        "reported_at": _iso(report.reported_at),
+        "key_id": report.key_id,
+    })
+
+
+def outcome_append(*, item: QueueItem, report: OutcomeReport) -> OutcomeReport:
+    """Sign and save ``report`` (unsaved) and enter it in the global ledger. The caller holds the item's row
+    lock, and makes this its transaction's last write (the ledger's append is, see the module docstring)."""
+    key_id, key = _key_current()
+    report.item, report.key_id = item, key_id
+    report.mac = outcome_digest(report=report, item_public_id=str(item.public_id), key=key)
+    report.save(force_insert=True)
+    _ledger_append(kind=LedgerKind.OUTCOME, item_public_id=str(item.public_id), entry_hash=report.mac)
+    return report
+
+
 def _ledger_append(*, kind: str, item_public_id: str, attempt_seq: int = 0, entry_hash: str = "") -> AuditLedgerEntry:
     """Append to the global chain; keep it the last write before the commit (see the module docstring)."""
     if not connection.in_atomic_block:
@@ -293,11 +317,15 @@ def _snapshot() -> Iterator[None]:
 def _verify(*, anchor: str | None) -> Iterator[AuditProblem]:
     keys = audit_keys()
     expected: dict[tuple[str, int], str] = {}
-    yield from _ledger_verify(keys=keys, expected=expected, anchor=anchor)
+    outcomes: dict[str, str] = {}
+    yield from _ledger_verify(keys=keys, expected=expected, outcomes=outcomes, anchor=anchor)
     seen: set[str] = set()
-    for item in QueueItem.objects.select_related("decided_by").order_by("id").iterator():
+    for item in QueueItem.objects.select_related("decided_by", "outcome_report").order_by("id").iterator():
         seen.add(str(item.public_id))
         yield from _item_verify(item=item, keys=keys, expected=expected)
+        yield from _outcome_verify(item=item, keys=keys, recorded=outcomes.pop(str(item.public_id), None))
+    for item_id in sorted(set(outcomes) - seen):
+        yield AuditProblem(item_id, None, "item deleted: the ledger records its outcome report")
     left: dict[str, list[int]] = defaultdict(list)
     for item_id, seq in expected:
         left[item_id].append(seq)
@@ -309,7 +337,9 @@ def _verify(*, anchor: str | None) -> Iterator[AuditProblem]:
             yield AuditProblem(item_id, seq, "in the global ledger but missing from the item's log (deleted)")
 
 
-def _ledger_verify(*, keys: dict[str, bytes], expected: dict[tuple[str, int], str], anchor: str | None) -> Iterator[AuditProblem]:
+def _ledger_verify(
+    *, keys: dict[str, bytes], expected: dict[tuple[str, int], str], outcomes: dict[str, str], anchor: str | None,
+) -> Iterator[AuditProblem]:
     prev, expected_seq = "", 1
     anchor_seq, _, anchor_mac = (anchor or "").partition(":")
     anchor_found = anchor is None
@@ -329,6 +359,8 @@ def _ledger_verify(*, keys: dict[str, bytes], expected: dict[tuple[str, int], st
         if entry.kind == LedgerKind.PURGE:
             for k in [k for k in expected if k[0] == item_id]:
                 del expected[k]
+        elif entry.kind == LedgerKind.OUTCOME:
+            outcomes[item_id] = entry.entry_hash
         else:
             expected[(item_id, entry.attempt_seq)] = entry.entry_hash
         prev, expected_seq = entry.mac, entry.seq + 1
@@ -364,6 +396,25 @@ def _item_verify(*, item: QueueItem, keys: dict[str, bytes], expected: dict[tupl
             item_id, None, f"chain ends at entry {expected_seq - 1} but the item records {item.attempt_count} (entries deleted)"
         )
     yield from _item_row_verify(item=item, won=won)
+
+
+def _outcome_verify(*, item: QueueItem, keys: dict[str, bytes], recorded: str | None) -> Iterator[AuditProblem]:
+    """An item's outcome report must match its MAC and its one ledger entry; a ledger entry needs its report."""
+    item_id = str(item.public_id)
+    report = getattr(item, "outcome_report", None)
+    if report is None:
+        if recorded is not None:
+            yield AuditProblem(item_id, None, "its outcome report is in the global ledger but missing (deleted)")
+        return
+    key = keys.get(report.key_id)
+    if key is None:
+        yield AuditProblem(item_id, None, f"its outcome report is signed with unknown key {report.key_id}")
+    elif not hmac.compare_digest(outcome_digest(report=report, item_public_id=item_id, key=key), report.mac):
+        yield AuditProblem(item_id, None, "its outcome report does not match its MAC (edited)")
+    if recorded is None:
+        yield AuditProblem(item_id, None, "its outcome report is not in the global ledger (written outside the application)")
+    elif recorded != report.mac:
+        yield AuditProblem(item_id, None, "its outcome report differs from its global ledger entry (rewritten)")
 
 
 def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator[AuditProblem]:

@@ -31,6 +31,7 @@ from moderation.models import (
     AskStatus,
     AttemptOutcome,
     ItemStatus,
+    OutcomeReport,
     QueueItem,
     ReviewAsk,
 )
@@ -41,7 +42,7 @@ from moderation.records.counts import counted_day, counts_read
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))
-_API_ITEM_RELATED = ("decided_by", "team", "requested_by")
+_API_ITEM_RELATED = ("decided_by", "team", "requested_by", "outcome_report")
 
 
 def items_visible_q(*, viewer: AbstractBaseUser | None) -> Q:
@@ -483,6 +484,11 @@ def items_needing_attention(*, limit: int = 50, viewer: AbstractBaseUser | None 
 
 
 # --- Service clients (/api/v1) -------------------------------------------------------
+
+
+def item_outcome_report_get(*, item: QueueItem) -> OutcomeReport | None:
+    """What the item's remote agent reported it did with the decision, if it has."""
+    return OutcomeReport.objects.filter(item=item).select_related("reported_by").first()
 
 
 def client_items_prefetch(*, items: list[QueueItem]) -> None:

@@ -26,6 +26,7 @@ from moderation.models import (
     AttemptOrigin,
     AttemptOutcome,
     DecisionAttempt,
+    OutcomeReport,
     QueueItem,
     Requested,
     ReviewAsk,
@@ -165,9 +166,9 @@ def _with_reasons(items: QuerySet[QueueItem]) -> QuerySet[QueueItem]:
 @dataclass(frozen=True)
 class TimelineEntry:
     """One thing that happened to an item: created, an attempt (won, lost, refused, or a vote counted),
-    an escalation, or a decision applied."""
+    an escalation, a decision applied, or its agent's outcome report."""
 
-    kind: str  # created | attempt | escalated | applied
+    kind: str  # created | attempt | escalated | applied | outcome (an agent's report: outcome done/failed, note its message)
     at: datetime
     after_created: float  # seconds
     who: str = ""
@@ -217,6 +218,10 @@ def item_timeline(*, item: QueueItem) -> list[TimelineEntry]:
             kind="applied", at=ask.applied_at, after_created=_seconds(created, ask.applied_at), who="worker",
             ask=ask.interrupt_id, round=ask.round,
         ))
+    report = OutcomeReport.objects.filter(item=item).select_related("reported_by").first()
+    if report is not None:
+        entries.append(TimelineEntry(kind="outcome", at=report.reported_at, after_created=_seconds(created, report.reported_at),
+                                     who=report.reported_by.name, outcome=report.status, note=report.message))
     # Stable: an attempt and its own apply keep their order when recorded in the same instant.
     return sorted(entries, key=lambda e: e.at)
 

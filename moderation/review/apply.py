@@ -50,6 +50,7 @@ from moderation.core.requestid import request_id_bound, request_id_current
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
+from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import (
     GraphState,
@@ -158,7 +159,7 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
     return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
-                   values=after.values if after.finished else {}, resumed=len(answers))
+                   values=after.values, resumed=len(answers))
 
 
 def _not_settled(state: GraphState) -> str:
@@ -185,14 +186,13 @@ def _record(*, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finish
         known = set(item.asks.values_list("interrupt_id", flat=True))
         new = [p for p in asked if p.interrupt_id not in known]
         if finished:
-            result = values.get("result") if isinstance(values.get("result"), dict) else {}
-            item.applied_result = {"state": "finished", **({"result": result} if result else {})}
+            item.applied_result = applied_result_build(state=AppliedState.FINISHED, values=values)
         elif new and item.status == ItemStatus.WITHDRAWN:
             # A withdrawn item stays withdrawn: its graph is left paused at what it asks next.
-            item.applied_result = {"state": "asked after withdrawal", "asks": len(new)}
+            item.applied_result = applied_result_build(state=AppliedState.ASKED_AFTER_WITHDRAWAL, values=values, asks=len(new))
         else:
             # Not finished: it asks again (``_apply_round`` records nothing else as applied).
-            item.applied_result = {"state": "asked again", "asks": len(asked)}
+            item.applied_result = applied_result_build(state=AppliedState.ASKED_AGAIN, values=values, asks=len(asked))
             if new:
                 _asks_open(item=item, asked=new)
         item.apply_state = ApplyState.IDLE
@@ -244,7 +244,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
     with events.events_held(), transaction.atomic():
         item = QueueItem.objects.select_for_update().get(pk=item_id)
         item.apply_state = ApplyState.FAILED
-        item.applied_result = {"state": "failed", "error": error}
+        item.applied_result = applied_result_build(state=AppliedState.FAILED, error=error)
         item.save(update_fields=["apply_state", "applied_result"])
         metrics_apply_failed_record()
         item_applied_record(item=item, applied=[])

@@ -44,6 +44,7 @@ from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
+from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import GraphStartRefused, graph_state_read
 from moderation.models import ItemStatus, QueueItem
@@ -158,7 +159,7 @@ def _start_refused(*, item_id: int, error: str, retry_failed: bool) -> str:
 
     The item is REFUSED, final: nothing to decide and nothing for ``recover`` to try again
     (the failed start saved nothing). Its submitter reads why in ``applied_result``
-    (``{"state": "refused", "error": ...}``), through the API, its long-poll and the
+    (``{"state": "refused", "error": ..., "errors": [...]}``), through the API, its long-poll and the
     ``item.applied`` webhook, as for any run of its graph.
     """
     with events.events_held(), transaction.atomic():
@@ -167,7 +168,7 @@ def _start_refused(*, item_id: int, error: str, retry_failed: bool) -> str:
             return "started earlier"
         before = item_counted(item)
         item.status, item.attention = ItemStatus.REFUSED, ""
-        item.applied_result = {"state": "refused", "error": error}
+        item.applied_result = applied_result_build(state=AppliedState.REFUSED, error=error)
         item.save(update_fields=["status", "attention", "applied_result"])
         counts_apply(before=before, after=item_counted(item))
         item_applied_record(item=item, applied=[])

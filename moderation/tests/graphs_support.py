@@ -15,10 +15,14 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any
 
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
+from examples.refund_agent.agent import INTERRUPT_ON, TOOLS, QueueItemAdapter, RefundAgentState
+from examples.refund_agent.model import ScriptedChatModel
 from moderation.graphs.runtime import graph_asks_pending, graph_forks, graph_resume_count
 
 REFUND = "refund"
@@ -164,6 +168,25 @@ def build_refund(checkpointer: Any) -> Any:
     builder.add_edge(START, "propose")
     builder.add_conditional_edges("propose", _after_refund, ["propose", END])
     return builder.compile(checkpointer=checkpointer)
+
+
+# The example refund agent with LangChain's HumanInTheLoopMiddleware as it comes (no
+# args_schema): the queue then takes any edit, and the tool is what refuses a wrong type.
+# Registered per test (with the pass-through ``ask``: ``AGENT_GRAPHS``), not in TEST_GRAPHS, whose list tests name.
+PLAIN_AGENT = "t_plain_agent"
+AGENT_GRAPHS = {**TEST_GRAPHS, "ask": "moderation.graphs.passthrough:build",
+                PLAIN_AGENT: "moderation.tests.graphs_support:build_plain_agent"}
+
+
+def build_plain_agent(checkpointer: Any) -> Any:
+    return create_agent(model=ScriptedChatModel(), tools=TOOLS, state_schema=RefundAgentState, checkpointer=checkpointer,
+                        middleware=[HumanInTheLoopMiddleware(interrupt_on=INTERRUPT_ON), QueueItemAdapter()])
+
+
+def wrong_type_edit(*, order_id: str = "A-17") -> dict[str, Any]:
+    """An edit of the refund whose amount is not a number: the refund tool refuses it."""
+    return {"type": "edit", "edited_action": {"name": "refund_payment",
+                                              "args": {"order_id": order_id, "amount": "lots", "currency": "EUR"}}}
 
 
 def item_resumes(item: Any) -> int:

@@ -97,8 +97,8 @@ def test_approve_runs_the_refund_and_the_agent_answers(alice, decide):
 
     assert item.status == ItemStatus.APPROVED
     assert _tool_results(item)["refund_payment"].content == "refunded 120 EUR for order A-17"
-    assert item.applied_result == {"state": "finished", "result": {
-        "status": "answered", "answer": "Done: refunded 120 EUR for order A-17."}}
+    assert item.applied_result == {"state": "finished", "summary": "Done: refunded 120 EUR for order A-17.", "errors": [],
+                                   "result": {"status": "answered", "answer": "Done: refunded 120 EUR for order A-17."}}
 
 
 @pytest.mark.django_db
@@ -207,7 +207,7 @@ def test_the_email_after_the_refund_is_a_second_round_saying_what_was_refunded(a
 
     decide(item, alice, [edit])
 
-    assert item.status == ItemStatus.PENDING and item.applied_result == {"state": "asked again", "asks": 1}
+    assert item.status == ItemStatus.PENDING and item.applied_result == {"state": "asked again", "asks": 1, "summary": "", "errors": []}
     (email,) = _open_asks(item)
     assert email.round == 2
     assert email.payload["action_requests"][0]["args"] == {

@@ -105,9 +105,9 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
     finally:
         server.close()
 
-def test_the_readmes_production_recipe_run_as_written_serves_and_applies_a_decision(tmp_path):
-    """README "Production settings on plain HTTP, locally", its commands as written (the
-    superuser made without prompts, on a free port): it migrates, and a decision is applied."""
+def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision(tmp_path):
+    """docs/operators/configuration.md "Production settings on plain HTTP, locally", its commands
+    as written (the superuser made without prompts, on a free port): it migrates, and a decision is applied."""
     import http.cookiejar
     import json
     import re
@@ -117,9 +117,9 @@ def test_the_readmes_production_recipe_run_as_written_serves_and_applies_a_decis
 
     from e2e.server import _group_stop, free_port
 
-    readme = (BASE_DIR / "README.md").read_text()
-    section = readme.split("### Production settings on plain HTTP, locally", 1)[1]
-    recipe = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    from moderation.tests.docs_examples import block_find
+
+    recipe = block_find("operators/configuration.md", "export DEBUG=false").code
     recipe = recipe.replace("createsuperuser", "createsuperuser --no-input").replace("<that user>", "ann")
     port, password = free_port(), secrets.token_urlsafe(16)
     env = {k: v for k, v in os.environ.items()
@@ -128,7 +128,7 @@ def test_the_readmes_production_recipe_run_as_written_serves_and_applies_a_decis
     env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", REVIEWQUEUE_VAR_DIR=str(tmp_path), PORT=str(port),
                DJANGO_SUPERUSER_USERNAME="ann", DJANGO_SUPERUSER_PASSWORD=password,
                DJANGO_SUPERUSER_EMAIL="ann@example.org")
-    item = "python manage.py item_add --title 'Recipe item' --body 'Some harmless text.'"
+    item = ".venv/bin/python manage.py item_add --title 'Recipe item' --body 'Some harmless text.'"
     # The item is added after the set-up and before the last line, which serves until stopped.
     *setup, serve = recipe.strip().splitlines()
     script = "\n".join([*setup, item, serve])

@@ -49,6 +49,7 @@ from moderation.records.selectors import (
     item_asks_open,
     item_asks_settled,
     item_get,
+    item_outcome_report_get,
     item_vote_panel,
     items_needing_attention,
     items_recently_decided,
@@ -66,7 +67,7 @@ from moderation.web.decision_forms import (
     form_decision_read,
     form_field_for,
 )
-from moderation.web.display import metadata_display
+from moderation.web.display import metadata_display, value_display
 from moderation.web.health import health_redact, health_report
 from moderation.web.ratelimit import reviewer_rate_check
 
@@ -240,6 +241,9 @@ def _item_page(
             "live_refresh": request.headers.get("X-Live-Refresh") == "1",
             "claim": claim or (claim_live(item=item) if item.is_pending else None),
             "graph_loaded": graph_loaded(name=item.graph),
+            # A pass-through item's decisions as its agent gets them (None: not a pass-through, or not finished).
+            "applied_decisions": value_display(item.applied_result["decisions"]) if "decisions" in item.applied_result else None,
+            "outcome_report": item_outcome_report_get(item=item),
         },
         status=status,
     )

@@ -40,6 +40,11 @@ class Item:
     raw: dict[str, Any] = field(repr=False)
 
     @property
+    def outcome(self) -> dict[str, Any] | None:
+        """What the agent reported it did with the decision (``report_outcome``): status, message, reported_at."""
+        return self.raw.get("outcome")
+
+    @property
     def decided(self) -> bool:
         return self.status not in ("pending", "starting")
 
@@ -112,6 +117,14 @@ class ReviewQueue:
     def cancel(self, item_id: str, *, reason: str = "") -> Item:
         """Withdraw a pending item; ``ReviewQueueError`` with code ``already_decided`` if a moderator came first."""
         return Item.of(self._call("POST", f"/items/{item_id}/cancel", json={"reason": reason}).json())
+
+    def report_outcome(self, item_id: str, *, status: str, message: str = "") -> Item:
+        """Tell reviewqueue what the agent did with the decision: ``status`` "done" or "failed", a short ``message``.
+
+        The first report stands: the same one again is answered as a success, a different one is
+        ``ReviewQueueError`` ``outcome_already_reported``; ``not_decided`` before the decision.
+        """
+        return Item.of(self._call("POST", f"/items/{item_id}/outcome", json={"status": status, "message": message}).json())
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         response = self._http.request(method, path, **kwargs)

@@ -8,59 +8,52 @@
    under a per-thread lock it re-reads the thread's pending interrupts and resumes only if
    the interrupt is still among them. So a duplicate delivery, a webhook racing a
    long-poll, and a decision for an interrupt the thread no longer waits on are no-ops.
-   Within one process the default lock does; replicas of the agent service need a lock
-   they share (``thread_lock`` takes any ``thread_id -> context manager``: a PostgreSQL
-   advisory lock, a Redis lock, or ``file_thread_lock`` on one host), as they share the
-   checkpointer.
+   The lock is the one the graph's checkpointer lets every process share
+   (``reviewqueue_client.locks.checkpointer_thread_lock``: a lock file beside a SQLite
+   checkpointer, a PostgreSQL advisory lock beside a PostgreSQL one, a lock in this process
+   for an in-memory one), so replicas of the agent service sharing a checkpointer resume
+   once too; ``thread_lock`` takes any other ``thread_id -> context manager`` (a Redis lock).
+3. After a crash or a restart, ``interrupts_reconcile`` forwards again what each thread
+   still waits on (idempotent: the same items come back) and resumes those already decided,
+   through the same check-then-resume: a decision received but never resumed is resumed
+   once, and a redelivery racing the reconcile is a no-op.
+4. Given the ``client``, the glue then reports what the resumed run did
+   (``POST /items/{id}/outcome``): ``failed`` with its tools' errors when a tool of the run
+   failed (an error ``ToolMessage``; LangChain's stand-in for a rejected call is the
+   decision, not a failure), else ``done`` with the agent's answer. It is shown on the
+   item's page. A report that could not be sent is logged and left (``Resumed.reported``
+   False); sending the same one again with ``ReviewQueue.report_outcome`` is safe.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from langgraph.types import Command
 
-from reviewqueue_client.client import Item, ReviewQueue
+from reviewqueue_client.client import Item, ReviewQueue, ReviewQueueError
+from reviewqueue_client.locks import (  # noqa: F401 - the locks, importable from here too
+    ThreadLock,
+    checkpointer_thread_lock,
+    file_thread_lock,
+    local_thread_lock,
+    postgres_thread_lock,
+)
 from reviewqueue_client.webhooks import webhook_verify
 
-ThreadLock = Callable[[str], AbstractContextManager[Any]]
 _TITLE_MAX = 200
+# reviewqueue's bound on an outcome's message (OUTCOME_MESSAGE_MAX_LENGTH); it refuses control characters but these.
+OUTCOME_MESSAGE_MAX = 500
+_KEPT_CONTROLS = "\t\n\r"
+# How LangChain's HumanInTheLoopMiddleware words its error ToolMessage for a rejected call.
+_REJECTED = "User rejected the tool call for `"
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-@contextmanager
-def local_thread_lock(thread_id: str) -> Iterator[None]:
-    """One lock per thread id in this process: enough for a single agent process."""
-    with _locks_guard:
-        lock = _locks.setdefault(thread_id, threading.Lock())
-    with lock:
-        yield
-
-
-def file_thread_lock(directory: str) -> ThreadLock:
-    """A per-thread lock shared by the processes of one host (``flock`` on a file per thread)."""
-    os.makedirs(directory, exist_ok=True)
-
-    @contextmanager
-    def lock(thread_id: str) -> Iterator[None]:
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in thread_id)
-        with open(os.path.join(directory, f"{name}.lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    return lock
+logger = logging.getLogger(__name__)
 
 
 def _config(thread_id: str) -> dict[str, Any]:
@@ -102,34 +95,104 @@ class Resumed:
     thread_id: str | None = None
     interrupt_id: str | None = None
     result: Any = None
+    errors: tuple[str, ...] = ()  # the resumed run's tool errors ("refund_payment: ..."), rejected calls left out
+    reported: bool = False  # its outcome was reported to reviewqueue
+
+
+def run_tool_errors(messages: Any) -> list[str]:
+    """The errors of the tools in ``messages`` (error ``ToolMessage``s, but not a reviewer's rejection)."""
+    errors = []
+    for m in messages if isinstance(messages, list) else []:
+        if getattr(m, "type", None) != "tool" or getattr(m, "status", None) != "error":
+            continue
+        text = m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False, default=str)
+        if not text.startswith(_REJECTED):
+            errors.append(f"{m.name}: {text.rpartition(chr(10) + 'Tool response:' + chr(10))[2]}")
+    return errors
+
+
+def _answer(result: Any) -> str:
+    messages = result.get("messages") if isinstance(result, dict) else None
+    for m in reversed(messages if isinstance(messages, list) else []):
+        if getattr(m, "type", None) == "ai" and not getattr(m, "tool_calls", None) and isinstance(m.content, str):
+            return m.content
+    return ""
+
+
+def _bounded(text: str) -> str:
+    text = "".join(c if c.isprintable() or c in _KEPT_CONTROLS else " " for c in text)
+    return text if len(text) <= OUTCOME_MESSAGE_MAX else text[: OUTCOME_MESSAGE_MAX - 1] + "…"
+
+
+def outcome_report(client: ReviewQueue, *, item_id: str, resumed: Resumed) -> Resumed:
+    """Report what a resume did to the item that asked (nothing for a no-op); ``resumed`` with ``reported`` set."""
+    if not resumed.resumed:
+        return resumed
+    status = "failed" if resumed.errors else "done"
+    message = "; ".join(resumed.errors) if resumed.errors else _answer(resumed.result)
+    try:
+        client.report_outcome(item_id, status=status, message=_bounded(message))
+    except (ReviewQueueError, httpx.HTTPError) as exc:
+        logger.warning("reviewqueue: the outcome of item %s (%s) was not reported: %s", item_id, status, exc)
+        return resumed
+    return Resumed(**{**resumed.__dict__, "reported": True})
 
 
 def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: Any,
-                    thread_lock: ThreadLock = local_thread_lock) -> Resumed:
-    """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt."""
-    with thread_lock(thread_id):
-        pending = {i.id for i in graph.get_state(_config(thread_id)).interrupts}
-        if interrupt_id not in pending:
+                    thread_lock: ThreadLock | None = None) -> Resumed:
+    """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt.
+
+    ``thread_lock`` None: the lock the graph's checkpointer shares (``checkpointer_thread_lock``).
+    """
+    with (thread_lock or checkpointer_thread_lock(graph.checkpointer))(thread_id):
+        state = graph.get_state(_config(thread_id))
+        if interrupt_id not in {i.id for i in state.interrupts}:
             return Resumed(resumed=False, thread_id=thread_id, interrupt_id=interrupt_id)
+        before = len((state.values or {}).get("messages") or [])
         result = graph.invoke(Command(resume={interrupt_id: resume}), _config(thread_id))
-    return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result)
+    new = (result.get("messages") or [])[before:] if isinstance(result, dict) else []
+    return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result,
+                   errors=tuple(run_tool_errors(new)))
 
 
-def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: ThreadLock = local_thread_lock) -> Resumed:
-    """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision."""
+def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: ThreadLock | None = None,
+                client: ReviewQueue | None = None) -> Resumed:
+    """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision;
+    with ``client``, then report the run's outcome (``outcome_report``)."""
     external = item.external if isinstance(item, Item) else item.get("external")
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
     if not external or resume is None or not external.get("thread_id") or not external.get("interrupt_id"):
         return Resumed(resumed=False)
-    return decision_resume(graph, thread_id=external["thread_id"], interrupt_id=external["interrupt_id"],
-                           resume=resume, thread_lock=thread_lock)
+    resumed = decision_resume(graph, thread_id=external["thread_id"], interrupt_id=external["interrupt_id"],
+                              resume=resume, thread_lock=thread_lock)
+    item_id = item.id if isinstance(item, Item) else item.get("id")
+    return outcome_report(client, item_id=item_id, resumed=resumed) if client is not None and item_id else resumed
 
 
 def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeout: float,
-                         thread_lock: ThreadLock = local_thread_lock) -> Resumed:
-    """Long-poll the item's decision for up to ``timeout`` seconds and resume its agent with it."""
+                         thread_lock: ThreadLock | None = None, report: bool = True) -> Resumed:
+    """Long-poll the item's decision for up to ``timeout`` seconds and resume its agent with it (then report its outcome)."""
     item = client.wait(item_id, timeout=timeout)
-    return Resumed(resumed=False) if item is None else item_resume(graph, item, thread_lock=thread_lock)
+    if item is None:
+        return Resumed(resumed=False)
+    return item_resume(graph, item, thread_lock=thread_lock, client=client if report else None)
+
+
+def interrupts_reconcile(client: ReviewQueue, graph: Any, *, thread_ids: Iterable[str], source: str,
+                         thread_lock: ThreadLock | None = None, **fields: Any) -> list[Resumed]:
+    """On start-up, for each of ``thread_ids``: forward what it waits on again, and resume it with what is already decided.
+
+    Forwarding is idempotent (the natural key answers with the same items, as they are now),
+    so an ask the agent sent before it died is not asked twice, one it never sent is sent
+    now, and a decision whose webhook it received but never acted on is resumed, once.
+    ``fields`` as in ``interrupts_forward``. One ``Resumed`` per decided item.
+    """
+    done = []
+    for thread_id in thread_ids:
+        for item in interrupts_forward(client, graph, thread_id=thread_id, source=source, **fields):
+            if item.resume is not None:
+                done.append(item_resume(graph, item, thread_lock=thread_lock, client=client))
+    return done
 
 
 class WebhookResumer:
@@ -140,13 +203,15 @@ class WebhookResumer:
     reviewqueue stops retrying).
     """
 
-    def __init__(self, graph: Any, *, secret: str, thread_lock: ThreadLock = local_thread_lock) -> None:
+    def __init__(self, graph: Any, *, secret: str, thread_lock: ThreadLock | None = None,
+                 client: ReviewQueue | None = None) -> None:
         self.graph = graph
         self.secret = secret
         self.thread_lock = thread_lock
+        self.client = client  # given: each resume's outcome is reported to reviewqueue
 
     def __call__(self, headers: Mapping[str, str], body: bytes | str) -> Resumed:
         event = webhook_verify(secret=self.secret, headers=headers, body=body)
         if event.get("type") not in ("item.decided", "item.cancelled"):
             return Resumed(resumed=False)
-        return item_resume(self.graph, event.get("data") or {}, thread_lock=self.thread_lock)
+        return item_resume(self.graph, event.get("data") or {}, thread_lock=self.thread_lock, client=self.client)

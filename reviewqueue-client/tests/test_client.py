@@ -73,3 +73,23 @@ def test_webhook_verify_accepts_a_signed_event_and_refuses_a_tampered_one():
     assert webhook_verify(secret=secret, headers=headers, body=body)["data"]["id"] == ITEM["id"]
     with pytest.raises(WebhookInvalid):
         webhook_verify(secret=secret, headers=headers, body=body.replace("pending", "decided"))
+
+
+def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
+    seen = []
+    reported = {**ITEM, "status": "approved", "outcome": {"status": "failed", "message": "CRM down", "reported_at": "2026-01-01T00:00:00Z"}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json=reported)
+
+    item = _client(handler).report_outcome(ITEM["id"], status="failed", message="CRM down")
+    [request] = seen
+    assert (request.method, str(request.url)) == ("POST", f"http://rq.test/api/v1/items/{ITEM['id']}/outcome")
+    assert json.loads(request.content) == {"status": "failed", "message": "CRM down"}
+    assert item.outcome == reported["outcome"]
+    for status, code in [(409, "outcome_already_reported"), (409, "not_decided"), (404, "not_found"), (422, "invalid")]:
+        client = _client(lambda r, s=status, c=code: httpx.Response(s, json={"error": c, "message": "no"}))
+        with pytest.raises(ReviewQueueError) as refused:
+            client.report_outcome(ITEM["id"], status="done")
+        assert (refused.value.status, refused.value.code) == (status, code)

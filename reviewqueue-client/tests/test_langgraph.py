@@ -114,3 +114,40 @@ def test_concurrent_deliveries_and_a_racing_long_poll_run_the_tool_once(agent, r
 def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_a_no_op(agent, runs):
     stale = decision_resume(agent, thread_id="th-1", interrupt_id="not-pending", resume=EDIT)
     assert not stale.resumed and runs == Counter()
+
+
+def _reporting_client(reports: list) -> ReviewQueue:
+    """A fake reviewqueue that records each outcome report (and answers it as accepted)."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/items/it-1/outcome"
+        reports.append(json.loads(request.content))
+        return httpx.Response(201, json={"id": "it-1", "status": "edited", "graph": "ask", "external_id": None,
+                                         "external": None, "resume": None, "asks": [], "applied_result": {}})
+    return ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(("resume", "status", "message"), [
+    (EDIT, "done", "done"),
+    ({"decisions": [{"type": "reject", "message": "keep C-7"}]}, "done", "done"),  # a rejection is the decision, not a failure
+    ({"decisions": [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer_id": 5}}}]},
+     "failed", "delete_customer: Error invoking tool 'delete_customer'"),
+])
+def test_after_resuming_the_glue_reports_done_or_the_tools_failure_once(agent, runs, resume, status, message):
+    reports = []
+    resumer = WebhookResumer(agent, secret=SECRET, client=_reporting_client(reports))
+    headers, body = _signed(_decided(agent, resume=resume))
+
+    first = resumer(headers, body)
+    again = resumer(*_signed(json.loads(body), msg_id="msg_2"))
+
+    assert (first.resumed, first.reported, again.resumed, again.reported) == (True, True, False, False)
+    [report] = reports
+    assert report["status"] == status and report["message"].startswith(message), report
+    assert (status == "failed") == bool(first.errors)
+
+
+def test_a_report_that_could_not_be_sent_leaves_the_resume_done(agent, runs):
+    down = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(503, json={
+        "error": "busy", "message": "try later"})))
+    resumed = WebhookResumer(agent, secret=SECRET, client=down)(*_signed(_decided(agent)))
+    assert (resumed.resumed, resumed.reported) == (True, False) and runs == Counter({"C-8": 1})

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         "reported and skipped; the rest are added, and the command exits non-zero if any line was refused. "
         "--graph names the graph the items run (REVIEWQUEUE_GRAPHS; default moderation) and --input its "
         "start state for a single item. --team, --policy and --requested-by set the approval policy "
-        "(README \"Approval policies\"): of a single item, and of file lines without their own team, "
+        "(docs/integrators/policies.md): of a single item, and of file lines without their own team, "
         "policy or requested_by columns."
     )
 

@@ -26,8 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--source", action="append", default=None, help="an item source of this team (repeatable; replaces the list)")
         parser.add_argument("--graph", action="append", default=None, help="a graph of this team (repeatable; replaces the list)")
         parser.add_argument("--allow-weaker-policies", choices=["on", "off"],
-                            help="let a submitter's policy be weaker than the team's (off: only stricter; README "
-                                 "\"Approval policies\")")
+                            help="let a submitter's policy be weaker than the team's (off: only stricter; "
+                                 "docs/integrators/policies.md)")
         parser.add_argument("--add", action="append", default=[], metavar="USER", help="a username to add")
         parser.add_argument("--remove", action="append", default=[], metavar="USER", help="a username to remove")
 

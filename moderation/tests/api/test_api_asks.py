@@ -111,7 +111,7 @@ def test_the_item_shows_an_edit_its_decider_and_what_the_graph_did_with_it(api, 
     [ask] = body["asks"]
     assert (ask["status"], ask["decided_by"], ask["applied"]) == ("decided", "alice", True)
     assert ask["decisions"] == _edit(80) and ask["what"] == "edited refund (amount 120 → 80)"
-    assert body["apply_state"] == "" and body["applied_result"] == {"state": "finished", "result": {
+    assert body["apply_state"] == "" and body["applied_result"] == {"state": "finished", "summary": "", "errors": [], "result": {
         "decisions": "edit", "reviewer": "alice", "args": [{**ORDER_ARGS, "amount": 80}]}}
     assert body["decision"]["by"] == "alice"
 

@@ -59,7 +59,7 @@ def test_each_decision_type_round_trips_into_the_graphs_state(alice, make_asking
     assert answer["node"] == "ask"
     assert answer["value"]["decisions"] == [decision]  # exactly what the reviewer sent, in LangChain's shape
     assert (answer["value"]["reviewer"], answer["value"]["note"]) == ("alice", "n")
-    assert item.applied_result == {"state": "finished", "result": {"answers": 1, "types": [kind]}}
+    assert item.applied_result == {"state": "finished", "summary": "", "errors": [], "result": {"answers": 1, "types": [kind]}}
     assert item_resumes(item) == 1 and item_forks(item) == 0
     attempt = DecisionAttempt.objects.get(item=item)
     assert (attempt.requested, attempt.decisions, attempt.ask_id) == (kind, [decision], ask.pk)
@@ -211,7 +211,8 @@ def test_a_second_round_reopens_the_item_and_the_first_stays_decided(alice, bob,
         assert item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject").won
     item.refresh_from_db()
     assert (item.status, item.decided_by) == (ItemStatus.REJECTED, bob)
-    assert item.applied_result == {"state": "finished", "result": {"answers": 2, "types": ["approve", "reject"]}}
+    assert item.applied_result == {"state": "finished", "summary": "", "errors": [],
+                                   "result": {"answers": 2, "types": ["approve", "reject"]}}
     assert item_resumes(item) == 2 and item_forks(item) == 0
 
 

@@ -56,6 +56,15 @@ def test_double_resume_and_never_resumed_are_caught():
     assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=0)}) == ["never_resumed"]
 
 
+def test_a_remote_agent_resumed_twice_or_never_is_caught():
+    ops = _history(("alice", "i1", "ok", "alice"))
+    agent = {"winner": "alice", "winning_attempts": 1, "resumes": 1}
+    assert _kinds(ops, {"i1": FinalItem(**agent, agent_resumes=1)}) == []
+    assert _kinds(ops, {"i1": FinalItem(**agent, agent_resumes=2)}) == ["double_resume"]
+    assert _kinds(ops, {"i1": FinalItem(**agent, agent_resumes=0)}) == ["never_resumed"]
+    assert _kinds([], {"i2": FinalItem(winner=None, winning_attempts=0, resumes=0, agent_resumes=0)}) == []
+
+
 def test_a_graph_started_twice_is_caught():
     ops = _history(("alice", "i1", "ok", "alice"))
     assert _kinds(ops, {"i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, starts=2)}) == ["double_start"]

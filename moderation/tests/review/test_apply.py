@@ -71,7 +71,8 @@ def test_failed_apply_is_left_for_recover_which_finishes_it_once(alice, make_ite
         assert item_apply(item_id=item.pk).startswith("failed: ConnectionError: tool service down")
     item.refresh_from_db()
     assert (item.status, item.apply_state) == (ItemStatus.APPROVED, ApplyState.FAILED)
-    assert item.applied_result == {"state": "failed", "error": "ConnectionError: tool service down"}
+    assert item.applied_result == {"state": "failed", "summary": "", "error": "ConnectionError: tool service down",
+                                   "errors": [{"where": "graph", "message": "ConnectionError: tool service down"}]}
     assert item.asks.get().applied_at is None
     # The worker's own retries and the sweep leave a failed item to the operator.
     assert item_apply(item_id=item.pk) == "failed earlier; left for manage.py recover"
@@ -131,7 +132,7 @@ def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_
     assert item_apply(item_id=item.pk).endswith(", finished")
     item.refresh_from_db()
     assert (item.apply_state, item.applied_result) == (
-        ApplyState.IDLE, {"state": "finished", "result": {"status": "approved", "reviewer": "alice",
+        ApplyState.IDLE, {"state": "finished", "summary": "approved", "errors": [], "result": {"status": "approved", "reviewer": "alice",
                                                           "decided_at": item.asks.get().decided_at.isoformat()}})
     assert graph_is_finished(name=item.graph, thread_id=item.thread_id)
     assert item_resumes(item) == 1 and item_forks(item) == 0

@@ -49,7 +49,8 @@ def test_winner_decides_the_ask_and_the_apply_resumes_the_graph_once(alice, make
     assert ask.applied_at is not None
     assert item_waiting_on(item) == [] and item_resumes(item) == 1
     assert item.apply_state == ApplyState.IDLE
-    assert item.applied_result == {"state": "finished", "result": graph_values(name="moderation", thread_id=item.thread_id)["result"]}
+    assert item.applied_result == {"state": "finished", "summary": "approved", "errors": [],
+                                   "result": graph_values(name="moderation", thread_id=item.thread_id)["result"]}
     assert item.applied_result["result"]["status"] == "approved" and item.applied_result["result"]["reviewer"] == "alice"
     attempt = DecisionAttempt.objects.get(item=item, seq=outcome.attempt_seq)
     assert (attempt.outcome, attempt.winner, attempt.requested, attempt.ask) == (AttemptOutcome.WON, alice, "approve", ask)

@@ -1,5 +1,6 @@
 """The item page renders every ask through one path, and its forms decide through the guard."""
 
+import json
 import re
 from datetime import timedelta
 
@@ -8,12 +9,21 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from moderation.api.clients import apiclient_create
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
 from moderation.graphs.runtime import graph_values
 from moderation.review.items import item_create
+from moderation.review.outcomes import item_outcome_report
+from moderation.review.submissions import Submission, item_submit
 from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
-from moderation.tests.graphs_support import REFUND_GRAPH, TEST_GRAPHS
+from moderation.tests.graphs_support import (
+    PLAIN_AGENT,
+    AGENT_GRAPHS,
+    REFUND_GRAPH,
+    TEST_GRAPHS,
+    wrong_type_edit,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_graphs")]
 
@@ -333,3 +343,44 @@ def test_a_decided_item_says_when_it_was_decided_not_that_it_waits(client, alice
     QueueItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - timedelta(hours=3),
                                                 decided_at=timezone.now() - timedelta(minutes=5))
     assert _meta_line(client, item) == "From test · submitted 3 hours ago, decided 5 minutes ago"
+
+
+def test_a_wrong_type_edit_the_tool_refused_shows_its_error_not_done(post, client, alice):
+    # LangChain's middleware as it comes sends no args_schema: the page takes any JSON, the tool refuses it.
+    with override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS):
+        item = item_create(title="Refund", body="Hi, order A-17 arrived broken. Please refund 120 EUR.", source="agent",
+                           graph=PLAIN_AGENT)
+        client.force_login(alice)
+        edit = wrong_type_edit()
+        post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-args": json.dumps(edit["edited_action"]["args"])})
+        item.refresh_from_db()
+        html = client.get(_url(item)).content.decode()
+
+    assert item.applied_result["state"] == "finished with errors"
+    assert 'id="applied-result" data-state="finished with errors" role="alert"' in html
+    assert "Done: the decision was carried out" not in html
+    errors = re.search(r'<ul class="attention-list" id="applied-errors">(.*?)</ul>', html, re.S).group(1)
+    assert "<strong>tool refund_payment</strong>: Error invoking tool" in errors
+    assert "amount: Input should be a valid number" in errors
+
+
+@override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS)
+def test_a_pass_through_item_shows_the_decisions_returned_and_the_agents_report(post, client, alice):
+    api_client = apiclient_create(name="support-agent", scopes=["items:write"])[0]
+    item = item_submit(client=api_client, submission=Submission(title="Agent: delete C-7", body="b", source="agent", ask={
+        "action_requests": [{"name": "delete_customer", "args": {"id": "C-7"}, "description": ""}],
+        "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}]})).item
+    client.force_login(alice)
+    post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
+
+    html = client.get(_url(item)).content.decode()
+    assert 'data-state="finished"' in html and '<p id="applied-summary">returned to the agent: approved</p>' in html
+    assert '<pre class="value" id="applied-decisions">{\n  &quot;decisions&quot;: [' in html
+    assert 'id="agent-outcome"' not in html
+
+    item_outcome_report(client=api_client, item_public_id=str(item.public_id), status="failed", message="CRM <down>")
+    html = client.get(_url(item)).content.decode()
+    assert 'id="agent-outcome" data-status="failed" role="alert"' in html and "The agent reports: failed" in html
+    assert '<blockquote id="agent-outcome-message">CRM &lt;down&gt;</blockquote>' in html
+    history = client.get(reverse("moderation:item-history", args=[item.public_id])).content.decode()
+    assert "by its agent <strong>support-agent</strong>: <span class=\"outcome outcome-failed\">failed</span> — CRM &lt;down&gt;" in history

@@ -1,0 +1,368 @@
+"""Remote asks against one real server and its task worker (which sends the webhooks and
+sweeps deadlines): the agent's races, the server's race, blocking mode, the docs' example.
+
+The agent's races: its tool runs once per decision, whatever races to resume it. Agents are
+``e2e/remote_agent.py`` processes (``e2e.agents``) whose resumes start 2 s after the check
+that allowed them and whose tool takes 2 s (``--slow-resume``, ``--tool-seconds``: a wide
+window for a second resume, in both arms). LangGraph itself makes a resume that starts
+after another's run was saved a no-op; the per-thread lock is what covers the window. A
+moderator approves over HTTP; then, racing to resume the agent:
+
+1. duplicate deliveries of the decision (the worker's, plus the same signed body replayed
+   at once, as a retry would send it) and the agent's own long-poll;
+2. two replicas (two processes on one SQLite checkpointer), each sent the event by the
+   worker and the replayed body;
+3. the agent killed (SIGKILL) after receiving the decision and before resuming; on restart
+   it reconciles its asks while the decision is delivered again.
+
+Each run is judged by the history checker: the moderator's decision is the op, the
+server's final read (``history_final_read`` through dbtool) plus the tool's runs
+(``FinalItem.agent_resumes``) the final state. The negative controls run the same races
+with ``--naive`` agents (check-then-resume without the per-thread lock), and the checker
+must then report ``double_resume``.
+
+The server's race: two moderators, the agent's API cancel and the deadline on one ask, over
+HTTP, judged by the same checker (its negative control runs in-process, with the race
+lab's naive strategy: moderation/tests/review/test_remote_ask_races.py).
+
+Blocking mode (``reviewqueue_client.blocking``): the run waits for a moderator's decision,
+and its timeout is the ask's deadline, decided by the worker's sweep. And the blocking
+example of docs/integrators/agent-guarantees.md, run as written.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from e2e.agents import AgentProcess, agent_effects
+from e2e.remote_agent import agent_build
+from e2e.server import ROOT, LiveServer, free_port
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
+from moderation.lab.waits import progress_wait
+from moderation.tests.races import race_rounds
+from moderation.tests.real_server import Reviewer
+from moderation.tests.webhook_receiver import Receiver
+from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
+from reviewqueue_client.blocking import BlockingAgent
+
+pytestmark = [pytest.mark.timeout(600)]
+
+SECRET = "whsec_" + base64.b64encode(b"agent-races-agent-races-agent-ra").decode()
+# Seconds from the check to the resume, and the tool's time: a second resume checked within
+# the first and started before the first's run is saved runs the tool again, unless locked out.
+SLOW_RESUME, TOOL_SECONDS = "2", "2"
+REPLAYS = 2  # the decision's signed body sent again, at once, to each agent process
+VARIANTS = pytest.mark.parametrize("naive", [False, True], ids=["guarded", "naive-control"])
+
+
+@dataclass
+class Site:
+    server: LiveServer
+    token: str
+    alice: Reviewer
+    bob: Reviewer
+    capture: Receiver  # receives every decision too: the signed body the tests replay
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[Site]:
+    server = LiveServer(tmp_path_factory.mktemp("agent-races"), extra_env={
+        "REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"})
+    seeded = server.seed(users=["alice", "bob"])
+    token = server.tool("apiclient", "agents")
+    capture = Receiver(SECRET).start()
+    server.tool("hook", "capture", "--url", capture.url, "--secret", SECRET)
+    try:
+        server.start()
+        server.worker_start(worker_id="agent-races")
+        server.worker_wait_ready("agent-races")
+        yield Site(server, token, *(Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "bob")), capture)
+    finally:
+        server.close()
+        capture.stop()
+
+
+@pytest.fixture
+def hooks(site) -> Iterator[Callable[[str, int], None]]:
+    """``hooks(name, port)``: the worker sends decisions to an agent on ``port``; removed after the test."""
+    names = []
+
+    def add(name: str, port: int) -> None:
+        site.server.tool("hook", name, "--url", f"http://127.0.0.1:{port}/hooks", "--secret", SECRET)
+        names.append(name)
+
+    yield add
+    for name in names:
+        site.server.tool("hook", name, "--off")
+
+
+def _agent(site: Site, workdir: Path, port: int, *, thread: str, naive: bool, flags: tuple[str, ...] = ()) -> AgentProcess:
+    return AgentProcess(server=site.server, workdir=workdir, port=port, token=site.token, secret=SECRET, thread=thread,
+                        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())))
+
+
+def _items_of(site: Site, thread: str) -> list[Item]:
+    with ReviewQueue(site.server.url, site.token) as client:
+        return [i for i in client.list(graph="ask") if (i.external or {}).get("thread_id") == thread]
+
+
+def _item_of(site: Site, thread: str) -> str:
+    [item] = _items_of(site, thread)
+    return item.id
+
+
+def _approve(site: Site, history: HistoryRecorder, item: str) -> None:
+    site.alice.decide_recorded(history, item, "approve")
+
+
+def _delivery(site: Site, item: str) -> tuple[bytes, dict[str, str]]:
+    """The worker's signed ``item.decided`` for ``item``, as it reached the capturing receiver."""
+    def found():
+        with site.capture._lock:
+            return next((raw for got, raw in zip(site.capture.received, site.capture.raw) if got.data["id"] == item), None)
+
+    raw = progress_wait(found, done=lambda r: r is not None, stall=60, poll=0.05)
+    assert raw is not None, f"no item.decided for {item} reached the receiver"
+    return raw
+
+
+def _replay(port: int, delivery: tuple[bytes, dict[str, str]]) -> None:
+    body, headers = delivery
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("POST", "/hooks", body=body, headers={k: v for k, v in headers.items() if k.lower() != "host"})
+        assert conn.getresponse().status == 204
+    finally:
+        conn.close()
+
+
+def _replays_at_once(delivery: tuple[bytes, dict[str, str]], ports: list[int]) -> list[threading.Thread]:
+    barrier = threading.Barrier(len(ports))
+
+    def send(port: int) -> None:
+        barrier.wait(timeout=60)
+        _replay(port, delivery)
+
+    threads = [threading.Thread(target=send, args=(port,)) for port in ports]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _judge(site: Site, history: HistoryRecorder, item: str, workdir: Path) -> list[str]:
+    """The history checker's verdict on the server's final state and the agent's tool runs."""
+    progress_wait(lambda: site.server.tool("state", item)[item]["apply_state"], done=lambda s: s != "applying", stall=60)
+    final = site.server.tool("state", item)[item]["final"]
+    finals = {item: FinalItem(**{**final, "ineligible": tuple(final["ineligible"]), "agent_resumes": len(agent_effects(workdir))})}
+    return [a.kind for a in history_check(ops=history.ops, final=finals)]
+
+
+def _verdict_assert(kinds: list[str], *, naive: bool, workdir: Path) -> None:
+    if naive:
+        assert "double_resume" in kinds and len(agent_effects(workdir)) > 1, kinds
+    else:
+        assert kinds == [] and agent_effects(workdir) == [{"customer_id": "C-7"}]
+
+
+@VARIANTS
+def test_duplicate_deliveries_and_a_long_poll_racing_the_webhook_run_the_tool_once(site, hooks, tmp_path, naive):
+    thread, port = f"dup-{naive}", free_port()
+    hooks(f"dup-{naive}", port)
+    agent = _agent(site, tmp_path, port, thread=thread, naive=naive, flags=("--poll",))
+    try:
+        assert agent.ready() == []
+        item = _item_of(site, thread)
+        history = HistoryRecorder()
+        _approve(site, history, item)
+        for replay in _replays_at_once(_delivery(site, item), [port] * REPLAYS):
+            replay.join()
+        resumed = agent.resumes(at_least=REPLAYS + 2)  # the replays, the worker's delivery, the long-poll
+        kinds = _judge(site, history, item, tmp_path)
+    finally:
+        agent.stop()
+    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    if not naive:
+        assert resumed.count(True) == 1
+
+
+@VARIANTS
+def test_two_replicas_sent_the_same_decision_resume_once(site, hooks, tmp_path, naive):
+    thread, ports = f"replicas-{naive}", [free_port(), free_port()]
+    for n, port in enumerate(ports):
+        hooks(f"replica-{n}-{naive}", port)
+    first = _agent(site, tmp_path, ports[0], thread=thread, naive=naive)
+    replicas = [first]
+    try:
+        assert first.ready() == []
+        replicas.append(_agent(site, tmp_path, ports[1], thread=thread, naive=naive))  # same checkpointer
+        assert replicas[1].ready() == []  # forwarded again: the same item
+        item = _item_of(site, thread)
+        history = HistoryRecorder()
+        _approve(site, history, item)
+        for replay in _replays_at_once(_delivery(site, item), ports * REPLAYS):
+            replay.join()
+        resumed = [r for replica in replicas for r in replica.resumes(at_least=REPLAYS + 1)]
+        kinds = _judge(site, history, item, tmp_path)
+    finally:
+        for replica in replicas:
+            replica.stop()
+    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    if not naive:
+        assert resumed.count(True) == 1
+
+
+@VARIANTS
+def test_an_agent_killed_between_receiving_a_decision_and_resuming_reconciles_once_on_restart(site, hooks, tmp_path, naive):
+    thread, port = f"crash-{naive}", free_port()
+    hooks(f"crash-{naive}", port)
+    agent = _agent(site, tmp_path, port, thread=thread, naive=naive, flags=("--hold",))
+    try:
+        assert agent.ready() == []
+        item = _item_of(site, thread)
+        history = HistoryRecorder()
+        _approve(site, history, item)
+        agent.said("received")  # verified, not acted on
+    finally:
+        agent.kill()
+    delivery = _delivery(site, item)
+    assert agent_effects(tmp_path) == []
+    restarted = _agent(site, tmp_path, port, thread=thread, naive=naive)
+    try:
+        restarted.said("serving")
+        [replay] = _replays_at_once(delivery, [port])  # a redelivery racing the reconcile
+        reconciled = restarted.ready()
+        replay.join()
+        resumed = restarted.resumes(at_least=1)
+        kinds = _judge(site, history, item, tmp_path)
+    finally:
+        restarted.stop()
+    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    if not naive:
+        assert (reconciled + resumed).count(True) == 1
+
+
+# --- the server side: four competitors on one remote ask --------------------------------------
+
+RACE_ROUNDS = 6
+
+
+def _cancel_recorded(history: HistoryRecorder, client: ReviewQueue, account: str, item: str) -> None:
+    """The agent's cancel as an op: 200 it won, 409 ``already_decided`` naming who did."""
+    op = history.invoke(reviewer=account, item=item, decision="withdraw")
+    try:
+        client.cancel(item, reason="the customer changed their mind")
+    except ReviewQueueError as refused:
+        if refused.code == "already_decided":
+            history.complete(op, completion="fail", told_winner=refused.body.get("winner"))
+        else:
+            history.complete(op, completion="unknown", error=str(refused))
+        return
+    except httpx.HTTPError as exc:
+        history.complete(op, completion="unknown", error=repr(exc))
+        return
+    history.complete(op, completion="ok", told_winner=account)
+
+
+def test_two_moderators_the_agents_cancel_and_the_deadline_race_on_a_remote_ask_over_http(site):
+    """alice approves, bob rejects, the agent cancels, all released by one barrier at about the ask's
+    deadline, while the worker's sweep fires it: one winner per ask (the in-process race with its
+    negative control: moderation/tests/review/test_remote_ask_races.py)."""
+    history, items = HistoryRecorder(), []
+    with ReviewQueue(site.server.url, site.token) as client:
+        def before(n: int) -> None:  # a fresh ask due in a second; release the racers about then
+            item = client.submit(title=f"race {n}", body="An agent asks.", source="support-agent", ask={"ship": n},
+                                 external={"thread_id": f"race-{n}", "interrupt_id": "i-1"},
+                                 policy={"deadline_seconds": 1, "on_deadline": "reject"})
+            items.append(item.id)
+            due = datetime.fromisoformat(item.raw["deadline_at"]).timestamp()
+            time.sleep(max(0.0, due - time.time() + random.uniform(-0.3, 0.2)))
+
+        race_rounds(RACE_ROUNDS, lambda n: site.alice.decide_recorded(history, items[n], "approve"),
+                    lambda n: site.bob.decide_recorded(history, items[n], "reject"),
+                    lambda n: _cancel_recorded(history, client, "api.agents", items[n]), before=before)
+    progress_wait(lambda: [s["apply_state"] for s in site.server.tool("state", *items).values()],
+                  done=lambda states: "applying" not in states, stall=60)
+    state = site.server.tool("state", *items)
+    for item in items:  # the sweep's attempts, as the attempts log recorded them
+        if "deadline" in state[item]["won_attempts"]:
+            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="ok",
+                             told_winner="deadline")
+        for lost in (a for a in state[item]["lost_attempts"] if a["reviewer"] == "deadline"):
+            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="fail",
+                             told_winner=lost["told_winner"])
+    finals = {i: FinalItem(**{**state[i]["final"], "ineligible": tuple(state[i]["final"]["ineligible"])}) for i in items}
+    assert [op for op in history.ops if op.completion == "unknown"] == []
+    assert [str(a) for a in history_check(ops=history.ops, final=finals)] == []
+    assert all(state[i]["won_attempts"] == [state[i]["winner"]] and finals[i].resumes == 1 for i in items), state
+    print("\nremote ask races over HTTP, won by:", Counter(state[i]["winner"] for i in items))
+
+
+# --- blocking mode (reviewqueue_client.blocking) -------------------------------------------
+
+
+def _blocking_run(site: Site, workdir: Path, thread: str, **options) -> tuple[threading.Thread, dict]:
+    """``BlockingAgent.invoke`` on a fresh agent, in a thread of its own (it blocks): (thread, its final state once done)."""
+    agent = agent_build(checkpoints=str(workdir / "agent.db"), effects=str(workdir / "effects.jsonl"))
+    final: dict = {}
+
+    def run() -> None:
+        with ReviewQueue(site.server.url, site.token) as client:
+            final.update(BlockingAgent(agent, client, source="notebook", **options).invoke(
+                {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": thread}}))
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    return runner, final
+
+
+def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tmp_path):
+    runner, final = _blocking_run(site, tmp_path, "blocking-approve", timeout=600)
+    item = progress_wait(lambda: _items_of(site, "blocking-approve"), done=bool, stall=120)[0]
+    assert runner.is_alive() and agent_effects(tmp_path) == []  # the run waits on the ask
+    history = HistoryRecorder()
+    _approve(site, history, item.id)
+    runner.join()
+    assert agent_effects(tmp_path) == [{"customer_id": "C-7"}] and final["messages"][-1].content == "done"
+    assert item.raw["policy"]["deadline_seconds"] == 600 and item.raw["policy"]["on_deadline"] == "reject"
+    assert _judge(site, history, item.id, tmp_path) == []
+
+
+def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with_its_outcome(site, tmp_path):
+    runner, final = _blocking_run(site, tmp_path, "blocking-timeout", timeout=1)
+    runner.join()  # nobody decides: the worker's deadline sweep does, with the outcome asked for
+    [item] = _items_of(site, "blocking-timeout")
+    assert (item.status, item.raw["decision"]["by"]) == ("rejected", "deadline")
+    assert agent_effects(tmp_path) == [] and final["messages"][-1].content == "done"
+    assert "no decision before the deadline" in final["messages"][-2].content  # what the agent was told
+    # Approving without a moderator weakens the default policy: only a team that allows it may.
+    agent = agent_build(checkpoints=str(tmp_path / "approve.db"), effects=str(tmp_path / "approve.jsonl"))
+    with ReviewQueue(site.server.url, site.token) as client, pytest.raises(ReviewQueueError) as refused:
+        BlockingAgent(agent, client, timeout=1, on_timeout="approve").invoke(
+            {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": "blocking-approve-1"}})
+    assert refused.value.code == "invalid" and "policy.on_deadline" in refused.value.message
+
+
+def test_the_guarantees_pages_blocking_example_runs_as_written(site, tmp_path):
+    page = (ROOT / "docs" / "integrators" / "agent-guarantees.md").read_text()
+    script = tmp_path / "agent.py"
+    script.write_text(page.split("```python\n", 1)[1].split("```", 1)[0])
+    env = {**os.environ, "REVIEWQUEUE_URL": site.server.url, "REVIEWQUEUE_TOKEN": site.token, "ASK_TIMEOUT": "1",
+           "PYTHONPATH": str(ROOT / "reviewqueue-client")}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no decision before the deadline" in done.stdout  # nobody decided: the deadline's reject reached the agent

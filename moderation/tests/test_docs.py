@@ -1,0 +1,150 @@
+"""Every command and program in the documentation, run exactly as written against a real server.
+
+One server for the whole run (``e2e.server.LiveServer``: daphne and a task worker on a
+fresh SQLite database, migrated and given the demo data ``make run`` gives), in the
+environment a reader of the docs has after ``make run``:
+
+- ``REVIEWQUEUE_URL``: the server's address (``http://127.0.0.1:8000`` under ``make run``);
+- ``REVIEWQUEUE_TOKEN``: an API client's token (``manage.py apiclient_create``);
+- ``REVIEWQUEUE_SESSION``, ``REVIEWQUEUE_CSRF``: a logged-in moderator's (alice's) session
+  cookie and CSRF token, for the session endpoint;
+- ``DATABASE_URL`` and ``DEBUG=true``: what ``manage.py`` reads.
+
+Shell blocks run in ``bash -eo pipefail`` and Python blocks in the project's interpreter,
+both from the repository root, one after another in the site's order (a page's blocks may
+build on the ones above them, as its reader does). Markers above a block (see
+``docs_examples``) skip it with a reason, hand it to the test that runs it, or state the
+exit status and output it must show.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from e2e.server import LiveServer
+from moderation.tests.docs_examples import ROOT, Block, all_blocks, page_blocks, pages
+from moderation.tests.real_server import CSRF
+
+pytestmark = [pytest.mark.timeout(900)]
+
+BLOCKS = all_blocks()
+RUN_HERE = [b for b in BLOCKS if b.runs and not b.skip and not b.runs_in]
+
+
+@pytest.fixture(scope="module")
+def docs_env(tmp_path_factory):
+    server = LiveServer(tmp_path_factory.mktemp("docs-site"), extra_env={"DECISION_RATE_LIMIT": "0"})
+    seeded = server.seed(users=["alice"], items=0)
+    server.manage("seed_demo", timeout=300)
+    token = server.manage("apiclient_create", "docs").strip()
+    server.start(timeout=300)  # a hang guard: start-ups take minutes on a loaded machine
+    server.worker_start()
+    env = {
+        **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
+        "REVIEWQUEUE_SESSION": seeded.sessions["alice"], "REVIEWQUEUE_CSRF": CSRF,
+    }
+    try:
+        yield env
+    finally:
+        server.close()
+
+
+def block_problems(block: Block, env: dict[str, str]) -> list[str]:
+    """Run ``block`` as a reader would; what went other than its markers say (nothing: it passed)."""
+    if block.language == "bash":
+        cmd = ["bash", "-eo", "pipefail", "-c", block.code]
+    else:
+        script = Path(tempfile.mkdtemp(prefix="docs-example-")) / "example.py"
+        script.write_text(block.code)
+        cmd = [sys.executable, str(script)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    problems = [f"exited {done.returncode}, expected {block.status}"] if done.returncode != block.status else []
+    problems += [f"{text!r} not in its output" for text in block.expect if text not in output]
+    return [f"{block.id}: {problem}:\n{output[-4000:]}" for problem in problems]
+
+
+@pytest.mark.parametrize("block", RUN_HERE, ids=[b.id for b in RUN_HERE])
+def test_the_docs_example_runs_as_written(block, docs_env):
+    problems = block_problems(block, docs_env)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_block_that_is_not_run_here_says_why_or_where():
+    """A skip has its reason (the parser refuses one without), and a block run elsewhere
+    names a test module that exists and reads that page."""
+    for block in BLOCKS:
+        if block.runs_in:
+            module = ROOT / block.runs_in
+            assert module.is_file(), f"{block.id}: {block.runs_in} does not exist"
+            assert block.page in module.read_text(), f"{block.id}: {block.runs_in} never reads {block.page}"
+        if block.skip:
+            assert len(block.skip) > 10, f"{block.id}: say why it is not run"
+
+
+def test_the_marker_parser_sees_a_block_and_its_markers(tmp_path, monkeypatch):
+    """The negative control: a page with an unmarked, a skipped and an expected-failure block
+    is read as such (so a block cannot slip through the runner unseen)."""
+    import moderation.tests.docs_examples as docs_examples
+
+    (tmp_path / "p.md").write_text(
+        "```sh\nfalse\n```\n\n<!-- docs-test: skip — runs forever -->\n```sh\nmake run\n```\n\n"
+        "<!-- docs-test: status 1 -->\n<!-- docs-test: expect nope -->\n```bash\necho nope; exit 1\n```\n\n"
+        "```ini\n[Service]\n```\n"
+    )
+    monkeypatch.setattr(docs_examples, "DOCS", tmp_path)
+    first, skipped, failing, config = page_blocks("p.md")
+    assert (first.runs, first.skip, first.status) == (True, "", 0)
+    assert skipped.skip == "runs forever"
+    assert (failing.status, failing.expect) == (1, ["nope"])
+    assert not config.runs
+    (tmp_path / "q.md").write_text("<!-- docs-test: skip -->\n```sh\nmake run\n```\n")
+    with pytest.raises(docs_examples.DocsMarkerError):
+        page_blocks("q.md")
+
+
+def test_the_runner_sees_a_failing_command_and_a_changed_answer():
+    """The negative control: a command that fails, and one whose answer is not what the page
+    says, are each reported (so a renamed flag or a changed answer cannot pass unseen)."""
+    env = {"PATH": "/usr/bin:/bin"}
+    failing = Block(page="control.md", line=1, language="bash", code="ls --no-such-flag\necho done\n")
+    changed = Block(page="control.md", line=5, language="bash", code="echo hello\n", expect=["goodbye"])
+    python = Block(page="control.md", line=9, language="python", code="raise SystemExit(3)\n")
+    reported = block_problems(failing, env)
+    assert len(reported) == 1 and "control.md:1: exited 2, expected 0" in reported[0] and "done" not in reported[0]
+    assert "'goodbye' not in its output" in block_problems(changed, env)[0]
+    assert "exited 3, expected 0" in block_problems(python, env)[0]
+    assert block_problems(Block(page="control.md", line=1, language="bash", code="echo goodbye\n", expect=["goodbye"]), env) == []
+
+
+def test_every_page_is_read():
+    assert "moderators/index.md" in pages() and len(BLOCKS) > 10
+
+
+def test_the_api_reference_renders_every_operation_and_schema_of_the_running_code():
+    """The docs build's hook (scripts/docs_api_reference.py) on the schema django-ninja generates
+    now: every path and method, parameter and schema is on the page; and a schema it was not
+    given is not (the page is the schema's, not a copy)."""
+    import importlib.util
+
+    from moderation.api.views import api
+
+    spec = importlib.util.spec_from_file_location("docs_api_reference", ROOT / "scripts" / "docs_api_reference.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    schema = api.get_openapi_schema()
+    page = hook.schema_render(schema)
+    for path, operations in schema["paths"].items():
+        for method, op in operations.items():
+            assert f"## {method.upper()} `{path}`" in page
+            for parameter in op.get("parameters", []):
+                assert f"| `{parameter['name']}` |" in page
+    for name in schema["components"]["schemas"]:
+        assert f"### {name} {{#schema-{name.lower()}}}" in page
+    schema["paths"].pop("/api/v1/items:batch")
+    assert "`/api/v1/items:batch`" not in hook.schema_render(schema)

@@ -1,0 +1,121 @@
+"""The per-thread lock follows the checkpointer, and excludes whoever shares it; reconcile resumes once."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from agent_support import agent_build, agent_start
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from reviewqueue_client import ReviewQueue
+from reviewqueue_client.langgraph import interrupts_reconcile
+from reviewqueue_client.locks import checkpointer_thread_lock, local_thread_lock
+
+APPROVE = {"decisions": [{"type": "approve"}]}
+# Another process takes the same thread's lock, says so, holds it a while, and notes when it lets go.
+HOLDER = """
+import pathlib, sqlite3, sys, time
+from langgraph.checkpoint.sqlite import SqliteSaver
+from reviewqueue_client.locks import checkpointer_thread_lock
+lock = checkpointer_thread_lock(SqliteSaver(sqlite3.connect(sys.argv[1], check_same_thread=False)))
+with lock("th-1"):
+    print("held", flush=True)
+    time.sleep(0.5)
+    pathlib.Path(sys.argv[2]).write_text("released")
+"""
+
+
+def test_a_sqlite_checkpointers_lock_excludes_another_process_on_the_same_file(tmp_path):
+    db = str(tmp_path / "agent.db")
+    lock = checkpointer_thread_lock(SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
+    released = tmp_path / "released"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, db, str(released)], stdout=subprocess.PIPE, text=True,
+                              env={"PYTHONPATH": ":".join(sys.path)})
+    assert holder.stdout.readline().strip() == "held"
+    with lock("th-1"):
+        assert released.exists()  # it had to let go first
+    assert holder.wait(timeout=60) == 0
+    with lock("th-2"):  # another thread's lock is another lock
+        pass
+    assert (tmp_path / "agent.db.thread-locks").is_dir()
+
+
+def test_the_lock_excludes_threads_of_one_process_too_and_memory_checkpointers_lock_in_process(tmp_path):
+    lock = checkpointer_thread_lock(SqliteSaver(sqlite3.connect(str(tmp_path / "a.db"), check_same_thread=False)))
+    inside, overlaps = Counter(), []
+
+    def hold() -> None:
+        with lock("th-1"):
+            inside["now"] += 1
+            overlaps.append(inside["now"])
+            time.sleep(0.02)
+            inside["now"] -= 1
+
+    workers = [threading.Thread(target=hold) for _ in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert overlaps == [1] * 6
+    assert checkpointer_thread_lock(InMemorySaver()) is local_thread_lock
+
+
+def test_reconcile_resumes_a_decision_already_made_once_and_forwards_what_is_undecided():
+    runs = Counter()
+    agent = agent_build(checkpointer=InMemorySaver(), runs=runs)
+    agent_start(agent, thread_id="th-1")
+    decided = Counter()
+    item = {"id": "it-1", "status": "approved", "graph": "ask", "external_id": None, "resume": APPROVE, "asks": [],
+            "applied_result": {}, "outcome": None}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        if request.url.path.endswith("/outcome"):  # the resumed run's report
+            decided["reports"] += 1
+            return httpx.Response(201, json={**item, "outcome": sent})
+        decided["submits"] += 1
+        item["external"] = sent["external"]
+        return httpx.Response(200, json=item)
+
+    client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
+    [first] = interrupts_reconcile(client, agent, thread_ids=["th-1"], source="support-agent")
+    assert first.resumed and runs == Counter({"C-7": 1})
+    assert interrupts_reconcile(client, agent, thread_ids=["th-1"], source="support-agent") == []  # nothing waits now
+    assert runs == Counter({"C-7": 1}) and decided == Counter({"submits": 1, "reports": 1})
+
+
+@pytest.mark.postgres_variant
+def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees():
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("the PostgreSQL pass runs this (DATABASE_URL=postgres://...)")
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with psycopg.connect(url, autocommit=True) as mine, psycopg.connect(url, autocommit=True) as theirs:
+        lock = checkpointer_thread_lock(PostgresSaver(mine))
+        other = checkpointer_thread_lock(PostgresSaver(theirs))  # another replica's, on its own session
+        held, released = threading.Event(), threading.Event()
+
+        def replica() -> None:
+            with other("th-1"):
+                held.set()
+                time.sleep(0.3)
+                released.set()
+
+        worker = threading.Thread(target=replica)
+        worker.start()
+        held.wait(timeout=60)
+        with lock("th-1"):
+            assert released.is_set()  # it had to let go first
+        worker.join()

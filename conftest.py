@@ -119,7 +119,8 @@ def django_db_setup(django_db_setup):
     checkpointer_close_all()
 
 
-# The test files that take longest (measured; longest first). pytest-xdist's `--dist loadfile`
+# The test files that take longest, longest first (by what they start: servers, processes, browsers;
+# and by a run's durations on a loaded machine, 2026-12-02). pytest-xdist's `--dist loadfile`
 # hands files out in collection order (pytest.ini turns off its reordering by test count, which
 # put these few-test, long files last): started first, none of them keeps one worker busy at
 # the end while the other has nothing left. A new file that takes over half a minute belongs here.

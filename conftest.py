@@ -119,7 +119,51 @@ def django_db_setup(django_db_setup):
     checkpointer_close_all()
 
 
+# The test files that take longest, longest first (by what they start: servers, processes, browsers;
+# and by a run's durations on a loaded machine, 2026-12-02). pytest-xdist's `--dist loadfile`
+# hands files out in collection order (pytest.ini turns off its reordering by test count, which
+# put these few-test, long files last): started first, none of them keeps one worker busy at
+# the end while the other has nothing left. A new file that takes over half a minute belongs here.
+LONGEST_FIRST = (
+    "moderation/tests/test_cluster_workers.py",
+    "moderation/tests/test_crash.py",
+    "moderation/tests/test_concurrency.py",
+    "moderation/tests/test_settings.py",
+    "moderation/tests/policies/test_policy_races.py",
+    "moderation/tests/api/test_api_server.py",
+    "moderation/tests/web/test_policy_pages.py",
+    "moderation/tests/delivery/test_delivery_server.py",
+    "moderation/tests/test_outages.py",
+    "moderation/tests/test_cluster.py",
+    "moderation/tests/api/test_api_longpoll.py",
+    "moderation/tests/review/test_withdraw.py",
+    "moderation/tests/graphs/test_asks.py",
+    "moderation/tests/policies/test_votes.py",
+    "moderation/tests/test_item_add.py",
+    "e2e/test_live.py",
+    "moderation/tests/web/test_middleware.py",
+    "moderation/tests/records/test_counts.py",
+    "moderation/tests/policies/test_policy_races_server.py",
+    "moderation/tests/live/test_live_server.py",
+    "moderation/tests/live/test_live_sockets_server.py",
+    "e2e/test_live_trust.py",
+    "e2e/test_cluster.py",
+    "moderation/tests/live/test_rights.py",
+    "moderation/tests/records/test_audit.py",
+    "moderation/tests/test_login_lockout.py",
+    # Not measured yet, placed by what they start (a server with a worker; agents and browsers).
+    "moderation/tests/test_docs.py",
+    "e2e/test_agent_side.py",
+)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     if not _postgres_pass():
         return
     problem = _postgres_reachable()

@@ -205,7 +205,7 @@ class LiveServer:
                 _MIGRATED[settings] = template
         self.clone_from(template)
 
-    def manage(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    def manage(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> str:
         """``manage.py`` with this server's environment (plus ``env``); its stdout. Fails loudly."""
         return self._run([sys.executable, str(ROOT / "manage.py"), *args], timeout=timeout, env=env)
 
@@ -292,7 +292,7 @@ class LiveServer:
     async def arows(self, ids: list[str]) -> dict[str, ItemRow]:
         return await asyncio.to_thread(self.rows, ids)
 
-    def _run(self, cmd: list[str], *, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    def _run(self, cmd: list[str], *, timeout: float = 300, env: dict[str, str] | None = None) -> str:
         done = subprocess.run(
             cmd, cwd=ROOT, env={**self.env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
         )

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 from websockets.asyncio.client import connect
 
 from e2e.server import ROOT, LiveServer, ServerError, free_port
@@ -81,7 +82,7 @@ MODERATORS = [f"mod{n}" for n in range(6)]
 CLIENT = "soak"
 FAULTS = ("kill_server", "kill_worker", "redis_pause", "redis_blackhole", "pg_terminate", "webhook_down")
 DEADLINE_SECONDS = 8
-RETRY_FOR = 30  # a webhook's retry window in the soak (seconds)
+RETRY_FOR = 20  # a webhook's retry window in the soak (seconds)
 HEARTBEAT = 3.0  # seconds between a page's heartbeats (LIVE_HEARTBEAT_SECONDS)
 PRESENCE_TTL = 8  # LIVE_SILENT_SECONDS in the soak: how long a dead page's presence row still counts
 HTTP_TIMEOUT = 30.0  # a request not answered within this is a timeout (a wait adds its own wait)
@@ -92,9 +93,18 @@ SERVER_ENV = {
     "APPLY_SWEEP_GRACE": "5", "WEBHOOK_SWEEP_INTERVAL": "1", "WEBHOOK_LEASE_GRACE": "5",
     "WEBHOOK_TIMEOUT": "2", "WEBHOOK_RETRY_BASE": "0.5", "WEBHOOK_RETRY_MAX": "4", "WEBHOOK_RETRY_FOR": str(RETRY_FOR),
     "LIVE_SILENT_SECONDS": str(PRESENCE_TTL), "LIVE_HEARTBEAT_SECONDS": str(HEARTBEAT),
+    # Small pools: the PostgreSQL server (max_connections 100 by default) is shared with whatever else runs.
+    "DB_POOL_SIZE": "5", "CHECKPOINT_POOL_SIZE": "2", "WEBHOOK_LANES": "2",
 }
-_ENDPOINTS = """
+# One Django start-up for the rest of the set-up: the quorum team, the API client, the webhook endpoints.
+_SETUP = """
+import io
+from django.core.management import call_command
 from moderation.models import WebhookEndpoint
+call_command("team", "quorum", "--approvals", "2", *[arg for m in {moderators!r} for arg in ("--add", m)], stdout=io.StringIO())
+token = io.StringIO()
+call_command("apiclient_create", {client!r}, stdout=token)
+print("TOKEN", token.getvalue().strip())
 for name, url, events in {endpoints!r}:
     print("SECRET", name, WebhookEndpoint.objects.create(name=name, url=url, events=events).secret)
 """
@@ -235,12 +245,11 @@ def cluster_start(*, workdir: Path, database_url: str) -> Cluster:
     env = {**cluster_env(redis_url=f"redis://127.0.0.1:{proxy.port}/0", prefix=prefix), **SERVER_ENV}
     servers = [LiveServer(workdir / f"server{n}", database_url=database_url, extra_env=env) for n in (1, 2)]
     seeded = servers[0].seed(users=MODERATORS)
-    servers[0].manage("team", "quorum", "--approvals", "2", *itertools.chain.from_iterable(("--add", m) for m in MODERATORS))
-    token = servers[0].manage("apiclient_create", CLIENT).strip()
     steady, flaky = Receiver().start(), Receiver().start()
     dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens: every attempt is refused
     endpoints = [("steady", steady.url, DECISION_EVENTS), ("flaky", flaky.url, DECISION_EVENTS), ("dead", dead, ["item.cancelled"])]
-    out = servers[0].manage("shell", "-c", _ENDPOINTS.format(endpoints=endpoints))
+    out = servers[0].manage("shell", "-c", _SETUP.format(moderators=MODERATORS, client=CLIENT, endpoints=endpoints))
+    token = next(line.split()[1] for line in out.splitlines() if line.startswith("TOKEN "))
     secrets_by_name = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("SECRET ")}
     steady.secret, flaky.secret = secrets_by_name["steady"], secrets_by_name["flaky"]
     with ThreadPoolExecutor(2) as pool:
@@ -480,6 +489,8 @@ class Nemesis:
     def __init__(self, cluster: Cluster, rng: random.Random, config: SoakConfig) -> None:
         self.cluster, self.rng, self.config = cluster, rng, config
         self.faults: list[Fault] = []
+        self.crashes: list[dict] = []  # processes that exited without the nemesis killing them
+        self.acting = threading.Lock()  # held while a fault is on: what it took down is its to bring back
         self._kinds: list[str] = []
 
     def _next_kind(self) -> str:
@@ -498,10 +509,48 @@ class Nemesis:
             load.flaky_receiver()
             kind, lasting = self._next_kind(), self.rng.uniform(*self.config.lasting)
             start = time.time()
-            target = await asyncio.to_thread(getattr(self, kind), lasting)
+            target = await asyncio.to_thread(self._act, kind, lasting)
             fault = Fault(kind=kind, target=target, start=start, end=time.time())
             self.faults.append(fault)
             log(f"fault {kind} on {target}: {fault.end - fault.start:.1f} s, healed")
+
+    def _act(self, kind: str, lasting: float) -> str:
+        with self.acting:
+            return getattr(self, kind)(lasting)
+
+    async def supervise(self, stop: asyncio.Event) -> None:
+        """What a process supervisor does: a server or worker that exited by itself is started again (and noted)."""
+        while not stop.is_set():
+            await asyncio.sleep(2)
+            if self.acting.acquire(blocking=False):
+                try:
+                    await asyncio.to_thread(self._revive)
+                finally:
+                    self.acting.release()
+
+    def everything_up(self) -> None:
+        """At the end: whatever is down (a crash the supervisor has not seen yet) comes back."""
+        with self.acting:
+            self._revive()
+
+    def _revive(self) -> None:
+        for n, server in enumerate(self.cluster.servers):
+            if server.process is not None and server.process.poll() is not None:
+                self._crash(f"server{n + 1}", server.process.returncode, server.log_tail(120))
+                server.start(timeout=180)
+                self.cluster.rss[n] = []
+        for server in self.cluster.servers:
+            for worker in [w for w in server.workers if w.poll() is not None and w.returncode != -signal.SIGKILL]:
+                server.workers.remove(worker)
+                self._crash(worker.args[worker.args.index("--worker-id") + 1], worker.returncode,
+                            server.log_tail(120, worker=True))
+        while len(self.cluster.workers_alive()) < 2:
+            self.cluster.worker_start(self.cluster.servers[len(self.cluster.workers_alive()) % 2])
+
+    def _crash(self, what: str, code: int | None, tail: str) -> None:
+        self.crashes.append({"process": what, "at": time.time(), "exit": code, "log": tail})
+        last = tail.strip().splitlines()[-1] if tail.strip() else "(no log)"
+        log(f"{what} exited by itself (exit {code}); started again. Its log's last line: {last}")
 
     def kill_server(self, lasting: float) -> str:
         n = self.rng.randrange(2)
@@ -517,6 +566,7 @@ class Nemesis:
         server, worker = self.rng.choice(self.cluster.workers_alive())
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
+        server.workers.remove(worker)
         time.sleep(lasting)
         self.cluster.worker_start(server)  # what a supervisor does
         return worker.args[worker.args.index("--worker-id") + 1]
@@ -542,8 +592,11 @@ class Nemesis:
         admin = self.cluster.database_url.rsplit("/", 1)[0] + "/postgres"
         killed, ends = 0, time.time() + lasting
         while time.time() < ends:
-            killed += len(database_query(admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                                "WHERE datname = %s AND pid <> pg_backend_pid()", [name]))
+            try:
+                killed += len(database_query(admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                                    "WHERE datname = %s AND pid <> pg_backend_pid()", [name]))
+            except psycopg.OperationalError as exc:  # the server full of others' connections: try again
+                log(f"pg_terminate could not connect: {str(exc).strip()[-80:]}")
             time.sleep(1.5)
         return f"{killed} backends"
 
@@ -577,15 +630,6 @@ def memory_read(cluster: Cluster, *, warm_after: float = 20.0) -> list[Memory]:
 
 
 # --- the end: settle, gather, judge --------------------------------------------------------
-
-
-def cluster_heal(cluster: Cluster) -> None:
-    """Whatever a fault left down comes back: both servers and two live workers."""
-    for server in cluster.servers:
-        if server.process is None or server.process.poll() is not None:
-            server.start(timeout=180)
-    while len(cluster.workers_alive()) < 2:
-        cluster.worker_start(cluster.servers[len(cluster.workers_alive()) % 2])
 
 
 def _open_deadlines(database_url: str) -> dict[str, int]:
@@ -677,13 +721,17 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
                 f"requests ({bad} unanswered), {len(nemesis.faults)} faults, {load.sockets_open} sockets open")
 
     reporter = asyncio.create_task(progress())
+    stop_supervising = asyncio.Event()
+    supervisor = asyncio.create_task(nemesis.supervise(stop_supervising))
     try:
         await asyncio.gather(load.run(until=until, rate=config.rate), nemesis.run(until=until, load=load))
     finally:
         reporter.cancel()
+        stop_supervising.set()
+        await supervisor
         await load.close()
     log("healing and settling (applies, starts, deadlines, webhooks until delivered or past their retry window)")
-    await asyncio.to_thread(cluster_heal, cluster)
+    await asyncio.to_thread(nemesis.everything_up)
     left = await asyncio.to_thread(work_settled_wait, cluster.database_url, stall=SETTLE_STALL, failed_settles=True,
                                    extra=_open_deadlines)
     if any(left.values()):
@@ -716,7 +764,7 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
                     config={"seed": config.seed, "minutes": config.minutes, "rate": config.rate, "began": began,
                             "items": len(load.items), "ops": len(facts.ops),
                             "memory": [m.__dict__ for m in facts.memory],
-                            "load_average": os.getloadavg()},
+                            "load_average": os.getloadavg(), "crashes": nemesis.crashes},
                 )
                 paths = soak_save(report=report, requests=load.requests, faults=nemesis.faults, directory=config.out)
                 result = SoakResult(report=report, facts=facts, cluster=cluster, load=load, baseline_groups=baseline,

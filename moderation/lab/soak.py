@@ -22,6 +22,8 @@ from typing import Any
 from moderation.lab.history import FinalItem, Op, history_check
 
 QUIET = "quiet"
+# A long-poll answers when the item is decided, by design: its time says nothing of the service's speed.
+UNTIMED = {"wait"}
 # Memory bound: a server's RSS at the end may exceed the RSS of the same process after
 # warm-up by this factor plus this slack (a leak of a few KiB per request grows past it in minutes).
 RSS_GROWTH_FACTOR = 1.5
@@ -177,7 +179,7 @@ def soak_report(
     for phase, rows in sorted(by_phase.items(), key=lambda kv: (kv[0] != QUIET, kv[0])):
         answered = sum(r.answered for r in rows)
         failures = Counter("timeout" if r.status is None else str(r.status) for r in rows if not r.answered)
-        latency = p99([r.latency for r in rows if r.answered])
+        latency = p99([r.latency for r in rows if r.answered and r.kind not in UNTIMED])
         phases[phase] = {
             "requests": len(rows), "answered": answered, "failed": len(rows) - answered,
             "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4), "p99_ms": None if latency is None else round(latency * 1000, 1),
@@ -248,7 +250,7 @@ def _chart(*, requests: list[Request], faults: list[Fault], began: float, path: 
     for fault in faults:
         axes.axvspan(fault.start - began, fault.end - began, color=_FAULT_COLOURS.get(fault.kind, "#687083"), alpha=0.18,
                      label=fault.kind)
-    ok = [r for r in requests if r.answered]
+    ok = [r for r in requests if r.answered and r.kind not in UNTIMED]
     bad = [r for r in requests if not r.answered]
     axes.scatter([r.at - began for r in ok], [r.latency * 1000 for r in ok], s=2, color="#2c5cc5", label="answered")
     axes.scatter([r.at - began for r in bad], [r.latency * 1000 for r in bad], s=8, color="#b3261e", marker="x",

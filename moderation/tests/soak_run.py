@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -263,6 +264,15 @@ def cluster_start(*, workdir: Path, database_url: str) -> Cluster:
     return cluster
 
 
+def _logs_keep(cluster: Cluster, directory: Path) -> None:
+    """The servers' and workers' logs, kept beside the report (the cluster's own directory is removed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n, server in enumerate(cluster.servers, 1):
+        for path in (server.log_path, server.worker_log_path):
+            if path.exists():
+                shutil.copy(path, directory / f"server{n}-{path.name}")
+
+
 def cluster_close(cluster: Cluster) -> None:
     cluster.proxy.black_hole(False)
     cluster.redis.signal(signal.SIGCONT)
@@ -286,6 +296,21 @@ def rss_kb(pid: int) -> int:
 # --- the load -----------------------------------------------------------------------------
 
 
+def _error_words(response: httpx.Response) -> str:
+    """A 5xx in a few words: the JSON error, or the debug page's title (the servers run with DEBUG on)."""
+    text = response.text
+    if "<title>" in text:
+        return f"{response.status_code} {text.split('<title>', 1)[1].split('</title>', 1)[0].strip()[:160]}"
+    return f"{response.status_code} {text[:160]}"
+
+
+def _drop_words(exc: Exception) -> str:
+    if type(exc) is ConnectionError:
+        return str(exc)
+    code = getattr(getattr(exc, "rcvd", None), "code", None)
+    return f"{type(exc).__name__}" + (f" {code}" if code else "")
+
+
 class Load:
     """The clients: their requests (for the report) and their decisions (for the history checker)."""
 
@@ -296,6 +321,8 @@ class Load:
         self.answered_by_key: dict[str, set[str]] = {}
         self.items: list[str] = []
         self.sockets_open = 0
+        self.errors: Counter[str] = Counter()  # what the 5xx answers said
+        self.socket_drops: Counter[str] = Counter()  # why the moderators' sockets closed or never opened
         self.stopping = asyncio.Event()
         self._clients: list[httpx.AsyncClient] = []
 
@@ -323,6 +350,8 @@ class Load:
                 continue
             except httpx.HTTPError:
                 break
+        if response is not None and response.status_code >= 500:
+            self.errors[_error_words(response)] += 1
         latency = time.time() - began - (wait if response is not None and response.status_code == 204 else 0.0)
         self.requests.append(Request(at=began, latency=max(latency, 0.0), kind=kind,
                                      status=None if response is None else response.status_code))
@@ -355,9 +384,10 @@ class Load:
                     finally:
                         self.sockets_open -= 1
                         reader.cancel()
-                if not self.stopping.is_set():
-                    raise ConnectionError("the server closed the socket")
-            except Exception:  # noqa: BLE001 - a dropped or refused socket: open it again, elsewhere
+                    if not self.stopping.is_set():
+                        raise ConnectionError(f"closed by the server ({ws.close_code})")
+            except Exception as exc:  # noqa: BLE001 - a dropped or refused socket: open it again, elsewhere
+                self.socket_drops[_drop_words(exc)] += 1
                 server = 1 - server
                 await asyncio.sleep(1.0)
 
@@ -764,7 +794,9 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
                     config={"seed": config.seed, "minutes": config.minutes, "rate": config.rate, "began": began,
                             "items": len(load.items), "ops": len(facts.ops),
                             "memory": [m.__dict__ for m in facts.memory],
-                            "load_average": os.getloadavg(), "crashes": nemesis.crashes},
+                            "load_average": os.getloadavg(), "socket_drops": dict(load.socket_drops),
+                            "errors": dict(load.errors.most_common(10)),
+                            "crashes": nemesis.crashes},
                 )
                 paths = soak_save(report=report, requests=load.requests, faults=nemesis.faults, directory=config.out)
                 result = SoakResult(report=report, facts=facts, cluster=cluster, load=load, baseline_groups=baseline,
@@ -774,6 +806,7 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
                 return result
             finally:
                 cluster_close(cluster)
+                _logs_keep(cluster, config.out / "logs")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -144,6 +144,7 @@ def test_the_report_splits_requests_by_phase_and_times_each_recovery(tmp_path):
     requests = [
         Request(at=10.0, latency=0.05, kind="decide", status=200),
         Request(at=20.0, latency=0.07, kind="decide", status=409),
+        Request(at=30.0, latency=15.0, kind="wait", status=200),  # a long-poll answered at the decision: not timed
         Request(at=105.0, latency=30.0, kind="decide", status=None),  # timed out during the pause
         Request(at=106.0, latency=2.0, kind="submit", status=201),
         Request(at=112.0, latency=1.5, kind="wait", status=503),  # after the heal: recovery until 113.5
@@ -152,8 +153,8 @@ def test_the_report_splits_requests_by_phase_and_times_each_recovery(tmp_path):
     ]
     report = soak_report(requests=requests, faults=faults, applied=[(10.0, 10.2), (20.0, 20.4), (105.0, 140.0)],
                          config={"began": 0.0}, findings=[])
-    assert report["phases"][QUIET] == {"requests": 4, "answered": 3, "failed": 1, "failures": {"503": 1},
-                                       "availability": 0.75, "p99_ms": 70.0}
+    assert report["phases"][QUIET] == {"requests": 5, "answered": 4, "failed": 1, "failures": {"503": 1},
+                                       "availability": 0.8, "p99_ms": 70.0}
     assert report["phases"]["redis_pause"]["failures"] == {"timeout": 1}
     assert report["phases"]["kill_server"]["availability"] == 1.0
     assert [f["recovery_s"] for f in report["faults"]] == [3.5, 0.0]

@@ -162,7 +162,8 @@ def database_query(database_url: str, query: str, params: list | tuple = ()) -> 
     import psycopg
 
     with psycopg.connect(database_url, connect_timeout=10, autocommit=True) as conn:
-        return conn.execute(query, params).fetchall()
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def work_unsettled(database_url: str, *, failed_settles: bool = False) -> dict[str, int]:

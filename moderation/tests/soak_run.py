@@ -124,11 +124,12 @@ class SoakConfig:
     quiet: tuple[float, float] = (30.0, 90.0)  # seconds between faults
     lasting: tuple[float, float] = (5.0, 20.0)  # seconds a fault lasts
     out: Path = ROOT / "var" / "soak"
+    every_kind: bool = False  # go on past ``minutes`` until each kind of fault has struck once
 
     @classmethod
     def short(cls, *, minutes: float, seed: int, out: Path) -> SoakConfig:
         """The cluster pass's version: faults close together, so each kind comes at least once in minutes."""
-        return cls(minutes=minutes, seed=seed, rate=1.5, quiet=(6.0, 10.0), lasting=(4.0, 8.0), out=out)
+        return cls(minutes=minutes, seed=seed, rate=1.5, quiet=(6.0, 10.0), lasting=(4.0, 8.0), out=out, every_kind=True)
 
 
 # --- Redis the soak may pause, behind a proxy it may black-hole --------------------------
@@ -299,6 +300,8 @@ def rss_kb(pid: int) -> int:
 def _error_words(response: httpx.Response) -> str:
     """A 5xx in a few words: the JSON error, or the debug page's title (the servers run with DEBUG on)."""
     text = response.text
+    if text.startswith("Traceback"):
+        return f"{response.status_code} {text.strip().splitlines()[-1][:160]}"
     if "<title>" in text:
         return f"{response.status_code} {text.split('<title>', 1)[1].split('</title>', 1)[0].strip()[:160]}"
     return f"{response.status_code} {text[:160]}"
@@ -483,14 +486,15 @@ class Load:
             jobs.append(late())
         await asyncio.gather(*jobs)
 
-    async def run(self, *, until: float, rate: float) -> None:
+    async def run(self, *, until: float, rate: float, nemesis_done: asyncio.Event) -> None:
+        """Items at ``rate`` per second until ``until`` and the nemesis is done; then every item's life runs out."""
         api = self._client({"Authorization": f"Bearer {self.cluster.token}"})
         moderators = [self.moderator(n) for n in range(len(MODERATORS))]
         sockets = [asyncio.create_task(self.socket_keep(n)) for n in range(len(MODERATORS))]
         lives: set[asyncio.Task] = set()
         in_flight = asyncio.Semaphore(40)  # a stalled cluster must not pile up thousands of clients
         for n in itertools.count(1):
-            if time.time() >= until:
+            if time.time() >= until and nemesis_done.is_set():
                 break
             await in_flight.acquire()
             task = asyncio.create_task(self.item_life(api, moderators, n))
@@ -531,9 +535,11 @@ class Nemesis:
         return self._kinds.pop()
 
     async def run(self, *, until: float, load: Load) -> None:
+        """Faults until ``until``; in a run with ``every_kind``, on until each kind has struck once."""
         while True:
             pause = self.rng.uniform(*self.config.quiet)
-            if time.time() + pause >= until:
+            missing = self.config.every_kind and {f.kind for f in self.faults} != set(FAULTS)
+            if time.time() + pause >= until and not missing:
                 return
             await asyncio.sleep(pause)
             load.flaky_receiver()
@@ -754,7 +760,15 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
     stop_supervising = asyncio.Event()
     supervisor = asyncio.create_task(nemesis.supervise(stop_supervising))
     try:
-        await asyncio.gather(load.run(until=until, rate=config.rate), nemesis.run(until=until, load=load))
+        nemesis_done = asyncio.Event()
+
+        async def faults() -> None:
+            try:
+                await nemesis.run(until=until, load=load)
+            finally:
+                nemesis_done.set()
+
+        await asyncio.gather(load.run(until=until, rate=config.rate, nemesis_done=nemesis_done), faults())
     finally:
         reporter.cancel()
         stop_supervising.set()

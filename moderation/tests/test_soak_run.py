@@ -6,7 +6,7 @@ once. The judge (``moderation.lab.soak``) must find nothing.
 
 The negative control, on the same cluster once the run is judged: a lost decision written
 into the history, and the database and Redis tampered with (a counter bumped, an accepted
-submit's key changed, a delivered webhook set back to pending, a fresh presence row for no
+submit's key changed, a delivered webhook marked failed before its retry window ended, a fresh presence row for no
 page, an attempt's note rewritten behind the audit log's back, a group subscription nobody
 leaves); gathered and judged again, each check must report its own (the memory check's control
 is in ``moderation/tests/lab/test_soak.py``: a process cannot be made to leak on demand).
@@ -33,10 +33,12 @@ _TAMPER = [
     "UPDATE moderation_queuecounter SET n = n + 1 WHERE id = (SELECT min(id) FROM moderation_queuecounter)",
     "UPDATE moderation_queueitem SET idempotency_key = idempotency_key || '-tampered' "
     "WHERE id = (SELECT min(id) FROM moderation_queueitem WHERE idempotency_key LIKE 'soak-%%')",
-    "UPDATE moderation_webhookdelivery SET status = 'pending' "
+    # Failed, its window not over: a row the workers leave alone (one set back to pending they would send again).
+    "UPDATE moderation_webhookdelivery SET status = 'failed', retry_until = now() + interval '1 hour' "
     "WHERE id = (SELECT min(id) FROM moderation_webhookdelivery WHERE status = 'delivered' AND event = 'item.decided')",
+    # Its heartbeat in the future: still counted however long the gathering takes.
     "INSERT INTO moderation_presence (channel_name, item_id, user_id, last_seen) "
-    "SELECT 'specific.ghost!1', min(id), (SELECT min(id) FROM auth_user), now() FROM moderation_queueitem",
+    "SELECT 'specific.ghost!1', min(id), (SELECT min(id) FROM auth_user), now() + interval '1 hour' FROM moderation_queueitem",
 ]
 # The audit log's triggers refuse UPDATE; a superuser with replication role skips them, as an intruder with the database might.
 _AUDIT_TAMPER = ("SET session_replication_role = replica; UPDATE moderation_decisionattempt SET note = 'tampered' "

@@ -45,7 +45,7 @@ from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.cluster_support import (
     channel_prefix,
     cluster_env,
-    database_query as _sql,
+    database_query,
     fresh_database,
     services_require,
     work_settled_wait,
@@ -84,13 +84,13 @@ APPLY_TASK = "moderation.review.apply.item_apply_task"
 
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
     """(task path, args) of the task rows ``worker_id`` claimed that are now in ``status``."""
-    return _sql(database_url, """
+    return database_query(database_url, """
         SELECT task_path, args_kwargs FROM django_tasks_database_dbtaskresult
         WHERE status = %s AND worker_ids @> %s::jsonb ORDER BY started_at""", [status, f'["{worker_id}"]'])
 
 
 def _item_public_id(database_url: str, pk: int) -> str:
-    return _sql(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
+    return database_query(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
 
 
 def _workers_stop(site: SimpleNamespace) -> None:
@@ -173,7 +173,7 @@ class Killer(_Hunter):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not self.burst_done.is_set():
             applied = [t for t in _tasks(url, "doomed", "SUCCESSFUL") if t[0] == APPLY_TASK]
-            running = _sql(url, """
+            running = database_query(url, """
                 SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult
                 WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["doomed"]'::jsonb""", [APPLY_TASK])
             if len(applied) >= DOOMED_APPLIES_BEFORE_KILL and running:
@@ -183,7 +183,7 @@ class Killer(_Hunter):
                     continue  # not resumed yet
                 # Resumed, and the hold (which began after the claim) cannot have ended yet: the kill
                 # lands between the resume and its record.
-                claimed_ago = _sql(url, """
+                claimed_ago = database_query(url, """
                     SELECT EXTRACT(EPOCH FROM now() - started_at)::float FROM django_tasks_database_dbtaskresult
                     WHERE id = %s AND status = 'RUNNING'""", [task_id])
                 if claimed_ago and claimed_ago[0][0] < DOOMED_HOLD - KILL_MARGIN:
@@ -238,7 +238,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed.
     assert _tasks(url, "doomed", "RUNNING") == []
     assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "FAILED")] == [
-        (APPLY_TASK, [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
+        (APPLY_TASK, [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
     ]
 
     # The race: one winner and one loser per item, told the truth, through both servers.
@@ -279,7 +279,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     worked = Counter()
     for worker in ("doomed", "steady", "replacement"):
         worked[worker] = sum(1 for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == APPLY_TASK)
-    (apply_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
+    (apply_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
     wins = Counter(row["winner"] for row in state.values())
     print(
         f"\ncluster workers: {ITEMS} items x 2 moderators on 2 servers in {burst_end - began:.1f} s "
@@ -346,7 +346,7 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
     assert row["applied_result"]["result"]["status"] == "approved", row
     assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
     assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED")] == [
-        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
+        [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
 
 
 START_TASK = "moderation.review.starts.items_start_task"
@@ -423,7 +423,7 @@ class StartKiller(_Hunter):
         url, tool = self.site.database_url, self.site.servers[1].tool
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            for task_id, args, claimed_ago in _sql(url, """
+            for task_id, args, claimed_ago in database_query(url, """
                     SELECT id, args_kwargs, EXTRACT(EPOCH FROM now() - started_at)::float
                     FROM django_tasks_database_dbtaskresult
                     WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["start-doomed"]'::jsonb""",
@@ -479,7 +479,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
     # The kill left its task unfinished: the sweep started the orphan (and the rest of its chunk) again, and marked it.
     [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]
-    assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
+    assert database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
     left = work_settled_wait(url, stall=SETTLE_STALL)
     assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
@@ -500,7 +500,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
         assert sorted(op.completion for op in ops) == ["fail", "ok"], (item, ops)
     worked = Counter(worker for worker in ("start-doomed", "start-steady")
                      for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == START_TASK)
-    (start_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
+    (start_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
                            [START_TASK])
     print(
         f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "

@@ -18,7 +18,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench clean
+.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench soak clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -142,6 +142,15 @@ demo: install e2e-browser
 # Speed as ratios against the product's own floor, on SQLite and on PostgreSQL + Redis.
 bench: install
 	BENCH_POSTGRES_URL=$(TEST_POSTGRES_URL) BENCH_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m bench.run
+
+# The nemesis soak (docs/contributors/soak.md): two servers and two workers on PostgreSQL and a
+# Redis of its own, SOAK_MINUTES of mixed load while faults strike at seeded random moments, then
+# judged; the report goes to var/soak/ (soak.json, soak.svg). SOAK_SEED repeats a run's choices.
+SOAK_MINUTES ?= 30
+SOAK_SEED ?=
+soak: install
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) CLUSTER_POSTGRES_URL=$${CLUSTER_POSTGRES_URL:-$(TEST_POSTGRES_URL)} \
+		$(PY) scripts/soak.py
 
 clean:
 	rm -rf $(VENV) var

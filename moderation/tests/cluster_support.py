@@ -155,3 +155,34 @@ def cluster_env(*, redis_url: str, prefix: str) -> dict[str, str]:
         "DECISION_LOCK_TIMEOUT": "30", "DECISION_RATE_LIMIT": "0",
         "CHECKPOINT_POOL_SIZE": "4",
     }
+
+
+def database_query(database_url: str, query: str, params: list | tuple = ()) -> list[tuple]:
+    """Rows of one read (or write) on the cluster's database, on a connection of its own (autocommit)."""
+    import psycopg
+
+    with psycopg.connect(database_url, connect_timeout=10, autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def work_unsettled(database_url: str, *, failed_settles: bool = False) -> dict[str, int]:
+    """What still waits for a worker: items starting or applying, decided asks unapplied, deliveries not delivered
+    (``failed_settles``: or failed, past their retry window)."""
+    unsent = "status = 'pending'" if failed_settles else "status <> 'delivered'"
+    (starting, applying, unapplied, undelivered), = database_query(database_url, f"""
+        SELECT (SELECT count(*) FROM moderation_queueitem WHERE status = 'starting'),
+               (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
+               (SELECT count(*) FROM moderation_reviewask WHERE status <> 'pending' AND applied_at IS NULL),
+               (SELECT count(*) FROM moderation_webhookdelivery WHERE {unsent})""")
+    return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
+
+
+def work_settled_wait(database_url: str, *, stall: float, failed_settles: bool = False, extra=None) -> dict[str, int]:
+    """``work_unsettled`` (plus ``extra(database_url)``'s counts) once all are zero, or once nothing moved for ``stall`` seconds."""
+    from moderation.lab.waits import progress_wait
+
+    def read() -> dict[str, int]:
+        return {**work_unsettled(database_url, failed_settles=failed_settles), **(extra(database_url) if extra else {})}
+
+    return progress_wait(read, done=lambda left: not any(left.values()), stall=stall, poll=0.2)

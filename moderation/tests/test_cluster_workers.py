@@ -45,8 +45,11 @@ from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.tests.cluster_support import (
     channel_prefix,
     cluster_env,
+    database_query,
     fresh_database,
     services_require,
+    work_settled_wait,
+    work_unsettled,
 )
 from moderation.tests.real_server import Reviewer, progress_wait
 from moderation.tests.webhook_receiver import Receiver
@@ -79,36 +82,15 @@ print("SECRET " + e.secret)
 APPLY_TASK = "moderation.review.apply.item_apply_task"
 
 
-def _sql(database_url: str, query: str, params: list | tuple = ()) -> list[tuple]:
-    with psycopg.connect(database_url, connect_timeout=10, autocommit=True) as conn:
-        return conn.execute(query, params).fetchall()
-
-
-def _unsettled(database_url: str) -> dict[str, int]:
-    """What still waits for a worker: items starting or applying, decided asks unapplied, deliveries not delivered."""
-    (starting, applying, unapplied, undelivered), = _sql(database_url, """
-        SELECT (SELECT count(*) FROM moderation_queueitem WHERE status = 'starting'),
-               (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
-               (SELECT count(*) FROM moderation_reviewask WHERE status <> 'pending' AND applied_at IS NULL),
-               (SELECT count(*) FROM moderation_webhookdelivery WHERE status <> 'delivered')""")
-    return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
-
-
-def _settled_wait(database_url: str) -> dict[str, int]:
-    """What is left once nothing is (``_unsettled`` all zero), or once nothing moved for ``SETTLE_STALL`` seconds."""
-    return progress_wait(lambda: _unsettled(database_url), done=lambda left: not any(left.values()),
-                         stall=SETTLE_STALL, poll=0.2)
-
-
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
     """(task path, args) of the task rows ``worker_id`` claimed that are now in ``status``."""
-    return _sql(database_url, """
+    return database_query(database_url, """
         SELECT task_path, args_kwargs FROM django_tasks_database_dbtaskresult
         WHERE status = %s AND worker_ids @> %s::jsonb ORDER BY started_at""", [status, f'["{worker_id}"]'])
 
 
 def _item_public_id(database_url: str, pk: int) -> str:
-    return _sql(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
+    return database_query(database_url, "SELECT public_id::text FROM moderation_queueitem WHERE id = %s", [pk])[0][0]
 
 
 def _workers_stop(site: SimpleNamespace) -> None:
@@ -191,7 +173,7 @@ class Killer(_Hunter):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not self.burst_done.is_set():
             applied = [t for t in _tasks(url, "doomed", "SUCCESSFUL") if t[0] == APPLY_TASK]
-            running = _sql(url, """
+            running = database_query(url, """
                 SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult
                 WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["doomed"]'::jsonb""", [APPLY_TASK])
             if len(applied) >= DOOMED_APPLIES_BEFORE_KILL and running:
@@ -201,7 +183,7 @@ class Killer(_Hunter):
                     continue  # not resumed yet
                 # Resumed, and the hold (which began after the claim) cannot have ended yet: the kill
                 # lands between the resume and its record.
-                claimed_ago = _sql(url, """
+                claimed_ago = database_query(url, """
                     SELECT EXTRACT(EPOCH FROM now() - started_at)::float FROM django_tasks_database_dbtaskresult
                     WHERE id = %s AND status = 'RUNNING'""", [task_id])
                 if claimed_ago and claimed_ago[0][0] < DOOMED_HOLD - KILL_MARGIN:
@@ -244,7 +226,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     # What a supervisor does: start another (the sweeps of any worker would do without it).
     site.servers[0].worker_start(worker_id="replacement")
 
-    left = _settled_wait(url)
+    left = work_settled_wait(url, stall=SETTLE_STALL)
     settled_at = time.monotonic()
     assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
 
@@ -256,7 +238,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed.
     assert _tasks(url, "doomed", "RUNNING") == []
     assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "FAILED")] == [
-        (APPLY_TASK, [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
+        (APPLY_TASK, [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
     ]
 
     # The race: one winner and one loser per item, told the truth, through both servers.
@@ -297,7 +279,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     worked = Counter()
     for worker in ("doomed", "steady", "replacement"):
         worked[worker] = sum(1 for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == APPLY_TASK)
-    (apply_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
+    (apply_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
     wins = Counter(row["winner"] for row in state.values())
     print(
         f"\ncluster workers: {ITEMS} items x 2 moderators on 2 servers in {burst_end - began:.1f} s "
@@ -312,7 +294,7 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
 def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sweep(site):
     url, item, receiver = site.database_url, site.spare, site.receiver
     _workers_stop(site)  # the first test's workers: nobody may sweep
-    assert not any(_unsettled(url).values()), "the first test left work behind"
+    assert not any(work_unsettled(url).values()), "the first test left work behind"
     doomed = site.servers[0].worker_start(worker_id="control-doomed", faults="before_record:kill")
     status, body = site.reviewers[0].decide(item, "approve")
     assert (status, body["outcome"]) == (200, "won"), body
@@ -322,11 +304,11 @@ def test_control_a_killed_worker_never_replaced_leaves_its_apply_lost_until_a_sw
     time.sleep(float(WORKER_ENV["APPLY_SWEEP_GRACE"]) + 2)
     lost = site.servers[0].tool("state", item)[item]
     assert (lost["apply_state"], lost["graph_paused"], lost["resume_count"]) == ("applying", False, 1), lost
-    assert _unsettled(url)["applying"] == 1  # what the burst test's wait would have timed out on
+    assert work_unsettled(url)["applying"] == 1  # what the burst test's wait would have timed out on
     assert not [r for r in receiver.unique().values() if r.type == "item.applied" and r.data["id"] == item]
 
     site.servers[1].worker_start(worker_id="control-rescuer")
-    left = _settled_wait(url)
+    left = work_settled_wait(url, stall=SETTLE_STALL)
     assert not any(left.values()), left
     row = site.servers[0].tool("state", item)[item]
     assert (row["apply_state"], row["resume_count"], row["forks"]) == ("", 1, 0), row
@@ -356,7 +338,7 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
             f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"]
 
     site.servers[1].worker_start(worker_id=f"graph-rescuer-{point}")
-    left = _settled_wait(url)
+    left = work_settled_wait(url, stall=SETTLE_STALL)
     _workers_stop(site)  # the tests after this one count their own workers' tasks
     assert not any(left.values()), left
     row = site.servers[1].tool("state", item)[item]
@@ -364,7 +346,7 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
     assert row["applied_result"]["result"]["status"] == "approved", row
     assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
     assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED")] == [
-        [_sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
+        [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
 
 
 START_TASK = "moderation.review.starts.items_start_task"
@@ -441,7 +423,7 @@ class StartKiller(_Hunter):
         url, tool = self.site.database_url, self.site.servers[1].tool
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            for task_id, args, claimed_ago in _sql(url, """
+            for task_id, args, claimed_ago in database_query(url, """
                     SELECT id, args_kwargs, EXTRACT(EPOCH FROM now() - started_at)::float
                     FROM django_tasks_database_dbtaskresult
                     WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["start-doomed"]'::jsonb""",
@@ -497,9 +479,9 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
     assert (orphan["status"], orphan["final"]["starts"]) == ("starting", 1), orphan
     # The kill left its task unfinished: the sweep started the orphan (and the rest of its chunk) again, and marked it.
     [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]
-    assert _sql(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
+    assert database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0] in chunk
 
-    left = _settled_wait(url)
+    left = work_settled_wait(url, stall=SETTLE_STALL)
     assert not any(left.values()), f"stuck after the burst (nothing moved for {SETTLE_STALL} s): {left}"
     unknown = [op for op in recorder.ops if op.completion not in ("ok", "fail")]
     assert not unknown, [f"{op.reviewer} on {op.item}: {op.completion} {op.error}" for op in unknown]
@@ -518,7 +500,7 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
         assert sorted(op.completion for op in ops) == ["fail", "ok"], (item, ops)
     worked = Counter(worker for worker in ("start-doomed", "start-steady")
                      for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == START_TASK)
-    (start_tasks,), = _sql(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
+    (start_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
                            [START_TASK])
     print(
         f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         items_make,
     )
     from bench.notices import bench_loser_other_tab
+    from bench.workers import bench_two_workers, bench_worker_time
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
@@ -123,15 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
+    two_count, sustained_seconds = max(150, int(300 * s)), max(4.0, 10 * s)
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 23, 24):
         replays = max(50, int(200 * s)) if wanted(1) else 0
-        more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
+        attributed = max(50, int(150 * s)) if wanted(24) else 0
+        more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays + attributed + 2 - len(pool)
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)
+        if attributed:
+            log(f"{args.backend}: 24. (attribution) where an apply lane's time goes, in-process")
+            metrics += bench_worker_time(items=pool, reviewer=users[8], count=attributed)
         if replays:
             log(f"{args.backend}: 1. (attribution) one decision's SQL, in-process")
-            metrics.append(bench_decision_sql(items=pool, reviewer=users[8], reps=replays))
+            metrics += bench_decision_sql(items=pool, reviewer=users[8], reps=replays)
         connections.close_all()
         log(f"{args.backend}: starting {args.servers} daphne process(es)")
         servers = Servers(count=args.servers, env=dict(os.environ), logdir=args.workdir)
@@ -151,11 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 18. a moderator's page during 200 long-poll waits")
                 _, ops = moderators_login(1, prefix="bench-ops", staff=True)
                 metrics += bench_page_under_waits(servers, logins[0], ops[0], waits=200, reps=max(20, int(50 * s)))
-            if wanted(11, 12, 14, 8, 9, 10):
+            if wanted(11, 12, 14, 8, 9, 10, 23):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
-                need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
+                need = agent_count + applied_count + race_rounds + 20 + two_count + int(50 * sustained_seconds)  # and a few for warm-up and the one-at-a-time contrast
                 if len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))
@@ -171,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(8, 9, 10):
                 log(f"{args.backend}: 8, 9, 10. the service API, a webhook worker")
                 metrics += bench_api(servers, logins, seconds=max(1.5, 4 * s), bare_rate=ingest[0].baseline)
+            if wanted(23):  # last: its second worker would change the one-worker measures above
+                log(f"{args.backend}: 23. two task workers: applied rate, and decision → applied at 50/s")
+                metrics += bench_two_workers(servers, logins, pool, count=two_count, seconds=sustained_seconds)
         finally:
             servers.stop()
 

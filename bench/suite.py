@@ -12,7 +12,9 @@ The servers and the worker run as in production (the worker applies decisions). 
 this process the benches 2 and 3 apply inline: the naive strategy they compare with
 resumes the graph in the call, so the guard does too. Measure 1's attribution (one
 decision in-process, and its SQL replayed) runs here too, before the servers start, and
-leaves the apply queued, as a server does.
+leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
+decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
+the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
 """
 
 from __future__ import annotations

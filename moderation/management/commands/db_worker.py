@@ -89,7 +89,8 @@ class Command(DbWorkerCommand):
         if not settings.LIVE_RELAY:
             push_loop_start()
         lanes = _delivery_lanes_start(options) if _delivery_lane_wanted(options) else []
-        lanes += _apply_lanes_start(options) if _lanes_wanted(options, APPLY_QUEUE) else []
+        # A worker of applies alone has lanes too: its main loop is one apply at a time.
+        lanes += _apply_lanes_start(options) if _lanes_wanted(options, APPLY_QUEUE, alone_too=True) else []
         try:
             return super().handle(*args, **options)
         finally:
@@ -102,18 +103,21 @@ def _delivery_lane_wanted(options: dict) -> bool:
     return options["delivery_lane"] and _lanes_wanted(options, DELIVERY_QUEUE)
 
 
-def _lanes_wanted(options: dict, queue: str) -> bool:
-    """Lanes for ``queue`` beside the main loop: when this worker serves it among other queues, and runs for good."""
+def _lanes_wanted(options: dict, queue: str, *, alone_too: bool = False) -> bool:
+    """Lanes for ``queue`` beside the main loop: when this worker runs for good and serves it among other
+    queues (or, ``alone_too``, by itself)."""
     if options["batch"] or options["max_tasks"] is not None:
         return False
     queues = set(options["queue_name"].split(","))
     excluded = set(filter(None, options["exclude_queues"].split(",")))
     if "*" in queues:
         return queue not in excluded
-    return queue in queues and len(queues) > 1
+    return queue in queues and (alone_too or len(queues) > 1)
 
 
 def _apply_lanes_start(options: dict) -> list[Worker]:
+    if not settings.APPLY_LANES:
+        return []
     wake = TaskWake().start()
     lanes = [
         QueueLane(

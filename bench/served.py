@@ -196,7 +196,7 @@ async def _bench_served(servers, logins, items, *, seconds, notice_seconds, proc
     idle_rss = servers.rss_kib()
 
     # Two floors, each taken before and after the decisions: the issue's "trivial authenticated
-    # endpoint" (the target's baseline) and the framework alone (for attribution).
+    # endpoint" (measure 1's baseline; its 0.5x target was retired in issue 33) and the framework alone.
     floors: dict[str, list[float]] = {"/bench/whoami": [], "/bench/ping": []}
 
     async def floors_take(when: str) -> None:
@@ -219,10 +219,10 @@ async def _bench_served(servers, logins, items, *, seconds, notice_seconds, proc
     baseline = "/bench/whoami req/s, same server, same clients"
     metrics += [
         Metric("http_uncontended", f"1. HTTP decisions/s, {concurrency} reviewers on different items ({process_note})", unc, "dec/s",
-               auth, baseline, target=0.5, check="ratio", op=">=",
+               auth, baseline,
                detail={"statuses": dict(st_unc), "floor_runs": floors, "vs_ping": unc / ping}),
         Metric("http_contended", f"1. HTTP decisions/s, 8 reviewers per item ({process_note})", con, "dec/s",
-               auth, baseline, target=0.5, check="ratio", op=">=",
+               auth, baseline,
                detail={"statuses": dict(st_con), "floor_runs": floors, "vs_ping": con / ping,
                        "note": "every attempt counts (1 won + 7 told who won per item)"}),
         Metric("http_floor_auth", "1. (baseline) trivial authenticated endpoint, /bench/whoami", auth, "req/s",

@@ -12,7 +12,9 @@ The servers and the worker run as in production (the worker applies decisions). 
 this process the benches 2 and 3 apply inline: the naive strategy they compare with
 resumes the graph in the call, so the guard does too. Measure 1's attribution (one
 decision in-process, and its SQL replayed) runs here too, before the servers start, and
-leaves the apply queued, as a server does.
+leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
+decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
+the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         items_make,
     )
     from bench.notices import bench_loser_other_tab
+    from bench.workers import bench_two_workers, bench_worker_time
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
@@ -124,17 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     # not queued behind the previous one's (at 4/s this machine's two cores fall behind).
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
-    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22):
+    two_count, sustained_seconds = max(150, int(300 * s)), max(4.0, 10 * s)
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22, 23, 24):
         replays = max(50, int(200 * s)) if wanted(1) else 0
-        more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays - len(pool)
-        if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10):
+        attributed = max(50, int(150 * s)) if wanted(24) else 0
+        more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays + attributed + 2 - len(pool)
+        if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 23, 24):
             more = 0  # the agents' benches (21, 22) submit their own asks
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)
+        if attributed:
+            log(f"{args.backend}: 24. (attribution) where an apply lane's time goes, in-process")
+            metrics += bench_worker_time(items=pool, reviewer=users[8], count=attributed)
         if replays:
             log(f"{args.backend}: 1. (attribution) one decision's SQL, in-process")
-            metrics.append(bench_decision_sql(items=pool, reviewer=users[8], reps=replays))
+            metrics += bench_decision_sql(items=pool, reviewer=users[8], reps=replays)
         connections.close_all()
         log(f"{args.backend}: starting {args.servers} daphne process(es)")
         servers = Servers(count=args.servers, env=dict(os.environ), logdir=args.workdir)
@@ -157,12 +165,12 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(21):
                 log(f"{args.backend}: 21. an agent's ask, submitted → in a moderator's queue")
                 metrics += bench_ask_visible(servers, logins[0], count=max(20, int(100 * s)))
-            if wanted(11, 12, 14, 8, 9, 10, 22):
+            if wanted(11, 12, 14, 8, 9, 10, 22, 23):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
-                need = agent_count + applied_count + race_rounds + 20  # and a few for warm-up and the one-at-a-time contrast
-                if wanted(11, 12, 14, 8, 9, 10) and len(pool) < need:
+                need = agent_count + applied_count + race_rounds + 20 + two_count + int(50 * sustained_seconds)  # and a few for warm-up and the one-at-a-time contrast
+                if wanted(11, 12, 14, 8, 9, 10, 23) and len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))
             if wanted(11):
@@ -180,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(22):
                 log(f"{args.backend}: 22. decision → an agent resumed, by long-poll and by webhook")
                 metrics += bench_agent_resumed(servers, logins[1], waves=max(1, round(3 * s)))
+            if wanted(23):  # last: its second worker would change the one-worker measures above
+                log(f"{args.backend}: 23. two task workers: applied rate, and decision → applied at 50/s")
+                metrics += bench_two_workers(servers, logins, pool, count=two_count, seconds=sustained_seconds)
         finally:
             servers.stop()
 

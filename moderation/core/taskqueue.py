@@ -1,27 +1,50 @@
-"""What the task queue (django-tasks-db) says about our tasks, for the sweeps that re-queue lost work.
+"""The task queue (django-tasks-db): what it says about our tasks, and lanes that wake when a task is queued.
 
-A worker killed mid-task leaves its task RUNNING for good (the database backend does not
+Sweeps. A worker killed mid-task leaves its task RUNNING for good (the database backend does not
 reclaim it), so the sweeps queue such work again, and mark the dead row FAILED. Work whose task is still waiting in
 the queue, or running under a live worker, must not be: during a backlog longer than the
 sweep's grace, every sweep of every worker would otherwise queue it once more.
+
+Lanes. The package's worker loop sleeps its ``--interval`` whenever it found nothing, so a
+task queued then waits up to that long. A ``QueueLane`` waits on ``TaskWake`` instead: on
+PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` when a row is inserted
+(delivered when the enqueuing transaction commits, never before), and one listening
+connection per process wakes every waiting lane; the interval stays as the fallback (a
+notification lost while the listener reconnects). SQLite has no notifications: there a
+lane polls at its interval.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from itertools import islice
 from typing import Any
 
+from django.db import close_old_connections, connection
 from django.db.models import Q
+from django.db.utils import OperationalError
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
+from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
+from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
+
+from moderation.core.checkpointer import checkpointer_target
+
+logger = logging.getLogger(__name__)
 
 # At most this many ids per sweep: a long outage's backlog is queued again over several sweeps.
 SWEEP_BATCH = 500
 # What a task row presumed dead says it failed with (no exception class exists: its process is gone).
 WORKER_LOST = "WorkerLost"
+# What the task table's insert trigger notifies (migration 0025); the payload is the task's queue.
+TASKS_CHANNEL = "reviewqueue_tasks"
+# Seconds a listener that lost its connection waits before listening again (and a stopped one takes to notice).
+LISTEN_RETRY_SECONDS = 1.0
 
 
 def tasks_orphaned(*, ids: Iterable[int], task: Any, started_since: datetime) -> list[int]:
@@ -59,3 +82,95 @@ def _tasks_will_run(*, task: Any, started_since: datetime) -> Iterable[Any]:
         .filter(Q(status=TaskResultStatus.READY) | Q(status=TaskResultStatus.RUNNING, started_at__gte=started_since))
         .values_list("args_kwargs__args__0", flat=True)
     )
+
+
+class TaskWake:
+    """Wakes waiting lanes when a task is queued (PostgreSQL's LISTEN); on SQLite, never (they poll).
+
+    A lane reads ``generation`` before it looks for a task and, finding none, calls
+    ``wait(seen, ...)``: a task queued in between has already moved the generation, so
+    the lane does not sleep through it.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.generation = 0
+        self.last_payload = ""
+        self._listener: threading.Thread | None = None
+
+    def start(self) -> TaskWake:
+        if connection.vendor == "postgresql":
+            self._listener = threading.Thread(target=self._listen, args=(checkpointer_target(),), name="task-wake",
+                                              daemon=True)
+            self._listener.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and close the connection (within ``LISTEN_RETRY_SECONDS``)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.join()
+
+    def wait(self, seen: int, *, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self.generation != seen, timeout=timeout)
+
+    def _bump(self, payload: str = "") -> None:
+        with self._changed:
+            self.generation += 1
+            self.last_payload = payload  # the queue named by the last notification
+            self._changed.notify_all()
+
+    def _listen(self, conninfo: str) -> None:
+        import psycopg
+
+        me = threading.current_thread()
+        while self._listener is me:
+            try:
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {TASKS_CHANNEL}")
+                    self._bump()  # whatever was queued while this connection was not listening
+                    while self._listener is me:
+                        for notification in conn.notifies(timeout=LISTEN_RETRY_SECONDS):
+                            self._bump(notification.payload)
+            except psycopg.Error as exc:
+                logger.warning("task wake-ups lost (%s); lanes poll until listening again", exc)
+                time.sleep(LISTEN_RETRY_SECONDS)
+
+
+class QueueLane(Worker):
+    """django-tasks-db's worker loop on some queues, claiming as it does, that waits on ``wake`` when idle.
+
+    ``interval`` is the longest an idle lane waits: the poll of last resort.
+    """
+
+    def __init__(self, *, wake: TaskWake, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wake = wake
+
+    def run(self) -> None:
+        logger.info("Starting lane worker_id=%s queues=%s", self.worker_id, ",".join(self.queue_names))
+        while self.running and (self.max_tasks is None or self._run_tasks < self.max_tasks):
+            seen = self.wake.generation
+            close_old_connections()
+            task_result = self._claim()
+            if task_result is not None:
+                self.run_task(task_result)
+            elif self.batch:
+                return
+            else:
+                close_old_connections()
+                self.wake.wait(seen, timeout=self.interval)
+
+    def _claim(self) -> DBTaskResult | None:
+        tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name, queue_name__in=self.queue_names)
+        try:
+            with exclusive_transaction(tasks.db):
+                task_result = tasks.get_locked()
+                if task_result is not None:
+                    task_result.claim(self.worker_id)  # so no other worker runs it
+                return task_result
+        except OperationalError as exc:
+            if is_locked_database_exception(exc):  # SQLite's write lock: it is free again soon
+                return None
+            raise

@@ -121,6 +121,19 @@ def server_loop_register(loop: asyncio.AbstractEventLoop | None) -> None:
         _relay_follower_start()
 
 
+def push_loop_start() -> asyncio.AbstractEventLoop:
+    """For a process with no server loop on a shared layer (the task worker): a loop thread of its own for pushes.
+
+    Each push then is handed off as a server's is (bounded, never waited for), instead of
+    starting an event loop, and with it a new channel-layer connection, per push in the
+    caller's thread. Not for the in-memory layer: nothing listens to it here.
+    """
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="live-pushes", daemon=True).start()
+    server_loop_register(loop)
+    return loop
+
+
 def _relay_follower_start() -> None:
     global _relay_follower
     layer = get_channel_layer()
@@ -295,10 +308,15 @@ def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team
     _send_all([(group, message) for group in [*groups, item_group(item_public_id)]])
 
 
-def item_applied_broadcast(*, item_public_id: str, title: str, status: str, applied: dict[str, Any]) -> None:
-    """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed)."""
+def item_applied_broadcast(*, item_public_id: str, team_id: int | None, title: str, status: str,
+                           applied: dict[str, Any]) -> None:
+    """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed).
+
+    ``team_id``: read from the row the record locked, as a decision's push does, so the push
+    after the commit reads nothing more.
+    """
     message = {"type": "item.applied", "item": item_public_id, "title": title, "status": status, "applied": applied}
-    _item_send(item_public_id, message)
+    _send_all([(group, message) for group in [*queue_groups(team_ids=[team_id]), item_group(item_public_id)]])
 
 
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:

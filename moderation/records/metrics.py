@@ -92,10 +92,13 @@ def metrics_attempt_record(*, attempt: DecisionAttempt, item_created_at: datetim
     events.after_commit(count)
 
 
-def metrics_applied_record(*, ask_ids: list[int], at: datetime) -> None:
-    """Observe the apply lag of the asks being marked applied at ``at``; call in that transaction, before the mark."""
-    decided = ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True, decided_at__isnull=False)
-    lags = [(at - decided_at).total_seconds() for decided_at in decided.values_list("decided_at", flat=True)]
+def metrics_applied_record(*, asks: list[ReviewAsk], at: datetime) -> None:
+    """Observe the apply lag of ``asks``, marked applied at ``at`` in the caller's transaction (observed if it commits).
+
+    The caller read them unapplied under the thread's resume lock, which every mark of
+    applied holds: none is marked twice, so none is observed twice.
+    """
+    lags = [(at - ask.decided_at).total_seconds() for ask in asks if ask.decided_at is not None]
     events.after_commit(lambda: [APPLY_LAG.observe(max(0.0, lag)) for lag in lags])
 
 

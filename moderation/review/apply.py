@@ -116,7 +116,8 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     done: list[str] = []
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         while True:
-            asks = list(ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True).exclude(status=AskStatus.PENDING))
+            asks = list(ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True).exclude(status=AskStatus.PENDING)
+                        .select_related("decided_by"))  # its reviewer goes into the resume value
             if not asks:
                 break
             done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
@@ -167,7 +168,7 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         # Neither at its end nor at an interrupt: never recorded as applied.
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
-    return _record(item_id=item.pk, ask_ids=[a.pk for a in asks], asked=after.asks, finished=after.finished,
+    return _record(item_id=item.pk, asks=asks, asked=after.asks, finished=after.finished,
                    values=after.values, resumed=len(answers), remote=remote)
 
 
@@ -187,15 +188,18 @@ def _resume_value(ask: ReviewAsk) -> Any:
 
 
 def _record(
-    *, item_id: int, ask_ids: list[int], asked: list[PendingAsk], finished: bool, values: dict, resumed: int,
+    *, item_id: int, asks: list[ReviewAsk], asked: list[PendingAsk], finished: bool, values: dict, resumed: int,
     remote: dict | None = None,
 ) -> str:
+    """``asks``: those resumed (or found resumed), read under the resume lock, which is what marks them applied."""
     now = timezone.now()
+    ask_ids = [a.pk for a in asks]
     with events.events_held(), transaction.atomic():
-        item = QueueItem.objects.select_for_update().get(pk=item_id)
-        metrics_applied_record(ask_ids=ask_ids, at=now)
+        # Its reviewer and team go into the webhook's payload: read with the row, not one by one.
+        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by", "team").get(pk=item_id)
+        metrics_applied_record(asks=asks, at=now)
         ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
-        known = set(item.asks.values_list("interrupt_id", flat=True))
+        known = set(item.asks.values_list("interrupt_id", flat=True)) if asked else set()
         new = [p for p in asked if p.interrupt_id not in known]
         if finished:
             item.applied_result = applied_result_build(state=AppliedState.FINISHED, values=values)
@@ -212,8 +216,7 @@ def _record(
         item.apply_state = ApplyState.IDLE
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])
-        applied = list(ReviewAsk.objects.filter(pk__in=ask_ids).values_list("interrupt_id", flat=True))
-        item_applied_record(item=item, applied=applied)
+        item_applied_record(item=item, applied=[a.interrupt_id for a in asks])
         snapshot = _snapshot(item)
         events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
     return f"resumed {resumed}, {item.applied_result['state']}"
@@ -275,7 +278,7 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
 def _record_failure(*, item_id: int, error: str) -> str:
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
-        item = QueueItem.objects.select_for_update().get(pk=item_id)
+        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by", "team").get(pk=item_id)
         item.apply_state = ApplyState.FAILED
         item.applied_result = applied_result_build(state=AppliedState.FAILED, error=error)
         item.save(update_fields=["apply_state", "applied_result"])
@@ -288,8 +291,8 @@ def _record_failure(*, item_id: int, error: str) -> str:
 
 
 def _snapshot(item: QueueItem) -> dict[str, Any]:
-    return {"item_public_id": str(item.public_id), "title": item.title, "status": item.status,
-            "applied": dict(item.applied_result)}
+    return {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
+            "status": item.status, "applied": dict(item.applied_result)}
 
 
 def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:

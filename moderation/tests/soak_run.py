@@ -56,7 +56,7 @@ import psycopg
 from websockets.asyncio.client import connect
 
 from e2e.server import ROOT, LiveServer, ServerError, free_port
-from moderation.lab.history import FinalItem, HistoryRecorder, Op
+from moderation.lab.history import FinalItem, HistoryRecorder
 from moderation.lab.soak import (
     Delivery,
     Fault,

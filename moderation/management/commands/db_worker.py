@@ -6,6 +6,15 @@ It processes every queue by default: ``apply`` (graphs resumed after decisions,
 ``moderation.review.starts``, below the others in priority) and ``default`` (webhook
 deliveries).
 
+Applies may have lanes of their own (``APPLY_LANES`` threads, off by default for now, taking the
+``apply`` queue only): a resume mostly waits on the database (its checkpoints are written
+before each next step), so one loop applying one decision at a time fell behind the
+servers deciding them (docs/contributors/worker-throughput.md). Each lane sleeps until a
+task is queued (PostgreSQL's NOTIFY, ``moderation.core.taskqueue``), or a second at most
+(on SQLite, which has no notifications, the main loop's ``--interval`` polls stay the quick path). Two lanes never resume one graph thread at once: the resume lock serializes them.
+This worker's live pushes go to an event loop of its own (``events.push_loop_start``),
+so an apply does not wait for the channel layer.
+
 One task at a time per loop: a delivery queued behind the applies of a burst of
 decisions would wait for every one of those graphs. So a worker that serves deliveries
 beside other queues also runs delivery lanes (``WEBHOOK_LANES`` loops, 4 by default) that
@@ -34,8 +43,10 @@ from django.db import connection
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand, Worker
 
+from moderation.core.taskqueue import QueueLane, TaskWake
+from moderation.records.events import push_loop_start
 from moderation.records.metrics import metrics_worker_serve
-from moderation.review.apply import applies_sweep
+from moderation.review.apply import APPLY_QUEUE, applies_sweep
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.deployments import deployments_sweep
 from moderation.review.starts import starts_sweep
@@ -79,7 +90,11 @@ class Command(DbWorkerCommand):
         threading.Thread(target=_sweep_forever, name="langgraph-sweep", daemon=True,
                          args=((deployments_sweep,), settings.LANGGRAPH_SWEEP_INTERVAL)).start()
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
+        if not settings.LIVE_RELAY:
+            push_loop_start()
         lanes = _delivery_lanes_start(options) if _delivery_lane_wanted(options) else []
+        # A worker of applies alone has lanes too: its main loop is one apply at a time.
+        lanes += _apply_lanes_start(options) if _lanes_wanted(options, APPLY_QUEUE, alone_too=True) else []
         try:
             return super().handle(*args, **options)
         finally:
@@ -89,13 +104,37 @@ class Command(DbWorkerCommand):
 
 
 def _delivery_lane_wanted(options: dict) -> bool:
-    if not options["delivery_lane"] or options["batch"] or options["max_tasks"] is not None:
+    return options["delivery_lane"] and _lanes_wanted(options, DELIVERY_QUEUE)
+
+
+def _lanes_wanted(options: dict, queue: str, *, alone_too: bool = False) -> bool:
+    """Lanes for ``queue`` beside the main loop: when this worker runs for good and serves it among other
+    queues (or, ``alone_too``, by itself)."""
+    if options["batch"] or options["max_tasks"] is not None:
         return False
     queues = set(options["queue_name"].split(","))
     excluded = set(filter(None, options["exclude_queues"].split(",")))
     if "*" in queues:
-        return DELIVERY_QUEUE not in excluded
-    return DELIVERY_QUEUE in queues and len(queues) > 1
+        return queue not in excluded
+    return queue in queues and (alone_too or len(queues) > 1)
+
+
+def _apply_lanes_start(options: dict) -> list[Worker]:
+    if not settings.APPLY_LANES:
+        return []
+    wake = TaskWake().start()
+    lanes = [
+        QueueLane(
+            wake=wake, queue_names=[APPLY_QUEUE], excluded_queue_names=[], batch=False,
+            # The fallback poll: a second at most, however short the main loop's interval.
+            interval=max(options["interval"], 1.0), backend_name=options["backend_name"], startup_delay=False,
+            max_tasks=None, worker_id=f"{options['worker_id']}-applies-{n}",
+        )
+        for n in range(settings.APPLY_LANES)
+    ]
+    for n, lane in enumerate(lanes):
+        threading.Thread(target=lane.run, name=f"apply-lane-{n}").start()
+    return lanes
 
 
 def _delivery_lanes_start(options: dict) -> list[Worker]:

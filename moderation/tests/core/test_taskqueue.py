@@ -1,16 +1,20 @@
-"""tasks_orphaned: which ids a sweep may queue again, read from the real task table."""
+"""moderation.core.taskqueue: which ids a sweep may queue again (the real task table), and lanes woken by a queued task."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from unittest import mock
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from moderation.core.taskqueue import SWEEP_BATCH, WORKER_LOST, tasks_orphaned
-from moderation.delivery.sending import delivery_send
+from moderation.core.taskqueue import SWEEP_BATCH, TASKS_CHANNEL, WORKER_LOST, QueueLane, TaskWake, tasks_orphaned
+from moderation.delivery.sending import DELIVERY_QUEUE, delivery_send
+from moderation.lab.waits import progress_wait
 from moderation.review.starts import items_start_task
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
@@ -55,3 +59,67 @@ def test_a_dead_workers_task_row_is_marked_failed_by_the_sweep_and_no_other_row_
     assert statuses == {1: TaskResultStatus.FAILED, 2: TaskResultStatus.RUNNING, 3: TaskResultStatus.RUNNING}
     dead = DBTaskResult.objects.get(args_kwargs__args__0=1)
     assert dead.exception_class_path == WORKER_LOST and dead.finished_at is not None and "never finished" in dead.traceback
+
+
+# --- lanes: woken when a task is queued -------------------------------------------------
+
+def _listening(wake: TaskWake) -> int:
+    """The generation once the listener is up (it moves once as it starts listening)."""
+    return progress_wait(lambda: wake.generation, done=lambda g: g > 0, stall=60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_task_wakes_the_lanes_and_a_rolled_back_one_does_not():
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no notifications: its lanes poll")
+    wake = TaskWake().start()
+    try:
+        seen = _listening(wake)
+        with transaction.atomic():
+            delivery_send.enqueue(1)
+            transaction.set_rollback(True)  # negative control: never queued, so nobody is woken
+        with connection.cursor() as cursor:  # a marker after it: notifications arrive in commit order
+            cursor.execute(f"NOTIFY {TASKS_CHANNEL}, 'marker'")
+        progress_wait(lambda: wake.last_payload, done=lambda p: p == "marker", stall=60)
+        assert wake.generation == seen + 1  # the marker's wake-up alone
+        seen = wake.generation
+        delivery_send.enqueue(2)  # committed (autocommit)
+        progress_wait(lambda: wake.last_payload, done=lambda p: p == DELIVERY_QUEUE, stall=60)
+        assert wake.generation == seen + 1
+    finally:
+        wake.stop()  # its connection closed: the test database can be dropped
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lane_waiting_sleeps_through_no_queued_task_and_wakes_for_one():
+    """The waiting itself: a bump before the wait is not slept through; with none, the wait lasts its timeout."""
+    wake = TaskWake()
+    seen = wake.generation
+    wake._bump()
+    wake.wait(seen, timeout=3600)  # returns at once: the generation moved after it was read
+    woken = threading.Event()
+
+    def lane() -> None:
+        wake.wait(wake.generation, timeout=3600)
+        woken.set()
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    assert not woken.wait(0.5)  # negative control: nothing queued, it waits
+    wake._bump()
+    thread.join()
+    assert woken.is_set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lane_runs_only_its_queues_tasks_each_once():
+    delivery_send.enqueue(1)
+    items_start_task.enqueue([2])
+    lane = QueueLane(wake=TaskWake(), queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=True, interval=0,
+                     backend_name="default", startup_delay=False, max_tasks=None, worker_id="lane-test")
+    with mock.patch("moderation.delivery.sending.delivery_attempt") as sent:
+        lane.run()
+    sent.assert_called_once_with(delivery_id=1)
+    statuses = dict(DBTaskResult.objects.values_list("task_path", "status"))
+    assert statuses == {delivery_send.module_path: TaskResultStatus.SUCCESSFUL,
+                        items_start_task.module_path: TaskResultStatus.READY}

@@ -1,7 +1,9 @@
 """moderation.review.apply: the worker's half of a decision, applied exactly once whatever runs it."""
 
 import threading
+from contextlib import nullcontext
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.test import override_settings
@@ -10,9 +12,10 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
+from moderation.core.taskqueue import QueueLane, TaskWake
 from moderation.graphs.runtime import graph_is_finished, graph_values
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
-from moderation.review.apply import applies_sweep, item_apply, item_apply_task
+from moderation.review.apply import APPLY_QUEUE, applies_sweep, item_apply, item_apply_task
 from moderation.review.decisions import item_decide, item_withdraw
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
@@ -224,3 +227,57 @@ def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_i
     assert applies_sweep(enqueue=queued.append) == 1 and queued == [item.pk]
     assert item_apply(item_id=item.pk) == "resumed 1, finished"
     assert item_resumes(item) == 1
+
+
+HOLD = 3.0  # seconds: see _two_lanes_apply_a_duplicated_task
+
+
+def _two_lanes_apply_a_duplicated_task(item) -> list[str]:
+    """One worker's two apply lanes, each taking one of the item's two apply tasks at once; what each task returned.
+
+    Each lane waits at ``before_resume`` (up to ``HOLD`` s) for the other to get there too: under
+    the resume lock the other cannot, so the hold only gives a missing lock its chance to show.
+    """
+    item_apply_task.enqueue(item.pk)  # the duplicate, beside the decision's own task
+    both = threading.Barrier(2, timeout=HOLD)
+
+    def hold(_key):
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+
+    def lane(n):
+        from django.db import connection
+
+        try:
+            QueueLane(wake=TaskWake(), queue_names=[APPLY_QUEUE], excluded_queue_names=[], batch=True, interval=0,
+                      backend_name="default", startup_delay=False, max_tasks=1, worker_id=f"lane-{n}").run()
+        finally:
+            connection.close()
+
+    with fault_inject("before_resume", hold):
+        threads = [threading.Thread(target=lane, args=(n,)) for n in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    return sorted(DBTaskResult.objects.filter(task_path=item_apply_task.module_path).values_list("return_value", flat=True))
+
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_two_apply_lanes_of_one_worker_on_one_items_duplicated_tasks_resume_it_once(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    assert _two_lanes_apply_a_duplicated_task(item) == ["nothing to apply", "resumed 1, finished"]
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+    assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.IDLE
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_item):
+    """Negative control: the same two lanes with the resume lock taken away resume the graph twice."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    with mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()):
+        _two_lanes_apply_a_duplicated_task(item)
+    assert item_resumes(item) == 2 or item_forks(item) >= 1

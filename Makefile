@@ -57,12 +57,13 @@ run-cluster: install
 # browsers, quiet periods and idle sockets rather than on the CPU, and they share nothing. The SQLite
 # pass has its SQLite files (named by process) and its servers' Redis database 0 (real_server.py);
 # the PostgreSQL pass has its test databases (named by process and worker) and TEST_REDIS_URL's
-# database plus the worker number. Their lines interleave as they come, so progress shows
+# database plus the worker number. Their output interleaves as it comes, so progress shows (make's
+# output sync would hold each pass's until it ended; their summaries come at their own ends)
 # (TEST_PASSES=1 runs them one after the other, as the two targets do alone).
 TEST_PASSES ?= 2
 # The browser and Prometheus installs come first: two apt-gets at once would fight over dpkg's lock.
 test: install lint-imports docs e2e-browser prometheus
-	$(MAKE) --no-print-directory --output-sync=line -j$(TEST_PASSES) test-sqlite test-postgres
+	$(MAKE) --no-print-directory --output-sync=none -j$(TEST_PASSES) test-sqlite test-postgres
 
 # The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.
 # Its API reference is rendered from the OpenAPI schema at build time. The examples on its pages

@@ -383,7 +383,7 @@ class _StartsProgress:
         with self._lock:
             now = time.monotonic()
             if self._starting is None or now - self._read_at >= 1:
-                starting = _unsettled(self.database_url)["starting"]
+                starting = work_unsettled(self.database_url)["starting"]
                 if starting != self._starting:
                     self._starting, self._moved_at = starting, now
                 self._read_at = now

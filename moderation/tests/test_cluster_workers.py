@@ -37,7 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import httpx
-import psycopg
 import pytest
 
 from e2e.server import LiveServer

@@ -50,7 +50,7 @@ from moderation.tests.cluster_support import (
     work_settled_wait,
     work_unsettled,
 )
-from moderation.tests.real_server import Reviewer, progress_wait
+from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 
 # A net for a hang, not a speed claim: the waits fail on a stall (SETTLE_STALL); a loaded 2-core machine is slow.

@@ -298,9 +298,10 @@ def item_decide(
         raise InvalidDecision(f"this item is decided by vote ({target.policy.describe()}): vote approve or reject",
                               field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
-    rule = reason_rule(team_id=target.team_id, graph=target.graph)
+    # Only a reject, or a reason given, reads the team's reason rule: an approval or an edit costs no query.
+    rule = reason_rule(team_id=target.team_id, graph=target.graph) if rejecting or reason not in (None, "") else None
     try:
-        reason = reason_check(reason=reason, rejecting=rejecting, rule=rule)
+        reason = reason_check(reason=reason, rejecting=rejecting, rule=rule) if rule is not None else ""
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
     if reason and rule.required:  # else the graph gets the message as typed, the code only as data

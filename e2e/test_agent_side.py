@@ -54,6 +54,7 @@ from e2e.remote_agent import agent_build
 from e2e.server import ROOT, LiveServer, free_port
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.waits import progress_wait
+from moderation.tests.docs_examples import block_find
 from moderation.tests.races import race_rounds
 from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
@@ -358,9 +359,8 @@ def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with
 
 
 def test_the_guarantees_pages_blocking_example_runs_as_written(site, tmp_path):
-    page = (ROOT / "docs" / "integrators" / "agent-guarantees.md").read_text()
     script = tmp_path / "agent.py"
-    script.write_text(page.split("```python\n", 1)[1].split("```", 1)[0])
+    script.write_text(block_find("integrators/agent-guarantees.md", "import os\n\nfrom langchain.agents import create_agent").code)
     env = {**os.environ, "REVIEWQUEUE_URL": site.server.url, "REVIEWQUEUE_TOKEN": site.token, "ASK_TIMEOUT": "1",
            "PYTHONPATH": str(ROOT / "reviewqueue-client")}
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection
 
 from moderation.graphs.remote import remote_thread_read
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
@@ -28,27 +27,16 @@ from moderation.review.decisions import item_decide
 from moderation.review.deployments import deployment_sweep, deployment_webhook
 from moderation.review.items import item_create
 from moderation.review.remote import deployment_connection
+from moderation.tests.races import race_rounds
 from moderation.tests.deployments_support import agent_run, edit_to, items_of, register, remote_outcome, resumes_of
 
 MODERATORS = ["mod_a", "mod_b", "mod_c"]
 
 
 def in_threads(targets: list) -> None:
-    """Run each callable in a thread of its own, released together; each closes its own connection."""
-    barrier = threading.Barrier(len(targets))
-
-    def run(target) -> None:
-        try:
-            barrier.wait(timeout=120)
-            target()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """Each callable in a thread of its own, released together (one round of ``race_rounds``,
+    which also raises a thread's exception here instead of losing it)."""
+    race_rounds(1, *[lambda _round, target=target: target() for target in targets])
 
 
 @pytest.mark.postgres_variant

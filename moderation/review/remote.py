@@ -21,6 +21,7 @@ from django.conf import settings
 
 from moderation.core.resumelock import thread_resume_lock
 from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.passthrough import NAME as PASSTHROUGH
 from moderation.graphs.remote import (
     Connection,
     RemoteBusy,
@@ -41,8 +42,12 @@ def deployment_connection(deployment: Deployment) -> Connection:
 
 
 def deployment_of_item(*, item: QueueItem) -> Deployment | None:
-    """The deployment an item asks for (None for every other item)."""
-    if item.submitted_by_id is None:
+    """The deployment an item asks for (None for every other item).
+
+    A deployment's interrupts are submitted as asks (the pass-through graph) by its own client:
+    any other item is answered without a query, so the apply of an ordinary item pays nothing.
+    """
+    if item.submitted_by_id is None or item.graph != PASSTHROUGH:
         return None
     return Deployment.objects.filter(client_id=item.submitted_by_id).first()
 

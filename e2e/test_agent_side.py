@@ -165,6 +165,16 @@ def _replays_at_once(delivery: tuple[bytes, dict[str, str]], ports: list[int]) -
     return threads
 
 
+def _approved_and_replayed(site: Site, thread: str, ports: list[int]) -> tuple[str, HistoryRecorder]:
+    """The thread's ask approved (recorded), then its signed delivery replayed to ``ports`` all at once."""
+    item = _item_of(site, thread)
+    history = HistoryRecorder()
+    _approve(site, history, item)
+    for replay in _replays_at_once(_delivery(site, item), ports):
+        replay.join()
+    return item, history
+
+
 def _judge(site: Site, history: HistoryRecorder, item: str, workdir: Path) -> list[str]:
     """The history checker's verdict on the server's final state and the agent's tool runs."""
     progress_wait(lambda: site.server.tool("state", item)[item]["apply_state"], done=lambda s: s != "applying", stall=60)
@@ -187,11 +197,7 @@ def test_duplicate_deliveries_and_a_long_poll_racing_the_webhook_run_the_tool_on
     agent = _agent(site, tmp_path, port, thread=thread, naive=naive, flags=("--poll",))
     try:
         assert agent.ready() == []
-        item = _item_of(site, thread)
-        history = HistoryRecorder()
-        _approve(site, history, item)
-        for replay in _replays_at_once(_delivery(site, item), [port] * REPLAYS):
-            replay.join()
+        item, history = _approved_and_replayed(site, thread, [port] * REPLAYS)
         resumed = agent.resumes(at_least=REPLAYS + 2)  # the replays, the worker's delivery, the long-poll
         kinds = _judge(site, history, item, tmp_path)
     finally:
@@ -212,11 +218,7 @@ def test_two_replicas_sent_the_same_decision_resume_once(site, hooks, tmp_path, 
         assert first.ready() == []
         replicas.append(_agent(site, tmp_path, ports[1], thread=thread, naive=naive))  # same checkpointer
         assert replicas[1].ready() == []  # forwarded again: the same item
-        item = _item_of(site, thread)
-        history = HistoryRecorder()
-        _approve(site, history, item)
-        for replay in _replays_at_once(_delivery(site, item), ports * REPLAYS):
-            replay.join()
+        item, history = _approved_and_replayed(site, thread, ports * REPLAYS)
         resumed = [r for replica in replicas for r in replica.resumes(at_least=REPLAYS + 1)]
         kinds = _judge(site, history, item, tmp_path)
     finally:

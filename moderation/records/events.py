@@ -319,6 +319,14 @@ def item_applied_broadcast(*, item_public_id: str, team_id: int | None, title: s
     _send_all([(group, message) for group in [*queue_groups(team_ids=[team_id]), item_group(item_public_id)]])
 
 
+def item_applied_after_commit(*, item: QueueItem) -> None:
+    """``item_applied_broadcast`` once the transaction commits, from the row as the caller locked and
+    saved it (so the push reads nothing more, and every caller sends the same fields)."""
+    snapshot = {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
+                "status": item.status, "applied": dict(item.applied_result)}
+    after_commit(lambda: item_applied_broadcast(**snapshot))
+
+
 def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
     """Tell the losing reviewer's other open tabs their decision was not applied."""
     message = outcome.loser_notice()

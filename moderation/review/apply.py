@@ -217,8 +217,7 @@ def _record(
         item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
                                  "decision_note", "review_request"])
         item_applied_record(item=item, applied=[a.interrupt_id for a in asks])
-        snapshot = _snapshot(item)
-        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+        events.item_applied_after_commit(item=item)
     return f"resumed {resumed}, {item.applied_result['state']}"
 
 
@@ -268,8 +267,7 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
         ceiling = min(settings.REMOTE_RETRY_MAX, settings.REMOTE_RETRY_BASE * 2 ** (tries - 1))
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
         item_apply_task.using(run_after=run_after).enqueue(item.pk)
-        snapshot = _snapshot(row)
-        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+        events.item_applied_after_commit(item=row)
     logger.warning("item %s: its deployment is unreachable (try %d), trying again at %s: %s", item.pk, tries,
                    run_after.isoformat(), error)
     return f"retrying: {error}"
@@ -284,15 +282,9 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item.save(update_fields=["apply_state", "applied_result"])
         metrics_apply_failed_record()
         item_applied_record(item=item, applied=[])
-        snapshot = _snapshot(item)
-        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+        events.item_applied_after_commit(item=item)
     logger.error("item %s: the graph failed after its decision: %s", item_id, error)
     return f"failed: {error}"
-
-
-def _snapshot(item: QueueItem) -> dict[str, Any]:
-    return {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
-            "status": item.status, "applied": dict(item.applied_result)}
 
 
 def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:

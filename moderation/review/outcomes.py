@@ -118,7 +118,5 @@ def item_outcome_report(*, client: ApiClient, item_public_id: str, status: str, 
         report = OutcomeReport(item=item, status=status, message=message, reported_by=client, reported_at=timezone.now())
         item_outcome_record(item=item, report=report)
         outcome_append(item=item, report=report)
-        snapshot = {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
-                    "status": item.status, "applied": dict(item.applied_result)}
-        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+        events.item_applied_after_commit(item=item)
     return Reported(report=report, created=True)

@@ -172,9 +172,7 @@ def _start_refused(*, item_id: int, error: str, retry_failed: bool) -> str:
         item.save(update_fields=["status", "attention", "applied_result"])
         counts_apply(before=before, after=item_counted(item))
         item_applied_record(item=item, applied=[])
-        snapshot = {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
-                    "status": item.status, "applied": item.applied_result}
-        events.after_commit(lambda: events.item_applied_broadcast(**snapshot))
+        events.item_applied_after_commit(item=item)
     logger.warning("item %s: refused by its graph at the start: %s", item_id, error)
     return f"refused: {error}"
 

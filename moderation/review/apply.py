@@ -261,8 +261,9 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
         row = QueueItem.objects.select_for_update().get(pk=item.pk)
-        tries = int(row.applied_result.get("tries", 0)) + 1 if row.applied_result.get("state") == "applying" else 1
-        row.applied_result = {"state": "applying", "tries": tries, "error": error}
+        retried = row.applied_result.get("state") == AppliedState.APPLYING
+        tries = int(row.applied_result.get("tries", 0)) + 1 if retried else 1
+        row.applied_result = applied_result_build(state=AppliedState.APPLYING, error=error, tries=tries)
         row.save(update_fields=["applied_result"])
         ceiling = min(settings.REMOTE_RETRY_MAX, settings.REMOTE_RETRY_BASE * 2 ** (tries - 1))
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))

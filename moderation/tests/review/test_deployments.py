@@ -21,6 +21,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -42,6 +43,7 @@ from moderation.review.deployments import (
     interrupts_key,
 )
 from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.review.submissions import Submission, item_submit
 from moderation.tests.deployments_support import (
     agent_run,
     db_worker,
@@ -104,6 +106,23 @@ def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_s
         deployment_register(name="agents-bad", url=langgraph_server.url, api_key="",
                             routes=[GraphRoute(graph="hitl", team="ghosts")])
     assert (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count()) == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("asks", "field"), [
+    ([], "asks"),
+    ([{"interrupt_id": "a", "value": 1}, {"interrupt_id": "a", "value": 2}], "asks"),
+    ([{"interrupt_id": "a"}], "asks[0]"),
+    ([{"interrupt_id": "x" * 65, "value": 1}], "asks[0].interrupt_id"),
+    ([{"interrupt_id": "a", "value": "\x00"}], "asks[0].value"),
+])
+def test_a_bad_set_of_interrupts_is_a_clear_error_and_creates_nothing(asks, field):
+    client = ApiClient.objects.create(name="langgraph.bad", user=get_user_model().objects.create(username="lg.bad"))
+    submission = Submission(title="t", body="b", source="s", asks=asks, external={"thread_id": "t1"}, external_id="t1:k")
+    with pytest.raises(ValidationError) as refused:
+        item_submit(client=client, submission=submission)
+    assert field in refused.value.message_dict
+    assert not QueueItem.objects.exists()
 
 
 @pytest.mark.django_db

@@ -48,6 +48,7 @@ class AppliedState(StrEnum):
     ASKED_AFTER_WITHDRAWAL = "asked after withdrawal"
     FAILED = "failed"  # it raised: nothing is recorded as applied; ``manage.py recover`` runs it on
     REFUSED = "refused"  # it raised at its start (a queued submit): there is nothing to decide
+    APPLYING = "applying"  # a LangGraph deployment could not take the decision yet: its apply is tried again
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def applied_result_build(*, state: AppliedState, values: dict[str, Any] | None =
                          **extra: Any) -> dict[str, Any]:
     """An item's ``applied_result``: ``state``, ``summary``, ``errors`` (``[{where, message}]``), the
     pass-through's ``decisions``, the graph's ``result`` if it has one, ``error`` (failed or
-    refused) and ``extra`` (``asks``: how many it asks now). A finished graph with errors is
+    refused, or applying: why not yet) and ``extra`` (``asks``: how many it asks now; ``tries``: how
+    many applies a deployment has not taken yet). A finished graph with errors is
     ``finished with errors``, never plain ``finished``."""
     values = values if isinstance(values, dict) else {}
     outcome = graph_outcome_read(values=values, error=error)

@@ -85,8 +85,9 @@ def remote_race(*, url: str, assistant: str, reviewers: list[str], mode: str) ->
             if mode == "naive":
                 won = naive_resume(connection=connection, thread_id=thread_id, interrupt_id=interrupt_id, value=value)
             else:
-                _, won = remote_resume_once(connection=connection, lock="racelab", thread_id=thread_id,
-                                            interrupt_id=interrupt_id, value=value)
+                _, resumed = remote_resume_once(connection=connection, lock="racelab", thread_id=thread_id,
+                                                answers={interrupt_id: value})
+                won = bool(resumed)
         except Exception as exc:  # noqa: BLE001 - the reviewer does not know what came of it
             history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
             return

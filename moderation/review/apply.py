@@ -12,7 +12,10 @@ not wait for the graph. Then, in a worker, ``item_apply``:
    paused at. The asks whose interrupt is still pending are resumed together with
    LangGraph's ``{interrupt_id: value}`` map. An ask whose interrupt is no longer
    pending was resumed by an earlier run that died before recording it (a worker
-   killed after the resume): it is not resumed again, only recorded;
+   killed after the resume): it is not resumed again, only recorded. A LangGraph
+   deployment's item then resumes the agent's thread there with what its own thread now
+   holds (``moderation.review.remote``); a deployment that cannot be reached leaves the
+   asks unapplied and the apply queued again after a backoff;
 3. records, under the item's row lock in one short transaction, the asks as applied
    and what the graph did next: finished (its result), asked again (new pending asks,
    the item back in the queue), or failed (``apply_state`` FAILED with the error, for
@@ -149,14 +152,15 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         before = graph_state_read(name=name, thread_id=thread_id)
         waiting = {p.interrupt_id for p in before.asks}
         answers = {ask.interrupt_id: _resume_value(ask) for ask in asks if ask.interrupt_id in waiting}
-        deployment = deployment_of_item(item=item) if answers else None
-        # A LangGraph deployment's interrupt: its thread there first, then this item's own pass-through thread.
-        remote = deployment_resume(deployment=deployment, item=item, asks=asks) if deployment else None
         if answers:
             graph_resume(name=name, thread_id=thread_id, answers=answers)
         elif before.stalled or (retry_failed and before.error):
             # Resumed by a run that died mid-graph (stalled), or failed after its resume: run on from its checkpoint.
             graph_continue(name=name, thread_id=thread_id)
+        # A LangGraph deployment's interrupts: its thread there is owed what this item's own thread now holds
+        # (also when an earlier try resumed this one and could not reach the deployment).
+        deployment = deployment_of_item(item=item) if asks else None
+        remote = deployment_resume(deployment=deployment, item=item, asks=asks) if deployment else None
         fault_point("after_resume", item_key=thread_id)
         after = graph_state_read(name=name, thread_id=thread_id)
     except RemoteUnavailable as exc:
@@ -169,7 +173,7 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
     return _record(item_id=item.pk, asks=asks, asked=after.asks, finished=after.finished,
-                   values=after.values, resumed=len(answers), remote=remote)
+                   values=after.values, resumed=len(remote["resumed"]) if remote else len(answers), remote=remote)
 
 
 def _not_settled(state: GraphState) -> str:
@@ -261,8 +265,9 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
         row = QueueItem.objects.select_for_update().get(pk=item.pk)
-        tries = int(row.applied_result.get("tries", 0)) + 1 if row.applied_result.get("state") == "applying" else 1
-        row.applied_result = {"state": "applying", "tries": tries, "error": error}
+        retried = row.applied_result.get("state") == AppliedState.APPLYING
+        tries = int(row.applied_result.get("tries", 0)) + 1 if retried else 1
+        row.applied_result = applied_result_build(state=AppliedState.APPLYING, error=error, tries=tries)
         row.save(update_fields=["applied_result"])
         ceiling = min(settings.REMOTE_RETRY_MAX, settings.REMOTE_RETRY_BASE * 2 ** (tries - 1))
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))

@@ -3,18 +3,22 @@
 Registration (``deployment_register``) proves the URL, the API key and the graphs with the
 SDK before it writes anything: a bad one is ``DeploymentInvalid`` and creates nothing.
 
-Discovery. Each interrupt a deployment's thread waits on becomes one item of the built-in
-pass-through graph (``moderation.graphs.passthrough``), submitted as an ask by the
-deployment's own service client with ``external`` = the thread and interrupt ids, so its
-key is ``<thread id>:<interrupt id>`` (``moderation.review.submissions``): the database
-allows one item per key and client, and two discoverers of one interrupt (a webhook and a
-sweep, two workers) share one local thread and make one item. Parallel interrupts make one
-item each; a later round's interrupts are new ids, so new items. ``requested_by`` is the
-thread's metadata's (four eyes). Found by the run's webhook (``deployment_webhook``,
-verified by the secret in its URL) and by the worker's sweep (``deployments_sweep``).
+Discovery. The interrupts a deployment's thread waits on, those no item asks about yet,
+become one item of the built-in pass-through graph (``moderation.graphs.passthrough``),
+one ask per interrupt, as an in-process graph's parallel interrupts are one item of several
+asks. It is submitted by the deployment's own service client with the thread's id in
+``external`` and the interrupts as ``asks``, keyed ``<thread id>:<interrupt id>`` (one
+interrupt) or ``<thread id>:<digest of the interrupt ids>`` (``interrupts_key``): the
+database allows one item per key and client, so two discoverers of one interrupt set (a
+webhook and a sweep, two workers) share one local thread and make one item. A partial
+decision resumes the thread with the interrupts decided and leaves the others pending, on
+the same item. A later round (the thread interrupts again after a resume) has new
+interrupt ids that no item asks about: a new item. ``requested_by`` is the thread's
+metadata's (four eyes). Found by the run's webhook (``deployment_webhook``, verified by the
+secret in its URL) and by the worker's sweep (``deployments_sweep``).
 
-An interrupt the thread no longer waits on while its item is still undecided was resumed
-elsewhere (Studio, the agent's own code): the item is withdrawn through the guard by the
+An item none of whose interrupts the thread still waits on while it is still undecided was
+resumed elsewhere (Studio, the agent's own code): it is withdrawn through the guard by the
 deployment's account, with the note ``RESOLVED_OUTSIDE``, so whoever was deciding it loses
 and is told, as for any withdrawal.
 
@@ -38,6 +42,7 @@ from django.utils import timezone
 
 from moderation.graphs.remote import (
     Connection,
+    RemoteInterrupt,
     RemoteRefused,
     RemoteThread,
     RemoteUnavailable,
@@ -45,6 +50,7 @@ from moderation.graphs.remote import (
     remote_interrupted,
     remote_thread_read,
 )
+from moderation.graphs.passthrough import ask_interrupts
 from moderation.models import ApiClient, Deployment, ItemStatus, QueueItem, Team
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
@@ -184,33 +190,53 @@ def _undecided_threads(*, deployment: Deployment) -> set[str]:
 
 
 def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[SubmitResult]:
-    """One item per interrupt the thread waits on (made, or the one already made); withdraw what it no longer waits on."""
+    """One item for the interrupts of the thread no item asks about yet (made, or the one another discoverer
+    made); withdraw what it no longer waits on. A thread with a run in flight is left for the next look."""
     items = []
-    for interrupt in thread.interrupts:
+    asked = _asked_interrupts(deployment=deployment, thread_id=thread.thread_id)
+    fresh = sorted((i for i in thread.interrupts if i.interrupt_id not in asked), key=lambda i: i.interrupt_id)
+    if fresh and thread.status != "busy":
         try:
-            items.append(_interrupt_submit(deployment=deployment, thread=thread, interrupt_id=interrupt.interrupt_id,
-                                           value=interrupt.value))
+            items.append(_interrupts_submit(deployment=deployment, thread=thread, interrupts=fresh))
         except IdempotencyConflict:
-            # Made already from another reading (the deployment's mapping changed in between): it stays as made.
-            continue
+            pass  # made already from another reading (the deployment's mapping changed in between): it stays as made
         except ValidationError as exc:
-            # This interrupt cannot be an item (its requested_by names nobody here, say); the others still are.
-            logger.warning("deployment %s, thread %s, interrupt %s: not queued: %s", deployment.name,
-                           thread.thread_id, interrupt.interrupt_id, "; ".join(exc.messages))
-            continue
+            # These interrupts cannot be an item (its requested_by names nobody here, say).
+            logger.warning("deployment %s, thread %s: interrupts %s not queued: %s", deployment.name, thread.thread_id,
+                           ", ".join(i.interrupt_id for i in fresh), "; ".join(exc.messages))
     outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return items
 
 
-def _interrupt_submit(*, deployment: Deployment, thread: RemoteThread, interrupt_id: str, value: Any) -> SubmitResult:
+def _thread_items(*, deployment: Deployment, thread_id: str, **filters: Any) -> Any:
+    return QueueItem.objects.filter(submitted_by=deployment.client, graph_input__external__thread_id=thread_id,
+                                    **filters)
+
+
+def _asked_interrupts(*, deployment: Deployment, thread_id: str) -> set[str]:
+    rows = _thread_items(deployment=deployment, thread_id=thread_id).values_list("graph_input", flat=True)
+    return {interrupt_id for row in rows for interrupt_id in ask_interrupts(graph_input=row)}
+
+
+def interrupts_key(*, thread_id: str, interrupt_ids: list[str]) -> str:
+    """The natural key of an item asking about these interrupts of the thread: the same set, the same key."""
+    if len(interrupt_ids) == 1:
+        return f"{thread_id}:{interrupt_ids[0]}"
+    return f"{thread_id}:{hashlib.sha256(' '.join(sorted(interrupt_ids)).encode()).hexdigest()[:32]}"
+
+
+def _interrupts_submit(*, deployment: Deployment, thread: RemoteThread, interrupts: list[RemoteInterrupt]) -> SubmitResult:
     route = _route(deployment=deployment, thread=thread) or {}
     requested_by = thread.metadata.get("requested_by")
-    title = f"{thread.graph_id}: {_summary(value)}"[:TITLE_MAX]
+    more = f" (and {len(interrupts) - 1} more)" if len(interrupts) > 1 else ""
+    title = f"{thread.graph_id}: {_summary(interrupts[0].value)}"[:TITLE_MAX - len(more)] + more
     submission = Submission(
         title=title, body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
         source=f"langgraph:{deployment.name}"[:100], team=route.get("team"), policy=route.get("policy") or None,
         requested_by=requested_by if isinstance(requested_by, str) and requested_by else None,
-        ask=value, external={"thread_id": thread.thread_id, "interrupt_id": interrupt_id},
+        asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in interrupts],
+        external={"thread_id": thread.thread_id},
+        external_id=interrupts_key(thread_id=thread.thread_id, interrupt_ids=[i.interrupt_id for i in interrupts]),
     )
     return item_submit(client=deployment.client, submission=submission)
 
@@ -230,19 +256,19 @@ def _summary(value: Any) -> str:
 
 
 def outside_resolutions_withdraw(*, deployment: Deployment, thread: RemoteThread) -> int:
-    """Withdraw the undecided items of ``thread`` whose interrupt it no longer waits on; how many.
+    """Withdraw the undecided items of ``thread`` none of whose interrupts it still waits on; how many.
 
     Through the guard, as the deployment's account: a moderator deciding at that moment either
-    wins first (then the apply finds the interrupt gone and records so) or loses and is told.
+    wins first (then the apply finds the interrupts gone and records so) or loses and is told.
+    An item the thread still waits on in part stays: its other asks can still be decided.
     A thread with a run in flight is left for the next look: its interrupts are not yet final.
     """
     if thread.status == "busy":
         return 0
     waiting = {i.interrupt_id for i in thread.interrupts}
     withdrawn = 0
-    for item in QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING,
-                                         graph_input__external__thread_id=thread.thread_id):
-        if item.graph_input["external"]["interrupt_id"] not in waiting:
+    for item in _thread_items(deployment=deployment, thread_id=thread.thread_id, status=ItemStatus.PENDING):
+        if not waiting & set(ask_interrupts(graph_input=item.graph_input)):
             withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user,
                                        reason=RESOLVED_OUTSIDE).won
     return withdrawn

@@ -26,7 +26,9 @@ of the digest when given, so a submit without them digests exactly as before.
 An ``ask`` (an agent's interrupt value, from a service that runs its own graph) makes the
 item run the built-in pass-through graph (``moderation.graphs.passthrough``) with
 ``{"ask", "external"}`` as its input; its natural key, when the submit names none, is
-the caller's ``<thread id>:<interrupt id>`` as its ``external_id``.
+the caller's ``<thread id>:<interrupt id>`` as its ``external_id``. ``asks`` instead (a
+LangGraph deployment's parallel interrupts, ``moderation.review.deployments``) makes one
+item of several asks, ``{"asks", "external"}``; its caller names the key.
 
 Every field is checked before anything starts; a refused submit changes nothing.
 """
@@ -79,6 +81,8 @@ ASK_MAX_BYTES = 64 * 1024
 ASK_MAX_DEPTH = 32
 # The caller's own ids; thread and interrupt id joined are the natural key (KEY_MAX_LENGTH).
 EXTERNAL_MAX_LENGTHS = {"thread_id": 128, "interrupt_id": 64, "run_id": 64}
+# Parallel interrupts of one agent thread asked in one item (each an ask of ASK_MAX_BYTES at most).
+ASKS_MAX = 20
 _NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
 
 
@@ -101,6 +105,7 @@ class Submission:
     requested_by: str | None = None  # the username on whose behalf the client submits
     ask: Any = None  # an agent's interrupt value: the item runs the pass-through graph (ASK_GRAPH)
     external: dict[str, str] | None = None  # the asking agent's {thread_id, interrupt_id, run_id}
+    asks: list[dict[str, Any]] | None = None  # several interrupts, [{"interrupt_id", "value"}]: one ask each
 
     def digest(self) -> str:
         content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
@@ -166,9 +171,12 @@ def _json_text_check(text: str, *, field: str, what: str) -> None:
 
 
 def ask_check(*, submission: Submission) -> None:
-    """An ask and its ``external`` ids (ASK_MAX_BYTES, ASK_MAX_DEPTH, no NUL); they leave ``graph`` and ``input`` to it."""
-    if submission.ask is None:
+    """An ask (or ``asks``) and its ``external`` ids (ASK_MAX_BYTES, ASK_MAX_DEPTH, no NUL); they leave ``graph``
+    and ``input`` to it."""
+    if submission.ask is None and submission.asks is None:
         raise ValidationError({"external": "external names the agent behind an ask; send it with ask"})
+    if submission.ask is not None and submission.asks is not None:
+        raise ValidationError({"asks": "send one ask, or several asks, not both"})
     if submission.graph not in (None, ASK_GRAPH):
         raise ValidationError({"graph": f"an ask runs under the built-in {ASK_GRAPH!r} graph; leave graph out"})
     if submission.graph_input:
@@ -177,7 +185,10 @@ def ask_check(*, submission: Submission) -> None:
         graph_name_validate(name=ASK_GRAPH)
     except UnknownGraph as exc:
         raise ValidationError({"ask": str(exc)}) from None
-    _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
+    if submission.asks is not None:
+        _asks_check(submission.asks)
+    else:
+        _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
     external = submission.external or {}
     if not isinstance(external, dict):
         raise ValidationError({"external": "external must be a JSON object"})
@@ -189,8 +200,26 @@ def ask_check(*, submission: Submission) -> None:
             raise ValidationError({f"external.{name}": f"external.{name} must be 1 to {limit} characters, without NUL"})
 
 
+def _asks_check(asks: Any) -> None:
+    limit = EXTERNAL_MAX_LENGTHS["interrupt_id"]
+    if not isinstance(asks, list) or not 1 <= len(asks) <= ASKS_MAX:
+        raise ValidationError({"asks": f"asks must be a list of 1 to {ASKS_MAX} interrupts"})
+    for index, ask in enumerate(asks):
+        if not isinstance(ask, dict) or set(ask) != {"interrupt_id", "value"}:
+            raise ValidationError({f"asks[{index}]": "each ask is an object of interrupt_id and value"})
+        interrupt_id = ask["interrupt_id"]
+        if not isinstance(interrupt_id, str) or not 1 <= len(interrupt_id) <= limit or "\x00" in interrupt_id:
+            raise ValidationError({f"asks[{index}].interrupt_id": f"must be 1 to {limit} characters, without NUL"})
+        _json_value_check(ask["value"], field=f"asks[{index}].value", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
+    if len({a["interrupt_id"] for a in asks}) != len(asks):
+        raise ValidationError({"asks": "each interrupt is asked once"})
+
+
 def _ask_unfold(*, submission: Submission, idempotency_key: str | None) -> Submission:
     """An ask's submission as the item it makes: the pass-through graph, the ask as its input, its natural key."""
+    if submission.asks is not None:
+        return dataclasses.replace(submission, graph=ASK_GRAPH,
+                                   graph_input={"asks": submission.asks, "external": submission.external or {}})
     if submission.ask is None:
         return submission
     external = submission.external or {}
@@ -203,7 +232,7 @@ def _ask_unfold(*, submission: Submission, idempotency_key: str | None) -> Submi
 
 def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
     """Everything that needs no database: raises ValidationError naming the field."""
-    if submission.ask is not None or submission.external is not None:
+    if submission.ask is not None or submission.asks is not None or submission.external is not None:
         ask_check(submission=submission)
     item_body_check(body=submission.body)
     metadata_check(metadata=submission.metadata or {})

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
 
 from langgraph_sdk import get_sync_client
 
@@ -44,6 +55,53 @@ def register(url: str, *, server_url: str | None = None, **route) -> Agents:
     deployment, secret = deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
                                              routes=[GraphRoute(graph=hitl, **route), GraphRoute(graph=fanout)])
     return Agents(deployment=deployment, secret=secret, hitl=hitl, fanout=fanout)
+
+
+def process_env() -> dict[str, str]:
+    """The environment of a ``manage.py`` process of this test's own: its database (a test with
+    ``transaction=True``, so what the test writes is committed), its Redis and settings."""
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        url = f"sqlite:///{db['NAME']}"
+    else:
+        auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
+        url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "reviewqueue.settings", "DEBUG": "true",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def discovery_processes(*, roles: list[str], deployment: Deployment, thread_ids: list[str], workdir: Path) -> None:
+    """One ``moderation.tests.discovery_process`` per role, racing (released together); fails with a
+    process's output if one fails."""
+    env = process_env()
+    processes = [subprocess.Popen([sys.executable, "-m", "moderation.tests.discovery_process", role, str(workdir),
+                                   deployment.name, *thread_ids], cwd=settings.BASE_DIR, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for role in roles]
+    outputs = [p.communicate(timeout=120)[0] for p in processes]
+    for role, process, output in zip(roles, processes, outputs):
+        assert process.returncode == 0, f"the {role} process failed:\n{output}"
+
+
+@contextmanager
+def db_worker(*, log: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """A real ``manage.py db_worker`` (its sweep threads and all) on this test's database, with ``env``
+    over it (a short ``LANGGRAPH_SWEEP_INTERVAL``); stopped (SIGTERM, then SIGKILL) on the way out."""
+    with open(log, "w") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1"],
+            cwd=settings.BASE_DIR, env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env}, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    try:
+        yield worker
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=15)
 
 
 def items_of(thread_id: str) -> list[QueueItem]:

@@ -4,10 +4,11 @@
   resumed once (the server's own count of runs and checkpoints). Negative control: three
   naive direct resumes of the same kind of thread, which the server takes as one resume and
   three successes (``moderation.lab.remote_race``).
-- A webhook and a sweep discovering the same interrupts in two workers at once: one item
-  per interrupt (an interrupt with two items is a ``double_start`` to the checker, its graph
-  started twice). Negative control: a naive discoverer that checks for the item and then
-  creates it, both workers past the check before either creates.
+- A webhook and a sweep discovering the same interrupts in two worker processes at once
+  (``moderation.tests.discovery_process``): one item per thread's interrupts (an interrupt
+  two items ask about is a ``double_start`` to the checker, its graph started twice).
+  Negative control: a naive discoverer in each of two processes that checks for the item
+  and then creates it, both past the check before either creates.
 
 The two guarded races run in the PostgreSQL pass too (its advisory resume lock and its
 unique constraint, where SQLite has a file lock).
@@ -15,20 +16,24 @@ unique constraint, where SQLite has a file lock).
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from moderation.graphs.remote import remote_thread_read
+from moderation.graphs.passthrough import ask_interrupts
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.remote_race import remote_race
 from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
 from moderation.review.decisions import item_decide
-from moderation.review.deployments import deployment_sweep, deployment_webhook
-from moderation.review.items import item_create
-from moderation.review.remote import deployment_connection
+from moderation.review.deployments import deployment_sweep
 from moderation.tests.races import race_rounds
-from moderation.tests.deployments_support import agent_run, edit_to, items_of, register, remote_outcome, resumes_of
+from moderation.tests.deployments_support import (
+    agent_run,
+    discovery_processes,
+    edit_to,
+    items_of,
+    register,
+    remote_outcome,
+    resumes_of,
+)
 
 MODERATORS = ["mod_a", "mod_b", "mod_c"]
 
@@ -78,50 +83,36 @@ def test_naive_direct_resumes_are_all_told_they_won_and_the_guarded_path_tells_t
 
 
 def _discovery_final(thread_ids: list[str]) -> dict[str, FinalItem]:
-    """Per interrupt: how many items were made for it (the checker's ``starts``: two is a double start)."""
+    """Per interrupt: how many items ask about it (the checker's ``starts``: two is a double start)."""
     made: dict[str, int] = {}
     for item in QueueItem.objects.filter(graph_input__external__thread_id__in=thread_ids):
-        external = item.graph_input["external"]
-        key = f"{external['thread_id']}:{external['interrupt_id']}"
-        made[key] = made.get(key, 0) + 1
+        for interrupt_id in ask_interrupts(graph_input=item.graph_input):
+            key = f"{item.graph_input['external']['thread_id']}:{interrupt_id}"
+            made[key] = made.get(key, 0) + 1
     return {key: FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n) for key, n in made.items()}
 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
-def test_a_webhook_and_a_sweep_racing_in_two_workers_make_one_item_per_interrupt(langgraph_server):
+def test_a_webhook_and_a_sweep_racing_in_two_worker_processes_make_one_item_per_interrupt(langgraph_server, tmp_path):
     url = langgraph_server.url
     agents = register(url)
-    deployment = agents.deployment
     thread_ids = [agent_run(url, agents.hitl), agent_run(url, agents.hitl), agent_run(url, agents.fanout)]
-
-    def webhooks() -> None:
-        for thread_id in thread_ids:
-            deployment_webhook(deployment=deployment, payload={"thread_id": thread_id})
-
-    in_threads([webhooks, lambda: deployment_sweep(deployment=deployment)])
+    discovery_processes(roles=["webhook", "sweep"], deployment=agents.deployment, thread_ids=thread_ids,
+                        workdir=tmp_path)
     final = _discovery_final(thread_ids)
     assert len(final) == 4  # two HITL requests, two parallel interrupts
     assert history_check(ops=[], final=final) == []
+    assert QueueItem.objects.filter(graph_input__external__thread_id__in=thread_ids).count() == 3  # one per thread
 
 
 @pytest.mark.django_db(transaction=True)
-def test_naive_discovery_racing_in_two_workers_makes_two_items_of_one_interrupt(langgraph_server):
-    """Negative control: check for the interrupt's item, then create it, without the key the database holds."""
+def test_naive_discovery_racing_in_two_worker_processes_makes_two_items_of_one_interrupt(langgraph_server, tmp_path):
+    """Negative control: check for the interrupts' item, then create it, without the key the database holds."""
     url = langgraph_server.url
     agents = register(url)
-    thread_id = agent_run(url, agents.hitl)
-    [interrupt] = remote_thread_read(connection=deployment_connection(agents.deployment), thread_id=thread_id).interrupts
-    both_checked = threading.Barrier(2)
-
-    def naive_discover() -> None:
-        external = {"thread_id": thread_id, "interrupt_id": interrupt.interrupt_id}
-        known = QueueItem.objects.filter(graph_input__external=external).exists()
-        both_checked.wait(timeout=60)
-        if not known:
-            item_create(title="naive", body="naive", source="naive", graph="ask",
-                        graph_input={"ask": interrupt.value, "external": external})
-
-    in_threads([naive_discover, naive_discover])
+    thread_id = agent_run(url, agents.fanout)
+    discovery_processes(roles=["naive", "naive"], deployment=agents.deployment, thread_ids=[thread_id],
+                        workdir=tmp_path)
     anomalies = history_check(ops=[], final=_discovery_final([thread_id]))
-    assert [a.kind for a in anomalies] == ["double_start"]
+    assert [a.kind for a in anomalies] == ["double_start", "double_start"]  # each of the two parallel interrupts

@@ -1,9 +1,10 @@
 """LangGraph deployments against a real LangGraph Server (``langgraph dev``, ``moderation/tests/langgraph_app``).
 
-Registration, discovery by sweep and by the run's real webhook, four eyes from the thread's
-metadata, parallel interrupts and a later round, an interrupt resumed elsewhere (withdrawn,
+Registration, discovery by sweep (also a real ``db_worker``'s) and by the run's real webhook,
+four eyes from the thread's metadata, parallel interrupts (one item, one ask each) and a later
+round (a new item), an interrupt resumed elsewhere (withdrawn,
 the moderator told), the server unreachable mid-apply. The races (webhook against sweep in
-two workers; three moderators on one decision) are judged by the history checker against
+two worker processes; three moderators on one decision) are judged by the history checker against
 the server's own count of runs and checkpoints, beside the negative control: the naive
 direct resume, which the server accepts twice and answers both with 200.
 """
@@ -20,10 +21,12 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+from moderation.graphs.passthrough import ask_interrupts
 from moderation.lab.waits import progress_wait
 from moderation.tests.docs_examples import block_find
 from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
@@ -34,12 +37,16 @@ from moderation.review.deployments import (
     DeploymentInvalid,
     GraphRoute,
     deployment_register,
+    deployment_webhook,
     deployment_webhook_path,
     deployments_sweep,
+    interrupts_key,
 )
 from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.review.submissions import Submission, item_submit
 from moderation.tests.deployments_support import (
     agent_run,
+    db_worker,
     edit_to,
     items_of,
     register,
@@ -102,6 +109,23 @@ def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_s
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(("asks", "field"), [
+    ([], "asks"),
+    ([{"interrupt_id": "a", "value": 1}, {"interrupt_id": "a", "value": 2}], "asks"),
+    ([{"interrupt_id": "a"}], "asks[0]"),
+    ([{"interrupt_id": "x" * 65, "value": 1}], "asks[0].interrupt_id"),
+    ([{"interrupt_id": "a", "value": "\x00"}], "asks[0].value"),
+])
+def test_a_bad_set_of_interrupts_is_a_clear_error_and_creates_nothing(asks, field):
+    client = ApiClient.objects.create(name="langgraph.bad", user=get_user_model().objects.create(username="lg.bad"))
+    submission = Submission(title="t", body="b", source="s", asks=asks, external={"thread_id": "t1"}, external_id="t1:k")
+    with pytest.raises(ValidationError) as refused:
+        item_submit(client=client, submission=submission)
+    assert field in refused.value.message_dict
+    assert not QueueItem.objects.exists()
+
+
+@pytest.mark.django_db
 def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resumes_the_thread_once(
     langgraph_server, alice, make_moderator, decide, sweep,
 ):
@@ -123,27 +147,58 @@ def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resu
     assert outcome.won
     item.refresh_from_db()
     assert item.apply_state == ApplyState.IDLE
-    assert item.applied_result["remote"] == {"thread_id": thread_id, "interrupt_id": ask.payload and
-                                             item.graph_input["external"]["interrupt_id"],
-                                             "thread_status": "idle", "resumed": True}
+    interrupt_ids = ask_interrupts(graph_input=item.graph_input)
+    assert item.applied_result["remote"] == {"thread_id": thread_id, "interrupt_ids": interrupt_ids,
+                                             "thread_status": "idle", "resumed": interrupt_ids}
     assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
     assert resumes_of(url, thread_id) == (1, 1)
 
 
 @pytest.mark.django_db
-def test_parallel_interrupts_make_an_item_each_and_a_later_round_makes_new_ones(langgraph_server, alice, decide, sweep):
+def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_once_with_both_answers(
+    langgraph_server, alice, sweep, django_capture_on_commit_callbacks,
+):
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
+    [found] = deployment_webhook(deployment=agents.deployment, payload={"thread_id": thread_id})
+    sweep()
+    [item] = items_of(thread_id)  # the webhook's and the sweep's: one item
+    assert found.item == item and re.fullmatch(r"fanout: Publish the (news|sports) post\? \(and 1 more\)", item.title)
+    asks = {a.payload["action_requests"][0]["args"]["question"]: a for a in item.asks.all()}
+    assert sorted(asks) == ["Publish the news post?", "Publish the sports post?"]
+    assert item.external_id == interrupts_key(thread_id=thread_id, interrupt_ids=ask_interrupts(graph_input=item.graph_input))
+    with django_capture_on_commit_callbacks(execute=False):  # both decided before the worker applies
+        item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the news post?"].interrupt_id,
+                    decision="approve")
+        item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the sports post?"].interrupt_id,
+                    decision="reject")
+    assert item_apply(item_id=item.pk) == "resumed 2, finished"
+    item.refresh_from_db()
+    assert item.applied_result["remote"]["resumed"] == sorted(ask_interrupts(graph_input=item.graph_input))
+    state = sdk(url).threads.get_state(thread_id)
+    assert sorted((k, v["type"]) for d in state["values"]["answers"] for k, v in d.items()) == [
+        ("news", "approve"), ("sports", "reject")]
+    assert len(sdk(url).runs.list(thread_id)) == 2  # the agent's run and one resume with both answers
+
+
+@pytest.mark.django_db
+def test_a_partial_decision_resumes_one_interrupt_and_a_later_round_is_a_new_item(langgraph_server, alice, decide, sweep):
     url = langgraph_server.url
     agents = register(url)
     thread_id = agent_run(url, agents.fanout)
     sweep()
-    news, sports = sorted(items_of(thread_id), key=lambda i: i.title)
-    assert (news.title, sports.title) == ("fanout: Publish the news post?", "fanout: Publish the sports post?")
-    decide(item_public_id=news.public_id, reviewer=alice, decision="approve")
-    news.refresh_from_db()
-    assert news.applied_result["remote"]["asks_next"] == 1  # sports still waits
-    decide(item_public_id=sports.public_id, reviewer=alice, decision="reject")
+    [item] = items_of(thread_id)
+    news, sports = sorted(item.asks.all(), key=lambda a: a.payload["action_requests"][0]["args"]["question"])
+    decide(item_public_id=item.public_id, reviewer=alice, ask=news.interrupt_id, decision="approve")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.PENDING and item.applied_result["remote"]["asks_next"] == 1  # sports still waits
     sweep()
-    [*_, confirm] = items_of(thread_id)
+    assert items_of(thread_id) == [item]  # the interrupt still waited on is this item's: nothing new, nothing withdrawn
+    decide(item_public_id=item.public_id, reviewer=alice, ask=sports.interrupt_id, decision="reject")
+    assert len(sdk(url).runs.list(thread_id)) == 3  # one resume per decision, each with its own answer
+    sweep()
+    [_, confirm] = items_of(thread_id)
     assert confirm.title == "fanout: Send the newsletter now?" and confirm.status == ItemStatus.PENDING
     decide(item_public_id=confirm.public_id, reviewer=alice, decision="approve")
     state = sdk(url).threads.get_state(thread_id)
@@ -159,7 +214,7 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
     thread_id, deleted = agent_run(url, agents.hitl), agent_run(url, agents.hitl)
     sweep()
     [item] = items_of(thread_id)
-    interrupt_id = item.graph_input["external"]["interrupt_id"]
+    [interrupt_id] = ask_interrupts(graph_input=item.graph_input)
     sdk(url).threads.delete(deleted)
     sdk(url).runs.wait(thread_id, agents.hitl, command={"resume": {interrupt_id: {"decisions": [{"type": "approve"}]}}})
     with item_page(item) as told_live:
@@ -209,6 +264,29 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
     assert resumes_of(langgraph_server.url, thread_id) == (1, 1)
     page = client.get(f"/items/{item.public_id}/").content.decode()
     assert "The agent's thread is <strong>idle</strong>, resumed with this decision." in page
+
+
+@pytest.mark.django_db(transaction=True)  # a worker process of its own reads what the test wrote
+def test_a_real_workers_sweep_queues_an_interrupted_thread_without_a_webhook_and_applies_its_decision(
+    langgraph_server, alice, tmp_path, settings,
+):
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.hitl)  # no webhook: only the sweep can find it
+    assert items_of(thread_id) == []
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker applies, as in production
+    log = tmp_path / "worker.log"
+    with db_worker(log=log, LANGGRAPH_SWEEP_INTERVAL="0.5") as worker:
+        found = progress_wait(lambda: len(items_of(thread_id)), done=lambda n: n == 1, stall=60)
+        assert found == 1 and worker.poll() is None, log.read_text()[-3000:]
+        [item] = items_of(thread_id)
+        assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice")).won
+        applied = progress_wait(lambda: QueueItem.objects.get(pk=item.pk).apply_state, done=lambda s: s == ApplyState.IDLE,
+                                stall=60)
+        assert applied == ApplyState.IDLE, log.read_text()[-3000:]
+    assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
+    assert resumes_of(url, thread_id) == (1, 1)
+    assert Deployment.objects.get(pk=agents.deployment.pk).swept_at is not None
 
 
 def doc_agent_snippet(*, deployment_url: str, webhook_url: str) -> str:

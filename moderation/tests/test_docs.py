@@ -22,12 +22,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from e2e.server import LiveServer
-from moderation.tests.docs_examples import ROOT, Block, all_blocks, page_blocks, pages
+from moderation.tests.docs_examples import ROOT, Block, all_blocks, block_find, page_blocks, pages
 from moderation.tests.real_server import CSRF
 
 pytestmark = [pytest.mark.timeout(900)]
@@ -72,6 +73,17 @@ def block_problems(block: Block, env: dict[str, str]) -> list[str]:
 @pytest.mark.parametrize("block", RUN_HERE, ids=[b.id for b in RUN_HERE])
 def test_the_docs_example_runs_as_written(block, docs_env):
     problems = block_problems(block, docs_env)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readmes_tour_submits_an_item_as_written(docs_env):
+    """The front door's one command block (README, "A five-minute tour", step 3), run as
+    written but at the test server's address instead of ``make run``'s port 8000."""
+    block = block_find("../README.md", "export REVIEWQUEUE_URL=")
+    assert "http://127.0.0.1:8000" in block.code
+    tour = replace(block, code=block.code.replace("http://127.0.0.1:8000", docs_env["REVIEWQUEUE_URL"]),
+                   expect=['"title": "Hello"', '"status": "pending"'])
+    problems = block_problems(tour, docs_env)
     assert not problems, "\n".join(problems)
 
 

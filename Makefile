@@ -61,8 +61,13 @@ run-cluster: install
 # output sync would hold each pass's until it ended; their summaries come at their own ends)
 # (TEST_PASSES=1 runs them one after the other, as the two targets do alone).
 TEST_PASSES ?= 2
-# The browser and Prometheus installs come first: two apt-gets at once would fight over dpkg's lock.
-test: install lint-imports docs e2e-browser prometheus
+# The two virtualenvs install side by side; the browser and Prometheus installs come after, one
+# at a time (two apt-gets at once would fight over dpkg's lock); then the import contracts beside
+# the strict docs build.
+test: prometheus
+	$(MAKE) --no-print-directory -j2 install langgraph-venv
+	$(MAKE) --no-print-directory e2e-browser
+	$(MAKE) --no-print-directory -j2 lint-imports docs
 	$(MAKE) --no-print-directory --output-sync=none -j$(TEST_PASSES) test-sqlite test-postgres
 
 # The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.

@@ -197,7 +197,7 @@ def _runs(url: str, thread_id: str) -> int:
 
 @pytest.mark.django_db
 def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2_of_the_same_item(
-    langgraph_server, alice, decide, sweep,
+    langgraph_server, alice, decide, sweep, client,
 ):
     url = langgraph_server.url
     agents = register(url)
@@ -235,6 +235,8 @@ def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2
     assert item.applied_result["remote"]["resumed"] == [confirm.interrupt_id]
     assert deployments_sweep() == 0 and items_of(thread_id) == [item]
     assert _runs(url, thread_id) == 4
+    client.force_login(alice)
+    assert f"<code>{asks[2].interrupt_id}</code> (round 2)" in client.get(f"/items/{item.public_id}/history").content.decode()
 
 
 @pytest.mark.django_db

@@ -750,3 +750,28 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.url})"
+
+
+class DeploymentInterrupt(models.Model):
+    """An interrupt of a deployment's thread, and the item that asks about it (``moderation.review.remote``).
+
+    Written with the item's first asks (discovery) and, for a later round, before the item's
+    own thread asks it: the database allows one item per interrupt, so a sweep racing the
+    apply that opens a round cannot make a second item of the round's interrupts.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="interrupts")
+    thread_id = models.CharField(max_length=128)
+    interrupt_id = models.CharField(max_length=64)
+    # Purged with its item (``audit_items_purge``).
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="deployment_interrupts")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "thread_id", "interrupt_id"],
+                                    name="deployment_interrupt_asked_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}:{self.interrupt_id} -> item {self.item_id}"

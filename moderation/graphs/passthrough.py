@@ -2,6 +2,7 @@
 
 START -> request_review (interrupt with the ask) -> finish -> END
 START -> request_each, once per ask of ``asks`` (parallel interrupts) -> finish -> END
+(and again from START, with the next round's ``asks``)
 
 An agent running in its own service sends the interrupt value its own graph paused at
 (LangChain's ``HITLRequest``, or any JSON); this graph interrupts with that very value,
@@ -14,6 +15,12 @@ agent's own ids), each one ask of this graph, interrupting in parallel as an in-
 graph's branches do. A partial answer leaves the others pending; each answer is kept
 under the agent's interrupt id (``answers``), so what the agent is resumed with is
 ``{interrupt_id: value}`` read from this graph's state (``ask_answers``).
+
+When the agent's thread asks again after a decision (a later round), its new interrupts
+are the same item's next round: the finished thread runs again from its start with them
+as its ``asks`` (``ask_round_input``), so it fans out and interrupts once per ask, as at
+its start; ``answers`` keeps every round's, and ``finish`` reports them all. Who does that,
+and under which locks: ``moderation.review.remote``.
 
 Its outcome (``moderation.graphs.outcome``) is those decisions, as the agent's
 ``Command(resume=...)`` takes them, without the reviewer and time the queue adds beside
@@ -80,6 +87,22 @@ def ask_answers(*, graph_input: dict[str, Any], values: dict[str, Any]) -> dict[
     if "asks" not in graph_input and "answer" in values:
         answers = {interrupt_id: values["answer"] for interrupt_id in ask_interrupts(graph_input=graph_input)}
     return {interrupt_id: _decisions(answer) for interrupt_id, answer in answers.items() if not _withdrawn(answer)}
+
+
+def ask_round_input(*, asks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a finished thread of this graph runs again from (``graph_run_again``) to ask ``asks`` as its next
+    round: the agent's thread asked again after a decision."""
+    return {"asks": asks}
+
+
+def asks_answered(*, values: dict[str, Any]) -> set[str]:
+    """The agent's interrupt ids answered in ``values`` (the thread's state), every round's."""
+    return set(values.get("answers") or {})
+
+
+def asks_asked(*, values: dict[str, Any]) -> set[str]:
+    """The agent's interrupt ids the thread asked, every round's: those answered and those of its current round."""
+    return asks_answered(values=values) | {a["interrupt_id"] for a in values.get("asks") or []}
 
 
 def _fan_out(state: AskState) -> Any:

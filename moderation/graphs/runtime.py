@@ -179,6 +179,12 @@ def graph_continue(*, name: str, thread_id: str) -> None:
     graph_get(name=name).invoke(None, _config(thread_id), durability="sync")
 
 
+def graph_run_again(*, name: str, thread_id: str, state: dict[str, Any]) -> None:
+    """Run a finished thread from its start again, ``state`` over its values, to its end or next interrupt(s)
+    (the pass-through's next round of asks: ``moderation.graphs.passthrough``)."""
+    graph_get(name=name).invoke(state, _config(thread_id), durability="sync")
+
+
 def graph_error_read(*, name: str, thread_id: str) -> str | None:
     """The error of the node that last failed on this thread, if any."""
     return graph_state_read(name=name, thread_id=thread_id).error

@@ -14,8 +14,9 @@ not wait for the graph. Then, in a worker, ``item_apply``:
    pending was resumed by an earlier run that died before recording it (a worker
    killed after the resume): it is not resumed again, only recorded. A LangGraph
    deployment's item then resumes the agent's thread there with what its own thread now
-   holds (``moderation.review.remote``); a deployment that cannot be reached leaves the
-   asks unapplied and the apply queued again after a backoff;
+   holds, and puts what that thread asks next to its own thread as its next round
+   (``moderation.review.remote``); a deployment that cannot be reached leaves the asks
+   unapplied and the apply queued again after a backoff;
 3. records, under the item's row lock in one short transaction, the asks as applied
    and what the graph did next: finished (its result), asked again (new pending asks,
    the item back in the queue), or failed (``apply_state`` FAILED with the error, for

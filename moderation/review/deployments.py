@@ -10,12 +10,17 @@ asks. It is submitted by the deployment's own service client with the thread's i
 ``external`` and the interrupts as ``asks``, keyed ``<thread id>:<interrupt id>`` (one
 interrupt) or ``<thread id>:<digest of the interrupt ids>`` (``interrupts_key``): the
 database allows one item per key and client, so two discoverers of one interrupt set (a
-webhook and a sweep, two workers) share one local thread and make one item. A partial
-decision resumes the thread with the interrupts decided and leaves the others pending, on
-the same item. A later round (the thread interrupts again after a resume) has new
-interrupt ids that no item asks about: a new item. ``requested_by`` is the thread's
-metadata's (four eyes). Found by the run's webhook (``deployment_webhook``, verified by the
-secret in its URL) and by the worker's sweep (``deployments_sweep``).
+webhook and a sweep, two workers) share one local thread and make one item. Which item asks
+about which interrupt is a row each (``DeploymentInterrupt``), unique per interrupt, written
+with the item: a discoverer that read another set of the thread's interrupts cannot make a
+second item of one of them either. A partial decision resumes the thread with the
+interrupts decided and leaves the others pending, on the same item. A later round (the
+thread interrupts again after a resume with a decision) is the same item's next round
+(``moderation.review.remote``): while an item of the thread has a decision not yet applied,
+discovery leaves the thread alone, since that apply asks whatever the thread asks next.
+``requested_by`` is the thread's metadata's (four eyes). Found by the run's webhook
+(``deployment_webhook``, verified by the secret in its URL) and by the worker's sweep
+(``deployments_sweep``).
 
 An item none of whose interrupts the thread still waits on while it is still undecided was
 resumed elsewhere (Studio, the agent's own code): it is withdrawn through the guard by the
@@ -37,7 +42,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from moderation.graphs.remote import (
@@ -50,11 +55,19 @@ from moderation.graphs.remote import (
     remote_interrupted,
     remote_thread_read,
 )
-from moderation.graphs.passthrough import ask_interrupts
-from moderation.models import ApiClient, Deployment, ItemStatus, QueueItem, Team
+from moderation.models import (
+    ApiClient,
+    AskStatus,
+    Deployment,
+    DeploymentInterrupt,
+    ItemStatus,
+    QueueItem,
+    ReviewAsk,
+    Team,
+)
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
-from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection
+from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection, deployment_item_interrupts
 from moderation.review.submissions import IdempotencyConflict, Submission, SubmitResult, item_submit
 
 logger = logging.getLogger(__name__)
@@ -191,19 +204,24 @@ def _undecided_threads(*, deployment: Deployment) -> set[str]:
 
 def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[SubmitResult]:
     """One item for the interrupts of the thread no item asks about yet (made, or the one another discoverer
-    made); withdraw what it no longer waits on. A thread with a run in flight is left for the next look."""
+    made); withdraw what it no longer waits on. A thread with a run in flight, or with a decision not yet
+    applied (whose apply asks what it asks next), is left for the next look."""
     items = []
-    asked = _asked_interrupts(deployment=deployment, thread_id=thread.thread_id)
-    fresh = sorted((i for i in thread.interrupts if i.interrupt_id not in asked), key=lambda i: i.interrupt_id)
-    if fresh and thread.status != "busy":
-        try:
-            items.append(_interrupts_submit(deployment=deployment, thread=thread, interrupts=fresh))
-        except IdempotencyConflict:
-            pass  # made already from another reading (the deployment's mapping changed in between): it stays as made
-        except ValidationError as exc:
-            # These interrupts cannot be an item (its requested_by names nobody here, say).
-            logger.warning("deployment %s, thread %s: interrupts %s not queued: %s", deployment.name, thread.thread_id,
-                           ", ".join(i.interrupt_id for i in fresh), "; ".join(exc.messages))
+    if thread.status != "busy" and not _apply_owed(deployment=deployment, thread_id=thread.thread_id):
+        # After _apply_owed: an apply recorded since has claimed what it asks next.
+        asked = _asked_interrupts(deployment=deployment, thread_id=thread.thread_id)
+        fresh = sorted((i for i in thread.interrupts if i.interrupt_id not in asked), key=lambda i: i.interrupt_id)
+        if fresh:
+            try:
+                items.append(_interrupts_submit(deployment=deployment, thread=thread, interrupts=fresh))
+            except IdempotencyConflict:
+                pass  # made already from another reading (the deployment's mapping changed in between): it stays as made
+            except IntegrityError:
+                pass  # another item asks about one of them (made, or its round opened, since we looked)
+            except ValidationError as exc:
+                # These interrupts cannot be an item (its requested_by names nobody here, say).
+                logger.warning("deployment %s, thread %s: interrupts %s not queued: %s", deployment.name,
+                               thread.thread_id, ", ".join(i.interrupt_id for i in fresh), "; ".join(exc.messages))
     outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return items
 
@@ -213,9 +231,15 @@ def _thread_items(*, deployment: Deployment, thread_id: str, **filters: Any) -> 
                                     **filters)
 
 
+def _apply_owed(*, deployment: Deployment, thread_id: str) -> bool:
+    """Whether an item of the thread has a decided (or withdrawn) ask not yet applied."""
+    return ReviewAsk.objects.filter(item__in=_thread_items(deployment=deployment, thread_id=thread_id),
+                                    applied_at__isnull=True).exclude(status=AskStatus.PENDING).exists()
+
+
 def _asked_interrupts(*, deployment: Deployment, thread_id: str) -> set[str]:
-    rows = _thread_items(deployment=deployment, thread_id=thread_id).values_list("graph_input", flat=True)
-    return {interrupt_id for row in rows for interrupt_id in ask_interrupts(graph_input=row)}
+    return set(DeploymentInterrupt.objects.filter(deployment=deployment, thread_id=thread_id)
+               .values_list("interrupt_id", flat=True))
 
 
 def interrupts_key(*, thread_id: str, interrupt_ids: list[str]) -> str:
@@ -268,7 +292,7 @@ def outside_resolutions_withdraw(*, deployment: Deployment, thread: RemoteThread
     waiting = {i.interrupt_id for i in thread.interrupts}
     withdrawn = 0
     for item in _thread_items(deployment=deployment, thread_id=thread.thread_id, status=ItemStatus.PENDING):
-        if not waiting & set(ask_interrupts(graph_input=item.graph_input)):
+        if not waiting & set(deployment_item_interrupts(item=item)):
             withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user,
                                        reason=RESOLVED_OUTSIDE).won
     return withdrawn

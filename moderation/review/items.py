@@ -23,6 +23,7 @@ from moderation.policies.teams import item_policy_resolve
 from moderation.records import events
 from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
+from moderation.review.remote import deployment_item_entered
 
 
 # The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
@@ -208,6 +209,7 @@ def item_queue_entered(*, item: QueueItem, started: GraphState, before: Counted 
     """In the transaction that writes the started item's row: its first asks, its count
     (moved from ``before``), its ``item.created`` deliveries and live event."""
     asks_create(item=item, asked=started.asks, round=1)
+    deployment_item_entered(item=item)
     counts_apply(before=before, after=item_counted(item))
     delivery_record(event=WebhookEvent.ITEM_CREATED, item=item, payload=item_payload(item=item))
     # After the caller's transaction, if there is one; at once otherwise.

@@ -1,20 +1,36 @@
-"""A LangGraph deployment's decided interrupts resumed exactly once (``moderation.review.apply`` calls it).
+"""A LangGraph deployment's decided interrupts resumed exactly once (``moderation.review.apply`` calls it),
+and its thread's later rounds asked on the same item.
 
 The item's own pass-through thread is resumed first (``moderation.graphs.passthrough``):
 its state keeps every answer under the agent's interrupt id, so what the remote thread is
 owed is read from there (``ask_answers``), also by an apply tried again later.
 
 Locking contract of ``deployment_resume``: under the *remote* thread's resume lock
-(``core.resumelock``; a later round's interrupts of one thread are another item, so an
-item's own thread lock is not enough) it re-reads the thread's pending interrupts and
-resumes it once with every answer still pending there, ``Command(resume={interrupt_id:
-value, ...})`` and ``multitask_strategy="reject"``; an answered interrupt the thread no
-longer waits on (resumed already, or elsewhere) is never sent. LangGraph Server itself does not refuse a second resume of
-one interrupt (sent after the first finished, it answers 200 with the first one's state),
-so the re-read under the lock is what makes it once. A 409 (a run in flight: someone
-else's resume) is waited out and the interrupts read again, never resumed blindly. An
-unreachable deployment raises ``RemoteUnavailable`` before anything is recorded: the apply
-keeps the decision and tries again later. No database lock is held meanwhile.
+(``core.resumelock``; two items may ask about one thread, so an item's own thread lock is
+not enough) it re-reads the thread's pending interrupts and resumes it once with every
+answer still pending there, ``Command(resume={interrupt_id: value, ...})`` and
+``multitask_strategy="reject"``; an answered interrupt the thread no longer waits on
+(resumed already, or elsewhere) is never sent. LangGraph Server itself does not refuse a
+second resume of one interrupt (sent after the first finished, it answers 200 with the
+first one's state), so the re-read under the lock is what makes it once. A 409 (a run in
+flight: someone else's resume) is waited out and the interrupts read again, never resumed
+blindly. An unreachable deployment raises ``RemoteUnavailable`` before anything is
+recorded: the apply keeps the decision and tries again later. No database lock is held
+meanwhile.
+
+Later rounds. Which item asks about which of a thread's interrupts is a row each
+(``DeploymentInterrupt``), unique per interrupt in the database: written with an item's
+first asks, and by ``deployment_resume`` when the thread, resumed with a decision of the
+item's, waits on interrupts no item asks about yet (the agent asks again). Those are the
+item's next round: claimed first, in a transaction of their own (a racing discoverer that
+claimed one first keeps them all, and this item opens no round), then put to the item's own
+thread, which runs again from its start with them as its ``asks`` (``graph_run_again``) and
+so interrupts once per ask; the apply then records them as the item's new asks, the item
+pending again. Discovery leaves a thread alone while an item of it has a decision not yet
+applied (``moderation.review.deployments``), so the round is this item's. An apply killed
+anywhere in between is run again by the sweep of applies and finds where it stopped: the
+thread's interrupts already claimed by the item, or already asked by its own thread, are
+not claimed or asked again.
 """
 
 from __future__ import annotations
@@ -23,11 +39,13 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 
+from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
-from moderation.graphs.passthrough import ask_answers, ask_interrupts
-from moderation.graphs.runtime import graph_values
+from moderation.graphs.passthrough import ask_answers, ask_interrupts, ask_round_input, asks_answered, asks_asked
+from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
 from moderation.graphs.remote import (
     Connection,
     RemoteBusy,
@@ -36,7 +54,7 @@ from moderation.graphs.remote import (
     remote_resume,
     remote_thread_read,
 )
-from moderation.models import AskStatus, Deployment, QueueItem, ReviewAsk
+from moderation.models import AskStatus, Deployment, DeploymentInterrupt, QueueItem, ReviewAsk
 
 RESOLVED_OUTSIDE = "resolved outside reviewqueue"
 # A 409 is a run in flight; waited out this long (the run is someone else's resume) before reading again.
@@ -59,20 +77,24 @@ def deployment_of_item(*, item: QueueItem) -> Deployment | None:
 
 
 def deployment_resume(*, deployment: Deployment, item: QueueItem, asks: list[ReviewAsk]) -> dict[str, Any]:
-    """Resume the item's remote thread with its answers, exactly once (see the module docstring); the outcome.
+    """Resume the item's remote thread with its answers, exactly once, and put what the thread asks next to the
+    item as its next round (see the module docstring); the outcome.
 
     ``asks``: the item's decided, unapplied asks, already answered on its own thread. Only
-    withdrawn ones (resolved outside, or withdrawn by the agent) resume nothing.
+    withdrawn ones (resolved outside, or withdrawn by the agent) resume nothing, and open no round.
     RemoteUnavailable when the deployment cannot be reached: nothing is recorded, the caller
     tries again.
     """
     thread_id = item.graph_input["external"]["thread_id"]
     answers: dict[str, Any] = {}
-    if any(a.status == AskStatus.DECIDED for a in asks):
+    decided = any(a.status == AskStatus.DECIDED for a in asks)
+    if decided:
         answers = ask_answers(graph_input=item.graph_input, values=graph_values(name=item.graph, thread_id=item.thread_id))
     thread, resumed = remote_resume_once(connection=deployment_connection(deployment), lock=f"langgraph:{deployment.pk}",
                                          thread_id=thread_id, answers=answers)
-    outcome: dict[str, Any] = {"thread_id": thread_id, "interrupt_ids": ask_interrupts(graph_input=item.graph_input),
+    fault_point("after_remote_resume", item_key=item.thread_id)
+    asked_next = _round_open(deployment=deployment, item=item, thread=thread) if decided else []
+    outcome: dict[str, Any] = {"thread_id": thread_id, "interrupt_ids": deployment_item_interrupts(item=item),
                                "thread_status": thread.status, "resumed": resumed}
     if not resumed:
         # Withdrawn (found resolved by a sweep or a webhook), or decided here while it was being resolved there.
@@ -81,7 +103,60 @@ def deployment_resume(*, deployment: Deployment, item: QueueItem, asks: list[Rev
         outcome["error"] = thread.error[:500]
     if thread.interrupts:
         outcome["asks_next"] = len(thread.interrupts)
+    if asked_next:
+        outcome["round"] = asked_next  # the thread's interrupts this item asks about now
     return outcome
+
+
+def deployment_item_interrupts(*, item: QueueItem) -> list[str]:
+    """The agent's interrupt ids the item asks about, every round's, in the order it was asked them."""
+    return list(item.deployment_interrupts.order_by("id").values_list("interrupt_id", flat=True))
+
+
+def deployment_interrupts_claim(*, deployment: Deployment, item: QueueItem, thread_id: str,
+                                interrupt_ids: list[str]) -> None:
+    """Record that ``item`` asks about these interrupts of the thread, in the caller's transaction;
+    IntegrityError (and the caller's transaction spoiled) if another item asks about one of them."""
+    DeploymentInterrupt.objects.bulk_create([
+        DeploymentInterrupt(deployment=deployment, thread_id=thread_id, interrupt_id=interrupt_id, item=item)
+        for interrupt_id in interrupt_ids
+    ])
+
+
+def deployment_item_entered(*, item: QueueItem) -> None:
+    """In the transaction that writes a new item: the interrupts a deployment's item asks about (nothing for
+    any other item). IntegrityError if another item asks about one of them already: the item is not made."""
+    if "asks" not in (item.graph_input or {}):
+        return
+    deployment = deployment_of_item(item=item)
+    if deployment is not None:
+        deployment_interrupts_claim(deployment=deployment, item=item, thread_id=item.graph_input["external"]["thread_id"],
+                                    interrupt_ids=ask_interrupts(graph_input=item.graph_input))
+
+
+def _round_open(*, deployment: Deployment, item: QueueItem, thread: RemoteThread) -> list[str]:
+    """The thread's interrupts this item asks about next: claimed for it (if no item asks about them yet and
+    its own thread has finished its asks) and asked by its own thread (if not yet)."""
+    if thread.status == "busy" or not thread.interrupts:
+        return []
+    claimed = set(deployment_item_interrupts(item=item))
+    local = graph_state_read(name=item.graph, thread_id=item.thread_id)
+    fresh = [i.interrupt_id for i in thread.interrupts if i.interrupt_id not in claimed]
+    if fresh and local.finished:
+        try:
+            with transaction.atomic():
+                deployment_interrupts_claim(deployment=deployment, item=item, thread_id=thread.thread_id,
+                                            interrupt_ids=fresh)
+            claimed.update(fresh)
+        except IntegrityError:
+            pass  # another item asks about them (found by discovery after they were resolved elsewhere)
+    # Not those it answered that the thread still waits on: withdrawn ones, which resume nothing.
+    mine = [i for i in thread.interrupts if i.interrupt_id in claimed and i.interrupt_id not in asks_answered(values=local.values)]
+    unasked = [i for i in mine if i.interrupt_id not in asks_asked(values=local.values)]
+    if unasked and local.finished:
+        graph_run_again(name=item.graph, thread_id=item.thread_id,
+                        state=ask_round_input(asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in unasked]))
+    return [i.interrupt_id for i in mine]
 
 
 def remote_resume_once(

@@ -10,18 +10,30 @@
   Negative control: a naive discoverer in each of two processes that checks for the item
   and then creates it, both past the check before either creates.
 
-The two guarded races run in the PostgreSQL pass too (its advisory resume lock and its
+- A sweep and the apply of a decision both asking about the interrupts of the thread's later
+  round, after the thread was resumed elsewhere (Studio) and then decided here: the sweep
+  past its check before the apply claims the round, creating after. The database's
+  one-item-per-interrupt (``DeploymentInterrupt``) makes one item ask them. Negative
+  control: the same with that uniqueness dropped: both ask.
+
+The guarded races run in the PostgreSQL pass too (its advisory resume lock and its
 unique constraint, where SQLite has a file lock).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
+from django.db import connection
 
 from moderation.graphs.passthrough import ask_interrupts
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.remote_race import remote_race
-from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
+from moderation.models import AttemptOutcome, DecisionAttempt, DeploymentInterrupt, ItemStatus, QueueItem
+from moderation.review import deployments
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import deployment_sweep
 from moderation.tests.races import race_rounds
@@ -33,6 +45,7 @@ from moderation.tests.deployments_support import (
     register,
     remote_outcome,
     resumes_of,
+    sdk,
 )
 
 MODERATORS = ["mod_a", "mod_b", "mod_c"]
@@ -116,3 +129,80 @@ def test_naive_discovery_racing_in_two_worker_processes_makes_two_items_of_one_i
                         workdir=tmp_path)
     anomalies = history_check(ops=[], final=_discovery_final([thread_id]))
     assert [a.kind for a in anomalies] == ["double_start", "double_start"]  # each of the two parallel interrupts
+
+
+WAIT = 60.0
+
+
+@contextmanager
+def interrupt_uniqueness_dropped(monkeypatch) -> Iterator[None]:
+    """The negative control's database: ``deployment_interrupt_asked_once`` dropped, put back after."""
+    [unique] = [c for c in DeploymentInterrupt._meta.constraints if c.name == "deployment_interrupt_asked_once"]
+    with monkeypatch.context() as meta:
+        meta.setattr(DeploymentInterrupt._meta, "constraints", [])  # SQLite remakes the table from the model's
+        with connection.schema_editor() as editor:
+            editor.remove_constraint(DeploymentInterrupt, unique)
+    try:
+        yield
+    finally:
+        DeploymentInterrupt.objects.all().delete()  # its duplicates would refuse the constraint back
+        with connection.schema_editor() as editor:
+            editor.add_constraint(DeploymentInterrupt, unique)
+
+
+def _round_race(url: str, monkeypatch, moderator) -> tuple[str, dict[str, FinalItem]]:
+    """The later round's interrupts raced for by a sweep (held past its check until the apply is done) and
+    the apply of a decision made after the thread was resumed elsewhere; per interrupt, the items asking it."""
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
+    deployment_sweep(deployment=agents.deployment)
+    [item] = items_of(thread_id)
+    state = sdk(url).threads.get_state(thread_id)
+    studio = {i["id"]: {"decisions": [{"type": "approve"}]} for i in state["interrupts"]}
+    sdk(url).runs.wait(thread_id, agents.fanout, command={"resume": studio})  # the thread asks its next question
+    checked, applied = threading.Event(), threading.Event()
+    submit = deployments._interrupts_submit
+
+    def submit_after_the_apply(**kwargs):
+        checked.set()
+        assert applied.wait(WAIT)
+        return submit(**kwargs)
+
+    monkeypatch.setattr(deployments, "_interrupts_submit", submit_after_the_apply)
+
+    def decide() -> None:
+        assert checked.wait(WAIT)
+        try:
+            for ask in item.asks.all():  # each applied on its commit, in this thread
+                item_decide(item_public_id=item.public_id, reviewer=moderator, ask=ask.interrupt_id, decision="approve")
+        finally:
+            applied.set()
+
+    in_threads([lambda: deployment_sweep(deployment=agents.deployment), decide])
+    asking: dict[str, int] = {}
+    for interrupt_id in DeploymentInterrupt.objects.filter(thread_id=thread_id).values_list("interrupt_id", flat=True):
+        asking[interrupt_id] = asking.get(interrupt_id, 0) + 1
+    return thread_id, {f"{thread_id}:{k}": FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n)
+                       for k, n in asking.items()}
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_and_the_apply_racing_for_a_later_rounds_interrupt_make_one_item_ask_it(
+    langgraph_server, monkeypatch, alice,
+):
+    thread_id, final = _round_race(langgraph_server.url, monkeypatch, alice)
+    assert len(final) == 3  # the two parallel interrupts, the next question
+    assert history_check(ops=[], final=final) == []
+    [item] = items_of(thread_id)  # the sweep's item was refused: the apply had claimed the round
+    assert item.status == ItemStatus.PENDING and [a.round for a in item.asks.all()] == [1, 1, 2]
+
+
+@pytest.mark.django_db(transaction=True)  # the schema is changed for the test
+def test_negative_control_without_one_item_per_interrupt_the_race_makes_two_items_ask_the_later_round(
+    langgraph_server, monkeypatch, alice,
+):
+    with interrupt_uniqueness_dropped(monkeypatch):
+        thread_id, final = _round_race(langgraph_server.url, monkeypatch, alice)
+        assert [a.kind for a in history_check(ops=[], final=final)] == ["double_start"]
+        assert [i.status for i in items_of(thread_id)] == [ItemStatus.PENDING, ItemStatus.PENDING]

@@ -2,8 +2,9 @@
 
 Registration, discovery by sweep (also a real ``db_worker``'s) and by the run's real webhook,
 four eyes from the thread's metadata, parallel interrupts (one item, one ask each) and a later
-round (a new item), an interrupt resumed elsewhere (withdrawn,
-the moderator told), the server unreachable mid-apply. The races (webhook against sweep in
+round (round 2 of the same item, also when a sweep runs during the apply or a worker is
+killed before recording it), an interrupt resumed elsewhere (withdrawn, the moderator told),
+the server unreachable mid-apply. The races (webhook against sweep in
 two worker processes; three moderators on one decision) are judged by the history checker against
 the server's own count of runs and checkpoints, beside the negative control: the naive
 direct resume, which the server accepts twice and answers both with 200.
@@ -26,13 +27,16 @@ from django.core.management import CommandError, call_command
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+from moderation.core.faults import fault_inject
 from moderation.graphs.passthrough import ask_interrupts
+from moderation.graphs.remote import remote_thread_read
 from moderation.lab.waits import progress_wait
 from moderation.tests.docs_examples import block_find
-from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem
+from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.events import item_group
 from moderation.review.apply import item_apply, item_apply_task
 from moderation.review.decisions import item_decide
+from moderation.review import deployments
 from moderation.review.deployments import (
     DeploymentInvalid,
     GraphRoute,
@@ -42,7 +46,7 @@ from moderation.review.deployments import (
     deployments_sweep,
     interrupts_key,
 )
-from moderation.review.remote import RESOLVED_OUTSIDE
+from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection
 from moderation.review.submissions import Submission, item_submit
 from moderation.tests.deployments_support import (
     agent_run,
@@ -173,7 +177,7 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
                     decision="approve")
         item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the sports post?"].interrupt_id,
                     decision="reject")
-    assert item_apply(item_id=item.pk) == "resumed 2, finished"
+    assert item_apply(item_id=item.pk) == "resumed 2, asked again"  # the agent's next question: this item's round 2
     item.refresh_from_db()
     assert item.applied_result["remote"]["resumed"] == sorted(ask_interrupts(graph_input=item.graph_input))
     state = sdk(url).threads.get_state(thread_id)
@@ -182,28 +186,110 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
     assert len(sdk(url).runs.list(thread_id)) == 2  # the agent's run and one resume with both answers
 
 
+def _question(ask: ReviewAsk) -> str:
+    return ask.payload["action_requests"][0]["args"]["question"]
+
+
+def _runs(url: str, thread_id: str) -> int:
+    """The thread's runs on the server: the agent's first, then one per resume that took effect."""
+    return len(sdk(url).runs.list(thread_id))
+
+
 @pytest.mark.django_db
-def test_a_partial_decision_resumes_one_interrupt_and_a_later_round_is_a_new_item(langgraph_server, alice, decide, sweep):
+def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2_of_the_same_item(
+    langgraph_server, alice, decide, sweep, client,
+):
     url = langgraph_server.url
     agents = register(url)
     thread_id = agent_run(url, agents.fanout)
     sweep()
     [item] = items_of(thread_id)
-    news, sports = sorted(item.asks.all(), key=lambda a: a.payload["action_requests"][0]["args"]["question"])
+    news, sports = sorted(item.asks.all(), key=_question)
     decide(item_public_id=item.public_id, reviewer=alice, ask=news.interrupt_id, decision="approve")
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING and item.applied_result["remote"]["asks_next"] == 1  # sports still waits
     sweep()
     assert items_of(thread_id) == [item]  # the interrupt still waited on is this item's: nothing new, nothing withdrawn
-    decide(item_public_id=item.public_id, reviewer=alice, ask=sports.interrupt_id, decision="reject")
-    assert len(sdk(url).runs.list(thread_id)) == 3  # one resume per decision, each with its own answer
-    sweep()
-    [_, confirm] = items_of(thread_id)
-    assert confirm.title == "fanout: Send the newsletter now?" and confirm.status == ItemStatus.PENDING
-    decide(item_public_id=confirm.public_id, reviewer=alice, decision="approve")
+    made_during = []
+    with fault_inject("after_remote_resume", lambda key: made_during.append(deployments_sweep())):
+        decide(item_public_id=item.public_id, reviewer=alice, ask=sports.interrupt_id, decision="reject")
+    assert made_during == [0]  # a sweep between the resume there and the round here leaves the round to the item
+    assert _runs(url, thread_id) == 3  # one resume per decision, each with its own answer
+    assert deployments_sweep() == 0 and items_of(thread_id) == [item]
+    item.refresh_from_db()
+    asks = sorted(item.asks.all(), key=lambda a: (a.round, _question(a)))
+    assert [(a.round, _question(a), a.status) for a in asks] == [
+        (1, "Publish the news post?", "decided"), (1, "Publish the sports post?", "decided"),
+        (2, "Send the newsletter now?", "pending")]
+    assert item.status == ItemStatus.PENDING and item.applied_result["state"] == "asked again"
+    [confirm] = remote_thread_read(connection=deployment_connection(agents.deployment), thread_id=thread_id).interrupts
+    assert item.applied_result["remote"]["round"] == [confirm.interrupt_id]
+    assert item.applied_result["remote"]["interrupt_ids"][2:] == [confirm.interrupt_id]
+    decide(item_public_id=item.public_id, reviewer=alice, ask=asks[2].interrupt_id, decision="approve")
+    assert _runs(url, thread_id) == 4  # round 2's decision: one more resume
     state = sdk(url).threads.get_state(thread_id)
     assert state["next"] == [] and state["values"]["final"]["type"] == "approve"
     assert sorted(a for d in state["values"]["answers"] for a in d) == ["news", "sports"]
+    item.refresh_from_db()
+    assert (item.status, item.applied_result["state"]) == (ItemStatus.APPROVED, "finished")
+    assert item.applied_result["remote"]["resumed"] == [confirm.interrupt_id]
+    assert deployments_sweep() == 0 and items_of(thread_id) == [item]
+    assert _runs(url, thread_id) == 4
+    client.force_login(alice)
+    assert f"<code>{asks[2].interrupt_id}</code> (round 2)" in client.get(f"/items/{item.public_id}/history").content.decode()
+
+
+@pytest.mark.django_db
+def test_negative_control_discovery_not_holding_off_during_the_apply_makes_the_later_round_a_second_item(
+    langgraph_server, alice, monkeypatch,
+):
+    """What the sweep during the apply above would do if discovery did not leave a thread with a decision
+    not yet applied to that apply: the round becomes an item of its own."""
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
+    deployments_sweep()
+    [item] = items_of(thread_id)
+    monkeypatch.setattr(deployments, "_apply_owed", lambda **kwargs: False)
+    for ask in item.asks.all():  # the apply is not run on commit here: the test runs it
+        item_decide(item_public_id=item.public_id, reviewer=alice, ask=ask.interrupt_id, decision="approve")
+    with fault_inject("after_remote_resume", lambda key: deployments_sweep()):
+        item_apply(item_id=item.pk)
+    item.refresh_from_db()
+    [_, second] = items_of(thread_id)
+    assert second.title == "fanout: Send the newsletter now?" and item.applied_result["state"] == "finished"
+
+
+class WorkerKilled(BaseException):
+    """Stands for a worker killed at a fault point: not an error the apply records, it just stops."""
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("point", ["after_remote_resume", "before_record"])
+def test_a_worker_killed_between_the_resume_and_the_round_leaves_it_to_the_retry_once(
+    langgraph_server, alice, point, django_capture_on_commit_callbacks,
+):
+    url = langgraph_server.url
+    agents = register(url)
+    thread_id = agent_run(url, agents.fanout)
+    deployments_sweep()
+    [item] = items_of(thread_id)
+    with django_capture_on_commit_callbacks(execute=False):  # the worker applies both at once, and is killed
+        for ask in item.asks.all():
+            item_decide(item_public_id=item.public_id, reviewer=alice, ask=ask.interrupt_id, decision="approve")
+
+    def killed(key):
+        raise WorkerKilled(point)
+
+    with fault_inject(point, killed), pytest.raises(WorkerKilled):
+        item_apply(item_id=item.pk)
+    assert _runs(url, thread_id) == 2  # resumed there; nothing recorded here
+    assert deployments_sweep() == 0 and items_of(thread_id) == [item]  # the round is left to the apply run again
+    assert item_apply(item_id=item.pk) == "resumed 0, asked again"  # what applies_sweep queues
+    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert _runs(url, thread_id) == 2  # not resumed again
+    assert [(a.round, a.status) for a in item.asks.all()] == [(1, "decided"), (1, "decided"), (2, "pending")]
+    assert deployments_sweep() == 0 and items_of(thread_id) == [item]
 
 
 @pytest.mark.django_db

@@ -87,6 +87,10 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
         min_size=1,
         max_size=int(os.environ.get("CHECKPOINT_POOL_SIZE", "10")),
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # As Django's pool (CONN_HEALTH_CHECKS): a connection the database ended while it was idle (a
+        # terminated backend, a failover) is replaced when taken, instead of failing the next graph run.
+        # One empty query per checkpointer operation.
+        check=ConnectionPool.check_connection,
         open=True,
     )
     return PostgresSaver(pool)

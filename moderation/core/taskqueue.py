@@ -24,7 +24,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import InterfaceError, close_old_connections, connection
 from django.db.models import Q
 from django.db.utils import OperationalError
 from django.utils import timezone
@@ -45,6 +45,11 @@ WORKER_LOST = "WorkerLost"
 TASKS_CHANNEL = "reviewqueue_tasks"
 # Seconds a listener that lost its connection waits before listening again (and a stopped one takes to notice).
 LISTEN_RETRY_SECONDS = 1.0
+# A connection the database ended: what a worker loop lives through (never a query's own error, which is the task's).
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# Seconds between a worker's tries to reach the database again, and how long it tries to record a task's finish.
+RECONNECT_SECONDS = 1.0
+RECONNECT_FOR = 120.0
 
 
 def tasks_orphaned(*, ids: Iterable[int], task: Any, started_since: datetime) -> list[int]:
@@ -138,7 +143,61 @@ class TaskWake:
                 time.sleep(LISTEN_RETRY_SECONDS)
 
 
-class QueueLane(Worker):
+class SteadyWorker(Worker):
+    """django-tasks-db's worker loop, living through the end of its database connection.
+
+    The package's loop lets a connection error out of the claim (its transaction ends
+    outside the loop's ``try``), and the process, or the lane's thread, ends with it: a
+    backend terminated (``pg_terminate_backend``, a failover) took every worker down. Here
+    the loop starts again on a new connection, once the database answers.
+
+    The task running then may have lost its connection too: the task fails as it would on
+    any database error (its work is the sweeps' to queue again, ``tasks_orphaned``). But its
+    row's finish (successful or failed) is written on a new connection, not left RUNNING
+    for the sweeps' grace to presume it dead.
+    """
+
+    def run(self) -> None:
+        while True:
+            try:
+                return self.loop()
+            except CONNECTION_ERRORS as exc:
+                if not self.running:
+                    return None
+                logger.warning("worker %s lost its database connection (%s); starting again in %s s",
+                               self.worker_id, str(exc).strip(), RECONNECT_SECONDS)
+                connection.close()
+                time.sleep(RECONNECT_SECONDS)
+
+    def loop(self) -> None:
+        super().run()
+
+    def run_task(self, db_task_result: DBTaskResult) -> None:
+        db_task_result.save = _saved_on_a_live_connection(db_task_result.save)
+        super().run_task(db_task_result)
+
+
+def _saved_on_a_live_connection(save: Any) -> Any:
+    """``save``, tried again on a new connection while the old one is gone, for ``RECONNECT_FOR`` seconds.
+
+    Only for a write outside any transaction (a task row's finish): closing the connection
+    would otherwise end the caller's transaction under it.
+    """
+    def steady(*args: Any, **kwargs: Any) -> None:
+        deadline = time.monotonic() + RECONNECT_FOR
+        while True:
+            try:
+                return save(*args, **kwargs)
+            except CONNECTION_ERRORS:
+                if connection.in_atomic_block or time.monotonic() >= deadline:
+                    raise
+                connection.close()
+                time.sleep(RECONNECT_SECONDS)
+
+    return steady
+
+
+class QueueLane(SteadyWorker):
     """django-tasks-db's worker loop on some queues, claiming as it does, that waits on ``wake`` when idle.
 
     ``interval`` is the longest an idle lane waits: the poll of last resort.
@@ -148,7 +207,7 @@ class QueueLane(Worker):
         super().__init__(**kwargs)
         self.wake = wake
 
-    def run(self) -> None:
+    def loop(self) -> None:
         logger.info("Starting lane worker_id=%s queues=%s", self.worker_id, ",".join(self.queue_names))
         while self.running and (self.max_tasks is None or self._run_tasks < self.max_tasks):
             seen = self.wake.generation

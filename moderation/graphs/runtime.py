@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from django.db import Error as DjangoDatabaseError
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from langgraph.types import Command
@@ -95,8 +98,16 @@ def _asks(state: Any) -> list[PendingAsk]:
 
 # In the metadata of the checkpoint a start writes (LangGraph keeps a run's config metadata there).
 _START_MARK = {"reviewqueue_run": "start"}
+# PostgreSQL's unique index on the start-marked checkpoints (migration 0030): one start per thread.
+START_INDEX = "checkpoints_one_start"
+# How long a start that lost to another waits for that start's interrupts, written just after its checkpoint.
+START_JOIN_SECONDS = 10.0
 # Failures of the storage under a run (the checkpointer's database), not of the graph: ours, and worth trying again.
 _STORAGE_ERRORS = (DjangoDatabaseError, psycopg.Error, sqlite3.Error, MemoryError)
+# Of those, a connection the database ended (a terminated backend, a failover) or a database busy for too long:
+# the same run, tried again on a new connection, goes through.
+STORAGE_LOST = (psycopg.OperationalError, psycopg.InterfaceError, DjangoOperationalError, DjangoInterfaceError,
+                sqlite3.OperationalError)
 START_ERROR_MAX_CHARS = 500
 
 
@@ -119,20 +130,40 @@ def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphSta
     graph's own message (no NUL, at most ``START_ERROR_MAX_CHARS``), and the thread is
     deleted: even with ``durability="exit"`` LangGraph saves the failed run's checkpoint,
     and a thread that never asked holds nothing anyone needs.
+
+    Callers hold the thread's resume lock, so a second start does not run. Where that lock
+    can be lost under a running start (PostgreSQL's, with its backend terminated), a second
+    start may run all the same; its checkpoint then breaks ``START_INDEX``, and it returns
+    the first start's state instead of its own: one start, whose interrupts every caller names.
     """
     graph = graph_get(name=name)
     try:
         graph.invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != START_INDEX:
+            raise
+        started = _start_joined(name=name, thread_id=thread_id)
     except _STORAGE_ERRORS:
         raise
     except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the submitter is told what
         graph.checkpointer.delete_thread(thread_id)
         message = f"the {name} graph refused its start: {type(exc).__name__}: {exc}".replace("\x00", "\\x00")
         raise GraphStartRefused(message[:START_ERROR_MAX_CHARS]) from exc
-    started = graph_state_read(name=name, thread_id=thread_id)
+    else:
+        started = graph_state_read(name=name, thread_id=thread_id)
     if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
     return started
+
+
+def _start_joined(*, name: str, thread_id: str) -> GraphState:
+    """The state the thread's first start left: its checkpoint is saved, its interrupts (pending writes) follow it."""
+    deadline = time.monotonic() + START_JOIN_SECONDS
+    while True:
+        started = graph_state_read(name=name, thread_id=thread_id)
+        if started.asks or time.monotonic() >= deadline:
+            return started
+        time.sleep(0.05)
 
 
 def graph_asks_pending(*, name: str, thread_id: str) -> list[PendingAsk]:

@@ -20,7 +20,8 @@ not wait for the graph. Then, in a worker, ``item_apply``:
 3. records, under the item's row lock in one short transaction, the asks as applied
    and what the graph did next: finished (its result), asked again (new pending asks,
    the item back in the queue), or failed (``apply_state`` FAILED with the error, for
-   ``manage.py recover``), with its ``item.applied`` webhook deliveries (the outbox:
+   ``manage.py recover``; not when the checkpointer's connection ended under the run,
+   ``runtime.STORAGE_LOST``: that apply is queued again), with its ``item.applied`` webhook deliveries (the outbox:
    announced exactly when recorded); events go out after the commit;
 4. goes round again while decided asks are unapplied (decided during the resume).
 
@@ -58,6 +59,7 @@ from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import (
+    STORAGE_LOST,
     GraphState,
     PendingAsk,
     graph_continue,
@@ -166,6 +168,10 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         after = graph_state_read(name=name, thread_id=thread_id)
     except RemoteUnavailable as exc:
         return _retry_later(item=item, error=str(exc))
+    except STORAGE_LOST as exc:
+        # Not the graph's failure (recorded FAILED, for an operator): the checkpointer's connection ended
+        # under the run. What the run saved before is what the retry starts from (it never resumes twice).
+        return _retry_later(item=item, error=f"the graph's storage: {type(exc).__name__}: {exc}")
     except Exception as exc:
         logger.exception("applying item %s failed", item.pk)
         return _record_failure(item_id=item.pk, error=f"{type(exc).__name__}: {exc}")
@@ -261,8 +267,9 @@ def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
 
 
 def _retry_later(*, item: QueueItem, error: str) -> str:
-    """The deployment could not be reached: the decision stays recorded, unapplied, APPLYING; its apply
-    is queued again after a backoff (``REMOTE_RETRY_BASE`` doubling, up to ``REMOTE_RETRY_MAX`` seconds)."""
+    """The deployment could not be reached, or the graph's storage went away under the run: the decision
+    stays recorded, unapplied, APPLYING; its apply is queued again after a backoff (``REMOTE_RETRY_BASE``
+    doubling, up to ``REMOTE_RETRY_MAX`` seconds)."""
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
         row = QueueItem.objects.select_for_update().get(pk=item.pk)
@@ -274,7 +281,7 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
         item_apply_task.using(run_after=run_after).enqueue(item.pk)
         events.item_applied_after_commit(item=row)
-    logger.warning("item %s: its deployment is unreachable (try %d), trying again at %s: %s", item.pk, tries,
+    logger.warning("item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries,
                    run_after.isoformat(), error)
     return f"retrying: {error}"
 

@@ -13,6 +13,8 @@ refund, shaped by its start state, for the dashboard, API and e2e tests.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from langchain.agents import create_agent
@@ -23,7 +25,7 @@ from typing_extensions import TypedDict
 
 from examples.refund_agent.agent import INTERRUPT_ON, TOOLS, QueueItemAdapter, RefundAgentState
 from examples.refund_agent.model import ScriptedChatModel
-from moderation.graphs.runtime import graph_asks_pending, graph_forks, graph_resume_count
+from moderation.graphs.runtime import START_INDEX, graph_asks_pending, graph_forks, graph_resume_count
 
 REFUND = "refund"
 REFUND_ARGS = {"amount": 120, "to": "acct-1"}
@@ -200,3 +202,26 @@ def item_forks(item: Any) -> int:
 def item_waiting_on(item: Any) -> list[str]:
     """The interrupt ids the item's graph is paused at."""
     return [p.interrupt_id for p in graph_asks_pending(name=item.graph, thread_id=item.thread_id)]
+
+
+@contextmanager
+def one_start_index_dropped() -> Iterator[None]:
+    """A negative control's PostgreSQL: without the index that refuses a thread's second start
+    (``runtime.START_INDEX``, migration 0030), put back as it was after. Nothing on SQLite, which has none."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [START_INDEX])
+        (definition,), = cursor.fetchall()
+        cursor.execute(f"DROP INDEX {START_INDEX}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            # The control's doubly started threads go (the checkpoints outlive a test's rows), or the index could not return.
+            cursor.execute("DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM checkpoints WHERE "
+                           "metadata->>'reviewqueue_run' = 'start' GROUP BY thread_id, checkpoint_ns HAVING count(*) > 1)")
+            cursor.execute(definition)

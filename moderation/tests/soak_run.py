@@ -241,25 +241,30 @@ class Cluster:
 
 
 def cluster_start(*, workdir: Path, database_url: str) -> Cluster:
+    """Once the database is seeded, everything else starts side by side (each a Django start-up of its own):
+    the rest of the set-up, the two servers and the two workers, which need nothing from each other."""
     redis_server = RedisUnderTest(workdir)
     proxy = Proxy(redis_server.port)
     prefix = channel_prefix("soak")
     env = {**cluster_env(redis_url=f"redis://127.0.0.1:{proxy.port}/0", prefix=prefix), **SERVER_ENV}
     servers = [LiveServer(workdir / f"server{n}", database_url=database_url, extra_env=env) for n in (1, 2)]
     seeded = servers[0].seed(users=MODERATORS)
+    log("database seeded; starting the servers and workers")
     steady, flaky = Receiver().start(), Receiver().start()
     dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens: every attempt is refused
     endpoints = [("steady", steady.url, DECISION_EVENTS), ("flaky", flaky.url, DECISION_EVENTS), ("dead", dead, ["item.cancelled"])]
-    out = servers[0].manage("shell", "-c", _SETUP.format(moderators=MODERATORS, client=CLIENT, endpoints=endpoints))
-    token = next(line.split()[1] for line in out.splitlines() if line.startswith("TOKEN "))
-    secrets_by_name = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("SECRET ")}
-    steady.secret, flaky.secret = secrets_by_name["steady"], secrets_by_name["flaky"]
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda s: s.start(timeout=180), servers))
     cluster = Cluster(servers=servers, database_url=database_url, redis=redis_server, proxy=proxy, prefix=prefix,
-                      token=token, sessions=seeded.sessions, steady=steady, flaky=flaky)
+                      token="", sessions=seeded.sessions, steady=steady, flaky=flaky)
     for server in servers:
         cluster.worker_start(server)
+    with ThreadPoolExecutor(3) as pool:
+        setup = pool.submit(servers[0].manage, "shell", "-c",
+                            _SETUP.format(moderators=MODERATORS, client=CLIENT, endpoints=endpoints))
+        list(pool.map(lambda s: s.start(timeout=180), servers))
+        out = setup.result()
+    cluster.token = next(line.split()[1] for line in out.splitlines() if line.startswith("TOKEN "))
+    secrets_by_name = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("SECRET ")}
+    steady.secret, flaky.secret = secrets_by_name["steady"], secrets_by_name["flaky"]
     for server in servers:
         server.worker_wait_ready(server.workers[-1].args[server.workers[-1].args.index("--worker-id") + 1], timeout=180)
     return cluster
@@ -327,6 +332,7 @@ class Load:
         self.errors: Counter[str] = Counter()  # what the 5xx answers said
         self.socket_drops: Counter[str] = Counter()  # why the moderators' sockets closed or never opened
         self.stopping = asyncio.Event()
+        self.pages_closed_at = 0.0  # time.monotonic() once every moderator's page is closed
         self._clients: list[httpx.AsyncClient] = []
 
     def _client(self, headers: dict[str, str]) -> httpx.AsyncClient:
@@ -505,6 +511,7 @@ class Load:
         await asyncio.gather(*lives)
         self.stopping.set()
         await asyncio.gather(*sockets)
+        self.pages_closed_at = time.monotonic()
 
     def flaky_receiver(self) -> None:
         """Now and then the flaky receiver fails a few requests or holds them past the sender's timeout."""
@@ -676,6 +683,9 @@ def _open_deadlines(database_url: str) -> dict[str, int]:
 
 def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], memory: list[Memory]) -> SoakFacts:
     url = cluster.database_url
+    # Its own Django start-up: run beside the reads below, which need none.
+    auditor = ThreadPoolExecutor(1)
+    audit = auditor.submit(cluster.servers[0].manage, "verify_audit", timeout=600)
     items = sorted(set(load.items))
     final: dict[str, FinalItem] = {}
     for chunk in range(0, len(items), 200):
@@ -711,10 +721,12 @@ def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], mem
 
     subscribed = {c.decode() for c in redis.Redis(port=cluster.redis.port).pubsub_channels(f"{cluster.prefix}__group__*")}
     try:
-        cluster.servers[0].manage("verify_audit", timeout=600)
+        audit.result()
         audit_status, audit_output = 0, ""
     except ServerError as exc:
         audit_status, audit_output = 1, str(exc)
+    finally:
+        auditor.shutdown()
     return SoakFacts(
         ops=list(load.history.ops), final=final,
         accepted={key: sorted(ids)[0] if len(ids) == 1 else ",".join(sorted(ids)) for key, ids in load.answered_by_key.items()},
@@ -780,8 +792,8 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
                                    extra=_open_deadlines)
     if any(left.values()):
         log(f"not settled (nothing moved for {SETTLE_STALL} s): {left}")
-    # Every page closed: dead pages' presence rows age out, live servers' must be gone already.
-    await asyncio.sleep(PRESENCE_TTL + 2)
+    # Every page closed (the settle's wait counts too): dead pages' presence rows age out, live servers' must be gone already.
+    await asyncio.sleep(max(0.0, load.pages_closed_at + PRESENCE_TTL + 2 - time.monotonic()))
     stop_sampling.set()
     await sampler
     return load, nemesis, baseline, memory_read(cluster)
@@ -795,6 +807,7 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
     began = time.time()
     try:
         with fresh_database(admin_url, "soak") as database_url:
+            log(f"database copied from a migrated template in {time.time() - began:.0f} s")
             cluster = cluster_start(workdir=workdir, database_url=database_url)
             try:
                 log(f"two servers ({', '.join(s.url for s in cluster.servers)}) and two workers up in "
@@ -803,6 +816,7 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
                 log("gathering facts and judging")
                 facts = facts_gather(cluster, load, baseline_groups=baseline, memory=memory)
                 findings = soak_judge(facts)
+                log(f"judged: {len(findings)} finding(s)")
                 report = soak_report(
                     requests=load.requests, faults=nemesis.faults, applied=applied_times(database_url), findings=findings,
                     config={"seed": config.seed, "minutes": config.minutes, "rate": config.rate, "began": began,

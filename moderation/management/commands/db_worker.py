@@ -23,6 +23,8 @@ starve the other (``--no-delivery-lane`` turns the lanes off). One endpoint has 
 of the lanes (``moderation.delivery.sending``), so a hung receiver leaves the rest to the
 others. A delivery in flight when the worker is stopped is finished before the process exits.
 
+Every loop is a ``SteadyWorker`` (``moderation.core.taskqueue``): a database connection ended
+under it (a terminated backend, a failover) no longer ends the process or the lane.
 A worker killed mid-task leaves that task claimed for good (the database backend does
 not reclaim it); the sweep, in a thread of every worker, queues again what such a task
 left undone: webhook deliveries whose lease ran out, decisions not yet applied and
@@ -40,10 +42,11 @@ from argparse import BooleanOptionalAction
 
 from django.conf import settings
 from django.db import connection
-from django.utils.autoreload import DJANGO_AUTORELOAD_ENV
-from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand, Worker
+from django.core.management.base import CommandError
+from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
+from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
 
-from moderation.core.taskqueue import QueueLane, TaskWake
+from moderation.core.taskqueue import QueueLane, SteadyWorker, TaskWake
 from moderation.records.events import push_loop_start
 from moderation.records.metrics import metrics_worker_serve
 from moderation.review.apply import APPLY_QUEUE, applies_sweep
@@ -96,11 +99,30 @@ class Command(DbWorkerCommand):
         # A worker of applies alone has lanes too: its main loop is one apply at a time.
         lanes += _apply_lanes_start(options) if _lanes_wanted(options, APPLY_QUEUE, alone_too=True) else []
         try:
-            return super().handle(*args, **options)
+            return self._main_loop_run(options)
         finally:
             for lane in lanes:
                 # Not daemon threads: the interpreter waits for their deliveries in flight at exit.
                 lane.running = False
+
+
+    def _main_loop_run(self, options: dict) -> None:
+        """The package's ``handle`` (which builds its own ``Worker``), with a ``SteadyWorker``."""
+        queue_names = options["queue_name"].split(",")
+        excluded = options["exclude_queues"].split(",") if options["exclude_queues"] else []
+        if excluded and "*" not in queue_names:
+            raise CommandError("--exclude-queues can only be used with --queue-name=*")
+        reload = options["reload"] and not options["batch"]
+        worker = SteadyWorker(
+            queue_names=queue_names, interval=options["interval"], batch=options["batch"],
+            backend_name=options["backend_name"], startup_delay=options["startup_delay"],
+            max_tasks=options["max_tasks"], worker_id=options["worker_id"], excluded_queue_names=excluded,
+        )
+        worker.configure_signals()
+        if reload:
+            run_with_reloader(worker.run)
+        else:
+            worker.run()
 
 
 def _delivery_lane_wanted(options: dict) -> bool:
@@ -119,7 +141,7 @@ def _lanes_wanted(options: dict, queue: str, *, alone_too: bool = False) -> bool
     return queue in queues and (alone_too or len(queues) > 1)
 
 
-def _apply_lanes_start(options: dict) -> list[Worker]:
+def _apply_lanes_start(options: dict) -> list[SteadyWorker]:
     if not settings.APPLY_LANES:
         return []
     wake = TaskWake().start()
@@ -137,11 +159,11 @@ def _apply_lanes_start(options: dict) -> list[Worker]:
     return lanes
 
 
-def _delivery_lanes_start(options: dict) -> list[Worker]:
+def _delivery_lanes_start(options: dict) -> list[SteadyWorker]:
     # An idle poll is a short exclusive transaction on SQLite: the first lane polls as often as
     # the main loop, the others (needed only while it is busy) less often.
     lanes = [
-        Worker(
+        SteadyWorker(
             queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False,
             interval=options["interval"] if n == 0 else max(options["interval"], SPARE_LANE_INTERVAL),
             backend_name=options["backend_name"], startup_delay=False, max_tasks=None,

@@ -7,12 +7,20 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, InterfaceError, connection, transaction
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from moderation.core.taskqueue import SWEEP_BATCH, TASKS_CHANNEL, WORKER_LOST, QueueLane, TaskWake, tasks_orphaned
+from moderation.core.taskqueue import (
+    SWEEP_BATCH,
+    TASKS_CHANNEL,
+    WORKER_LOST,
+    QueueLane,
+    SteadyWorker,
+    TaskWake,
+    tasks_orphaned,
+)
 from moderation.delivery.sending import DELIVERY_QUEUE, delivery_send
 from moderation.lab.waits import progress_wait
 from moderation.review.starts import items_start_task
@@ -123,3 +131,79 @@ def test_a_lane_runs_only_its_queues_tasks_each_once():
     statuses = dict(DBTaskResult.objects.values_list("task_path", "status"))
     assert statuses == {delivery_send.module_path: TaskResultStatus.SUCCESSFUL,
                         items_start_task.module_path: TaskResultStatus.READY}
+
+
+def _worker_through_a_terminated_connection(worker_class) -> tuple[dict[int, str], BaseException | None]:
+    """A worker loop in a thread runs delivery 1, whose connection is terminated (``pg_terminate_backend``)
+    while it runs, and then, the idle loop's connections terminated too, delivery 2.
+
+    Returns the two task rows' statuses once settled (or after 15 s) and what the loop raised.
+    """
+    running, terminated = threading.Event(), threading.Event()
+
+    def attempt(*, delivery_id: int) -> None:
+        if delivery_id == 1:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                running.pid = cursor.fetchone()[0]
+            running.set()
+            assert terminated.wait(30)
+
+    worker = worker_class(queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False, interval=0.05,
+                          backend_name="default", startup_delay=False, max_tasks=None, worker_id="steady-test")
+    raised: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - the negative control's loop ends here
+            raised[0] = exc
+        finally:
+            connection.close()
+
+    def statuses() -> dict[int, str]:
+        return dict(DBTaskResult.objects.values_list("args_kwargs__args__0", "status"))
+
+    with mock.patch("moderation.delivery.sending.delivery_attempt", attempt):
+        delivery_send.enqueue(1)
+        thread = threading.Thread(target=run, name="steady-worker")
+        thread.start()
+        try:
+            assert running.wait(30)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [running.pid])
+            terminated.set()
+            progress_wait(statuses, done=lambda s: s[1] != TaskResultStatus.RUNNING or not thread.is_alive(), stall=15)
+            with connection.cursor() as cursor:  # every other backend of this database: the idle pool's too
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            delivery_send.enqueue(2)
+            settled = progress_wait(statuses, stall=15, done=lambda s: s.get(2) in (
+                TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) or not thread.is_alive())
+        finally:
+            worker.running = False
+            terminated.set()
+            thread.join(30)
+    return settled, raised[0]
+
+
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_steady_worker_lives_through_its_connection_terminated_and_records_the_task_it_ran():
+    settled, raised = _worker_through_a_terminated_connection(SteadyWorker)
+    assert raised is None
+    # Delivery 1 finished after its connection was gone: its finish is written on a new one, not left RUNNING.
+    assert settled == {1: TaskResultStatus.SUCCESSFUL, 2: TaskResultStatus.SUCCESSFUL}
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_the_packages_worker_loop_ends_with_its_connection_and_leaves_its_task_running():
+    from django_tasks_db.management.commands.db_worker import Worker
+
+    settled, raised = _worker_through_a_terminated_connection(Worker)
+    assert isinstance(raised, DatabaseError | InterfaceError), raised
+    assert settled == {1: TaskResultStatus.RUNNING, 2: TaskResultStatus.READY}

@@ -6,6 +6,7 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
@@ -281,3 +282,61 @@ def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_ite
     with mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()):
         _two_lanes_apply_a_duplicated_task(item)
     assert item_resumes(item) == 2 or item_forks(item) >= 1
+
+
+def _apply_after_the_checkpointers_connections_are_terminated(item, *, checked: bool = True) -> str:
+    """``item_apply`` once every other backend of the database has been terminated (``pg_terminate_backend``,
+    as an operator or a failover does): the checkpointer's idle pooled connections among them.
+
+    ``checked=False``: its pool hands them out unchecked, as when a connection ends between its check and its
+    query (a window the check narrows, never closes).
+    """
+    from moderation.core.checkpointer import checkpointer_get
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert cursor.fetchone()[0] >= 1  # the checkpointer's pool keeps one connection at least
+    with mock.patch.object(checkpointer_get().conn, "_check", checkpointer_get().conn._check if checked else None):
+        return item_apply(item_id=item.pk)
+
+
+_postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+
+
+@pytest.mark.postgres_variant
+@_postgres_only
+def test_an_apply_after_every_backend_was_terminated_resumes_at_once_on_new_connections(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    assert _apply_after_the_checkpointers_connections_are_terminated(item) == "resumed 1, finished"
+
+
+@pytest.mark.postgres_variant
+@_postgres_only
+def test_an_apply_whose_storage_connection_ends_under_it_is_tried_again_not_failed(alice, make_item):
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    assert _apply_after_the_checkpointers_connections_are_terminated(item, checked=False).startswith(
+        "retrying: the graph's storage: AdminShutdown: terminating connection")
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.APPLYING and item.applied_result["state"] == "applying"
+    # Queued again, to run after a backoff (the decision's own task waits too: its run_after is the package's "now").
+    retry = DBTaskResult.objects.filter(task_path=item_apply_task.module_path).order_by("run_after").first()
+    assert retry.args_kwargs["args"] == [item.pk] and retry.run_after > timezone.now()
+    assert item_apply(item_id=item.pk) == "resumed 1, finished"  # the retry (the pool checks again)
+    assert item_resumes(item) == 1
+
+
+@pytest.mark.postgres_variant
+@_postgres_only
+def test_negative_control_without_telling_a_lost_connection_apart_the_apply_is_failed_and_never_resumed(
+    alice, make_item, monkeypatch,
+):
+    """What the soak found with pg_terminate: decided items left FAILED, their graphs never resumed."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    monkeypatch.setattr("moderation.review.apply.STORAGE_LOST", ())
+    assert _apply_after_the_checkpointers_connections_are_terminated(item, checked=False).startswith(
+        "failed: AdminShutdown: terminating connection")
+    item.refresh_from_db()
+    assert item.apply_state == ApplyState.FAILED
+    assert applies_sweep(enqueue=lambda item_id: pytest.fail("a failed apply is queued again")) == 0
+    assert item_resumes(item) == 0

@@ -11,7 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError
+from django.db import DatabaseError, OperationalError, connection
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -46,10 +46,13 @@ from moderation.review.starts import (
     starts_sweep,
 )
 from moderation.review.submissions import IdempotencyConflict, Submission, items_accept
-from moderation.tests.graphs_support import item_waiting_on
+from moderation.core import resumelock
+from moderation.core.faults import fault_inject
+from moderation.tests.graphs_support import item_waiting_on, one_start_index_dropped
 from moderation.tests.races import race_rounds
 
 pytestmark = [pytest.mark.postgres_variant]
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's resume lock and one-start index")
 
 
 def _entries(n: int, *, prefix: str = "", **extra) -> list[tuple[Submission, str | None]]:
@@ -263,10 +266,91 @@ def test_race_starters_and_reviewers_on_each_item_one_start_one_winner(queued, c
 def test_negative_control_without_the_resume_lock_starters_start_one_item_twice(queued, client, make_moderator,
                                                                                  monkeypatch):
     monkeypatch.setattr(starts, "thread_resume_lock", lambda *a, **k: contextlib.nullcontext())
-    report = _start_race(client=client, reviewers=[make_moderator().username], starters=2, rounds=8)
+    with one_start_index_dropped():  # PostgreSQL's second line (below)
+        report = _start_race(client=client, reviewers=[make_moderator().username], starters=2, rounds=8)
     assert report["errors"] == []
     kinds = {a.split(" ")[0] for a in report["anomalies"]}
     assert "double_start" in kinds, f"the race never overlapped two starts: {report}"
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_race_without_the_resume_lock_the_one_start_index_alone_keeps_one_start(queued, client, make_moderator,
+                                                                                 monkeypatch):
+    """The race of the control above, with PostgreSQL's index: the second start's checkpoint is
+    refused, and that start goes on with the first one's interrupts."""
+    monkeypatch.setattr(starts, "thread_resume_lock", lambda *a, **k: contextlib.nullcontext())
+    report = _start_race(client=client, reviewers=[make_moderator().username], starters=2, rounds=8)
+    assert report["errors"] == [] and report["anomalies"] == [] and report["unknown"] == []
+    assert report["started"] == [1] * 8
+
+
+def _start_under_a_terminated_lock(*, client, monkeypatch) -> tuple[QueueItem, BaseException | None]:
+    """Two workers start one item: the first holds the resume lock and is inside its graph when its
+    backend is terminated (``pg_terminate_backend``, as an operator or a failover does), which releases
+    the lock; the second then takes it and starts the item; then the first's graph runs on.
+
+    Both run here, in two threads: the in-process half of the lock (``core.locks``) is left out, so the
+    second thread meets only PostgreSQL's lock, as a second worker process would.
+    Returns the item and what the first start raised.
+    """
+    from django.db import connection
+
+    monkeypatch.setattr(resumelock, "item_lock", lambda key, timeout: contextlib.nullcontext())
+    [accepted] = items_accept(client=client, entries=_entries(1))
+    in_graph, go_on = threading.Event(), threading.Event()
+
+    def first_waits(key: str) -> None:
+        if threading.current_thread().name == "first-start":
+            in_graph.set()
+            assert go_on.wait(60)
+
+    raised: list[BaseException | None] = [None]
+
+    def first() -> None:
+        try:
+            item_start(item_id=accepted.item.pk)
+        except Exception as exc:  # noqa: BLE001 - its connection is gone: what it raised is the test's to judge
+            raised[0] = exc
+        finally:
+            connection.close()
+
+    with fault_inject("in_prescreen_node", first_waits):
+        thread = threading.Thread(target=first, name="first-start")
+        thread.start()
+        try:
+            assert in_graph.wait(60)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
+                               "(SELECT oid FROM pg_database WHERE datname = current_database())")
+                [(holder,)] = cursor.fetchall()
+                cursor.execute("SELECT pg_terminate_backend(%s)", [holder])
+            assert item_start(item_id=accepted.item.pk) == "started: 1 ask(s)"
+        finally:
+            go_on.set()
+            thread.join(60)
+    return QueueItem.objects.get(pk=accepted.item.pk), raised[0]
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_start_whose_lock_is_terminated_under_it_joins_the_start_that_took_the_lock(queued, client, monkeypatch):
+    item, raised = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch)
+    assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1
+    [ask] = item.asks.all()
+    assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [ask.interrupt_id]
+    # The first start got as far as recording its asks: there, its terminated connection failed it (nothing written).
+    assert isinstance(raised, DatabaseError), raised
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_without_the_one_start_index_a_terminated_lock_starts_the_graph_twice(
+    queued, client, monkeypatch,
+):
+    with one_start_index_dropped():
+        item, _ = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch)
+        assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 2
 
 
 def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> dict:

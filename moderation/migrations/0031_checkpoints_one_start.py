@@ -49,6 +49,6 @@ def drop(apps, schema_editor):
 class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY refuses to run in a transaction
 
-    dependencies = [("moderation", "0029_task_queue_notify")]
+    dependencies = [("moderation", "0030_deployment_interrupts")]
 
     operations = [migrations.RunPython(create, drop, elidable=False)]

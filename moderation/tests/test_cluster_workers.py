@@ -427,13 +427,15 @@ class StartKiller(_Hunter):
                     FROM django_tasks_database_dbtaskresult
                     WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["start-doomed"]'::jsonb""",
                     [START_TASK]):
+                looked = time.monotonic()
                 if claimed_ago >= START_HOLD - KILL_MARGIN:
                     continue
                 # The task's chunk: the item held is the one whose graph has started while its row still says so.
                 chunk = [_item_public_id(url, pk) for pk in args["args"][0]]
                 held = [item for item, row in tool("state", *chunk).items()
                         if row["status"] == "starting" and row["final"]["starts"] == 1]
-                if held:
+                # On a busy machine the read can outlast the hold: kill only while it surely still holds.
+                if held and claimed_ago + time.monotonic() - looked < START_HOLD - KILL_MARGIN:
                     self.doomed.kill()
                     self.doomed.wait(timeout=10)
                     self.orphan, self.orphan_state = held[0], tool("state", held[0])[held[0]]

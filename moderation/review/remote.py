@@ -151,8 +151,9 @@ def _round_open(*, deployment: Deployment, item: QueueItem, thread: RemoteThread
         except IntegrityError:
             pass  # another item asks about them (found by discovery after they were resolved elsewhere)
     # Not those it answered that the thread still waits on: withdrawn ones, which resume nothing.
-    mine = [i for i in thread.interrupts if i.interrupt_id in claimed and i.interrupt_id not in asks_answered(values=local.values)]
-    unasked = [i for i in mine if i.interrupt_id not in asks_asked(values=local.values)]
+    answered, asked = asks_answered(values=local.values), asks_asked(values=local.values)
+    mine = [i for i in thread.interrupts if i.interrupt_id in claimed and i.interrupt_id not in answered]
+    unasked = [i for i in mine if i.interrupt_id not in asked]
     if unasked and local.finished:
         graph_run_again(name=item.graph, thread_id=item.thread_id,
                         state=ask_round_input(asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in unasked]))

@@ -26,8 +26,6 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from examples.refund_agent.tools import order_read
-
 _ORDER = re.compile(r"(?<![\w-])([A-Z]{1,3}-\d{1,6})(?![\w-])", re.IGNORECASE)
 _SYMBOLS = {"€": "EUR", "$": "USD", "£": "GBP"}
 _WORDS = {"eur": "EUR", "euro": "EUR", "euros": "EUR", "usd": "USD", "dollars": "USD", "gbp": "GBP", "pounds": "GBP"}

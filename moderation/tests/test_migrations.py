@@ -1,6 +1,8 @@
-"""Migration 0007: plain SHA-256 chains are checked, then re-signed and entered into the ledger."""
+"""Migration 0007: plain SHA-256 chains are checked, then re-signed and entered into the ledger.
+Migration 0031: a thread already started twice stops it, named, before any index is built."""
 
 import hashlib
+import importlib
 import json
 
 import pytest
@@ -9,7 +11,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from moderation.graphs.runtime import START_INDEX
 from moderation.records.audit import audit_verify
+from moderation.tests.graphs_support import one_start_index_dropped
 
 BEFORE, AFTER = ("moderation", "0006_lab_marker"), ("moderation", "0007_audit_keyed_ledger")
 
@@ -64,3 +68,34 @@ def test_0006_resigns_an_intact_plain_log_and_refuses_a_broken_one(tamper):
     call_command("migrate", "moderation", verbosity=0)  # later migrations, which today's models need
     # The re-signed chain verifies; the item predates asks, so only its row is checked against its log.
     assert [p.problem for p in audit_verify().problems] == []
+
+
+def _start_index_exists() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [START_INDEX])
+        return cursor.fetchone()[0] == 1
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the index is PostgreSQL's (SQLite's lock cannot be lost)")
+@pytest.mark.django_db(transaction=True)
+def test_0031_names_the_threads_already_started_twice_and_builds_no_index():
+    migration = importlib.import_module("moderation.migrations.0031_checkpoints_one_start")
+    start = json.dumps({"reviewqueue_run": "start"})
+    with one_start_index_dropped():  # as a database from before 0031 is
+        with connection.cursor() as cursor:
+            for thread, checkpoint in (("started-twice", "1"), ("started-twice", "2"), ("started-once", "1")):
+                cursor.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
+                               "VALUES (%s, '', %s, '{}', %s)", [thread, checkpoint, start])
+        with connection.schema_editor(atomic=False) as editor:
+            with pytest.raises(RuntimeError, match=r"already started more than once: started-twice \(2 starts\)\. "):
+                migration.create(None, editor)
+        assert not _start_index_exists()
+        with connection.cursor() as cursor:  # the operator's way out, as the error words it: one start mark left
+            cursor.execute("UPDATE checkpoints SET metadata = '{}' WHERE thread_id = 'started-twice' AND checkpoint_id = '2'")
+        with connection.schema_editor(atomic=False) as editor:
+            migration.create(None, editor)
+        assert _start_index_exists()
+        with connection.cursor() as cursor:  # the context puts back the index it dropped
+            cursor.execute(f"DROP INDEX {START_INDEX}")
+            cursor.execute("DELETE FROM checkpoints WHERE thread_id IN ('started-twice', 'started-once')")

@@ -98,8 +98,8 @@ async function sessionOver() {
 }
 
 // The item's state as the server has it now, for an event that claims it changed: the read
-// under way if it began after ``since`` (performance.now() when the event came), else a new
-// one. A decision sends every page of the item an item.decided, and the loser's pages a
+// under way if it began after ``since`` (the ``heardNow()`` of the event), else a new one. A
+// decision sends every page of the item an item.decided, and the loser's pages a
 // decision.lost too: one read serves both, or a race's reads pile up on the server beside
 // its decisions and answer pages, and the loser's notice waits for the last of them. A page
 // that has sent a decision is being replaced by the answer, and reads nothing more.
@@ -108,10 +108,25 @@ let leaving = false;
 document.addEventListener("submit", (e) => { if (e.target.matches(".decide-form")) leaving = true; });
 window.addEventListener("pageshow", (e) => { if (e.persisted) leaving = false; });
 
+// Events and reads in the order this page saw them. A counter, not a clock: an event and the
+// read it starts can fall in one tick of performance.now().
+let heard = 0;
+const heardNow = () => ++heard;
+
+// When this page first heard of a decision (by its decided_at). item.decided comes from the
+// winner's request and decision.lost from the loser's, in either order: a read begun after the
+// first of them already sees the decided item, so it serves both.
+const decisionsHeard = new Map();
+function decisionHeardAt(msg) {
+  if (!msg.decided_at) return heardNow();
+  if (!decisionsHeard.has(msg.decided_at)) decisionsHeard.set(msg.decided_at, heardNow());
+  return decisionsHeard.get(msg.decided_at);
+}
+
 function itemStateRead(since) {
   if (leaving) return Promise.resolve(null);
   if (stateReading && stateReading.startedAt > since) return stateReading.promise;
-  const reading = { startedAt: performance.now(), promise: itemStateFetch() };
+  const reading = { startedAt: heardNow(), promise: itemStateFetch() };
   stateReading = reading;
   reading.promise.finally(() => { if (stateReading === reading) stateReading = null; });
   return reading.promise;
@@ -336,7 +351,7 @@ const CONTROLS = ".decide-form button, .decide-form textarea, .decide-form input
 
 async function appliedCheck(msg) {
   if (msg.item !== itemId) return;
-  const since = performance.now();
+  const since = heardNow();
   await itemRefresh().catch((err) => console.warn("live: item refresh failed", err));
   itemStateShow(await itemStateRead(since));
 }
@@ -369,7 +384,7 @@ async function itemRefresh() {
 
 async function decidedCheck(msg) {
   if (page !== "item" || msg.item !== itemId) return;
-  itemStateShow(await itemStateRead(performance.now()));
+  itemStateShow(await itemStateRead(decisionHeardAt(msg)));
 }
 
 // The row's "Vote: 1 of 2 approvals: alice" line, as the server renders it now.
@@ -480,9 +495,9 @@ const REQUESTED_NOUN = { approve: "approval", reject: "rejection", edit: "edit",
 // the words come from that confirmed state, not from the event.
 async function lostCheck(msg) {
   if (page !== "item" || msg.item !== itemId || !REQUESTED_NOUN[msg.requested]) return;
-  const since = performance.now();
+  const since = decisionHeardAt(msg);
   // The read the item.decided before this event started (whenever it began) confirms the
-  // winner, as the server had it, when it names them; else a read of its own.
+  // winner, as the server had it, when it names them; else one begun since either event came.
   let item = await itemStateRead(-Infinity);
   if (item?.winner !== msg.winner) item = await itemStateRead(since);
   if (!item?.winner || item.winner !== msg.winner) return;

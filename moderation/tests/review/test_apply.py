@@ -233,14 +233,14 @@ def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_i
 HOLD = 3.0  # seconds: see _two_lanes_apply_a_duplicated_task
 
 
-def _two_lanes_apply_a_duplicated_task(item) -> list[str]:
+def _two_lanes_apply_a_duplicated_task(item, *, hold: float = HOLD) -> list[str]:
     """One worker's two apply lanes, each taking one of the item's two apply tasks at once; what each task returned.
 
-    Each lane waits at ``before_resume`` (up to ``HOLD`` s) for the other to get there too: under
+    Each lane waits at ``before_resume`` (up to ``hold`` s) for the other to get there too: under
     the resume lock the other cannot, so the hold only gives a missing lock its chance to show.
     """
     item_apply_task.enqueue(item.pk)  # the duplicate, beside the decision's own task
-    both = threading.Barrier(2, timeout=HOLD)
+    both = threading.Barrier(2, timeout=hold)
 
     def hold(_key):
         try:
@@ -279,8 +279,9 @@ def test_two_apply_lanes_of_one_worker_on_one_items_duplicated_tasks_resume_it_o
 def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_item):
     """Negative control: the same two lanes with the resume lock taken away resume the graph twice."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
+    # Both lanes get there now, however busy the machine: the hold waits for the slower one's start-up.
     with mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()):
-        _two_lanes_apply_a_duplicated_task(item)
+        _two_lanes_apply_a_duplicated_task(item, hold=120)
     assert item_resumes(item) == 2 or item_forks(item) >= 1
 
 

@@ -86,24 +86,6 @@ def _rate_limit_windows_reset():
     cache.clear()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _database_pool_per_module():
-    """On PostgreSQL, each test module ends by closing this process's connection pool (the next opens a new one).
-
-    Several modules terminate every backend of their database (``pg_terminate_backend``) or
-    run threads that end holding a pooled connection; in one run a later module's set-up then
-    waited 10 s for a connection of a depleted pool. Closing it per module keeps one module's
-    leftovers out of the next. Which test leaves connections checked out is not found yet.
-    """
-    yield
-    from django.db import connections
-
-    for wrapper in connections.all(initialized_only=True):
-        if wrapper.vendor == "postgresql" and "pool" in wrapper.settings_dict.get("OPTIONS", {}):
-            wrapper.close()  # its connection back to the pool first, or the next query would meet it closed
-            wrapper.close_pool()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _test_flush_may_empty_the_audit_log():
     """Transactional tests end by emptying every table. On SQLite that is a DELETE, which the

@@ -400,12 +400,16 @@ class LiveServer:
             assert time.monotonic() < deadline, self.log_tail(20, worker=True)
             time.sleep(0.1)
 
+    def workers_stop(self, *, timeout: float = 10.0) -> None:
+        """SIGTERM this server's workers (each finishes its task first; SIGKILL after ``timeout`` s) and wait for them."""
+        workers, self.workers = self.workers, []
+        for worker in workers:
+            _group_stop(worker, timeout)
+
     def close(self) -> None:
         """Stop the server, its workers and the dbtool process."""
         self.stop()
-        workers, self.workers = self.workers, []
-        for worker in workers:
-            _group_stop(worker, 10.0)
+        self.workers_stop()
         self.tool_close()
 
     async def astart(self) -> None:

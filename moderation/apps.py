@@ -18,6 +18,7 @@ class ModerationConfig(AppConfig):
 
         post_migrate.connect(_moderators_group_ensure, sender=self)
         connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.records.audit.sqlite")
+        connection_created.connect(_postgres_pool_check_install, dispatch_uid="moderation.core.dbpool")
         if settings.REVIEWQUEUE_FAULTS:
             faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
         # A logout deletes its session row; moderation.live.rights tells that session's sockets.
@@ -48,3 +49,11 @@ def _sqlite_audit_function_install(sender, connection, **kwargs) -> None:
         from moderation.records.audit import audit_sqlite_function_install
 
         audit_sqlite_function_install(wrapper=connection)
+
+
+def _postgres_pool_check_install(sender, connection, **kwargs) -> None:
+    # The first connection of a pool comes before this; every later one is lent through the check.
+    if connection.vendor == "postgresql" and connection.pool is not None:
+        from moderation.core.dbpool import pool_check_install
+
+        pool_check_install(pool=connection.pool)

@@ -183,7 +183,8 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     if _env_bool("DB_POOL", True):
         _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_SIZE", "20")), "timeout": 10}
         # The pool checks a connection as it hands it out (an empty query): one the database ended while
-        # idle (a terminated backend, a failover) is replaced, not handed to a request that would fail on it.
+        # idle (a terminated backend, a failover) is replaced, not handed to a request that would fail on it;
+        # then the pool's other idle ones at once (moderation.core.dbpool, installed by moderation.apps).
         _db["CONN_HEALTH_CHECKS"] = True
     _db["TEST"] = {"NAME": f"test_reviewqueue_{os.getpid()}"}
 else:

@@ -82,15 +82,17 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
+    from moderation.core.dbpool import pooled_connection_check
+
     pool = ConnectionPool(
         target,
         min_size=1,
         max_size=int(os.environ.get("CHECKPOINT_POOL_SIZE", "10")),
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-        # As Django's pool (CONN_HEALTH_CHECKS): a connection the database ended while it was idle (a
-        # terminated backend, a failover) is replaced when taken, instead of failing the next graph run.
-        # One empty query per checkpointer operation.
-        check=ConnectionPool.check_connection,
+        # As Django's pool: a connection the database ended while it was idle (a terminated backend, a
+        # failover) is replaced when taken, instead of failing the next graph run, and the pool's other
+        # idle ones are checked with it (moderation.core.dbpool). One empty query per checkpointer operation.
+        check=pooled_connection_check,
         open=True,
     )
     return PostgresSaver(pool)

@@ -95,10 +95,7 @@ def _item_public_id(database_url: str, pk: int) -> str:
 def _workers_stop(site: SimpleNamespace) -> None:
     """SIGTERM every worker still running (each finishes its task first): a test's own workers alone work after this."""
     for server in site.servers:
-        for worker in server.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                worker.wait(timeout=30)
+        server.workers_stop(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ from moderation.tests.real_server import Reviewer
 
 PROCESSES = 8
 # Eight processes submit every key at the same instant. The control sees duplicate threads
-# with 20 keys, so 40 leave the guarded run twice the chances to show one.
-KEYS = 40
+# with 20 keys, so 24 leave the guarded run more chances to show one than the control needs.
+KEYS = 24
 CONTROL_KEYS = 20
 ITEM = {"title": "From a pipeline", "body": "Some harmless text.", "source": "load"}
 

@@ -90,8 +90,9 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
     counting = dict.fromkeys(reads, True)
     lost_sent = asyncio.Event()
 
-    def frames(ws) -> None:
-        ws.on("framereceived", lambda payload: '"decision.lost"' in str(payload) and lost_sent.set())
+    def lost_seen(payload) -> None:
+        if '"decision.lost"' in str(payload):
+            lost_sent.set()
 
     def refreshed(user: str):
         async def fetched(route) -> None:
@@ -110,7 +111,7 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
         return read
 
     for user in users:
-        second[user].on("websocket", frames)
+        second[user].on("websocket", lambda ws: ws.on("framereceived", lost_seen))
         await second[user].route(f"**{path}", refreshed(user))
         await second[user].route("**/api/items/*/state", counter(user, "second"))
         await racing[user].route("**/api/items/*/state", counter(user, "racing"))

@@ -30,6 +30,7 @@ orphan joins the first) and every item be decided once, resumed once.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
@@ -135,34 +136,24 @@ def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision:
     reviewer.decide_recorded(recorder, item, decision)
 
 
-class _Hunter(threading.Thread):
-    """Watches the task table for the moment to SIGKILL the doomed worker (``_hunt``); keeps what went wrong."""
+class Killer(threading.Thread):
+    """Waits until the doomed worker has applied a few decisions, then SIGKILLs it between a resume and
+    its record; keeps what went wrong for the test."""
 
-    def __init__(self, site: SimpleNamespace, doomed, *, name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.site, self.doomed = site, doomed
-        self.orphan: str | None = None  # the item whose work the kill interrupted
+    def __init__(self, site: SimpleNamespace, doomed, burst_done: threading.Event) -> None:
+        super().__init__(name="killer", daemon=True)
+        self.site, self.doomed, self.burst_done = site, doomed, burst_done
+        self.orphan: str | None = None  # the item whose apply the kill interrupted
         self.orphan_state: dict = {}
         self.error: BaseException | None = None
+        self.killed_at: float | None = None
+        self.applied_before = 0
 
     def run(self) -> None:
         try:
             self._hunt()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
-
-    def _hunt(self) -> None:
-        raise NotImplementedError
-
-
-class Killer(_Hunter):
-    """Waits until the doomed worker has applied a few decisions, then SIGKILLs it between a resume and its record."""
-
-    def __init__(self, site: SimpleNamespace, doomed, burst_done: threading.Event) -> None:
-        super().__init__(site, doomed, name="killer")
-        self.burst_done = burst_done
-        self.killed_at: float | None = None
-        self.applied_before = 0
 
     def _hunt(self) -> None:
         url, tool = self.site.database_url, self.site.servers[1].tool
@@ -436,7 +427,11 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
             attempts.append(pool.submit(_decide_once_started, recorder, second, item, "reject", start, starts))
         refusals = sum(a.result() for a in attempts)
     burst_end = time.monotonic()
-    assert doomed.wait(timeout=60) == -signal.SIGKILL, "the doomed worker never started an item"
+    try:
+        returncode = doomed.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the doomed worker never started an item") from None
+    assert returncode == -signal.SIGKILL, returncode
     # The kill left its task unfinished: the sweep started its chunk again (the orphan's second start joining
     # the first), and marked the task failed.
     [[chunk]] = [args["args"] for path, args in _tasks(url, "start-doomed", "FAILED") if path == START_TASK]

@@ -50,8 +50,6 @@ def _base_env(workdir: Path) -> dict[str, str]:
         REVIEWQUEUE_VAR_DIR=str(workdir),
         # The servers leave the graph's work to the task worker, as in production.
         REVIEWQUEUE_APPLY_INLINE="",
-        # Apply lanes on (off by default until the crash test's finding is understood: issue 33).
-        APPLY_LANES=os.environ.get("APPLY_LANES", "4"),
         # The example agent's refund tool stands for a payment provider's latency (bench 11).
         REFUND_AGENT_TOOL_SECONDS="0.5",
         # Bench 9's webhook receiver listens on loopback, where webhooks go only when allowed.

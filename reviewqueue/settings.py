@@ -358,11 +358,10 @@ REVIEWQUEUE_APPLY_INLINE = os.environ.get("REVIEWQUEUE_APPLY_INLINE", "") == "1"
 APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
 # Each worker runs this many apply lanes (threads that take graph resumes after decisions only):
 # a resume mostly waits on the database, so lanes overlap those waits; the resume lock keeps
-# each thread's resumes one at a time (moderation.review.apply). 0 (the default for now): the
-# main loop alone. Not on by default yet: with lanes, a worker killed mid-apply interrupts the
-# other lanes' applies at any point, and the crash test then found a graph left unsettled
-# (docs/contributors/worker-throughput.md, "Open").
-APPLY_LANES = int(os.environ.get("APPLY_LANES", "0"))
+# each thread's resumes one at a time (moderation.review.apply). By default 4 on PostgreSQL
+# (woken by NOTIFY: docs/contributors/worker-throughput.md) and 0 on SQLite, which writes one
+# transaction at a time and has no notifications: lanes there would only poll and queue on its lock.
+APPLY_LANES = int(os.environ.get("APPLY_LANES", "4" if _db["ENGINE"] == "django.db.backends.postgresql" else "0"))
 # A decision still unapplied (or a queued item still not started) this long after it was
 # made is queued again by the sweep.
 APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))

@@ -17,6 +17,10 @@ from pathlib import Path
 
 from django.db import connections
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from moderation.core.faults import fault_point
 
 _savers: dict[tuple[int, str], BaseCheckpointSaver] = {}
 _savers_lock = threading.Lock()
@@ -34,6 +38,23 @@ def checkpointer_target() -> str:
         host=db.get("HOST") or "", port=str(db.get("PORT") or ""), dbname=db["NAME"],
         user=db.get("USER") or "", password=db.get("PASSWORD") or "",
     )
+
+
+class _BeforeCheckpointFault:
+    """The fault point ``before_checkpoint``: a graph's step with its nodes' writes saved and its checkpoint
+    not yet, the last window of a run a crash test kills (``moderation.graphs.runtime``)."""
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        fault_point("before_checkpoint", item_key=config["configurable"]["thread_id"])
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+class _SqliteSaver(_BeforeCheckpointFault, SqliteSaver):
+    pass
+
+
+class _PostgresSaver(_BeforeCheckpointFault, PostgresSaver):
+    pass
 
 
 def checkpointer_get() -> BaseCheckpointSaver:
@@ -55,7 +76,6 @@ def checkpointer_setup() -> None:
         checkpointer_get()  # SqliteSaver sets itself up on creation
         return
     import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
 
     # setup() runs CREATE INDEX CONCURRENTLY, which refuses to run in a transaction.
     with psycopg.connect(target, autocommit=True) as conn:
@@ -68,17 +88,14 @@ def _is_sqlite(target: str) -> bool:
 
 def _saver_build(target: str) -> BaseCheckpointSaver:
     if _is_sqlite(target):
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
         conn = sqlite3.connect(target, check_same_thread=False, timeout=30)
         # WAL with SQLite's default synchronous=FULL, while Django's file runs at NORMAL:
         # after a power loss the graph may be ahead of the row (recover adopts it), never
         # behind it. That fsync per checkpoint is what bounds ingest speed.
         conn.execute("PRAGMA journal_mode=WAL")
-        saver = SqliteSaver(conn)
+        saver = _SqliteSaver(conn)
         saver.setup()
         return saver
-    from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
@@ -95,7 +112,7 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
         check=pooled_connection_check,
         open=True,
     )
-    return PostgresSaver(pool)
+    return _PostgresSaver(pool)
 
 
 def checkpointer_close_all() -> None:

@@ -21,6 +21,8 @@ POINTS = (
     # in_review_node: the resumed node, holding its answer, not yet checkpointed; in_apply_node: the
     # next node, the resume's first checkpoint written.
     "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_review_node", "in_apply_node",
+    # Any graph's run (moderation.core.checkpointer): a step's nodes finished, their writes saved, its checkpoint not yet.
+    "before_checkpoint",
     # A LangGraph deployment's item (moderation.review.remote): its thread there resumed, its next round not yet taken.
     "after_remote_resume",
     # The worker starting a queued item (moderation.review.starts): its graph has run, its row not yet written.

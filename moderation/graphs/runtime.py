@@ -8,7 +8,11 @@ runs with ``durability="sync"``: each step's checkpoint is written before the ne
 starts. So a kill between two nodes loses nothing, and a kill inside a node loses only
 that node's unfinished work: the checkpoint still names it in ``next`` (``GraphState.
 stalled`` when nothing else is pending), and ``graph_continue`` runs it again from its
-start. A node may therefore run twice, never a node after it has been checkpointed.
+start. A kill after a node finished but before its step's checkpoint (the node's writes
+are saved as it finishes, the checkpoint after the step's last node) leaves it done and
+nothing after it scheduled: stalled too, and ``graph_continue`` takes its saved writes
+without running it again. A node may therefore run twice, never a node after its writes
+were saved.
 Nodes keep that safe by being idempotent: the built-in graphs' nodes compute from their
 state and write nothing outside it; an agent's tool with side effects must carry its
 own idempotency key (the item's thread id and its ask's interrupt id are stable).
@@ -83,7 +87,9 @@ def graph_state_read(*, name: str, thread_id: str) -> GraphState:
     return GraphState(
         asks=_asks(state),
         error=next((str(task.error) for task in state.tasks if task.error), None),
-        finished=state.created_at is not None and state.next == (),
+        # Not ``state.next == ()``: a run killed after a step's node saved its writes, before the step's
+        # checkpoint, leaves that node out of ``next`` (its work is done) with nothing after it scheduled yet.
+        finished=state.created_at is not None and not state.tasks,
         values=state.values,
         checkpointed=state.created_at is not None,
     )
@@ -239,8 +245,11 @@ def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
     """
     history = list(graph_get(name=name).get_state_history(_config(thread_id)))  # newest first
     asking = {s.config["configurable"]["checkpoint_id"] for s in history if s.interrupts}
+    # Its latest state as a resume would find it (a step's record, as the history gives, names an interrupt
+    # even once answered, and a node whose step was never checkpointed as still to run).
+    now = graph_state_read(name=name, thread_id=thread_id)
     return RunCounts(
-        settled=bool(history) and (history[0].next == () or bool(history[0].interrupts)),
+        settled=now.finished or bool(now.asks),
         starts=sum(1 for s in history if _is_start(s)),
         resumes=sum(
             1 for s in history

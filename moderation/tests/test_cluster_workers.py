@@ -82,11 +82,16 @@ print("SECRET " + e.secret)
 APPLY_TASK = "moderation.review.apply.item_apply_task"
 
 
+# Claimed by a worker: by its main loop (its id) or by one of its lanes (``<id>-applies-<n>``, ``<id>-deliveries-<n>``).
+_CLAIMED_BY = """EXISTS (SELECT 1 FROM jsonb_array_elements_text(worker_ids) AS w
+                         WHERE w ~ ('^' || %s || '(-(applies|deliveries)-[0-9]+)?$'))"""
+
+
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
-    """(task path, args) of the task rows ``worker_id`` claimed that are now in ``status``."""
-    return database_query(database_url, """
+    """(task path, args) of the task rows ``worker_id`` (or its lanes) claimed that are now in ``status``."""
+    return database_query(database_url, f"""
         SELECT task_path, args_kwargs FROM django_tasks_database_dbtaskresult
-        WHERE status = %s AND worker_ids @> %s::jsonb ORDER BY started_at""", [status, f'["{worker_id}"]'])
+        WHERE status = %s AND {_CLAIMED_BY} ORDER BY started_at""", [status, worker_id])
 
 
 def _item_public_id(database_url: str, pk: int) -> str:
@@ -160,9 +165,9 @@ class Killer(threading.Thread):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not self.burst_done.is_set():
             applied = [t for t in _tasks(url, "doomed", "SUCCESSFUL") if t[0] == APPLY_TASK]
-            running = database_query(url, """
+            running = database_query(url, f"""
                 SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult
-                WHERE status = 'RUNNING' AND task_path = %s AND worker_ids @> '["doomed"]'::jsonb""", [APPLY_TASK])
+                WHERE status = 'RUNNING' AND task_path = %s AND {_CLAIMED_BY}""", [APPLY_TASK, "doomed"])
             if len(applied) >= DOOMED_APPLIES_BEFORE_KILL and running:
                 task_id, args = running[0]
                 item = _item_public_id(url, args["args"][0])
@@ -222,11 +227,13 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     assert killer.applied_before >= DOOMED_APPLIES_BEFORE_KILL
     orphan = killer.orphan_state
     assert (orphan["apply_state"], orphan["graph_paused"], orphan["resume_count"]) == ("applying", False, 1), orphan
-    # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed.
+    # Its task was never finished by the dead worker: the sweep that queued its work again marked it failed,
+    # as it did those of the worker's other lanes, killed wherever their applies (or deliveries) were (the
+    # checks below judge those items too: each resumed once, at its end; each webhook delivered once).
     assert _tasks(url, "doomed", "RUNNING") == []
-    assert [(path, args["args"]) for path, args in _tasks(url, "doomed", "FAILED")] == [
-        (APPLY_TASK, [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]])
-    ]
+    failed = [(path, args["args"][0]) for path, args in _tasks(url, "doomed", "FAILED")]
+    orphan_pk = database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [killer.orphan])[0][0]
+    assert orphan_pk in {pk for path, pk in failed if path == APPLY_TASK}, failed
 
     # The race: one winner and one loser per item, told the truth, through both servers.
     unknown = [op for op in recorder.ops if op.completion != "ok" and op.completion != "fail"]
@@ -332,7 +339,7 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
     assert (row["apply_state"], row["applied_result"]["state"], row["resume_count"], row["forks"]) == ("", "finished", 1, 0), row
     assert row["applied_result"]["result"]["status"] == "approved", row
     assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
-    assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED")] == [
+    assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED") if path == APPLY_TASK] == [
         [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
 
 

@@ -10,7 +10,8 @@ server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
   restarts;
 - worker points: alice is told she won (the answer never waits for the graph), then
   the worker dies applying it, before the graph's resume, inside the graph's run (in a
-  node, before or after the resume's first checkpoint) or before recording it; a second
+  node, before or after the resume's first checkpoint, or between a node's saved writes and
+  its step's checkpoint) or before recording it; a second
   worker's sweep finds the decision unapplied and applies it, running the graph on to
   its end.
 
@@ -72,8 +73,10 @@ EXPECTED = {
     "after_resume": Expect("worker", "approved", "alice"),
     "before_record": Expect("worker", "approved", "alice"),
     # Or inside the graph's run: in the resumed node, holding its answer before any checkpoint;
+    # after it, its writes saved and its step's checkpoint not (LangGraph's ``next`` is empty then);
     # in the next node, after the resume's first checkpoint, with nothing left to resume.
     "in_review_node": Expect("worker", "approved", "alice"),
+    "before_checkpoint": Expect("worker", "approved", "alice"),
     "in_apply_node": Expect("worker", "approved", "alice"),
 }
 

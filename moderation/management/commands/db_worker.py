@@ -6,7 +6,7 @@ It processes every queue by default: ``apply`` (graphs resumed after decisions,
 ``moderation.review.starts``, below the others in priority) and ``default`` (webhook
 deliveries).
 
-Applies may have lanes of their own (``APPLY_LANES`` threads, off by default for now, taking the
+Applies may have lanes of their own (``APPLY_LANES`` threads, 4 on PostgreSQL and none on SQLite by default, taking the
 ``apply`` queue only): a resume mostly waits on the database (its checkpoints are written
 before each next step), so one loop applying one decision at a time fell behind the
 servers deciding them (docs/contributors/worker-throughput.md). Each lane sleeps until a

@@ -14,7 +14,7 @@ from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
 from moderation.core.taskqueue import QueueLane, TaskWake
-from moderation.graphs.runtime import graph_is_finished, graph_values
+from moderation.graphs.runtime import graph_get, graph_is_finished, graph_run_counts, graph_state_read, graph_values
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.review.apply import APPLY_QUEUE, applies_sweep, item_apply, item_apply_task
 from moderation.review.decisions import item_decide, item_withdraw
@@ -119,11 +119,12 @@ def test_apply_killed_after_the_resume_records_without_resuming_again(alice, mak
     assert item_resumes(item) == 1
 
 
-@pytest.mark.parametrize("point", ["in_review_node", "in_apply_node"])
+@pytest.mark.parametrize("point", ["in_review_node", "before_checkpoint", "in_apply_node"])
 def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_run(alice, make_item, point):
-    """Killed inside the resumed node (its answer not yet checkpointed) or inside the next one
-    (the resume's first checkpoint written, nothing left to resume): the retry runs the graph
-    on to its end, resumed once, and only then records it as applied."""
+    """Killed inside the resumed node (its answer not yet checkpointed), after it (its writes saved,
+    its step's checkpoint not) or inside the next one (the resume's first checkpoint written,
+    nothing left to resume): the retry runs the graph on to its end, resumed once, and only
+    then records it as applied."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
 
     def killed(key):
@@ -140,6 +141,27 @@ def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_
                                                           "decided_at": item.asks.get().decided_at.isoformat()}})
     assert graph_is_finished(name=item.graph, thread_id=item.thread_id)
     assert item_resumes(item) == 1 and item_forks(item) == 0
+
+
+def test_a_run_killed_before_its_steps_checkpoint_is_not_taken_for_finished(alice, make_item):
+    """The resumed node's writes saved, its step's checkpoint not: LangGraph's ``next`` is empty
+    then (the node is done and nothing after it is scheduled yet), which a worker once read as
+    the graph's end and recorded, leaving it never run to its end (found with apply lanes, a
+    worker killed while another lane's apply was at this point)."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+
+    def killed(key):
+        raise SystemExit("worker killed")
+
+    with fault_inject("before_checkpoint", killed), pytest.raises(SystemExit):
+        item_apply(item_id=item.pk)
+    snapshot = graph_get(name=item.graph).get_state({"configurable": {"thread_id": item.thread_id}})
+    # The trap, as LangGraph shows it: no node left in ``next``, one task of the step done.
+    assert snapshot.next == () and [t.name for t in snapshot.tasks] == ["request_review"] and snapshot.tasks[0].result
+    state = graph_state_read(name=item.graph, thread_id=item.thread_id)
+    assert (state.finished, state.asks, state.stalled) == (False, [], True)
+    runs = graph_run_counts(name=item.graph, thread_id=item.thread_id)
+    assert (runs.resumes, runs.settled) == (0, False)
 
 
 def test_recover_runs_on_a_decided_item_recorded_as_applied_while_its_graph_was_stalled(alice, make_item):

@@ -13,17 +13,23 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 from django.db import connections
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
 
 from moderation.core.faults import fault_point
 
 _savers: dict[tuple[int, str], BaseCheckpointSaver] = {}
 _savers_lock = threading.Lock()
+# A saver on one connection, for what this thread runs while it holds a PostgreSQL resume lock.
+_pinned: ContextVar[BaseCheckpointSaver | None] = ContextVar("checkpointer_pinned", default=None)
 
 
 def checkpointer_target() -> str:
@@ -49,15 +55,22 @@ class _BeforeCheckpointFault:
         return super().put(config, checkpoint, metadata, new_versions)
 
 
-class _SqliteSaver(_BeforeCheckpointFault, SqliteSaver):
+# Named as LangGraph's: the health check and the race lab report the saver by its class's name.
+class SqliteSaver(_BeforeCheckpointFault, LangGraphSqliteSaver):
     pass
 
 
-class _PostgresSaver(_BeforeCheckpointFault, PostgresSaver):
+class PostgresSaver(_BeforeCheckpointFault, LangGraphPostgresSaver):
     pass
 
 
 def checkpointer_get() -> BaseCheckpointSaver:
+    """The saver this thread's graph runs use: the one ``checkpointer_pinned`` set, else the process's."""
+    return _pinned.get() or checkpointer_shared()
+
+
+def checkpointer_shared() -> BaseCheckpointSaver:
+    """The process's saver for the current database (on PostgreSQL, over a connection pool)."""
     key = (os.getpid(), checkpointer_target())
     saver = _savers.get(key)
     if saver is None:
@@ -69,11 +82,33 @@ def checkpointer_get() -> BaseCheckpointSaver:
     return saver
 
 
+@contextmanager
+def checkpointer_pinned(conn: Any) -> Iterator[None]:
+    """Every checkpointer read and write of this thread goes over ``conn`` (a connection of the shared
+    saver's pool) until the block ends.
+
+    The fence of the PostgreSQL resume lock (``moderation.core.resumelock``): the lock is a session
+    lock held on ``conn``, so a holder whose backend is terminated (which frees the lock for the next
+    worker) can write no checkpoint after it; its run fails at its next write instead of forking the
+    thread beside the next holder's run.
+    """
+    token = _pinned.set(PostgresSaver(conn))
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
+def checkpointer_pool() -> Any:
+    """The shared PostgreSQL saver's connection pool (``psycopg_pool.ConnectionPool``)."""
+    return checkpointer_shared().conn
+
+
 def checkpointer_setup() -> None:
     """Create the checkpointer's tables (idempotent). Run by a migration, not per request."""
     target = checkpointer_target()
     if _is_sqlite(target):
-        checkpointer_get()  # SqliteSaver sets itself up on creation
+        checkpointer_shared()  # SqliteSaver sets itself up on creation
         return
     import psycopg
 
@@ -93,7 +128,7 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
         # after a power loss the graph may be ahead of the row (recover adopts it), never
         # behind it. That fsync per checkpoint is what bounds ingest speed.
         conn.execute("PRAGMA journal_mode=WAL")
-        saver = _SqliteSaver(conn)
+        saver = SqliteSaver(conn)
         saver.setup()
         return saver
     from psycopg.rows import dict_row
@@ -112,7 +147,7 @@ def _saver_build(target: str) -> BaseCheckpointSaver:
         check=pooled_connection_check,
         open=True,
     )
-    return _PostgresSaver(pool)
+    return PostgresSaver(pool)
 
 
 def checkpointer_close_all() -> None:

@@ -8,6 +8,12 @@ not a database row lock: nothing a reviewer needs waits behind it. It is held by
   SQLite (one machine) an exclusive ``flock`` on a file under ``VAR_DIR/locks``.
 Both cross-process locks belong to the holder's connection or open file, so a worker
 killed with -9 releases them with its death, and the next worker can go on.
+
+A PostgreSQL session lock is also lost while its holder lives on, when its backend is
+terminated (an operator's ``pg_terminate_backend``, a failover). So the holder's graph runs
+read and write their checkpoints over that same connection, and nothing else: a holder
+that lost the lock has lost its connection too, and its run fails at its next checkpoint
+(retried later: ``moderation.review.apply``) instead of writing beside the next holder's.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 
+from moderation.core.checkpointer import checkpointer_pinned, checkpointer_pool
 from moderation.core.locks import LockTimeout, item_lock
 
 _POLL_SECONDS = 0.02
@@ -46,21 +55,39 @@ def _key(thread_id: str) -> int:
 
 @contextmanager
 def _advisory(thread_id: str, deadline: float) -> Iterator[None]:
+    """Held on a connection of the checkpointer's pool, which the holder's graph runs then use alone
+    (``checkpointer_pinned``): losing the lock (its backend terminated) loses them their writes too."""
     key = _key(thread_id)
-    with connection.cursor() as cursor:
-        while True:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-            if cursor.fetchone()[0]:
-                break
-            if time.monotonic() >= deadline:
-                raise LockTimeout(f"resume lock of {thread_id} still held")
-            time.sleep(_POLL_SECONDS)
+    pool = checkpointer_pool()
+    conn = _advisory_take(pool, key, thread_id, deadline)
     try:
-        yield
+        with checkpointer_pinned(conn):
+            yield
     finally:
-        if connection.connection is not None:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+        try:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+        except psycopg.OperationalError:
+            pass  # its session is gone, and the lock with it
+        pool.putconn(conn)  # a broken one is discarded
+
+
+def _advisory_take(pool: Any, key: int, thread_id: str, deadline: float) -> Any:
+    """A pooled connection holding the lock ``key``; one that turns out dead is given back and another tried."""
+    while True:
+        conn = pool.getconn()
+        try:
+            while not conn.execute("SELECT pg_try_advisory_lock(%s) AS held", [key]).fetchone()["held"]:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"resume lock of {thread_id} still held")
+                time.sleep(_POLL_SECONDS)
+            return conn
+        except psycopg.OperationalError:
+            pool.putconn(conn)
+            if time.monotonic() >= deadline:
+                raise
+        except BaseException:
+            pool.putconn(conn)
+            raise
 
 
 @contextmanager

@@ -95,7 +95,8 @@ SERVER_ENV = {
     "WEBHOOK_TIMEOUT": "2", "WEBHOOK_RETRY_BASE": "0.5", "WEBHOOK_RETRY_MAX": "4", "WEBHOOK_RETRY_FOR": str(RETRY_FOR),
     "LIVE_SILENT_SECONDS": str(PRESENCE_TTL), "LIVE_HEARTBEAT_SECONDS": str(HEARTBEAT),
     # Small pools: the PostgreSQL server (max_connections 100 by default) is shared with whatever else runs.
-    "DB_POOL_SIZE": "10", "CHECKPOINT_POOL_SIZE": "2", "WEBHOOK_LANES": "2",
+    # A worker's start or resume holds a checkpointer connection for its run: 4 lets its 4 apply lanes run at once.
+    "DB_POOL_SIZE": "10", "CHECKPOINT_POOL_SIZE": "4", "WEBHOOK_LANES": "2",
 }
 # One Django start-up for the rest of the set-up: the quorum team, the API client, the webhook endpoints.
 _SETUP = """

@@ -307,24 +307,39 @@ def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_ite
     assert item_resumes(item) == 2 or item_forks(item) >= 1
 
 
-def _apply_after_the_checkpointers_connections_are_terminated(item, *, checked: bool = True) -> str:
+def _apply_after_the_checkpointers_connections_are_terminated(item) -> str:
     """``item_apply`` once every other backend of the database has been terminated (``pg_terminate_backend``,
-    as an operator or a failover does): the checkpointer's idle pooled connections among them.
-
-    ``checked=False``: its pool hands them out unchecked, as when a connection ends between its check and its
-    query (a window the check narrows, never closes).
-    """
-    from moderation.core.checkpointer import checkpointer_get
-
+    as an operator or a failover does): the checkpointer's idle pooled connections among them."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         assert cursor.fetchone()[0] >= 1  # the checkpointer's pool keeps one connection at least
-    with mock.patch.object(checkpointer_get().conn, "_check", checkpointer_get().conn._check if checked else None):
-        return item_apply(item_id=item.pk)
+    return item_apply(item_id=item.pk)
+
+
+def _pinned_connection():
+    from moderation.core.checkpointer import checkpointer_get
+
+    return checkpointer_get().conn  # the pinned saver's one connection, not a pool
+
+
+def _resume_lock_backend_terminate(lock_connection=_pinned_connection) -> None:
+    """From inside a graph's run: terminate the backend of the connection its resume lock is held on
+    (which its checkpoints go over), as an operator's ``pg_terminate_backend`` or a failover would."""
+    pid = lock_connection().info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        assert cursor.fetchone()[0]
 
 
 _postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+
+
+def _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item) -> str:
+    """``item_apply``, the resume lock's backend terminated while the resumed node runs: the connection
+    its run's checkpoints go over ends under it."""
+    with fault_inject("in_review_node", lambda key: _resume_lock_backend_terminate()):
+        return item_apply(item_id=item.pk)
 
 
 @pytest.mark.postgres_variant
@@ -338,15 +353,14 @@ def test_an_apply_after_every_backend_was_terminated_resumes_at_once_on_new_conn
 @_postgres_only
 def test_an_apply_whose_storage_connection_ends_under_it_is_tried_again_not_failed(alice, make_item):
     item = _decided_unapplied(make_item(), alice, decision="approve")
-    assert _apply_after_the_checkpointers_connections_are_terminated(item, checked=False).startswith(
-        "retrying: the graph's storage: AdminShutdown: terminating connection")
+    assert _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item).startswith("retrying: the graph's storage: ")
     item.refresh_from_db()
     assert item.apply_state == ApplyState.APPLYING and item.applied_result["state"] == "applying"
     # Queued again, to run after a backoff (the decision's own task waits too: its run_after is the package's "now").
     retry = DBTaskResult.objects.filter(task_path=item_apply_task.module_path).order_by("run_after").first()
     assert retry.args_kwargs["args"] == [item.pk] and retry.run_after > timezone.now()
-    assert item_apply(item_id=item.pk) == "resumed 1, finished"  # the retry (the pool checks again)
-    assert item_resumes(item) == 1
+    assert item_apply(item_id=item.pk).endswith(", finished")  # the retry, on another connection
+    assert item_resumes(item) == 1 and item_forks(item) == 0
 
 
 @pytest.mark.postgres_variant
@@ -357,9 +371,67 @@ def test_negative_control_without_telling_a_lost_connection_apart_the_apply_is_f
     """What the soak found with pg_terminate: decided items left FAILED, their graphs never resumed."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
     monkeypatch.setattr("moderation.review.apply.STORAGE_LOST", ())
-    assert _apply_after_the_checkpointers_connections_are_terminated(item, checked=False).startswith(
-        "failed: AdminShutdown: terminating connection")
+    assert _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item).startswith("failed: OperationalError: ")
     item.refresh_from_db()
     assert item.apply_state == ApplyState.FAILED
     assert applies_sweep(enqueue=lambda item_id: pytest.fail("a failed apply is queued again")) == 0
     assert item_resumes(item) == 0
+
+
+def _lock_lost_under_a_run_then_taken_by_another_apply(item, lock_connection=_pinned_connection) -> tuple[str, str]:
+    """Two applies of one item, as two worker processes (the in-process lock taken away: the PostgreSQL
+    lock alone is between them). The first's lock is lost (its backend terminated) while its resumed
+    node runs; the second then takes the lock and applies; only then does the first's node return.
+    What each said."""
+    in_node, released = threading.Event(), threading.Event()
+    first_done: list[str] = []
+
+    def hold(key):
+        if not in_node.is_set():  # the first apply's node; the second's runs through
+            _resume_lock_backend_terminate(lock_connection)
+            in_node.set()
+            assert released.wait(60)
+
+    def first():
+        try:
+            first_done.append(item_apply(item_id=item.pk))
+        finally:
+            connection.close()
+
+    with fault_inject("in_review_node", hold), \
+            mock.patch("moderation.core.resumelock.item_lock", lambda key, timeout: nullcontext()):
+        worker = threading.Thread(target=first)
+        worker.start()
+        assert in_node.wait(60)
+        try:
+            second = item_apply(item_id=item.pk)
+        finally:
+            released.set()
+            worker.join(60)
+    return first_done[0], second
+
+
+@pytest.mark.postgres_variant
+@_postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_lost_its_resume_lock_writes_no_checkpoint_beside_the_next_holder(alice, make_item):
+    """The soak's open finding on the resume side: a terminated backend frees the lock while its holder's
+    graph runs on. The holder's checkpoints go over the lock's own connection, so it can no longer write."""
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    first, second = _lock_lost_under_a_run_then_taken_by_another_apply(item)
+    assert second.endswith(", finished") and first.startswith("retrying: the graph's storage:"), (first, second)
+    assert item_resumes(item) == 1 and item_forks(item) == 0
+    assert graph_run_counts(name=item.graph, thread_id=item.thread_id).settled
+    assert item_apply(item_id=item.pk) == "nothing to apply"  # the first's retry
+
+
+@pytest.mark.postgres_variant
+@_postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_a_lock_whose_runs_write_over_other_connections_lets_both_resume(alice, make_item, monkeypatch):
+    """The lock as it was (its runs' checkpoints over the pool's other connections): both runs write, the thread forks."""
+    held = []
+    monkeypatch.setattr("moderation.core.resumelock.checkpointer_pinned", lambda conn: held.append(conn) or nullcontext())
+    item = _decided_unapplied(make_item(), alice, decision="approve")
+    first, second = _lock_lost_under_a_run_then_taken_by_another_apply(item, lambda: held[0])
+    assert item_forks(item) >= 1 or item_resumes(item) == 2, (first, second)

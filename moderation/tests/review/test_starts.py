@@ -11,7 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, OperationalError, connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -285,18 +285,21 @@ def test_race_without_the_resume_lock_the_one_start_index_alone_keeps_one_start(
     assert report["started"] == [1] * 8
 
 
-def _start_under_a_terminated_lock(*, client, monkeypatch) -> tuple[QueueItem, BaseException | None]:
+def _start_under_a_terminated_lock(*, client, monkeypatch, pinned: bool = True) -> tuple[QueueItem, object]:
     """Two workers start one item: the first holds the resume lock and is inside its graph when its
     backend is terminated (``pg_terminate_backend``, as an operator or a failover does), which releases
     the lock; the second then takes it and starts the item; then the first's graph runs on.
 
     Both run here, in two threads: the in-process half of the lock (``core.locks``) is left out, so the
-    second thread meets only PostgreSQL's lock, as a second worker process would.
-    Returns the item and what the first start raised.
+    second thread meets only PostgreSQL's lock, as a second worker process would. ``pinned=False``:
+    the lock as it was, its holder's checkpoints written over the pool's other connections.
+    Returns the item and what the first start said (or raised).
     """
     from django.db import connection
 
     monkeypatch.setattr(resumelock, "item_lock", lambda key, timeout: contextlib.nullcontext())
+    if not pinned:
+        monkeypatch.setattr(resumelock, "checkpointer_pinned", lambda conn: contextlib.nullcontext())
     [accepted] = items_accept(client=client, entries=_entries(1))
     in_graph, go_on = threading.Event(), threading.Event()
 
@@ -305,11 +308,11 @@ def _start_under_a_terminated_lock(*, client, monkeypatch) -> tuple[QueueItem, B
             in_graph.set()
             assert go_on.wait(60)
 
-    raised: list[BaseException | None] = [None]
+    raised: list[object] = [None]
 
     def first() -> None:
         try:
-            item_start(item_id=accepted.item.pk)
+            raised[0] = item_start(item_id=accepted.item.pk)
         except Exception as exc:  # noqa: BLE001 - its connection is gone: what it raised is the test's to judge
             raised[0] = exc
         finally:
@@ -334,22 +337,42 @@ def _start_under_a_terminated_lock(*, client, monkeypatch) -> tuple[QueueItem, B
 
 @postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_a_start_whose_lock_is_terminated_under_it_joins_the_start_that_took_the_lock(queued, client, monkeypatch):
-    item, raised = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch)
-    assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1
+def test_a_start_whose_lock_is_terminated_under_it_writes_nothing_beside_the_start_that_took_the_lock(
+    queued, client, monkeypatch,
+):
+    """Its checkpoints go over the lock's own connection (``moderation.core.resumelock``): gone with the lock."""
+    with one_start_index_dropped():  # the lock's fence alone
+        item, said = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch)
+        assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1
     [ask] = item.asks.all()
     assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [ask.interrupt_id]
-    # The first start got as far as recording its asks: there, its terminated connection failed it (nothing written).
-    assert isinstance(raised, DatabaseError), raised
+    # The first start's graph failed at its checkpoint (its connection gone), the item already started by the
+    # second: nothing recorded.
+    assert str(said).startswith("failed: OperationalError"), said
 
 
 @postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_negative_control_without_the_one_start_index_a_terminated_lock_starts_the_graph_twice(
+def test_a_start_whose_unfenced_lock_is_terminated_under_it_joins_the_start_that_took_the_lock(
+    queued, client, monkeypatch,
+):
+    """The one-start index alone, behind a lock whose holder could still write: the second start's checkpoint
+    is refused and it takes the first one's interrupts."""
+    item, said = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch, pinned=False)
+    assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1
+    [ask] = item.asks.all()
+    assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [ask.interrupt_id]
+    # The first start's checkpoint was refused; it joined the second's, and found the item started.
+    assert said == "started earlier", said
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_without_the_fence_or_the_one_start_index_a_terminated_lock_starts_the_graph_twice(
     queued, client, monkeypatch,
 ):
     with one_start_index_dropped():
-        item, _ = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch)
+        item, _ = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch, pinned=False)
         assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 2
 
 

@@ -147,25 +147,36 @@ def graph_start(*, name: str, thread_id: str, state: dict[str, Any]) -> GraphSta
     can be lost under a running start (PostgreSQL's, with its backend terminated), a second
     start may run all the same; its checkpoint then breaks ``START_INDEX``, and it returns
     the first start's state instead of its own: one start, whose interrupts every caller names.
+    A first start that never saved its interrupts (its connection ended between its checkpoint
+    and them) left a start no caller can join: it is cleared and the graph started again.
     """
     graph = graph_get(name=name)
     try:
-        graph.invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
-    except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name != START_INDEX:
-            raise
-        started = _start_joined(name=name, thread_id=thread_id)
+        started = _start_run(graph=graph, name=name, thread_id=thread_id, state=state)
+        if not started.asks and started.checkpointed and not started.finished:
+            # Its lock's fence (moderation.core.resumelock) ended that start's writes with its connection.
+            graph.checkpointer.delete_thread(thread_id)
+            started = _start_run(graph=graph, name=name, thread_id=thread_id, state=state)
     except _STORAGE_ERRORS:
         raise
     except Exception as exc:  # noqa: BLE001 - a graph may raise anything; the submitter is told what
         graph.checkpointer.delete_thread(thread_id)
         message = f"the {name} graph refused its start: {type(exc).__name__}: {exc}".replace("\x00", "\\x00")
         raise GraphStartRefused(message[:START_ERROR_MAX_CHARS]) from exc
-    else:
-        started = graph_state_read(name=name, thread_id=thread_id)
     if not started.asks:
         raise RuntimeError(f"graph {name!r} for {thread_id} finished without asking for review")
     return started
+
+
+def _start_run(*, graph: Any, name: str, thread_id: str, state: dict[str, Any]) -> GraphState:
+    """One start from ``state``; the thread's state after it (or after the start that saved its checkpoint first)."""
+    try:
+        graph.invoke(state, {**_config(thread_id), "metadata": _START_MARK}, durability="exit")
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != START_INDEX:
+            raise
+        return _start_joined(name=name, thread_id=thread_id)
+    return graph_state_read(name=name, thread_id=thread_id)
 
 
 def _start_joined(*, name: str, thread_id: str) -> GraphState:

@@ -3,8 +3,12 @@
 import threading
 import uuid
 
+import psycopg
 import pytest
+from django.db import connection
 
+from moderation.core.checkpointer import PostgresSaver
+from moderation.graphs import runtime
 from moderation.graphs.builtin import ResumeValueError
 from moderation.graphs.runtime import (
     graph_asks_pending,
@@ -137,3 +141,49 @@ def test_start_count_tells_a_second_start_from_a_resume():
     _resume(thread_id)
     assert graph_start_count(name=NAME, thread_id=thread_id) == 2
     assert graph_resume_count(name=NAME, thread_id=thread_id) == 1
+
+
+def _start_cut_before_its_interrupts(thread_id: str, state: dict, monkeypatch) -> None:
+    """A start whose connection ends between its checkpoint and its interrupts (as ``pg_terminate_backend`` did in
+    the 30-minute soak): the checkpoint saved, start-marked, and nothing it asks."""
+    def cut(*args, **kwargs):
+        raise psycopg.OperationalError("the connection ended between the checkpoint and its interrupts")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PostgresSaver, "put_writes", cut)
+        with pytest.raises(psycopg.OperationalError):
+            graph_start(name=NAME, thread_id=thread_id, state=state)
+    assert graph_start_count(name=NAME, thread_id=thread_id) == 1
+    assert graph_asks_pending(name=NAME, thread_id=thread_id) == []
+
+
+_one_start_index = pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-start index is PostgreSQL's")
+
+
+@pytest.mark.postgres_variant
+@_one_start_index
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_never_saved_its_interrupts_is_cleared_and_run_again_by_the_next_start(monkeypatch):
+    """Found by the 30-minute soak: each later start of that thread (the submit sent again) met the one-start
+    index, joined a start that asks nothing, and answered 500, for good."""
+    thread_id = f"cut-{uuid.uuid4()}"
+    state = {"item_id": thread_id, "title": "t", "body": "b", "source": "s"}
+    _start_cut_before_its_interrupts(thread_id, state, monkeypatch)
+    monkeypatch.setattr(runtime, "START_JOIN_SECONDS", 0.2)  # how long a start waits for a first one's interrupts
+    [ask] = graph_start(name=NAME, thread_id=thread_id, state=state).asks
+    assert graph_asks_pending(name=NAME, thread_id=thread_id) == [ask]
+    assert graph_start_count(name=NAME, thread_id=thread_id) == 1
+
+
+@pytest.mark.postgres_variant
+@_one_start_index
+@pytest.mark.django_db(transaction=True)
+def test_negative_control_a_start_joining_one_that_never_saved_its_interrupts_fails_for_good(monkeypatch):
+    thread_id = f"cut-{uuid.uuid4()}"
+    state = {"item_id": thread_id, "title": "t", "body": "b", "source": "s"}
+    _start_cut_before_its_interrupts(thread_id, state, monkeypatch)
+    monkeypatch.setattr(runtime, "START_JOIN_SECONDS", 0.2)
+    monkeypatch.setattr(PostgresSaver, "delete_thread", lambda self, thread_id: None)  # the leftovers kept
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="finished without asking for review"):
+            graph_start(name=NAME, thread_id=thread_id, state=state)

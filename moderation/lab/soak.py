@@ -69,6 +69,9 @@ class SoakFacts:
     final: dict[str, FinalItem]
     accepted: dict[str, str] = field(default_factory=dict)  # Idempotency-Key -> item id the API answered
     rows_by_key: dict[str, list[str]] = field(default_factory=dict)  # Idempotency-Key -> item ids stored
+    # Idempotency-Key never accepted during the run -> the status its submit answered when sent once more after
+    # every fault was healed (0: no answer). A healthy cluster accepts it then: no key may be stuck.
+    resent: dict[str, int] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
     counters: dict[str, tuple[int, int]] = field(default_factory=dict)  # "graph/status" -> (counter, COUNT)
     live_presence: list[str] = field(default_factory=list)  # rows still counted as viewers once every page closed
@@ -105,6 +108,8 @@ def _submits_check(facts: SoakFacts) -> list[Finding]:
         stored = facts.rows_by_key.get(key, [])
         if stored != [item]:
             findings.append(Finding("submits", key, f"answered item {item}; stored under the key: {stored or 'nothing'}"))
+    findings += [Finding("submits", key, f"never accepted: sent again once every fault was healed, answered {status or 'nothing'}")
+                 for key, status in sorted(facts.resent.items()) if status not in (200, 201)]
     return findings
 
 

@@ -328,6 +328,8 @@ class Load:
         self.requests: list[Request] = []
         self.history = HistoryRecorder()
         self.answered_by_key: dict[str, set[str]] = {}
+        self.given_up: dict[str, dict] = {}  # Idempotency-Key -> the body of a submit never accepted during the run
+        self.resent: dict[str, int] = {}  # and the status it answered when sent again after the run (0: none)
         self.items: list[str] = []
         self.sockets_open = 0
         self.errors: Counter[str] = Counter()  # what the 5xx answers said
@@ -437,7 +439,25 @@ class Load:
                 self.answered_by_key.setdefault(key, set()).add(item)
                 return item
             await asyncio.sleep(1.0 + attempt)
+        if key not in self.answered_by_key:
+            self.given_up[key] = body
         return None
+
+    async def given_up_resend(self) -> None:
+        """Send each submit the API never accepted once more, the cluster healed and settled: a key that is
+        refused even now is stuck (the soak once found one, its thread holding a start that asked nothing)."""
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {self.cluster.token}"},
+                                     timeout=HTTP_TIMEOUT) as api:
+            for key, body in sorted(self.given_up.items()):
+                try:
+                    response = await api.post(f"{self.cluster.servers[0].url}/api/v1/items", json=body,
+                                              headers={"Idempotency-Key": key})
+                except httpx.HTTPError:
+                    self.resent[key] = 0
+                    continue
+                self.resent[key] = response.status_code
+                if response.status_code in (200, 201):
+                    self.answered_by_key.setdefault(key, set()).add(response.json()["id"])
 
     async def duplicate(self, api: httpx.AsyncClient, n: int, kind: str) -> None:
         await self.submit(api, n, kind)
@@ -731,7 +751,7 @@ def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], mem
     return SoakFacts(
         ops=list(load.history.ops), final=final,
         accepted={key: sorted(ids)[0] if len(ids) == 1 else ",".join(sorted(ids)) for key, ids in load.answered_by_key.items()},
-        rows_by_key=rows_by_key, deliveries=deliveries, counters=counters, live_presence=live_presence,
+        rows_by_key=rows_by_key, resent=dict(load.resent), deliveries=deliveries, counters=counters, live_presence=live_presence,
         leaked_groups=sorted(subscribed - baseline_groups), memory=memory, audit_status=audit_status, audit_output=audit_output,
     )
 
@@ -793,6 +813,9 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
                                    extra=_open_deadlines)
     if any(left.values()):
         log(f"not settled (nothing moved for {SETTLE_STALL} s): {left}")
+    if load.given_up:
+        log(f"sending again the {len(load.given_up)} submit(s) never accepted during the run")
+        await load.given_up_resend()
     # Every page closed (the settle's wait counts too): dead pages' presence rows age out, live servers' must be gone already.
     await asyncio.sleep(max(0.0, load.pages_closed_at + PRESENCE_TTL + 2 - time.monotonic()))
     stop_sampling.set()

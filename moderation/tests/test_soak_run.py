@@ -23,7 +23,7 @@ import redis
 
 from moderation.lab.soak import soak_judge, soak_table
 from moderation.tests.cluster_support import database_query, services_require
-from moderation.tests.soak_run import FAULTS, SoakConfig, SoakResult, facts_gather, soak_run
+from moderation.tests.soak_run import FAULTS, Load, SoakConfig, SoakResult, facts_gather, soak_run
 
 # A net for a hang, not a speed claim: the settle waits give up on a stall.
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
@@ -67,8 +67,19 @@ def _tampered_checks(result: SoakResult) -> list[str]:
     return sorted({finding.check for finding in soak_judge(facts)})
 
 
-def test_a_short_soak_under_every_fault_keeps_every_promise_and_its_judge_sees_tampering(tmp_path):
+# A submit the run gave up on, as a fault's answers can leave one: the soak sends it again once everything is healed.
+GIVEN_UP = "soak-given-up"
+
+
+def test_a_short_soak_under_every_fault_keeps_every_promise_and_its_judge_sees_tampering(tmp_path, monkeypatch):
     services_require()
+    load_init = Load.__init__
+
+    def with_one_given_up(self, *args, **kwargs):
+        load_init(self, *args, **kwargs)
+        self.given_up[GIVEN_UP] = {"title": "Soak given up", "body": "refused all through the run", "source": "soak"}
+
+    monkeypatch.setattr(Load, "__init__", with_one_given_up)
     controls: list[str] = []
     config = SoakConfig.short(minutes=SOAK_TEST_MINUTES, seed=int(os.environ.get("SOAK_SEED") or 33), out=tmp_path)
     # Faults closer still than a short `make soak`'s: the load lasts until each kind has struck once, so the
@@ -84,3 +95,5 @@ def test_a_short_soak_under_every_fault_keeps_every_promise_and_its_judge_sees_t
     completions = {op.completion for op in result.facts.ops}
     assert {"ok", "fail"} <= completions, completions
     assert controls == ["audit", "counters", "groups", "history", "presence", "submits", "webhooks"]
+    # Sent again after the run, the key was accepted, and its item stored once (the judge's submits check).
+    assert result.facts.resent[GIVEN_UP] == 201 and len(result.facts.rows_by_key[GIVEN_UP]) == 1, result.facts.resent

@@ -39,6 +39,7 @@ def _facts() -> SoakFacts:
                             votes={"carol": "approve", "alice": "approve"}, tally={"carol": "approve", "alice": "approve"}),
         },
         accepted={"soak-1": "i1", "soak-2": "q1"}, rows_by_key={"soak-1": ["i1"], "soak-2": ["q1"]},
+        resent={"soak-4": 201},  # refused during the run, accepted once everything was healed
         deliveries=[
             Delivery(item="i1", endpoint="steady", status="delivered", msg_id="m1", received=True),
             Delivery(item="i1", endpoint="dead", status="failed", msg_id="m2", retry_until=100.0, last_attempt_at=100.5),
@@ -74,6 +75,10 @@ def _submit_lost(facts):
 
 def _submit_twice(facts):
     facts.rows_by_key["soak-1"] = ["i1", "i9"]
+
+
+def _submit_stuck(facts):
+    facts.resent["soak-3"] = 500  # refused during the run, and again once everything was healed
 
 
 def _webhook_missing(facts):
@@ -114,7 +119,7 @@ def _audit_broken(facts):
 
 @pytest.mark.parametrize(("corrupt", "check"), [
     (_lost_decision, "history"), (_double_resume, "history"), (_lost_vote, "history"),
-    (_submit_lost, "submits"), (_submit_twice, "submits"),
+    (_submit_lost, "submits"), (_submit_twice, "submits"), (_submit_stuck, "submits"),
     (_webhook_missing, "webhooks"), (_webhook_delivered_unseen, "webhooks"), (_webhook_failed_early, "webhooks"),
     (_webhook_pending, "webhooks"), (_counter_drift, "counters"), (_ghost_presence, "presence"),
     (_leaked_group, "groups"), (_memory_grown, "memory"), (_audit_broken, "audit"),

@@ -66,7 +66,12 @@ class PostgresSaver(_BeforeCheckpointFault, LangGraphPostgresSaver):
 
 def checkpointer_get() -> BaseCheckpointSaver:
     """The saver this thread's graph runs use: the one ``checkpointer_pinned`` set, else the process's."""
-    return _pinned.get() or checkpointer_shared()
+    return checkpointer_pinned_current() or checkpointer_shared()
+
+
+def checkpointer_pinned_current() -> BaseCheckpointSaver | None:
+    """The saver ``checkpointer_pinned`` set for this thread, if it is inside such a block."""
+    return _pinned.get()
 
 
 def checkpointer_shared() -> BaseCheckpointSaver:

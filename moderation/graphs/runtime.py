@@ -34,7 +34,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from langgraph.types import Command
 
-from moderation.core.checkpointer import checkpointer_get, checkpointer_shared
+from moderation.core.checkpointer import checkpointer_pinned_current, checkpointer_shared
 from moderation.graphs.asks import AskSpec, ask_spec_from_interrupt
 from moderation.graphs.registry import graph_factory
 
@@ -54,15 +54,15 @@ def graph_get(*, name: str, checkpointer: BaseCheckpointSaver | None = None) -> 
     Compiled once per saver that lives as long as its process; a saver pinned to a resume lock's
     connection (``checkpointer_pinned``, one per lock taken) gets a copy of the shared saver's graph.
     """
-    saver = checkpointer or checkpointer_get()
-    base = saver if checkpointer is not None else checkpointer_shared()
+    pinned = checkpointer_pinned_current() if checkpointer is None else None
+    base = checkpointer or checkpointer_shared()
     key = (name, id(base))
     graph = _compiled.get(key)
     # An id can be reused once a closed saver is collected; the identity check catches it.
     if graph is None or graph.checkpointer is not base:
         with _compiled_lock:
             graph = _compiled[key] = graph_factory(name=name)(base)
-    return graph if saver is base else graph.copy(update={"checkpointer": saver})
+    return graph if pinned is None else graph.copy(update={"checkpointer": pinned})
 
 
 def _config(thread_id: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench soak clean
+.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench soak clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ test: prometheus
 	$(MAKE) --no-print-directory e2e-browser
 	$(MAKE) --no-print-directory -j2 lint-imports docs
 	$(MAKE) --no-print-directory --output-sync=none -j$(TEST_PASSES) test-sqlite test-postgres
+
+# The edit-test loop: the tests that start no process (no server, worker, agent, browser or command;
+# conftest.py marks the others `processes`), on SQLite, two at a time. `make test` stays the whole run.
+test-quick: install
+	$(PY) -m pytest -m "not cluster and not processes" -n $(TEST_WORKERS) -q
 
 # The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.
 # Its API reference is rendered from the OpenAPI schema at build time. The examples on its pages

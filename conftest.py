@@ -166,8 +166,36 @@ def _longest_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+# What a test module that starts processes (servers, workers, agents, browsers, commands) imports:
+# its tests get the ``processes`` marker, and ``make test-quick`` leaves them out.
+_PROCESS_STARTERS = (
+    "subprocess", "multiprocessing", "e2e", "playwright", "moderation.tests.real_server",
+    "moderation.tests.races", "moderation.tests.langgraph_server", "moderation.tests.deployments_support",
+    "moderation.tests.cluster_support", "moderation.lab.runner",
+)
+
+
+def _starts_processes(module) -> bool:
+    names = {getattr(value, "__name__", "") if isinstance(value, type(sys)) else getattr(value, "__module__", "") or ""
+             for value in vars(module).values()}
+    return any(name == prefix or name.startswith(f"{prefix}.") for name in names for prefix in _PROCESS_STARTERS)
+
+
+def _processes_marked(items: list[pytest.Item]) -> None:
+    verdicts: dict[str, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in verdicts:
+            verdicts[module.__name__] = _starts_processes(module)
+        if verdicts[module.__name__]:
+            item.add_marker(pytest.mark.processes)
+
+
 def pytest_collection_modifyitems(config, items):
     _longest_first(items)
+    _processes_marked(items)
     if not _postgres_pass():
         return
     problem = _postgres_reachable()

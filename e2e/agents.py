@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from e2e.children import children_adopt
 from e2e.server import ROOT, LiveServer
 from moderation.lab.waits import progress_wait
 
@@ -34,6 +35,7 @@ class AgentProcess:
              "--thread", thread, *flags],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
+        children_adopt(self.process)
         self.output: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

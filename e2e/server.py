@@ -36,6 +36,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.children import children_adopt, children_forget
+
 ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
 # Environment the server must not inherit from whoever runs the tests.
@@ -87,6 +89,7 @@ _MIGRATED_LOCK = threading.Lock()
 
 def _group_stop(proc: subprocess.Popen, timeout: float) -> None:
     """SIGTERM to the process's group, SIGKILL to it after ``timeout``."""
+    children_forget(proc)
     if proc.poll() is not None:
         return
     try:
@@ -320,6 +323,7 @@ class LiveServer:
         finally:
             self.faults = ""
             log.close()
+        children_adopt(self.process)
         self.starts += 1
         self._wait_healthy(timeout)
 
@@ -390,6 +394,7 @@ class LiveServer:
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+        children_adopt(worker)
         self.workers.append(worker)
         return worker
 

@@ -18,6 +18,7 @@ from django.db import connection
 
 from langgraph_sdk import get_sync_client
 
+from e2e.children import children_adopt, children_forget
 from moderation.graphs.remote import Connection, remote_counts
 from moderation.models import Deployment, QueueItem
 from moderation.review.deployments import GraphRoute, deployment_register
@@ -93,9 +94,11 @@ def db_worker(*, log: Path, **env: str) -> Iterator[subprocess.Popen]:
             cwd=settings.BASE_DIR, env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env}, stdout=out,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
+    children_adopt(worker)
     try:
         yield worker
     finally:
+        children_forget(worker)
         os.killpg(worker.pid, signal.SIGTERM)
         try:
             worker.wait(timeout=15)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from e2e.children import children_adopt
 from moderation.lab.waits import progress_wait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,7 @@ class LangGraphServer:
                  "--port", str(free_port())],
                 cwd=app, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
+        children_adopt(self.process)
         # It moves to another port, silently but for its log, when the one asked for got taken meanwhile.
         ready = progress_wait(self._ready, done=bool, stall=60, poll=0.2)
         if not ready:

@@ -55,6 +55,7 @@ import httpx
 import psycopg
 from websockets.asyncio.client import connect
 
+from e2e.children import children_adopt
 from e2e.server import ROOT, LiveServer, ServerError, free_port
 from moderation.lab.history import FinalItem, HistoryRecorder
 from moderation.lab.soak import (
@@ -146,6 +147,7 @@ class RedisUnderTest:
              "--dir", str(workdir)],
             stdout=open(workdir / "redis.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
         )
+        children_adopt(self.process)
         import redis
 
         client = redis.Redis(port=self.port, socket_connect_timeout=1)

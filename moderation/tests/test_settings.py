@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from e2e.children import children_adopt
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
@@ -135,6 +137,7 @@ def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision
     log = open(tmp_path / "recipe.log", "w")  # noqa: SIM115 - the child's
     proc = subprocess.Popen(["bash", "-euc", script], cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    children_adopt(proc)
     base = f"http://127.0.0.1:{port}"
     try:
         jar = http.cookiejar.CookieJar()

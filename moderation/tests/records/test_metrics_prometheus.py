@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.children import children_adopt
 from e2e.server import ROOT, LiveServer, free_port
 from moderation.tests.form_session import FormSession
 
@@ -115,6 +116,7 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
+        children_adopt(self.process)
 
     def api(self, path: str, **params: str):
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"

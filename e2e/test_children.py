@@ -1,0 +1,72 @@
+"""No orphans: a test run killed outright takes its servers and workers with it (``e2e.children``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from e2e.server import ROOT
+from moderation.lab.waits import progress_wait
+
+# A test that starts a real server and task worker the one way tests do, plus (the negative
+# control) a process group started as every test started them before: in a session of its own,
+# not adopted. It writes the three ids, then waits to be killed.
+INNER = textwrap.dedent('''
+    import subprocess, time
+    from pathlib import Path
+    from e2e.server import LiveServer
+
+    def test_runs_until_killed(tmp_path):
+        server = LiveServer(tmp_path / "site")
+        server.seed(users=["alice"])
+        server.start(timeout=300)
+        worker = server.worker_start()
+        bare = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        Path({pids!r}).write_text(f"{{server.process.pid}} {{worker.pid}} {{bare.pid}}")
+        time.sleep(600)
+''')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
+    pids_file = tmp_path / "pids"
+    (tmp_path / "test_inner.py").write_text(INNER.format(pids=str(pids_file)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-c", os.devnull, "-p", "no:cacheprovider", "-q", str(tmp_path / "test_inner.py")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        started = progress_wait(lambda: pids_file.exists() or run.poll() is not None, done=bool, stall=300)
+        assert started and pids_file.exists(), run.communicate(timeout=60)[0]
+        server, worker, bare = (int(p) for p in pids_file.read_text().split())
+        assert all(_alive(pid) for pid in (server, worker, bare))
+
+        run.kill()  # no teardown, no atexit: the hardest way a run can end
+        run.wait(timeout=60)
+
+        gone = progress_wait(lambda: [pid for pid in (server, worker) if _alive(pid)], done=lambda left: not left, stall=60)
+        assert gone == [], f"still running after the run was killed: {gone}"
+        # The negative control: a group nobody adopted outlives the run, so the check above can see an orphan.
+        assert _alive(bare)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if pids_file.exists():
+            for pid in (int(p) for p in pids_file.read_text().split()):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.children import children_adopt, children_forget
+from e2e.forked import ForkedProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
@@ -87,7 +88,7 @@ _MIGRATED: dict[str, LiveServer] = {}
 _MIGRATED_LOCK = threading.Lock()
 
 
-def _group_stop(proc: subprocess.Popen, timeout: float) -> None:
+def _group_stop(proc: ForkedProcess, timeout: float) -> None:
     """SIGTERM to the process's group, SIGKILL to it after ``timeout``."""
     children_forget(proc)
     if proc.poll() is not None:
@@ -122,8 +123,8 @@ class LiveServer:
         self.daphne_args = daphne_args  # e.g. ("-v", "0"), ("--proxy-headers",)
         self.log_path = self.workdir / "server.log"
         self.worker_log_path = self.workdir / "worker.log"
-        self.process: subprocess.Popen | None = None
-        self.workers: list[subprocess.Popen] = []
+        self.process: ForkedProcess | None = None
+        self.workers: list[ForkedProcess] = []
         self.starts = 0
         self.faults = ""
         self._tool: subprocess.Popen | None = None
@@ -171,7 +172,7 @@ class LiveServer:
             for path in (self.db_path, self.checkpoints_path):
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
-        self._run([sys.executable, str(DBTOOL), "users", "--migrate"])
+        self._run([str(DBTOOL), "users", "--migrate"])
 
     def seed(
         self, *, users: list[str] = (), items: int = 0, decisions: list[tuple[int, str, str]] = (),
@@ -184,7 +185,7 @@ class LiveServer:
             "migrate": True, "moderators": list(users), "staff": list(staff), "password": password,
             "sessions": sessions, "items": items, "prefix": prefix, "decisions": [list(d) for d in decisions],
         }
-        out = json.loads(self._run([sys.executable, str(DBTOOL), "seed", json.dumps(spec)]).strip().splitlines()[-1])
+        out = json.loads(self._run([str(DBTOOL), "seed", json.dumps(spec)]).strip().splitlines()[-1])
         return Seeded(
             items=[i["id"] for i in out["items"]], titles=[i["title"] for i in out["items"]],
             sessions=out["sessions"], decided=out["decided"],
@@ -204,13 +205,13 @@ class LiveServer:
                 workdir = Path(tempfile.mkdtemp(prefix="liveserver-migrated-"))
                 atexit.register(shutil.rmtree, workdir, ignore_errors=True)
                 template = LiveServer(workdir, settings=settings, db_name="migrated")
-                template._run([sys.executable, str(DBTOOL), "seed", json.dumps({"migrate": True})])
+                template._run([str(DBTOOL), "seed", json.dumps({"migrate": True})])
                 _MIGRATED[settings] = template
         self.clone_from(template)
 
     def manage(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> str:
         """``manage.py`` with this server's environment (plus ``env``); its stdout. Fails loudly."""
-        return self._run([sys.executable, str(ROOT / "manage.py"), *args], timeout=timeout, env=env)
+        return self._run([str(ROOT / "manage.py"), *args], timeout=timeout, env=env)
 
     def clone_from(self, other: LiveServer) -> None:
         """Copy another (stopped or idle) server's SQLite databases: a fresh copy of a prepared one."""
@@ -296,12 +297,20 @@ class LiveServer:
         return await asyncio.to_thread(self.rows, ids)
 
     def _run(self, cmd: list[str], *, timeout: float = 300, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run(
-            cmd, cwd=ROOT, env={**self.env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
-        )
-        if done.returncode != 0:
-            raise ServerError(f"{' '.join(cmd[1:3])} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
-        return done.stdout
+        """``python <cmd>`` (a script and its arguments), forked (``e2e.forked``); its stdout. Fails loudly."""
+        with tempfile.TemporaryDirectory(prefix="liveserver-run-") as scratch:
+            out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+            proc = ForkedProcess(cmd, env={**self.env(), **(env or {})}, cwd=ROOT, stdout=out, stderr=err, new_session=False)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+                raise
+            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        if code != 0:
+            raise ServerError(f"{' '.join(cmd[:2])} failed ({code}):\n{stdout[-3000:]}\n{stderr[-5000:]}")
+        return stdout
 
     # --- processes -----------------------------------------------------------------
 
@@ -310,19 +319,16 @@ class LiveServer:
         this process only."""
         if self.process is not None and self.process.poll() is None:
             return
-        log = open(self.log_path, "a", buffering=1)  # noqa: SIM115 - owned by the child
-        log.write(f"\n--- start #{self.starts + 1} on port {self.port} ---\n")
+        with open(self.log_path, "a") as log:
+            log.write(f"\n--- start #{self.starts + 1} on port {self.port} ---\n")
         self.faults = faults
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "daphne", *self.daphne_args, "-b", self.host, "-p", str(self.port),
-                 "reviewqueue.asgi:application"],
-                cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+            self.process = ForkedProcess(
+                ["-m", "daphne", *self.daphne_args, "-b", self.host, "-p", str(self.port), "reviewqueue.asgi:application"],
+                cwd=ROOT, env=self.env(), stdout=self.log_path,
             )
         finally:
             self.faults = ""
-            log.close()
         children_adopt(self.process)
         self.starts += 1
         self._wait_healthy(timeout)
@@ -370,7 +376,7 @@ class LiveServer:
 
     def worker_start(
         self, *, interval: float = 0.2, faults: str = "", worker_id: str = "", delivery_lane: bool = True
-    ) -> subprocess.Popen:
+    ) -> ForkedProcess:
         """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
 
         ``interval``: how long it sleeps when it found no task. A worker with work takes the next
@@ -387,13 +393,10 @@ class LiveServer:
         named = ["--worker-id", worker_id] if worker_id else []
         if not delivery_lane:
             named.append("--no-delivery-lane")
-        with open(self.worker_log_path, "a") as log:
-            worker = subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
-                 "--interval", str(interval), *named],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        worker = ForkedProcess(
+            [str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay", "--interval", str(interval), *named],
+            cwd=ROOT, env=env, stdout=self.worker_log_path,
+        )
         children_adopt(worker)
         self.workers.append(worker)
         return worker

@@ -185,9 +185,10 @@ def race_processes(
 # and daphne from scratch: 1.6 s of CPU a process, and a lab run or the test suite starts
 # dozens. The fork server imports them once and forks each reviewer from it: 0.3 s each, and
 # four reviewers ready in 0.6 s instead of 4.1. Imports only, none that reads settings or
-# opens a connection (the fork server would carry it into every child).
+# opens a connection (the fork server would carry it into every child), nor daphne.server, whose
+# event loop (an epoll descriptor, made on import) every child would share (e2e/forked.py).
 _REVIEWER_PRELOAD = [
-    "django.db.models", "django.test", "daphne.server", "langgraph.graph", "langgraph.types",
+    "django.db.models", "django.test", "twisted.internet.asyncioreactor", "langgraph.graph", "langgraph.types",
     "langgraph.checkpoint.sqlite", "langchain_core.messages", "langchain.agents", "psycopg", "psycopg_pool",
 ]
 

@@ -1,0 +1,101 @@
+"""The project's own Python processes (daphne, ``manage.py``, dbtool), forked from a parent that
+has imported their libraries once.
+
+Started fresh, each pays 2 to 3 CPU-seconds of imports (Django, LangGraph, LangChain, Twisted)
+before its first line of work, and a test run starts hundreds. A multiprocessing fork server
+imports the libraries once; each process is forked from it and then becomes what was asked for:
+its environment made the asked one whole (settings are read after the fork), its output sent
+to a file, a session of its own if asked, and ``sys.argv`` set before the program runs as
+``__main__``. ``ForkedProcess`` answers like ``subprocess.Popen`` where the tests use it.
+
+The preload is imports only: none that reads settings, opens a connection or a file, or starts
+a thread. ``daphne.server`` is not among them: it makes its event loop (an epoll descriptor)
+when imported, which every child of the fork server would share.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+PRELOAD = [
+    "django.db.models", "django.test", "django.forms", "django.template.defaulttags", "channels.generic.websocket",
+    "twisted.internet.asyncioreactor", "twisted.web.http", "autobahn.twisted.websocket", "langgraph.graph", "langgraph.types",
+    "langgraph.checkpoint.sqlite", "langgraph.checkpoint.postgres", "langchain_core.messages", "langchain.agents",
+    "langgraph_sdk", "psycopg", "psycopg_pool", "pydantic", "httpx", "jsonschema", "prometheus_client",
+    "standardwebhooks", "django_tasks",
+]
+
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload(PRELOAD)
+
+
+def _child_main(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, new_session: bool) -> None:
+    if new_session:
+        os.setsid()
+    for fd, path in ((1, stdout), (2, stderr)):
+        out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin, for its lifetime
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(write_through=True)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    if argv[0] == "-m":
+        sys.path[0] = cwd
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        sys.argv = list(argv)
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+class ForkedProcess:
+    """A forked process, answering like the parts of ``subprocess.Popen`` the tests use."""
+
+    def __init__(
+        self, argv: list[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path | None = None,
+        new_session: bool = True,
+    ) -> None:
+        """``argv`` as ``python`` would take it, less the interpreter: ``["-m", "daphne", ...]`` or
+        ``["manage.py", ...]``; its output appended to ``stdout`` (and ``stderr``, or the same file)."""
+        self.args = argv
+        self._process = _context.Process(
+            target=_child_main, args=(argv, dict(env), str(cwd), str(stdout), str(stderr or stdout), new_session),
+        )
+        self._process.start()
+        self.pid: int = self._process.pid  # type: ignore[assignment]
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)

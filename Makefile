@@ -95,14 +95,15 @@ lint-imports: install
 # Two workers, a test file each at a time: most of these tests wait on servers, browsers and
 # barriers, so two at once nearly halve the pass. Each worker has its own test database
 # (a SQLite file named by pid; PostgreSQL's named by worker) and, in the PostgreSQL pass,
-# its own Redis database and channel prefix (conftest.py).
+# its own Redis database and channel prefix (conftest.py). Each pass's per-test times go to
+# var/test-results/ (JUnit XML): `scripts/test_times.py` sums them per file.
 TEST_WORKERS ?= 2
 test-sqlite: install e2e-browser prometheus langgraph-venv
-	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
 
 test-postgres: install prometheus langgraph-venv
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
-		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile
+		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
 
 # The LangGraph deployment tests run a real LangGraph Server (`langgraph dev`, in-memory runtime)
 # from its own virtualenv: langgraph-cli's pins differ from ours. Under var/, outside the folder

@@ -212,6 +212,6 @@ class WebhookResumer:
 
     def __call__(self, headers: Mapping[str, str], body: bytes | str) -> Resumed:
         event = webhook_verify(secret=self.secret, headers=headers, body=body)
-        if event.get("type") not in ("item.decided", "item.cancelled"):
+        if event.type not in ("item.decided", "item.cancelled"):
             return Resumed(resumed=False)
-        return item_resume(self.graph, event.get("data") or {}, thread_lock=self.thread_lock, client=self.client)
+        return item_resume(self.graph, event.data, thread_lock=self.thread_lock, client=self.client)

@@ -6,6 +6,7 @@ import json
 
 import httpx
 import pytest
+from api_support import OutcomeServer
 
 from reviewqueue_client import ReviewQueue, ReviewQueueError
 
@@ -79,6 +80,34 @@ def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
         with pytest.raises(ReviewQueueError) as refused:
             client.report_outcome(ITEM["id"], status="done")
         assert (refused.value.status, refused.value.code) == (status, code)
+
+
+def test_a_report_that_meets_500s_503s_and_a_dropped_connection_is_sent_again_until_it_is_stored():
+    with OutcomeServer(faults=["500", "drop", "503 retry-after 1"]) as api, ReviewQueue(api.url, "tok") as client:
+        item = client.report_outcome("it-1", status="done", message="refunded")
+    assert len(api.arrivals) == 4 and api.stored == {"status": "done", "message": "refunded"}
+    assert item.outcome["status"] == "done"
+    assert api.arrivals[3] - api.arrivals[2] >= 1.0  # not sooner than its Retry-After
+
+
+def test_a_stored_report_sent_again_after_its_answer_was_lost_is_a_success_and_a_refusal_is_not_retried():
+    with OutcomeServer(faults=[]) as api, ReviewQueue(api.url, "tok") as client:
+        client.report_outcome("it-1", status="done", message="refunded")
+        client.report_outcome("it-1", status="done", message="refunded")  # what a retry after a lost answer sends
+        with pytest.raises(ReviewQueueError) as refused:
+            client.report_outcome("it-1", status="failed", message="other")
+    assert refused.value.code == "outcome_already_reported" and len(api.arrivals) == 3
+
+
+def test_retries_are_bounded_and_a_retry_after_beyond_the_bound_ends_them():
+    with OutcomeServer(faults=["500"] * 5) as api, ReviewQueue(api.url, "tok") as client:
+        with pytest.raises(ReviewQueueError) as failed:
+            client.report_outcome("it-1", status="done", attempts=3)
+    assert failed.value.status == 500 and len(api.arrivals) == 3 and api.stored is None
+    with OutcomeServer(faults=["503 retry-after 3600"]) as api, ReviewQueue(api.url, "tok") as client:
+        with pytest.raises(ReviewQueueError) as busy:
+            client.report_outcome("it-1", status="done")
+    assert (busy.value.status, busy.value.retry_after, len(api.arrivals)) == (503, 3600.0, 1)
 
 
 ENDPOINT = {"id": 7, "name": "prod", "url": "https://agent.example.com/hooks", "events": ["item.decided"],

@@ -49,6 +49,8 @@ def docs_env(tmp_path_factory):
     env = {
         **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
         "REVIEWQUEUE_SESSION": seeded.sessions["alice"], "REVIEWQUEUE_CSRF": CSRF,
+        # The client package of this checkout, whichever one .venv's editable install points at.
+        "PYTHONPATH": str(ROOT / "reviewqueue-client"),
     }
     try:
         yield env

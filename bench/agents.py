@@ -131,7 +131,7 @@ def _resume_by_webhook(host: str, login: Login, client: Any, agent: Any, ran: di
     from reviewqueue_client.langgraph import WebhookResumer
 
     endpoint = WebhookEndpoint(name=f"bench-agent-{uuid.uuid4().hex[:8]}", events=["item.decided"])
-    hooks = _AgentHooks(WebhookResumer(agent, secret=endpoint.secret))
+    hooks = _AgentHooks(WebhookResumer(agent, client=client, secret=endpoint.secret))
     endpoint.url = hooks.url
     endpoint.save()
     try:

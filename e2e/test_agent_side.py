@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -60,6 +61,7 @@ from moderation.tests.real_server import Reviewer
 from moderation.tests.webhook_receiver import Receiver
 from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
 from reviewqueue_client.blocking import BlockingAgent
+from reviewqueue_client.langgraph import WebhookResumer, interrupts_forward
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -317,6 +319,69 @@ def test_two_moderators_the_agents_cancel_and_the_deadline_race_on_a_remote_ask_
     print("\nremote ask races over HTTP, won by:", Counter(state[i]["winner"] for i in items))
 
 
+# --- outcomes ------------------------------------------------------------------------------
+
+
+class FailingOnce:
+    """A proxy in front of the server that answers the first outcome report 500 (and forwards it not)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.outcome_posts = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "POST" and self.path.endswith("/outcome"):
+                    owner.outcome_posts += 1
+                    if owner.outcome_posts == 1:
+                        return self._answer(500, {"Content-Type": "text/html"}, b"<h1>Server Error (500)</h1>")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, upstream + self.path, headers=headers, content=body, timeout=120)
+                self._answer(answer.status_code, {"Content-Type": answer.headers.get("Content-Type", "")}, answer.content)
+
+            do_GET = do_POST = _forward
+
+            def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_the_webhook_resumers_outcome_report_that_meets_a_500_is_sent_again_and_stored(site, tmp_path):
+    agent = agent_build(checkpoints=str(tmp_path / "agent.db"), effects=str(tmp_path / "effects.jsonl"))
+    agent.invoke({"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": "outcome-500"}})
+    proxy = FailingOnce(site.server.url)
+    try:
+        with ReviewQueue(proxy.url, site.token) as client:
+            [item] = interrupts_forward(client, agent, thread_id="outcome-500", source="support-agent")
+            _approve(site, HistoryRecorder(), item.id)
+            body, headers = _delivery(site, item.id)  # the worker's signed item.decided, as it was sent
+            resumed = WebhookResumer(agent, client=client, secret=SECRET)(headers, body)
+    finally:
+        proxy.close()
+    assert (resumed.resumed, resumed.reported, proxy.outcome_posts) == (True, True, 2)
+    assert agent_effects(tmp_path) == [{"customer_id": "C-7"}]
+    with ReviewQueue(site.server.url, site.token) as client:
+        assert client.read(item.id).outcome == {**client.read(item.id).outcome, "status": "done", "message": "done"}
+
+
 # --- blocking mode (reviewqueue_client.blocking) -------------------------------------------
 
 
@@ -345,6 +410,8 @@ def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tm
     assert agent_effects(tmp_path) == [{"customer_id": "C-7"}] and final["messages"][-1].content == "done"
     assert item.raw["policy"]["deadline_seconds"] == 600 and item.raw["policy"]["on_deadline"] == "reject"
     assert _judge(site, history, item.id, tmp_path) == []
+    with ReviewQueue(site.server.url, site.token) as client:  # blocking mode reports what the run did, too
+        assert client.read(item.id).outcome["status"] == "done"
 
 
 def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with_its_outcome(site, tmp_path):

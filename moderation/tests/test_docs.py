@@ -19,6 +19,7 @@ exit status and output it must show.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,8 @@ def docs_env(tmp_path_factory):
     env = {
         **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
         "REVIEWQUEUE_SESSION": seeded.sessions["alice"], "REVIEWQUEUE_CSRF": CSRF,
+        # The client package of this checkout, whichever one .venv's editable install points at.
+        "PYTHONPATH": str(ROOT / "reviewqueue-client"),
     }
     try:
         yield env
@@ -85,6 +88,83 @@ def test_the_readmes_tour_submits_an_item_as_written(docs_env):
                    expect=['"title": "Hello"', '"status": "pending"'])
     problems = block_problems(tour, docs_env)
     assert not problems, "\n".join(problems)
+
+
+def test_the_agents_page_registers_its_endpoint_and_its_service_resumes_once_and_reports(docs_env, tmp_path):
+    """integrators/agents.md as written: the client registers its own endpoint (the server allows
+    127.0.0.1, as the page says it must); the service asks, alice approves, it resumes its agent,
+    reports the outcome and stops."""
+    import httpx
+
+    from e2e.server import free_port
+    from reviewqueue_client import ReviewQueue
+
+    env = {**docs_env, "AGENT_PORT": str(free_port())}
+    register = block_find("integrators/agents.md", "import os\n\nfrom reviewqueue_client import ReviewQueue\n")
+    service = block_find("integrators/agents.md", "import os, sqlite3\n")
+    (tmp_path / "register.py").write_text(register.code)
+    (tmp_path / "service.py").write_text(service.code)
+    registered = subprocess.run([sys.executable, "register.py"], cwd=tmp_path, env=env, capture_output=True,
+                                text=True, timeout=120)
+    assert registered.returncode == 0, registered.stderr
+    env["REVIEWQUEUE_WEBHOOK_SECRET"] = registered.stdout.strip().splitlines()[-1]
+    agent = subprocess.Popen([sys.executable, "service.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    reviews = ReviewQueue(env["REVIEWQUEUE_URL"], env["REVIEWQUEUE_TOKEN"])
+    try:
+        asked = agent.stdout.readline()
+        assert asked.startswith("asked: "), asked + agent.stdout.read()
+        item = asked.split()[-1]
+        decided = httpx.post(f"{env['REVIEWQUEUE_URL']}/api/items/{item}/decision", json={"decision": "approve"},
+                             headers={"X-CSRFToken": env["REVIEWQUEUE_CSRF"],
+                                      "Cookie": f"sessionid={env['REVIEWQUEUE_SESSION']}; csrftoken={env['REVIEWQUEUE_CSRF']}"},
+                             timeout=60)
+        assert decided.status_code == 200, decided.text
+        output = agent.communicate(timeout=240)[0]
+        assert agent.returncode == 0 and "resumed; outcome reported: True" in output, output
+        assert reviews.read(item).outcome["status"] == "done"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        for endpoint in reviews.webhooks():
+            reviews.delete_webhook(endpoint.id)
+        reviews.close()
+
+
+def _client_public_api() -> set[str]:
+    """Every public name of the client package: its modules' functions, classes, constants, and their members."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    names: set[str] = set()
+    for module_name in ("client", "webhooks", "langgraph", "locks", "blocking"):
+        module = importlib.import_module(f"reviewqueue_client.{module_name}")
+        for name, value in vars(module).items():
+            defined_here = getattr(value, "__module__", module.__name__) == module.__name__
+            if name.startswith("_") or not defined_here or inspect.ismodule(value) or name in ("annotations", "logger"):
+                continue
+            names.add(name)
+            if inspect.isclass(value):
+                names |= {n for n in vars(value) if not n.startswith("_")}
+                names |= {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()
+                if not issubclass(value, Exception):
+                    names |= {n for n in inspect.signature(value).parameters if n not in ("args", "kwargs")}
+            elif inspect.isfunction(value):
+                names |= {n for n in inspect.signature(value).parameters if n not in ("args", "kwargs")}
+    return names
+
+
+def test_the_client_page_names_the_whole_public_api():
+    """integrators/client.md is the package's reference: each public function, class, method,
+    field, parameter and constant is named there, in code."""
+    page = (ROOT / "docs" / "integrators" / "client.md").read_text()
+    fenced = re.compile(r"^```[^\n]*\n(.*?)^```$", flags=re.S | re.M)
+    spans = fenced.findall(page) + re.findall(r"`([^`\n]+)`", fenced.sub("", page))
+    in_code = {word for span in spans for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}
+    missing = sorted(_client_public_api() - in_code)
+    assert not missing, f"not on integrators/client.md: {missing}"
 
 
 def test_every_block_that_is_not_run_here_says_why_or_where():

@@ -5,6 +5,6 @@
 """
 
 from reviewqueue_client.client import Item, ReviewQueue, ReviewQueueError, WebhookEndpoint
-from reviewqueue_client.webhooks import WebhookInvalid, webhook_verify
+from reviewqueue_client.webhooks import WebhookEvent, WebhookInvalid, webhook_verify
 
-__all__ = ["Item", "ReviewQueue", "ReviewQueueError", "WebhookEndpoint", "WebhookInvalid", "webhook_verify"]
+__all__ = ["Item", "ReviewQueue", "ReviewQueueError", "WebhookEndpoint", "WebhookEvent", "WebhookInvalid", "webhook_verify"]

@@ -5,7 +5,7 @@
 will do). ``invoke`` runs it; each time it pauses at an interrupt, the ask is submitted
 (``interrupts_forward``) and its decision awaited by long-poll, then the thread resumed
 with it (``item_resume``: the same check-then-resume under the per-thread lock as the
-durable mode), until the agent finishes.
+durable mode, and the same outcome report), until the agent finishes.
 
 Its timeout is the ask's deadline: each ask is submitted with the policy
 ``{"deadline_seconds": timeout, "on_deadline": on_timeout}``, so when nobody decided in
@@ -64,5 +64,5 @@ class BlockingAgent:
                 if decided.id in answered or decided.resume is None:
                     raise RuntimeError(f"item {decided.id} ended {decided.status} without an answer the agent can resume with")
                 answered.add(decided.id)
-                item_resume(self.agent, decided)
+                item_resume(self.agent, decided, client=self.client)
         return self.agent.get_state(config).values

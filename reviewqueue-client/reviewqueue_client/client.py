@@ -2,27 +2,49 @@
 
 from __future__ import annotations
 
+import email.utils
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt
+from tenacity import wait_random_exponential
 
 # The server holds one long-poll at most this long (LONGPOLL_MAX_SECONDS); longer waits loop.
 LONGPOLL_MAX_SECONDS = 60.0
+# An outcome report the server could not take is sent again, up to this many times in all,
+# after a random wait of up to OUTCOME_BACKOFF·2^(n-1) s (at most OUTCOME_BACKOFF_MAX), or
+# longer when its Retry-After asks; a Retry-After over OUTCOME_RETRY_AFTER_MAX ends the tries.
+OUTCOME_ATTEMPTS = 8
+OUTCOME_BACKOFF = 0.5
+OUTCOME_BACKOFF_MAX = 30.0
+OUTCOME_RETRY_AFTER_MAX = 60.0
+
+logger = logging.getLogger(__name__)
 
 
 class ReviewQueueError(Exception):
     """An answer other than success: ``code`` is the API's stable error code (``invalid``, ``not_found``,
-    ``idempotency_key_reused``, ``already_decided``, ``too_many_waits``...), ``status`` the HTTP status."""
+    ``idempotency_key_reused``, ``already_decided``, ``too_many_waits``...), ``status`` the HTTP status,
+    ``retry_after`` the seconds its ``Retry-After`` asked for (None without one)."""
 
-    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any]) -> None:
+    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any],
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.body = body
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """The server could not answer now (429, 5xx): the same request may succeed later."""
+        return self.status == 429 or self.status >= 500
 
 
 @dataclass(frozen=True)
@@ -135,13 +157,22 @@ class ReviewQueue:
         """Withdraw a pending item; ``ReviewQueueError`` with code ``already_decided`` if a moderator came first."""
         return Item.of(self._call("POST", f"/items/{item_id}/cancel", json={"reason": reason}).json())
 
-    def report_outcome(self, item_id: str, *, status: str, message: str = "") -> Item:
+    def report_outcome(self, item_id: str, *, status: str, message: str = "", attempts: int = OUTCOME_ATTEMPTS) -> Item:
         """Tell reviewqueue what the agent did with the decision: ``status`` "done" or "failed", a short ``message``.
 
         The first report stands: the same one again is answered as a success, a different one is
         ``ReviewQueueError`` ``outcome_already_reported``; ``not_decided`` before the decision.
+        So a report that met a connection error, a timeout, a 429 or a 5xx is sent again, the
+        same, until it is stored, up to ``attempts`` times in all (``OUTCOME_ATTEMPTS``), with
+        exponential backoff and full jitter, never sooner than the server's ``Retry-After``;
+        the last failure is raised.
         """
-        return Item.of(self._call("POST", f"/items/{item_id}/outcome", json={"status": status, "message": message}).json())
+        retrying = Retrying(
+            stop=stop_after_attempt(attempts) | _retry_after_too_long, wait=_outcome_wait,
+            retry=retry_if_exception(_transient), reraise=True, before_sleep=before_sleep_log(logger, logging.INFO),
+        )
+        body = {"status": status, "message": message}
+        return Item.of(retrying(self._call, "POST", f"/items/{item_id}/outcome", json=body).json())
 
     def create_webhook(self, *, name: str, url: str, events: Sequence[str] | None = None) -> WebhookEndpoint:
         """Register an endpoint that receives the events of this client's items (default: every item event).
@@ -173,4 +204,40 @@ class ReviewQueue:
         code = body.get("error", "http_error") if isinstance(body, dict) else "http_error"
         message = body.get("message", response.text[:200]) if isinstance(body, dict) else response.text[:200]
         raise ReviewQueueError(status=response.status_code, code=code, message=message,
-                               body=body if isinstance(body, dict) else {})
+                               body=body if isinstance(body, dict) else {},
+                               retry_after=_retry_after(response.headers.get("Retry-After")))
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (delta-seconds or an HTTP date); None if absent or unreadable."""
+    if value is None:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, httpx.TransportError) or (isinstance(exc, ReviewQueueError) and exc.transient)
+
+
+_backoff = wait_random_exponential(multiplier=OUTCOME_BACKOFF, max=OUTCOME_BACKOFF_MAX)
+
+
+def _asked_wait(state: RetryCallState) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    return (exc.retry_after or 0.0) if isinstance(exc, ReviewQueueError) else 0.0
+
+
+def _outcome_wait(state: RetryCallState) -> float:
+    return max(_backoff(state), _asked_wait(state))
+
+
+def _retry_after_too_long(state: RetryCallState) -> bool:
+    return _asked_wait(state) > OUTCOME_RETRY_AFTER_MAX

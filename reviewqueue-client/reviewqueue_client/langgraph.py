@@ -17,12 +17,15 @@
    still waits on (idempotent: the same items come back) and resumes those already decided,
    through the same check-then-resume: a decision received but never resumed is resumed
    once, and a redelivery racing the reconcile is a no-op.
-4. Given the ``client``, the glue then reports what the resumed run did
-   (``POST /items/{id}/outcome``): ``failed`` with its tools' errors when a tool of the run
-   failed (an error ``ToolMessage``; LangChain's stand-in for a rejected call is the
+4. The glue then reports what the resumed run did (``POST /items/{id}/outcome``), with the
+   client every entry point is given: ``failed`` with its tools' errors when a tool of the
+   run failed (an error ``ToolMessage``; LangChain's stand-in for a rejected call is the
    decision, not a failure), else ``done`` with the agent's answer. It is shown on the
-   item's page. A report that could not be sent is logged and left (``Resumed.reported``
-   False); sending the same one again with ``ReviewQueue.report_outcome`` is safe.
+   item's page. A report the server could not take is sent again until it is stored
+   (``ReviewQueue.report_outcome``: bounded, backoff with jitter, ``Retry-After``
+   honoured; safe, since the same report again is a success). One that still could not
+   be sent is logged and left (``Resumed.reported`` False). ``item_resume(..., client=None)``
+   and ``decision_wait_resume(..., report=False)`` resume without reporting.
 """
 
 from __future__ import annotations
@@ -155,10 +158,10 @@ def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: An
                    errors=tuple(run_tool_errors(new)))
 
 
-def item_resume(graph: Any, item: Item | Mapping[str, Any], *, thread_lock: ThreadLock | None = None,
-                client: ReviewQueue | None = None) -> Resumed:
+def item_resume(graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQueue | None,
+                thread_lock: ThreadLock | None = None) -> Resumed:
     """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision;
-    with ``client``, then report the run's outcome (``outcome_report``)."""
+    then report the run's outcome with ``client`` (``outcome_report``; None: no report)."""
     external = item.external if isinstance(item, Item) else item.get("external")
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
     if not external or resume is None or not external.get("thread_id") or not external.get("interrupt_id"):
@@ -196,22 +199,21 @@ def interrupts_reconcile(client: ReviewQueue, graph: Any, *, thread_ids: Iterabl
 
 
 class WebhookResumer:
-    """A framework-neutral webhook handler: ``resumer(headers, body)`` verifies, then resumes once.
+    """A framework-neutral webhook handler: ``resumer(headers, body)`` verifies, resumes once, reports the outcome.
 
     Call it from any web framework's view with the request's headers and raw body; a
     ``WebhookInvalid`` is a 400 to answer, anything else a 2xx (a no-op included, so
-    reviewqueue stops retrying).
+    reviewqueue stops retrying). ``client`` reports each resume's outcome (``outcome_report``).
     """
 
-    def __init__(self, graph: Any, *, secret: str, thread_lock: ThreadLock | None = None,
-                 client: ReviewQueue | None = None) -> None:
+    def __init__(self, graph: Any, *, client: ReviewQueue, secret: str, thread_lock: ThreadLock | None = None) -> None:
         self.graph = graph
+        self.client = client
         self.secret = secret
         self.thread_lock = thread_lock
-        self.client = client  # given: each resume's outcome is reported to reviewqueue
 
     def __call__(self, headers: Mapping[str, str], body: bytes | str) -> Resumed:
         event = webhook_verify(secret=self.secret, headers=headers, body=body)
-        if event.get("type") not in ("item.decided", "item.cancelled"):
+        if event.type not in ("item.decided", "item.cancelled"):
             return Resumed(resumed=False)
-        return item_resume(self.graph, event.get("data") or {}, thread_lock=self.thread_lock, client=self.client)
+        return item_resume(self.graph, event.data, thread_lock=self.thread_lock, client=self.client)

@@ -9,7 +9,8 @@ checkpointer, so ``checkpointer_thread_lock`` picks the lock the checkpointer ca
   process that opens that database is on this host, so they all see the same lock files);
 - ``PostgresSaver``: a PostgreSQL session advisory lock keyed by the thread id, taken with
   ``pg_try_advisory_lock`` on the checkpointer's own connection (a pooled one held for the
-  resume: give the pool room for one more connection per concurrent resume);
+  resume: give the pool room for one more connection per concurrent resume), whatever its
+  row factory (``from_conn_string``, a connection or a ``ConnectionPool`` with ``dict_row``);
 - anything else (``InMemorySaver``): a lock in this process, all such a checkpointer is shared by.
 """
 
@@ -80,16 +81,26 @@ def postgres_thread_lock(saver: Any) -> ThreadLock:
 
 @contextmanager
 def _session(saver: Any) -> Iterator[Callable[..., Any]]:
-    """One PostgreSQL session for the whole lock: a pooled connection held, or the saver's own connection."""
+    """One PostgreSQL session for the whole lock: a pooled connection held, or the saver's own connection.
+
+    Its queries read their one value from a cursor of tuples: LangGraph's documented savers
+    make their connections return dicts (``row_factory=dict_row``), a caller's may return anything.
+    """
+    from psycopg.rows import tuple_row
+
+    def value(conn: Any, sql: str, args: tuple[Any, ...]) -> Any:
+        with conn.cursor(row_factory=tuple_row) as cursor:
+            return cursor.execute(sql, args).fetchone()[0]
+
     conn = saver.conn
     if hasattr(conn, "getconn"):  # a psycopg_pool pool
         with conn.connection() as pinned:
-            yield lambda sql, *args: pinned.execute(sql, args).fetchone()[0]
+            yield lambda sql, *args: value(pinned, sql, args)
         return
 
     def run(sql: str, *args: Any) -> Any:
         with saver.lock:  # the saver's own guard of its connection
-            return conn.execute(sql, args).fetchone()[0]
+            return value(conn, sql, args)
 
     yield run
 

@@ -6,9 +6,9 @@ import json
 
 import httpx
 import pytest
-from standardwebhooks import Webhook
+from api_support import OutcomeServer
 
-from reviewqueue_client import ReviewQueue, ReviewQueueError, WebhookInvalid, webhook_verify
+from reviewqueue_client import ReviewQueue, ReviewQueueError
 
 ITEM = {"id": "5b0f7a52-0000-4000-8000-000000000001", "status": "pending", "graph": "ask", "external_id": "t:i",
         "external": {"thread_id": "t", "interrupt_id": "i"}, "resume": None, "asks": [], "applied_result": {}}
@@ -62,19 +62,6 @@ def test_wait_long_polls_until_decided_and_list_follows_cursors():
     assert [i.id for i in listed] == [ITEM["id"], "two"]
 
 
-def test_webhook_verify_accepts_a_signed_event_and_refuses_a_tampered_one():
-    secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-    body = json.dumps({"type": "item.decided", "data": ITEM})
-    from datetime import datetime, timezone
-
-    now = datetime.now(tz=timezone.utc)
-    headers = {"Webhook-Id": "msg_1", "Webhook-Timestamp": str(int(now.timestamp())),
-               "Webhook-Signature": Webhook(secret).sign("msg_1", now, body)}
-    assert webhook_verify(secret=secret, headers=headers, body=body)["data"]["id"] == ITEM["id"]
-    with pytest.raises(WebhookInvalid):
-        webhook_verify(secret=secret, headers=headers, body=body.replace("pending", "decided"))
-
-
 def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
     seen = []
     reported = {**ITEM, "status": "approved", "outcome": {"status": "failed", "message": "CRM down", "reported_at": "2026-01-01T00:00:00Z"}}
@@ -93,6 +80,34 @@ def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
         with pytest.raises(ReviewQueueError) as refused:
             client.report_outcome(ITEM["id"], status="done")
         assert (refused.value.status, refused.value.code) == (status, code)
+
+
+def test_a_report_that_meets_500s_503s_and_a_dropped_connection_is_sent_again_until_it_is_stored():
+    with OutcomeServer(faults=["500", "drop", "503 retry-after 1"]) as api, ReviewQueue(api.url, "tok") as client:
+        item = client.report_outcome("it-1", status="done", message="refunded")
+    assert len(api.arrivals) == 4 and api.stored == {"status": "done", "message": "refunded"}
+    assert item.outcome["status"] == "done"
+    assert api.arrivals[3] - api.arrivals[2] >= 1.0  # not sooner than its Retry-After
+
+
+def test_a_stored_report_sent_again_after_its_answer_was_lost_is_a_success_and_a_refusal_is_not_retried():
+    with OutcomeServer(faults=[]) as api, ReviewQueue(api.url, "tok") as client:
+        client.report_outcome("it-1", status="done", message="refunded")
+        client.report_outcome("it-1", status="done", message="refunded")  # what a retry after a lost answer sends
+        with pytest.raises(ReviewQueueError) as refused:
+            client.report_outcome("it-1", status="failed", message="other")
+    assert refused.value.code == "outcome_already_reported" and len(api.arrivals) == 3
+
+
+def test_retries_are_bounded_and_a_retry_after_beyond_the_bound_ends_them():
+    with OutcomeServer(faults=["500"] * 5) as api, ReviewQueue(api.url, "tok") as client:
+        with pytest.raises(ReviewQueueError) as failed:
+            client.report_outcome("it-1", status="done", attempts=3)
+    assert failed.value.status == 500 and len(api.arrivals) == 3 and api.stored is None
+    with OutcomeServer(faults=["503 retry-after 3600"]) as api, ReviewQueue(api.url, "tok") as client:
+        with pytest.raises(ReviewQueueError) as busy:
+            client.report_outcome("it-1", status="done")
+    assert (busy.value.status, busy.value.retry_after, len(api.arrivals)) == (503, 3600.0, 1)
 
 
 ENDPOINT = {"id": 7, "name": "prod", "url": "https://agent.example.com/hooks", "events": ["item.decided"],

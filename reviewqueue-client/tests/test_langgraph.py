@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import httpx
 import pytest
 from agent_support import agent_build, agent_start
+from api_support import OutcomeServer
 from langgraph.checkpoint.memory import InMemorySaver
 from standardwebhooks import Webhook
 
@@ -74,7 +75,7 @@ def test_forward_submits_each_pending_interrupt_as_an_ask_keyed_by_thread_and_in
 
 
 def test_a_webhook_resumes_the_thread_with_the_edit_once_and_duplicates_are_no_ops(agent, runs):
-    resumer = WebhookResumer(agent, secret=SECRET)
+    resumer = WebhookResumer(agent, client=_reporting_client([]), secret=SECRET)
     headers, body = _signed(_decided(agent))
     first = resumer(headers, body)
     assert first.resumed and runs == Counter({"C-8": 1})
@@ -88,7 +89,7 @@ def test_a_webhook_resumes_the_thread_with_the_edit_once_and_duplicates_are_no_o
 def test_concurrent_deliveries_and_a_racing_long_poll_run_the_tool_once(agent, runs, tmp_path):
     lock = file_thread_lock(str(tmp_path))
     event = _decided(agent)
-    resumer = WebhookResumer(agent, secret=SECRET, thread_lock=lock)
+    resumer = WebhookResumer(agent, client=_reporting_client([]), secret=SECRET, thread_lock=lock)
     decided = {"id": "it-1", "status": "edited", "graph": "ask", "external_id": None, "external": event["data"]["external"],
                "resume": EDIT, "asks": [], "applied_result": {}}
     client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=decided)))
@@ -134,7 +135,7 @@ def _reporting_client(reports: list) -> ReviewQueue:
 ])
 def test_after_resuming_the_glue_reports_done_or_the_tools_failure_once(agent, runs, resume, status, message):
     reports = []
-    resumer = WebhookResumer(agent, secret=SECRET, client=_reporting_client(reports))
+    resumer = WebhookResumer(agent, client=_reporting_client(reports), secret=SECRET)
     headers, body = _signed(_decided(agent, resume=resume))
 
     first = resumer(headers, body)
@@ -148,6 +149,18 @@ def test_after_resuming_the_glue_reports_done_or_the_tools_failure_once(agent, r
 
 def test_a_report_that_could_not_be_sent_leaves_the_resume_done(agent, runs):
     down = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(503, json={
-        "error": "busy", "message": "try later"})))
-    resumed = WebhookResumer(agent, secret=SECRET, client=down)(*_signed(_decided(agent)))
+        "error": "busy", "message": "try later"}, headers={"Retry-After": "86400"})))
+    resumed = WebhookResumer(agent, client=down, secret=SECRET)(*_signed(_decided(agent)))
     assert (resumed.resumed, resumed.reported) == (True, False) and runs == Counter({"C-8": 1})
+
+
+def test_a_resumer_cannot_be_built_without_the_client_its_outcomes_are_reported_with():
+    with pytest.raises(TypeError, match="client"):
+        WebhookResumer(InMemorySaver(), secret=SECRET)  # no way to build one that drops its outcomes
+
+
+def test_an_outcome_report_that_meets_a_500_once_is_sent_again_and_stored(agent, runs):
+    with OutcomeServer(faults=["500"]) as api, ReviewQueue(api.url, "tok") as client:
+        resumed = WebhookResumer(agent, client=client, secret=SECRET)(*_signed(_decided(agent)))
+    assert (resumed.resumed, resumed.reported) == (True, True) and runs == Counter({"C-8": 1})
+    assert len(api.arrivals) == 2 and api.stored == {"status": "done", "message": "done"}

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
 
 import httpx
 import pytest
 from agent_support import agent_build, agent_start
+from postgres_support import postgres_url  # noqa: F401 - a fixture
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reviewqueue_client import ReviewQueue
-from reviewqueue_client.langgraph import interrupts_reconcile
+from reviewqueue_client.langgraph import decision_resume, interrupts_reconcile
 from reviewqueue_client.locks import checkpointer_thread_lock, local_thread_lock
 
 APPROVE = {"decisions": [{"type": "approve"}]}
@@ -94,28 +97,85 @@ def test_reconcile_resumes_a_decision_already_made_once_and_forwards_what_is_und
     assert runs == Counter({"C-7": 1}) and decided == Counter({"submits": 1, "reports": 1})
 
 
-@pytest.mark.postgres_variant
-def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees():
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith("postgres"):
-        pytest.skip("the PostgreSQL pass runs this (DATABASE_URL=postgres://...)")
+def _postgres_saver(set_up: str, url: str) -> AbstractContextManager[Any]:
+    """A PostgresSaver made as LangGraph's docs make one (each reads rows as dicts), or on a plain connection."""
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
 
-    with psycopg.connect(url, autocommit=True) as mine, psycopg.connect(url, autocommit=True) as theirs:
-        lock = checkpointer_thread_lock(PostgresSaver(mine))
-        other = checkpointer_thread_lock(PostgresSaver(theirs))  # another replica's, on its own session
-        held, released = threading.Event(), threading.Event()
+    documented = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    stack = ExitStack()
+    if set_up == "from_conn_string":
+        saver = stack.enter_context(PostgresSaver.from_conn_string(url))
+    elif set_up == "from_conn_string_pipeline":
+        saver = stack.enter_context(PostgresSaver.from_conn_string(url, pipeline=True))
+    elif set_up == "connection_dict_row":
+        saver = PostgresSaver(stack.enter_context(psycopg.Connection.connect(url, **documented)))
+    elif set_up == "pool_dict_row":
+        pool = stack.enter_context(ConnectionPool(url, min_size=1, max_size=4, kwargs=documented, open=False))
+        pool.open(wait=True)
+        saver = PostgresSaver(pool)
+    else:  # tuples, psycopg's default: not a saver LangGraph can use, but the lock alone must not care
+        saver = PostgresSaver(stack.enter_context(psycopg.connect(url, autocommit=True)))
+    return _closing(stack, saver)
+
+
+@contextmanager
+def _closing(stack: ExitStack, saver: Any) -> Iterator[Any]:
+    with stack:
+        yield saver
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("set_up", ["connection_tuple_row", "connection_dict_row", "from_conn_string",
+                                    "from_conn_string_pipeline", "pool_dict_row"])
+def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees(postgres_url, set_up):
+    with _postgres_saver(set_up, postgres_url) as mine, _postgres_saver(set_up, postgres_url) as theirs:
+        lock = checkpointer_thread_lock(mine)
+        other = checkpointer_thread_lock(theirs)  # another replica's, on its own session
+        held, released, failed = threading.Event(), threading.Event(), []
 
         def replica() -> None:
-            with other("th-1"):
+            try:
+                with other("th-1"):
+                    held.set()
+                    time.sleep(0.3)
+                    released.set()
+            except Exception as exc:
+                failed.append(exc)
                 held.set()
-                time.sleep(0.3)
-                released.set()
 
         worker = threading.Thread(target=replica)
         worker.start()
-        held.wait(timeout=60)
+        assert held.wait(timeout=60) and not failed, failed
         with lock("th-1"):
             assert released.is_set()  # it had to let go first
         worker.join()
+        with lock("th-1"), other("th-2"):  # let go, and another thread's lock is another lock
+            pass
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("set_up", ["connection_dict_row", "from_conn_string", "from_conn_string_pipeline",
+                                    "pool_dict_row"])
+def test_replicas_on_each_documented_postgres_saver_resume_a_decision_once(postgres_url, set_up):
+    runs = Counter()
+    with _postgres_saver("from_conn_string", postgres_url) as saver:
+        saver.setup()  # not in a pipeline: its CREATE INDEX CONCURRENTLY cannot run in one
+    with _postgres_saver(set_up, postgres_url) as mine, _postgres_saver(set_up, postgres_url) as theirs:
+        replicas = [agent_build(checkpointer=mine, runs=runs), agent_build(checkpointer=theirs, runs=runs)]
+        agent_start(replicas[0], thread_id="th-1")
+        [pending] = replicas[0].get_state({"configurable": {"thread_id": "th-1"}}).interrupts
+        start, resumed = threading.Barrier(2), []
+
+        def deliver(agent: Any) -> None:  # each replica receives the decision at once
+            start.wait()
+            resumed.append(decision_resume(agent, thread_id="th-1", interrupt_id=pending.id, resume=APPROVE).resumed)
+
+        workers = [threading.Thread(target=deliver, args=(agent,)) for agent in replicas]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert sorted(resumed) == [False, True] and runs == Counter({"C-7": 1})

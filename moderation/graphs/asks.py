@@ -268,12 +268,7 @@ class ArgChange:
     after: Any = None
 
     def as_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"arg": self.arg, "change": self.kind.value}
-        if self.kind != ArgChangeKind.ADDED:
-            payload["before"] = self.before
-        if self.kind != ArgChangeKind.REMOVED:
-            payload["after"] = self.after
-        return payload
+        return {"arg": self.arg, "change": self.kind.value, "before": self.before, "after": self.after}
 
     def words(self) -> str:
         if self.kind == ArgChangeKind.ADDED:

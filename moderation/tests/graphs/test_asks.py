@@ -438,9 +438,9 @@ def test_the_diff_names_each_argument_changed_added_or_removed_per_edit():
     )
     assert edit.as_payload() == {"index": 0, "action": "refund", "changes": [
         {"arg": "amount", "change": "changed", "before": 120, "after": 80},
-        {"arg": "memo", "change": "removed", "before": "late"},
+        {"arg": "memo", "change": "removed", "before": "late", "after": None},
         {"arg": "notify", "change": "changed", "before": True, "after": 1},
-        {"arg": "currency", "change": "added", "after": "EUR"},
+        {"arg": "currency", "change": "added", "before": None, "after": "EUR"},
     ]}
     described = decisions_describe(spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}},
                                                          {"type": "approve"}])

@@ -98,7 +98,8 @@ class ContextIn(Strict):
     the messages as plain text. Control characters other than tab and line breaks are refused.
     """
 
-    summary: str = Field(default="", max_length=CONTEXT_SUMMARY_MAX_LENGTH, description="Markdown (raw HTML is shown as text)")
+    summary: str = Field(default="", max_length=CONTEXT_SUMMARY_MAX_LENGTH,
+                         description="Markdown (raw HTML is shown as text)")
     messages: list[ContextMessageIn] = Field(default_factory=list, max_length=CONTEXT_MESSAGES_MAX,
                                              description="oldest first")
 

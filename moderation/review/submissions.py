@@ -220,16 +220,16 @@ def _context_check(context: Any) -> None:
         raise ValidationError({"context": "context is an object of summary and messages"})
     summary, messages = context.get("summary", ""), context.get("messages", [])
     if not isinstance(summary, str) or len(summary) > CONTEXT_SUMMARY_MAX_LENGTH:
-        raise ValidationError({"context.summary": f"context.summary must be a text of at most {CONTEXT_SUMMARY_MAX_LENGTH} characters"})
+        raise ValidationError({"context.summary": f"at most {CONTEXT_SUMMARY_MAX_LENGTH} characters of text"})
     _context_text_check(summary, field="context.summary")
     if not isinstance(messages, list) or len(messages) > CONTEXT_MESSAGES_MAX:
-        raise ValidationError({"context.messages": f"context.messages must be a list of at most {CONTEXT_MESSAGES_MAX} messages"})
+        raise ValidationError({"context.messages": f"a list of at most {CONTEXT_MESSAGES_MAX} messages"})
     for index, message in enumerate(messages):
         field = f"context.messages[{index}]"
-        if not isinstance(message, dict) or not {"role", "content"} <= set(message) <= {"role", "content", "name"} \
-                or not all(isinstance(v, str) for v in message.values()) or len(message["content"]) > CONTEXT_MESSAGE_MAX_LENGTH:
-            raise ValidationError({field: f"each message is {{role, content, name?}}, texts, its content at most "
-                                          f"{CONTEXT_MESSAGE_MAX_LENGTH} characters"})
+        shaped = isinstance(message, dict) and {"role", "content"} <= set(message) <= {"role", "content", "name"}
+        if not shaped or not all(isinstance(v, str) for v in message.values()) \
+                or len(message["content"]) > CONTEXT_MESSAGE_MAX_LENGTH:
+            raise ValidationError({field: f"{{role, content, name?}}, texts, content at most {CONTEXT_MESSAGE_MAX_LENGTH} characters"})
         for key, text in message.items():
             _context_text_check(text, field=f"{field}.{key}")
     if len(json.dumps(context, ensure_ascii=False).encode()) > CONTEXT_MAX_BYTES:

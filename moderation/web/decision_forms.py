@@ -177,7 +177,8 @@ def _ask_form(
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
-            index=i, name=action["name"], description=tool_description_display(name=action["name"], description=action.get("description", "")),
+            index=i, name=action["name"],
+            description=tool_description_display(name=action["name"], description=action.get("description", "")),
             args=[(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
@@ -229,8 +230,8 @@ def _arg_props(*, action: dict, config: dict) -> tuple[dict[str, dict], set[str]
     schema = config.get("args_schema")
     if props := _schema_props(schema):
         return props, set(schema.get("required") or [])
-    props = {key: {"type": _INFERRED[type(value)]} if type(value) in _INFERRED else {} for key, value in action["args"].items()}
-    return props, set(action["args"])
+    args = action["args"]
+    return {key: {"type": _INFERRED[type(v)]} if type(v) in _INFERRED else {} for key, v in args.items()}, set(args)
 
 
 def _schema_props(schema: Any) -> dict[str, dict]:

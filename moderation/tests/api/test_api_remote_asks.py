@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
@@ -10,6 +11,7 @@ from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
 from moderation.models import QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
+from moderation.review.submissions import Submission, submission_check
 from moderation.tests.api.test_api_items import Api
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
@@ -210,3 +212,18 @@ def test_a_bad_context_is_422_naming_the_field_and_creates_nothing(api, change, 
     assert response.status_code == 422, response.content
     assert needle in response.json()["message"], response.json()["message"]
     assert not QueueItem.objects.exists()
+
+
+@pytest.mark.parametrize(("context", "field"), [
+    ("a summary", "context"),
+    ({"summary": 3}, "context.summary"),
+    ({"messages": {"role": "ai"}}, "context.messages"),
+    ({"messages": [{"role": "ai", "content": 7}]}, "context.messages[0]"),
+    ({"messages": [{"role": "ai", "content": "hi", "html": "<b>"}]}, "context.messages[0]"),
+])
+def test_the_service_refuses_a_context_of_another_shape_whoever_submits_it(context, field):
+    # The API's schema refuses these first; a submission from elsewhere meets the service's own check.
+    submission = Submission(title="t", body="b", source="s", ask=HITL, context=context)
+    with pytest.raises(DjangoValidationError) as refused:
+        submission_check(submission=submission, idempotency_key=None)
+    assert list(refused.value.message_dict) == [field]

@@ -69,7 +69,7 @@ class ScriptedModel(GenericFakeChatModel):
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
         answered = any(isinstance(m, ToolMessage) for m in messages)
-        call = {"name": "delete_customer", "args": {"customer_id": "C-7"}, "id": "call-1"}
+        call = {"name": "delete_customer", "args": {"customer_id": "C-7", "grace_days": 30}, "id": "call-1"}
         reply = AIMessage(content="done") if answered else AIMessage(content="", tool_calls=[call])
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
@@ -91,11 +91,11 @@ class SlowResume:
 
 def agent_build(*, checkpoints: str, effects: str, tool_seconds: float = 0.0) -> Any:
     @tool
-    def delete_customer(customer_id: str) -> str:
-        """Delete a customer."""
+    def delete_customer(customer_id: str, grace_days: int = 30) -> str:
+        """Delete a customer, after a grace period."""
         time.sleep(tool_seconds)
         with open(effects, "a") as out:
-            out.write(json.dumps({"customer_id": customer_id}) + "\n")
+            out.write(json.dumps({"customer_id": customer_id, "grace_days": grace_days}) + "\n")
         return f"deleted {customer_id}"
 
     return create_agent(

@@ -189,7 +189,7 @@ def _verdict_assert(kinds: list[str], *, naive: bool, workdir: Path) -> None:
     if naive:
         assert "double_resume" in kinds and len(agent_effects(workdir)) > 1, kinds
     else:
-        assert kinds == [] and agent_effects(workdir) == [{"customer_id": "C-7"}]
+        assert kinds == [] and agent_effects(workdir) == [{"customer_id": "C-7", "grace_days": 30}]
 
 
 @VARIANTS
@@ -407,7 +407,7 @@ def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tm
     history = HistoryRecorder()
     _approve(site, history, item.id)
     runner.join()
-    assert agent_effects(tmp_path) == [{"customer_id": "C-7"}] and final["messages"][-1].content == "done"
+    assert agent_effects(tmp_path) == [{"customer_id": "C-7", "grace_days": 30}] and final["messages"][-1].content == "done"
     assert item.raw["policy"]["deadline_seconds"] == 600 and item.raw["policy"]["on_deadline"] == "reject"
     assert _judge(site, history, item.id, tmp_path) == []
     with ReviewQueue(site.server.url, site.token) as client:  # blocking mode reports what the run did, too

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt, W
 
 from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.outbox import outcome_payload
-from moderation.graphs.asks import AskSpec, ask_resume_langchain
+from moderation.graphs.asks import ArgChangeKind, AskSpec, ask_resume_langchain
 from moderation.graphs.outcome import ERRORS_MAX, SUMMARY_MAX_CHARS, AppliedState
 from moderation.graphs.passthrough import ask_external
 from moderation.models import (
@@ -27,8 +27,14 @@ from moderation.models import (
 from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
 from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
 from moderation.policies.teams import ask_tally_read
-from moderation.records.outcomes import ask_what
-from moderation.review.submissions import EXTERNAL_MAX_LENGTHS, KEY_MAX_LENGTH
+from moderation.records.outcomes import ask_edits, ask_what
+from moderation.review.submissions import (
+    CONTEXT_MESSAGE_MAX_LENGTH,
+    CONTEXT_MESSAGES_MAX,
+    CONTEXT_SUMMARY_MAX_LENGTH,
+    EXTERNAL_MAX_LENGTHS,
+    KEY_MAX_LENGTH,
+)
 
 BATCH_MAX_ITEMS = 500
 
@@ -77,6 +83,27 @@ class ExternalIn(Strict):
     run_id: str | None = Field(default=None, min_length=1, max_length=EXTERNAL_MAX_LENGTHS["run_id"])
 
 
+class ContextMessageIn(Strict):
+    """One message of the agent's conversation, shown as plain text (line breaks kept, nothing interpreted)."""
+
+    role: str = Field(min_length=1, max_length=32, description='who wrote it: "human", "ai", "tool", "system"...')
+    content: str = Field(max_length=CONTEXT_MESSAGE_MAX_LENGTH)
+    name: str | None = Field(default=None, min_length=1, max_length=100, description="a tool message's tool")
+
+
+class ContextIn(Strict):
+    """Why the agent asks (with an ``ask`` only): its last messages and/or a summary in Markdown.
+
+    Shown above the ask on the item's page; the Markdown is rendered without raw HTML or images,
+    the messages as plain text. Control characters other than tab and line breaks are refused.
+    """
+
+    summary: str = Field(default="", max_length=CONTEXT_SUMMARY_MAX_LENGTH,
+                         description="Markdown (raw HTML is shown as text)")
+    messages: list[ContextMessageIn] = Field(default_factory=list, max_length=CONTEXT_MESSAGES_MAX,
+                                             description="oldest first")
+
+
 class ItemIn(Strict):
     title: str = Field(min_length=1, max_length=200)
     # Its length limit is ITEM_BODY_MAX_LENGTH, checked by the service with the limit named.
@@ -100,6 +127,7 @@ class ItemIn(Strict):
     # runs the pass-through "ask" graph; its limits (ASK_MAX_BYTES, ASK_MAX_DEPTH) are checked by the service.
     ask: Any = None
     external: ExternalIn | None = None
+    context: ContextIn | None = None
 
 
 class ItemSubmitIn(ItemIn):
@@ -143,6 +171,21 @@ AskResolution = StrEnum("AskResolution", {**{why.name: why.value for why in Tall
                                           "DECISION": "decision", "WITHDRAWN": "withdrawn"})
 
 
+class ArgChangeOut(Schema):
+    arg: str
+    change: ArgChangeKind
+    before: Any = None  # null for an added argument
+    after: Any = None  # null for a removed one
+
+
+class ActionEditOut(Schema):
+    """What an edit changed in the arguments the agent proposed for one action."""
+
+    index: int  # the action's place in the ask
+    action: str
+    changes: list[ArgChangeOut]
+
+
 class AskOut(Schema):
     """One interrupt of the item's graph, in LangChain's HITL request format, and its decision."""
 
@@ -156,6 +199,7 @@ class AskOut(Schema):
     # LangChain decisions, one per action: {"type": "approve" | "edit" | "reject" | "respond", ...}
     decisions: list[dict[str, Any]]
     what: str  # the decisions in words: "edited refund (amount 120 → 80)"
+    edits: list[ActionEditOut]  # per edit decision, each argument changed, added or removed ([] for none)
     reason: str  # the reason code of a reject ("" for none): one of the admin's ReasonCode codes
     applied: bool  # the worker has resumed the graph with the decision
     # When the worker's deadline sweep settles or escalates it (null: it waits).
@@ -175,7 +219,8 @@ class AskOut(Schema):
             id=ask.interrupt_id, round=ask.round, status=ask.status,
             action_requests=ask.payload["action_requests"], review_configs=ask.payload["review_configs"],
             decided_by=ask.decided_by.get_username() if decided else None, decided_at=ask.decided_at,
-            decisions=ask.decisions, what=ask_what(ask) if decided else "", reason=ask.reason,
+            decisions=ask.decisions, what=ask_what(ask) if decided else "", edits=ask_edits(ask) if decided else [],
+            reason=ask.reason,
             applied=ask.applied_at is not None, deadline_at=ask.deadline_at, tally=tally,
             resolution=_resolution(ask, tally=tally) if decided else None,
             resume=_resume(ask) if decided else None,

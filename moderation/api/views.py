@@ -177,6 +177,7 @@ def _submission(data: ItemIn) -> Submission:
         team=data.team, policy=data.policy.model_dump(exclude_unset=True) if data.policy else None,
         requested_by=data.requested_by, ask=data.ask,
         external=data.external.model_dump(exclude_none=True) if data.external else None,
+        context=data.context.model_dump(exclude_none=True) if data.context else None,
     )
 
 

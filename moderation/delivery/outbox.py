@@ -20,7 +20,7 @@ from moderation.delivery.sending import delivery_send
 from moderation.graphs.asks import AskSpec, ask_resume_langchain
 from moderation.graphs.passthrough import ask_external
 from moderation.models import ItemStatus
-from moderation.records.outcomes import ask_what
+from moderation.records.outcomes import ask_edits, ask_what
 
 if TYPE_CHECKING:
     from moderation.models import OutcomeReport, QueueItem, ReviewAsk
@@ -30,7 +30,7 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
     """What every item event says about its item (the body stays out: the sender has it).
 
     ``ask``: the ask whose decision settled the item; its interrupt id, LangChain
-    decisions, their description and the reject's reason code go into ``decision``.
+    decisions, their description, what its edits changed and the reject's reason code go into ``decision``.
     """
     data = {
         "id": str(item.public_id),
@@ -52,7 +52,8 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
             "note": item.decision_note,
         }
         if ask is not None:
-            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), reason=ask.reason,
+            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), edits=ask_edits(ask),
+                                    reason=ask.reason,
                                     resume=ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
                                     **({"tally": ask.tally} if ask.tally else {}))
     return data

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -251,19 +252,78 @@ def decisions_kind(decisions: list[dict[str, Any]]) -> str:
 PAST = {"approve": "approved", "edit": "edited", "reject": "rejected", "respond": "answered"}
 
 
+class ArgChangeKind(StrEnum):
+    CHANGED = "changed"
+    ADDED = "added"
+    REMOVED = "removed"
+
+
+@dataclass(frozen=True)
+class ArgChange:
+    """One argument an edit changed: ``before`` is None for an added one, ``after`` for a removed one."""
+
+    arg: str
+    kind: ArgChangeKind
+    before: Any = None
+    after: Any = None
+
+    def as_payload(self) -> dict[str, Any]:
+        return {"arg": self.arg, "change": self.kind.value, "before": self.before, "after": self.after}
+
+    def words(self) -> str:
+        if self.kind == ArgChangeKind.ADDED:
+            return f"{self.arg} added: {_short(self.after)}"
+        if self.kind == ArgChangeKind.REMOVED:
+            return f"{self.arg} removed (was {_short(self.before)})"
+        return f"{self.arg} {_short(self.before)} → {_short(self.after)}"
+
+
+@dataclass(frozen=True)
+class ActionEdit:
+    """What an edit decision changed in its action's arguments (``changes`` empty: sent back unchanged)."""
+
+    index: int  # the action's place in its ask
+    action: str
+    changes: tuple[ArgChange, ...]
+
+    def as_payload(self) -> dict[str, Any]:
+        return {"index": self.index, "action": self.action, "changes": [c.as_payload() for c in self.changes]}
+
+
+def ask_edits_diff(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> list[ActionEdit]:
+    """For each edit among ``decisions`` (one per action, in order), its arguments against those the agent
+    proposed: changed, added and removed, in the proposal's order, then the added ones in the edit's."""
+    edits = []
+    for index, (decision, action) in enumerate(zip(decisions, spec.actions)):
+        if decision.get("type") != "edit":
+            continue
+        before, after = action["args"], decision["edited_action"]["args"]
+        changes = [ArgChange(arg=k, kind=ArgChangeKind.REMOVED, before=v) if k not in after
+                   else ArgChange(arg=k, kind=ArgChangeKind.CHANGED, before=v, after=after[k])
+                   for k, v in before.items() if k not in after or not _same(v, after[k])]
+        changes += [ArgChange(arg=k, kind=ArgChangeKind.ADDED, after=v) for k, v in after.items() if k not in before]
+        edits.append(ActionEdit(index=index, action=action["name"], changes=tuple(changes)))
+    return edits
+
+
+def _same(a: Any, b: Any) -> bool:
+    # JSON's values, not Python's: true is not 1, and 80 is 80.0.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
 def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]], messages: bool = True) -> str:
     """Plain words for what was decided: "approved publish", "edited refund (amount 120 → 80)".
 
     ``messages=False`` leaves out what a reviewer wrote (a reject's reason, a response),
     for people who may see decisions but not notes.
     """
+    edits = {edit.index: edit for edit in ask_edits_diff(spec=spec, decisions=decisions)}
     parts = []
-    for decision, action in zip(decisions, spec.actions):
+    for index, (decision, action) in enumerate(zip(decisions, spec.actions)):
         kind = decision["type"]
         text = f"{PAST[kind]} {action['name']}"
         if kind == "edit":
-            changes = [f"{k} {_short(action['args'].get(k))} → {_short(v)}"
-                       for k, v in decision["edited_action"]["args"].items() if action["args"].get(k) != v]
+            changes = [change.words() for change in edits[index].changes]
             text += f" ({', '.join(changes)})" if changes else " (no change)"
         elif messages and decision.get("message"):
             text += f" (“{_short(decision['message'])}”)"

@@ -56,6 +56,7 @@ class AskState(TypedDict, total=False):
     ask: Any
     asks: list[dict[str, Any]]  # several interrupts of the agent's thread: [{"interrupt_id", "value"}]
     external: dict[str, Any]
+    context: dict[str, Any]  # why the agent asks ({summary, messages}), for the reviewer only
     answer: Any
     answers: Annotated[dict[str, Any], _merged]  # asks' answers by the agent's interrupt id
     result: dict[str, Any]
@@ -70,6 +71,11 @@ def ask_external(*, graph: str, graph_input: dict[str, Any]) -> dict[str, str] |
     external = graph_input["external"]
     return {**external, "interrupt_id": " ".join(ask_interrupts(graph_input=graph_input))} \
         if "asks" in graph_input else external
+
+
+def ask_context(*, graph: str, graph_input: dict[str, Any]) -> dict[str, Any] | None:
+    """Why the agent asks, as its ask was submitted with it (``{summary, messages}``); None when it sent none."""
+    return (graph_input or {}).get("context") or None if graph == NAME else None
 
 
 def ask_interrupts(*, graph_input: dict[str, Any]) -> list[str]:

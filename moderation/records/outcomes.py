@@ -12,7 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from moderation.graphs.asks import AskSpec, decisions_describe
+from moderation.graphs.asks import AskSpec, ask_edits_diff, decisions_describe
 from moderation.models import (
     AskStatus,
     DecisionAttempt,
@@ -50,6 +50,8 @@ class DecisionOutcome:
     # or not), and the votes so far, with the resolution once there is one.
     counted: bool = False
     tally: dict = field(default_factory=dict)
+    # The winner's edits, as ``ActionEdit.as_payload``: per edited action, each argument changed, added or removed.
+    edits: list[dict[str, Any]] = field(default_factory=list)
     # The item's team as the locked row had it when the attempt was judged: whose queue
     # pages its live events go to (None: the item belongs to no team).
     team_id: int | None = None
@@ -136,6 +138,7 @@ class DecisionOutcome:
             "decided_at": self.decided_at.isoformat(),
             "ask": self.ask,
             "what": self.what,
+            "edits": self.edits,
             "reason": self.reason,
         }
 
@@ -159,6 +162,13 @@ def ask_what(ask: ReviewAsk) -> str:
     return decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
 
 
+def ask_edits(ask: ReviewAsk) -> list[dict[str, Any]]:
+    """A settled ask's edits as its events and the API say them (``ActionEdit.as_payload``); [] for none."""
+    if ask.status == AskStatus.WITHDRAWN or not ask.decisions:
+        return []
+    return [edit.as_payload() for edit in ask_edits_diff(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)]
+
+
 def outcome_for(
     *, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt, counted: bool = False,
 ) -> DecisionOutcome:
@@ -168,7 +178,7 @@ def outcome_for(
         won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
         winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
         attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None, reason=ask.reason,
-        counted=counted or won, tally=dict(ask.tally), team_id=item.team_id,
+        counted=counted or won, tally=dict(ask.tally), team_id=item.team_id, edits=ask_edits(ask),
     )
 
 

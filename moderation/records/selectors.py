@@ -23,7 +23,7 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 
 from moderation.core.text import TextInvalid, text_check, text_excerpt
-from moderation.graphs.asks import PAST, AskSpec, decisions_describe
+from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.models import (
     DECIDED_STATUSES,
@@ -359,6 +359,7 @@ class SettledAsk:
     what: str
     at: datetime
     applied: bool
+    edits: list[ActionEdit] = field(default_factory=list)  # what its edits changed in the proposed arguments
 
 
 def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
@@ -373,6 +374,8 @@ def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
             what="withdrew the item" if ask.status == AskStatus.WITHDRAWN
             else decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, messages=messages),
             at=ask.decided_at, applied=ask.applied_at is not None,
+            edits=ask_edits_diff(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
+            if ask.status != AskStatus.WITHDRAWN and ask.decisions else [],
         )
         for ask in asks
     ]

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from moderation.core.text import TextInvalid, text_check
-from moderation.graphs.asks import PAST, AskSpec, decisions_describe
+from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
 from moderation.models import (
     DECIDED_STATUSES,
     AttemptOrigin,
@@ -185,6 +185,7 @@ class TimelineEntry:
     round: int | None = None
     seq: int | None = None
     tally: str = ""  # the winning vote of a quorum ask: the tally it resolved with
+    edits: tuple[ActionEdit, ...] = ()  # an attempt's edits: what each changed in the proposed arguments
 
     @property
     def verb(self) -> str:
@@ -238,6 +239,8 @@ def _attempt_entry(attempt: DecisionAttempt, *, created: datetime) -> TimelineEn
         origin=AttemptOrigin(attempt.origin).label if attempt.origin else "", ask=attempt.ask.interrupt_id if attempt.ask_id else "",
         round=attempt.ask.round if attempt.ask_id else None, seq=attempt.seq,
         tally=attempt.ask.tally.get("summary", "") if attempt.outcome == AttemptOutcome.WON and attempt.ask_id else "",
+        edits=tuple(ask_edits_diff(spec=AskSpec.from_payload(attempt.ask.payload), decisions=attempt.decisions))
+        if attempt.ask_id and attempt.decisions and attempt.requested != Requested.WITHDRAW else (),
     )
 
 

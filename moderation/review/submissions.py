@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import dataclasses
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,11 @@ ASK_MAX_BYTES = 64 * 1024
 ASK_MAX_DEPTH = 32
 # The caller's own ids; thread and interrupt id joined are the natural key (KEY_MAX_LENGTH).
 EXTERNAL_MAX_LENGTHS = {"thread_id": 128, "interrupt_id": 64, "run_id": 64}
+# An ask's context (why the agent asks): its last messages and/or a Markdown summary, shown on the item's page.
+CONTEXT_MESSAGES_MAX = 20
+CONTEXT_MESSAGE_MAX_LENGTH = 4000
+CONTEXT_SUMMARY_MAX_LENGTH = 8000
+CONTEXT_MAX_BYTES = 32 * 1024
 # Parallel interrupts of one agent thread asked in one item (each an ask of ASK_MAX_BYTES at most).
 ASKS_MAX = 20
 _NAMESPACE = uuid.UUID("5b0f7a52-3a0e-4c55-9f4e-2f1f4a8f61c3")
@@ -106,6 +112,7 @@ class Submission:
     ask: Any = None  # an agent's interrupt value: the item runs the pass-through graph (ASK_GRAPH)
     external: dict[str, str] | None = None  # the asking agent's {thread_id, interrupt_id, run_id}
     asks: list[dict[str, Any]] | None = None  # several interrupts, [{"interrupt_id", "value"}]: one ask each
+    context: dict[str, Any] | None = None  # an ask's {summary, messages}: why the agent asks (CONTEXT_*)
 
     def digest(self) -> str:
         content: list[Any] = [self.title, self.body, self.source, self.external_id, self.metadata or {}, self.priority]
@@ -174,7 +181,13 @@ def ask_check(*, submission: Submission) -> None:
     """An ask (or ``asks``) and its ``external`` ids (ASK_MAX_BYTES, ASK_MAX_DEPTH, no NUL); they leave ``graph``
     and ``input`` to it."""
     if submission.ask is None and submission.asks is None:
+        if submission.external is None:
+            raise ValidationError({"context": "context says why an agent asks; send it with ask"})
         raise ValidationError({"external": "external names the agent behind an ask; send it with ask"})
+    if submission.context is not None:
+        if submission.ask is None:
+            raise ValidationError({"context": "context goes with one ask, not with asks"})
+        _context_check(submission.context)
     if submission.ask is not None and submission.asks is not None:
         raise ValidationError({"asks": "send one ask, or several asks, not both"})
     if submission.graph not in (None, ASK_GRAPH):
@@ -198,6 +211,37 @@ def ask_check(*, submission: Submission) -> None:
             raise ValidationError({"external": f"external takes {', '.join(EXTERNAL_MAX_LENGTHS)}, not {name!r}"})
         if not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value:
             raise ValidationError({f"external.{name}": f"external.{name} must be 1 to {limit} characters, without NUL"})
+
+
+def _context_check(context: Any) -> None:
+    """An ask's context: ``summary`` (Markdown) and ``messages`` [{role, content, name?}] within CONTEXT_*,
+    no control character but tab and line breaks (the API's schema checks the shape; this, anyone's)."""
+    if not isinstance(context, dict) or set(context) - {"summary", "messages"}:
+        raise ValidationError({"context": "context is an object of summary and messages"})
+    summary, messages = context.get("summary", ""), context.get("messages", [])
+    if not isinstance(summary, str) or len(summary) > CONTEXT_SUMMARY_MAX_LENGTH:
+        raise ValidationError({"context.summary": f"at most {CONTEXT_SUMMARY_MAX_LENGTH} characters of text"})
+    _context_text_check(summary, field="context.summary")
+    if not isinstance(messages, list) or len(messages) > CONTEXT_MESSAGES_MAX:
+        raise ValidationError({"context.messages": f"a list of at most {CONTEXT_MESSAGES_MAX} messages"})
+    for index, message in enumerate(messages):
+        field = f"context.messages[{index}]"
+        shaped = isinstance(message, dict) and {"role", "content"} <= set(message) <= {"role", "content", "name"}
+        if not shaped or not all(isinstance(v, str) for v in message.values()) \
+                or len(message["content"]) > CONTEXT_MESSAGE_MAX_LENGTH:
+            raise ValidationError({field: f"{{role, content, name?}}, texts, content at most {CONTEXT_MESSAGE_MAX_LENGTH} characters"})
+        for key, text in message.items():
+            _context_text_check(text, field=f"{field}.{key}")
+    if len(json.dumps(context, ensure_ascii=False).encode()) > CONTEXT_MAX_BYTES:
+        raise ValidationError({"context": f"context is larger than {CONTEXT_MAX_BYTES} bytes as JSON"})
+
+
+_CONTEXT_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _context_text_check(text: str, *, field: str) -> None:
+    if found := _CONTEXT_CONTROLS.search(text):
+        raise ValidationError({field: f"{field} must not contain the control character U+{ord(found.group()):04X}"})
 
 
 def _asks_check(asks: Any) -> None:
@@ -226,13 +270,15 @@ def _ask_unfold(*, submission: Submission, idempotency_key: str | None) -> Submi
     external_id = submission.external_id
     if external_id is None and idempotency_key is None and external.get("thread_id") and external.get("interrupt_id"):
         external_id = f"{external['thread_id']}:{external['interrupt_id']}"
-    return dataclasses.replace(submission, graph=ASK_GRAPH, graph_input={"ask": submission.ask, "external": external},
-                               external_id=external_id)
+    graph_input = {"ask": submission.ask, "external": external}
+    if submission.context:
+        graph_input["context"] = submission.context
+    return dataclasses.replace(submission, graph=ASK_GRAPH, graph_input=graph_input, external_id=external_id, context=None)
 
 
 def submission_check(*, submission: Submission, idempotency_key: str | None) -> None:
     """Everything that needs no database: raises ValidationError naming the field."""
-    if submission.ask is not None or submission.asks is not None or submission.external is not None:
+    if any(v is not None for v in (submission.ask, submission.asks, submission.external, submission.context)):
         ask_check(submission=submission)
     item_body_check(body=submission.body)
     metadata_check(metadata=submission.metadata or {})

@@ -67,7 +67,7 @@ class AskState(TypedDict, total=False):
     body: str
     source: str
     answers: Annotated[list[dict[str, Any]], operator.add]
-    schema: bool  # t_refund: False leaves out the args_schema (the page falls back to a JSON editor)
+    schema: bool  # t_refund: False leaves out the args_schema (the page types its inputs by the proposed values)
     allowed: list[str]  # t_refund: the decision types offered
     actions: int  # t_refund: refunds proposed in one ask
     rounds: int

@@ -27,6 +27,7 @@ from moderation.records.timeline import (
     decided_page,
     item_timeline,
 )
+from moderation.web.display import edits_display
 
 
 def _user_is_staff(user) -> bool:
@@ -71,7 +72,8 @@ def item_history(request: HttpRequest, public_id: str) -> HttpResponse:
     labels = reason_labels()
     return render(request, "moderation/item_history.html", {
         "item": item,
-        "entries": [(entry, labels.get(entry.reason, entry.reason)) for entry in item_timeline(item=item)],
+        "entries": [(entry, labels.get(entry.reason, entry.reason), edits_display(edits=entry.edits))
+                    for entry in item_timeline(item=item)],
         # Notes are the moderators' own words: a view-only account sees who did what, not what they wrote.
         "can_decide": user_can_decide(user=request.user),
     })

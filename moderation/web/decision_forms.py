@@ -2,16 +2,17 @@
 
 One path for every ask, our moderation graph's ``publish`` and any agent's: each action
 of an ask shows its arguments and a control for each type its ``allowed_decisions``
-lists. An edit is a form built from the action's ``args_schema`` when it has one (an
-input per property), else a JSON editor. Forms are plain HTML posts (no script needed);
-their fields are:
+lists. An edit has an input per argument: typed by the action's ``args_schema`` when it
+has one (an input per property), else by the values the agent proposed (text, number,
+checkbox, or a small JSON editor for an object or a list). Forms are plain HTML posts (no
+script needed); their fields are:
 
 - ``ask``: the interrupt id; ``note``: the reviewer's note, also the message of a reject
   or response that has none of its own (a one-action ask has no message field);
 - ``reason``: the reason code of a reject (``moderation.records.reasons``), one per ask; ignored
   when nothing is rejected, so a reason chosen before clicking Approve is no error;
-- ``action-<i>-type``, ``action-<i>-message``, and for an edit either one
-  ``action-<i>-arg-<key>`` per schema property or ``action-<i>-args`` (JSON);
+- ``action-<i>-type``, ``action-<i>-message``, and for an edit one ``action-<i>-arg-<key>``
+  per argument (or ``action-<i>-args``, the whole arguments as JSON, from a script);
 - or, from a script, ``decision`` (the approve / reject shorthand) or ``decisions`` (JSON).
 
 ``form_decision_read`` turns a post into what ``item_decide`` takes; the guard then
@@ -32,7 +33,7 @@ from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
-from moderation.web.display import value_display
+from moderation.web.display import tool_description_display, value_display
 
 TYPE_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 VOTE_KINDS = ("approve", "reject")
@@ -59,12 +60,12 @@ class FormDecision:
 
 @dataclass
 class ArgInput:
-    """One input of an edit form (or the JSON editor, ``widget == "json"``)."""
+    """One argument's input in an edit form (an object or a list: a small JSON editor, ``widget == "json"``)."""
 
     name: str
     key: str
     label: str
-    widget: str  # number, text, select, checkbox, json
+    widget: str  # number, text, textarea, select, checkbox, json
     value: str = ""
     checked: bool = False
     required: bool = False
@@ -176,7 +177,8 @@ def _ask_form(
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
-            index=i, name=action["name"], description=action.get("description", ""),
+            index=i, name=action["name"],
+            description=tool_description_display(name=action["name"], description=action.get("description", "")),
             args=[(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
@@ -191,19 +193,13 @@ def _ask_form(
 def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]) -> list[ArgInput]:
     if "edit" not in config["allowed_decisions"]:
         return []
-    schema = config.get("args_schema")
     args = action["args"]
-    if not _schema_props(schema):
-        name = f"action-{i}-args"
-        value = posted.get(name, "") if posted is not None else json.dumps(args, indent=2, ensure_ascii=False)
-        return [ArgInput(name=name, key="", label=f"{action['name']} arguments (JSON)", widget="json", value=value,
-                         required=True, error=errors.get(name, ""))]
-    required = set(schema.get("required") or [])
+    props, required = _arg_props(action=action, config=config)
     inputs = []
-    for key, prop in _schema_props(schema).items():
+    for key, prop in props.items():
         name = f"action-{i}-arg-{key}"
-        widget = _widget(prop)
         current = args.get(key)
+        widget = _widget(prop, current=current)
         one = ArgInput(name=name, key=key, label=str(prop.get("title") or key), widget=widget, required=key in required,
                        help=str(prop.get("description") or ""), error=errors.get(name, ""))
         if widget == "checkbox":
@@ -211,17 +207,31 @@ def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str
             one.checked = (name in posted) if posted is not None else bool(current)
         elif posted is not None:
             one.value = posted.get(name, "")
-        elif current is not None:
+        elif current is not None or (widget == "json" and key in args):
             one.value = json.dumps(current, indent=2, ensure_ascii=False) if widget == "json" else _plain(current)
         if widget == "number":
             one.step = "1" if _type(prop) == "integer" else "any"
             one.min, one.max = prop.get("minimum"), prop.get("maximum")
-        if widget == "text":
+        if widget in ("text", "textarea"):
             one.max_length = prop.get("maxLength")
         if widget == "select":
             one.options = [(_plain(option), _plain(option)) for option in prop["enum"]]
         inputs.append(one)
     return inputs
+
+
+# A proposed value's JSON type, when no args_schema says it: what its input reads back.
+_INFERRED = {bool: "boolean", int: "number", float: "number", str: "string"}
+
+
+def _arg_props(*, action: dict, config: dict) -> tuple[dict[str, dict], set[str]]:
+    """Each argument's input and which are required: the ``args_schema``'s properties, else one per
+    proposed argument, typed by its value (a number stays a number, not an integer: 120 may become 79.5)."""
+    schema = config.get("args_schema")
+    if props := _schema_props(schema):
+        return props, set(schema.get("required") or [])
+    args = action["args"]
+    return {key: {"type": _INFERRED[type(v)]} if type(v) in _INFERRED else {} for key, v in args.items()}, set(args)
 
 
 def _schema_props(schema: Any) -> dict[str, dict]:
@@ -237,10 +247,12 @@ def _type(prop: dict) -> str:
     return kind if isinstance(kind, str) else ""
 
 
-def _widget(prop: dict) -> str:
+def _widget(prop: dict, *, current: Any = None) -> str:
     if isinstance(prop.get("enum"), list) and prop["enum"]:
         return "select"
-    return _INPUT_TYPES.get(_type(prop), "json")
+    widget = _INPUT_TYPES.get(_type(prop), "json")
+    # A text of several lines (a message, an address) keeps its line breaks.
+    return "textarea" if widget == "text" and isinstance(current, str) and "\n" in current else widget
 
 
 def _plain(value: Any) -> str:
@@ -292,29 +304,30 @@ def _decision_read(i: int, *, action: dict, config: dict, data: Mapping[str, str
 
 
 def _args_read(i: int, *, action: dict, config: dict, data: Mapping[str, str]) -> dict[str, Any]:
-    schema = config.get("args_schema")
-    props = _schema_props(schema)
-    if not props:
-        name = f"action-{i}-args"
+    name = f"action-{i}-args"
+    if name in data:  # the whole arguments as one JSON object (a script's post)
         try:
-            args = json_parse(data.get(name, ""))
+            args = json_parse(data[name])
         except ValueError as exc:
             raise FormInvalid(f"not valid JSON: {exc}", field=name) from None
         if not isinstance(args, dict):
             raise FormInvalid("the arguments must be a JSON object ({…})", field=name)
         return args
-    required = set(schema.get("required") or [])
+    props, required = _arg_props(action=action, config=config)
     # Arguments the schema does not describe have no input; they go back unchanged.
     args = {k: v for k, v in action["args"].items() if k not in props}
     for key, prop in props.items():
         name = f"action-{i}-arg-{key}"
-        widget = _widget(prop)
+        widget = _widget(prop, current=action["args"].get(key))
         if widget == "checkbox":
             # An unticked box the agent never set stays unset: the edit changes what the reviewer changed.
             if name in data or key in action["args"]:
                 args[key] = name in data
             continue
         raw = data.get(name, "")
+        if widget in ("text", "textarea") and not _schema_props(config.get("args_schema")) and name in data:
+            args[key] = raw  # no schema: an emptied text is the empty text the reviewer meant
+            continue
         if not raw.strip():
             if key in required:
                 raise FormInvalid("required", field=name)
@@ -363,6 +376,7 @@ def form_field_for(*, spec: AskSpec | None, guard_field: str) -> str:
         return f"action-{i}-type"
     if part == "message":
         return "note" if len(spec.actions) == 1 else f"action-{i}-message"
-    if not _schema_props(spec.configs[i].get("args_schema")):
-        return f"action-{i}-args"
-    return f"action-{i}-arg-{key}" if key in _schema_props(spec.configs[i]["args_schema"]) else f"action-{i}-edit"
+    if "edit" not in spec.configs[i]["allowed_decisions"]:
+        return f"action-{i}-edit"
+    props, _ = _arg_props(action=spec.actions[i], config=spec.configs[i])
+    return f"action-{i}-arg-{key}" if key in props else f"action-{i}-edit"

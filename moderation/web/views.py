@@ -20,7 +20,8 @@ from moderation.core.faults import fault_point
 from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
 from moderation.graphs.asks import AskSpec
-from moderation.graphs.passthrough import ask_external
+from moderation.graphs.passthrough import NAME as ASK_GRAPH
+from moderation.graphs.passthrough import ask_context, ask_external
 from moderation.graphs.registry import graph_loaded, graph_names
 from moderation.live.sockets import (
     CLOSE_FORBIDDEN,
@@ -67,7 +68,13 @@ from moderation.web.decision_forms import (
     form_decision_read,
     form_field_for,
 )
-from moderation.web.display import metadata_display, value_display
+from moderation.web.display import (
+    ask_body_display,
+    ask_context_display,
+    edits_display,
+    metadata_display,
+    value_display,
+)
 from moderation.web.health import health_redact, health_report
 from moderation.web.ratelimit import reviewer_rate_check
 
@@ -218,6 +225,8 @@ def _item_page(
 ) -> HttpResponse:
     panel = item_vote_panel(item=item, viewer=request.user)
     rule = reason_rule(team_id=item.team_id, graph=item.graph)
+    settled = item_asks_settled(item=item, messages=user_can_decide(user=request.user))
+    open_asks = item_asks_open(item=item)
     return render(
         request,
         "moderation/item.html",
@@ -225,9 +234,12 @@ def _item_page(
             "item": item,
             "metadata": metadata_display(item.metadata),
             "panel": panel,
-            "forms": ask_forms_build(asks=item_asks_open(item=item), posted=posted, errors=errors,
+            "body": _body_shown(item, asks=open_asks),
+            "context": ask_context_display(context=ask_context(graph=item.graph, graph_input=item.graph_input)),
+            "forms": ask_forms_build(asks=open_asks, posted=posted, errors=errors,
                                      reasons=rule.codes, vote=bool(panel and panel.quorum)),
-            "settled": item_asks_settled(item=item, messages=user_can_decide(user=request.user)),
+            "settled": settled,
+            "settled_edits": [(one, edits_display(edits=one.edits)) for one in settled],
             "can_decide": user_can_decide(user=request.user),
             # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
             "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else "",
@@ -248,6 +260,14 @@ def _item_page(
         },
         status=status,
     )
+
+
+def _body_shown(item, *, asks) -> str:
+    """An agent's ask shows its call once: the body only where it says more than the call (``ask_body_display``)."""
+    if item.graph != ASK_GRAPH:
+        return item.body
+    actions = [action for ask in (asks or item.asks.all()) for action in AskSpec.from_payload(ask.payload).actions]
+    return ask_body_display(body=item.body, actions=actions, ask=(item.graph_input or {}).get("ask"))
 
 
 _QUEUE_QUERY = "queue_query"

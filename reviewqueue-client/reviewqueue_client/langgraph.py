@@ -2,7 +2,9 @@
 
 1. After a run, ``interrupts_forward`` sends each interrupt the thread waits on as an ask,
    with ``external = {thread_id, interrupt_id}``: reviewqueue's natural key, so forwarding
-   again (a retry, a restart that reconciles) answers with the same item.
+   again (a retry, a restart that reconciles) answers with the same item. Each ask is titled
+   with its tools' names ("Approve refund_payment") and carries, as its ``context``, the
+   thread's last messages (when its state has ``messages``), so a reviewer sees why the agent asks.
 2. The decision comes back by webhook (``WebhookResumer``) or long-poll (``decision_wait_resume``),
    and ``decision_resume`` runs ``Command(resume={interrupt_id: resume})`` exactly once:
    under a per-thread lock it re-reads the thread's pending interrupts and resumes only if
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,11 @@ from reviewqueue_client.locks import (  # noqa: F401 - the locks, importable fro
 from reviewqueue_client.webhooks import webhook_verify
 
 _TITLE_MAX = 200
+# The ask's default context: the thread's last messages, within reviewqueue's bounds (CONTEXT_* in its
+# moderation.review.submissions): a message's content, and the whole context as JSON, leaving room to spare.
+CONTEXT_MESSAGES = 6
+_CONTEXT_MESSAGE_MAX = 4000
+_CONTEXT_MAX_BYTES = 30_000
 # reviewqueue's bound on an outcome's message (OUTCOME_MESSAGE_MAX_LENGTH); it refuses control characters but these.
 OUTCOME_MESSAGE_MAX = 500
 _KEPT_CONTROLS = "\t\n\r"
@@ -64,29 +72,93 @@ def _config(thread_id: str) -> dict[str, Any]:
 
 
 def interrupts_forward(
-    client: ReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None, **fields: Any,
+    client: ReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None,
+    context: Mapping[str, Any] | str | None = "messages", **fields: Any,
 ) -> list[Item]:
     """Submit every interrupt ``thread_id`` waits on (after a run, or on restart to reconcile); one item each, idempotently.
 
-    ``fields``: any other field of ``POST /items`` (``team``, ``policy``, ``requested_by``, ``priority``).
+    ``context``: why the agent asks, shown above the ask: ``"messages"`` (the default) sends the
+    thread state's last ``CONTEXT_MESSAGES`` messages, if its state has ``messages``; a mapping is
+    sent as it is (``{"summary": "<markdown>", "messages": [{"role", "content", "name"?}]}``);
+    None sends none. ``fields``: any other field of ``POST /items`` (``team``, ``policy``,
+    ``requested_by``, ``priority``).
     """
+    state = graph.get_state(_config(thread_id))
+    if context == "messages":
+        context = context_from_messages((state.values or {}).get("messages") if isinstance(state.values, dict) else None)
     items = []
-    for pending in graph.get_state(_config(thread_id)).interrupts:
+    for pending in state.interrupts:
         external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
         title, body = _describe(pending.value)
-        items.append(client.submit(title=title, body=body, source=source, ask=pending.value, external=external, **fields))
+        extra = {"context": dict(context)} if context else {}
+        try:
+            items.append(client.submit(title=title, body=body, source=source, ask=pending.value, external=external,
+                                       **extra, **fields))
+        except ReviewQueueError as exc:
+            # Asked already, by a version of this client that titled or described it otherwise: the
+            # same thread and interrupt are the same ask, so its item is the answer.
+            existing = next(client.list(external_id=f"{thread_id}:{pending.id}"), None) \
+                if exc.code == "idempotency_key_reused" else None
+            if existing is None:
+                raise
+            items.append(existing)
     return items
 
 
+def context_from_messages(messages: Any, *, last: int = CONTEXT_MESSAGES) -> dict[str, Any] | None:
+    """An ask's ``context`` from a thread's LangChain messages: the ``last`` ones with something to say,
+    oldest first, as plain text within reviewqueue's bounds; None when there are none."""
+    picked: list[dict[str, str]] = []
+    size = 0
+    for message in reversed(messages if isinstance(messages, list) else []):
+        one = _context_message(message)
+        if one is None:
+            continue
+        size += len(json.dumps(one, ensure_ascii=False).encode())
+        if len(picked) == last or size > _CONTEXT_MAX_BYTES:
+            break
+        picked.append(one)
+    return {"messages": picked[::-1]} if picked else None
+
+
+def _context_message(message: Any) -> dict[str, str] | None:
+    role = getattr(message, "type", None)
+    if not isinstance(role, str) or not role:
+        return None
+    content = getattr(message, "content", "")
+    if isinstance(content, list):  # content blocks: their text
+        content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
+                             if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
+    text = content if isinstance(content, str) else ""
+    calls = [c.get("name") for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
+    if not text.strip() and calls:
+        text = "calls " + ", ".join(calls)
+    if not text.strip():
+        return None
+    one = {"role": role[:32], "content": _printable(text, limit=_CONTEXT_MESSAGE_MAX)}
+    name = getattr(message, "name", None)
+    if role == "tool" and isinstance(name, str) and name:
+        one["name"] = _printable(name, limit=100)
+    return one
+
+
+# LangChain's HumanInTheLoopMiddleware ends a description it writes itself with the call
+# ("...\n\nTool: <name>\nArgs: {...}"); reviewqueue shows the call on its own.
+def _description(action: Mapping[str, Any]) -> str:
+    name, description = str(action.get("name", "")), str(action.get("description") or "")
+    return re.sub(rf"(?:^|\n\n?)Tool: {re.escape(name)}\nArgs: [^\n]*(?=\n|\Z)", "", description).strip()
+
+
 def _describe(value: Any) -> tuple[str, str]:
-    """What the queue shows of an ask: its actions' names, and their descriptions or arguments."""
+    """What the queue shows of an ask: its tools' names, and their descriptions (the call itself is shown beside)."""
     if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
         actions = [a for a in value["action_requests"] if isinstance(a, dict)]
-        title = "Approve " + ", ".join(str(a.get("name", "?")) for a in actions)
-        body = "\n".join(f"{a.get('name')}: {a.get('description') or json.dumps(a.get('args'), ensure_ascii=False)}"
-                         for a in actions)
+    elif isinstance(value, dict) and value.get("type") == "tool_approval":  # LangChain's per-call ask: one tool call
+        actions = [value]
     else:
-        title, body = "Review requested", json.dumps(value, ensure_ascii=False)
+        return "Review requested", json.dumps(value, ensure_ascii=False)
+    title = "Approve " + ", ".join(str(a.get("name", "?")) for a in actions)
+    body = "\n".join(f"{a.get('name')}: {d}" if (d := _description(a)) else str(a.get("name")) for a in actions)
     return title[:_TITLE_MAX], body or title
 
 
@@ -122,9 +194,9 @@ def _answer(result: Any) -> str:
     return ""
 
 
-def _bounded(text: str) -> str:
+def _printable(text: str, *, limit: int) -> str:
     text = "".join(c if c.isprintable() or c in _KEPT_CONTROLS else " " for c in text)
-    return text if len(text) <= OUTCOME_MESSAGE_MAX else text[: OUTCOME_MESSAGE_MAX - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def outcome_report(client: ReviewQueue, *, item_id: str, resumed: Resumed) -> Resumed:
@@ -134,7 +206,7 @@ def outcome_report(client: ReviewQueue, *, item_id: str, resumed: Resumed) -> Re
     status = "failed" if resumed.errors else "done"
     message = "; ".join(resumed.errors) if resumed.errors else _answer(resumed.result)
     try:
-        client.report_outcome(item_id, status=status, message=_bounded(message))
+        client.report_outcome(item_id, status=status, message=_printable(message, limit=OUTCOME_MESSAGE_MAX))
     except (ReviewQueueError, httpx.HTTPError) as exc:
         logger.warning("reviewqueue: the outcome of item %s (%s) was not reported: %s", item_id, status, exc)
         return resumed

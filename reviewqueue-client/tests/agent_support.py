@@ -19,8 +19,8 @@ class ScriptedModel(GenericFakeChatModel):
         return self
 
 
-def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter) -> Any:
-    """The agent; ``runs[customer_id]`` counts each time the tool really ran."""
+def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter, interrupt_mode: str = "batched") -> Any:
+    """The agent; ``runs[customer_id]`` counts each time the tool really ran; ``interrupt_mode`` as LangChain's middleware takes it."""
 
     @tool
     def delete_customer(customer_id: str) -> str:
@@ -34,7 +34,8 @@ def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter) -> Any:
     ]))
     return create_agent(
         model=model, tools=[delete_customer], checkpointer=checkpointer,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}},
+                                             interrupt_mode=interrupt_mode)],
     )
 
 

@@ -11,12 +11,14 @@ import httpx
 import pytest
 from agent_support import agent_build, agent_start
 from api_support import OutcomeServer
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from standardwebhooks import Webhook
 
 from reviewqueue_client import ReviewQueue, WebhookInvalid
 from reviewqueue_client.langgraph import (
     WebhookResumer,
+    context_from_messages,
     decision_resume,
     decision_wait_resume,
     file_thread_lock,
@@ -72,6 +74,63 @@ def test_forward_submits_each_pending_interrupt_as_an_ask_keyed_by_thread_and_in
                                                  "description": payload["ask"]["action_requests"][0]["description"]}]
     assert payload["ask"]["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
     assert payload["title"] == "Approve delete_customer" and payload["team"] == "payments"
+
+
+def _recording_client(sent: list, *, refuse: bool = False) -> ReviewQueue:
+    """A fake reviewqueue recording each submit; ``refuse``: as if an older client had sent the ask otherwise."""
+    item = {"id": "it-1", "status": "pending", "graph": "ask", "external_id": None, "resume": None, "asks": [],
+            "applied_result": {}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"items": [{**item, "external": {}}], "next_cursor": None})
+        sent.append(json.loads(request.content))
+        if refuse:
+            return httpx.Response(409, json={"error": "idempotency_key_reused", "message": "other content"})
+        return httpx.Response(201, json={**item, "external": sent[-1]["external"]})
+
+    return ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+def test_forward_titles_each_ask_with_its_tool_and_sends_the_threads_last_messages(runs, mode):
+    agent = agent_build(checkpointer=InMemorySaver(), runs=runs, interrupt_mode=mode)
+    agent_start(agent, thread_id="th-1")
+    sent = []
+    interrupts_forward(_recording_client(sent), agent, thread_id="th-1", source="support-agent")
+    [payload] = sent
+    assert payload["title"] == "Approve delete_customer"
+    # LangChain's own description, without the call it repeats (the page shows the call beside it).
+    assert payload["body"] == "delete_customer: Tool execution requires approval"
+    assert payload["context"] == {"messages": [{"role": "human", "content": "delete C-7"},
+                                               {"role": "ai", "content": "calls delete_customer"}]}
+    assert (payload["ask"].get("type") == "tool_approval") is (mode == "per_call")
+
+
+def test_forward_sends_a_given_context_or_none():
+    agent = agent_build(checkpointer=InMemorySaver(), runs=Counter())
+    agent_start(agent, thread_id="th-1")
+    sent = []
+    summary = {"summary": "The customer asked **twice**."}
+    interrupts_forward(_recording_client(sent), agent, thread_id="th-1", source="a", context=summary)
+    interrupts_forward(_recording_client(sent), agent, thread_id="th-1", source="a", context=None)
+    assert sent[0]["context"] == summary and "context" not in sent[1]
+
+
+def test_context_from_messages_keeps_the_last_ones_within_reviewqueues_bounds():
+    messages = [HumanMessage(content=f"m{n}") for n in range(10)] + [
+        ToolMessage(content="ok\x07", name="crm", tool_call_id="c1"), AIMessage(content=""), HumanMessage(content="x" * 5000)]
+    context = context_from_messages(messages)
+    assert [m["content"][:3] for m in context["messages"]] == ["m6", "m7", "m8", "m9", "ok ", "xxx"]
+    assert context["messages"][4] == {"role": "tool", "content": "ok ", "name": "crm"}
+    assert len(context["messages"][5]["content"]) == 4000
+    assert context_from_messages([]) is None and context_from_messages(None) is None
+
+
+def test_forward_answers_with_the_item_an_older_client_made_of_the_same_interrupt(agent):
+    sent = []
+    [item] = interrupts_forward(_recording_client(sent, refuse=True), agent, thread_id="th-1", source="support-agent")
+    assert item.id == "it-1" and len(sent) == 1
 
 
 def test_a_webhook_resumes_the_thread_with_the_edit_once_and_duplicates_are_no_ops(agent, runs):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
@@ -10,6 +11,7 @@ from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
 from moderation.models import QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
+from moderation.review.submissions import Submission, submission_check
 from moderation.tests.api.test_api_items import Api
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
@@ -148,3 +150,80 @@ def test_the_item_page_shows_the_agents_ids_and_needs_no_reason_for_a_reject(api
     page = browser.get(f"/items/{item_id}/").content.decode()
     assert f"thread <code>support-thread-9</code> · interrupt <code>{'a' * 32}</code> · run <code>run-1</code>" in page
     assert "required to reject" not in page
+
+
+EDIT_C8 = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}, "reason": "dup"}}},
+           {"type": "approve"}]
+EDITS_C8 = [{"index": 0, "action": "delete_customer", "changes": [
+    {"arg": "customer", "change": "changed", "before": {"id": "C-7"}, "after": {"id": "C-8"}},
+    {"arg": "reason", "change": "added", "before": None, "after": "dup"}]}]
+
+
+def test_what_an_edit_changed_is_in_the_item_decided_webhook_and_the_ask(api, alice):
+    WebhookEndpoint.objects.create(name="agent", url="http://agent.test/hooks", events=["item.decided"])
+    item_id = api.post("/items", ASK).json()["id"]
+    assert item_decide(item_public_id=item_id, reviewer=alice, decisions=EDIT_C8).won
+    [decided] = (d.payload["data"] for d in WebhookDelivery.objects.filter(item_public_id=item_id))
+    assert decided["decision"]["edits"] == EDITS_C8
+    assert decided["decision"]["what"] == 'edited delete_customer (customer {"id": "C-7"} → {"id": "C-8"}, reason added: dup); approved send_email'
+    assert api.get(f"/items/{item_id}").json()["asks"][0]["edits"] == EDITS_C8
+
+
+XSS = '<script>alert("x")</script>'
+CONTEXT = {
+    "summary": f"The customer **asked twice**. {XSS}\n\n[pay](javascript:alert(1)) ![pixel](http://evil.test/p.png)",
+    "messages": [{"role": "human", "content": f"Delete my account\nplease {XSS}"},
+                 {"role": "tool", "name": "crm_lookup", "content": "C-7: 2 open orders"}],
+}
+
+
+def test_an_ask_carries_the_agents_context_rendered_without_html(api, alice):
+    response = api.post("/items", {**ASK, "context": CONTEXT})
+    assert response.status_code == 201, response.content
+    item = QueueItem.objects.get()
+    assert item.graph_input["context"] == CONTEXT
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(f"/items/{item.public_id}/").content.decode()
+    section = page[page.index('<section class="card agent-context" id="agent-context">'):]
+    section = section[:section.index("</section>")]
+    assert XSS not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in section
+    assert "<strong>asked twice</strong>" in section  # the Markdown, rendered
+    assert 'href="javascript' not in section
+    assert "<img" not in section  # no request leaves the page for an image
+    assert "Delete my account<br>please &lt;script&gt;" in section
+    assert '<strong class="role">tool · crm_lookup</strong>' in section
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"context": {"summary": "x" * 8001}}, "context.summary"),
+    ({"context": {"messages": [{"role": "ai", "content": "hi"}] * 21}}, "context.messages"),
+    ({"context": {"messages": [{"role": "ai", "content": "x" * 4001}]}}, "context.messages[0].content"),
+    ({"context": {"messages": [{"role": "ai"}]}}, "context.messages[0].content"),
+    ({"context": {"summary": "hi", "html": "<b>"}}, "context.html"),
+    ({"context": "a summary"}, "context"),
+    ({"context": {"summary": "bell \u0007"}}, "context.summary: context.summary must not contain the control character U+0007"),
+    ({"context": {"messages": [{"role": "ai", "content": "nul \u0000"}]}}, "context.messages[0].content"),
+    ({"context": {"summary": "hi"}, "ask": None, "external": None}, "context: context says why an agent asks; send it with ask"),
+    ({"context": {"messages": [{"role": "ai", "content": "y" * 4000}] * 9}}, "context: context is larger than 32768 bytes"),
+])
+def test_a_bad_context_is_422_naming_the_field_and_creates_nothing(api, change, needle):
+    response = api.post("/items", {**ASK, **change})
+    assert response.status_code == 422, response.content
+    assert needle in response.json()["message"], response.json()["message"]
+    assert not QueueItem.objects.exists()
+
+
+@pytest.mark.parametrize(("context", "field"), [
+    ("a summary", "context"),
+    ({"summary": 3}, "context.summary"),
+    ({"messages": {"role": "ai"}}, "context.messages"),
+    ({"messages": [{"role": "ai", "content": 7}]}, "context.messages[0]"),
+    ({"messages": [{"role": "ai", "content": "hi", "html": "<b>"}]}, "context.messages[0]"),
+])
+def test_the_service_refuses_a_context_of_another_shape_whoever_submits_it(context, field):
+    # The API's schema refuses these first; a submission from elsewhere meets the service's own check.
+    submission = Submission(title="t", body="b", source="s", ask=HITL, context=context)
+    with pytest.raises(DjangoValidationError) as refused:
+        submission_check(submission=submission, idempotency_key=None)
+    assert list(refused.value.message_dict) == [field]

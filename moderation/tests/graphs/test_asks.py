@@ -13,6 +13,7 @@ import time
 import pytest
 from django.db import connection
 
+from moderation.graphs.asks import ActionEdit, ArgChange, ArgChangeKind, AskSpec, ask_edits_diff, decisions_describe
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.graphs.runtime import graph_values
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
@@ -411,3 +412,48 @@ def test_negative_control_naive_processes_fork_an_asking_graph(make_moderator, m
     keys = [str(i.public_id) for i in items]
     report = race_processes(strategy="naive", items=keys, usernames=users, delay=0.05, extra_env=TEST_GRAPHS_ENV)
     assert report.double_resumes >= 1 and sum(item_forks(item) for item in items) >= 1
+
+
+# --- what an edit changed ---------------------------------------------------------------
+
+
+def _refund_spec(**args):
+    return AskSpec(kind="batched", actions=[{"name": "refund", "args": args, "description": ""},
+                                            {"name": "notify", "args": {"to": "ann"}, "description": ""}],
+                   configs=[{"action_name": "refund", "allowed_decisions": ["edit"]},
+                            {"action_name": "notify", "allowed_decisions": ["approve", "edit"]}])
+
+
+def test_the_diff_names_each_argument_changed_added_or_removed_per_edit():
+    spec = _refund_spec(order_id="A-1", amount=120, memo="late", notify=True)
+    edited = {"order_id": "A-1", "amount": 80, "notify": 1, "currency": "EUR"}
+    [edit] = ask_edits_diff(spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}},
+                                                  {"type": "approve"}])
+    assert (edit.index, edit.action) == (0, "refund")
+    assert edit.changes == (
+        ArgChange(arg="amount", kind=ArgChangeKind.CHANGED, before=120, after=80),
+        ArgChange(arg="memo", kind=ArgChangeKind.REMOVED, before="late"),
+        ArgChange(arg="notify", kind=ArgChangeKind.CHANGED, before=True, after=1),  # JSON's true is not 1
+        ArgChange(arg="currency", kind=ArgChangeKind.ADDED, after="EUR"),
+    )
+    assert edit.as_payload() == {"index": 0, "action": "refund", "changes": [
+        {"arg": "amount", "change": "changed", "before": 120, "after": 80},
+        {"arg": "memo", "change": "removed", "before": "late", "after": None},
+        {"arg": "notify", "change": "changed", "before": True, "after": 1},
+        {"arg": "currency", "change": "added", "before": None, "after": "EUR"},
+    ]}
+    described = decisions_describe(spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}},
+                                                         {"type": "approve"}])
+    assert described == ("edited refund (amount 120 → 80, memo removed (was late), notify true → 1, currency added: EUR); "
+                         "approved notify")
+
+
+def test_an_edit_that_changes_nothing_has_an_empty_diff_and_other_decisions_none():
+    spec = _refund_spec(amount=80.0)
+    same = {"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 80}}}
+    second = {"type": "edit", "edited_action": {"name": "notify", "args": {"to": "bob"}}}
+    assert ask_edits_diff(spec=spec, decisions=[same, second]) == [
+        ActionEdit(index=0, action="refund", changes=()),
+        ActionEdit(index=1, action="notify", changes=(ArgChange(arg="to", kind=ArgChangeKind.CHANGED, before="ann", after="bob"),)),
+    ]
+    assert ask_edits_diff(spec=spec, decisions=[{"type": "reject"}, {"type": "approve"}]) == []

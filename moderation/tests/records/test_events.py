@@ -16,6 +16,7 @@ from moderation.models import ItemStatus
 from moderation.records import events
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
+from moderation.tests.graphs_support import ORDER_ARGS, REFUND_GRAPH
 
 
 class RecordingLayer(InMemoryChannelLayer):
@@ -274,3 +275,16 @@ def test_pushes_waiting_on_a_hanging_layer_are_bounded(settings, server_loop, mo
         events.rights_changed_broadcast(session_key=f"session-{n}")
     assert events.pushes_in_flight() == 5
     assert sum("dropped rights.changed" in record.getMessage() for record in caplog.records) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("test_graphs")
+def test_an_edits_decision_event_says_what_it_changed(recorded, alice):
+    item = item_create(title="Refund", body="b", source="agent", graph=REFUND_GRAPH, graph_input={})
+    recorded.clear()
+    edit = {"type": "edit", "edited_action": {"name": "refund", "args": {**ORDER_ARGS, "amount": 80}}}
+    assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=[edit]).won
+    decided = next(message for _, message in recorded if message["type"] == "item.decided")
+    assert decided["edits"] == [{"index": 0, "action": "refund", "changes": [
+        {"arg": "amount", "change": "changed", "before": 120, "after": 80}]}]
+    assert decided["what"] == "edited refund (amount 120 → 80)"

@@ -1,9 +1,11 @@
 import pytest
 
 from moderation.graphs.asks import AskSpec
+from moderation.models import ReviewAsk
 from moderation.tests.graphs_support import ALL_TYPES, ORDER_ARGS, ORDER_SCHEMA
 from moderation.web.decision_forms import (
     FormInvalid,
+    ask_forms_build,
     form_decision_read,
     form_field_for,
 )
@@ -65,7 +67,60 @@ def test_unreadable_edit_input_is_marked(field, raw, error):
     assert (bad.value.field, str(bad.value)) == (field, error)
 
 
-def test_json_editor_without_schema():
+def _untyped_spec(**args):
+    """An ask with no args_schema (LangChain's middleware as it comes): its inputs are typed by the proposed values."""
+    return AskSpec(kind="per_call", actions=[{"name": "refund", "args": args, "description": ""}],
+                   configs=[{"action_name": "refund", "allowed_decisions": ALL_TYPES}])
+
+
+UNTYPED = {"order_id": "A-1001", "amount": 120, "rate": 0.5, "notify": True, "lines": [{"sku": "S-1", "qty": 2}],
+           "memo": None}
+
+
+def _untyped_post(**fields):
+    return {"action-0-type": "edit", "action-0-arg-order_id": "A-1001", "action-0-arg-amount": "120",
+            "action-0-arg-rate": "0.5", "action-0-arg-notify": "on", "action-0-arg-lines": '[{"sku": "S-1", "qty": 2}]',
+            "action-0-arg-memo": "null", **fields}
+
+
+def test_without_schema_each_argument_has_an_input_typed_by_its_value():
+    [form] = ask_forms_build(asks=[ReviewAsk(interrupt_id="i1", payload=_untyped_spec(**UNTYPED).as_payload())])
+    inputs = {one.key: one for one in form.actions[0].edit_inputs}
+    assert {key: one.widget for key, one in inputs.items()} == {
+        "order_id": "text", "amount": "number", "rate": "number", "notify": "checkbox", "lines": "json", "memo": "json"}
+    assert (inputs["amount"].value, inputs["amount"].step, inputs["rate"].value) == ("120", "any", "0.5")
+    assert inputs["notify"].checked and inputs["memo"].value == "null"
+    assert inputs["lines"].value == '[\n  {\n    "sku": "S-1",\n    "qty": 2\n  }\n]'
+    assert inputs["order_id"].name == "action-0-arg-order_id" and "action-0-args" not in {one.name for one in inputs.values()}
+    multiline = ask_forms_build(asks=[ReviewAsk(interrupt_id="i1", payload=_untyped_spec(text="a\nb").as_payload())])
+    assert multiline[0].actions[0].edit_inputs[0].widget == "textarea"
+
+
+def test_without_schema_the_inputs_read_back_as_typed_arguments():
+    read = form_decision_read(spec=_untyped_spec(**UNTYPED), data=_untyped_post(**{
+        "action-0-arg-amount": "80", "action-0-arg-rate": "1", "action-0-arg-lines": '[{"sku": "S-1", "qty": 1}]'}))
+    assert read.decisions == [{"type": "edit", "edited_action": {"name": "refund", "args": {
+        "order_id": "A-1001", "amount": 80, "rate": 1, "notify": True, "lines": [{"sku": "S-1", "qty": 1}], "memo": None}}}]
+    unticked = form_decision_read(spec=_untyped_spec(**UNTYPED), data={
+        k: v for k, v in _untyped_post(**{"action-0-arg-amount": "79.5", "action-0-arg-order_id": ""}).items()
+        if k != "action-0-arg-notify"})
+    args = unticked.decisions[0]["edited_action"]["args"]
+    assert (args["notify"], args["amount"], args["order_id"]) == (False, 79.5, "")  # an emptied text is ""
+
+
+@pytest.mark.parametrize(("field", "raw", "error"), [
+    ("action-0-arg-amount", "eighty", "enter a number"),
+    ("action-0-arg-amount", "", "required"),
+    ("action-0-arg-lines", "[{", "not valid JSON"),
+    ("action-0-arg-memo", "", "required"),
+])
+def test_without_schema_an_unreadable_input_is_marked_on_its_own_field(field, raw, error):
+    with pytest.raises(FormInvalid, match=error) as bad:
+        form_decision_read(spec=_untyped_spec(**UNTYPED), data=_untyped_post(**{field: raw}))
+    assert bad.value.field == field
+
+
+def test_a_script_may_still_post_the_whole_arguments_as_json():
     read = form_decision_read(spec=_spec(schema=False), data={
         "action-0-type": "edit", "action-0-args": '{"order_id": "A-1001", "amount": 80}'})
     assert read.decisions[0]["edited_action"]["args"] == {"order_id": "A-1001", "amount": 80}
@@ -96,7 +151,8 @@ def test_several_actions_each_need_a_choice_and_keep_their_own_message():
 @pytest.mark.parametrize(("guard_field", "actions", "schema", "form_field"), [
     ("decisions[0].edited_action.args.amount", 1, True, "action-0-arg-amount"),
     ("decisions[0].edited_action.args", 1, True, "action-0-edit"),
-    ("decisions[0].edited_action.args.amount", 1, False, "action-0-args"),
+    ("decisions[0].edited_action.args.amount", 1, False, "action-0-arg-amount"),
+    ("decisions[0].edited_action.args.other", 1, False, "action-0-edit"),
     ("decisions[0].message", 1, True, "note"),
     ("decisions[1].message", 2, True, "action-1-message"),
     ("decisions[1].type", 2, True, "action-1-type"),

@@ -103,34 +103,52 @@ def test_edit_form_is_built_from_args_schema(client, alice):
     assert 'action-0-args' not in html
 
 
-def test_json_editor_without_args_schema(client, alice):
+def test_without_args_schema_each_argument_has_its_own_input_typed_by_its_value(client, alice):
     item = _refund(schema=False)
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
-    editor = re.search(r'<textarea id="decide-form-action-0-args" name="action-0-args"[^>]*>(.*?)</textarea>', html, re.S)
-    assert editor and "json" in editor.group(0)
-    assert editor.group(1) == '{\n  &quot;order_id&quot;: &quot;A-1001&quot;,\n  &quot;amount&quot;: 120,\n  &quot;currency&quot;: &quot;EUR&quot;\n}'
-    assert "arg-amount" not in html
+    assert '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
+    assert '<input type="number" id="decide-form-action-0-arg-amount" name="action-0-arg-amount" value="120" required step="any">' in html
+    assert '<input type="text" id="decide-form-action-0-arg-currency" name="action-0-arg-currency" value="EUR" required>' in html
+    assert 'name="action-0-args"' not in html  # no editor of the whole arguments as JSON
 
 
-def test_an_edit_through_the_form_reaches_the_graph(post, client, alice):
-    item = _refund()
+def test_editing_one_argument_through_its_own_input_reaches_the_graph_typed(post, client, alice):
+    item = _refund(schema=False)
     client.force_login(alice)
-    assert post(_url(item), _edit(item, note="80 is what we agreed")).status_code == 302
-    item.refresh_from_db()
-    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.EDITED, alice, "80 is what we agreed")
-    result = graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]
-    assert result["decisions"] == "edit"
-    assert result["args"] == [{"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
-    html = client.get(_url(item)).content.decode()
-    assert "Done: the decision was carried out" in html and "alice</strong> edited refund (amount 120 → 80) · " in html
+    response = post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-arg-order_id": "A-1001",
+                                 "action-0-arg-amount": "80", "action-0-arg-currency": "EUR"})
+    assert response.status_code == 302
+    assert graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]["args"] == [
+        {"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
+    bad = _refund(schema=False)
+    response = post(_url(bad), {"ask": _ask(bad), "action-0-type": "edit", "action-0-arg-order_id": "A-1001",
+                                "action-0-arg-amount": "eighty", "action-0-arg-currency": "EUR"})
+    assert response.status_code == 400
+    assert '<p class="field-error" id="decide-form-action-0-arg-amount-error" role="alert">enter a number</p>' in response.content.decode()
 
 
-def test_json_editor_edit_reaches_the_graph(post, client, alice):
+def test_a_script_may_still_post_the_whole_arguments_as_json(post, client, alice):
     item = _refund(schema=False)
     client.force_login(alice)
     post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-args": '{"order_id": "A-1001", "amount": 5}'})
     assert graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]["args"] == [{"order_id": "A-1001", "amount": 5}]
+
+
+def _diff_rows(html):
+    table = re.search(r'<table class="args diff" aria-label="What the edit changed in refund">(.*?)</table>', html, re.S)
+    rows = re.findall(r'<tr class="change-(\w+)"><th scope="row">(.*?)</th>(.*?)</tr>', table.group(1), re.S)
+    return [(kind, arg, " ".join(re.sub(r"<[^>]+>", " ", cells).split())) for kind, arg, cells in rows]
+
+
+def test_what_an_edit_changed_is_shown_after_the_decision_and_in_the_history(post, client, alice):
+    item = _refund()
+    client.force_login(alice)
+    post(_url(item), _edit(item, **{"action-0-arg-amount": "80", "action-0-arg-notify": "on"}))
+    expected = [("changed", "amount", "120 → 80"), ("added", "notify", "true (added)")]
+    assert _diff_rows(client.get(_url(item)).content.decode()) == expected
+    history = client.get(reverse("moderation:item-history", args=[item.public_id])).content.decode()
+    assert _diff_rows(history) == expected
 
 
 @pytest.mark.parametrize(("fields", "field", "error"), [
@@ -316,18 +334,41 @@ def test_the_page_shows_what_the_submitter_sent_escaped_and_readable(client, ali
 
 
 def test_an_agents_description_keeps_its_lines(client, alice):
-    # LangChain's HumanInTheLoopMiddleware describes a tool call this way when its config names no description.
     item = _refund()
     ask = ReviewAsk.objects.get(item=item)
     payload = ask.payload
-    payload["action_requests"][0]["description"] = (
-        'Tool execution requires approval\n\nTool: refund\nArgs: {"order_id": "<A-1001>", "amount": 120}'
-    )
+    payload["action_requests"][0]["description"] = "Refund <the> order\nonly if it arrived broken"
     ReviewAsk.objects.filter(pk=ask.pk).update(payload=payload)
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
-    assert ('<p class="action-description">Tool execution requires approval<br><br>Tool: refund<br>'
-            'Args: {&quot;order_id&quot;: &quot;&lt;A-1001&gt;&quot;, &quot;amount&quot;: 120}</p>') in html
+    assert '<p class="action-description">Refund &lt;the&gt; order<br>only if it arrived broken</p>' in html
+
+
+LANGCHAIN_DESCRIPTION = "Tool execution requires approval\n\nTool: refund_payment\nArgs: {'order_id': 'A-17', 'amount': 120}"
+LANGCHAIN_ASK = {
+    "action_requests": [{"name": "refund_payment", "args": {"order_id": "A-17", "amount": 120}, "description": LANGCHAIN_DESCRIPTION}],
+    "review_configs": [{"action_name": "refund_payment", "allowed_decisions": ["approve", "edit", "reject"]}],
+}
+
+
+@override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS)
+@pytest.mark.parametrize(("body", "shown"), [
+    # What interrupts_forward sent before: the description (with LangChain's call in it), or a per-call ask as JSON.
+    (f"refund_payment: {LANGCHAIN_DESCRIPTION}", False),
+    ("refund_payment: Tool execution requires approval", False),
+    ("The customer wrote: it arrived broken.", True),
+])
+def test_an_agents_tool_call_is_shown_once(client, alice, body, shown):
+    # LangChain's HumanInTheLoopMiddleware writes the call into the description it makes itself.
+    api_client = apiclient_create(name="support-agent", scopes=["items:write"])[0]
+    item = item_submit(client=api_client, submission=Submission(title="Approve refund_payment", body=body, source="agent",
+                                                                ask=LANGCHAIN_ASK)).item
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    assert "Tool: refund_payment" not in html and "Args: " not in html
+    assert html.count('<p class="action-description">Tool execution requires approval</p>') == 1
+    assert html.count('<th scope="row">amount</th><td>120</td>') == 1  # the arguments, listed once
+    assert ('<div class="body">' in html) is shown
 
 
 def _meta_line(client, item) -> str:

@@ -48,6 +48,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.asks import AskInvalid, ask_schemas_check
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
 from moderation.models import (
@@ -189,6 +190,13 @@ def ask_check(*, submission: Submission) -> None:
         _asks_check(submission.asks)
     else:
         _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
+    values = [("ask", submission.ask)] if submission.asks is None else [
+        (f"asks[{index}].value", ask["value"]) for index, ask in enumerate(submission.asks)]
+    for field, value in values:
+        try:
+            ask_schemas_check(value=value)
+        except AskInvalid as exc:
+            raise ValidationError({f"{field}.{exc.field}": str(exc)}) from None
     external = submission.external or {}
     if not isinstance(external, dict):
         raise ValidationError({"external": "external must be a JSON object"})

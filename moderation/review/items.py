@@ -137,17 +137,16 @@ def _item_start(
     return item
 
 
-def _ask_deadlines_check(*, graph_input: dict[str, Any], policy: Policy) -> None:
-    """An ask's own ``deadline_seconds`` obeys the rule a submitted policy does (``ask_deadline_weakening``):
-    refused here, at submit, as the graph would otherwise raise it and ``asks_create`` set it aside."""
-    asks = graph_input.get("asks")
-    values = [("ask", graph_input.get("ask"))] if not isinstance(asks, list) else [
-        (f"asks[{index}].value", ask.get("value")) for index, ask in enumerate(asks) if isinstance(ask, dict)]
-    for field, value in values:
-        seconds = ask_spec_from_interrupt(value=value).deadline_seconds
-        if seconds and (why := ask_deadline_weakening(policy=policy, seconds=seconds)):
-            raise ValidationError({f"{field}.deadline_seconds": f"an ask's own deadline may make its item's policy "
-                                                                f"stricter, never weaker: {why}"})
+def _ask_deadline_check(*, graph_input: dict[str, Any], policy: Policy) -> None:
+    """A client's ask's own ``deadline_seconds`` obeys the rule a submitted policy does (``ask_deadline_weakening``):
+    refused at submit. A deployment's interrupts (``asks``) are queued, their thread waiting on them, and
+    ``asks_create`` keeps the policy's deadline over a weaker one of theirs."""
+    if "ask" not in graph_input:
+        return
+    seconds = ask_spec_from_interrupt(value=graph_input["ask"]).deadline_seconds
+    if seconds and (why := ask_deadline_weakening(policy=policy, seconds=seconds)):
+        raise ValidationError({"ask.deadline_seconds": "an ask's own deadline may make its item's policy stricter, "
+                                                       f"never weaker: {why}"})
 
 
 def item_build(
@@ -174,7 +173,7 @@ def item_build(
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
     if fields["graph"] == ASK_GRAPH:
-        _ask_deadlines_check(graph_input=graph_input, policy=policy)
+        _ask_deadline_check(graph_input=graph_input, policy=policy)
     if taken := [key for key in START_FIELDS if key in graph_input]:
         raise ValidationError({"input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
                                         "(what moderators read); send them as the item's fields"})

@@ -190,13 +190,12 @@ def ask_check(*, submission: Submission) -> None:
         _asks_check(submission.asks)
     else:
         _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
-    values = [("ask", submission.ask)] if submission.asks is None else [
-        (f"asks[{index}].value", ask["value"]) for index, ask in enumerate(submission.asks)]
-    for field, value in values:
+        # A client's ask is refused at once; a deployment's interrupts (``asks``) are queued all the same,
+        # since its thread waits on them: an edit is then refused saying why (argschema.args_check).
         try:
-            ask_schemas_check(value=value)
+            ask_schemas_check(value=submission.ask)
         except AskInvalid as exc:
-            raise ValidationError({f"{field}.{exc.field}": str(exc)}) from None
+            raise ValidationError({f"ask.{exc.field}": str(exc)}) from None
     external = submission.external or {}
     if not isinstance(external, dict):
         raise ValidationError({"external": "external must be a JSON object"})

@@ -26,6 +26,7 @@ import regress
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is the caller's answer, not a server log line
 _MAX = 0x10FFFF
+_REPEAT_MAX = 1000
 # ECMA's WhiteSpace and LineTerminator, as code point ranges.
 _SPACE = [(0x9, 0xD), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
           (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
@@ -94,7 +95,11 @@ class _Translator:
                 out.append(c)
             elif c == "{":  # with the u flag a brace is only ever a quantifier
                 end = self.src.index("}", self.i)
-                out.append(c + self.take(end - self.i + 1))
+                counts = self.take(end - self.i + 1)[:-1]
+                # RE2 repeats at most 1,000 times, and reads a count it cannot parse as literal text.
+                if any(int(n) > _REPEAT_MAX for n in counts.split(",") if n):
+                    raise PatternRefused(f"a repeat over {_REPEAT_MAX:,} ({{{counts}}}) is not matched by this server")
+                out.append(f"{{{counts}}}")
             else:
                 out.append(c if c.isascii() and c.isalnum() else _cp(ord(c)))
         return "".join(out)

@@ -16,7 +16,7 @@ PATTERNS = [
     r"\s", r"\S+", r"[\s\S]*", r"[^\s]", r"[^\S\d]", r"\bfoo\b", r"\Bo", r"\u{1F600}", r"\uD83D\uDE00", r"(?<n>ab)+",
     r"a|b|", r"^\p{Lu}", r"\P{L}", r"\p{Script=Greek}", r"[\p{L}\d]+", r"a{2,}?", r"a{1,3}b", r"\/\.\*", r"[\-x]",
     r"\cJ", r"\x41", r"\0", r"[\b]", r"^$", r"é+", r"[a-z-0]", r"[\w-]", r"(?:ab|c)*d$", r"[\u0041-\u0043]",
-    r"^[^\n]*$", r"\t|\v|\f|\r", r"[.]", r"\^\$\(\)\[\]\{\}\|\?\+",
+    r"^[^\n]*$", r"\t|\v|\f|\r", r"a{1000}|b{2,3}c{0,}", r"[.]", r"\^\$\(\)\[\]\{\}\|\?\+",
 ]
 ALPHABET = "aAbBcdeEfoxyzZ09_-./!@ \t\n\r\x0b\x0c\x08\u00a0\u2028\u2029\ufeffßéΑβ😀^$()[]{}|?+*\\"
 
@@ -38,7 +38,10 @@ def test_every_accepted_pattern_matches_exactly_what_ecma_262_matches(pattern, t
     (r"(a)\1", "backreference"),
     (r"(?<n>a)\k<n>", "backreference"),
     (r"(?i:a)", "group's flags"),
-    (r"a{1001}", "cannot be checked in linear time"),
+    (r"a{1001}", "a repeat over 1,000 ({1001})"),
+    (r"a{4294967296}", "a repeat over 1,000"),  # RE2 would read a count it cannot parse as literal text
+    (r"a{2,1001}", "a repeat over 1,000"),
+    (r"(?:a{999}){999}", "cannot be checked in linear time"),  # RE2's own bound on the program's size
     (r"\p{sc=Grek}", "cannot be checked in linear time"),
     (r"\p{Any}", "is not one this server matches"),
     (r"(?P<n>x)", "not an ECMA-262 regular expression"),

@@ -3,12 +3,13 @@
 The schema comes from outside (an agent's ask), so it is checked before anything runs
 it (``args_schema_check``: at submit, and again before each edit, for items stored
 earlier): a JSON object of at most ``SCHEMA_MAX_BYTES``, ``SCHEMA_MAX_DEPTH`` levels and
-``SCHEMA_MAX_NODES`` subschemas counted with every ``$ref`` expanded (so an edit's check
-costs little, whatever the schema); valid against its draft's meta-schema (2020-12 unless
+``SCHEMA_MAX_NODES`` subschemas counted with every ``$ref`` expanded; valid against its draft's meta-schema (2020-12 unless
 it names draft 6, 7 or 2019-09); ``$ref`` only to a JSON pointer inside the schema itself,
 with no loop; every ``pattern`` and ``patternProperties`` key an ECMA-262 expression that
 ``moderation.graphs.ecmaregex`` matches in linear time. No schema makes the server open a
-connection: references resolve in a registry that retrieves nothing.
+connection: references resolve in a registry that retrieves nothing. An edit's check
+itself stops, refusing the edit, after ``CHECK_MAX_STEPS`` keyword evaluations: the
+schema's size times the arguments' is what it costs, and both bounds together keep it small.
 
 An edit's arguments then mean what JSON Schema says, not what Python would:
 
@@ -31,6 +32,7 @@ import functools
 import json
 import math
 import re
+import threading
 from typing import Any
 from urllib.parse import unquote
 
@@ -45,6 +47,9 @@ SCHEMA_MAX_BYTES = 32 * 1024
 SCHEMA_MAX_DEPTH = 24
 # Subschemas with every $ref expanded: a tool's schema has tens; 16 nested anyOf levels of two refs has 65,536.
 SCHEMA_MAX_NODES = 2_000
+# Keyword evaluations one edit's check may take: the schema's size times the arguments', bounded. A
+# tool's edit takes tens to a few thousand; 1,990 anyOf branches over 3,900 array items took minutes.
+CHECK_MAX_STEPS = 20_000
 _DRAFTS = (jsonschema.Draft202012Validator, jsonschema.Draft201909Validator, jsonschema.Draft7Validator,
            jsonschema.Draft6Validator)
 # Where a schema holds subschemas: one, a list of them, or a map of names to them.
@@ -254,8 +259,13 @@ def args_check(*, args: dict[str, Any], schema: dict[str, Any] | None, proposed:
             if key not in props and not (key in proposed and proposed[key] == args[key]):
                 raise ArgsInvalid(f"{key!r} is not an argument this action takes; it takes {', '.join(props)}",
                                   path=_path([key]))
-    errors = sorted(validator(schema, registry=_REGISTRY, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
-                    key=lambda e: list(e.path))
+    _steps.left = CHECK_MAX_STEPS
+    try:
+        errors = sorted(validator(schema, registry=_REGISTRY, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
+                        key=lambda e: list(e.path))
+    except _Overspent:
+        raise ArgsInvalid(f"these arguments take more than {CHECK_MAX_STEPS:,} steps to check against this ask's "
+                          "args_schema; send fewer of them") from None
     if errors:
         raise ArgsInvalid(errors[0].message, path=_path(errors[0].path))
 
@@ -309,6 +319,24 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+class _Overspent(Exception):
+    """An edit's check took more than CHECK_MAX_STEPS keyword evaluations."""
+
+
+_steps = threading.local()
+
+
+def _counted(keyword: Any) -> Any:
+    def counted(validator: Any, value: Any, instance: Any, schema: dict[str, Any]) -> Any:
+        _steps.left -= 1
+        if _steps.left < 0:
+            raise _Overspent
+        return keyword(validator, value, instance, schema)
+
+    return counted
+
+
 @functools.cache
 def _validator_class(base: type) -> type:
-    return jsonschema.validators.extend(base, {"pattern": _pattern, "patternProperties": _pattern_properties})
+    keywords = {**base.VALIDATORS, "pattern": _pattern, "patternProperties": _pattern_properties}
+    return jsonschema.validators.extend(base, {name: _counted(keyword) for name, keyword in keywords.items()})

@@ -1,9 +1,21 @@
-"""An edit's arguments checked as the tool will take them: JSON Schema's meaning, not Python's.
+"""An ask's ``args_schema``, and an edit's arguments checked against it as the tool will take them.
 
-- ``pattern`` and ``patternProperties`` are ECMA-262 regular expressions, as JSON Schema
-  says, run by ``regress``. jsonschema runs them with Python's ``re``, whose ``$`` also
-  matches before a trailing newline (``"EUR\\n"`` passed ``^[A-Z]{3}$`` and failed the
-  tool) and whose ``\\d`` and ``\\w`` take any script's digits and letters.
+The schema comes from outside (an agent's ask), so it is checked before anything runs
+it (``args_schema_check``: at submit, and again before each edit, for items stored
+earlier): a JSON object of at most ``SCHEMA_MAX_BYTES``, ``SCHEMA_MAX_DEPTH`` levels and
+``SCHEMA_MAX_NODES`` subschemas counted with every ``$ref`` expanded; valid against its draft's meta-schema (2020-12 unless
+it names draft 6, 7 or 2019-09); ``$ref`` only to a JSON pointer inside the schema itself,
+with no loop; every ``pattern`` and ``patternProperties`` key an ECMA-262 expression that
+``moderation.graphs.ecmaregex`` matches in linear time. No schema makes the server open a
+connection: references resolve in a registry that retrieves nothing. An edit's check
+itself stops, refusing the edit, after ``CHECK_MAX_STEPS`` keyword evaluations: the
+schema's size times the arguments' is what it costs, and both bounds together keep it small.
+
+An edit's arguments then mean what JSON Schema says, not what Python would:
+
+- ``pattern`` and ``patternProperties`` are ECMA-262 regular expressions (Python's ``re``
+  lets ``$`` match before a trailing newline: ``"EUR\\n"`` passed ``^[A-Z]{3}$`` and
+  failed the tool; its ``\\d`` and ``\\w`` take any script's digits and letters).
 - ``format`` is checked, with jsonschema's ``FormatChecker`` for the schema's draft.
 - An argument the schema does not name is refused unless the schema allows extra ones
   (``additionalProperties``, ``patternProperties``, ``unevaluatedProperties``) or the
@@ -17,13 +29,43 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
+import threading
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
-import regress
-from jsonschema.exceptions import ValidationError
+import referencing
+import referencing.exceptions
+from jsonschema.exceptions import SchemaError, ValidationError
+
+from moderation.graphs.ecmaregex import PatternRefused, pattern_compile, pattern_search
+
+SCHEMA_MAX_BYTES = 32 * 1024
+SCHEMA_MAX_DEPTH = 24
+# Subschemas with every $ref expanded: a tool's schema has tens; 16 nested anyOf levels of two refs has 65,536.
+SCHEMA_MAX_NODES = 2_000
+# Keyword evaluations one edit's check may take: the schema's size times the arguments', bounded. A
+# tool's edit takes tens to a few thousand; 1,990 anyOf branches over 3,900 array items took minutes.
+CHECK_MAX_STEPS = 20_000
+_DRAFTS = (jsonschema.Draft202012Validator, jsonschema.Draft201909Validator, jsonschema.Draft7Validator,
+           jsonschema.Draft6Validator)
+# Where a schema holds subschemas: one, a list of them, or a map of names to them.
+_ONE = ("additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not", "if", "then", "else",
+        "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+_DYNAMIC = ("$dynamicRef", "$recursiveRef")
+
+
+def _retrieve_nothing(uri: str) -> referencing.Resource:
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+# Remote references are refused by args_schema_check; this registry fetches nothing even if one slipped by.
+_REGISTRY: referencing.Registry = referencing.Registry(retrieve=_retrieve_nothing)
 
 # Unicode's Cc, all of it; and all of it but tab, line feed and carriage return.
 _ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -40,25 +82,190 @@ class ArgsInvalid(ValueError):
         self.path = path
 
 
+class SchemaInvalid(ValueError):
+    """An ``args_schema`` the server will not run; ``path`` says where in it (``properties.memo.pattern``)."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def args_schema_check(*, schema: Any) -> None:
+    """Refuse (``SchemaInvalid``) a schema that is malformed, too large, loops, refers outside itself,
+    or has a pattern that cannot be matched in linear time (the module docstring)."""
+    if not isinstance(schema, dict):
+        raise SchemaInvalid("args_schema must be a JSON object")
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) > SCHEMA_MAX_BYTES:
+        raise SchemaInvalid(f"args_schema is {len(text.encode()):,} bytes as JSON; the limit is {SCHEMA_MAX_BYTES:,}")
+    _schema_checked(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_checked(text: str) -> type:
+    """The validator class for a schema (its canonical JSON) that passed every check; checked once per process."""
+    schema = json.loads(text)
+    _depth_check(schema, depth=1)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    if cls not in _DRAFTS:
+        raise SchemaInvalid("$schema must be JSON Schema draft 2020-12, 2019-09, 7 or 6 (or left out: 2020-12)",
+                            path="$schema")
+    try:
+        cls.check_schema(schema, format_checker=None)  # patterns are ECMA-262, checked below, not Python's re
+    except SchemaError as exc:
+        raise SchemaInvalid(f"args_schema is not a valid JSON Schema: {exc.message}", path=_dotted(exc.path)) from None
+    _nodes_check(schema)
+    return _validator_class(cls)
+
+
+def _depth_check(value: Any, *, depth: int) -> None:
+    if isinstance(value, (dict, list)):
+        if depth > SCHEMA_MAX_DEPTH:
+            raise SchemaInvalid(f"args_schema nests deeper than {SCHEMA_MAX_DEPTH} levels")
+        for child in value.values() if isinstance(value, dict) else value:
+            _depth_check(child, depth=depth + 1)
+
+
+def _subschemas(node: dict[str, Any], path: list[Any]) -> list[tuple[Any, list[Any]]]:
+    found: list[tuple[Any, list[Any]]] = []
+    for key in _ONE:
+        if isinstance(node.get(key), (dict, bool)):
+            found.append((node[key], [*path, key]))
+    for key in _LIST:
+        if isinstance(node.get(key), list):
+            found += [(child, [*path, key, i]) for i, child in enumerate(node[key])]
+    for key in _MAP:
+        if isinstance(node.get(key), dict):
+            found += [(child, [*path, key, name]) for name, child in node[key].items() if isinstance(child, (dict, bool))]
+    return found
+
+
+def _nodes_check(root: dict[str, Any]) -> None:
+    """Every subschema's keywords (refs, patterns), then the schema's size with every ``$ref`` expanded: no loop, at most SCHEMA_MAX_NODES."""
+    children: dict[int, list[Any]] = {}
+    paths: dict[int, list[Any]] = {}
+    todo: list[tuple[Any, list[Any]]] = [(root, [])]
+    while todo:
+        node, path = todo.pop()
+        if not isinstance(node, dict) or id(node) in children:
+            continue
+        paths[id(node)] = path
+        subs = _subschemas(node, path)
+        # $defs are met only through a $ref: counted there, as often as they are referred to.
+        children[id(node)] = [child for child, where in subs if where[len(path)] not in ("$defs", "definitions")]
+        _keywords_check(node, path=path, is_root=node is root)
+        todo += subs
+    for node_id, path in paths.items():
+        node = _at(root, path)
+        if "$ref" in node:
+            target = _ref_target(root, node["$ref"], path=path)
+            if isinstance(target, dict) and id(target) not in children:
+                raise SchemaInvalid(f"$ref {node['$ref']!r} points at something that is not a subschema",
+                                    path=_dotted([*path, "$ref"]))
+            children[node_id].append(target)
+    _expanded_count(root, children=children, paths=paths)
+
+
+def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool) -> None:
+    for key in _DYNAMIC:
+        if key in node:
+            raise SchemaInvalid(f"{key} is not taken: only $ref to a JSON pointer inside the schema", path=_dotted([*path, key]))
+    if "$id" in node and not is_root:
+        raise SchemaInvalid("$id is taken at the schema's root only", path=_dotted([*path, "$id"]))
+    patterns = [("pattern", node["pattern"])] if isinstance(node.get("pattern"), str) else []
+    if isinstance(node.get("patternProperties"), dict):
+        patterns += [("patternProperties", key) for key in node["patternProperties"]]
+    for keyword, pattern in patterns:
+        try:
+            pattern_compile(pattern)
+        except PatternRefused as exc:
+            raise SchemaInvalid(str(exc), path=_dotted([*path, keyword])) from None
+
+
+def _ref_target(root: dict[str, Any], ref: str, *, path: list[Any]) -> Any:
+    where = _dotted([*path, "$ref"])
+    if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+        raise SchemaInvalid(f"$ref {ref!r} is not a JSON pointer inside this schema (#/$defs/...): "
+                            "the server fetches nothing and resolves no anchor", path=where)
+    node: Any = root
+    for part in ref[2:].split("/") if len(ref) > 1 else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise SchemaInvalid(f"$ref {ref!r} points nowhere in this schema", path=where)
+    return node
+
+
+def _expanded_count(root: dict[str, Any], *, children: dict[int, list[Any]], paths: dict[int, list[Any]]) -> None:
+    """Subschemas counted as validation meets them, every $ref expanded (post-order, iterative: refs chain deep)."""
+    counts: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            counts[key] = 1 + sum(counts.get(id(c), 1) for c in children[key])
+            if counts[key] > SCHEMA_MAX_NODES:
+                raise SchemaInvalid(f"args_schema expands to more than {SCHEMA_MAX_NODES:,} subschemas once its $refs "
+                                    "are followed: checking an edit against it would cost too much")
+            continue
+        if key in counts:
+            continue
+        if key in on_path:
+            raise SchemaInvalid("args_schema refers to itself in a loop through $ref: recursive schemas are not taken",
+                                path=_dotted(paths[key]))
+        on_path.add(key)
+        stack.append((node, True))
+        stack += [(child, False) for child in children[key] if isinstance(child, dict) and id(child) not in counts]
+
+
+def _at(root: Any, path: list[Any]) -> Any:
+    for part in path:
+        root = root[part]
+    return root
+
+
+def _dotted(parts: Any) -> str:
+    return ".".join(str(p) for p in parts)
+
+
 def args_check(*, args: dict[str, Any], schema: dict[str, Any] | None, proposed: dict[str, Any]) -> None:
-    """Refuse (``ArgsInvalid``) edited ``args`` the tool would not take; ``proposed``: the agent's own."""
+    """Refuse (``ArgsInvalid``) edited ``args`` the tool would not take; ``proposed``: the agent's own.
+
+    A schema ``args_schema_check`` refuses (an item stored before it was checked at submit)
+    refuses every edit, saying why: nothing else would check them as the tool will.
+    """
     props = schema.get("properties") if schema else None
     props = props if isinstance(props, dict) else {}
     _values_check(args, props=props)
     if not schema:
         return
+    try:
+        args_schema_check(schema=schema)
+        validator = _schema_checked(json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    except SchemaInvalid as exc:
+        where = f" (at {exc.path})" if exc.path else ""
+        raise ArgsInvalid(f"this ask's args_schema cannot check an edit: {exc}{where}; approve, reject or respond "
+                          "instead") from None
     if props and not any(schema.get(key, False) is not False for key in _EXTRA_ALLOWED):
         for key in args:
             if key not in props and not (key in proposed and proposed[key] == args[key]):
                 raise ArgsInvalid(f"{key!r} is not an argument this action takes; it takes {', '.join(props)}",
                                   path=_path([key]))
+    _steps.left = CHECK_MAX_STEPS
     try:
-        validator = _validator_class(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
-        errors = sorted(validator(schema, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
+        errors = sorted(validator(schema, registry=_REGISTRY, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
                         key=lambda e: list(e.path))
-    except regress.RegressError as exc:
-        raise ArgsInvalid(f"the ask's args_schema has a pattern that is not an ECMA-262 regular expression ({exc}); "
-                          "the arguments cannot be checked, so no edit is taken") from None
+    except _Overspent:
+        raise ArgsInvalid(f"these arguments take more than {CHECK_MAX_STEPS:,} steps to check against this ask's "
+                          "args_schema; send fewer of them") from None
     if errors:
         raise ArgsInvalid(errors[0].message, path=_path(errors[0].path))
 
@@ -98,13 +305,8 @@ def _path(parts: Any) -> str:
     return "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in parts)
 
 
-@functools.cache
-def _regex(pattern: str) -> regress.Regex:
-    return regress.Regex(pattern, "u")  # JSON Schema 2020-12 asks for Unicode patterns
-
-
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Any:
-    if validator.is_type(instance, "string") and _regex(pattern).find(instance) is None:
+    if validator.is_type(instance, "string") and not pattern_search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -113,10 +315,28 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if _regex(pattern).find(key) is not None:
+            if pattern_search(pattern, key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+class _Overspent(Exception):
+    """An edit's check took more than CHECK_MAX_STEPS keyword evaluations."""
+
+
+_steps = threading.local()
+
+
+def _counted(keyword: Any) -> Any:
+    def counted(validator: Any, value: Any, instance: Any, schema: dict[str, Any]) -> Any:
+        _steps.left -= 1
+        if _steps.left < 0:
+            raise _Overspent
+        return keyword(validator, value, instance, schema)
+
+    return counted
 
 
 @functools.cache
 def _validator_class(base: type) -> type:
-    return jsonschema.validators.extend(base, {"pattern": _pattern, "patternProperties": _pattern_properties})
+    keywords = {**base.VALIDATORS, "pattern": _pattern, "patternProperties": _pattern_properties}
+    return jsonschema.validators.extend(base, {name: _counted(keyword) for name, keyword in keywords.items()})

@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from moderation.core.text import TextInvalid, text_check
-from moderation.graphs.argschema import ArgsInvalid, args_check
+from moderation.graphs.argschema import ArgsInvalid, SchemaInvalid, args_check, args_schema_check
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 PLAIN_ACTION = "review"
@@ -38,6 +38,27 @@ class AskDecisionInvalid(ValueError):
     def __init__(self, message: str, *, field: str = "decisions") -> None:
         super().__init__(message)
         self.field = field
+
+
+class AskInvalid(ValueError):
+    """An ask a submitter sent that the server will not take; ``field`` names where in it (``review_configs[0].args_schema``)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def ask_schemas_check(*, value: Any) -> None:
+    """Refuse (``AskInvalid``) an ask whose review configs carry an ``args_schema`` the server will not run
+    (``argschema.args_schema_check``): refused at submit, not at a moderator's edit."""
+    configs = value.get("review_configs") if isinstance(value, dict) else None
+    for index, config in enumerate(configs if isinstance(configs, list) else []):
+        if isinstance(config, dict) and "args_schema" in config:
+            try:
+                args_schema_check(schema=config["args_schema"])
+            except SchemaInvalid as exc:
+                where = f"review_configs[{index}].args_schema" + (f".{exc.path}" if exc.path else "")
+                raise AskInvalid(str(exc), field=where) from None
 
 
 @dataclass(frozen=True)

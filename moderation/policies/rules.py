@@ -18,7 +18,7 @@ veto, or the rejection that makes N approvals unreachable, rejects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -147,6 +147,20 @@ def _deadline_weakening(*, base: Policy, asked: Policy) -> tuple[str, str] | Non
     elif theirs in (OnDeadline.REJECT, OnDeadline.ESCALATE):
         return "policy.on_deadline", f"its deadline action ({then}) cannot be dropped"
     return None
+
+
+def ask_deadline_weakening(*, policy: Policy, seconds: int) -> str | None:
+    """Why an ask's own ``deadline_seconds`` may not stand over ``policy`` (its item's), or None.
+
+    The rule a submitted policy obeys (``policy_weakenings``' deadline part), with the
+    item's policy as the base: an ask may bring an auto-rejection forward or put an
+    auto-approval off, never approve sooner, reject later or move an escalation. The
+    item's policy is already no weaker than its team's, so neither is the ask's deadline.
+    """
+    if not 1 <= seconds <= DEADLINE_MAX_SECONDS:
+        return f"deadline_seconds must be a whole number from 1 to {DEADLINE_MAX_SECONDS}"
+    found = _deadline_weakening(base=policy, asked=replace(policy, deadline_seconds=seconds))
+    return found[1] if found else None
 
 
 def policy_satisfiable_check(*, policy: Policy, eligible: int, team: str) -> None:

@@ -67,7 +67,7 @@ from moderation.graphs.runtime import (
     graph_state_read,
 )
 from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
-from moderation.policies.rules import policy_parse
+from moderation.policies.rules import ask_deadline_weakening, policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
@@ -236,13 +236,19 @@ def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list
     """Rows for the interrupts a graph raised (its first asks at start, or a later round).
 
     Each ask's deadline: the graph's own (its interrupt's ``deadline_seconds``), else the
-    item's policy's; the task worker enforces it (``moderation.review.deadlines``).
+    item's policy's; the task worker enforces it (``moderation.review.deadlines``). A
+    graph's own deadline that would weaken the item's policy (``ask_deadline_weakening``:
+    an auto-approval sooner, say) is not taken, whoever raised it: the policy's stands.
     """
     now = timezone.now()
-    policy_seconds = policy_parse(item.policy).deadline_seconds
+    policy = policy_parse(item.policy)
 
     def deadline(p: PendingAsk) -> Any:
-        seconds = p.spec.deadline_seconds or policy_seconds
+        seconds = p.spec.deadline_seconds
+        if seconds and (why := ask_deadline_weakening(policy=policy, seconds=seconds)):
+            logger.warning("item %s: ask %s keeps its policy's deadline, not its own: %s", item.public_id, p.interrupt_id, why)
+            seconds = None
+        seconds = seconds or policy.deadline_seconds
         return now + timedelta(seconds=seconds) if seconds else None
 
     return ReviewAsk.objects.bulk_create([

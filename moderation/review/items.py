@@ -15,10 +15,12 @@ from moderation.core.resumelock import thread_resume_lock
 from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.models import WebhookEvent
 from moderation.delivery.outbox import delivery_record, item_payload
+from moderation.graphs.asks import ask_spec_from_interrupt
+from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import graph_name_validate
 from moderation.graphs.runtime import GraphStartRefused, GraphState, graph_start, graph_state_read
 from moderation.models import QueueItem
-from moderation.policies.rules import PolicyInvalid
+from moderation.policies.rules import Policy, PolicyInvalid, ask_deadline_weakening
 from moderation.policies.teams import item_policy_resolve
 from moderation.records import events
 from moderation.records.counts import Counted, counts_apply, item_counted
@@ -135,6 +137,18 @@ def _item_start(
     return item
 
 
+def _ask_deadline_check(*, graph_input: dict[str, Any], policy: Policy) -> None:
+    """A client's ask's own ``deadline_seconds`` obeys the rule a submitted policy does (``ask_deadline_weakening``):
+    refused at submit. A deployment's interrupts (``asks``) are queued, their thread waiting on them, and
+    ``asks_create`` keeps the policy's deadline over a weaker one of theirs."""
+    if "ask" not in graph_input:
+        return
+    seconds = ask_spec_from_interrupt(value=graph_input["ask"]).deadline_seconds
+    if seconds and (why := ask_deadline_weakening(policy=policy, seconds=seconds)):
+        raise ValidationError({"ask.deadline_seconds": "an ask's own deadline may make its item's policy stricter, "
+                                                       f"never weaker: {why}"})
+
+
 def item_build(
     *, title: str, body: str, source: str, is_lab: bool, public_id: uuid.UUID | None = None, **fields: Any
 ) -> QueueItem:
@@ -158,6 +172,8 @@ def item_build(
     graph_input = fields.setdefault("graph_input", {}) or {}
     if not isinstance(graph_input, dict):
         raise ValidationError({"input": "a graph's input must be a JSON object"})
+    if fields["graph"] == ASK_GRAPH:
+        _ask_deadline_check(graph_input=graph_input, policy=policy)
     if taken := [key for key in START_FIELDS if key in graph_input]:
         raise ValidationError({"input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
                                         "(what moderators read); send them as the item's fields"})

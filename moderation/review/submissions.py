@@ -49,6 +49,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.graphs.asks import AskInvalid, ask_schemas_check
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
 from moderation.models import (
@@ -202,6 +203,12 @@ def ask_check(*, submission: Submission) -> None:
         _asks_check(submission.asks)
     else:
         _json_value_check(submission.ask, field="ask", max_bytes=ASK_MAX_BYTES, max_depth=ASK_MAX_DEPTH)
+        # A client's ask is refused at once; a deployment's interrupts (``asks``) are queued all the same,
+        # since its thread waits on them: an edit is then refused saying why (argschema.args_check).
+        try:
+            ask_schemas_check(value=submission.ask)
+        except AskInvalid as exc:
+            raise ValidationError({f"ask.{exc.field}": str(exc)}) from None
     external = submission.external or {}
     if not isinstance(external, dict):
         raise ValidationError({"external": "external must be a JSON object"})

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
+from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
-from moderation.models import QueueItem, ReviewAsk
-from moderation.review.apply import item_apply
+from moderation.graphs.asks import AskSpec
+from moderation.graphs.runtime import PendingAsk
+from moderation.models import QueueItem, ReviewAsk, Team
+from moderation.review.apply import asks_create, item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.submissions import Submission, submission_check
 from moderation.tests.api.test_api_items import Api
@@ -227,3 +232,104 @@ def test_the_service_refuses_a_context_of_another_shape_whoever_submits_it(conte
     with pytest.raises(DjangoValidationError) as refused:
         submission_check(submission=submission, idempotency_key=None)
     assert list(refused.value.message_dict) == [field]
+# --- issue 41: an outsider's args_schema, and an ask's own deadline -------------------------------
+
+def _with_schema(schema, **ask_fields) -> dict:
+    configs = [{**HITL["review_configs"][0], "args_schema": schema}, HITL["review_configs"][1]]
+    return {**ASK, "ask": {**HITL, "review_configs": configs, **ask_fields}}
+
+
+def _nested_anyof(levels: int) -> dict:
+    defs = {f"l{i}": {"anyOf": [{"$ref": f"#/$defs/l{i + 1}"}, {"$ref": f"#/$defs/l{i + 1}"}]} for i in range(levels)}
+    return {"type": "object", "$defs": {**defs, f"l{levels}": {"type": "string"}},
+            "properties": {"customer": {"$ref": "#/$defs/l0"}}}
+
+
+@pytest.mark.parametrize(("schema", "field", "needle"), [
+    ({"$ref": "#"}, "review_configs[0].args_schema", "refers to itself in a loop through $ref"),
+    ({"type": 5}, "review_configs[0].args_schema.type", "not a valid JSON Schema"),
+    ({"multipleOf": 0}, "review_configs[0].args_schema.multipleOf", "0 is less than or equal to the minimum of 0"),
+    ({"minimum": "x"}, "review_configs[0].args_schema.minimum", "'x' is not of type 'number'"),
+    ({"properties": {"customer": {"$ref": "http://127.0.0.1:8697/x.json"}}},
+     "review_configs[0].args_schema.properties.customer.$ref", "the server fetches nothing"),
+    ({"properties": {"memo": {"type": "string", "pattern": "^(?!admin)"}}},
+     "review_configs[0].args_schema.properties.memo.pattern", "lookahead and lookbehind cannot be matched in linear time"),
+    (_nested_anyof(16), "review_configs[0].args_schema", "expands to more than 2,000 subschemas"),
+    ("a string", "review_configs[0].args_schema", "args_schema must be a JSON object"),
+])
+def test_an_args_schema_the_server_will_not_run_is_422_at_submit_naming_where(api, schema, field, needle):
+    response = api.post("/items", _with_schema(schema))
+    assert response.status_code == 422, response.content
+    message = response.json()["message"]
+    assert message.startswith(f"ask.{field}: ") and needle in message
+    assert not QueueItem.objects.exists()
+
+
+def test_a_pattern_that_backtracks_is_taken_at_submit_and_checked_in_linear_time(api, alice):
+    schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^(a+)+$"}, "n": {"type": "integer"}}}
+    memo = "a" * 40 + "!"  # a backtracking engine needs hours for this one
+    ask = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
+           "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"], "args_schema": schema}]}
+    item_id = api.post("/items", {**ASK, "ask": ask}).json()["id"]
+    edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"memo": memo, "n": 2}}}]
+    with pytest.raises(InvalidDecision) as refused:
+        item_decide(item_public_id=item_id, reviewer=alice, decisions=edit)
+    assert refused.value.field == "decisions[0].edited_action.args.memo" and "does not match" in str(refused.value)
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#"}, {"type": 5}, {"multipleOf": 0}, {"minimum": "x"},
+    {"type": "object", "properties": {"customer": {"$ref": "http://127.0.0.1:1/x.json"}}},
+])
+def test_an_item_stored_with_such_a_schema_refuses_an_edit_with_a_clear_400_not_a_500(api, alice, schema):
+    """Items asked before the schema was checked at submit: an edit is refused saying why; approve still works."""
+    item_id = api.post("/items", ASK).json()["id"]
+    ask = ReviewAsk.objects.get()
+    ask.payload["review_configs"][0]["args_schema"] = schema
+    ask.save(update_fields=["payload"])
+    browser = Client()
+    browser.force_login(alice)
+    edit = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
+            {"type": "approve"}]
+    response = browser.post(f"/api/items/{item_id}/decision", {"decisions": edit}, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "decisions[0].edited_action.args"
+    assert "this ask's args_schema cannot check an edit: " in response.json()["message"]
+    assert ReviewAsk.objects.get().status == "pending"
+    assert item_decide(item_public_id=item_id, reviewer=alice, decisions=[{"type": "approve"}] * 2).won
+
+
+@pytest.fixture
+def approve_after_an_hour(payments):
+    """The probe's team: a 3600 s deadline, then approve (as ``deadline``, no human)."""
+    Team.objects.filter(pk=payments.pk).update(deadline_seconds=3600, on_deadline="approve", sources=["support-agent"])
+    return payments
+
+
+def test_an_asks_own_deadline_obeys_the_rule_a_submitted_policy_does(api, approve_after_an_hour):
+    policy = api.post("/items", {**ASK, "policy": {"deadline_seconds": 2}})
+    assert policy.status_code == 422 and "approves sooner than its approve after 3600 s" in policy.json()["message"]
+    sooner = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=2))
+    assert sooner.status_code == 422, sooner.content
+    assert sooner.json()["message"] == (
+        "ask.deadline_seconds: an ask's own deadline may make its item's policy stricter, never weaker: "
+        "deadline_seconds 2 approves sooner than its approve after 3600 s")
+    huge = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=10**15))
+    assert huge.status_code == 422 and "deadline_seconds must be a whole number from 1 to" in huge.json()["message"]
+    assert not QueueItem.objects.exists()
+    # Later than the team's approval is stricter: taken.
+    later = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=7200))
+    assert later.status_code == 201, later.content
+    ask = ReviewAsk.objects.get()
+    assert 7100 < (ask.deadline_at - ask.item.created_at).total_seconds() < 7300
+
+
+def test_an_interrupt_raised_later_with_a_weaker_deadline_keeps_the_policys(api, approve_after_an_hour):
+    """A LangGraph deployment's or an in-process graph's interrupt never meets the submit check: asks_create holds it."""
+    item = QueueItem.objects.get(public_id=api.post("/items", ASK).json()["id"])
+    spec = AskSpec.from_payload({**ReviewAsk.objects.get().payload, "deadline_seconds": 2})
+    [weaker] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later", spec=spec)], round=2)
+    [stricter] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))],
+                             round=3)
+    assert 3500 < (weaker.deadline_at - timezone.now()).total_seconds() <= 3600
+    assert 7100 < (stricter.deadline_at - timezone.now()).total_seconds() <= 7200

@@ -25,7 +25,7 @@ import pytest
 
 from moderation.tests.cluster_support import fresh_database, services_require
 from e2e.server import LiveServer
-from moderation.tests.real_server import Reviewer
+from moderation.tests.real_server import CSRF, Reviewer
 
 PROCESSES = 8
 # Eight processes submit every key at the same instant. The control sees duplicate threads
@@ -219,3 +219,76 @@ def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wai
             poller.join()
             assert answer["status"] == 200 and answer["body"]["decision"]["by"] == "bob"
             assert answer["at"] - decided_at < POLL_WAIT / 2, "the decision did not wake the poll: it waited its wait out"
+
+
+def _edit_post(server: LiveServer, session: str, item: str, decisions: list[dict], sent: threading.Event | None = None
+               ) -> tuple[int, dict, float, float]:
+    """A moderator's edit through the page's JSON endpoint: (status, body, started, finished) on the monotonic clock."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    try:
+        started = time.monotonic()
+        conn.request("POST", f"/api/items/{item}/decision", body=json.dumps({"decisions": decisions}),
+                     headers={"Content-Type": "application/json", "X-CSRFToken": CSRF,
+                              "Cookie": f"sessionid={session}; csrftoken={CSRF}"})
+        if sent is not None:
+            sent.set()
+        response = conn.getresponse()
+        body = json.loads(response.read() or b"{}")
+        return response.status, body, started, time.monotonic()
+    finally:
+        conn.close()
+
+
+def _page_seconds(server: LiveServer, session: str) -> float:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    try:
+        started = time.monotonic()
+        conn.request("GET", "/", headers={"Cookie": f"sessionid={session}"})
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200
+        return time.monotonic() - started
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(300)
+def test_an_edit_against_a_catastrophic_pattern_is_as_cheap_as_a_benign_one_and_holds_up_no_other_page(tmp_path):
+    """Issue 41: ``^(a+)+$`` with a memo of 26 a's and a "!" took a backtracking check seconds (each a more doubling
+    it) and froze the whole daphne process, another moderator's page load included. Judged against the same
+    server's own times in this run: a benign pattern's edit, and the page loaded while nothing else runs."""
+    with _server(tmp_path) as (server, token):
+        seeded = server.seed(users=["alice", "bob"], items=0)
+        http_ = ApiHttp(server, token)
+        memo = "a" * 26 + "!"
+
+        def ask(pattern: str, thread: str) -> str:
+            schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": pattern},
+                                                      "n": {"type": "integer"}}}
+            value = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
+                     "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"],
+                                         "args_schema": schema}]}
+            status, body = http_.call("POST", "/items", {**ITEM, "ask": value,
+                                                         "external": {"thread_id": thread, "interrupt_id": "i"}})
+            assert status == 201, body
+            return body["id"]
+
+        evil, benign = ask("^(a+)+$", "evil"), ask("^a+$", "benign")
+        edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"memo": memo, "n": 2}}}]
+        alice, bob = seeded.sessions["alice"], seeded.sessions["bob"]
+        page_alone = min(_page_seconds(server, bob) for _ in range(3))
+        status, body, started, finished = _edit_post(server, alice, benign, edit)
+        assert status == 400 and body["field"] == "decisions[0].edited_action.args.memo", body
+        benign_seconds = finished - started
+
+        sent, answer = threading.Event(), {}
+        editor = threading.Thread(target=lambda: answer.update(zip(("status", "body", "started", "finished"),
+                                                                   _edit_post(server, alice, evil, edit, sent))))
+        editor.start()
+        assert sent.wait(60)
+        page_during = _page_seconds(server, bob)  # asked while the evil edit is sent and being checked
+        editor.join()
+        assert answer["status"] == 400 and answer["body"]["field"] == "decisions[0].edited_action.args.memo"
+        evil_seconds = answer["finished"] - answer["started"]
+        assert page_during < 10 * page_alone, (page_during, page_alone, evil_seconds)
+        assert evil_seconds < 10 * benign_seconds, (evil_seconds, benign_seconds)

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
+import functools
+import http.server
+import math
+import threading
+import time
 
-from moderation.graphs.argschema import ArgsInvalid, args_check
+import pytest
+import referencing.exceptions
+
+from moderation.graphs.argschema import (
+    _REGISTRY,
+    CHECK_MAX_STEPS,
+    SCHEMA_MAX_BYTES,
+    SCHEMA_MAX_DEPTH,
+    ArgsInvalid,
+    SchemaInvalid,
+    args_check,
+    args_schema_check,
+)
 
 # As pydantic writes a tool's schema (examples/refund_agent): no additionalProperties.
 REFUND = {
@@ -110,3 +126,128 @@ def test_without_a_schema_the_arguments_are_held_to_free_text_and_finite_numbers
 def test_a_schema_pattern_that_is_not_ecma_refuses_the_edit_instead_of_passing_it_unchecked():
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(?P<name>x)"}}}
     assert "ECMA-262" in str(_refused({"code": "x"}, schema=schema, proposed={}))
+
+
+# --- the schema itself, as an outsider sends it (issue 41) -----------------------------------------
+
+def _nested_anyof(levels: int) -> dict:
+    """The probe's 1.2 KB schema: each level anyOf two $refs to the next, 2**levels paths."""
+    defs = {f"l{i}": {"anyOf": [{"$ref": f"#/$defs/l{i + 1}"}, {"$ref": f"#/$defs/l{i + 1}"}]} for i in range(levels)}
+    defs[f"l{levels}"] = {"type": "string"}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/l0"}}}
+
+
+@pytest.mark.parametrize(("schema", "needle", "path"), [
+    ({"$ref": "#"}, "refers to itself in a loop through $ref", ""),
+    ({"properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"items": {"$ref": "#/$defs/b"}}}},
+     "loop through $ref", "$defs.b"),
+    ({"type": 5}, "not a valid JSON Schema", "type"),
+    ({"multipleOf": 0}, "0 is less than or equal to the minimum of 0", "multipleOf"),
+    ({"minimum": "x"}, "'x' is not of type 'number'", "minimum"),
+    ({"properties": {"a": {"$ref": "http://127.0.0.1:8697/schema"}}}, "the server fetches nothing", "properties.a.$ref"),
+    ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "points nowhere", "properties.a.$ref"),
+    ({"properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef is not taken", "properties.a.$dynamicRef"),
+    ({"properties": {"a": {"$id": "http://evil.example/a", "type": "string"}}}, "$id is taken at the schema's root only",
+     "properties.a.$id"),
+    ({"$schema": "http://json-schema.org/draft-04/schema#"}, "draft 2020-12, 2019-09, 7 or 6", "$schema"),
+    ({"properties": {"a": {"pattern": "(?=a)"}}}, "lookahead", "properties.a.pattern"),
+    ({"properties": {"a": {"pattern": "(a)\\1"}}}, "backreference", "properties.a.pattern"),
+    ({"patternProperties": {"(?<!x)y": {}}}, "lookahead and lookbehind", "patternProperties"),
+    ({"properties": {"a": {"pattern": "(?P<n>x)"}}}, "not an ECMA-262 regular expression", "properties.a.pattern"),
+    (_nested_anyof(16), "expands to more than 2,000 subschemas", ""),
+    ({"description": "x" * (SCHEMA_MAX_BYTES + 1)}, "the limit is 32,768", ""),
+    (functools.reduce(lambda inner, _: {"not": inner}, range(SCHEMA_MAX_DEPTH), {}), "nests deeper than 24", ""),
+    ("not an object", "must be a JSON object", ""),
+])
+def test_a_schema_the_server_will_not_run_is_refused_naming_where(schema, needle, path):
+    with pytest.raises(SchemaInvalid) as refused:
+        args_schema_check(schema=schema)
+    assert needle in str(refused.value) and refused.value.path == path
+
+
+@pytest.mark.parametrize("schema", [
+    REFUND,
+    {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"a": {"type": "string"}},
+     "properties": {"x": {"$ref": "#/definitions/a"}}},
+    _nested_anyof(8),  # 256 paths: within the bound
+    {"properties": {"x": {"$ref": "#/$defs/a~1b"}}, "$defs": {"a/b": {"type": "string"}}},
+])
+def test_schemas_a_tool_writes_pass(schema):
+    args_schema_check(schema=schema)
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#"},
+    {"type": "object", "properties": {"n": {"type": 5}}},
+    {"type": "object", "properties": {"n": {"multipleOf": 0}}},
+    {"type": "object", "properties": {"n": {"minimum": "x"}}},
+    {"type": "object", "$defs": {"n": {"$ref": "#/$defs/n"}}, "properties": {"n": {"$ref": "#/$defs/n"}}},
+])
+def test_an_item_stored_with_such_a_schema_refuses_an_edit_saying_why_instead_of_crashing(schema):
+    refused = _refused({"n": 2}, schema=schema, proposed={"n": 1})
+    assert str(refused).startswith("this ask's args_schema cannot check an edit: ") and refused.path == ""
+
+
+def test_a_remote_ref_is_never_fetched(tmp_path):
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            hits.append(self.headers.get("User-Agent"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"type": "string", "description": "SECRET-FROM-INSIDE"}')
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/schema.json"
+            schema = {"type": "object", "properties": {"a": {"$ref": url}}}
+            refused = _refused({"a": 5}, schema=schema, proposed={"a": 4})
+        finally:
+            server.shutdown()
+    assert hits == [] and "SECRET" not in str(refused) and "fetches nothing" in str(refused)
+
+
+def test_the_validator_resolves_in_a_registry_that_retrieves_nothing():
+    # Defence in depth behind args_schema_check: the registry itself refuses any URI it does not hold.
+    with pytest.raises(referencing.exceptions.Unresolvable):
+        _REGISTRY.resolver().lookup("http://127.0.0.1:1/schema.json")
+
+
+def _seconds(check) -> float:
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        check()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def test_a_pattern_that_backtracks_exponentially_is_checked_in_time_linear_in_the_text():
+    """The probe's schema: ``^(a+)+$`` against 26 a's and a "!" (with a backtracking engine each extra
+    "a" doubles the time: seconds at 26). Judged against a benign pattern's check of the same text, in this run."""
+    memo = "a" * 26 + "!"
+    evil = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^(a+)+$"}, "n": {"type": "integer"}}}
+    benign = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^a+$"}, "n": {"type": "integer"}}}
+
+    def check(schema):
+        return lambda: _refused({"memo": memo, "n": 2}, schema=schema, proposed={"memo": memo, "n": 1})
+
+    check(evil)(), check(benign)()  # both schemas checked and cached once, as at submit
+    assert _seconds(check(evil)) < 20 * _seconds(check(benign)) + 0.002
+    assert ".memo" == _refused({"memo": memo, "n": 2}, schema=evil, proposed={}).path
+
+
+def test_an_edit_whose_check_would_take_too_many_steps_is_refused_once_it_has_taken_them():
+    """Within every schema bound, 1,000 anyOf branches over 100 items is 100,000 evaluations (1,990 over 3,900
+    took minutes): the check stops at CHECK_MAX_STEPS and refuses; the same schema with a short list passes."""
+    schema = {"type": "object", "properties": {"x": {"type": "array", "items": {"anyOf": [{"const": i} for i in range(1000)]}}}}
+    args_schema_check(schema=schema)
+    refused = _refused({"x": [999] * 100}, schema=schema, proposed={})
+    assert f"more than {CHECK_MAX_STEPS:,} steps" in str(refused)
+    args_check(args={"x": [999] * 5}, schema=schema, proposed={})

@@ -4,6 +4,7 @@ from moderation.policies.rules import (
     Policy,
     PolicyInvalid,
     Resolution,
+    ask_deadline_weakening,
     policy_parse,
     policy_satisfiable_check,
     policy_weakenings,
@@ -114,3 +115,16 @@ def test_a_tally_in_words():
     text = tally_describe(policy=Policy(approvals=3, veto=True), votes=votes, eligible=4,
                           resolution=Resolution("reject", "veto"))
     assert text == "2 of 3 approvals: alice, bob · carol rejected — vetoed"
+
+
+@pytest.mark.parametrize(("policy", "seconds", "why"), [
+    (APPROVES, 2, "deadline_seconds 2 approves sooner than its approve after 60 s"),  # issue 41: the probe's bypass
+    (APPROVES, 600, None),  # the auto-approval later: stricter
+    (REJECTS, 5, None),  # rejected sooner
+    (REJECTS, 600, "deadline_seconds 600 is later than its reject after 60 s"),
+    (ESCALATES, 5, "its escalation (escalate after 60 s) cannot be moved"),
+    (WAITS, 5, None),  # nothing happens at it: it only shows
+    (APPROVES, 10**15, "deadline_seconds must be a whole number from 1 to 2592000"),
+])
+def test_an_asks_own_deadline_is_judged_as_a_submitted_policys_over_its_items(policy, seconds, why):
+    assert ask_deadline_weakening(policy=policy, seconds=seconds) == why

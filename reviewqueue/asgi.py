@@ -19,8 +19,10 @@ from moderation.records import events  # noqa: E402
 from moderation.web.origins import SameOriginValidator  # noqa: E402
 from reviewqueue.bodylimit import BodyLimitMiddleware, daphne_body_limit_install  # noqa: E402
 from reviewqueue.heap import heap_freeze  # noqa: E402
+from reviewqueue.serverlog import daphne_access_log_install  # noqa: E402
 
 daphne_body_limit_install(max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+daphne_access_log_install()
 _router = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE),

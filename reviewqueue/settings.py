@@ -406,6 +406,9 @@ METRICS_TOKEN = env.str("METRICS_TOKEN", "")
 METRICS_WORKER_ADDR = env.str("METRICS_WORKER_ADDR", "127.0.0.1")
 METRICS_WORKER_PORT = env.int("METRICS_WORKER_PORT", 0)
 
+# Also replaces daphne's root handler, so every line a process logs is written by ours, and logs
+# uncaught exceptions as one record each (reviewqueue.serverlog).
+LOGGING_CONFIG = "reviewqueue.serverlog.logging_configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -418,10 +421,13 @@ LOGGING = {
                              "formatter": env.choice("LOG_FORMAT", "plain", ("plain", "json"))}},
     "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
                 "request_id": {"()": "moderation.core.requestid.RequestIdFilter"}},
+    # The root's level is left as it is: INFO under daphne (its command line sets it), WARNING elsewhere.
+    "root": {"handlers": ["console"]},
     "loggers": {
-        # Our handler writes our lines; daphne gives the root logger one of its own, which would
-        # write each of them a second time.
         "moderation": {"handlers": ["console"], "level": env.str("LOG_LEVEL", "INFO"), "propagate": False},
+        # Django's own console handler (development only) would write their lines a second time, as plain text.
+        "django": {"handlers": [], "level": "INFO"},
+        "py.warnings": {"handlers": []},  # captured by reviewqueue.serverlog
         "django.request": {"filters": ["no_conflicts"]},
     },
 }

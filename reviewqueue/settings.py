@@ -97,7 +97,9 @@ PERMISSIONS_POLICY = {
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # Without autodiscovery: reviewqueue.urls loads the admin modules, so a process that serves no
+    # pages (moderator_add, team, ...) does not import them, nor LangGraph through them.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

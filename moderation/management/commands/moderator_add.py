@@ -21,6 +21,9 @@ class Command(BaseCommand):
         "or --password-file, one user is created first if missing, with that password, without a prompt."
     )
 
+    # As Django's createsuperuser: provisioning users needs no system checks, which would import every graph.
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         parser.add_argument("usernames", nargs="+", metavar="username")
         parser.add_argument("--remove", action="store_true", help="take the users out of the moderators group")

@@ -1,5 +1,6 @@
 import os
 import sys
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -67,7 +68,7 @@ class Command(BaseCommand):
         else:
             path = options["password_file"]
             try:
-                text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+                text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
             except OSError as exc:
                 raise CommandError(f"--password-file: {exc.strerror}: {path}") from None
             password = text.splitlines()[0] if text else ""

@@ -35,17 +35,9 @@ install: $(VENV)/.installed
 run: export DEBUG ?= true
 run: install
 	@$(PY) scripts/port_check.py $(HOST) $(PORT)
-	$(PY) manage.py migrate --no-input
-	$(PY) manage.py seed_demo
-	@# Exit status 2: items it could not repair are marked needs attention; start anyway.
-	$(PY) manage.py recover || [ $$? -eq 2 ]
-	$(PY) manage.py collectstatic --no-input --verbosity 0
-	@echo ""
-	@echo "  reviewqueue is running at http://$(HOST):$(PORT)/"
-	@echo "  log in as alice, bob or carol (moderators) or dave (view only)"
-	@echo "  demo password: $$($(PY) -c 'import os; os.environ.setdefault("DJANGO_SETTINGS_MODULE","reviewqueue.settings"); import django; django.setup(); from django.conf import settings; print(settings.DEMO_PASSWORD)')"
-	@echo "  the task worker (manage.py db_worker: applies decisions, sends webhooks) runs beside it; Ctrl-C stops both"
-	@echo ""
+	@# migrate, seed_demo, recover (its items needing attention do not stop the start), collectstatic and
+	@# the banner, in one Django start-up instead of five.
+	$(PY) manage.py run_prepare --host $(HOST) --port $(PORT)
 	PY=$(PY) HOST=$(HOST) PORT=$(PORT) scripts/run_with_worker.sh
 
 run-cluster: export DEBUG ?= true

@@ -7,12 +7,11 @@ Nothing the e2e tests check depends on how passwords are hashed. The demo (`make
 runs with the project's settings unchanged.
 """
 
-import os
-
+from reviewqueue.environment import env
 from reviewqueue.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # The race and live tests judge the winner's own page of the decided item; the tests of
 # "next item" (e2e/test_claims.py) turn it back on for their servers.
-NEXT_ITEM_AFTER_DECISION = os.environ.get("NEXT_ITEM_AFTER_DECISION", "false").lower() not in ("0", "false", "no")
+NEXT_ITEM_AFTER_DECISION = env.bool("NEXT_ITEM_AFTER_DECISION", False)

@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
@@ -11,10 +13,11 @@ class ModerationConfig(AppConfig):
         from django.conf import settings
 
         from moderation.core.faults import faults_install_from_setting
-        from moderation.graphs.registry import graphs_check
 
-        # A graph that cannot be imported stops the server (and the worker) here, by name.
-        graphs_check()
+        # A graph that cannot be imported stops the server (reviewqueue.asgi), the worker and every command
+        # that runs the system checks, by name; not at app load, so a process that runs no graph
+        # (moderator_add) never imports LangGraph.
+        checks.register(_graphs_checked)
 
         post_migrate.connect(_moderators_group_ensure, sender=self)
         connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.records.audit.sqlite")
@@ -30,6 +33,16 @@ class ModerationConfig(AppConfig):
         from moderation.records.metrics import metrics_lockout_record
 
         user_locked_out.connect(metrics_lockout_record, dispatch_uid="moderation.records.metrics.lockout")
+
+
+def _graphs_checked(**kwargs) -> list[checks.CheckMessage]:
+    from moderation.graphs.registry import graphs_check
+
+    try:
+        graphs_check()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="moderation.E001")]
+    return []
 
 
 def _moderators_group_ensure(sender, **kwargs) -> None:

@@ -14,13 +14,18 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from moderation.graphs.registry import graphs_check  # noqa: E402
 from moderation.live.routing import websocket_urlpatterns  # noqa: E402
 from moderation.records import events  # noqa: E402
 from moderation.web.origins import SameOriginValidator  # noqa: E402
 from reviewqueue.bodylimit import BodyLimitMiddleware, daphne_body_limit_install  # noqa: E402
 from reviewqueue.heap import heap_freeze  # noqa: E402
+from reviewqueue.serverlog import daphne_access_log_install  # noqa: E402
 
+# daphne runs no system checks: a graph that cannot be imported stops the server here, by name.
+graphs_check()
 daphne_body_limit_install(max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+daphne_access_log_install()
 _router = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE),

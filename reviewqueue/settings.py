@@ -11,27 +11,20 @@ import os
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+# Every variable is read through env, one way (reviewqueue.environment); each is listed in
+# docs/operators/configuration.md (moderation/tests/test_settings.py checks both).
+from reviewqueue.environment import env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("REVIEWQUEUE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(env.str("REVIEWQUEUE_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-
-
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off", ""}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}")
 
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-do-not-deploy"
 # Off unless asked for (`make run` and the test suite ask): a deployment that forgets a
 # variable gets no debug pages, and refuses to start without keys of its own.
-DEBUG = _env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
+DEBUG = env.bool("DEBUG", False)
+SECRET_KEY = env.str("SECRET_KEY", DEVELOPMENT_SECRET_KEY if DEBUG else "")
 if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
     raise ImproperlyConfigured(
         "SECRET_KEY must be set in the environment when DEBUG is off (and DEBUG is off unless set to true): "
@@ -42,34 +35,34 @@ if not DEBUG and SECRET_KEY in {"", DEVELOPMENT_SECRET_KEY}:
 # is in: whoever holds both can rewrite history. Retired keys stay in AUDIT_KEYS
 # (comma-separated) so entries signed with them still verify after a rotation.
 DEVELOPMENT_AUDIT_KEY = "dev-only-insecure-audit-key-do-not-deploy"
-AUDIT_KEY = os.environ.get("AUDIT_KEY", DEVELOPMENT_AUDIT_KEY if DEBUG else "")
+AUDIT_KEY = env.str("AUDIT_KEY", DEVELOPMENT_AUDIT_KEY if DEBUG else "")
 if not DEBUG and AUDIT_KEY in {"", DEVELOPMENT_AUDIT_KEY}:
     raise ImproperlyConfigured("AUDIT_KEY must be set in the environment when DEBUG is off")
 if AUDIT_KEY == SECRET_KEY and not DEBUG:
     raise ImproperlyConfigured("AUDIT_KEY must differ from SECRET_KEY")
-AUDIT_KEYS = [k.strip() for k in os.environ.get("AUDIT_KEYS", "").split(",") if k.strip()]
+AUDIT_KEYS = [k.strip() for k in env.str("AUDIT_KEYS", "").split(",") if k.strip()]
 
 ALLOWED_HOSTS = [
     h.strip()
-    for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",")
+    for h in env.str("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",")
     if h.strip()
 ]
 if not DEBUG:
     # Production: HTTPS only, behind a proxy that sets X-Forwarded-Proto (see README).
-    SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", True)
     # Load balancers probe each process directly, over plain HTTP.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     # Off only to try production settings on plain HTTP locally (README): a browser does
     # not send a Secure cookie over http, so neither logging in nor CSRF would work.
-    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_bool("SECURE_COOKIES", True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("SECURE_COOKIES", True)
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 365 * 24 * 3600)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 X_FRAME_OPTIONS = "DENY"
 
 CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+    o.strip() for o in env.str("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
 # The API answers JSON even when the CSRF check refuses a request.
 CSRF_FAILURE_VIEW = "moderation.web.views.csrf_failure"
@@ -104,7 +97,9 @@ PERMISSIONS_POLICY = {
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # Without autodiscovery: reviewqueue.urls loads the admin modules, so a process that serves no
+    # pages (moderator_add, team, ...) does not import them, nor LangGraph through them.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -165,10 +160,10 @@ TEMPLATES = [
 # readers (the queue page) proceed while a decision is being written.
 _SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
-    "timeout": float(os.environ.get("SQLITE_BUSY_TIMEOUT", "5")),
+    "timeout": env.float("SQLITE_BUSY_TIMEOUT", 5.0),
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
 }
-DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'reviewqueue.sqlite3'}")
+DATABASE_URL = env.str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'reviewqueue.sqlite3'}")
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["OPTIONS"] = {**_SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
@@ -180,8 +175,8 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Under ASGI every request runs in a thread of its own, so persistent connections
     # (CONN_MAX_AGE) are never reused; a pool is what saves a connection per request.
     _db.setdefault("OPTIONS", {})
-    if _env_bool("DB_POOL", True):
-        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_SIZE", "20")), "timeout": 10}
+    if env.bool("DB_POOL", True):
+        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": env.int("DB_POOL_SIZE", 20), "timeout": 10}
         # The pool checks a connection as it hands it out (an empty query): one the database ended while
         # idle (a terminated backend, a failover) is replaced, not handed to a request that would fail on it;
         # then the pool's other idle ones at once (moderation.core.dbpool, installed by moderation.apps).
@@ -193,7 +188,7 @@ DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = env.str("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -202,7 +197,7 @@ if REDIS_URL:
             # Redis must each have their own prefix or they hear each other's events.
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 60}],
-                "prefix": os.environ.get("CHANNEL_LAYER_PREFIX", "reviewqueue"),
+                "prefix": env.str("CHANNEL_LAYER_PREFIX", "reviewqueue"),
             },
         }
     }
@@ -228,7 +223,7 @@ CACHES = {
             else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
         ),
         # Sites sharing one Redis must not count into each other's rate-limit windows.
-        "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", os.environ.get("CHANNEL_LAYER_PREFIX", "reviewqueue")),
+        "KEY_PREFIX": env.str("CACHE_KEY_PREFIX", env.str("CHANNEL_LAYER_PREFIX", "reviewqueue")),
     }
 }
 
@@ -249,8 +244,8 @@ AUTHENTICATION_BACKENDS = [
 # locked after LOGIN_FAILURE_LIMIT failures on any accounts, and an account after that
 # many failures from any addresses, for LOGIN_COOLOFF seconds; staff unlock in the admin
 # (Access attempts) or with `manage.py axes_reset_username` / `axes_reset_ip`.
-AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(seconds=int(os.environ.get("LOGIN_COOLOFF", "900")))
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("LOGIN_COOLOFF", 900))
 AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -275,62 +270,62 @@ STATIC_ROOT.mkdir(exist_ok=True)
 # --- reviewqueue ----------------------------------------------------------------
 # How long a reviewer may wait for another reviewer's decision on the same item
 # before being told "busy, try again" (seconds).
-DECISION_LOCK_TIMEOUT = float(os.environ.get("DECISION_LOCK_TIMEOUT", "5"))
+DECISION_LOCK_TIMEOUT = env.float("DECISION_LOCK_TIMEOUT", 5.0)
 DECISION_NOTE_MAX_LENGTH = 2000
 # A reject must name one of the admin's reason codes (moderation.records.reasons).
-REJECT_REASON_REQUIRED = _env_bool("REJECT_REASON_REQUIRED", True)
+REJECT_REASON_REQUIRED = env.bool("REJECT_REASON_REQUIRED", True)
 # Per graph, over REJECT_REASON_REQUIRED: an agent's asks (the "ask" graph) are not content,
 # so the content-moderation codes are optional there and a reject's note reaches it as written.
 REJECT_REASON_REQUIRED_BY_GRAPH = {"ask": False}
 # Rows per page of the Decided page (moderation.records.timeline).
 DECIDED_PAGE_SIZE = 50
 # Longest item body accepted (characters); longer ones are refused before any processing.
-ITEM_BODY_MAX_LENGTH = int(os.environ.get("ITEM_BODY_MAX_LENGTH", "200000"))
+ITEM_BODY_MAX_LENGTH = env.int("ITEM_BODY_MAX_LENGTH", 200000)
 # Decision requests per reviewer per window (0 turns the limit off, e.g. for benchmarks).
-DECISION_RATE_LIMIT = int(os.environ.get("DECISION_RATE_LIMIT", "30"))
-DECISION_RATE_WINDOW = int(os.environ.get("DECISION_RATE_WINDOW", "10"))
+DECISION_RATE_LIMIT = env.int("DECISION_RATE_LIMIT", 30)
+DECISION_RATE_WINDOW = env.int("DECISION_RATE_WINDOW", 10)
 QUEUE_PAGE_SIZE = 25
 # Most items one bulk decision may name (moderation.review.bulk); a larger selection decides nothing.
-BULK_MAX_ITEMS = int(os.environ.get("BULK_MAX_ITEMS", "100"))
+BULK_MAX_ITEMS = env.int("BULK_MAX_ITEMS", 100)
 # --- Claims (moderation.records.claims) -------------------------------------------------
 # Opening an item claims it for this long (seconds); activity on its page renews it.
-CLAIM_SECONDS = int(os.environ.get("CLAIM_SECONDS", "300"))
+CLAIM_SECONDS = env.int("CLAIM_SECONDS", 300)
 # Off: nobody claims anything and "next item" takes the first pending item (for comparison).
-CLAIMS_ENABLED = os.environ.get("CLAIMS_ENABLED", "true").lower() not in ("0", "false", "no")
+CLAIMS_ENABLED = env.bool("CLAIMS_ENABLED", True)
 # On: deciding an item someone else holds a live claim on is refused (409 "claimed").
-CLAIMS_REQUIRED = os.environ.get("CLAIMS_REQUIRED", "false").lower() in ("1", "true", "yes")
+CLAIMS_REQUIRED = env.bool("CLAIMS_REQUIRED", False)
 # After a decision the moderator lands on the next unclaimed pending item.
-NEXT_ITEM_AFTER_DECISION = os.environ.get("NEXT_ITEM_AFTER_DECISION", "true").lower() not in ("0", "false", "no")
+NEXT_ITEM_AFTER_DECISION = env.bool("NEXT_ITEM_AFTER_DECISION", True)
 # The largest request body accepted (bytes). reviewqueue.bodylimit refuses a larger one
 # with 413 before Django reads it; Django's own check says the same for the parsed body.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REQUEST_BODY_MAX_BYTES", str(1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("REQUEST_BODY_MAX_BYTES", 1024 * 1024)
 # /healthz runs its checks at once and waits at most this long for all of them (seconds).
-HEALTH_CHECK_TIMEOUT = float(os.environ.get("HEALTH_CHECK_TIMEOUT", "2"))
+HEALTH_CHECK_TIMEOUT = env.float("HEALTH_CHECK_TIMEOUT", 2.0)
 # Inbound frames per live socket: a token bucket refilled at LIVE_FRAME_RATE per second up to
 # LIVE_FRAME_BURST (a page sends one heartbeat per 15 s); 0 turns the limit off.
-LIVE_FRAME_RATE = float(os.environ.get("LIVE_FRAME_RATE", "1"))
-LIVE_FRAME_BURST = int(os.environ.get("LIVE_FRAME_BURST", "10"))
+LIVE_FRAME_RATE = env.float("LIVE_FRAME_RATE", 1.0)
+LIVE_FRAME_BURST = env.int("LIVE_FRAME_BURST", 10)
 # Open live sockets per login session, counted in the cache (shared through Redis); 0 = no cap.
-LIVE_SOCKETS_PER_SESSION = int(os.environ.get("LIVE_SOCKETS_PER_SESSION", "20"))
+LIVE_SOCKETS_PER_SESSION = env.int("LIVE_SOCKETS_PER_SESSION", 20)
 # A page heartbeats at least every LIVE_HEARTBEAT_SECONDS (its state frames tell it so). A socket
 # that sends no heartbeat for LIVE_SILENT_SECONDS is closed by the server (4408), and its place
 # under LIVE_SOCKETS_PER_SESSION and its presence go with it: the cap counts live sockets.
-LIVE_HEARTBEAT_SECONDS = float(os.environ.get("LIVE_HEARTBEAT_SECONDS", "15"))
-LIVE_SILENT_SECONDS = float(os.environ.get("LIVE_SILENT_SECONDS", "40"))
+LIVE_HEARTBEAT_SECONDS = env.float("LIVE_HEARTBEAT_SECONDS", 15.0)
+LIVE_SILENT_SECONDS = env.float("LIVE_SILENT_SECONDS", 40.0)
 if LIVE_SILENT_SECONDS <= LIVE_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("LIVE_SILENT_SECONDS must be longer than LIVE_HEARTBEAT_SECONDS")
 # A live socket re-reads its user's rights at least this often (seconds), even if its page
 # sends nothing; changes made through the ORM reach it at once (moderation.live.rights).
-LIVE_RIGHTS_RECHECK_SECONDS = float(os.environ.get("LIVE_RIGHTS_RECHECK_SECONDS", "10"))
+LIVE_RIGHTS_RECHECK_SECONDS = env.float("LIVE_RIGHTS_RECHECK_SECONDS", 10.0)
 # A queue page heartbeats this often (seconds) and refreshes when the counts its state
 # frame carries differ from the page's: a catch-up for events lost on the way (layers
 # deliver at most once). Counts are O(1) counter rows, so each resync costs a few small queries.
-LIVE_QUEUE_RESYNC_SECONDS = float(os.environ.get("LIVE_QUEUE_RESYNC_SECONDS", "15"))
+LIVE_QUEUE_RESYNC_SECONDS = env.float("LIVE_QUEUE_RESYNC_SECONDS", 15.0)
 # Long-poll waits (GET /api/v1/items/<id>/decision?wait=) open at once in one server process,
 # per API client and in all (moderation.live.waits); past either a wait is refused at once,
 # 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.
-LONGPOLL_WAITS_PER_CLIENT = int(os.environ.get("LONGPOLL_WAITS_PER_CLIENT", "20"))
-LONGPOLL_WAITS_PER_PROCESS = int(os.environ.get("LONGPOLL_WAITS_PER_PROCESS", "200"))
+LONGPOLL_WAITS_PER_CLIENT = env.int("LONGPOLL_WAITS_PER_CLIENT", 20)
+LONGPOLL_WAITS_PER_PROCESS = env.int("LONGPOLL_WAITS_PER_PROCESS", 200)
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}
@@ -346,73 +341,76 @@ REVIEWQUEUE_GRAPHS = {
     # The example LangChain agent (examples/refund_agent): runs with no API key.
     "refund_agent": "examples.refund_agent.agent:build",
 }
-for _entry in filter(None, os.environ.get("REVIEWQUEUE_EXTRA_GRAPHS", "").split(",")):
+for _entry in filter(None, env.str("REVIEWQUEUE_EXTRA_GRAPHS", "").split(",")):
     _name, _, _path = _entry.partition("=")
     REVIEWQUEUE_GRAPHS[_name.strip()] = _path.strip()
 # A decision is applied (its graph resumed) by the task worker, never in the request, and
 # so are the starts of queued submissions (moderation.review.starts).
 # REVIEWQUEUE_APPLY_INLINE=1 does both in the deciding (or accepting) process right after
 # the commit instead: for the in-process test suite and single-process tools that run no worker.
-REVIEWQUEUE_APPLY_INLINE = os.environ.get("REVIEWQUEUE_APPLY_INLINE", "") == "1"
+REVIEWQUEUE_APPLY_INLINE = env.bool("REVIEWQUEUE_APPLY_INLINE", False)
 # How long a worker waits for another to finish resuming the same thread.
-APPLY_LOCK_TIMEOUT = float(os.environ.get("APPLY_LOCK_TIMEOUT", "300"))
+APPLY_LOCK_TIMEOUT = env.float("APPLY_LOCK_TIMEOUT", 300.0)
 # Each worker runs this many apply lanes (threads that take graph resumes after decisions only):
 # a resume mostly waits on the database, so lanes overlap those waits; the resume lock keeps
 # each thread's resumes one at a time (moderation.review.apply). By default 4 on PostgreSQL
 # (woken by NOTIFY: docs/contributors/worker-throughput.md) and 0 on SQLite, which writes one
 # transaction at a time and has no notifications: lanes there would only poll and queue on its lock.
-APPLY_LANES = int(os.environ.get("APPLY_LANES", "4" if _db["ENGINE"] == "django.db.backends.postgresql" else "0"))
+APPLY_LANES = env.int("APPLY_LANES", 4 if _db["ENGINE"] == "django.db.backends.postgresql" else 0)
 # A decision still unapplied (or a queued item still not started) this long after it was
 # made is queued again by the sweep.
-APPLY_SWEEP_GRACE = float(os.environ.get("APPLY_SWEEP_GRACE", "30"))
+APPLY_SWEEP_GRACE = env.float("APPLY_SWEEP_GRACE", 30.0)
 # LangGraph deployments (moderation.review.deployments): a resume their server could not take is
 # tried again after REMOTE_RETRY_BASE seconds, doubling up to REMOTE_RETRY_MAX (with jitter); every
 # worker sweeps their interrupted threads every LANGGRAPH_SWEEP_INTERVAL seconds, for what no webhook told.
-REMOTE_RETRY_BASE = float(os.environ.get("REMOTE_RETRY_BASE", "2"))
-REMOTE_RETRY_MAX = float(os.environ.get("REMOTE_RETRY_MAX", "300"))
-LANGGRAPH_SWEEP_INTERVAL = float(os.environ.get("LANGGRAPH_SWEEP_INTERVAL", "30"))
+REMOTE_RETRY_BASE = env.float("REMOTE_RETRY_BASE", 2.0)
+REMOTE_RETRY_MAX = env.float("REMOTE_RETRY_MAX", 300.0)
+LANGGRAPH_SWEEP_INTERVAL = env.float("LANGGRAPH_SWEEP_INTERVAL", 30.0)
 # An edit's arguments, as JSON.
-DECISION_ARGS_MAX_LENGTH = int(os.environ.get("DECISION_ARGS_MAX_LENGTH", "16000"))
+DECISION_ARGS_MAX_LENGTH = env.int("DECISION_ARGS_MAX_LENGTH", 16000)
 # One webhook attempt's whole time (seconds): resolving, connecting, sending and reading
 # the answer together; a slow receiver holds a worker's lane at most this long.
-WEBHOOK_TIMEOUT = float(os.environ.get("WEBHOOK_TIMEOUT", "10"))
+WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", 10.0)
 # Webhooks go to public (global unicast) addresses only; these comma-separated addresses or
 # CIDR networks may be reached too, for internal receivers (moderation.delivery.targets).
 from ipaddress import ip_network  # noqa: E402
 
 try:
     WEBHOOK_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
-                                for entry in os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+                                for entry in env.str("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
 except ValueError as exc:
     raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
 # Each worker runs this many delivery lanes (threads that take webhook deliveries only); one
 # endpoint has at most half of them (at least one) in flight, so a hung receiver leaves the
 # other half to everyone else (moderation.delivery.sending).
-WEBHOOK_LANES = int(os.environ.get("WEBHOOK_LANES", "4"))
+WEBHOOK_LANES = env.int("WEBHOOK_LANES", 4)
 # Retries: exponential backoff from WEBHOOK_RETRY_BASE seconds, capped at WEBHOOK_RETRY_MAX,
 # with jitter; after WEBHOOK_RETRY_FOR seconds without a 2xx the delivery is marked failed.
-WEBHOOK_RETRY_BASE = float(os.environ.get("WEBHOOK_RETRY_BASE", "5"))
-WEBHOOK_RETRY_MAX = float(os.environ.get("WEBHOOK_RETRY_MAX", "3600"))
-WEBHOOK_RETRY_FOR = float(os.environ.get("WEBHOOK_RETRY_FOR", str(24 * 3600)))
+WEBHOOK_RETRY_BASE = env.float("WEBHOOK_RETRY_BASE", 5.0)
+WEBHOOK_RETRY_MAX = env.float("WEBHOOK_RETRY_MAX", 3600.0)
+WEBHOOK_RETRY_FOR = env.float("WEBHOOK_RETRY_FOR", 24 * 3600.0)
 # Each worker re-queues deliveries whose attempt was lost (a worker killed mid-delivery)
 # every WEBHOOK_SWEEP_INTERVAL seconds, once their lease is WEBHOOK_LEASE_GRACE seconds overdue.
-WEBHOOK_SWEEP_INTERVAL = float(os.environ.get("WEBHOOK_SWEEP_INTERVAL", "5"))
+WEBHOOK_SWEEP_INTERVAL = env.float("WEBHOOK_SWEEP_INTERVAL", 5.0)
 # How often every worker looks for asks past their deadline (moderation.review.deadlines): a
 # deadline fires at most this late. One indexed query on (status, deadline_at).
-DEADLINE_SWEEP_INTERVAL = float(os.environ.get("DEADLINE_SWEEP_INTERVAL", "1"))
-WEBHOOK_LEASE_GRACE = float(os.environ.get("WEBHOOK_LEASE_GRACE", "30"))
+DEADLINE_SWEEP_INTERVAL = env.float("DEADLINE_SWEEP_INTERVAL", 1.0)
+WEBHOOK_LEASE_GRACE = env.float("WEBHOOK_LEASE_GRACE", 30.0)
 # Test-only fault injection for crash tests of a real server (see moderation.core.faults).
-REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
+REVIEWQUEUE_FAULTS = env.str("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 
 # /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
 # "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
 # series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
-METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-METRICS_WORKER_ADDR = os.environ.get("METRICS_WORKER_ADDR", "127.0.0.1")
-METRICS_WORKER_PORT = int(os.environ.get("METRICS_WORKER_PORT", "0") or 0)
+METRICS_TOKEN = env.str("METRICS_TOKEN", "")
+METRICS_WORKER_ADDR = env.str("METRICS_WORKER_ADDR", "127.0.0.1")
+METRICS_WORKER_PORT = env.int("METRICS_WORKER_PORT", 0)
 
+# Also replaces daphne's root handler, so every line a process logs is written by ours, and logs
+# uncaught exceptions as one record each (reviewqueue.serverlog).
+LOGGING_CONFIG = "reviewqueue.serverlog.logging_configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -422,13 +420,16 @@ LOGGING = {
         "json": {"()": "moderation.core.requestid.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"],
-                             "formatter": "json" if os.environ.get("LOG_FORMAT") == "json" else "plain"}},
+                             "formatter": env.choice("LOG_FORMAT", "plain", ("plain", "json"))}},
     "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
                 "request_id": {"()": "moderation.core.requestid.RequestIdFilter"}},
+    # The root's level is left as it is: INFO under daphne (its command line sets it), WARNING elsewhere.
+    "root": {"handlers": ["console"]},
     "loggers": {
-        # Our handler writes our lines; daphne gives the root logger one of its own, which would
-        # write each of them a second time.
-        "moderation": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False},
+        "moderation": {"handlers": ["console"], "level": env.str("LOG_LEVEL", "INFO"), "propagate": False},
+        # Django's own console handler (development only) would write their lines a second time, as plain text.
+        "django": {"handlers": [], "level": "INFO"},
+        "py.warnings": {"handlers": []},  # captured by reviewqueue.serverlog
         "django.request": {"filters": ["no_conflicts"]},
     },
 }

@@ -3,6 +3,9 @@ from django.urls import include, path
 
 from moderation.api.views import api
 
+# settings.INSTALLED_APPS has the admin without autodiscovery: only a process that serves pages loads it.
+admin.autodiscover()
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -16,7 +16,10 @@ WORKER_INTERVAL=${WORKER_INTERVAL:-0.1}
 
 source scripts/processes.sh
 
-"$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" > >(sed -u "s/^/[worker] /") 2>&1 &
+# Plain lines are marked as the worker's; JSON lines stay JSON (each carries its process id).
+prefix="[worker] "
+[ "${LOG_FORMAT:-plain}" = json ] && prefix=""
+"$PY" manage.py db_worker --no-reload --interval "$WORKER_INTERVAL" > >(sed -u "s/^/$prefix/") 2>&1 &
 pids+=("$!")
 "$PY" -m daphne -b "$HOST" -p "$PORT" reviewqueue.asgi:application &
 pids+=("$!")

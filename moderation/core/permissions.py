@@ -1,7 +1,10 @@
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 DECIDE_PERMISSION = "moderation.decide_item"
@@ -41,3 +44,38 @@ def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[Abstrac
             group.user_set.remove(*users.values())
     fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
     return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
+
+
+class AccountRefused(ValueError):
+    """The new account's username or password does not pass Django's checks; the messages say why."""
+
+
+@dataclass(frozen=True)
+class ModeratorAccount:
+    user: AbstractBaseUser
+    created: bool
+
+
+def moderator_create(*, username: str, password: str) -> ModeratorAccount:
+    """Make ``username`` a moderator, first creating the account with ``password`` if there is none.
+
+    An existing account keeps its password (a second run of a provisioning script changes
+    nothing). A new one's username and password go through the model's and the
+    ``AUTH_PASSWORD_VALIDATORS`` checks first: ``AccountRefused``, and nothing created.
+    One transaction; the unique username settles two runs at once (one creates, the other fails).
+    """
+    user_model = get_user_model()
+    with transaction.atomic():
+        user = user_model.objects.filter(username=username).first()
+        created = user is None
+        if created:
+            user = user_model(username=username)
+            try:
+                user.full_clean(exclude=["password"])
+                validate_password(password, user=user)
+            except ValidationError as exc:
+                raise AccountRefused(" ".join(exc.messages)) from None
+            user.set_password(password)
+            user.save()
+        Group.objects.get(name=MODERATORS_GROUP).user_set.add(user)
+    return ModeratorAccount(user=user_model.objects.get(pk=user.pk), created=created)

@@ -2,9 +2,10 @@
 
 The callable takes a LangGraph checkpointer and returns the compiled graph
 (``builder.compile(checkpointer=...)``, or ``create_agent(..., checkpointer=...)``).
-Every entry is imported when the app starts (``graphs_check`` from ``AppConfig.ready``),
-so a typo stops the server and the worker at start-up with the name and the import
-error, never as a 500 on the first item.
+Every entry is imported when the server starts (``reviewqueue.asgi``) and by Django's system
+checks (``moderation.apps``: the worker and most commands run them), so a typo stops the server
+and the worker at start-up with the name and the import error, never as a 500 on the first
+item. Not at app load: a process that runs no graph (``moderator_add``) never imports LangGraph.
 
 A graph left out altogether (``REVIEWQUEUE_EXTRA_GRAPHS`` forgotten on a restart) cannot be
 told from one retired on purpose, so it stops nothing: its items keep their rows and

@@ -60,7 +60,6 @@ from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from moderation.graphs.runtime import graph_asks_pending
 from moderation.models import (
     AskStatus,
     AttemptOutcome,
@@ -470,6 +469,10 @@ def item_graph_mismatch(*, item: QueueItem) -> str | None:
     live, so an ask the snapshot still shows pending may have been decided and applied
     since. (``manage.py recover`` checks pending asks, under the item's lock.)
     """
+    # Imported here: every SQLite connection imports this module (audit_sqlite_function_install), and
+    # graphs.runtime brings LangGraph, which a process that runs no graph (moderator_add) never needs.
+    from moderation.graphs.runtime import graph_asks_pending
+
     applied = {ask.interrupt_id for ask in item.asks.all() if ask.applied_at is not None}
     if not applied:
         return None

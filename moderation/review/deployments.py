@@ -139,6 +139,22 @@ def deployment_webhook_path(*, deployment: Deployment, secret: str) -> str:
     return f"/api/v1/deployments/{deployment.name}/webhook?token={secret}"
 
 
+def deployment_webhook_rotate(*, name: str) -> tuple[Deployment, str] | None:
+    """A new webhook secret for the deployment ``name`` (None: no such deployment); the old one stops working at once.
+
+    For a secret that leaked, e.g. through LangGraph Server's own logs of a run's webhook URL.
+    Locks the deployment's row for the write only; the caller passes the new URL to the agent's runs.
+    """
+    secret = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().filter(name=name).first()
+        if deployment is None:
+            return None
+        deployment.webhook_digest = _digest(secret)
+        deployment.save(update_fields=["webhook_digest"])
+    return deployment, secret
+
+
 def deployment_verify(*, name: str, token: str) -> Deployment | None:
     """The active deployment the webhook secret belongs to, or None (compared in constant time)."""
     deployment = Deployment.objects.filter(name=name, is_active=True).select_related("client").first()

@@ -213,3 +213,62 @@ def test_a_moderation_log_line_is_written_once_under_daphne(tmp_path):
     log = server.log_path.read_text()
     assert log.count("health check database failed") == 1, log
     assert "WARNING moderation.web.health: health check database failed" in log, log
+
+
+def _settings_shown(names: list[str], **env) -> list[str]:
+    show = f"from django.conf import settings as s; print(*(getattr(s, n) for n in {names!r}))"
+    result = _manage("shell", "-v", "0", "-c", show, DEBUG="true", **env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_every_boolean_is_read_one_way():
+    """CLAIMS_ENABLED=off left claims on: four booleans were parsed by hand, each its own way."""
+    names = ["CLAIMS_ENABLED", "CLAIMS_REQUIRED", "NEXT_ITEM_AFTER_DECISION", "REVIEWQUEUE_APPLY_INLINE"]
+    assert _settings_shown(names, **dict.fromkeys(names, "off")) == ["False"] * 4
+    assert _settings_shown(names, **dict.fromkeys(names, "on")) == ["True"] * 4
+    assert _settings_shown(names, **dict.fromkeys(names, "Yes")) == ["True"] * 4
+    assert _settings_shown(names, **dict.fromkeys(names, "0")) == ["False"] * 4
+
+
+def test_a_spelling_the_settings_do_not_know_is_refused_naming_the_variable_and_the_value():
+    # django-environ alone reads an unknown boolean as false and "5s" as 5.0.
+    for name, value, error in (
+        ("CLAIMS_ENABLED", "of", "CLAIMS_ENABLED must be true or false, not 'of'"),
+        ("NEXT_ITEM_AFTER_DECISION", "2", "NEXT_ITEM_AFTER_DECISION must be true or false, not '2'"),
+        ("SQLITE_BUSY_TIMEOUT", "5s", "SQLITE_BUSY_TIMEOUT must be a number, not '5s'"),
+        ("CLAIM_SECONDS", "5m", "CLAIM_SECONDS must be a whole number, not '5m'"),
+        ("LOG_FORMAT", "JSON", "LOG_FORMAT must be one of plain, json, not 'JSON'"),
+    ):
+        result = _manage("check", DEBUG="true", **{name: value})
+        assert result.returncode != 0 and error in result.stderr, result.stderr
+
+
+def test_a_value_is_what_it_says_and_an_empty_number_is_its_default():
+    # A generated key may start with "$", which django-environ would read as another variable's name.
+    assert _settings_shown(["SECRET_KEY", "METRICS_WORKER_PORT", "CLAIM_SECONDS"],
+                           SECRET_KEY="$HOME-not-a-reference", METRICS_WORKER_PORT="", CLAIM_SECONDS="") == [
+        "$HOME-not-a-reference", "0", "300"]
+
+
+def _variables_read(path: Path) -> set[str]:
+    """The names passed to ``env.<type>(...)`` in a settings module."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "env"):
+            names.add(node.args[0].value)
+    return names
+
+
+def test_every_variable_the_settings_read_is_read_through_env_and_documented():
+    settings_path = BASE_DIR / "reviewqueue" / "settings.py"
+    source = settings_path.read_text()
+    assert "os.environ" not in source and "getenv" not in source, "read the environment through env only"
+    read = _variables_read(settings_path) | _variables_read(BASE_DIR / "e2e" / "settings.py")
+    assert {"CLAIMS_ENABLED", "LANGGRAPH_SWEEP_INTERVAL", "REMOTE_RETRY_BASE", "LOG_FORMAT"} <= read
+    documented = (BASE_DIR / "docs" / "operators" / "configuration.md").read_text()
+    missing = sorted(name for name in read if f"`{name}`" not in documented)
+    assert not missing, f"not in docs/operators/configuration.md: {missing}"

@@ -1,5 +1,7 @@
 """moderation.graphs.registry: which graphs an item may run, checked at start-up."""
 
+import re
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
@@ -58,3 +60,41 @@ def test_registry_without_the_built_in_graph_or_with_a_bad_name_is_refused(setti
     settings.REVIEWQUEUE_GRAPHS = graphs
     with pytest.raises(ImproperlyConfigured, match=words):
         graphs_check()
+
+
+def _manage(*args: str, **env: str):
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings as django_settings
+
+    return subprocess.run([sys.executable, *args], cwd=django_settings.BASE_DIR, capture_output=True, text=True,
+                          env={**os.environ, "DEBUG": "true", **env}, timeout=300)
+
+
+def test_a_command_that_runs_no_graph_never_imports_langgraph_or_langchain(tmp_path):
+    """Graphs are checked by the server, the worker and the system checks, not at app load: moderator_add
+    (help, or a run on a database) costs no LangGraph import (about a second of CPU)."""
+    env = {"REVIEWQUEUE_VAR_DIR": str(tmp_path), "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
+    for args in (["--help"], ["ghost"]):
+        done = _manage("-X", "importtime", "manage.py", "moderator_add", *args, **env)
+        imported = {line.rpartition("|")[2].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
+        assert "django" in imported and not imported & {"langgraph", "langchain", "langchain_core"}, args
+    # Negative control: a command that checks (here `check` itself) imports every registered graph.
+    done = _manage("-X", "importtime", "manage.py", "check", **env)
+    assert done.returncode == 0 and "langgraph.graph" in done.stderr
+
+
+def test_a_graph_that_cannot_be_imported_still_stops_the_server_and_every_checked_command(tmp_path):
+    from e2e.server import LiveServer, ServerError
+
+    bad = {"REVIEWQUEUE_EXTRA_GRAPHS": "my_agent=myapp.agnet:build", "REVIEWQUEUE_VAR_DIR": str(tmp_path)}
+    error = "REVIEWQUEUE_GRAPHS['my_agent'] = 'myapp.agnet:build' cannot be imported"
+    for command in (["check"], ["db_worker", "--no-reload", "--no-startup-delay"], ["recover"]):
+        done = _manage("manage.py", *command, **bad)
+        assert done.returncode != 0 and error in done.stderr, (command, done.stderr[-2000:])
+    server = LiveServer(tmp_path / "server", extra_env=bad)
+    with pytest.raises(ServerError, match=re.escape(error)):
+        server.start(timeout=120)
+    server.close()

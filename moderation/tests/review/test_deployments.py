@@ -435,3 +435,25 @@ def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(lang
     call_command("deployment_list", stdout=listed)
     assert listed.getvalue().startswith(f"cmd-agents\t{langgraph_server.url}\tactive\tkey set\tgraphs: hitl→any team, fanout")
     assert "lsv2-command-key" not in listed.getvalue() + err.getvalue()
+
+
+@pytest.mark.django_db
+def test_rotating_a_webhook_secret_refuses_the_old_url_and_prints_the_new_one_once(client, monkeypatch):
+    """The run's webhook URL is in LangGraph Server's own logs: a leaked one is replaced, not lived with."""
+    monkeypatch.setattr(deployments, "remote_graphs_resolve",
+                        lambda *, connection, names: {name: {"graph_id": name} for name in names})
+    deployment, old = deployment_register(name="rot-agents", url="http://127.0.0.1:9", api_key="",
+                                          routes=[GraphRoute(graph="hitl")])
+    out, err = io.StringIO(), io.StringIO()
+    call_command("deployment_webhook_rotate", "rot-agents", "--base-url", "https://rq.example.org/", stdout=out, stderr=err)
+    url = out.getvalue().strip()
+    assert re.fullmatch(r"https://rq\.example\.org/api/v1/deployments/rot-agents/webhook\?token=[\w-]{43}", url), url
+    new = url.partition("token=")[2]
+    assert "shown only now" in err.getvalue() and new not in err.getvalue()
+    assert deployments.deployment_verify(name="rot-agents", token=old) is None
+    assert deployments.deployment_verify(name="rot-agents", token=new) == deployment
+    answer = client.post(deployment_webhook_path(deployment=deployment, secret=old), {"thread_id": "t"},
+                         content_type="application/json")
+    assert answer.status_code == 404 and answer.json()["error"] == "not_found"
+    with pytest.raises(CommandError, match="no deployment 'nope'"):
+        call_command("deployment_webhook_rotate", "nope", stdout=io.StringIO(), stderr=io.StringIO())

@@ -32,10 +32,16 @@ from moderation.delivery.targets import address_refusal, host_addresses
 
 BODY_READ_MAX = 1024
 EXCERPT_CHARS = 100
-# name=value, name: value and "name": "value" pairs (names bounded, so matching stays linear);
-# the value is redacted when the name says secret. Also redacted: long opaque tokens.
-_PAIR = re.compile(r"(?P<name>[\w.-]{1,64})(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?P<value>(?:bearer\s+|basic\s+)?[^\s\"'&,;]+)",
-                   re.IGNORECASE)
+# A name and its separator in name=value, name: value and "name": "value" (names bounded, so
+# matching stays linear); the value after it is redacted when the name says secret. Only the
+# name and separator are consumed: a pair inside another's value ("ERROR: secret=...") is
+# found too. Also redacted: long opaque tokens.
+_NAME = re.compile(r"(?P<name>[\w.-]{1,64})[\"']?\s*[:=]\s*(?P<quote>[\"']?)")
+_VALUE = {
+    "": re.compile(r"(?:bearer\s+|basic\s+)?[^\s\"'&,;]+", re.IGNORECASE),
+    '"': re.compile(r'(?:\\.|[^"\\])+'),  # a quoted value ends at its closing quote, spaces and all
+    "'": re.compile(r"(?:\\.|[^'\\])+"),
+}
 _SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|auth|session|cookie|credential|signature", re.IGNORECASE)
 _OPAQUE = re.compile(r"[A-Za-z0-9+/_=-]{24,}")
 _SPACES = re.compile(r"\s{2,}")
@@ -80,9 +86,21 @@ def _scrubbed(text: str, *, length: int) -> str:
     Redacted before the cut, so that a secret cut in half is not half shown.
     """
     text = _SPACES.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
-    text = _PAIR.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}" if _SECRET_NAME.search(m["name"]) else m[0], text)
+    text = _secret_values_redacted(text)
     text = _OPAQUE.sub(lambda m: REDACTED if _looks_opaque(m[0]) else m[0], text)
     return text_excerpt(text=text, length=length)
+
+
+def _secret_values_redacted(text: str) -> str:
+    kept, done = [], 0
+    for name in _NAME.finditer(text):
+        if name.start() < done or not _SECRET_NAME.search(name["name"]):
+            continue
+        value = _VALUE[name["quote"]].match(text, name.end())
+        if value is not None:
+            kept += [text[done:name.end()], REDACTED]
+            done = value.end()
+    return "".join(kept) + text[done:]
 
 
 def _looks_opaque(word: str) -> bool:

@@ -105,7 +105,9 @@ class GuardedBackend(httpcore.NetworkBackend):
                 raise AddressRefused(f"{host}: {refusal}" if str(address) != host.strip("[]") else refusal)
         error: Exception | None = None
         for address in addresses:  # in DNS's order, as a plain connect would try them
-            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            left = None if timeout is None else timeout - (time.monotonic() - started)
+            if left is not None and left <= 0:
+                raise httpcore.ConnectTimeout(f"{host}: out of time")
             try:
                 return self._tcp.connect_tcp(str(address), port, timeout=left, local_address=local_address,
                                              socket_options=socket_options)

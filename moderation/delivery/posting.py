@@ -6,10 +6,11 @@ deadline, ``WEBHOOK_TIMEOUT`` after the attempt began, bounds all of it: resolvi
 connecting, TLS, sending the request and every read of the answer; each operation gets what
 is left of it (``_DeadlineStream``).
 
-The connection is made by ``_GuardedBackend`` (httpcore's network backend, below httpx): it
-resolves the name once, checks every address (``moderation.delivery.targets``) and connects
-the socket to a checked one, so a DNS answer that changes between the check and the connect
-(rebinding) cannot slip through. Proxies named in the environment are not used: the check
+The connection is made by ``_GuardedBackend`` (``moderation.core.addresses.GuardedBackend``,
+httpcore's network backend below httpx, bounded by the deadline): it resolves the name once,
+checks every address (``moderation.delivery.targets``) and connects the socket to a checked
+one, so a DNS answer that changes between the check and the connect (rebinding) cannot slip
+through. Proxies named in the environment are not used: the check
 must see the receiver's own address. TLS still verifies the certificate for the URL's name.
 
 For a 2xx answer only the status line and headers are read. Of any other answer at most
@@ -27,8 +28,9 @@ import time
 import httpcore
 import httpx
 
+from moderation.core.addresses import AddressRefused, GuardedBackend
 from moderation.core.text import text_excerpt
-from moderation.delivery.targets import address_refusal, host_addresses
+from moderation.delivery.targets import address_refusal
 
 BODY_READ_MAX = 1024
 EXCERPT_CHARS = 100
@@ -48,10 +50,6 @@ _SPACES = re.compile(r"\s{2,}")
 REDACTED = "[redacted]"
 
 
-class TargetRefused(Exception):
-    """The URL's host is, or resolves to, an address webhooks may not go to."""
-
-
 def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
     """POST ``body`` to ``url`` within ``timeout`` seconds in all; (status or None, error or "")."""
     deadline = time.monotonic() + timeout
@@ -63,7 +61,7 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: flo
                 if 200 <= response.status < 300:
                     return response.status, ""
                 return response.status, error_excerpt(status=response.status, head=_head_read(response))
-    except TargetRefused as exc:
+    except AddressRefused as exc:
         return None, f"refused: {exc}"
     except httpcore.TimeoutException as exc:
         # Each operation may take only what is left, so any timeout is the whole attempt's.
@@ -129,33 +127,17 @@ def _left(deadline: float, expired: type[Exception]) -> float:
     return left
 
 
-class _GuardedBackend(httpcore.NetworkBackend):
+class _GuardedBackend(GuardedBackend):
+    """The address check's backend, every operation bounded by the attempt's deadline."""
+
     def __init__(self, deadline: float) -> None:
+        super().__init__(refusal=address_refusal)
         self._deadline = deadline
-        self._tcp = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        try:
-            addresses = host_addresses(host=host, timeout=_left(self._deadline, httpcore.ConnectTimeout))
-        except TimeoutError:
-            raise httpcore.ConnectTimeout from None
-        except OSError as exc:
-            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from None
-        for address in addresses:
-            if refusal := address_refusal(address):
-                raise TargetRefused(f"{host}: {refusal}" if str(address) != host else refusal)
-        error: Exception | None = None
-        for address in addresses:  # in DNS's order, as a plain connect would try them
-            try:
-                stream = self._tcp.connect_tcp(
-                    str(address), port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
-                    local_address=local_address, socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                error = exc
-                continue
-            return _DeadlineStream(stream, self._deadline)
-        raise error
+        stream = super().connect_tcp(host, port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
+                                     local_address=local_address, socket_options=socket_options)
+        return _DeadlineStream(stream, self._deadline)
 
 
 class _DeadlineStream(httpcore.NetworkStream):

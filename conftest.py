@@ -22,6 +22,8 @@ os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
 # The tests' webhook receivers listen on 127.0.0.1, which webhooks may reach only when allowed;
 # the tests of the refusal take the allowance away.
 os.environ.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1")
+# The same for the tests' LangGraph Server (langgraph dev) and the deployments they register.
+os.environ.setdefault("DEPLOYMENT_ALLOWED_NETWORKS", "127.0.0.1")
 
 
 def pytest_configure(config):
@@ -35,6 +37,7 @@ def pytest_configure(config):
     # own channel layer, never through the database (moderation.records.relay).
     settings.LIVE_RELAY = False
     settings.WEBHOOK_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["WEBHOOK_ALLOWED_NETWORKS"].split(",")]
+    settings.DEPLOYMENT_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["DEPLOYMENT_ALLOWED_NETWORKS"].split(",")]
     _redis_of_this_worker(settings)
 
 

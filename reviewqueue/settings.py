@@ -380,6 +380,13 @@ try:
                                 for entry in env.str("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
 except ValueError as exc:
     raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+# LangGraph deployments are reached at public addresses only too; these networks may be reached
+# as well, for a deployment inside the installation's network (moderation.graphs.remote).
+try:
+    DEPLOYMENT_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
+                                   for entry in env.str("DEPLOYMENT_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DEPLOYMENT_ALLOWED_NETWORKS: {exc}") from None
 # Each worker runs this many delivery lanes (threads that take webhook deliveries only); one
 # endpoint has at most half of them (at least one) in flight, so a hung receiver leaves the
 # other half to everyone else (moderation.delivery.sending).

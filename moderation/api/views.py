@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -56,6 +57,8 @@ from moderation.review.submissions import (
     item_submit,
     items_accept,
 )
+
+logger = logging.getLogger(__name__)
 
 LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200
@@ -371,5 +374,9 @@ def deployment_webhook_receive(request: HttpRequest, name: str, token: str = Que
     try:
         items = deployment_webhook(deployment=deployment, payload=payload)
     except (RemoteUnavailable, RemoteRefused) as exc:
-        return _error(request, 502, "deployment_unreachable", str(exc))
+        # The deployment's words (its errors, addresses, what it refused) are for the operator's log, not
+        # for whoever called this URL; the worker's sweep looks again.
+        logger.warning("deployment %s: its webhook's thread could not be read: %s", deployment.name, exc)
+        return _error(request, 502, "deployment_unreachable",
+                      "the deployment could not be read; its threads are looked at again by the next sweep")
     return {"items": [str(found.item.public_id) for found in items]}

@@ -6,10 +6,11 @@ deadline, ``WEBHOOK_TIMEOUT`` after the attempt began, bounds all of it: resolvi
 connecting, TLS, sending the request and every read of the answer; each operation gets what
 is left of it (``_DeadlineStream``).
 
-The connection is made by ``_GuardedBackend`` (httpcore's network backend, below httpx): it
-resolves the name once, checks every address (``moderation.delivery.targets``) and connects
-the socket to a checked one, so a DNS answer that changes between the check and the connect
-(rebinding) cannot slip through. Proxies named in the environment are not used: the check
+The connection is made by ``_GuardedBackend`` (``moderation.core.addresses.GuardedBackend``,
+httpcore's network backend below httpx, bounded by the deadline): it resolves the name once,
+checks every address (``moderation.delivery.targets``) and connects the socket to a checked
+one, so a DNS answer that changes between the check and the connect (rebinding) cannot slip
+through. Proxies named in the environment are not used: the check
 must see the receiver's own address. TLS still verifies the certificate for the URL's name.
 
 For a 2xx answer only the status line and headers are read. Of any other answer at most
@@ -27,23 +28,26 @@ import time
 import httpcore
 import httpx
 
+from moderation.core.addresses import AddressRefused, GuardedBackend
 from moderation.core.text import text_excerpt
-from moderation.delivery.targets import address_refusal, host_addresses
+from moderation.delivery.targets import address_refusal
 
 BODY_READ_MAX = 1024
 EXCERPT_CHARS = 100
-# name=value, name: value and "name": "value" pairs (names bounded, so matching stays linear);
-# the value is redacted when the name says secret. Also redacted: long opaque tokens.
-_PAIR = re.compile(r"(?P<name>[\w.-]{1,64})(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?P<value>(?:bearer\s+|basic\s+)?[^\s\"'&,;]+)",
-                   re.IGNORECASE)
+# A name and its separator in name=value, name: value and "name": "value" (names bounded, so
+# matching stays linear); the value after it is redacted when the name says secret. Only the
+# name and separator are consumed: a pair inside another's value ("ERROR: secret=...") is
+# found too. Also redacted: long opaque tokens.
+_NAME = re.compile(r"(?P<name>[\w.-]{1,64})[\"']?\s*[:=]\s*(?P<quote>[\"']?)")
+_VALUE = {
+    "": re.compile(r"(?:bearer\s+|basic\s+)?[^\s\"'&,;]+", re.IGNORECASE),
+    '"': re.compile(r'(?:\\.|[^"\\])+'),  # a quoted value ends at its closing quote, spaces and all
+    "'": re.compile(r"(?:\\.|[^'\\])+"),
+}
 _SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|auth|session|cookie|credential|signature", re.IGNORECASE)
 _OPAQUE = re.compile(r"[A-Za-z0-9+/_=-]{24,}")
 _SPACES = re.compile(r"\s{2,}")
 REDACTED = "[redacted]"
-
-
-class TargetRefused(Exception):
-    """The URL's host is, or resolves to, an address webhooks may not go to."""
 
 
 def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
@@ -57,7 +61,7 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: flo
                 if 200 <= response.status < 300:
                     return response.status, ""
                 return response.status, error_excerpt(status=response.status, head=_head_read(response))
-    except TargetRefused as exc:
+    except AddressRefused as exc:
         return None, f"refused: {exc}"
     except httpcore.TimeoutException as exc:
         # Each operation may take only what is left, so any timeout is the whole attempt's.
@@ -80,9 +84,21 @@ def _scrubbed(text: str, *, length: int) -> str:
     Redacted before the cut, so that a secret cut in half is not half shown.
     """
     text = _SPACES.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
-    text = _PAIR.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}" if _SECRET_NAME.search(m["name"]) else m[0], text)
+    text = _secret_values_redacted(text)
     text = _OPAQUE.sub(lambda m: REDACTED if _looks_opaque(m[0]) else m[0], text)
     return text_excerpt(text=text, length=length)
+
+
+def _secret_values_redacted(text: str) -> str:
+    kept, done = [], 0
+    for name in _NAME.finditer(text):
+        if name.start() < done or not _SECRET_NAME.search(name["name"]):
+            continue
+        value = _VALUE[name["quote"]].match(text, name.end())
+        if value is not None:
+            kept += [text[done:name.end()], REDACTED]
+            done = value.end()
+    return "".join(kept) + text[done:]
 
 
 def _looks_opaque(word: str) -> bool:
@@ -111,33 +127,17 @@ def _left(deadline: float, expired: type[Exception]) -> float:
     return left
 
 
-class _GuardedBackend(httpcore.NetworkBackend):
+class _GuardedBackend(GuardedBackend):
+    """The address check's backend, every operation bounded by the attempt's deadline."""
+
     def __init__(self, deadline: float) -> None:
+        super().__init__(refusal=address_refusal)
         self._deadline = deadline
-        self._tcp = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        try:
-            addresses = host_addresses(host=host, timeout=_left(self._deadline, httpcore.ConnectTimeout))
-        except TimeoutError:
-            raise httpcore.ConnectTimeout from None
-        except OSError as exc:
-            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from None
-        for address in addresses:
-            if refusal := address_refusal(address):
-                raise TargetRefused(f"{host}: {refusal}" if str(address) != host else refusal)
-        error: Exception | None = None
-        for address in addresses:  # in DNS's order, as a plain connect would try them
-            try:
-                stream = self._tcp.connect_tcp(
-                    str(address), port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
-                    local_address=local_address, socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                error = exc
-                continue
-            return _DeadlineStream(stream, self._deadline)
-        raise error
+        stream = super().connect_tcp(host, port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
+                                     local_address=local_address, socket_options=socket_options)
+        return _DeadlineStream(stream, self._deadline)
 
 
 class _DeadlineStream(httpcore.NetworkStream):

@@ -6,6 +6,11 @@ caller holds the thread's resume lock (``moderation.core.resumelock``) around a
 read-then-resume, because LangGraph Server does not refuse two resumes of one interrupt:
 a second one sent while the first runs gets 409 (``multitask_strategy="reject"``), and
 one sent after the first finished is answered 200 with the first one's state.
+
+Every connection to a deployment, its registration's first, goes only to a public address
+or one in ``DEPLOYMENT_ALLOWED_NETWORKS`` (``moderation.core.addresses``, the rule webhooks
+follow), checked on the address connected to; proxies from the environment are not used,
+so the check sees the deployment's own address.
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
+from django.conf import settings
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 from langgraph_sdk.errors import APIConnectionError, AuthenticationError, NotFoundError, PermissionDeniedError
+
+from moderation.core.addresses import AddressRefused, GuardedBackend, IPAddress, address_refusal
 
 # Seconds to connect; a resume's run may take as long as the agent's next steps.
 CONNECT_TIMEOUT = 5.0
@@ -68,9 +77,23 @@ class Connection:
         headers = dict(made.http.client.headers)
         made.close()
         return SyncLangGraphClient(httpx.Client(
-            base_url=self.url, headers=headers, transport=httpx.HTTPTransport(retries=CONNECT_RETRIES),
+            base_url=self.url, headers=headers, transport=_GuardedTransport(), trust_env=False,
             timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
         ))
+
+
+def deployment_address_refusal(address: IPAddress) -> str | None:
+    """Why a deployment may not be reached at ``address``, or None when it may."""
+    refusal = address_refusal(address=address, allowed=settings.DEPLOYMENT_ALLOWED_NETWORKS)
+    return refusal and f"{refusal}; deployments are reached at public addresses only, unless DEPLOYMENT_ALLOWED_NETWORKS allows it"
+
+
+class _GuardedTransport(httpx.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__(retries=CONNECT_RETRIES)
+        # httpx takes no network backend of its own: its pool is made again with the one that checks addresses.
+        self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), retries=CONNECT_RETRIES,
+                                             network_backend=GuardedBackend(refusal=deployment_address_refusal))
 
 
 @contextmanager
@@ -78,6 +101,8 @@ def _calling(what: str) -> Iterator[None]:
     """Translate the SDK's and httpx's errors into ours: unreachable (try again later), busy (409) or refused."""
     try:
         yield
+    except AddressRefused as exc:
+        raise RemoteRefused(f"{what}: refused: {exc}") from exc
     except (APIConnectionError, httpx.TransportError) as exc:
         raise RemoteUnavailable(f"{what}: cannot reach the deployment: {exc}") from exc
     except (AuthenticationError, PermissionDeniedError) as exc:

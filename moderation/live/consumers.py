@@ -20,7 +20,8 @@ viewer's socket writes no presence and releases no claim.
 Rights are re-read from the database on every heartbeat, on every ``rights.changed``
 (sent by ``moderation.live.rights`` when a change is made through the ORM, on any server)
 and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECONDS``;
-a socket whose user may no longer hold it leaves its groups and is closed (4401). A
+a socket whose user may no longer hold it, or no longer join one of its groups (removed
+from a team), or no longer see its item, leaves its groups and is closed (4401). A
 viewer made a moderator is sent a state saying so at once; the socket stays read-only as
 admitted, and the page, rendered without decision forms, asks to be reloaded.
 
@@ -96,6 +97,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     opened_at: datetime | None = None
     # Admitted as a moderator (presence, claims) or as a viewer (listening only).
     can_decide = False
+    # The groups joined when admitted: a rights check ends the socket once one is no longer its user's.
+    groups: list[str] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # A client can close between an event's arrival and its delivery; daphne then refuses
@@ -162,11 +165,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.session_key = None  # not counted, so nothing to release
             return
         # Join before reading the state, so nothing can fall between the snapshot and the first event.
-        await live_groups_join(
-            layer=self.channel_layer, channel_name=self.channel_name,
-            groups=await database_sync_to_async(live_groups)(
-                user=user, session_key=self.session_key, item_public_id=self.item_public_id),
-        )
+        self.groups = await database_sync_to_async(live_groups)(
+            user=user, session_key=self.session_key, item_public_id=self.item_public_id)
+        await live_groups_join(layer=self.channel_layer, channel_name=self.channel_name, groups=self.groups)
         await self.accept()
         if self.item_public_id and self.can_decide:
             self.opened_at = timezone.now()
@@ -192,6 +193,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         state = await database_sync_to_async(live_heartbeat)(
             session_key=self.session_key, user_id=self.user_id, username=self.username,
             item_public_id=self.item_public_id, channel_name=self.channel_name, can_decide=self.can_decide,
+            groups=self.groups,
         )
         if state is None:
             await self.rights_changed({})
@@ -215,7 +217,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.ended:
             return
         rights = await database_sync_to_async(live_rights_read)(
-            session_key=self.session_key, user_id=self.user_id, can_decide=self.can_decide
+            session_key=self.session_key, user_id=self.user_id, can_decide=self.can_decide,
+            item_public_id=self.item_public_id, groups=self.groups,
         )
         self.rights_checked_at = time.monotonic()
         if rights.lost is not None:

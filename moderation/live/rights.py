@@ -1,9 +1,9 @@
 """Telling open sockets that their user's rights may have changed.
 
 A socket is admitted once, at connect, but what it was admitted with can be taken
-away while it stays open: a moderator removed from the group, a permission revoked, an
-account deactivated, a password reset (which changes the session hash), the sessions
-deleted. Each such change made through the ORM, on any server, sends ``rights.changed``
+away while it stays open: a moderator removed from the group or from a team, a permission
+revoked, an account deactivated, a password reset (which changes the session hash), the
+sessions deleted. Each such change made through the ORM, on any server, sends ``rights.changed``
 to the user's (or the session's) sockets in every process, and each socket re-reads
 its rights from the database and closes if they are gone. Changes made behind the ORM's
 back (raw SQL, an expired session) are caught by the sockets' own periodic re-check.
@@ -21,6 +21,7 @@ from django.contrib.auth.models import Group
 from django.contrib.sessions.models import Session
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
+from moderation.policies.models import TeamMembership
 from moderation.records import events
 
 # Saves that change nothing a socket was admitted with: logging in touches last_login.
@@ -37,6 +38,10 @@ def rights_signals_connect() -> None:
     pre_delete.connect(_group_deleting, sender=Group, dispatch_uid=f"{uid}.group_deleted")
     post_delete.connect(_user_deleted, sender=User, dispatch_uid=f"{uid}.user_deleted")
     post_delete.connect(_session_deleted, sender=Session, dispatch_uid=f"{uid}.session_deleted")
+    # Every way a membership changes: team_member_add / team_member_remove (manage.py team, the admin), a
+    # team deleted with its memberships, a row deleted or saved by hand.
+    post_save.connect(_membership_changed, sender=TeamMembership, dispatch_uid=f"{uid}.membership_saved")
+    post_delete.connect(_membership_changed, sender=TeamMembership, dispatch_uid=f"{uid}.membership_deleted")
 
 
 def _users_changed(user_ids: Iterable[int]) -> None:
@@ -98,3 +103,6 @@ def _session_deleted(sender: Any, instance: Session, **kwargs: Any) -> None:
     session_key = instance.session_key
     events.after_commit(lambda: events.rights_changed_broadcast(session_key=session_key))
 
+
+def _membership_changed(sender: Any, instance: TeamMembership, **kwargs: Any) -> None:
+    _users_changed([instance.user_id])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from types import SimpleNamespace
@@ -49,6 +50,8 @@ CLOSE_TOO_MANY_SOCKETS = 4409
 CLOSE_RATE_LIMITED = 4429
 
 LOST_DECIDE_MESSAGE = "you may no longer decide items; reload the page to follow the queue read-only"
+LOST_TEAM_MESSAGE = "your teams changed; the page reconnects to follow the queues you may see now"
+LOST_ITEM_MESSAGE = "you may no longer see this item (it is another team's)"
 
 FRAME_TYPES = ("heartbeat",)
 # A heartbeat is 20 characters; anything near this bound is not ours, and is refused unread.
@@ -88,7 +91,9 @@ class LiveRights:
     can_decide: bool  # what its user may do now
 
 
-def live_rights_read(*, session_key: str | None, user_id: int, can_decide: bool) -> LiveRights:
+def live_rights_read(
+    *, session_key: str | None, user_id: int, can_decide: bool, item_public_id: str | None, groups: Sequence[str],
+) -> LiveRights:
     """The socket's user's rights, read fresh from the stores.
 
     ``can_decide``: what the socket was admitted as. A moderator's page holds decision
@@ -97,9 +102,13 @@ def live_rights_read(*, session_key: str | None, user_id: int, can_decide: bool)
     read-only as admitted (never counted as present on an item); the states it is sent say
     the user may now decide, and the page, rendered without forms, asks to be reloaded.
 
+    ``groups``: what the socket joined when admitted. A queue page that joined a group its
+    user may no longer join (removed from a team, no longer a supervisor) ends, and reconnects
+    to the groups it may join now; an item page ends once its user may no longer see the item.
+
     The scope's session and user were loaded once at connect; a logout, a password change
-    (Django's session hash), deleted sessions, a deactivated account or a revoked
-    permission since then are visible only in the database itself.
+    (Django's session hash), deleted sessions, a deactivated account, a revoked
+    permission or an ended team membership since then are visible only in the database itself.
     """
     if not session_key:
         return LiveRights(lost="you have been logged out", can_decide=False)
@@ -111,6 +120,10 @@ def live_rights_read(*, session_key: str | None, user_id: int, can_decide: bool)
     may_decide = user_can_decide(user=user)
     if can_decide and not may_decide:
         return LiveRights(lost=LOST_DECIDE_MESSAGE, can_decide=False)
+    if item_public_id is not None and item_get(public_id=item_public_id, viewer=user) is None:
+        return LiveRights(lost=LOST_ITEM_MESSAGE, can_decide=may_decide)
+    if set(groups) - set(live_groups(user=user, session_key=session_key, item_public_id=item_public_id)):
+        return LiveRights(lost=LOST_TEAM_MESSAGE, can_decide=may_decide)
     return LiveRights(lost=None, can_decide=may_decide)
 
 
@@ -127,7 +140,8 @@ def live_groups(*, user: AbstractBaseUser, session_key: str, item_public_id: str
     if user_is_supervisor(user=user):
         return [events.QUEUE_GROUP, events.SUPERVISORS_GROUP, *user_groups]
     teams = TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True)
-    return [*events.queue_groups(team_ids=[None, *teams]), *user_groups]
+    # Not queue_groups(): that names where an item's events go, the supervisors' group among them.
+    return [events.QUEUE_GROUP, *(events.team_group(team) for team in teams), *user_groups]
 
 
 def live_error_frame(*, code: str, message: str) -> dict[str, str]:
@@ -289,14 +303,16 @@ def live_sockets_stats() -> dict[str, int]:
 
 
 def live_heartbeat(
-    *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str, can_decide: bool
+    *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str, can_decide: bool,
+    groups: Sequence[str],
 ) -> dict[str, Any] | None:
     """An admitted heartbeat: the fresh state, or None if the socket's rights are gone.
 
     Only a moderator's heartbeat marks them as viewing the item: presence tells moderators
     who else may be about to decide it, which a viewer never is.
     """
-    rights = live_rights_read(session_key=session_key, user_id=user_id, can_decide=can_decide)
+    rights = live_rights_read(session_key=session_key, user_id=user_id, can_decide=can_decide,
+                              item_public_id=item_public_id, groups=groups)
     if rights.lost is not None:
         return None
     live_socket_hold(session_key=session_key, channel_name=channel_name)

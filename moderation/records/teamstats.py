@@ -268,7 +268,9 @@ def team_filters_read(*, data, teams: list[Team], no_team: bool) -> tuple[TeamFi
 
 
 def team_csv_rows(*, stats: TeamStats):
-    """The CSV of the page's numbers: one row per day, then one per moderator, then the backlog and agreement."""
+    """The CSV of the page's numbers: one row per day, then one per moderator, then the backlog and agreement.
+
+    Values as they are (numbers as numbers): the writer (``moderation.core.csvsafe``) makes them cells."""
     yield ["day", "decisions", "p50_seconds", "p90_seconds", "lost_races", "deadline_misses", "escalations"]
     for row in stats.days:
         yield [row.day.isoformat(), row.decided, _num(row.p50), _num(row.p90), row.lost_races, row.deadline_misses, row.escalations]
@@ -282,5 +284,5 @@ def team_csv_rows(*, stats: TeamStats):
         yield ["fleiss_kappa", _num(stats.agreement.kappa, digits=3), "items", stats.agreement.items]
 
 
-def _num(value: float | None, *, digits: int = 0) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+def _num(value: float | None, *, digits: int = 0) -> float | int | None:
+    return None if value is None else round(value, digits) if digits else round(value)

@@ -278,10 +278,11 @@ CSV_HEADER = [
 ]
 
 
-def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None) -> Iterator[list[str]]:
+def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None) -> Iterator[list[Any]]:
     """The header, then every attempt on the filtered items ``viewer`` may see (newest item first, its attempts in order).
 
     Streamed from one query in chunks, so an export of the whole history never sits in memory.
+    Values as they are: the writer (``moderation.core.csvsafe``) makes them cells.
     """
     yield CSV_HEADER
     attempts = (
@@ -291,22 +292,11 @@ def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None
     )
     for attempt in attempts.iterator(chunk_size=500):
         item = attempt.item
-        yield [_cell(value) for value in (
+        yield [
             item.public_id, item.title, item.source, item.graph, item.status, item.created_at, item.decided_at,
             attempt.seq, attempt.ask.interrupt_id if attempt.ask_id else "", attempt.ask.round if attempt.ask_id else "",
             attempt.reviewer.get_username(), attempt.requested, attempt_what(attempt), attempt.reason, attempt.note,
             attempt.outcome, attempt.winner.get_username() if attempt.winner_id else "", attempt.detail, attempt.origin,
             attempt.requested_at, attempt.recorded_at,
-        )]
-
-
-# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
+        ]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import itertools
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlencode
@@ -16,6 +15,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from moderation.core.csvsafe import CsvSafeWriter
 from moderation.core.permissions import user_can_decide
 from moderation.models import DECIDED_STATUSES, ItemStatus
 from moderation.records.reasons import reason_labels
@@ -84,7 +84,7 @@ class _Echo:
         return value
 
 
-_CSV = csv.writer(_Echo())
+_CSV = CsvSafeWriter(_Echo())
 _CHUNK_LINES = 500
 
 

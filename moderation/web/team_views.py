@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -12,6 +11,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from moderation.core.csvsafe import CsvSafeWriter
 from moderation.records.teamstats import (
     PERIODS,
     TEAM_NONE,
@@ -68,5 +68,5 @@ def team_export(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     name = filters.team.slug if filters.team else "no-team"
     response["Content-Disposition"] = f'attachment; filename="team-{name}-{stats.since}-{stats.until}.csv"'
-    csv.writer(response).writerows(team_csv_rows(stats=stats))
+    CsvSafeWriter(response).writerows(team_csv_rows(stats=stats))
     return response

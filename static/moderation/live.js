@@ -90,7 +90,8 @@ async function stateFetch() {
 async function sessionOver() {
   try {
     const res = await stateFetch();
-    if (res.status === 401 || res.status === 403) return true;
+    // 404: the item is gone for this user (another team's now); reconnecting cannot help.
+    if (res.status === 401 || res.status === 403 || res.status === 404) return true;
     return res.ok && (await res.json()).can_decide !== renderedCanDecide;
   } catch {
     return false; // server unreachable: retry with backoff as after any drop

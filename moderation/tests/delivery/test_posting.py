@@ -73,6 +73,13 @@ def test_a_huge_error_answer_is_hardly_read_and_only_a_scrubbed_excerpt_kept(db,
      'HTTP 502: {"detail":"down","api_key":"[redacted]","Token": "[redacted]"}'),
     (b"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc\nsession=a1b2c3", "HTTP 502: Authorization: [redacted] session=[redacted]"),
     (b"upstream 10.0.0.5 said AKIAIOSFODNN7EXAMPLE1234 nope", "HTTP 502: upstream 10.0.0.5 said [redacted] nope"),
+    # A pair inside another pair's value (the issue's own example), at any depth.
+    (b"ERROR: secret=s3cr3t-value", "HTTP 502: ERROR: secret=[redacted]"),
+    (b"ERROR:secret=s3cr3t-value; detail: note: password=hunter2", "HTTP 502: ERROR:secret=[redacted]; detail: note: password=[redacted]"),
+    (b"x=y=token=t0k", "HTTP 502: x=y=token=[redacted]"),
+    # A quoted value is redacted to its closing quote, spaces and escaped quotes included.
+    (b'{"password": "correct horse \\"battery\\" staple", "ok": 1}', 'HTTP 502: {"password": "[redacted]", "ok": 1}'),
+    (b"auth_header='Basic dXNlcjpwYXNz'", "HTTP 502: auth_header='[redacted]'"),
     (b"line one\r\n\tline\x00two \x1b[31mred\xff", "HTTP 502: line one line two [31mred\ufffd"),
     (b"", "HTTP 502"),
 ])

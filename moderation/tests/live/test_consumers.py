@@ -418,3 +418,23 @@ async def test_claims_reach_the_queue_and_leaving_the_item_page_releases_the_cla
     await silent(queue)
     assert await database_sync_to_async(ItemClaim.objects.filter(item=item, user=alice).exists)()
     await queue.disconnect()
+
+
+async def test_a_team_members_queue_hears_its_teams_items_and_those_of_no_team_never_another_teams(payments, alice, login):
+    """A member's socket joined the supervisors' group too (every team's items went to it): a shop item's
+    title reached every payments member."""
+    from moderation.models import Team
+    from moderation.review.items import item_create
+
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+
+    def create():
+        Team.objects.create(slug="shop", name="Shop")
+        for title, team in (("Shop secret", "shop"), ("Payments refund", "payments"), ("No team post", None)):
+            item_create(title=title, body="Text.", source="src", team=team)
+
+    await database_sync_to_async(create)()
+    heard = [(await next_of(tab, "item.created"))["title"] for _ in range(2)]
+    assert heard == ["Payments refund", "No team post"]
+    assert await tab.receive_nothing(timeout=0.5)
+    await tab.disconnect()

@@ -12,13 +12,17 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group, Permission
 from django.contrib.sessions.models import Session
+from django.core.management import call_command
 from django.db import connection
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from moderation.records import events
-from moderation.live.sockets import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE
+from moderation.live.sockets import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE, LOST_ITEM_MESSAGE, LOST_TEAM_MESSAGE
 from moderation.core.permissions import MODERATORS_GROUP
+from moderation.policies.models import Team, TeamMembership
+from moderation.policies.teams import team_member_add, team_member_remove
+from moderation.review.items import item_create
 from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, redis_env
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
@@ -210,3 +214,103 @@ async def test_a_forged_session_end_closes_nothing_a_real_logout_closes(alice, l
     assert await tab.receive_nothing(timeout=1)  # the session is alive: nothing forwarded, nothing closed
     assert (await database_sync_to_async(client.post)("/accounts/logout/")).status_code == 302
     assert (await _ended(tab))["message"] == "you have been logged out"
+
+
+def _team_item(title: str, team: str = "payments"):
+    return item_create(title=title, body="Order 1234.", source="shop", team=team)
+
+
+def _memberships_end():
+    return {
+        "manage.py team --remove": lambda user: call_command("team", "payments", "--remove", user.username),
+        "team_member_remove (the admin's)": lambda user: team_member_remove(team=Team.objects.get(slug="payments"), user=user),
+        "membership row deleted": lambda user: TeamMembership.objects.filter(user=user).delete(),
+    }
+
+
+@pytest.mark.parametrize("end", list(_memberships_end()))
+async def test_a_removed_team_members_queue_socket_ends_at_once_and_hears_no_more_of_the_team(payments, alice, bob, login, end):
+    """The probe's finding: a member removed from a team kept hearing the team's new items on the
+    socket opened before. It ends at once; the page reconnects to the queues its user may see now."""
+    alice_client = await database_sync_to_async(login)(alice)
+    alice_tab, _ = await opened("/ws/queue/", alice_client)
+    bob_tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(bob))
+
+    await database_sync_to_async(_memberships_end()[end])(alice)
+    assert (await _ended(alice_tab))["message"] == LOST_TEAM_MESSAGE
+
+    await database_sync_to_async(_team_item)("Refund for the CEO")
+    assert (await next_of(bob_tab, "item.created"))["title"] == "Refund for the CEO"  # a member still hears it
+    assert await alice_tab.receive_nothing(timeout=0.5)
+    # Reconnected (live.js does, the session being alive): items of no team, never the team's.
+    again, _ = await opened("/ws/queue/", alice_client)
+    await database_sync_to_async(_team_item)("Refund for the CFO")
+    await database_sync_to_async(item_create)(title="A post of no team", body="Hello.", source="forum")
+    assert (await next_of(again, "item.created"))["title"] == "A post of no team"
+    await again.disconnect()
+    await bob_tab.disconnect()
+
+
+async def test_a_team_membership_gained_or_another_members_removal_leaves_the_socket_open(payments, alice, bob, login):
+    """The negative control: the same signals fire, the socket re-checks and stays."""
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))
+
+    def changes():
+        team_member_add(team=Team.objects.create(slug="shop", name="Shop"), user=alice)
+        team_member_remove(team=Team.objects.get(slug="payments"), user=bob)
+
+    await database_sync_to_async(changes)()
+    await database_sync_to_async(_team_item)("Still a member")
+    assert (await next_of(tab, "item.created"))["title"] == "Still a member"
+    await tab.disconnect()
+
+
+async def test_an_item_page_ends_when_its_user_may_no_longer_see_the_item(payments, alice, login):
+    item = await database_sync_to_async(_team_item)("Refund")
+    tab, _ = await opened(f"/ws/items/{item.public_id}/", await database_sync_to_async(login)(alice))
+    await database_sync_to_async(_memberships_end()["manage.py team --remove"])(alice)
+    assert (await _ended(tab))["message"] == LOST_ITEM_MESSAGE
+
+
+async def test_a_supervisor_who_stops_being_one_leaves_every_teams_queue(payments, carol, login):
+    perm = await database_sync_to_async(Permission.objects.get)(codename="supervise_teams")
+    await database_sync_to_async(carol.user_permissions.add)(perm)
+    await database_sync_to_async(Team.objects.create)(slug="shop", name="Shop")
+    tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(carol))
+    await database_sync_to_async(_team_item)("Shop refund", team="shop")
+    assert (await next_of(tab, "item.created"))["title"] == "Shop refund"  # a supervisor hears every team
+    await database_sync_to_async(carol.user_permissions.remove)(perm)
+    assert (await _ended(tab))["message"] == LOST_TEAM_MESSAGE
+
+
+@pytest.mark.timeout(120)
+async def test_a_team_removal_in_another_process_ends_the_socket_through_the_layer(tmp_path):
+    """The probe's own steps: a real server on Redis, ``manage.py team --remove`` in a process of its own,
+    then a new item of the team: the removed member's socket is closed before it, the other member hears it."""
+    server = LiveServer(tmp_path / "site", extra_env={**redis_env("team-rights"), "LIVE_RIGHTS_RECHECK_SECONDS": "300"})
+    seeded = await asyncio.to_thread(server.seed, users=["alice", "bob"])
+    await asyncio.to_thread(server.manage, "team", "payments", "--add", "alice", "--add", "bob")
+    await server.astart()
+    try:
+        tabs = {}
+        for name in ("alice", "bob"):
+            tabs[name] = await connect(
+                f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
+                additional_headers=Reviewer(server, name, seeded.sessions[name]).ws_headers(), open_timeout=10,
+                ping_interval=None,
+            )
+            assert json.loads(await asyncio.wait_for(tabs[name].recv(), 10))["type"] == "state"
+        await asyncio.to_thread(server.manage, "team", "payments", "--remove", "alice")
+        frames = []
+        with pytest.raises(ConnectionClosed):
+            while True:
+                frames.append(json.loads(await asyncio.wait_for(tabs["alice"].recv(), 10)))
+        assert tabs["alice"].close_code == CLOSE_UNAUTHENTICATED
+        assert frames == [{"type": "session.ended", "message": LOST_TEAM_MESSAGE}]
+        await asyncio.to_thread(server.manage, "item_add", "--title", "Refund for the CEO", "--body", "Order 1234.",
+                                "--team", "payments")
+        created = json.loads(await asyncio.wait_for(tabs["bob"].recv(), 10))
+        assert (created["type"], created["title"]) == ("item.created", "Refund for the CEO")
+        await tabs["bob"].close()
+    finally:
+        await server.aclose()

@@ -64,3 +64,20 @@ def test_a_lead_sees_their_own_team_only_and_a_moderator_nothing(decided, paymen
     zoe = _client(make_moderator("zoe"))
     assert zoe.get("/team/").status_code == 403
     assert 'id="team-link"' not in zoe.get("/").content.decode()  # no link to a page she may not open
+
+
+@pytest.mark.django_db
+def test_the_team_export_defuses_names_a_spreadsheet_would_run_as_formulas(payments, carol, make_moderator):
+    """CSV injection: a moderator's name is text people chose, written like the decided export's cells."""
+    from moderation.policies.teams import team_member_add
+
+    carol.user_permissions.add(Permission.objects.get(codename="supervise_teams"))
+    names = ["=cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "+1"]
+    for name in names:
+        moderator = make_moderator(name)
+        team_member_add(team=payments, user=moderator)
+        item = item_create(title=f"Refund by {name}", body="Order.", source="shop", team="payments")
+        assert item_decide(item_public_id=item.public_id, reviewer=moderator, decision="approve").won
+    rows = list(csv.reader(io.StringIO(_client(carol).get("/team/export.csv", {"team": "payments"}).content.decode())))
+    assert {r[0] for r in rows if r[1:] == ["1"]} == {"'" + name for name in names}
+    assert rows[1][1].isdigit()  # numbers stay numbers

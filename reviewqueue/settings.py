@@ -153,6 +153,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "moderation.web.context.worker_banner",
             ],
         },
     },
@@ -401,6 +402,19 @@ WEBHOOK_SWEEP_INTERVAL = float(os.environ.get("WEBHOOK_SWEEP_INTERVAL", "5"))
 # deadline fires at most this late. One indexed query on (status, deadline_at).
 DEADLINE_SWEEP_INTERVAL = float(os.environ.get("DEADLINE_SWEEP_INTERVAL", "1"))
 WEBHOOK_LEASE_GRACE = float(os.environ.get("WEBHOOK_LEASE_GRACE", "30"))
+# Is anything applying the decisions (moderation.records.workers)? Every worker writes a heartbeat every
+# WORKER_HEARTBEAT_INTERVAL seconds; one not heard from in WORKER_HEARTBEAT_GRACE seconds is presumed
+# gone. /readyz answers 503 with no worker alive, or with a decision unapplied for longer than
+# READY_UNAPPLIED_MAX seconds; an item page whose decision waited APPLY_WAIT_NOTICE seconds says so,
+# and staff see a banner.
+WORKER_HEARTBEAT_INTERVAL = float(os.environ.get("WORKER_HEARTBEAT_INTERVAL", "5"))
+WORKER_HEARTBEAT_GRACE = float(os.environ.get("WORKER_HEARTBEAT_GRACE", "30"))
+READY_UNAPPLIED_MAX = float(os.environ.get("READY_UNAPPLIED_MAX", "120"))
+APPLY_WAIT_NOTICE = float(os.environ.get("APPLY_WAIT_NOTICE", "60"))
+# On PostgreSQL an idle worker's loops sleep until a task is queued (NOTIFY), or until the next
+# delayed task (a retry's run_after) is due, and poll only every WORKER_IDLE_POLL seconds in case a
+# notification was lost. On SQLite (no notifications) they poll every db_worker --interval.
+WORKER_IDLE_POLL = float(os.environ.get("WORKER_IDLE_POLL", "10"))
 # Test-only fault injection for crash tests of a real server (see moderation.core.faults).
 REVIEWQUEUE_FAULTS = os.environ.get("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
@@ -408,10 +422,13 @@ DEMO_PASSWORD = "review-demo-2026"
 
 # /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
 # "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
-# series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
+# series on METRICS_WORKER_ADDR at the first free port of METRICS_WORKER_PORT ..
+# METRICS_WORKER_PORT + METRICS_WORKER_PORTS - 1 (unset: not served), so several workers of one
+# host share one environment file.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 METRICS_WORKER_ADDR = os.environ.get("METRICS_WORKER_ADDR", "127.0.0.1")
 METRICS_WORKER_PORT = int(os.environ.get("METRICS_WORKER_PORT", "0") or 0)
+METRICS_WORKER_PORTS = int(os.environ.get("METRICS_WORKER_PORTS", "8"))
 
 LOGGING = {
     "version": 1,

@@ -11,7 +11,6 @@ and ``reviewqueue_unapplied_oldest_seconds`` series (``moderation.records.metric
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ class WorkState:
 @dataclass(frozen=True)
 class WorkWait:
     """What staff are told when decisions wait for a worker: none alive (and since how long: None, never
-    heard from), or the oldest decision waiting longer than ``APPLY_WAIT_NOTICE`` (minutes, rounded up)."""
+    heard from), or the oldest decision waiting longer than ``APPLY_WAIT_NOTICE`` (whole minutes)."""
 
     no_worker: bool
     silent_minutes: int | None
@@ -79,12 +78,13 @@ def work_wait(*, state: WorkState) -> WorkWait | None:
     if state.workers_ok and not late:
         return None
     silent = state.last_beat_seconds
-    return WorkWait(no_worker=not state.workers_ok, silent_minutes=None if silent is None else _minutes(silent),
-                    oldest_minutes=_minutes(oldest) if late else None)
+    return WorkWait(no_worker=not state.workers_ok, silent_minutes=None if silent is None else wait_minutes(silent),
+                    oldest_minutes=wait_minutes(oldest) if late else None)
 
 
-def _minutes(seconds: float) -> int:
-    return max(1, math.ceil(seconds / 60))
+def wait_minutes(seconds: float) -> int:
+    """Whole minutes waited, at least 1 (what a notice shown only past a grace says)."""
+    return max(1, int(seconds // 60))
 
 
 def worker_beat(*, worker_id: str, metrics_port: int, started_at: datetime) -> None:

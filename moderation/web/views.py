@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -42,7 +41,7 @@ from moderation.records.claims import (
     next_item_pick,
 )
 from moderation.records.reasons import reason_codes_active, reason_rule
-from moderation.records.workers import item_apply_wait, work_state
+from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
@@ -258,7 +257,7 @@ def _apply_wait(item) -> dict | None:
     waited = item_apply_wait(item=item)
     if waited is None or waited < settings.APPLY_WAIT_NOTICE:
         return None
-    return {"minutes": max(1, math.ceil(waited / 60)), "workers_alive": work_state().alive}
+    return {"minutes": wait_minutes(waited), "workers_alive": work_state().alive}
 
 
 _QUEUE_QUERY = "queue_query"

@@ -47,6 +47,7 @@ from django.utils import timezone
 from django.core.management.base import CommandError
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
+from django_tasks_db.management.commands.db_worker import logger as package_logger
 
 from moderation.core.taskqueue import QueueLane, SteadyWorker, TaskWake
 from moderation.records.events import push_loop_start
@@ -90,8 +91,10 @@ class Command(DbWorkerCommand):
         _connections_keep()
         metrics_port = self._metrics_serve(options["metrics_port"])
         worker_id = options["worker_id"]
-        threading.Thread(target=_beat_forever, name="worker-beat", daemon=True,
-                         args=(worker_id, metrics_port, timezone.now())).start()
+        beats_stop = threading.Event()
+        beats = threading.Thread(target=_beat_until, name="worker-beat", daemon=True,
+                                 args=(beats_stop, worker_id, metrics_port, timezone.now()))
+        beats.start()
         threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
                          args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
         threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
@@ -111,6 +114,8 @@ class Command(DbWorkerCommand):
             for lane in lanes:
                 # Not daemon threads: the interpreter waits for their deliveries in flight at exit.
                 lane.running = False
+            beats_stop.set()
+            beats.join()  # no beat after the row is gone: this worker is not alive any more
             worker_gone(worker_id=worker_id)
 
     def _metrics_serve(self, base: int) -> int:
@@ -139,6 +144,8 @@ class Command(DbWorkerCommand):
         )
         if wake.listening and not options["batch"]:
             worker = QueueLane(wake=wake, interval=settings.WORKER_IDLE_POLL, **loop)
+            # The package's start line, which operators' tools (and the tests) wait for.
+            package_logger.info("Starting worker worker_id=%s queues=%s", worker.worker_id, ",".join(queue_names))
         else:
             worker = SteadyWorker(interval=options["interval"], **loop)
         worker.configure_signals()
@@ -219,14 +226,16 @@ def _connections_keep() -> None:
         db["CONN_HEALTH_CHECKS"] = True
 
 
-def _beat_forever(worker_id: str, metrics_port: int, started_at: datetime) -> None:
+def _beat_until(stop: threading.Event, worker_id: str, metrics_port: int, started_at: datetime) -> None:
+    """Write this worker's heartbeat every ``WORKER_HEARTBEAT_INTERVAL`` seconds until ``stop`` is set."""
     while True:
         try:
             worker_beat(worker_id=worker_id, metrics_port=metrics_port, started_at=started_at)
         except DatabaseError:  # the database away for a moment: the next beat tells it again
             logger.exception("worker heartbeat failed; trying again in %s s", settings.WORKER_HEARTBEAT_INTERVAL)
         connection.close()
-        time.sleep(settings.WORKER_HEARTBEAT_INTERVAL)
+        if stop.wait(settings.WORKER_HEARTBEAT_INTERVAL):
+            return
 
 
 def _sweep_forever(sweeps: tuple, interval: float) -> None:

@@ -130,29 +130,33 @@ class Command(DbWorkerCommand):
         return port
 
     def _main_loop_run(self, options: dict, wake: TaskWake) -> None:
-        """The package's ``handle`` (which builds its own ``Worker``), with a ``SteadyWorker``; one that sleeps
-        until a task is queued (a ``QueueLane``) when the wake listens and the worker runs for good."""
-        queue_names = options["queue_name"].split(",")
-        excluded = options["exclude_queues"].split(",") if options["exclude_queues"] else []
-        if excluded and "*" not in queue_names:
-            raise CommandError("--exclude-queues can only be used with --queue-name=*")
+        """The package's ``handle`` (which builds its own ``Worker``), with our loop (``_main_loop``)."""
         reload = options["reload"] and not options["batch"]
-        loop = dict(
-            queue_names=queue_names, batch=options["batch"], backend_name=options["backend_name"],
-            startup_delay=options["startup_delay"], max_tasks=options["max_tasks"], worker_id=options["worker_id"],
-            excluded_queue_names=excluded,
-        )
-        if wake.listening and not options["batch"]:
-            worker = QueueLane(wake=wake, interval=settings.WORKER_IDLE_POLL, **loop)
-            # The package's start line, which operators' tools (and the tests) wait for.
-            package_logger.info("Starting worker worker_id=%s queues=%s", worker.worker_id, ",".join(queue_names))
-        else:
-            worker = SteadyWorker(interval=options["interval"], **loop)
+        worker = _main_loop(options, wake)
         worker.configure_signals()
         if reload:
             run_with_reloader(worker.run)
         else:
             worker.run()
+
+
+def _main_loop(options: dict, wake: TaskWake) -> SteadyWorker:
+    """The loop taking any task: one that sleeps until a task is queued (a ``QueueLane``) when the wake
+    listens (PostgreSQL) and the worker runs for good, else the package's, polling every ``--interval``."""
+    queue_names = options["queue_name"].split(",")
+    excluded = options["exclude_queues"].split(",") if options["exclude_queues"] else []
+    if excluded and "*" not in queue_names:
+        raise CommandError("--exclude-queues can only be used with --queue-name=*")
+    loop = dict(
+        queue_names=queue_names, batch=options["batch"], backend_name=options["backend_name"],
+        startup_delay=options["startup_delay"], max_tasks=options["max_tasks"], worker_id=options["worker_id"],
+        excluded_queue_names=excluded,
+    )
+    if not wake.listening or options["batch"]:
+        return SteadyWorker(interval=options["interval"], **loop)
+    # The package's start line, which operators' tools (and the tests) wait for.
+    package_logger.info("Starting worker worker_id=%s queues=%s", options["worker_id"], ",".join(queue_names))
+    return QueueLane(wake=wake, interval=settings.WORKER_IDLE_POLL, **loop)
 
 
 def _delivery_lane_wanted(options: dict) -> bool:

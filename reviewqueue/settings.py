@@ -57,8 +57,8 @@ ALLOWED_HOSTS = [
 if not DEBUG:
     # Production: HTTPS only, behind a proxy that sets X-Forwarded-Proto (see README).
     SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
-    # Load balancers probe each process directly, over plain HTTP.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    # Load balancers (/healthz) and monitors (/readyz) probe each process directly, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     # Off only to try production settings on plain HTTP locally (README): a browser does
     # not send a Secure cookie over http, so neither logging in nor CSRF would work.

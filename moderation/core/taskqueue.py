@@ -6,12 +6,14 @@ the queue, or running under a live worker, must not be: during a backlog longer 
 sweep's grace, every sweep of every worker would otherwise queue it once more.
 
 Lanes. The package's worker loop sleeps its ``--interval`` whenever it found nothing, so a
-task queued then waits up to that long. A ``QueueLane`` waits on ``TaskWake`` instead: on
-PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` when a row is inserted
-(delivered when the enqueuing transaction commits, never before), and one listening
-connection per process wakes every waiting lane; the interval stays as the fallback (a
-notification lost while the listener reconnects). SQLite has no notifications: there a
-lane polls at its interval.
+task queued then waits up to that long, and an idle worker polls all the time (at
+``--interval 0.1``, 4.5 % of a core idle on PostgreSQL; bench measure 25). A ``QueueLane``
+waits on ``TaskWake`` instead: on PostgreSQL a trigger on the task table NOTIFYs
+``TASKS_CHANNEL`` when a row is inserted (delivered when the enqueuing transaction commits,
+never before), and one listening connection per process wakes every waiting lane; a
+delayed task (a retry's ``run_after``), which no notification announces when it comes due,
+times the wait; the interval stays as the fallback (a notification lost while the listener
+reconnects). SQLite has no notifications: there a lane polls at its interval.
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Min, Q
+from django.db.models import Min
 from django.utils import timezone
 
 from moderation.models import ApplyState, AskStatus, QueueItem, ReviewAsk, WorkerBeat
 
+_SETTLED = [status for status in AskStatus if status != AskStatus.PENDING]
 # A killed worker's row (never deleted by it) is kept this long, then pruned by the others' beats.
 GONE_KEPT = timedelta(days=1)
 
@@ -110,10 +111,12 @@ def worker_gone(*, worker_id: str) -> None:
 def unapplied_oldest(*, now: datetime) -> datetime | None:
     """When the oldest decision the worker has not yet applied was made (None: every decision applied).
 
-    Items whose graph failed are left out: they wait for ``recover``, not for a worker.
+    Items whose graph failed are left out: they wait for ``recover``, not for a worker. The
+    statuses are named (not "not pending") so the seek is on ``ask_unapplied_idx``
+    (status, applied_at): the unapplied few, not every decided ask.
     """
     return (
-        ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lte=now)
+        ReviewAsk.objects.filter(status__in=_SETTLED, applied_at__isnull=True, decided_at__lte=now)
         .exclude(item__apply_state=ApplyState.FAILED)
         .aggregate(first=Min("decided_at"))["first"]
     )
@@ -123,7 +126,7 @@ def item_apply_wait(*, item: QueueItem) -> float | None:
     """Seconds the oldest of ``item``'s decisions has waited to be applied (None: the item is not applying)."""
     if item.apply_state != ApplyState.APPLYING:
         return None
-    first = (ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), item=item, applied_at__isnull=True)
+    first = (ReviewAsk.objects.filter(status__in=_SETTLED, item=item, applied_at__isnull=True)
              .aggregate(first=Min("decided_at"))["first"])
     return max(0.0, (timezone.now() - first).total_seconds()) if first else None
 

@@ -19,6 +19,8 @@ from moderation.records.workers import (
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
 
+pytestmark = pytest.mark.postgres_variant
+
 
 @pytest.fixture
 def no_inline_apply(settings):

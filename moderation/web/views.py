@@ -41,7 +41,6 @@ from moderation.records.claims import (
     next_item_pick,
 )
 from moderation.records.reasons import reason_codes_active, reason_rule
-from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
@@ -60,6 +59,7 @@ from moderation.records.selectors import (
     queue_pending,
     queue_tallies,
 )
+from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.review.bulk import BulkResult, items_decide_bulk
 from moderation.review.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.web.decision_forms import (

@@ -53,8 +53,8 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.utils import timezone
 from django.core.management.base import CommandError
+from django.utils import timezone
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
 from django_tasks_db.management.commands.db_worker import logger as package_logger
@@ -114,7 +114,8 @@ class Command(DbWorkerCommand):
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
         if not settings.LIVE_RELAY:
             push_loop_start()
-        wake = TaskWake().start()
+        # A batch run drains the queue and exits: it polls, and listens for nothing.
+        wake = TaskWake() if options["batch"] else TaskWake().start()
         lanes = _delivery_lanes_start(options, wake) if _delivery_lane_wanted(options) else []
         # A worker of applies alone has lanes too: its main loop is one apply at a time.
         lanes += _apply_lanes_start(options, wake) if _lanes_wanted(options, APPLY_QUEUE, alone_too=True) else []
@@ -126,7 +127,10 @@ class Command(DbWorkerCommand):
                 lane.running = False
             beats_stop.set()
             beats.join()  # no beat after the row is gone: this worker is not alive any more
-            worker_gone(worker_id=worker_id)
+            try:
+                worker_gone(worker_id=worker_id)
+            except DatabaseError as exc:  # stopping while the database is away: presumed gone after the grace
+                logger.warning("worker heartbeat not removed (%s); it ages out in %s s", exc, settings.WORKER_HEARTBEAT_GRACE)
 
     def _metrics_serve(self, base: int) -> int:
         """Serve this worker's series on the first free port from ``base`` (0: not served); the port, or 0."""

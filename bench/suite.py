@@ -15,6 +15,7 @@ decision in-process, and its SQL replayed) runs here too, before the servers sta
 leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
 decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
 the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
+Measure 25 (an idle worker's CPU) runs first, on the empty task table.
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     # The socket benches open up to 1,000 sockets: a login may hold LIVE_SOCKETS_PER_SESSION (20).
     _, watch_logins = moderators_login(60, prefix="bench-watch")
     metrics = []
+
+    if wanted(25):  # first: the task table is still empty, so the worker measured is idle
+        from bench.idle import bench_idle_worker
+
+        log(f"{args.backend}: 25. an idle task worker's CPU")
+        connections.close_all()
+        metrics += bench_idle_worker(env=dict(os.environ), vendor=connections["default"].vendor, seconds=max(10.0, 30 * s))
 
     pool: list[str] = []
     ingest = []

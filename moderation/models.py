@@ -775,3 +775,23 @@ class DeploymentInterrupt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}:{self.interrupt_id} -> item {self.item_id}"
+
+
+class WorkerBeat(models.Model):
+    """A task worker's heartbeat (``manage.py db_worker``), written every ``WORKER_HEARTBEAT_INTERVAL`` seconds.
+
+    What /readyz, the staff banner and the ``reviewqueue_workers_alive`` series read
+    (``moderation.records.workers``). A worker stopped cleanly deletes its row; a killed
+    one's row stops moving and is pruned after a day.
+    """
+
+    worker_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    # Where its Prometheus series are served (0: not served).
+    metrics_port = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} ({self.host}:{self.pid}) at {self.beat_at:%H:%M:%S}"

@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/items/<uuid:public_id>/state", views.live_state, name="api-item-state"),
     path("api/live/state", views.live_state, name="api-queue-state"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
     path("metrics", metrics_views.metrics, name="metrics"),
     path("team/", team_views.team, name="team"),
     path("team/export.csv", team_views.team_export, name="team-export"),

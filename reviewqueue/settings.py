@@ -50,8 +50,8 @@ ALLOWED_HOSTS = [
 if not DEBUG:
     # Production: HTTPS only, behind a proxy that sets X-Forwarded-Proto (see README).
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", True)
-    # Load balancers probe each process directly, over plain HTTP.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    # Load balancers (/healthz) and monitors (/readyz) probe each process directly, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     # Off only to try production settings on plain HTTP locally (README): a browser does
     # not send a Secure cookie over http, so neither logging in nor CSRF would work.
@@ -148,6 +148,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "moderation.web.context.worker_banner",
             ],
         },
     },
@@ -403,6 +404,19 @@ WEBHOOK_SWEEP_INTERVAL = env.float("WEBHOOK_SWEEP_INTERVAL", 5.0)
 # deadline fires at most this late. One indexed query on (status, deadline_at).
 DEADLINE_SWEEP_INTERVAL = env.float("DEADLINE_SWEEP_INTERVAL", 1.0)
 WEBHOOK_LEASE_GRACE = env.float("WEBHOOK_LEASE_GRACE", 30.0)
+# Is anything applying the decisions (moderation.records.workers)? Every worker writes a heartbeat every
+# WORKER_HEARTBEAT_INTERVAL seconds; one not heard from in WORKER_HEARTBEAT_GRACE seconds is presumed
+# gone. /readyz answers 503 with no worker alive, or with a decision unapplied for longer than
+# READY_UNAPPLIED_MAX seconds; an item page whose decision waited APPLY_WAIT_NOTICE seconds says so,
+# and staff see a banner.
+WORKER_HEARTBEAT_INTERVAL = env.float("WORKER_HEARTBEAT_INTERVAL", 5.0)
+WORKER_HEARTBEAT_GRACE = env.float("WORKER_HEARTBEAT_GRACE", 30.0)
+READY_UNAPPLIED_MAX = env.float("READY_UNAPPLIED_MAX", 120.0)
+APPLY_WAIT_NOTICE = env.float("APPLY_WAIT_NOTICE", 60.0)
+# On PostgreSQL an idle worker's loops sleep until a task is queued (NOTIFY), or until the next
+# delayed task (a retry's run_after) is due, and poll only every WORKER_IDLE_POLL seconds in case a
+# notification was lost. On SQLite (no notifications) they poll every db_worker --interval.
+WORKER_IDLE_POLL = env.float("WORKER_IDLE_POLL", 10.0)
 # Test-only fault injection for crash tests of a real server (see moderation.core.faults).
 REVIEWQUEUE_FAULTS = env.str("REVIEWQUEUE_FAULTS", "")
 # Demo moderators exist only in development; the password is printed by `make run`.
@@ -410,10 +424,13 @@ DEMO_PASSWORD = "review-demo-2026"
 
 # /metrics (moderation.records.metrics): open to loopback callers; anyone else sends
 # "Authorization: Bearer $METRICS_TOKEN" (unset: loopback only). A task worker serves its own
-# series on METRICS_WORKER_ADDR:METRICS_WORKER_PORT (unset: not served).
+# series on METRICS_WORKER_ADDR at the first free port of METRICS_WORKER_PORT ..
+# METRICS_WORKER_PORT + METRICS_WORKER_PORTS - 1 (unset: not served), so several workers of one
+# host share one environment file.
 METRICS_TOKEN = env.str("METRICS_TOKEN", "")
 METRICS_WORKER_ADDR = env.str("METRICS_WORKER_ADDR", "127.0.0.1")
 METRICS_WORKER_PORT = env.int("METRICS_WORKER_PORT", 0)
+METRICS_WORKER_PORTS = env.int("METRICS_WORKER_PORTS", 8)
 
 # Also replaces daphne's root handler, so every line a process logs is written by ours, and logs
 # uncaught exceptions as one record each (reviewqueue.serverlog).

@@ -6,12 +6,14 @@ the queue, or running under a live worker, must not be: during a backlog longer 
 sweep's grace, every sweep of every worker would otherwise queue it once more.
 
 Lanes. The package's worker loop sleeps its ``--interval`` whenever it found nothing, so a
-task queued then waits up to that long. A ``QueueLane`` waits on ``TaskWake`` instead: on
-PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` when a row is inserted
-(delivered when the enqueuing transaction commits, never before), and one listening
-connection per process wakes every waiting lane; the interval stays as the fallback (a
-notification lost while the listener reconnects). SQLite has no notifications: there a
-lane polls at its interval.
+task queued then waits up to that long, and an idle worker polls all the time (at
+``--interval 0.1``, 4.5 % of a core idle on PostgreSQL; bench measure 25). A ``QueueLane``
+waits on ``TaskWake`` instead: on PostgreSQL a trigger on the task table NOTIFYs
+``TASKS_CHANNEL`` when a row is inserted (delivered when the enqueuing transaction commits,
+never before), and one listening connection per process wakes every waiting lane; a
+delayed task (a retry's ``run_after``), which no notification announces when it comes due,
+times the wait; the interval stays as the fallback (a notification lost while the listener
+reconnects). SQLite has no notifications: there a lane polls at its interval.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from itertools import islice
 from typing import Any
 
 from django.db import InterfaceError, close_old_connections, connection
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.db.utils import OperationalError
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from moderation.core.checkpointer import checkpointer_target
@@ -102,6 +104,11 @@ class TaskWake:
         self.generation = 0
         self.last_payload = ""
         self._listener: threading.Thread | None = None
+
+    @property
+    def listening(self) -> bool:
+        """Whether queued tasks wake the lanes (PostgreSQL); else they must poll."""
+        return self._listener is not None
 
     def start(self) -> TaskWake:
         if connection.vendor == "postgresql":
@@ -200,7 +207,9 @@ def _saved_on_a_live_connection(save: Any) -> Any:
 class QueueLane(SteadyWorker):
     """django-tasks-db's worker loop on some queues, claiming as it does, that waits on ``wake`` when idle.
 
-    ``interval`` is the longest an idle lane waits: the poll of last resort.
+    ``interval`` is the longest an idle lane waits: the poll of last resort. A lane whose wake
+    listens (PostgreSQL) also wakes when the first delayed task of its queues (a retry's
+    ``run_after``) comes due: no notification tells that moment, and its poll may be long.
     """
 
     def __init__(self, *, wake: TaskWake, **kwargs: Any) -> None:
@@ -218,11 +227,30 @@ class QueueLane(SteadyWorker):
             elif self.batch:
                 return
             else:
+                timeout = self._idle_wait()
                 close_old_connections()
-                self.wake.wait(seen, timeout=self.interval)
+                self.wake.wait(seen, timeout=timeout)
+
+    def _tasks(self) -> Any:
+        """This lane's queues' tasks, as the package's worker filters them (``*``: every queue but the excluded)."""
+        tasks = DBTaskResult.objects.filter(backend_name=self.backend_name)
+        if not self.process_all_queues:
+            tasks = tasks.filter(queue_name__in=self.queue_names)
+        if self.excluded_queue_names:
+            tasks = tasks.exclude(queue_name__in=self.excluded_queue_names)
+        return tasks
+
+    def _idle_wait(self) -> float:
+        """Seconds to wait for a wake-up: ``interval``, or less when a delayed task comes due sooner."""
+        if not self.wake.listening:
+            return self.interval
+        now = timezone.now()
+        due = (self._tasks().filter(status=TaskResultStatus.READY, run_after__gt=now, run_after__lt=get_date_max())
+               .aggregate(first=Min("run_after"))["first"])
+        return self.interval if due is None else min(self.interval, (due - now).total_seconds())
 
     def _claim(self) -> DBTaskResult | None:
-        tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name, queue_name__in=self.queue_names)
+        tasks = self._tasks().ready()
         try:
             with exclusive_transaction(tasks.db):
                 task_result = tasks.get_locked()

@@ -8,14 +8,17 @@ its host through files in a shared directory: that directory must be cleared whe
 the processes start (a stale file from a crashed process is counted again), servers on
 other hosts need scraping anyway, and its gauges need a mode per series. With a target
 per process, a restart shows as a counter reset, which ``rate()`` absorbs, and ``up``
-says which process is gone (the "no worker alive" alert).
+says which process is gone. Several workers of one host take ports from ``METRICS_WORKER_PORT``
+up (``metrics_worker_serve``); whether any worker runs at all is told by their heartbeats,
+which every server reports (``reviewqueue_workers_alive``, the "no worker alive" alert), so
+a worker serving no port still counts.
 
 Two kinds of series:
 - events (decisions, lost races, applies, webhook attempts, deadline fires, lock-outs):
   counters and histograms of this process, changed in ``after_commit`` callbacks, so a
   rolled-back transaction counts nothing and no lock is held while counting;
 - the queue's state (pending by team/graph/band, oldest pending, overdue deadlines,
-  webhook backlog): read from the database at scrape by ``QueueCollector``, the same
+  webhook backlog, workers alive by their heartbeats, the oldest unapplied decision): read from the database at scrape by ``QueueCollector``, the same
   from every server, so take ``max`` over instances, not ``sum``. The worker does not
   report them. No query costs O(pending): the pending counts are the counter rows of
   ``moderation.records.counts`` (a few rows per team/graph/band), the ages are one
@@ -25,6 +28,7 @@ Two kinds of series:
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 from collections.abc import Iterator
@@ -43,6 +47,7 @@ from moderation.models import AskStatus, AttemptOutcome, ItemStatus, PendingCoun
 from moderation.policies.models import Team
 from moderation.records import events
 from moderation.records.counts import NO_TEAM
+from moderation.records.workers import work_state
 
 if TYPE_CHECKING:
     from moderation.models import DecisionAttempt
@@ -170,6 +175,17 @@ class QueueCollector:
         for row in waiting.order_by():
             backlog.add_metric([str(row["endpoint_id"])], row["n"])
         yield backlog
+        work = work_state()
+        yield GaugeMetricFamily(
+            "reviewqueue_workers_alive",
+            "Task workers whose heartbeat is newer than WORKER_HEARTBEAT_GRACE (0: nothing applies the decisions)",
+            value=work.alive,
+        )
+        yield GaugeMetricFamily(
+            "reviewqueue_unapplied_oldest_seconds",
+            "How long the oldest decision not yet applied by a worker has waited (0: none waits)",
+            value=work.unapplied_oldest_seconds or 0.0,
+        )
 
 
 def _oldest_pending(*, team_id: int | None):
@@ -211,8 +227,29 @@ def metrics_access(*, remote_addr: str, forwarded: bool, authorization: str) -> 
     return 403
 
 
-def metrics_worker_serve(*, port: int, addr: str) -> None:
-    """Serve this worker process's series (no queue state) on ``addr:port``, in a daemon thread.
+class MetricsPortsBusy(Exception):
+    """No port of a worker's range could be listened on (``str()``: one line that says which and why)."""
 
-    No token check there: it listens on loopback (``METRICS_WORKER_ADDR``) unless told otherwise."""
-    start_http_server(port, addr=addr, registry=REGISTRY)
+
+def metrics_worker_serve(*, base: int, tries: int, addr: str) -> int:
+    """Serve this worker process's series (no queue state) on the first free port of ``addr:base`` ..
+    ``base + tries - 1``, in a daemon thread; return that port.
+
+    Several workers of one host share one environment (one ``METRICS_WORKER_PORT``): each takes the
+    next free port, and Prometheus scrapes the range. Binding is the test (no check-then-bind race
+    between two workers starting at once). No token check there: it listens on loopback
+    (``METRICS_WORKER_ADDR``) unless told otherwise.
+    """
+    for port in range(base, base + max(1, tries)):
+        try:
+            start_http_server(port, addr=addr, registry=REGISTRY)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                continue
+            raise MetricsPortsBusy(f"METRICS_WORKER_PORT: cannot listen on {addr}:{port}: {exc.strerror}") from None
+        return port
+    last = base + max(1, tries) - 1
+    raise MetricsPortsBusy(
+        f"METRICS_WORKER_PORT: ports {base}-{last} on {addr} are all in use (by other workers?): "
+        f"raise METRICS_WORKER_PORTS ({tries}) or give this worker --metrics-port"
+    )

@@ -1,4 +1,5 @@
-"""Readiness of what a decision needs: the database, the checkpointer, the channel layer.
+"""Health of what a decision needs: the database, the checkpointer, the channel layer (/healthz, for load
+balancers); and readiness (/readyz, for monitoring): those, and task workers applying the decisions.
 
 The checks run at the same time under one bound (``HEALTH_CHECK_TIMEOUT``, 2 s): a
 dependency that accepts connections and never answers (a black-holed Redis) must turn
@@ -18,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from moderation.core.checkpointer import checkpointer_get
+from moderation.records.workers import WorkState, work_state
 
 logger = logging.getLogger(__name__)
 
@@ -95,3 +97,30 @@ def health_report() -> tuple[bool, HealthChecks]:
 def health_redact(checks: HealthChecks) -> HealthChecks:
     """Status only: what anyone who can reach /healthz may see."""
     return {name: {"ok": check["ok"]} for name, check in checks.items()}
+
+
+def readiness_report() -> tuple[bool, HealthChecks, WorkState | None]:
+    """/healthz's checks, and whether anything applies the decisions: workers heard from within
+    ``WORKER_HEARTBEAT_GRACE``, no decision unapplied for longer than ``READY_UNAPPLIED_MAX``.
+
+    Never raises: with the database down, the workers' state is unknown (None) and not ok.
+    """
+    ok, checks = health_report()
+    state = None
+    if checks["database"]["ok"]:
+        try:
+            state = work_state()
+        except DatabaseError as exc:
+            logger.warning("readiness: the workers' state could not be read: %s", exc)
+    if state is None:
+        checks["workers"] = checks["unapplied"] = {"ok": False, "error": "database unavailable"}
+        return False, checks, None
+    checks["workers"] = {"ok": state.workers_ok, "alive": state.alive, "last_beat_seconds": _rounded(state.last_beat_seconds),
+                         "grace_seconds": settings.WORKER_HEARTBEAT_GRACE}
+    checks["unapplied"] = {"ok": state.unapplied_ok, "oldest_seconds": _rounded(state.unapplied_oldest_seconds),
+                           "max_seconds": settings.READY_UNAPPLIED_MAX}
+    return ok and state.workers_ok and state.unapplied_ok, checks, state
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)

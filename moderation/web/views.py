@@ -60,6 +60,7 @@ from moderation.records.selectors import (
     queue_pending,
     queue_tallies,
 )
+from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.review.bulk import BulkResult, items_decide_bulk
 from moderation.review.decisions import DecisionError, DecisionOutcome, item_decide
 from moderation.web.decision_forms import (
@@ -75,7 +76,7 @@ from moderation.web.display import (
     metadata_display,
     value_display,
 )
-from moderation.web.health import health_redact, health_report
+from moderation.web.health import health_redact, health_report, readiness_report
 from moderation.web.ratelimit import reviewer_rate_check
 
 
@@ -257,6 +258,7 @@ def _item_page(
             # A pass-through item's decisions as its agent gets them (None: not a pass-through, or not finished).
             "applied_decisions": value_display(item.applied_result["decisions"]) if "decisions" in item.applied_result else None,
             "outcome_report": item_outcome_report_get(item=item),
+            "apply_wait": _apply_wait(item),
         },
         status=status,
     )
@@ -268,6 +270,14 @@ def _body_shown(item, *, asks) -> str:
         return item.body
     actions = [action for ask in (asks or item.asks.all()) for action in AskSpec.from_payload(ask.payload).actions]
     return ask_body_display(body=item.body, actions=actions, ask=(item.graph_input or {}).get("ask"))
+
+
+def _apply_wait(item) -> dict | None:
+    """How long this item's decision has waited for a worker, once past ``APPLY_WAIT_NOTICE`` (None: not waiting)."""
+    waited = item_apply_wait(item=item)
+    if waited is None or waited < settings.APPLY_WAIT_NOTICE:
+        return None
+    return {"minutes": wait_minutes(waited), "workers_alive": work_state().alive}
 
 
 _QUEUE_QUERY = "queue_query"
@@ -432,3 +442,25 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats()}, status=200 if ok else 503
     )
+
+
+@never_cache
+def readyz(request: HttpRequest) -> JsonResponse:
+    """For monitoring (not the load balancer's probe: with no worker every server would leave it): /healthz's
+    checks, and ``workers`` (any heard from within the grace) and ``unapplied`` (the oldest decision not yet
+    applied, against ``READY_UNAPPLIED_MAX``); 503 when one fails.
+
+    Anyone gets ok, counts and ages per check; staff also get the dependencies' detail and
+    each worker seen in the last day (host, pid, metrics port, last beat).
+    """
+    ok, checks, state = readiness_report()
+    status = 200 if ok else 503
+    work = {name: checks.pop(name) for name in ("workers", "unapplied")}
+    if not (request.user.is_active and request.user.is_staff):
+        return JsonResponse({"ok": ok, "checks": {**health_redact(checks), **work}}, status=status)
+    seen = [
+        {"worker_id": w.worker_id, "host": w.host, "pid": w.pid, "metrics_port": w.metrics_port,
+         "started_at": w.started_at.isoformat(), "beat_age_seconds": round(w.beat_age_seconds, 1), "alive": w.alive}
+        for w in (state.workers if state else [])
+    ]
+    return JsonResponse({"ok": ok, "checks": {**checks, **work}, "workers": seen}, status=status)

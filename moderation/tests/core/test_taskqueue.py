@@ -208,3 +208,72 @@ def test_negative_control_the_packages_worker_loop_ends_with_its_connection_and_
     settled, raised = _worker_through_a_terminated_connection(Worker)
     assert isinstance(raised, DatabaseError | InterfaceError), raised
     assert settled == {1: TaskResultStatus.RUNNING, 2: TaskResultStatus.READY}
+
+
+# --- idle loops: asleep until a task is queued or a delayed one comes due ----------------
+
+def _lane_in_thread(lane) -> threading.Thread:
+    def run() -> None:
+        try:
+            lane.run()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name="idle-lane")
+    thread.start()
+    return thread
+
+
+def _statuses() -> dict[int, str]:
+    return dict(DBTaskResult.objects.values_list("args_kwargs__args__0", "status"))
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_lane_polling_hourly_runs_a_queued_task_and_a_delayed_one_when_it_comes_due():
+    """Its poll an hour long: only the notification (a queued task) and the delayed task's own time wake it."""
+    wake = TaskWake().start()
+    lane = QueueLane(wake=wake, queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False, interval=3600,
+                     backend_name="default", startup_delay=False, max_tasks=None, worker_id="idle-lane")
+    try:
+        _listening(wake)
+        with mock.patch("moderation.delivery.sending.delivery_attempt"):
+            thread = _lane_in_thread(lane)
+            delivery_send.using(run_after=timezone.now() + timedelta(seconds=2)).enqueue(1)  # a retry's delay
+            delivery_send.enqueue(2)
+            settled = progress_wait(_statuses, stall=60, done=lambda s: set(s.values()) == {TaskResultStatus.SUCCESSFUL})
+        assert settled == {1: TaskResultStatus.SUCCESSFUL, 2: TaskResultStatus.SUCCESSFUL}
+    finally:
+        lane.running = False
+        wake._bump()
+        thread.join(30)
+        wake.stop()
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_the_workers_main_loop_on_postgresql_sleeps_until_a_task_is_queued(settings):
+    """``db_worker``'s loop for every queue, its poll (``WORKER_IDLE_POLL``) and ``--interval`` an hour: woken by NOTIFY."""
+    from moderation.management.commands.db_worker import _main_loop
+
+    settings.WORKER_IDLE_POLL = 3600
+    wake = TaskWake().start()
+    options = {"queue_name": "*", "exclude_queues": "", "batch": False, "backend_name": "default", "interval": 3600,
+               "startup_delay": False, "max_tasks": None, "worker_id": "main-loop"}
+    loop = _main_loop(options, wake)
+    try:
+        _listening(wake)
+        with mock.patch("moderation.delivery.sending.delivery_attempt"):
+            idle = threading.Event()
+            waits = wake.wait
+            wake.wait = lambda seen, *, timeout: (idle.set(), waits(seen, timeout=timeout))
+            thread = _lane_in_thread(loop)
+            assert idle.wait(60)  # it polled, found nothing, and sleeps: only a notification can wake it now
+            delivery_send.enqueue(1)
+            settled = progress_wait(_statuses, stall=60, done=lambda s: s.get(1) == TaskResultStatus.SUCCESSFUL)
+        assert settled == {1: TaskResultStatus.SUCCESSFUL}
+    finally:
+        loop.running = False
+        wake._bump()
+        thread.join(30)
+        wake.stop()

@@ -42,7 +42,7 @@ def _tool(name: str) -> str:
 def test_the_alert_rules_pass_promtool_check():
     done = subprocess.run([_tool("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 6 rules found" in done.stdout
 
 
 _RULE_TESTS = """
@@ -51,8 +51,14 @@ evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
-      - series: 'up{{job="reviewqueue-worker", instance="w1"}}'
+      - series: 'reviewqueue_workers_alive{{instance="s1"}}'
         values: '1 1 0 0 0 0'
+      - series: 'reviewqueue_workers_alive{{instance="s2"}}'
+        values: '1 1 0 0 0 0'
+      - series: 'reviewqueue_unapplied_oldest_seconds{{instance="s1"}}'
+        values: '0 0 120 240 360 480'
+      - series: 'reviewqueue_unapplied_oldest_seconds{{instance="s2"}}'
+        values: '0 0 120 240 360 480'
       - series: 'reviewqueue_deadline_overdue_seconds{{instance="s1"}}'
         values: '0 0 400 500 600 700'
       - series: 'reviewqueue_deadline_overdue_seconds{{instance="s2"}}'
@@ -70,8 +76,18 @@ tests:
         exp_alerts:
           - exp_labels: {{severity: page}}
             exp_annotations:
-              summary: "No reviewqueue task worker is up"
-              description: "Decisions are not applied, webhooks not sent, deadlines not fired until one runs (manage.py db_worker)."
+              summary: "No reviewqueue task worker is alive"
+              description: "Decisions are not applied, webhooks not sent, deadlines not fired until one runs (manage.py db_worker); /readyz lists the workers last seen."
+      - eval_time: 3m
+        alertname: ReviewQueueUnappliedDecisions
+        exp_alerts: []
+      - eval_time: 5m
+        alertname: ReviewQueueUnappliedDecisions
+        exp_alerts:
+          - exp_labels: {{severity: page}}
+            exp_annotations:
+              summary: "A decision has waited 8m 0s to be applied"
+              description: "Is a task worker running (/readyz, manage.py db_worker), or stuck on a graph (its log)?"
       - eval_time: 5m
         alertname: ReviewQueueAgeingPastDeadline
         exp_alerts:
@@ -188,11 +204,14 @@ def test_a_real_prometheus_adds_up_two_servers_and_a_worker(site):
     # The queue's state: the same from both servers (one item left, of no team, normal band), none from the worker.
     prometheus.wait('count(reviewqueue_pending_items{team="", graph="moderation", band="normal"} == 1)', 2)
     prometheus.wait('count(reviewqueue_pending_items{job="reviewqueue-worker"}) or vector(0)', 0)
+    # The workers' heartbeats, as every server reads them: one worker alive, every decision applied.
+    prometheus.wait('count(reviewqueue_workers_alive == 1)', 2)
+    prometheus.wait('max(reviewqueue_unapplied_oldest_seconds)', 0)
     # The rules loaded and evaluate (a worker is up: ReviewQueueNoWorker is not firing).
     rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
     assert {rule["name"] for rule in rules} == {
         "ReviewQueueAgeingPastDeadline", "ReviewQueueApplyLag", "ReviewQueueApplyFailures",
-        "ReviewQueueWebhookFailures", "ReviewQueueNoWorker",
+        "ReviewQueueWebhookFailures", "ReviewQueueNoWorker", "ReviewQueueUnappliedDecisions",
     }
     assert all(rule["health"] in ("ok", "unknown") for rule in rules), rules
     # Firing, not pending: on a busy machine one slow scrape of the worker makes it pending for a moment.

@@ -12,7 +12,8 @@ their fields are:
   when nothing is rejected, so a reason chosen before clicking Approve is no error;
 - ``action-<i>-type``, ``action-<i>-message``, and for an edit either one
   ``action-<i>-arg-<key>`` per schema property or ``action-<i>-args`` (JSON);
-- or, from a script, ``decision`` (the approve / reject shorthand) or ``decisions`` (JSON).
+- or ``decision`` (the approve / reject shorthand, for every action: a quorum ask's vote
+  form, whose one vote covers the whole ask) or, from a script, ``decisions`` (JSON).
 
 ``form_decision_read`` turns a post into what ``item_decide`` takes; the guard then
 validates it. ``form_field_for`` maps the guard's error field back to the form's, so a
@@ -90,12 +91,9 @@ class ActionForm:
     chosen: str = ""
     message: str = ""
     errors: dict[str, str] = field(default_factory=dict)
-    vote: bool = False  # a quorum ask: the choices are votes
 
     @property
     def choices(self) -> list[tuple[str, str]]:
-        if self.vote:
-            return [(kind, f"Vote {kind}") for kind in self.allowed]
         return [(kind, TYPE_LABELS[kind]) for kind in self.allowed]
 
     @property
@@ -133,6 +131,12 @@ class AskForm:
     errors: dict[str, str] = field(default_factory=dict)
     reasons: list[ReasonCode] = field(default_factory=list)
     reason: str = ""
+    vote: bool = False  # a quorum ask: one vote for the whole ask (templates/moderation/_vote_form.html)
+
+    @property
+    def votes(self) -> list[tuple[str, str]]:
+        """A quorum ask's buttons: the votes every action allows (the tally resolves the ask, all its actions at once)."""
+        return [(kind, f"Vote {kind}") for kind in VOTE_KINDS if all(kind in action.allowed for action in self.actions)]
 
     @property
     def takes_reason(self) -> bool:
@@ -182,10 +186,9 @@ def _ask_form(
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
             errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
-            vote=vote,
         ))
     return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors,
-                   reasons=reasons, reason=(posted or {}).get("reason", ""))
+                   reasons=reasons, reason=(posted or {}).get("reason", ""), vote=vote)
 
 
 def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]) -> list[ArgInput]:

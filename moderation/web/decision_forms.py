@@ -31,6 +31,7 @@ from typing import Any
 
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
+from moderation.graphs.registry import DEFAULT_GRAPH
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
 from moderation.web.display import value_display
@@ -176,12 +177,15 @@ def _ask_form(
     vote: bool = False,
 ) -> AskForm:
     spec = AskSpec.from_payload(ask.payload)
+    # The built-in content graph asks about the item itself (its title, excerpt, source, flags,
+    # risk), which the page shows above the form: its arguments would only repeat them.
+    repeats_item = ask.item.graph == DEFAULT_GRAPH
     actions = []
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
             index=i, name=action["name"], description=action.get("description", ""),
-            args=[(key, value_display(value)) for key, value in action["args"].items()],
+            args=[] if repeats_item else [(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),

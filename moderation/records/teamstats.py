@@ -26,6 +26,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
+from moderation.core.permissions import LEAD_PERMISSION
 from moderation.models import (
     AttemptOrigin,
     AttemptOutcome,
@@ -46,7 +47,6 @@ KAPPA_MAX_ASKS = 5000
 PERIODS = (7, 30, 90)
 # A week: every day gets its own labelled bars; a month and a quarter are one choice away.
 DEFAULT_PERIOD = 7
-LEAD_PERMISSION = "moderation.lead_team"
 
 
 def wait_bucket(seconds: float) -> int:

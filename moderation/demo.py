@@ -83,10 +83,11 @@ def demo_seed(*, progress: Callable[[int, int], None] | None = None) -> tuple[in
             user.groups.add(group)
     for slug, spec in DEMO_TEAMS:  # before the items: the agent's items join payments as they are created
         team, _ = team_save(slug=slug, spec=spec)
-        if REFUND_AGENT in (spec.graphs or ()):
-            # A rejected refund says why in the words of tool calls (wrong amount, not permitted), not Spam or Abusive.
-            reason_rule_save(team=team, graph=REFUND_AGENT, offer=ReasonOffer.LISTED,
-                             codes=[code.code for code in reason_codes_fitting(graph=PASSTHROUGH)], required=False)
+        # A rejected refund says why in the words of tool calls (wrong amount, not permitted), not Spam or Abusive;
+        # with every such code retired the team falls back to the settings' rule.
+        codes = [code.code for code in reason_codes_fitting(graph=PASSTHROUGH)]
+        if REFUND_AGENT in (spec.graphs or ()) and codes:
+            reason_rule_save(team=team, graph=REFUND_AGENT, offer=ReasonOffer.LISTED, codes=codes, required=False)
     existing = set(QueueItem.objects.filter(source=DEMO_SOURCE).values_list("title", flat=True))
     items = [(title, body, None) for title, body in DEMO_ITEMS]
     items += [(title, body, REFUND_AGENT) for title, body, _ in DEMO_AGENT_ITEMS]

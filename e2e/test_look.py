@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,41 @@ async def test_markers_are_words_and_risk_has_a_legend(server, crowd):
     await expect(alice.locator("#risk-legend")).to_have_text(
         "Risk is the pre-screen's score from 0 to 100: low under 20, medium 20–49, high 50 and over."
     )
+
+
+# Each chart label's size as drawn: its font size in the SVG's units times the SVG's scale on screen.
+LABEL_SIZES_JS = """() => [...document.querySelectorAll('.chart-tick, .chart-label')].map((t) => {
+    const svg = t.ownerSVGElement;
+    return parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+})"""
+
+
+async def test_the_team_page_reads_at_a_glance(server, crowd):
+    """Issue 40.9: no key (colour only), labels of about 7 px, charts half the page wide."""
+    await asyncio.to_thread(server.manage, "team", "charted", "--add", "alice", "--add", "bob")
+    await asyncio.to_thread(server.manage, "team_lead", "alice")
+    [item] = await server.atool("items", "--count", "1", "--prefix", "Charted", "--team", "charted")
+    assert (await server.atool("decide", item["id"], "--user", "bob", "--decision", "approve"))["won"]
+    alice = await crowd.login("alice", next_path="/team/")
+    await expect(alice.locator("#f-days")).to_have_value("7")  # a week by default: every day labelled
+    keys = alice.locator(".chart-legend")
+    await expect(keys).to_have_count(4)
+    await expect(keys.nth(0)).to_have_text(re.compile(r"p50\s*p90"))
+    await expect(keys.nth(2)).to_have_text(re.compile(r"lost races\s*deadline misses\s*escalations"))
+    await expect(keys.nth(3)).to_have_text(re.compile(r"decisions\s*lost races"))
+    await expect(alice.locator(".chart").nth(3).locator(".chart-label")).to_have_text(["bob"])
+    assert min(await alice.evaluate(LABEL_SIZES_JS)) >= 12
+    # Full width: each chart spans the page's content, one a row.
+    content = await alice.evaluate("(() => { const m = document.querySelector('main'), s = getComputedStyle(m);"
+                                   " return m.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight); })()")
+    for n in range(4):
+        box = await alice.locator(".chart-svg").nth(n).bounding_box()
+        assert box["width"] >= content - 1, (n, box, content)
+    # On a phone the labels stay readable: a chart scrolls in its own box, never the page.
+    await alice.set_viewport_size(PHONE)
+    await alice.reload()
+    assert min(await alice.evaluate(LABEL_SIZES_JS)) >= 12
+    assert await alice.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
 
 
 # axe-core from npm (`make e2e-axe`); the pages must have no serious or critical violation.

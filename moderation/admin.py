@@ -306,9 +306,9 @@ class ReasonRuleAdmin(admin.ModelAdmin):
 
 @admin.register(ReasonCode)
 class ReasonCodeAdmin(admin.ModelAdmin):
-    list_display = ["code", "label", "active", "ordering"]
-    list_editable = ["label", "active", "ordering"]
-    list_filter = ["active"]
+    list_display = ["code", "label", "kind", "active", "ordering"]
+    list_editable = ["label", "kind", "active", "ordering"]
+    list_filter = ["active", "kind"]
 
     def has_delete_permission(self, request, obj=None):
         # Decisions keep the code: retire one (active off) instead, so its label still reads.

@@ -9,8 +9,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from moderation.core.permissions import MODERATORS_GROUP
-from moderation.models import QueueItem
+from moderation.graphs.passthrough import NAME as PASSTHROUGH
+from moderation.models import QueueItem, ReasonOffer
 from moderation.policies.teams import TeamSpec, team_save
+from moderation.records.reasons import reason_codes_fitting, reason_rule_save
 from moderation.review.items import item_create
 
 DEMO_SOURCE = "demo"
@@ -80,7 +82,12 @@ def demo_seed(*, progress: Callable[[int, int], None] | None = None) -> tuple[in
         if username in DEMO_MODERATORS:
             user.groups.add(group)
     for slug, spec in DEMO_TEAMS:  # before the items: the agent's items join payments as they are created
-        team_save(slug=slug, spec=spec)
+        team, _ = team_save(slug=slug, spec=spec)
+        # A rejected refund says why in the words of tool calls (wrong amount, not permitted), not Spam or Abusive;
+        # with every such code retired the team falls back to the settings' rule.
+        codes = [code.code for code in reason_codes_fitting(graph=PASSTHROUGH)]
+        if REFUND_AGENT in (spec.graphs or ()) and codes:
+            reason_rule_save(team=team, graph=REFUND_AGENT, offer=ReasonOffer.LISTED, codes=codes, required=False)
     existing = set(QueueItem.objects.filter(source=DEMO_SOURCE).values_list("title", flat=True))
     items = [(title, body, None) for title, body in DEMO_ITEMS]
     items += [(title, body, REFUND_AGENT) for title, body, _ in DEMO_AGENT_ITEMS]

@@ -306,6 +306,12 @@ class ReviewAsk(models.Model):
         return self.status == AskStatus.PENDING
 
 
+class ReasonKind(models.TextChoices):
+    CONTENT = "content", "Content (posts, comments)"
+    TOOL_CALL = "tool_call", "An agent's tool calls"
+    ANY = "any", "Both"
+
+
 class ReasonCode(models.Model):
     """Why an item was rejected, from a list the admin keeps (``moderation.records.reasons``).
 
@@ -318,6 +324,8 @@ class ReasonCode(models.Model):
     label = models.CharField(max_length=100)
     active = models.BooleanField(default=True)
     ordering = models.PositiveSmallIntegerField(default=0)
+    # Which items a rule of "every active code" offers it for: content, or an agent's tool calls.
+    kind = models.CharField(max_length=16, choices=ReasonKind.choices, default=ReasonKind.CONTENT)
 
     class Meta:
         ordering = ["ordering", "code"]

@@ -2,13 +2,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 DECIDE_PERMISSION = "moderation.decide_item"
 MODERATORS_GROUP = "moderators"
+# Sees the team page (/team/) of the teams they are a member of (moderation.records.teamstats).
+LEAD_PERMISSION = "moderation.lead_team"
 
 
 def user_can_view(*, user: AbstractBaseUser | AnonymousUser) -> bool:
@@ -24,6 +26,28 @@ class UnknownUsers(ValueError):
     def __init__(self, usernames: list[str]) -> None:
         self.usernames = usernames
         super().__init__(f"no user named {', '.join(map(repr, usernames))}")
+
+
+def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBaseUser]:
+    """Give the users ``LEAD_PERMISSION`` directly, or take it away.
+
+    All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
+    The users are returned fresh, in the order given (the permission cache is per instance).
+    """
+    users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
+    unknown = [name for name in dict.fromkeys(usernames) if name not in users]
+    if unknown:
+        raise UnknownUsers(unknown)
+    app_label, codename = LEAD_PERMISSION.split(".")
+    permission = Permission.objects.get(content_type__app_label=app_label, codename=codename)
+    with transaction.atomic():
+        for user in users.values():
+            if lead:
+                user.user_permissions.add(permission)
+            else:
+                user.user_permissions.remove(permission)
+    fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
+    return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
 
 
 def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[AbstractBaseUser]:

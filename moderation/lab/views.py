@@ -11,7 +11,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from moderation.lab.store import PAGE_RUN_ARGS, LabBusy, lab_latest, lab_latest_chart, lab_start_background, lab_status
-from moderation.core.permissions import user_can_decide
 
 
 def _staff_only(*, api: bool) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -47,7 +46,6 @@ def lab(request: HttpRequest) -> HttpResponse:
             "has_chart": lab_latest_chart() is not None,
             "status": lab_status(),
             "page_run": " ".join(PAGE_RUN_ARGS),
-            "can_decide": user_can_decide(user=request.user),
         },
     )
 

@@ -9,8 +9,10 @@ Which codes a reject may name, and whether it must name one, is a rule
 3. ``REJECT_REASON_REQUIRED_BY_GRAPH[graph]``: required or not, every active code offered;
 4. ``REJECT_REASON_REQUIRED``: required or not, every active code offered.
 
-A rule offers every active code, only those it lists (the active ones among them), or
-none: then a reject names no code and none is accepted. A rule that requires a code but
+A rule offers every active code of the item's kind, only those it lists (the active ones
+among them), or none. The kind (``ReasonKind``): an agent's tool calls for the pass-through
+graph (asks over the API, LangGraph deployments), content for every other graph; a code of
+kind ``any`` ("other") fits both, so Spam is never offered for a refund. With none: then a reject names no code and none is accepted. A rule that requires a code but
 offers none (all its listed codes retired) requires none: a reject is never impossible.
 
 The code is stored on the ask and on the attempt. Only where a code is required does it
@@ -33,7 +35,8 @@ from django.conf import settings
 from django.db import transaction
 
 from moderation.core.text import TextInvalid, text_check
-from moderation.models import ReasonCode, ReasonOffer, ReasonRule
+from moderation.graphs.passthrough import NAME as PASSTHROUGH
+from moderation.models import ReasonCode, ReasonKind, ReasonOffer, ReasonRule
 from moderation.policies.models import Team
 
 GRAPH_MAX_LENGTH = ReasonRule._meta.get_field("graph").max_length
@@ -63,6 +66,16 @@ def reason_codes_active() -> list[ReasonCode]:
     return list(ReasonCode.objects.filter(active=True))
 
 
+def reason_kind(*, graph: str) -> ReasonKind:
+    """What a graph's rejects are about: an agent's tool calls (the pass-through graph's asks), else content."""
+    return ReasonKind.TOOL_CALL if graph == PASSTHROUGH else ReasonKind.CONTENT
+
+
+def reason_codes_fitting(*, graph: str) -> list[ReasonCode]:
+    """The active codes of ``graph``'s kind, and those that fit any: what "every active code" offers its items."""
+    return list(ReasonCode.objects.filter(active=True, kind__in=[reason_kind(graph=graph), ReasonKind.ANY]))
+
+
 def reason_labels() -> dict[str, str]:
     """Every code's label, retired ones too: old decisions still name them."""
     return dict(ReasonCode.objects.values_list("code", "label"))
@@ -76,11 +89,12 @@ def reason_rule(*, team_id: int | None, graph: str = "") -> ReasonRuleResolved:
         rule = rules.get(graph) if graph else None
         rule = rule or rules.get("")
         if rule is not None:
-            return _rule_resolve(rule)
+            return _rule_resolve(rule, graph=graph)
     if graph in settings.REJECT_REASON_REQUIRED_BY_GRAPH:
-        return ReasonRuleResolved(codes=reason_codes_active(), required=bool(settings.REJECT_REASON_REQUIRED_BY_GRAPH[graph]),
+        return ReasonRuleResolved(codes=reason_codes_fitting(graph=graph),
+                                  required=bool(settings.REJECT_REASON_REQUIRED_BY_GRAPH[graph]),
                                   source=f"REJECT_REASON_REQUIRED_BY_GRAPH[{graph!r}]")
-    return ReasonRuleResolved(codes=reason_codes_active(), required=bool(settings.REJECT_REASON_REQUIRED),
+    return ReasonRuleResolved(codes=reason_codes_fitting(graph=graph), required=bool(settings.REJECT_REASON_REQUIRED),
                               source="REJECT_REASON_REQUIRED")
 
 
@@ -182,13 +196,12 @@ def _graph_clean(graph: str) -> str:
     return graph
 
 
-def _rule_resolve(rule: ReasonRule) -> ReasonRuleResolved:
-    active = reason_codes_active()
+def _rule_resolve(rule: ReasonRule, *, graph: str) -> ReasonRuleResolved:
     if rule.offer == ReasonOffer.NONE:
         codes = []
     elif rule.offer == ReasonOffer.LISTED:
-        codes = [c for c in active if c.code in rule.codes]
+        codes = [c for c in reason_codes_active() if c.code in rule.codes]
     else:
-        codes = active
+        codes = reason_codes_fitting(graph=graph)
     where = f"team {rule.team.slug}" + (f", graph {rule.graph}" if rule.graph else "")
     return ReasonRuleResolved(codes=codes, required=rule.required and bool(codes), source=where)

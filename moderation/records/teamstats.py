@@ -4,8 +4,8 @@ Each judged attempt adds to ``TeamDayCounter`` in the guard's transaction (as th
 counters do, ``moderation.records.counts``, sharded the same way): the winner's decision,
 its time to decision as a histogram bucket, a lost race, a deadline's default decision (a
 miss); an escalation adds in its own transaction. A page reads one team's rows of the
-period through the table's key (team first): days x (moderators + buckets + 3) rows, not
-the items. p50/p90 are estimated from the buckets, interpolating within one, as
+period through the table's key (team first): days x (moderators' decisions and lost races
++ buckets + 2) rows, not the items. p50/p90 are estimated from the buckets, interpolating within one, as
 Prometheus' ``histogram_quantile`` does.
 
 Agreement (quorum teams only) is Fleiss' kappa over the asks of the period on which at
@@ -26,6 +26,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
+from moderation.core.permissions import LEAD_PERMISSION
 from moderation.models import (
     AttemptOrigin,
     AttemptOutcome,
@@ -44,7 +45,8 @@ from moderation.records.counts import NO_TEAM, SHARDS, counted_day, counter_rows
 WAIT_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 2 * 86400, 7 * 86400, 30 * 86400)
 KAPPA_MAX_ASKS = 5000
 PERIODS = (7, 30, 90)
-LEAD_PERMISSION = "moderation.lead_team"
+# A week: every day gets its own labelled bars; a month and a quarter are one choice away.
+DEFAULT_PERIOD = 7
 
 
 def wait_bucket(seconds: float) -> int:
@@ -64,7 +66,8 @@ def teamstats_attempt_record(*, attempt: DecisionAttempt, item: QueueItem) -> No
         if attempt.origin == AttemptOrigin.DEADLINE:
             rows[("deadline_miss", "")] += 1
     elif attempt.outcome == AttemptOutcome.LOST and attempt.winner_decided_at and attempt.requested_at <= attempt.winner_decided_at:
-        rows[("lost_race", "")] += 1
+        # Per loser: a moderator who only lost races still did the work, and shows on the page.
+        rows[("lost_race", str(attempt.reviewer_id))] += 1
     _add(team_key=item.team_id or NO_TEAM, day=day, rows=rows)
 
 
@@ -93,6 +96,13 @@ class DayRow:
 
 
 @dataclass(frozen=True)
+class ModeratorRow:
+    name: str
+    decided: int
+    lost_races: int
+
+
+@dataclass(frozen=True)
 class Agreement:
     kappa: float | None  # None: fewer than two items with two votes
     items: int
@@ -104,7 +114,7 @@ class TeamStats:
     since: date
     until: date
     days: list[DayRow]
-    moderators: list[tuple[str, int]]  # (username, decisions), most first
+    moderators: list[ModeratorRow]  # everyone who decided or lost a race, most decisions first
     agreement: Agreement | None  # None: not a quorum team
     pending: int
     oldest_pending_seconds: float | None
@@ -147,6 +157,7 @@ def team_stats_read(*, team: Team | None, days: int, today: date) -> TeamStats:
     )
     by_day = {since + timedelta(days=i): DayRow(day=since + timedelta(days=i)) for i in range(days)}
     per_moderator: Counter[int] = Counter()
+    lost_by: Counter[int] = Counter()
     for row in rows:
         day, kind, n = by_day[row["day"]], row["kind"], int(row["n"])
         if kind == "decided":
@@ -156,14 +167,18 @@ def team_stats_read(*, team: Team | None, days: int, today: date) -> TeamStats:
             day.waits[int(row["key"])] += n
         elif kind == "lost_race":
             day.lost_races += n
+            if row["key"]:  # rows from before losers were named carry none
+                lost_by[int(row["key"])] += n
         elif kind == "deadline_miss":
             day.deadline_misses += n
         elif kind == "escalation":
             day.escalations += n
     for day in by_day.values():
         day.p50, day.p90 = wait_quantile(day.waits, 0.5), wait_quantile(day.waits, 0.9)
-    names = dict(get_user_model().objects.filter(pk__in=per_moderator).values_list("pk", "username"))
-    moderators = sorted(((names.get(pk, f"#{pk}"), n) for pk, n in per_moderator.items() if n), key=lambda m: (-m[1], m[0]))
+    people = {pk for pk, n in (per_moderator + lost_by).items() if n}
+    names = dict(get_user_model().objects.filter(pk__in=people).values_list("pk", "username"))
+    moderators = sorted((ModeratorRow(name=names.get(pk, f"#{pk}"), decided=per_moderator[pk], lost_races=lost_by[pk])
+                         for pk in people), key=lambda m: (-m.decided, -m.lost_races, m.name))
     quorum = team is not None and team_policy(team=team).is_quorum
     pending, oldest = _backlog(team_id=team.pk if team else None)
     return TeamStats(
@@ -258,12 +273,12 @@ def team_filters_read(*, data, teams: list[Team], no_team: bool) -> tuple[TeamFi
         if slug:
             errors["team"] = f"No team “{slug}” you may see; showing {default.name if default else 'items of no team'}."
     raw_days = data.get("days", "")
-    days = 30
+    days = DEFAULT_PERIOD
     if raw_days:
         if raw_days.isdigit() and int(raw_days) in PERIODS:
             days = int(raw_days)
         else:
-            errors["days"] = f"days must be one of {', '.join(map(str, PERIODS))}; showing 30."
+            errors["days"] = f"days must be one of {', '.join(map(str, PERIODS))}; showing {DEFAULT_PERIOD}."
     return TeamFilters(team=team, days=days), errors
 
 
@@ -275,8 +290,8 @@ def team_csv_rows(*, stats: TeamStats):
     for row in stats.days:
         yield [row.day.isoformat(), row.decided, _num(row.p50), _num(row.p90), row.lost_races, row.deadline_misses, row.escalations]
     yield []
-    yield ["moderator", "decisions"]
-    yield from ([name, n] for name, n in stats.moderators)
+    yield ["moderator", "decisions", "lost_races"]
+    yield from ([m.name, m.decided, m.lost_races] for m in stats.moderators)
     yield []
     yield ["pending", stats.pending]
     yield ["oldest_pending_seconds", _num(stats.oldest_pending_seconds)]

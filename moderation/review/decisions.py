@@ -295,8 +295,7 @@ def item_decide(
     if target.requester_id is not None and target.requester_id == reviewer.pk:
         raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
     if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
-        raise InvalidDecision(f"this item is decided by vote ({target.policy.describe()}): vote approve or reject",
-                              field="decisions")
+        raise InvalidDecision(_not_a_vote(policy=target.policy, decisions=cleaned), field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
     # Only a reject, or a reason given, reads the team's reason rule: an approval or an edit costs no query.
     rule = reason_rule(team_id=target.team_id, graph=target.graph) if rejecting or reason not in (None, "") else None
@@ -437,8 +436,7 @@ def _decide_locked(
                                   "nothing was recorded, decide it when their claim ends")
             if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
                 if requested not in VoteKind.values:
-                    raise InvalidDecision(f"this item is now decided by vote ({policy.describe()}): vote approve or reject",
-                                          field="decisions")
+                    raise InvalidDecision(_not_a_vote(policy=policy, decisions=decisions, now=True), field="decisions")
                 return _vote_cast(item=item, ask=ask, voter=reviewer, decisions=decisions, note=note,
                                   requested=requested, requested_at=requested_at, reason=reason, origin=origin,
                                   policy=policy)
@@ -497,6 +495,16 @@ def _vote_cast(
     return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution),
                         note=note, requested=requested, requested_at=requested_at,
                         reason=reason, origin=origin)
+
+
+def _not_a_vote(*, policy: Policy, decisions: list[dict[str, Any]], now: bool = False) -> str:
+    """Why decisions are not a vote: a vote is approve or reject, for the whole ask (the tally resolves the ask, not an action)."""
+    said = f"this item is {'now ' if now else ''}decided by vote ({policy.describe()})"
+    kinds = {d["type"] for d in decisions}
+    if kinds == set(VoteKind.values):
+        return (f"{said}, and one vote covers all {len(decisions)} actions of the request: you approved some and "
+                "rejected others. To reject any of them, vote reject (with your reason); nothing was recorded")
+    return f"{said}: vote approve or reject ({' and '.join(sorted(kinds - set(VoteKind.values)))} is not a vote)"
 
 
 def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:

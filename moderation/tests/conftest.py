@@ -54,6 +54,7 @@ def reasons(db):
     from django.apps import apps
 
     importlib.import_module("moderation.migrations.0014_reason_codes").reasons_seed(apps, None)
+    importlib.import_module("moderation.migrations.0033_reason_code_kind").tool_call_reasons_seed(apps, None)
 
 
 @pytest.fixture

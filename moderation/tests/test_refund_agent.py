@@ -13,7 +13,8 @@ from examples.refund_agent.model import reply_next
 from examples.refund_agent.tools import order_read, refund_payment
 from moderation.demo import DEMO_AGENT_ITEMS, REFUND_AGENT, demo_agent_input, demo_seed
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.models import AskStatus, ItemStatus, QueueItem, ReviewAsk, Team
+from moderation.records.reasons import reason_rule
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.items import item_create
 
@@ -283,6 +284,16 @@ def test_the_demo_seeds_the_agents_items_beside_the_moderation_ones(settings):
     actions = {title: [a["name"] for a in _open_asks(item)[0].payload["action_requests"]] for title, item in agent_items.items()}
     assert sorted(map(len, actions.values())) == [1, 1, 2]
     assert demo_seed() == (0, 0), "seeding again adds nothing"
+
+
+@pytest.mark.django_db
+def test_the_demos_payments_team_rejects_a_refund_for_reasons_that_fit_tool_calls(settings, reasons):
+    """Issue 40.6: rejecting the demo agent's refund asked for "Spam" or "Abusive"."""
+    settings.DEBUG = True
+    demo_seed()
+    rule = reason_rule(team_id=Team.objects.get(slug="payments").pk, graph=REFUND_AGENT)
+    assert rule.code_names == ["other", "wrong_arguments", "not_permitted", "needs_information", "wrong_action"]
+    assert not rule.required  # the moderator's own words reach the agent as typed
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,13 +2,17 @@
 
 No charting library and no script: the page keeps its CSP (no inline script or style;
 colours come from classes in app.css), and the numbers are in the page and its CSV anyway.
+Each chart names its series in a legend (colour is never the only key), and is drawn
+1 user unit to about 1 CSS pixel at full width (app.css: at least 75% on a phone, where it
+scrolls sideways in its own box), so its 16-unit labels are read at 12 px or more.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 640, 180, 44, 22, 8
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 960, 240, 64, 34, 12
+LABELS_MAX = 8  # date labels under a chart of many days: every nth, so they never overlap
 
 
 @dataclass(frozen=True)
@@ -26,14 +30,20 @@ class Chart:
     title: str
     bars: list[Bar]
     ticks: list[tuple[float, str]]  # (y, label) of the value axis
-    labels: list[tuple[float, str]]  # (x, label) under the bars, a few only
+    labels: list[tuple[float, str]]  # (x, label) under the bars
+    legend: list[tuple[str, str]]  # (series name, css class)
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
 
 
-def bar_chart(*, title: str, labels: list[str], series: list[tuple[str, str, list[float | None]]], unit=str) -> Chart:
-    """Grouped bars: ``series`` is (name, css class, one value per label; None draws nothing); ``unit`` formats values."""
+def bar_chart(
+    *, title: str, labels: list[str], series: list[tuple[str, str, list[float | None]]], unit=str, every_label: bool = False,
+) -> Chart:
+    """Grouped bars: ``series`` is (name, css class, one value per label; None draws nothing); ``unit`` formats values.
+
+    ``every_label``: name every bar group (moderators), not every nth (days).
+    """
     top = max((v for _, _, values in series for v in values if v), default=0) or 1
     plot_h, plot_w = HEIGHT - BOTTOM - TOP, WIDTH - LEFT - 4
     slot = plot_w / max(1, len(labels))
@@ -48,9 +58,9 @@ def bar_chart(*, title: str, labels: list[str], series: list[tuple[str, str, lis
             bars.append(Bar(x=round(LEFT + i * slot + slot * 0.1 + s * width, 1), y=round(HEIGHT - BOTTOM - h, 1),
                             width=round(width, 1), height=round(h, 1), css=css, title=f"{label}: {name} {unit(value)}"))
     ticks = [(round(HEIGHT - BOTTOM - plot_h * f, 1), unit(top * f)) for f in (0, 0.5, 1)]
-    every = max(1, len(labels) // 6)
+    every = 1 if every_label else -(-len(labels) // LABELS_MAX)
     shown = [(round(LEFT + i * slot + slot / 2, 1), label) for i, label in enumerate(labels) if i % every == 0]
-    return Chart(title=title, bars=bars, ticks=ticks, labels=shown)
+    return Chart(title=title, bars=bars, ticks=ticks, labels=shown, legend=[(name, css) for name, css, _ in series])
 
 
 def duration_words(seconds: float | None) -> str:

@@ -1,12 +1,21 @@
-"""Template context for every page (``TEMPLATES`` context processors)."""
+"""What every page that extends ``base.html`` needs (``TEMPLATES`` context processors), from one
+place, so no view can forget it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest
 
+from moderation.core.permissions import user_can_decide
 from moderation.records.workers import WorkWait, work_state, work_wait
+
+
+def base_context(request: HttpRequest) -> dict[str, Any]:
+    """``can_decide`` labels the viewer "view only" or not, and tells live.js what the page was
+    rendered for (a mismatch reads as "your rights changed")."""
+    return {"can_decide": user_can_decide(user=request.user)}
 
 
 def worker_banner(request: HttpRequest) -> dict[str, Callable[[], WorkWait | None]]:

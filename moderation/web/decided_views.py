@@ -16,7 +16,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from moderation.core.csvsafe import CsvSafeWriter
-from moderation.core.permissions import user_can_decide
 from moderation.models import DECIDED_STATUSES, ItemStatus
 from moderation.records.reasons import reason_labels
 from moderation.records.selectors import item_get
@@ -59,7 +58,6 @@ def decided(request: HttpRequest) -> HttpResponse:
         "newer_url": "?" + urlencode({**query, "before": page.newer}) if page.newer else "",
         "export_url": "export.csv?" + urlencode(query),
         "can_export": _user_is_staff(request.user),
-        "can_decide": user_can_decide(user=request.user),
     })
 
 
@@ -72,10 +70,10 @@ def item_history(request: HttpRequest, public_id: str) -> HttpResponse:
     labels = reason_labels()
     return render(request, "moderation/item_history.html", {
         "item": item,
+        # Notes are the moderators' own words: a view-only account (can_decide, moderation.web.context)
+        # sees who did what, not what they wrote.
         "entries": [(entry, labels.get(entry.reason, entry.reason), edits_display(edits=entry.edits))
                     for entry in item_timeline(item=item)],
-        # Notes are the moderators' own words: a view-only account sees who did what, not what they wrote.
-        "can_decide": user_can_decide(user=request.user),
     })
 
 

@@ -13,7 +13,8 @@ script needed); their fields are:
   when nothing is rejected, so a reason chosen before clicking Approve is no error;
 - ``action-<i>-type``, ``action-<i>-message``, and for an edit one ``action-<i>-arg-<key>``
   per argument (or ``action-<i>-args``, the whole arguments as JSON, from a script);
-- or, from a script, ``decision`` (the approve / reject shorthand) or ``decisions`` (JSON).
+- or ``decision`` (the approve / reject shorthand, for every action: a quorum ask's vote
+  form, whose one vote covers the whole ask) or, from a script, ``decisions`` (JSON).
 
 ``form_decision_read`` turns a post into what ``item_decide`` takes; the guard then
 validates it. ``form_field_for`` maps the guard's error field back to the form's, so a
@@ -31,6 +32,7 @@ from typing import Any
 
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
+from moderation.graphs.registry import DEFAULT_GRAPH
 from moderation.models import ReasonCode, ReviewAsk
 from moderation.records.reasons import decisions_rejecting
 from moderation.web.display import tool_description_display, value_display
@@ -91,12 +93,9 @@ class ActionForm:
     chosen: str = ""
     message: str = ""
     errors: dict[str, str] = field(default_factory=dict)
-    vote: bool = False  # a quorum ask: the choices are votes
 
     @property
     def choices(self) -> list[tuple[str, str]]:
-        if self.vote:
-            return [(kind, f"Vote {kind}") for kind in self.allowed]
         return [(kind, TYPE_LABELS[kind]) for kind in self.allowed]
 
     @property
@@ -134,6 +133,12 @@ class AskForm:
     errors: dict[str, str] = field(default_factory=dict)
     reasons: list[ReasonCode] = field(default_factory=list)
     reason: str = ""
+    vote: bool = False  # a quorum ask: one vote for the whole ask (templates/moderation/_vote_form.html)
+
+    @property
+    def votes(self) -> list[tuple[str, str]]:
+        """A quorum ask's buttons: the votes every action allows (the tally resolves the ask, all its actions at once)."""
+        return [(kind, f"Vote {kind}") for kind in VOTE_KINDS if all(kind in action.allowed for action in self.actions)]
 
     @property
     def takes_reason(self) -> bool:
@@ -173,21 +178,23 @@ def _ask_form(
     vote: bool = False,
 ) -> AskForm:
     spec = AskSpec.from_payload(ask.payload)
+    # The built-in content graph asks about the item itself (its title, excerpt, source, flags,
+    # risk), which the page shows above the form: its arguments would only repeat them.
+    repeats_item = ask.item.graph == DEFAULT_GRAPH
     actions = []
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
             index=i, name=action["name"],
             description=tool_description_display(name=action["name"], description=action.get("description", "")),
-            args=[(key, value_display(value)) for key, value in action["args"].items()],
+            args=[] if repeats_item else [(key, value_display(value)) for key, value in action["args"].items()],
             allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
             message_field=f"action-{i}-message", edit_inputs=inputs,
             chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
             errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
-            vote=vote,
         ))
     return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors,
-                   reasons=reasons, reason=(posted or {}).get("reason", ""))
+                   reasons=reasons, reason=(posted or {}).get("reason", ""), vote=vote)
 
 
 def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]) -> list[ArgInput]:

@@ -48,8 +48,10 @@ def team(request: HttpRequest) -> HttpResponse:
             ("escalations", "bar-c", [r.escalations for r in stats.days])]),
     ]
     if stats.moderators:
-        charts.append(bar_chart(title="Decisions per moderator", labels=[m for m, _ in stats.moderators],
-                                unit=lambda v: f"{v:.0f}", series=[("decisions", "bar-a", [n for _, n in stats.moderators])]))
+        charts.append(bar_chart(
+            title="Decisions per moderator", labels=[m.name for m in stats.moderators], unit=lambda v: f"{v:.0f}",
+            every_label=True, series=[("decisions", "bar-a", [m.decided for m in stats.moderators]),
+                                      ("lost races", "bar-b", [m.lost_races for m in stats.moderators])]))
     return render(request, "moderation/team.html", {
         "stats": stats, "totals": stats.totals, "charts": charts, "teams": teams, "no_team": no_team,
         "team_none": TEAM_NONE, "filters": filters, "errors": errors, "periods": PERIODS,

@@ -117,7 +117,6 @@ def queue(request: HttpRequest) -> HttpResponse:
             "counts": queue_counts(),
             "recent": items_recently_decided(limit=5, viewer=request.user),
             "attention": items_needing_attention(viewer=request.user),
-            "can_decide": can_decide,
             "reasons": reason_codes_active(),
             "reason_required": settings.REJECT_REASON_REQUIRED,
             "bulk_max": settings.BULK_MAX_ITEMS,
@@ -241,7 +240,6 @@ def _item_page(
                                      reasons=rule.codes, vote=bool(panel and panel.quorum)),
             "settled": settled,
             "settled_edits": [(one, edits_display(edits=one.edits)) for one in settled],
-            "can_decide": user_can_decide(user=request.user),
             # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
             "refusal": item_decide_refusal(item=item, user=request.user) if item.is_pending else "",
             "error": error,

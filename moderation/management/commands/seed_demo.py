@@ -19,7 +19,7 @@ class Command(BaseCommand):
             f"Moderators: {', '.join(DEMO_MODERATORS)}; view-only: {DEMO_VIEWER}; password: {settings.DEMO_PASSWORD}"
         )
         self.stdout.write("Teams: payments (refund agent items: 2 approvals, one rejection vetoes; escalated to leads "
-                          "after an hour), leads (alice).")
+                          "after an hour; reasons that fit tool calls), leads (alice).")
 
     def _progress(self, done: int, total: int) -> None:
         self.stdout.write(f"\r  creating demo items: {done}/{total}", ending="")

@@ -123,3 +123,31 @@ def test_moderator_add_takes_one_user_per_password_and_never_the_password_itself
     with pytest.raises(CommandError, match="not allowed with argument"):
         call_command("moderator_add", "dee", "--password-from-env", "P", "--password-file", "-")
     assert not get_user_model().objects.filter(username__in=["dee", "eve"]).exists()
+
+
+@pytest.mark.django_db
+def test_team_lead_grants_the_team_page_of_the_leads_teams_and_remove_takes_it_away(payments, alice, make_moderator, capsys):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    assert client.get("/team/").status_code == 403
+    call_command("team_lead", "alice")
+    call_command("team_lead", "alice")  # twice changes nothing
+    assert "alice is a team lead: they see the team page (/team/) of Payments." in capsys.readouterr().out
+    assert _user("alice").user_permissions.count() == 1
+    assert client.get("/team/").status_code == 200
+    make_moderator("zed")
+    call_command("team_lead", "zed")
+    assert "zed is a team lead, but a member of no team: add them to one (manage.py team <slug> --add zed)" in (
+        capsys.readouterr().out)
+    call_command("team_lead", "alice", "--remove")
+    assert "alice is no longer a team lead." in capsys.readouterr().out
+    assert client.get("/team/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_team_lead_with_an_unknown_name_changes_nobody(alice):
+    with pytest.raises(CommandError, match="no user named 'mallory': create them first.*nobody was changed"):
+        call_command("team_lead", "alice", "mallory")
+    assert not _user("alice").user_permissions.exists()

@@ -226,3 +226,34 @@ def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(pay
     with pytest.raises(NotAllowed):
         _decide(item, alice)  # no longer her team's item
     assert _decide(item, boss).won
+
+
+TWO_ACTIONS = {
+    "action_requests": [{"name": "refund_payment", "args": {"order": "A-17", "amount": 120}, "description": "Refund?"},
+                        {"name": "send_email", "args": {"to": "ann@home.example"}, "description": "Tell the customer."}],
+    "review_configs": [{"action_name": "refund_payment", "allowed_decisions": ["approve", "edit", "reject"]},
+                       {"action_name": "send_email", "allowed_decisions": ["approve", "reject"]}],
+}
+
+
+def two_action_item(**kwargs):
+    """An agent's ask of two tool calls, for a team whose policy is a vote."""
+    return item_create(title="Refund A-17", body="Two tool calls.", source="agent", graph="ask",
+                       graph_input={"ask": TWO_ACTIONS, "external": {}}, **kwargs)
+
+
+@pytest.mark.django_db
+def test_a_mixed_vote_is_refused_saying_why_and_a_reject_vote_vetoes_every_action(payments, alice, bob):
+    """Issue 40.4: a vote rejecting one tool call and approving the other was a 400 that did not say why."""
+    item = two_action_item(team="payments", policy={"approvals": 2, "veto": True})
+    before = _snapshot()
+    mixed = [{"type": "reject", "message": "not this amount"}, {"type": "approve"}]
+    with pytest.raises(InvalidDecision, match="one vote covers all 2 actions of the request: you approved some and "
+                                              "rejected others. To reject any of them, vote reject") as refused:
+        item_decide(item_public_id=item.public_id, reviewer=alice, decisions=mixed)
+    assert refused.value.field == "decisions" and refused.value.http_status == 400
+    assert _snapshot() == before  # nothing recorded
+    assert _decide(item, bob).counted
+    vetoed = _decide(item, alice, "reject", note="not this amount")
+    assert vetoed.won and vetoed.tally["why"] == "veto"
+    assert item.asks.get().decisions == [{"type": "reject", "message": "vetoed (alice: not this amount)"}] * 2

@@ -23,6 +23,7 @@ from moderation.tests.api.test_api_items import Api
 pytestmark = pytest.mark.django_db
 
 ACTIVE = ["spam", "abuse", "off_topic", "duplicate", "other"]
+FOR_TOOL_CALLS = ["other", "wrong_arguments", "not_permitted", "needs_information", "wrong_action"]  # the ask graph's kind
 TOOL_CALL = {
     "action_requests": [{"name": "delete_customer", "args": {"id": "C-7"}, "description": "Delete customer C-7?"}],
     "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}],
@@ -50,19 +51,19 @@ def test_each_level_of_the_resolution_in_its_order(payments, settings):
     assert _resolved(None, "moderation") == (ACTIVE, True, "REJECT_REASON_REQUIRED")
     assert _resolved(payments.pk, "moderation") == (ACTIVE, True, "REJECT_REASON_REQUIRED")
     # 3. The setting by graph, over the global one.
-    assert _resolved(payments.pk, "ask") == (ACTIVE, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")
+    assert _resolved(payments.pk, "ask") == (FOR_TOOL_CALLS, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")
     # 2. The team's own rule, over both settings, for every graph of the team.
     reason_rule_save(team=payments, offer=ReasonOffer.LISTED, codes=["spam", "abuse"], required=True)
     assert _resolved(payments.pk, "ask") == (["spam", "abuse"], True, "team payments")
     assert _resolved(payments.pk, "moderation") == (["spam", "abuse"], True, "team payments")
-    assert _resolved(None, "ask") == (ACTIVE, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")  # no team: settings
+    assert _resolved(None, "ask") == (FOR_TOOL_CALLS, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")  # no team: settings
     # 1. The team's rule for the graph, over the team's own.
     reason_rule_save(team=payments, graph="ask", offer=ReasonOffer.NONE)
     assert _resolved(payments.pk, "ask") == ([], False, "team payments, graph ask")
     assert _resolved(payments.pk, "moderation") == (["spam", "abuse"], True, "team payments")
     # Another team's rules are not this one's.
     other = payments.__class__.objects.create(slug="other", name="Other")
-    assert _resolved(other.pk, "ask") == (ACTIVE, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")
+    assert _resolved(other.pk, "ask") == (FOR_TOOL_CALLS, False, "REJECT_REASON_REQUIRED_BY_GRAPH['ask']")
 
 
 def test_a_listed_rule_offers_only_its_active_codes_and_one_left_with_none_requires_none(payments):
@@ -246,7 +247,7 @@ def test_the_team_command_sets_shows_and_clears_rules(payments):
     _team("payments", "--reason-graph", "ask", "--reason-clear")
     assert _resolved(payments.pk, "ask")[:2] == (["spam", "abuse"], True)
     _team("payments", "--reason-codes", "all", "--reason-required", "off")
-    assert _resolved(payments.pk, "ask")[:2] == (ACTIVE, False)
+    assert _resolved(payments.pk, "ask")[:2] == (FOR_TOOL_CALLS, False)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -12,10 +12,13 @@ from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.graphs.runtime import graph_values
 from moderation.models import AskStatus, AttemptOrigin, DecisionAttempt, ItemStatus, QueueItem, ReasonCode
+from moderation.records.reasons import reason_rule, reason_rule_save
+from moderation.review.items import item_create
 
 pytestmark = pytest.mark.django_db
 
 SEEDED = ["spam", "abuse", "off_topic", "duplicate", "other"]
+TOOL_CALLS = ["wrong_arguments", "not_permitted", "needs_information", "wrong_action"]
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +32,26 @@ def required(settings):
 
 
 def test_the_migration_seeds_the_default_list_in_order():
-    assert [c.code for c in ReasonCode.objects.filter(active=True)] == SEEDED
+    assert [c.code for c in ReasonCode.objects.filter(active=True)] == SEEDED + TOOL_CALLS
+
+
+def test_an_agents_tool_call_is_offered_reasons_that_fit_tool_calls_and_content_the_content_ones(alice, make_item, payments):
+    """Issue 40.6: rejecting an agent's refund asked for "Spam" or "Abusive"."""
+    assert reason_rule(team_id=None, graph="ask").code_names == ["other", *TOOL_CALLS]
+    assert reason_rule(team_id=None, graph="moderation").code_names == SEEDED
+    # A team's rule of "every active code" offers those of the item's kind too.
+    reason_rule_save(team=payments, offer="all")
+    assert reason_rule(team_id=payments.pk, graph="ask").code_names == ["other", *TOOL_CALLS]
+    assert reason_rule(team_id=payments.pk, graph="moderation").code_names == SEEDED
+    item = item_create(title="Refund", body="b", source="agent", graph="ask",
+                       graph_input={"ask": {"action_requests": [{"name": "refund_payment", "args": {"amount": 120}}],
+                                            "review_configs": [{"action_name": "refund_payment",
+                                                                "allowed_decisions": ["approve", "reject"]}]},
+                                    "external": {}})
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/items/{item.public_id}/").content.decode()
+    assert "Wrong arguments" in page and "Spam" not in page and "Abusive" not in page
 
 
 def _unchanged(item) -> None:

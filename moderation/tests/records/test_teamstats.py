@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from moderation.models import DecisionAttempt, ReviewAsk, Team
+from moderation.records import teamstats
 from moderation.records.teamstats import fleiss_kappa, team_stats_read, wait_quantile
 from moderation.review.decisions import item_decide
 from moderation.review.deadlines import ask_deadline_fire
@@ -55,7 +56,7 @@ def test_a_teams_day_tallies_decisions_waits_races_misses_escalations_and_agreem
     # Two items settled by bob's second vote; the split one waits for a second approval.
     assert DecisionAttempt.objects.filter(item__in=voted, outcome="won").count() == 2
     assert totals.decided == 2
-    assert stats.moderators == [("bob", 2)]
+    assert stats.moderators == [teamstats.ModeratorRow(name="bob", decided=2, lost_races=0)]
     assert totals.p50 is not None and 0 <= totals.p50 <= 10
     assert totals.escalations == 1
     assert stats.agreement.items == 3
@@ -63,3 +64,23 @@ def test_a_teams_day_tallies_decisions_waits_races_misses_escalations_and_agreem
     assert len(stats.days) == 7 and stats.days[-1].day == today
     assert stats.pending == 1  # the split vote; the late item left for the leads
     assert team_stats_read(team=leads, days=7, today=today).pending == 1
+
+
+def race_lose(*, item, user, monkeypatch) -> None:
+    """``user`` loses a real race on ``item``: asked before the winner was recorded (not a stale page)."""
+    before = timezone.now() - timedelta(seconds=5)
+    with monkeypatch.context() as patched:
+        patched.setattr(timezone, "now", lambda: before)
+        assert not item_decide(item_public_id=item.public_id, reviewer=user, decision="reject").won
+
+
+@pytest.mark.django_db
+def test_a_moderator_who_only_lost_races_is_counted_among_the_moderators(payments, alice, carol, monkeypatch):
+    """Issue 40.9: "Decisions per moderator" left out a moderator who only lost races."""
+    item = item_create(title="Refund", body="Order.", source="shop", team="payments")
+    assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
+    race_lose(item=item, user=carol, monkeypatch=monkeypatch)
+    stats = team_stats_read(team=payments, days=7, today=timezone.localdate())
+    assert stats.moderators == [teamstats.ModeratorRow(name="alice", decided=1, lost_races=0),
+                                teamstats.ModeratorRow(name="carol", decided=0, lost_races=1)]
+    assert stats.totals.lost_races == 1

@@ -74,7 +74,17 @@ def test_moderation_ask_offers_only_approve_and_reject(client, alice, make_item)
     assert _buttons(html) == [("approve", "approve"), ("reject", "reject")]
     assert 'value="edit"' not in html and 'value="respond"' not in html and "<fieldset" not in html
     assert "<code>publish</code>" in html and "Publish this post?" in html
-    assert '<th scope="row">title</th><td>Hello</td>' in html  # the action's args, as a table
+
+
+def test_a_content_item_shows_its_fields_once_not_again_as_the_asks_raw_arguments(client, alice, make_item):
+    """Issue 40.10: the page showed the post, then its title, excerpt, source, flags ([]) and risk again as the ask's args."""
+    item = make_item(title="Hello", body="A calm post about tea.")
+    client.force_login(alice)
+    html = client.get(_url(item)).content.decode()
+    main = html.split("<main>")[1]
+    assert main.count("Hello") == 1 and main.count("A calm post about tea.") == 1
+    assert 'class="args"' not in main and "[]" not in main
+    assert "no flags" in main and "Risk score" in main  # the prescreen, in words, once
 
 
 def test_only_the_allowed_types_are_offered(client, alice):

@@ -300,3 +300,30 @@ def test_the_admin_and_the_team_command_let_a_team_allow_weaker_policies(admin_c
     call_command("team", "payments", "--allow-weaker-policies", "on")
     assert capsys.readouterr().out.splitlines()[-1].startswith(
         "Updated team payments (Payments): one decision settles it; submitters may weaken it")
+
+
+@pytest.mark.django_db
+def test_a_quorum_ask_of_two_tool_calls_offers_one_vote_and_a_veto_through_the_page_rejects_both(team, alice, bob):
+    """Issue 40.4: the form offered a vote per action; a mixed one was refused by an unexplained 400 and the veto lost."""
+    from moderation.tests.policies.test_votes import two_action_item
+
+    item = two_action_item(team="payments")
+    url = f"/items/{item.public_id}/"
+    page = _client(alice).get(url).content.decode()
+    assert 'type="radio"' not in page  # no choice per action
+    assert re.findall(r'<button[^>]*name="decision" value="(\w+)"[^>]*>(Vote \w+)</button>', page) == [
+        ("approve", "Vote approve"), ("reject", "Vote reject")]
+    assert "One vote covers all 2 actions" in page
+    ask = ReviewAsk.objects.get(item=item)
+    # A per-action post (a page from before) that mixes votes: refused, saying why, nothing recorded.
+    mixed = _client(alice).post(url, {"ask": ask.interrupt_id, "action-0-type": "reject", "action-1-type": "approve",
+                                      "note": "wrong amount"})
+    assert mixed.status_code == 400
+    assert re.search(r'id="error-notice">[^<]*one vote covers all 2 actions of the request', mixed.content.decode())
+    assert "wrong amount" in mixed.content.decode()  # the note is kept for the next try
+    assert not ask.votes.exists()
+    assert _client(bob).post(url, {"ask": ask.interrupt_id, "decision": "approve"}).status_code == 302
+    vetoed = _client(alice).post(url, {"ask": ask.interrupt_id, "decision": "reject", "note": "wrong amount"}, follow=True)
+    assert "Resolved: rejected — your vote counted" in vetoed.content.decode()
+    ask.refresh_from_db()
+    assert ask.decisions == [{"type": "reject", "message": "vetoed (alice: wrong amount)"}] * 2

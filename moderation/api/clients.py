@@ -70,7 +70,3 @@ def token_authenticate(*, token: str) -> ApiClient | None:
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row.client
-
-
-def token_revoke(*, token_pk: int) -> None:
-    ApiToken.objects.filter(pk=token_pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

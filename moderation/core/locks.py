@@ -48,9 +48,3 @@ def item_lock(key: str, *, timeout: float) -> Iterator[None]:
             entry.users -= 1
             if entry.users == 0:
                 del _registry[key]
-
-
-def item_lock_count() -> int:
-    """How many item locks exist right now (for tests and health output)."""
-    with _registry_lock:
-        return len(_registry)

@@ -74,11 +74,6 @@ def client_endpoints(*, client: ApiClient) -> list[WebhookEndpoint]:
     return list(WebhookEndpoint.objects.filter(owner=client).order_by("created_at", "id"))
 
 
-def client_endpoint_get(*, client: ApiClient, endpoint_id: int) -> WebhookEndpoint | None:
-    """``client``'s endpoint ``endpoint_id``; None for another client's or an operator's, as for none at all."""
-    return WebhookEndpoint.objects.filter(owner=client, pk=endpoint_id).first()
-
-
 def client_endpoint_delete(*, client: ApiClient, endpoint_id: int) -> bool:
     """Remove ``client``'s endpoint with its deliveries (pending ones are not sent); False if it has none of that id."""
     deleted, _ = WebhookEndpoint.objects.filter(owner=client, pk=endpoint_id).delete()

@@ -91,15 +91,6 @@ def claims_live(*, items: Iterable, now: datetime | None = None) -> dict[int, Cl
     return {row.item_id: _claim_of(row, by_pk[row.item_id]) for row in rows}
 
 
-def claim_extend(*, item, user: AbstractBaseUser, now: datetime | None = None) -> bool:
-    """Renew ``user``'s live claim on the item for another ``CLAIM_SECONDS``; False if they hold none."""
-    now = now or timezone.now()
-    return bool(
-        ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now)
-        .update(expires_at=now + timedelta(seconds=settings.CLAIM_SECONDS))
-    )
-
-
 def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> Claim | None:
     """Claim the item for ``user`` unless someone else holds a live claim on it, or ``user`` may not claim it
     (the module docstring: may not decide it, or has voted on it).

@@ -185,12 +185,6 @@ def _push_or_hold(push: Callable[[], None]) -> None:
         pushes.append(push)
 
 
-def pushes_in_flight() -> int:
-    """Pushes handed to the server loop and not finished yet (for tests and bounds)."""
-    with _in_flight_lock:
-        return len(_in_flight)
-
-
 def _send(group: str, message: dict[str, Any]) -> None:
     _send_all([(group, message)])
 

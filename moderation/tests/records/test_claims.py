@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from moderation.records.claims import (
-    ItemClaim, claim_extend, claim_held_by_other, claim_live, claim_release, claim_take, claims_live, next_item_pick,
+    ItemClaim, claim_held_by_other, claim_live, claim_release, claim_take, claims_live, next_item_pick,
 )
 from moderation.review.decisions import ItemClaimed, item_decide
 from moderation.review.items import item_create
@@ -42,20 +42,6 @@ def test_someone_elses_live_claim_is_not_stolen(alice, bob, make_item):
     seen = claim_take(item=item, user=bob, now=now + timedelta(seconds=60))
     assert seen.holder == "alice" and seen.expires_at == now + CLAIM
     assert ItemClaim.objects.get(item=item).user == alice
-
-
-def test_extend_renews_only_the_holders_live_claim(alice, bob, make_item):
-    item = make_item()
-    now = timezone.now()
-    claim_take(item=item, user=alice, now=now)
-    later = now + timedelta(seconds=200)
-    assert not claim_extend(item=item, user=bob, now=later)
-    assert claim_extend(item=item, user=alice, now=later)
-    assert claim_live(item=item, now=later).expires_at == later + CLAIM
-    # Past its end a claim is gone: renewing cannot bring it back, taking can.
-    gone = later + CLAIM + timedelta(seconds=1)
-    assert not claim_extend(item=item, user=alice, now=gone)
-    assert claim_live(item=item, now=gone) is None
 
 
 def test_expired_claim_is_ignored_and_anyone_takes_the_item(alice, bob, make_item):

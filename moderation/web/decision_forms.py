@@ -180,7 +180,7 @@ def _ask_form(
     spec = AskSpec.from_payload(ask.payload)
     # The built-in content graph asks about the item itself (its title, excerpt, source, flags,
     # risk), which the page shows above the form: its arguments would only repeat them.
-    repeats_item = ask.item.graph == DEFAULT_GRAPH
+    repeats_item = ask.item_id is not None and ask.item.graph == DEFAULT_GRAPH
     actions = []
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)

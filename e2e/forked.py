@@ -38,6 +38,10 @@ _context.set_forkserver_preload(PRELOAD)
 def _child_main(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, new_session: bool) -> None:
     if new_session:
         os.setsid()
+    # Named for ps, top and scripts/cpu_by_kind.py: every fork server child's command line is the fork server's.
+    program = argv[1] if argv[0] == "-m" else Path(argv[0]).stem
+    command = argv[1] if program == "manage" and len(argv) > 1 else program
+    Path("/proc/self/comm").write_text(f"rq-{command}"[:15])
     for fd, path in ((1, stdout), (2, stderr)):
         out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(out, fd)

@@ -333,7 +333,7 @@ LONGPOLL_WAITS_PER_CLIENT = int(os.environ.get("LONGPOLL_WAITS_PER_CLIENT", "20"
 LONGPOLL_WAITS_PER_PROCESS = int(os.environ.get("LONGPOLL_WAITS_PER_PROCESS", "200"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start", "deployments"]}}
 
 # --- Graphs ---------------------------------------------------------------------
 # The graphs an item may run: name -> "module:callable(checkpointer) -> compiled graph".

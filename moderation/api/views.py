@@ -44,7 +44,6 @@ from moderation.records.selectors import (
     client_items_page,
     client_items_prefetch,
 )
-from moderation.graphs.remote import RemoteRefused, RemoteUnavailable
 from moderation.review.decisions import DecisionError, item_withdraw
 from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.deployments import deployment_verify, deployment_webhook
@@ -351,14 +350,13 @@ async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query
     return ItemOut.of(item)
 
 
-@api.post("/deployments/{name}/webhook", auth=None, response={200: dict[str, Any], **ERRORS, 502: ErrorOut},
-          tags=["deployments"])
+@api.post("/deployments/{name}/webhook", auth=None, response={202: dict[str, str], **ERRORS}, tags=["deployments"])
 def deployment_webhook_receive(request: HttpRequest, name: str, token: str = Query("")):
-    """A LangGraph Server run ended (its ``webhook=``): discover its thread's interrupts.
+    """A LangGraph Server run ended (its ``webhook=``): its thread is queued for the worker to discover (202).
 
     The URL's ``token`` is the deployment's secret (``manage.py deployment_add`` shows it once):
-    a wrong one is 404, as for an unknown deployment. The thread is read from the deployment
-    itself; the body is trusted only for its ``thread_id``.
+    a wrong one is 404, as for an unknown deployment. Nothing here calls the deployment: the
+    worker reads the thread from it; the body is trusted only for its ``thread_id``.
     """
     deployment = deployment_verify(name=name, token=token)
     if deployment is None:
@@ -367,8 +365,4 @@ def deployment_webhook_receive(request: HttpRequest, name: str, token: str = Que
         payload = json_parse(request.body)
     except ValueError:
         return _error(request, 400, "invalid_json", "the body is not JSON")
-    try:
-        items = deployment_webhook(deployment=deployment, payload=payload)
-    except (RemoteUnavailable, RemoteRefused) as exc:
-        return _error(request, 502, "deployment_unreachable", str(exc))
-    return {"items": [str(found.item.public_id) for found in items]}
+    return Status(202, {"thread_id": deployment_webhook(deployment=deployment, payload=payload)})

@@ -41,7 +41,7 @@ from moderation.review.deployments import (
     DeploymentInvalid,
     GraphRoute,
     deployment_register,
-    deployment_webhook,
+    deployment_thread_discover,
     deployment_webhook_path,
     deployments_sweep,
     interrupts_key,
@@ -165,7 +165,7 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
     url = langgraph_server.url
     agents = register(url)
     thread_id = agent_run(url, agents.fanout)
-    [found] = deployment_webhook(deployment=agents.deployment, payload={"thread_id": thread_id})
+    [found] = deployment_thread_discover(deployment_id=agents.deployment.pk, thread_id=thread_id)
     sweep()
     [item] = items_of(thread_id)  # the webhook's and the sweep's: one item
     assert found.item == item and re.fullmatch(r"fanout: Publish the (news|sports) post\? \(and 1 more\)", item.title)
@@ -402,7 +402,8 @@ def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
     assert client.post(path, "{", content_type="application/json").json()["error"] == "invalid_json"
     assert items_of(other) == []
     answer = client.post(path, {"thread_id": other}, content_type="application/json")
-    assert answer.status_code == 200 and answer.json() == {"items": [str(items_of(other)[0].public_id)]}
+    assert answer.status_code == 202 and answer.json() == {"thread_id": other}
+    assert len(items_of(other)) == 1  # discovered once the request's writes committed (no worker: inline)
 
 
 @pytest.mark.django_db

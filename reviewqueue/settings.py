@@ -125,6 +125,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: every line logged while serving a request carries its id (moderation.core.requestid).
     "moderation.core.requestid.RequestIdMiddleware",
+    # Outside the others: a request that found no free database connection answers 503 with
+    # Retry-After, wherever it met the pool's timeout (moderation.core.overload).
+    "moderation.core.overload.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "csp.middleware.CSPMiddleware",

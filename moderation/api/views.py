@@ -10,10 +10,12 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Query, Status, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError as PydanticValidationError
 
 from moderation.api.auth import ScopeMissing, read_auth, write_auth
@@ -35,6 +37,7 @@ from moderation.api.schemas import (
 )
 from moderation.api.webhooks import router as webhooks_router
 from moderation.core.jsonparse import json_parse
+from moderation.core.overload import database_unavailable_response, pool_exhausted
 from moderation.delivery.endpoints import EndpointRefused
 from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
@@ -135,6 +138,15 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(ScopeMissing)
 def _forbidden(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
     return _error(request, 403, "scope_missing", str(exc))
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(PoolTimeout)  # the checkpointer's pool, unwrapped
+def _database_unavailable(request: HttpRequest, exc: OperationalError | PoolTimeout) -> HttpResponse:
+    # ninja answers a view's exceptions itself: the pool's timeout is answered as the middleware does.
+    if not pool_exhausted(exc):
+        raise exc
+    return database_unavailable_response(request)
 
 
 @api.exception_handler(Http404)

@@ -22,6 +22,11 @@ os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
 # The tests' webhook receivers listen on 127.0.0.1, which webhooks may reach only when allowed;
 # the tests of the refusal take the allowance away.
 os.environ.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1")
+# No outbound call while a database connection or transaction is held (moderation.core.ioguard):
+# every process of the run (this one, the servers and workers it starts) reports to one file per
+# pytest process, and a test during which a line was added fails (io_guard_report below).
+_IO_GUARD_REPORT = Path(os.environ.get("TMPDIR", "/tmp")) / f"reviewqueue-ioguard-{os.getpid()}.log"
+os.environ["REVIEWQUEUE_IO_GUARD"] = str(_IO_GUARD_REPORT)
 
 
 def pytest_configure(config):
@@ -36,6 +41,22 @@ def pytest_configure(config):
     settings.LIVE_RELAY = False
     settings.WEBHOOK_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["WEBHOOK_ALLOWED_NETWORKS"].split(",")]
     _redis_of_this_worker(settings)
+    from moderation.core.ioguard import io_guard_install
+
+    _IO_GUARD_REPORT.unlink(missing_ok=True)
+    io_guard_install(report=str(_IO_GUARD_REPORT), pool_check=False)  # this process: transactions only (see its docstring)
+
+
+@pytest.fixture(autouse=True)
+def io_guard_report():
+    """Fail the test during which any process of the run started an outbound call holding the database."""
+    before = _IO_GUARD_REPORT.stat().st_size if _IO_GUARD_REPORT.exists() else 0
+    yield
+    if _IO_GUARD_REPORT.exists() and _IO_GUARD_REPORT.stat().st_size > before:
+        with open(_IO_GUARD_REPORT) as report:
+            report.seek(before)
+            found = report.read()
+        pytest.fail(f"outbound network I/O while holding the database (moderation.core.ioguard):\n{found}", pytrace=False)
 
 
 def _redis_of_this_worker(settings) -> None:

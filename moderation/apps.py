@@ -24,6 +24,13 @@ class ModerationConfig(AppConfig):
         from moderation.core.overload import request_exception_seen
 
         got_request_exception.connect(request_exception_seen, dispatch_uid="moderation.core.overload")
+        import os
+
+        from moderation.core.ioguard import ENV as IO_GUARD_ENV
+        from moderation.core.ioguard import io_guard_install
+
+        if os.environ.get(IO_GUARD_ENV):  # the test suite's (moderation.core.ioguard): never in production
+            io_guard_install(report=os.environ[IO_GUARD_ENV])
         if settings.REVIEWQUEUE_FAULTS:
             faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
         # A logout deletes its session row; moderation.live.rights tells that session's sockets.

@@ -107,6 +107,7 @@ def deployment_register(*, name: str, url: str, api_key: str, routes: list[Graph
     or assistant it does not serve).
     """
     _local_check(name=name, url=url, api_key=api_key, routes=routes)
+    connection_release()
     try:
         matches = remote_graphs_resolve(connection=Connection(url=url, api_key=api_key), names=[r.graph for r in routes])
     except (RemoteUnavailable, RemoteRefused) as exc:

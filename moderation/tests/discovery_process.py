@@ -31,11 +31,13 @@ def barrier(directory: Path, name: str, parties: int = 2) -> None:
 
 
 def naive_discover(*, deployment, thread_id: str, directory: Path) -> None:
+    from moderation.core.dbpool import connection_release
     from moderation.graphs.remote import remote_thread_read
     from moderation.models import QueueItem
     from moderation.review.items import item_create
     from moderation.review.remote import deployment_connection
 
+    connection_release()  # naive about the key only: it holds no connection while the deployment answers
     thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
     ids = {i.interrupt_id for i in thread.interrupts}
     known = any(ids & {a["interrupt_id"] for a in row.get("asks", [])}

@@ -48,14 +48,20 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def io_guard_report():
-    """Fail the test during which any process of the run started an outbound call holding the database."""
+def io_guard_report(request):
+    """Fail the test during which any process of the run started an outbound call holding the database; a
+    negative control of the old way (``io_guard_expected``) fails if the guard found nothing."""
     before = _IO_GUARD_REPORT.stat().st_size if _IO_GUARD_REPORT.exists() else 0
     yield
+    found = ""
     if _IO_GUARD_REPORT.exists() and _IO_GUARD_REPORT.stat().st_size > before:
         with open(_IO_GUARD_REPORT) as report:
             report.seek(before)
             found = report.read()
+    if request.node.get_closest_marker("io_guard_expected"):
+        if not found:
+            pytest.fail("the guard (moderation.core.ioguard) found no outbound call made holding the database", pytrace=False)
+    elif found:
         pytest.fail(f"outbound network I/O while holding the database (moderation.core.ioguard):\n{found}", pytrace=False)
 
 

@@ -218,3 +218,7 @@ def pytest_sessionfinish(session, exitstatus):
         test_db = Path(db["TEST"]["NAME"])
         for leftover in test_db.parent.glob(f"{test_db.stem}-checkpoints.sqlite3*"):
             leftover.unlink(missing_ok=True)
+
+
+def pytest_unconfigure(config):
+    _IO_GUARD_REPORT.unlink(missing_ok=True)  # what it held failed its tests already

@@ -436,3 +436,20 @@ def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(lang
     call_command("deployment_list", stdout=listed)
     assert listed.getvalue().startswith(f"cmd-agents\t{langgraph_server.url}\tactive\tkey set\tgraphs: hitl→any team, fanout")
     assert "lsv2-command-key" not in listed.getvalue() + err.getvalue()
+
+
+@pytest.mark.django_db
+def test_with_a_worker_the_webhook_only_queues_its_thread_once_and_the_task_discovers_it(langgraph_server, client,
+                                                                                          settings):
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # a worker runs: the webhook calls nothing outside
+    agents = register(langgraph_server.url)
+    thread_id = agent_run(langgraph_server.url, agents.hitl)
+    path = deployment_webhook_path(deployment=agents.deployment, secret=agents.secret)
+    for _ in range(2):  # LangGraph Server retries, or two runs of the thread end
+        answer = client.post(path, {"thread_id": thread_id}, content_type="application/json")
+        assert answer.status_code == 202 and answer.json() == {"thread_id": thread_id}
+    assert items_of(thread_id) == []
+    [queued] = DBTaskResult.objects.filter(task_path=deployments.deployment_discover_task.module_path)
+    assert queued.status == TaskResultStatus.READY and queued.args_kwargs["args"] == [agents.deployment.pk, thread_id]
+    assert deployments.deployment_discover_task.call(*queued.args_kwargs["args"]) == 1  # what the worker runs
+    assert len(items_of(thread_id)) == 1

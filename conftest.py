@@ -24,6 +24,11 @@ os.environ.setdefault("REJECT_REASON_REQUIRED", "0")
 os.environ.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.1")
 # The same for the tests' LangGraph Server (langgraph dev) and the deployments they register.
 os.environ.setdefault("DEPLOYMENT_ALLOWED_NETWORKS", "127.0.0.1")
+# No outbound call while a database connection or transaction is held (moderation.core.ioguard):
+# every process of the run (this one, the servers and workers it starts) reports to one file per
+# pytest process, and a test during which a line was added fails (io_guard_report below).
+_IO_GUARD_REPORT = Path(os.environ.get("TMPDIR", "/tmp")) / f"reviewqueue-ioguard-{os.getpid()}.log"
+os.environ["REVIEWQUEUE_IO_GUARD"] = str(_IO_GUARD_REPORT)
 
 
 def pytest_configure(config):
@@ -39,6 +44,28 @@ def pytest_configure(config):
     settings.WEBHOOK_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["WEBHOOK_ALLOWED_NETWORKS"].split(",")]
     settings.DEPLOYMENT_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["DEPLOYMENT_ALLOWED_NETWORKS"].split(",")]
     _redis_of_this_worker(settings)
+    from moderation.core.ioguard import io_guard_install
+
+    _IO_GUARD_REPORT.unlink(missing_ok=True)
+    io_guard_install(report=str(_IO_GUARD_REPORT), pool_check=False)  # this process: transactions only (see its docstring)
+
+
+@pytest.fixture(autouse=True)
+def io_guard_report(request):
+    """Fail the test during which any process of the run started an outbound call holding the database; a
+    negative control of the old way (``io_guard_expected``) fails if the guard found nothing."""
+    before = _IO_GUARD_REPORT.stat().st_size if _IO_GUARD_REPORT.exists() else 0
+    yield
+    found = ""
+    if _IO_GUARD_REPORT.exists() and _IO_GUARD_REPORT.stat().st_size > before:
+        with open(_IO_GUARD_REPORT) as report:
+            report.seek(before)
+            found = report.read()
+    if request.node.get_closest_marker("io_guard_expected"):
+        if not found:
+            pytest.fail("the guard (moderation.core.ioguard) found no outbound call made holding the database", pytrace=False)
+    elif found:
+        pytest.fail(f"outbound network I/O while holding the database (moderation.core.ioguard):\n{found}", pytrace=False)
 
 
 def _redis_of_this_worker(settings) -> None:
@@ -222,3 +249,7 @@ def pytest_sessionfinish(session, exitstatus):
         test_db = Path(db["TEST"]["NAME"])
         for leftover in test_db.parent.glob(f"{test_db.stem}-checkpoints.sqlite3*"):
             leftover.unlink(missing_ok=True)
+
+
+def pytest_unconfigure(config):
+    _IO_GUARD_REPORT.unlink(missing_ok=True)  # what it held failed its tests already

@@ -451,6 +451,13 @@ class DeploymentAdmin(admin.ModelAdmin):
     fields = ["name", "url", "graphs", "is_active", "client", "created_at", "swept_at", "sweep_error"]
     readonly_fields = ["name", "url", "graphs", "client", "created_at", "swept_at", "sweep_error"]
 
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        # The admin wraps a POST in one transaction; an addition's form asks the deployment (which may be
+        # slow) before deployment_register writes in a transaction of its own, so it is not held open meanwhile.
+        if object_id is None:
+            return self._changeform_view(request, object_id, form_url, extra_context)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = DeploymentAddForm

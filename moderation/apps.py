@@ -22,6 +22,18 @@ class ModerationConfig(AppConfig):
         post_migrate.connect(_moderators_group_ensure, sender=self)
         connection_created.connect(_sqlite_audit_function_install, dispatch_uid="moderation.records.audit.sqlite")
         connection_created.connect(_postgres_pool_check_install, dispatch_uid="moderation.core.dbpool")
+        from django.core.signals import got_request_exception
+
+        from moderation.core.overload import request_exception_seen
+
+        got_request_exception.connect(request_exception_seen, dispatch_uid="moderation.core.overload")
+        import os
+
+        from moderation.core.ioguard import ENV as IO_GUARD_ENV
+        from moderation.core.ioguard import io_guard_install
+
+        if os.environ.get(IO_GUARD_ENV):  # the test suite's (moderation.core.ioguard): never in production
+            io_guard_install(report=os.environ[IO_GUARD_ENV])
         if settings.REVIEWQUEUE_FAULTS:
             faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
         # A logout deletes its session row; moderation.live.rights tells that session's sockets.

@@ -120,6 +120,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: every line logged while serving a request carries its id (moderation.core.requestid).
     "moderation.core.requestid.RequestIdMiddleware",
+    # Outside the others: a request that found no free database connection answers 503 with
+    # Retry-After, wherever it met the pool's timeout (moderation.core.overload).
+    "moderation.core.overload.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -330,7 +333,7 @@ LONGPOLL_WAITS_PER_CLIENT = env.int("LONGPOLL_WAITS_PER_CLIENT", 20)
 LONGPOLL_WAITS_PER_PROCESS = env.int("LONGPOLL_WAITS_PER_PROCESS", 200)
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start"]}}
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start", "deployments"]}}
 
 # --- Graphs ---------------------------------------------------------------------
 # The graphs an item may run: name -> "module:callable(checkpointer) -> compiled graph".

@@ -11,10 +11,12 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Query, Status, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from psycopg_pool import PoolTimeout
 from pydantic import ValidationError as PydanticValidationError
 
 from moderation.api.auth import ScopeMissing, read_auth, write_auth
@@ -36,6 +38,7 @@ from moderation.api.schemas import (
 )
 from moderation.api.webhooks import router as webhooks_router
 from moderation.core.jsonparse import json_parse
+from moderation.core.overload import database_unavailable_response, pool_exhausted
 from moderation.delivery.endpoints import EndpointRefused
 from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
@@ -45,7 +48,6 @@ from moderation.records.selectors import (
     client_items_page,
     client_items_prefetch,
 )
-from moderation.graphs.remote import RemoteRefused, RemoteUnavailable
 from moderation.review.decisions import DecisionError, item_withdraw
 from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.deployments import deployment_verify, deployment_webhook
@@ -139,6 +141,15 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(ScopeMissing)
 def _forbidden(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
     return _error(request, 403, "scope_missing", str(exc))
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(PoolTimeout)  # the checkpointer's pool, unwrapped
+def _database_unavailable(request: HttpRequest, exc: OperationalError | PoolTimeout) -> HttpResponse:
+    # ninja answers a view's exceptions itself: the pool's timeout is answered as the middleware does.
+    if not pool_exhausted(exc):
+        raise exc
+    return database_unavailable_response(request)
 
 
 @api.exception_handler(Http404)
@@ -355,14 +366,13 @@ async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query
     return ItemOut.of(item)
 
 
-@api.post("/deployments/{name}/webhook", auth=None, response={200: dict[str, Any], **ERRORS, 502: ErrorOut},
-          tags=["deployments"])
+@api.post("/deployments/{name}/webhook", auth=None, response={202: dict[str, str], **ERRORS}, tags=["deployments"])
 def deployment_webhook_receive(request: HttpRequest, name: str, token: str = Query("")):
-    """A LangGraph Server run ended (its ``webhook=``): discover its thread's interrupts.
+    """A LangGraph Server run ended (its ``webhook=``): its thread is queued for the worker to discover (202).
 
     The URL's ``token`` is the deployment's secret (``manage.py deployment_add`` shows it once):
-    a wrong one is 404, as for an unknown deployment. The thread is read from the deployment
-    itself; the body is trusted only for its ``thread_id``.
+    a wrong one is 404, as for an unknown deployment. Nothing here calls the deployment: the
+    worker reads the thread from it; the body is trusted only for its ``thread_id``.
     """
     deployment = deployment_verify(name=name, token=token)
     if deployment is None:
@@ -371,12 +381,4 @@ def deployment_webhook_receive(request: HttpRequest, name: str, token: str = Que
         payload = json_parse(request.body)
     except ValueError:
         return _error(request, 400, "invalid_json", "the body is not JSON")
-    try:
-        items = deployment_webhook(deployment=deployment, payload=payload)
-    except (RemoteUnavailable, RemoteRefused) as exc:
-        # The deployment's words (its errors, addresses, what it refused) are for the operator's log, not
-        # for whoever called this URL; the worker's sweep looks again.
-        logger.warning("deployment %s: its webhook's thread could not be read: %s", deployment.name, exc)
-        return _error(request, 502, "deployment_unreachable",
-                      "the deployment could not be read; its threads are looked at again by the next sweep")
-    return {"items": [str(found.item.public_id) for found in items]}
+    return Status(202, {"thread_id": deployment_webhook(deployment=deployment, payload=payload)})

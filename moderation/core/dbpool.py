@@ -7,12 +7,17 @@ of them spends longer than its timeout reaching a live one, and the request fail
 "couldn't get a connection" while the database is up. So a failed check has the pool check
 all its idle connections at once (``ConnectionPool.check``: the dead ones are replaced),
 and the next try, after one wait, finds a live one.
+
+A thread about to wait on the outside (a LangGraph deployment, a webhook receiver) gives its
+pooled connection back first (``connection_release``): held across that wait, a burst of such
+waits empties the pool the moderators' requests draw on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import connection
 from psycopg_pool import ConnectionPool
 
 
@@ -36,3 +41,15 @@ def pool_check_install(*, pool: ConnectionPool) -> None:
     """
     if pool._check is ConnectionPool.check_connection:
         pool._check = pooled_connection_check
+
+
+def connection_release() -> None:
+    """Give this thread's pooled PostgreSQL connection back to the pool; its next query borrows one again.
+
+    Not inside a transaction (its work would be lost), and not without a pool: SQLite's file
+    connection costs the database nothing while it waits.
+    """
+    if connection.in_atomic_block or connection.connection is None:
+        return
+    if connection.vendor == "postgresql" and connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        connection.close()

@@ -41,6 +41,7 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
+from moderation.core.dbpool import connection_release
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
 from moderation.delivery.posting import webhook_post
@@ -111,6 +112,7 @@ def delivery_attempt(*, delivery_id: int) -> str:
     outcome = ""
     for made in range(1, HANDOVER_MAX + 1):
         try:
+            connection_release()  # the receiver may take WEBHOOK_TIMEOUT: not with a pooled connection held
             started = time.monotonic()
             status_code, error = _post(delivery)
             latency_ms = int((time.monotonic() - started) * 1000)

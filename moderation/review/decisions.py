@@ -83,6 +83,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation.core.faults import fault_point
+from moderation.core.overload import pool_exhausted
 from moderation.core.locks import LockTimeout, item_lock
 from moderation.core.permissions import user_can_decide
 from moderation.delivery.outbox import (
@@ -402,7 +403,7 @@ def _guarded(
     except (OperationalError, InterfaceError) as exc:
         if isinstance(exc, OperationalError) and _is_lock_wait(exc):
             raise ItemBusy("the database is busy; try again") from None
-        if not _connection_lost(exc):
+        if pool_exhausted(exc) or not _connection_lost(exc):  # no connection lent: the 503 of moderation.core.overload
             raise
         raise DatabaseUnavailable(_connection_lost_message(target)) from exc
 

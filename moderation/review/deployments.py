@@ -20,7 +20,11 @@ thread interrupts again after a resume with a decision) is the same item's next 
 discovery leaves the thread alone, since that apply asks whatever the thread asks next.
 ``requested_by`` is the thread's metadata's (four eyes). Found by the run's webhook
 (``deployment_webhook``, verified by the secret in its URL) and by the worker's sweep
-(``deployments_sweep``).
+(``deployments_sweep``). The webhook only queues the thread (``deployment_discover_task``) and
+answers: a burst of runs ending against a slow deployment would otherwise hold one database
+connection each while the deployment answers, and lock the moderators out of the pool. The
+worker reads the thread, with no connection held while it waits on the deployment
+(``connection_release``), as the sweep does.
 
 An item none of whose interrupts the thread still waits on while it is still undecided was
 resumed elsewhere (Studio, the agent's own code): it is withdrawn through the guard by the
@@ -40,11 +44,16 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django_tasks import task
+from django_tasks.base import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 
+from moderation.core.dbpool import connection_release
 from moderation.graphs.remote import (
     Connection,
     RemoteInterrupt,
@@ -73,6 +82,8 @@ from moderation.review.submissions import IdempotencyConflict, Submission, Submi
 logger = logging.getLogger(__name__)
 
 TITLE_MAX = 200
+# The task queue of threads named by webhooks, read from their deployment by a worker.
+DISCOVER_QUEUE = "deployments"
 
 
 class DeploymentInvalid(Exception):
@@ -96,6 +107,7 @@ def deployment_register(*, name: str, url: str, api_key: str, routes: list[Graph
     or assistant it does not serve).
     """
     _local_check(name=name, url=url, api_key=api_key, routes=routes)
+    connection_release()
     try:
         matches = remote_graphs_resolve(connection=Connection(url=url, api_key=api_key), names=[r.graph for r in routes])
     except (RemoteUnavailable, RemoteRefused) as exc:
@@ -163,12 +175,47 @@ def deployment_verify(*, name: str, token: str) -> Deployment | None:
     return deployment if matches and deployment is not None else None
 
 
-def deployment_webhook(*, deployment: Deployment, payload: Any) -> list[SubmitResult]:
-    """A run of the deployment ended: discover its thread (read from the deployment, not from the payload)."""
+def deployment_webhook(*, deployment: Deployment, payload: Any) -> str:
+    """A run of the deployment ended: queue the discovery of its thread and return the thread's id.
+
+    No outbound call and no wait: a row inserted (none if that thread's discovery is still
+    queued). The worker reads the thread from the deployment itself, never from the payload;
+    with ``REVIEWQUEUE_APPLY_INLINE`` (no worker) this process does once the request's writes commit.
+    """
     thread_id = payload.get("thread_id") if isinstance(payload, dict) else None
     if not isinstance(thread_id, str) or not thread_id or len(thread_id) > 128:
         raise ValidationError({"thread_id": "the webhook's body names no thread_id"})
-    thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
+    if settings.REVIEWQUEUE_APPLY_INLINE:
+        transaction.on_commit(lambda: deployment_thread_discover(deployment_id=deployment.pk, thread_id=thread_id))
+    elif not _discovery_queued(deployment_id=deployment.pk, thread_id=thread_id):
+        deployment_discover_task.enqueue(deployment.pk, thread_id)
+    return thread_id
+
+
+def _discovery_queued(*, deployment_id: int, thread_id: str) -> bool:
+    # Check-then-insert: two webhooks at once may both queue it; discovery is idempotent.
+    return DBTaskResult.objects.filter(task_path=deployment_discover_task.module_path, status=TaskResultStatus.READY,
+                                       args_kwargs__args=[deployment_id, thread_id]).exists()
+
+
+@task(queue_name=DISCOVER_QUEUE)
+def deployment_discover_task(deployment_id: int, thread_id: str) -> int:
+    return sum(1 for found in deployment_thread_discover(deployment_id=deployment_id, thread_id=thread_id)
+               if found.created)
+
+
+def deployment_thread_discover(*, deployment_id: int, thread_id: str) -> list[SubmitResult]:
+    """Discover one thread a webhook named (``thread_discover``); an unreachable deployment is logged and
+    left to the sweep. The deployment is read with this thread's database connection given back."""
+    deployment = Deployment.objects.filter(pk=deployment_id, is_active=True).select_related("client").first()
+    if deployment is None:
+        return []
+    connection_release()
+    try:
+        thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
+    except (RemoteUnavailable, RemoteRefused) as exc:
+        logger.warning("deployment %s, thread %s: left to the sweep: %s", deployment.name, thread_id, exc)
+        return []
     if _route(deployment=deployment, thread=thread) is None:
         return []  # a run of a graph this deployment's connection does not review
     return thread_discover(deployment=deployment, thread=thread)
@@ -202,13 +249,15 @@ def deployment_sweep(*, deployment: Deployment) -> int:
     connection = deployment_connection(deployment)
     made, seen = 0, set()
     for name, route in deployment.graphs.items():
+        connection_release()
         for thread in remote_interrupted(connection=connection, match={route.get("match", "graph_id"): name}):
             seen.add(thread.thread_id)
             made += sum(1 for found in thread_discover(deployment=deployment, thread=thread) if found.created)
     # Threads with undecided items that no longer wait at an interrupt at all: resolved elsewhere.
     for thread_id in _undecided_threads(deployment=deployment) - seen:
-        outside_resolutions_withdraw(deployment=deployment,
-                                     thread=remote_thread_read(connection=connection, thread_id=thread_id))
+        connection_release()
+        thread = remote_thread_read(connection=connection, thread_id=thread_id)
+        outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return made
 
 

@@ -41,6 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from moderation.core.dbpool import connection_release
 from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
@@ -167,6 +168,8 @@ def remote_resume_once(
     (``{interrupt_id: value}``) it still waits on, if any; (the thread after, the interrupt ids this
     call resumed, sorted). Empty ``answers``: only read it."""
     with thread_resume_lock(f"{lock}:{thread_id}", timeout=settings.APPLY_LOCK_TIMEOUT):
+        # The lock is on the checkpointer's pool; Django's connection is given back while the deployment runs.
+        connection_release()
         thread = remote_thread_read(connection=connection, thread_id=thread_id)
         if not answers:
             return thread, []

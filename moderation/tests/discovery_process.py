@@ -4,7 +4,7 @@ two-process race in ``test_deployment_races`` (``discovery_processes`` starts th
     python -m moderation.tests.discovery_process ROLE BARRIER_DIR DEPLOYMENT THREAD_ID...
 
 ROLE is what the worker does once both are up (a barrier of files in BARRIER_DIR):
-``webhook`` (each thread's run webhook, ``deployment_webhook``), ``sweep`` (the worker's
+``webhook`` (what the worker does with each thread's run webhook, ``deployment_thread_discover``), ``sweep`` (the worker's
 sweep, ``deployment_sweep``), or ``naive`` (the negative control: check whether an item asks
 about the thread's interrupts, wait until the other worker has checked too, then create one
 without the key the database holds). The database is the test's (``DATABASE_URL``).
@@ -31,11 +31,13 @@ def barrier(directory: Path, name: str, parties: int = 2) -> None:
 
 
 def naive_discover(*, deployment, thread_id: str, directory: Path) -> None:
+    from moderation.core.dbpool import connection_release
     from moderation.graphs.remote import remote_thread_read
     from moderation.models import QueueItem
     from moderation.review.items import item_create
     from moderation.review.remote import deployment_connection
 
+    connection_release()  # naive about the key only: it holds no connection while the deployment answers
     thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
     ids = {i.interrupt_id for i in thread.interrupts}
     known = any(ids & {a["interrupt_id"] for a in row.get("asks", [])}
@@ -53,7 +55,7 @@ def main(role: str, directory: str, name: str, thread_ids: list[str]) -> None:
 
     django.setup()
     from moderation.models import Deployment
-    from moderation.review.deployments import deployment_sweep, deployment_webhook
+    from moderation.review.deployments import deployment_sweep, deployment_thread_discover
 
     deployment = Deployment.objects.select_related("client").get(name=name)
     barrier(Path(directory), "start")
@@ -61,7 +63,7 @@ def main(role: str, directory: str, name: str, thread_ids: list[str]) -> None:
         deployment_sweep(deployment=deployment)
     for thread_id in thread_ids if role != "sweep" else []:
         if role == "webhook":
-            deployment_webhook(deployment=deployment, payload={"thread_id": thread_id})
+            deployment_thread_discover(deployment_id=deployment.pk, thread_id=thread_id)
         else:
             naive_discover(deployment=deployment, thread_id=thread_id, directory=Path(directory))
 

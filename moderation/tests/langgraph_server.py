@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -92,11 +93,15 @@ class LangGraphServer:
 
 
 class PortGate:
-    """A TCP port forwarding to ``target`` while open; while closed, nothing listens (connection refused)."""
+    """A TCP port forwarding to ``target`` while open; while closed, nothing listens (connection refused).
 
-    def __init__(self, target: str) -> None:
+    ``delay``: seconds each new connection waits before it is forwarded (a deployment that answers slowly).
+    """
+
+    def __init__(self, target: str, *, delay: float = 0.0) -> None:
         host, port = target.removeprefix("http://").split(":")
         self.target = (host, int(port))
+        self.delay = delay
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._listener: socket.socket | None = None
@@ -106,7 +111,7 @@ class PortGate:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
+        listener.listen(256)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
@@ -121,14 +126,19 @@ class PortGate:
                 client, _ = listener.accept()
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:

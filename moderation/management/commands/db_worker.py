@@ -3,8 +3,9 @@
 Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs.
 It processes every queue by default: ``apply`` (graphs resumed after decisions,
 ``moderation.review.apply``), ``start`` (graphs of queued submissions started,
-``moderation.review.starts``, below the others in priority) and ``default`` (webhook
-deliveries).
+``moderation.review.starts``, below the others in priority), ``deployments`` (threads a
+LangGraph deployment's webhook named, read from it: ``moderation.review.deployments``) and
+``default`` (webhook deliveries).
 
 Applies may have lanes of their own (``APPLY_LANES`` threads, 4 on PostgreSQL and none on SQLite by default, taking the
 ``apply`` queue only): a resume mostly waits on the database (its checkpoints are written

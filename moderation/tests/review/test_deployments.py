@@ -41,7 +41,7 @@ from moderation.review.deployments import (
     DeploymentInvalid,
     GraphRoute,
     deployment_register,
-    deployment_webhook,
+    deployment_thread_discover,
     deployment_webhook_path,
     deployments_sweep,
     interrupts_key,
@@ -165,7 +165,7 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
     url = langgraph_server.url
     agents = register(url)
     thread_id = agent_run(url, agents.fanout)
-    [found] = deployment_webhook(deployment=agents.deployment, payload={"thread_id": thread_id})
+    [found] = deployment_thread_discover(deployment_id=agents.deployment.pk, thread_id=thread_id)
     sweep()
     [item] = items_of(thread_id)  # the webhook's and the sweep's: one item
     assert found.item == item and re.fullmatch(r"fanout: Publish the (news|sports) post\? \(and 1 more\)", item.title)
@@ -402,7 +402,8 @@ def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
     assert client.post(path, "{", content_type="application/json").json()["error"] == "invalid_json"
     assert items_of(other) == []
     answer = client.post(path, {"thread_id": other}, content_type="application/json")
-    assert answer.status_code == 200 and answer.json() == {"items": [str(items_of(other)[0].public_id)]}
+    assert answer.status_code == 202 and answer.json() == {"thread_id": other}
+    assert len(items_of(other)) == 1  # discovered once the request's writes committed (no worker: inline)
 
 
 @pytest.mark.django_db
@@ -457,3 +458,20 @@ def test_rotating_a_webhook_secret_refuses_the_old_url_and_prints_the_new_one_on
     assert answer.status_code == 404 and answer.json()["error"] == "not_found"
     with pytest.raises(CommandError, match="no deployment 'nope'"):
         call_command("deployment_webhook_rotate", "nope", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_with_a_worker_the_webhook_only_queues_its_thread_once_and_the_task_discovers_it(langgraph_server, client,
+                                                                                          settings):
+    settings.REVIEWQUEUE_APPLY_INLINE = False  # a worker runs: the webhook calls nothing outside
+    agents = register(langgraph_server.url)
+    thread_id = agent_run(langgraph_server.url, agents.hitl)
+    path = deployment_webhook_path(deployment=agents.deployment, secret=agents.secret)
+    for _ in range(2):  # LangGraph Server retries, or two runs of the thread end
+        answer = client.post(path, {"thread_id": thread_id}, content_type="application/json")
+        assert answer.status_code == 202 and answer.json() == {"thread_id": thread_id}
+    assert items_of(thread_id) == []
+    [queued] = DBTaskResult.objects.filter(task_path=deployments.deployment_discover_task.module_path)
+    assert queued.status == TaskResultStatus.READY and queued.args_kwargs["args"] == [agents.deployment.pk, thread_id]
+    assert deployments.deployment_discover_task.call(*queued.args_kwargs["args"]) == 1  # what the worker runs
+    assert len(items_of(thread_id)) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -59,8 +58,6 @@ from moderation.review.submissions import (
     item_submit,
     items_accept,
 )
-
-logger = logging.getLogger(__name__)
 
 LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200

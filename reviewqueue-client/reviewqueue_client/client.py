@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt
 from tenacity import wait_random_exponential
+from tenacity.stop import stop_base
 
 # The server holds one long-poll at most this long (LONGPOLL_MAX_SECONDS); longer waits loop.
 LONGPOLL_MAX_SECONDS = 60.0
@@ -384,12 +385,13 @@ def _retry_wait(state: RetryCallState) -> float:
     return max(_backoff(state), _asked_wait(state))
 
 
-def _retry_after_too_long(state: RetryCallState) -> bool:
-    return _asked_wait(state) > OUTCOME_RETRY_AFTER_MAX
+class _RetryAfterTooLong(stop_base):
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return _asked_wait(retry_state) > OUTCOME_RETRY_AFTER_MAX
 
 
 def _retry_policy(attempts: int) -> dict[str, Any]:
     """How both clients send a request again (``Retrying`` or ``AsyncRetrying``): the rule ``report_outcome`` states."""
-    return {"stop": stop_after_attempt(attempts) | _retry_after_too_long, "wait": _retry_wait,
+    return {"stop": stop_after_attempt(attempts) | _RetryAfterTooLong(), "wait": _retry_wait,
             "retry": retry_if_exception(_transient), "reraise": True,
             "before_sleep": before_sleep_log(logger, logging.INFO)}

@@ -107,7 +107,7 @@ def _asks(state: Any, *, thread_id: str, source: str, run_id: str | None,
     for pending in state.interrupts:
         external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
         title, body = _describe(pending.value)
-        extra = {"context": dict(context)} if context else {}
+        extra = {"context": dict(context)} if isinstance(context, Mapping) and context else {}
         asks.append({"title": title, "body": body, "source": source, "ask": pending.value,
                      "external": external, **extra})
     return asks
@@ -148,7 +148,7 @@ def _context_message(message: Any) -> dict[str, str] | None:
         content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
                              if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
     text = content if isinstance(content, str) else ""
-    calls = [c.get("name") for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
+    calls = [str(c["name"]) for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
     if not text.strip() and calls:
         text = "calls " + ", ".join(calls)
     if not text.strip():
@@ -264,7 +264,7 @@ def _waits_on(state: Any, interrupt_id: str) -> bool:
     return interrupt_id in {i.id for i in state.interrupts}
 
 
-def _command(interrupt_id: str, resume: Any) -> Command:
+def _command(interrupt_id: str, resume: Any) -> Command[Any]:
     return Command(resume={interrupt_id: resume})
 
 

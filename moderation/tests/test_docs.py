@@ -139,7 +139,7 @@ def _client_public_api() -> set[str]:
     import inspect
 
     names: set[str] = set()
-    for module_name in ("client", "webhooks", "langgraph", "locks", "blocking"):
+    for module_name in ("client", "webhooks", "langgraph", "aio_langgraph", "locks", "blocking"):
         module = importlib.import_module(f"reviewqueue_client.{module_name}")
         for name, value in vars(module).items():
             defined_here = getattr(value, "__module__", module.__name__) == module.__name__

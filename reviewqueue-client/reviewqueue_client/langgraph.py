@@ -63,6 +63,8 @@ OUTCOME_MESSAGE_MAX = 500
 _KEPT_CONTROLS = "\t\n\r"
 # How LangChain's HumanInTheLoopMiddleware words its error ToolMessage for a rejected call.
 _REJECTED = "User rejected the tool call for `"
+# The webhook events that carry what a thread resumes with.
+RESUMING_EVENTS = ("item.decided", "item.cancelled")
 
 logger = logging.getLogger(__name__)
 
@@ -84,25 +86,41 @@ def interrupts_forward(
     ``requested_by``, ``priority``).
     """
     state = graph.get_state(_config(thread_id))
-    if context == "messages":
-        context = context_from_messages((state.values or {}).get("messages") if isinstance(state.values, dict) else None)
     items = []
-    for pending in state.interrupts:
-        external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
-        title, body = _describe(pending.value)
-        extra = {"context": dict(context)} if context else {}
+    for ask in _asks(state, thread_id=thread_id, source=source, run_id=run_id, context=context):
         try:
-            items.append(client.submit(title=title, body=body, source=source, ask=pending.value, external=external,
-                                       **extra, **fields))
+            items.append(client.submit(**ask, **fields))
         except ReviewQueueError as exc:
-            # Asked already, by a version of this client that titled or described it otherwise: the
-            # same thread and interrupt are the same ask, so its item is the answer.
-            existing = next(client.list(external_id=f"{thread_id}:{pending.id}"), None) \
-                if exc.code == "idempotency_key_reused" else None
+            existing = next(client.list(external_id=_external_id(ask)), None) if _reasked(exc) else None
             if existing is None:
                 raise
             items.append(existing)
     return items
+
+
+def _asks(state: Any, *, thread_id: str, source: str, run_id: str | None,
+          context: Mapping[str, Any] | str | None) -> list[dict[str, Any]]:
+    """What ``interrupts_forward`` submits for each interrupt the thread's ``state`` waits on (``submit``'s keywords)."""
+    if context == "messages":
+        context = context_from_messages((state.values or {}).get("messages") if isinstance(state.values, dict) else None)
+    asks = []
+    for pending in state.interrupts:
+        external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
+        title, body = _describe(pending.value)
+        extra = {"context": dict(context)} if isinstance(context, Mapping) and context else {}
+        asks.append({"title": title, "body": body, "source": source, "ask": pending.value,
+                     "external": external, **extra})
+    return asks
+
+
+def _reasked(exc: ReviewQueueError) -> bool:
+    # Asked already, by a version of this client that titled or described it otherwise: the
+    # same thread and interrupt are the same ask, so its item is the answer.
+    return exc.code == "idempotency_key_reused"
+
+
+def _external_id(ask: Mapping[str, Any]) -> str:
+    return f"{ask['external']['thread_id']}:{ask['external']['interrupt_id']}"
 
 
 def context_from_messages(messages: Any, *, last: int = CONTEXT_MESSAGES) -> dict[str, Any] | None:
@@ -130,7 +148,7 @@ def _context_message(message: Any) -> dict[str, str] | None:
         content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
                              if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
     text = content if isinstance(content, str) else ""
-    calls = [c.get("name") for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
+    calls = [str(c["name"]) for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
     if not text.strip() and calls:
         text = "calls " + ", ".join(calls)
     if not text.strip():
@@ -203,13 +221,27 @@ def outcome_report(client: ReviewQueue, *, item_id: str, resumed: Resumed) -> Re
     """Report what a resume did to the item that asked (nothing for a no-op); ``resumed`` with ``reported`` set."""
     if not resumed.resumed:
         return resumed
+    status, message = _outcome(resumed)
+    try:
+        client.report_outcome(item_id, status=status, message=message)
+    except (ReviewQueueError, httpx.HTTPError) as exc:
+        return _unreported(resumed, item_id=item_id, status=status, exc=exc)
+    return _reported(resumed)
+
+
+def _outcome(resumed: Resumed) -> tuple[str, str]:
+    """The status and message that report what a resume did: ``failed`` with its tools' errors, else ``done`` with the answer."""
     status = "failed" if resumed.errors else "done"
     message = "; ".join(resumed.errors) if resumed.errors else _answer(resumed.result)
-    try:
-        client.report_outcome(item_id, status=status, message=_printable(message, limit=OUTCOME_MESSAGE_MAX))
-    except (ReviewQueueError, httpx.HTTPError) as exc:
-        logger.warning("reviewqueue: the outcome of item %s (%s) was not reported: %s", item_id, status, exc)
-        return resumed
+    return status, _printable(message, limit=OUTCOME_MESSAGE_MAX)
+
+
+def _unreported(resumed: Resumed, *, item_id: str, status: str, exc: Exception) -> Resumed:
+    logger.warning("reviewqueue: the outcome of item %s (%s) was not reported: %s", item_id, status, exc)
+    return resumed
+
+
+def _reported(resumed: Resumed) -> Resumed:
     return Resumed(**{**resumed.__dict__, "reported": True})
 
 
@@ -221,11 +253,25 @@ def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: An
     """
     with (thread_lock or checkpointer_thread_lock(graph.checkpointer))(thread_id):
         state = graph.get_state(_config(thread_id))
-        if interrupt_id not in {i.id for i in state.interrupts}:
+        if not _waits_on(state, interrupt_id):
             return Resumed(resumed=False, thread_id=thread_id, interrupt_id=interrupt_id)
-        before = len((state.values or {}).get("messages") or [])
-        result = graph.invoke(Command(resume={interrupt_id: resume}), _config(thread_id))
-    new = (result.get("messages") or [])[before:] if isinstance(result, dict) else []
+        result = graph.invoke(_command(interrupt_id, resume), _config(thread_id))
+    return _resumed(state, result, thread_id=thread_id, interrupt_id=interrupt_id)
+
+
+def _waits_on(state: Any, interrupt_id: str) -> bool:
+    """The check of check-then-resume: the thread still waits on this interrupt."""
+    return interrupt_id in {i.id for i in state.interrupts}
+
+
+def _command(interrupt_id: str, resume: Any) -> Command[Any]:
+    return Command(resume={interrupt_id: resume})
+
+
+def _resumed(before: Any, result: Any, *, thread_id: str, interrupt_id: str) -> Resumed:
+    """What a resume from the state ``before`` it did: the result, and the errors of the tools it ran."""
+    seen = len((before.values or {}).get("messages") or []) if isinstance(before.values, dict) else 0
+    new = (result.get("messages") or [])[seen:] if isinstance(result, dict) else []
     return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result,
                    errors=tuple(run_tool_errors(new)))
 
@@ -234,14 +280,31 @@ def item_resume(graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQue
                 thread_lock: ThreadLock | None = None) -> Resumed:
     """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision;
     then report the run's outcome with ``client`` (``outcome_report``; None: no report)."""
+    decision = _decision(item)
+    if decision is None:
+        return Resumed(resumed=False)
+    resumed = decision_resume(graph, thread_id=decision.thread_id, interrupt_id=decision.interrupt_id,
+                              resume=decision.resume, thread_lock=thread_lock)
+    return outcome_report(client, item_id=decision.item_id, resumed=resumed) \
+        if client is not None and decision.item_id else resumed
+
+
+@dataclass(frozen=True)
+class _Decision:
+    item_id: str | None
+    thread_id: str
+    interrupt_id: str
+    resume: Any
+
+
+def _decision(item: Item | Mapping[str, Any]) -> _Decision | None:
+    """The decision an item (an API read, or a webhook's ``data``) carries for an agent's thread; None without one."""
     external = item.external if isinstance(item, Item) else item.get("external")
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
     if not external or resume is None or not external.get("thread_id") or not external.get("interrupt_id"):
-        return Resumed(resumed=False)
-    resumed = decision_resume(graph, thread_id=external["thread_id"], interrupt_id=external["interrupt_id"],
-                              resume=resume, thread_lock=thread_lock)
-    item_id = item.id if isinstance(item, Item) else item.get("id")
-    return outcome_report(client, item_id=item_id, resumed=resumed) if client is not None and item_id else resumed
+        return None
+    return _Decision(item_id=item.id if isinstance(item, Item) else item.get("id"), thread_id=external["thread_id"],
+                     interrupt_id=external["interrupt_id"], resume=resume)
 
 
 def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeout: float,
@@ -286,6 +349,6 @@ class WebhookResumer:
 
     def __call__(self, headers: Mapping[str, str], body: bytes | str) -> Resumed:
         event = webhook_verify(secret=self.secret, headers=headers, body=body)
-        if event.type not in ("item.decided", "item.cancelled"):
+        if event.type not in RESUMING_EVENTS:
             return Resumed(resumed=False)
         return item_resume(self.graph, event.data, thread_lock=self.thread_lock, client=self.client)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -9,8 +11,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -22,7 +24,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from reviewqueue_client import ReviewQueue
 from reviewqueue_client.langgraph import decision_resume, interrupts_reconcile
-from reviewqueue_client.locks import checkpointer_thread_lock, local_thread_lock
+from reviewqueue_client.locks import async_checkpointer_thread_lock, checkpointer_thread_lock, local_thread_lock
 
 APPROVE = {"decisions": [{"type": "approve"}]}
 # Another process takes the same thread's lock, says so, holds it a while, and notes when it lets go.
@@ -179,3 +181,165 @@ def test_replicas_on_each_documented_postgres_saver_resume_a_decision_once(postg
         for w in workers:
             w.join()
     assert sorted(resumed) == [False, True] and runs == Counter({"C-7": 1})
+
+
+def _async_postgres_saver(set_up: str, url: str) -> Any:
+    """An AsyncPostgresSaver made as LangGraph's docs make one (dict rows), or on a plain connection (tuples)."""
+    import psycopg
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    documented = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+
+    @asynccontextmanager
+    async def made() -> AsyncIterator[Any]:
+        async with AsyncExitStack() as stack:
+            if set_up == "from_conn_string":
+                yield await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(url))
+            elif set_up == "from_conn_string_pipeline":
+                yield await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(url, pipeline=True))
+            elif set_up == "connection_dict_row":
+                yield AsyncPostgresSaver(await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, **documented)))
+            elif set_up == "pool_dict_row":
+                pool = await stack.enter_async_context(AsyncConnectionPool(url, min_size=1, max_size=4, kwargs=documented,
+                                                                           open=False))
+                await pool.open(wait=True)
+                yield AsyncPostgresSaver(pool)
+            else:
+                yield AsyncPostgresSaver(await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True)))
+
+    return made()
+
+
+ASYNC_SET_UPS = ["connection_tuple_row", "connection_dict_row", "from_conn_string", "from_conn_string_pipeline", "pool_dict_row"]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("set_up", ASYNC_SET_UPS)
+def test_an_async_postgres_checkpointers_lock_is_the_advisory_lock_sync_and_async_sessions_see(postgres_url, set_up):
+    """Another replica (its own event loop and session) holds the async lock; this one waits for it, as a sync
+    replica's lock does; each replica's event loop runs on meanwhile."""
+    held, released, failed = threading.Event(), threading.Event(), []
+
+    async def replica() -> None:
+        async with _async_postgres_saver(set_up, postgres_url) as theirs:
+            async with async_checkpointer_thread_lock(theirs)("th-1"):
+                held.set()
+                await asyncio.sleep(0.3)
+                released.set()
+
+    def run_replica() -> None:
+        try:
+            asyncio.run(replica())
+        except Exception as exc:
+            failed.append(exc)
+            held.set()
+
+    async def mine() -> int:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        async with _async_postgres_saver(set_up, postgres_url) as saver:
+            lock = async_checkpointer_thread_lock(saver)
+            ticker = asyncio.create_task(tick())
+            async with lock("th-1"):
+                assert released.is_set()  # it had to let go first
+            ticker.cancel()
+            async with lock("th-1"), lock("th-2"):  # let go, and another thread's lock is another lock
+                pass
+        return ticks
+
+    worker = threading.Thread(target=run_replica)
+    worker.start()
+    assert held.wait(timeout=60) and not failed, failed
+    assert asyncio.run(mine()) > 1
+    worker.join()
+    assert not failed, failed
+    with _postgres_saver("from_conn_string", postgres_url) as sync_saver:  # a sync replica's lock is the same lock
+        sync_lock = checkpointer_thread_lock(sync_saver)
+
+        async def against_sync() -> bool:
+            async with _async_postgres_saver(set_up, postgres_url) as saver:
+                async with async_checkpointer_thread_lock(saver)("th-1"):
+                    taken = await asyncio.to_thread(_try_lock, sync_saver)
+            return taken
+
+        assert asyncio.run(against_sync()) is False
+        with sync_lock("th-1"):
+            pass
+
+
+def _try_lock(saver: Any) -> bool:
+    """Whether the sync saver's session could take th-1's advisory lock now (let go at once if it could)."""
+    from reviewqueue_client.locks import _advisory_key, _session
+
+    with _session(saver) as run:
+        taken = run("SELECT pg_try_advisory_lock(%s)", _advisory_key("th-1"))
+        if taken:
+            run("SELECT pg_advisory_unlock(%s)", _advisory_key("th-1"))
+    return taken
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("set_up", ["connection_dict_row", "from_conn_string", "from_conn_string_pipeline", "pool_dict_row"])
+@pytest.mark.parametrize("naive", [False, True], ids=["locked", "naive-control"])
+def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once(postgres_url, set_up, naive):
+    """Two replicas, each on its own saver and event loop (as two processes are), resume at once; the naive
+    control (no lock) runs the tool twice."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from reviewqueue_client.aio_langgraph import adecision_resume
+
+    runs = Counter()
+    with PostgresSaver.from_conn_string(postgres_url) as saver:
+        saver.setup()
+    start, resumed = threading.Barrier(2), []
+
+    @asynccontextmanager
+    async def no_lock(thread_id: str) -> AsyncIterator[None]:
+        yield
+
+    async def replica(first: bool) -> None:
+        async with _async_postgres_saver(set_up, postgres_url) as checkpointer:
+            agent = agent_build(checkpointer=checkpointer, runs=runs)
+            if first:
+                await agent.ainvoke({"messages": [("user", "delete C-7")]}, {"configurable": {"thread_id": "th-1"}})
+            await asyncio.to_thread(start.wait)
+            [pending] = (await agent.aget_state({"configurable": {"thread_id": "th-1"}})).interrupts
+            resumed.append((await adecision_resume(_Slow(agent), thread_id="th-1", interrupt_id=pending.id, resume=APPROVE,
+                                                   thread_lock=no_lock if naive else None)).resumed)
+
+    def run(first: bool) -> None:
+        with contextlib.suppress(RuntimeError):  # a naive second run may ask the scripted model past its script
+            asyncio.run(replica(first))
+
+    first = threading.Thread(target=run, args=(True,))
+    second = threading.Thread(target=run, args=(False,))
+    first.start()
+    second.start()
+    first.join()
+    second.join()
+    if naive:
+        assert runs["C-7"] == 2
+    else:
+        assert sorted(resumed) == [False, True] and runs == Counter({"C-7": 1})
+
+
+class _Slow:
+    """The agent, each ``ainvoke`` starting a while after the check that allowed it: a wide window for a second resume."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.agent, name)
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.3)
+        return await self.agent.ainvoke(*args, **kwargs)

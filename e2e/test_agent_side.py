@@ -377,7 +377,7 @@ def test_the_webhook_resumers_outcome_report_that_meets_a_500_is_sent_again_and_
     finally:
         proxy.close()
     assert (resumed.resumed, resumed.reported, proxy.outcome_posts) == (True, True, 2)
-    assert agent_effects(tmp_path) == [{"customer_id": "C-7"}]
+    assert agent_effects(tmp_path) == [{"customer_id": "C-7", "grace_days": 30}]
     with ReviewQueue(site.server.url, site.token) as client:
         assert client.read(item.id).outcome == {**client.read(item.id).outcome, "status": "done", "message": "done"}
 

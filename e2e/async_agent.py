@@ -28,7 +28,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from e2e.remote_agent import THREAD, ScriptedModel
+from e2e.remote_agent import THREAD, ScriptedModel, SlowResume
 from reviewqueue_client import AsyncReviewQueue, WebhookInvalid, webhook_verify
 from reviewqueue_client.aio_langgraph import AsyncWebhookResumer, ainterrupts_reconcile
 
@@ -42,21 +42,6 @@ def say(*words: str) -> None:
 @contextlib.asynccontextmanager
 async def no_lock(thread_id: str) -> AsyncIterator[None]:  # the negative controls
     yield
-
-
-class SlowResume:
-    """The agent, each resume starting ``seconds`` after the check that allowed it."""
-
-    def __init__(self, agent: Any, seconds: float) -> None:
-        self.agent = agent
-        self.seconds = seconds
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.agent, name)
-
-    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(self.seconds)
-        return await self.agent.ainvoke(*args, **kwargs)
 
 
 def agent_build(*, checkpointer: AsyncSqliteSaver, effects: str, tool_seconds: float) -> Any:

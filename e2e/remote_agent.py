@@ -25,6 +25,7 @@ REVIEWQUEUE_URL, REVIEWQUEUE_TOKEN and REVIEWQUEUE_WEBHOOK_SECRET come from the 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -87,6 +88,10 @@ class SlowResume:
     def invoke(self, *args: Any, **kwargs: Any) -> Any:
         time.sleep(self.seconds)
         return self.agent.invoke(*args, **kwargs)
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:  # e2e/async_agent.py's
+        await asyncio.sleep(self.seconds)
+        return await self.agent.ainvoke(*args, **kwargs)
 
 
 def agent_build(*, checkpoints: str, effects: str, tool_seconds: float = 0.0) -> Any:

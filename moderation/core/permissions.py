@@ -34,10 +34,7 @@ def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBase
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
     The users are returned fresh, in the order given (the permission cache is per instance).
     """
-    users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
-    unknown = [name for name in dict.fromkeys(usernames) if name not in users]
-    if unknown:
-        raise UnknownUsers(unknown)
+    users = _users_named(usernames)
     app_label, codename = LEAD_PERMISSION.split(".")
     permission = Permission.objects.get(content_type__app_label=app_label, codename=codename)
     with transaction.atomic():
@@ -46,8 +43,7 @@ def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBase
                 user.user_permissions.add(permission)
             else:
                 user.user_permissions.remove(permission)
-    fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
-    return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
+    return _users_fresh(users, usernames)
 
 
 def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[AbstractBaseUser]:
@@ -56,16 +52,27 @@ def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[Abstrac
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
     The users are returned fresh, in the order given (the permission cache is per instance).
     """
-    users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
-    unknown = [name for name in dict.fromkeys(usernames) if name not in users]
-    if unknown:
-        raise UnknownUsers(unknown)
+    users = _users_named(usernames)
     group = Group.objects.get(name=MODERATORS_GROUP)
     with transaction.atomic():
         if moderator:
             group.user_set.add(*users.values())
         else:
             group.user_set.remove(*users.values())
+    return _users_fresh(users, usernames)
+
+
+def _users_named(usernames: Sequence[str]) -> dict[str, AbstractBaseUser]:
+    """Each user by name; ``UnknownUsers`` naming every unknown one (so a caller changes all or nobody)."""
+    users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
+    unknown = [name for name in dict.fromkeys(usernames) if name not in users]
+    if unknown:
+        raise UnknownUsers(unknown)
+    return users
+
+
+def _users_fresh(users: dict[str, AbstractBaseUser], usernames: Sequence[str]) -> list[AbstractBaseUser]:
+    """The users read again, in the order given (Django caches permissions per instance)."""
     fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
     return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
 

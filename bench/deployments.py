@@ -1,4 +1,4 @@
-"""Measure 26: a decision → a LangGraph deployment's thread resumed, and where the time goes.
+"""Measure 27: a decision → a LangGraph deployment's thread resumed, and where the time goes.
 
 A real ``langgraph dev`` (the tests' ``moderation.tests.langgraph_server``, its ``hitl``
 graph) is connected as a deployment; agent threads run to their interrupt there and the
@@ -109,9 +109,9 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
         for live in servers.live:
             live.workers_stop(timeout=30)
         for n in range(2):
-            servers.live[n % len(servers.live)].worker_start(interval=1, worker_id=f"bench26-{n}")
+            servers.live[n % len(servers.live)].worker_start(interval=1, worker_id=f"bench27-{n}")
         for n in range(2):
-            servers.live[n % len(servers.live)].worker_wait_ready(f"bench26-{n}")
+            servers.live[n % len(servers.live)].worker_wait_ready(f"bench27-{n}")
 
         def items_for(threads: list[str]) -> list:
             deployment_sweep(deployment=agents.deployment)
@@ -120,13 +120,13 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
             assert len(by_thread) == len(threads), (len(by_thread), len(threads))
             return [by_thread[t] for t in threads]
 
-        log(f"26. {quiet} agent threads to their interrupt on langgraph dev, one decision at a time")
+        log(f"27. {quiet} agent threads to their interrupt on langgraph dev, one decision at a time")
         quiet_items = items_for(_threads_make(url, agents.hitl, quiet))
         quiet_times = []
         for n, item in enumerate(quiet_items):
             decided = [_decide_and_time(url, item, reviewers[n % len(reviewers)])]
             quiet_times += _wait_all(url, decided)
-        log(_summary("26. quiet", quiet_times))
+        log(_summary("27. quiet", quiet_times))
         connection = Connection(url=url)
         thread_id = quiet_items[0].graph_input["external"]["thread_id"]
         reads, clients = [], []
@@ -148,9 +148,9 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
             client.runs.wait(thread, agents.hitl, command={"resume": {interrupt_id: {"decisions": []}}})
             bare.append(time.perf_counter() - began)
         calls["bare resume by hand (ms, p50)"] = round(median(bare) * 1000, 1)
-        log(f"26. the deployment's calls alone: {calls}")
+        log(f"27. the deployment's calls alone: {calls}")
 
-        log(f"26. {burst} agent threads, decided at once by {len(reviewers)} reviewers")
+        log(f"27. {burst} agent threads, decided at once by {len(reviewers)} reviewers")
         burst_items = items_for(_threads_make(url, agents.hitl, burst))
         lock, decided = threading.Lock(), []
 
@@ -167,7 +167,7 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
             list(pool.map(decide, range(len(burst_items))))
         burst_times = _wait_all(url, decided)
         span = max(c + t["total"] for (_, c), t in zip(decided, burst_times)) - began
-        log(_summary("26. burst", burst_times) + f"; first decision → last recorded {span:.1f} s")
+        log(_summary("27. burst", burst_times) + f"; first decision → last recorded {span:.1f} s")
     finally:
         server.stop()
 
@@ -181,12 +181,12 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
     quiet_total = [t["total"] for t in quiet_times]
     burst_total = [t["total"] for t in burst_times]
     return [
-        Metric("deployment_resumed_p99_quiet", f"26. decision answered → a LangGraph deployment's thread resumed and recorded, "
+        Metric("deployment_resumed_p99_quiet", f"27. decision answered → a LangGraph deployment's thread resumed and recorded, "
                f"one at a time ({quiet}), two workers: p99", ms(quiet_total, 99), "ms", ms(bare, 99),
                "the same resume by hand (SDK runs.wait), p99", target=500, check="value", op="<=",
                detail={**phases(quiet_times), **calls, "p50 (ms)": round(ms(quiet_total, 50), 1),
                        "bare p50 (ms)": round(ms(bare, 50), 1)}),
-        Metric("deployment_resumed_p99_burst", f"26. the same, {burst} threads decided at once by {len(reviewers)} "
+        Metric("deployment_resumed_p99_burst", f"27. the same, {burst} threads decided at once by {len(reviewers)} "
                f"reviewers: p99", ms(burst_total, 99), "ms", ms(burst_total, 50), "p50, same run",
                detail={**phases(burst_times), "first decision → last recorded (s)": round(span, 2)}),
     ]

@@ -98,7 +98,7 @@ def deployment_address_refusal(address: IPAddress) -> str | None:
 
 # Made once per process: every call to a deployment makes a client, and making a TLS context (the CA
 # bundle loaded) or the SDK's own client took ~90 ms each on the loaded 2-core machine, three per
-# client, most of an apply's own time (bench 26).
+# client, most of an apply's own time (bench 27).
 @functools.cache
 def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context()

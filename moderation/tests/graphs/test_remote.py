@@ -124,7 +124,7 @@ def test_a_name_rebound_to_an_internal_address_is_refused_and_an_allowed_one_con
 
 def test_the_calls_to_a_deployment_load_the_ca_bundle_once_per_process_not_per_call(monkeypatch):
     """Each call makes a client; loading the CA bundle for each took ~90 ms on a loaded machine, three
-    times a client, most of an apply's own time (bench 26). Still guarded: a private address is refused."""
+    times a client, most of an apply's own time (bench 27). Still guarded: a private address is refused."""
     import ssl
 
     loads = []

@@ -18,7 +18,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus demo bench soak clean
+.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus pgbouncer demo bench soak clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,7 +56,7 @@ TEST_PASSES ?= 2
 # The two virtualenvs install side by side; the browser and Prometheus installs come after, one
 # at a time (two apt-gets at once would fight over dpkg's lock); then the import contracts beside
 # the strict docs build.
-test: prometheus
+test: prometheus pgbouncer
 	$(MAKE) --no-print-directory -j2 install langgraph-venv
 	$(MAKE) --no-print-directory e2e-browser
 	$(MAKE) --no-print-directory -j2 lint-imports docs
@@ -93,7 +93,7 @@ TEST_WORKERS ?= 2
 test-sqlite: install e2e-browser prometheus langgraph-venv
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
 
-test-postgres: install prometheus langgraph-venv
+test-postgres: install prometheus pgbouncer langgraph-venv
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
 
@@ -129,6 +129,16 @@ prometheus:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else \
 	    echo "metrics tests: no prometheus/promtool found; install them (apt-get install -y prometheus)" >&2; exit 1; \
+	  fi; }
+
+# The connection-budget cluster tests run the race through Debian's pgbouncer (session and transaction mode).
+pgbouncer:
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's pgbouncer for the connection-budget tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; \
+	  else \
+	    echo "cluster tests: no pgbouncer found; install it (apt-get install -y pgbouncer)" >&2; exit 1; \
 	  fi; }
 
 # The accessibility check (e2e/test_look.py) runs axe-core from npm inside the pages.

@@ -15,7 +15,8 @@ decision in-process, and its SQL replayed) runs here too, before the servers sta
 leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
 decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
 the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
-Measure 25 (an idle worker's CPU) runs first, on the empty task table.
+Measure 25 (an idle worker's CPU) runs first, on the empty task table. Measure 27 (a LangGraph
+deployment's thread resumed) runs after 23, on two workers of its own.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
     two_count, sustained_seconds = max(150, int(300 * s)), max(4.0, 10 * s)
-    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22, 23, 24):
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22, 23, 24, 27):
         replays = max(50, int(200 * s)) if wanted(1) else 0
         attributed = max(50, int(150 * s)) if wanted(24) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays + attributed + 2 - len(pool)
@@ -199,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(23):  # last: its second worker would change the one-worker measures above
                 log(f"{args.backend}: 23. two task workers: applied rate, and decision → applied at 50/s")
                 metrics += bench_two_workers(servers, logins, pool, count=two_count, seconds=sustained_seconds)
+            if wanted(27):  # after 23: it runs two workers of its own (the ones before are stopped)
+                from bench.deployments import bench_deployment_resumed
+
+                log(f"{args.backend}: 27. decision → a LangGraph deployment's thread resumed, quiet and a 60-thread burst")
+                metrics += bench_deployment_resumed(servers, users[:8], quiet=max(10, int(20 * s)), burst=60)
         finally:
             servers.stop()
 

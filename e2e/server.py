@@ -375,7 +375,8 @@ class LiveServer:
         self.start()
 
     def worker_start(
-        self, *, interval: float = 0.2, faults: str = "", worker_id: str = "", delivery_lane: bool = True
+        self, *, interval: float = 0.2, faults: str = "", worker_id: str = "", delivery_lane: bool = True,
+        extra_env: dict[str, str] | None = None,
     ) -> ForkedProcess:
         """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
 
@@ -385,9 +386,10 @@ class LiveServer:
 
         ``faults`` (a REVIEWQUEUE_FAULTS spec) reaches this worker only. ``worker_id`` names it in
         the task rows it claims (``worker_ids``; random by default). ``delivery_lane=False`` runs
-        it without its deliveries-only loop. Crash it with ``kill()``; ``close()`` stops any still running.
+        it without its deliveries-only loop. ``extra_env`` reaches this worker only (e.g. ``PGAPPNAME``).
+        Crash it with ``kill()``; ``close()`` stops any still running.
         """
-        env = self.env()
+        env = {**self.env(), **(extra_env or {})}
         if faults:
             env["REVIEWQUEUE_FAULTS"] = faults
         named = ["--worker-id", worker_id] if worker_id else []

@@ -189,6 +189,19 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db["TEST"] = {"NAME": f"test_reviewqueue_{os.getpid()}"}
 else:
     raise ImproperlyConfigured(f"DATABASE_URL must be sqlite:// or postgres://, not {DATABASE_URL!r}")
+# The connections that keep state in their session (the checkpointer's pool, whose resume locks are
+# session-level advisory locks; a worker's LISTEN) use SESSION_DATABASE_URL: PostgreSQL itself or a
+# session-mode PgBouncer pool, while DATABASE_URL may then name a transaction-mode one (Django's
+# connections keep nothing past a transaction; its server-side cursors would, so they are off).
+SESSION_DATABASE_URL = env.str("SESSION_DATABASE_URL", "")
+if SESSION_DATABASE_URL:
+    if _db["ENGINE"] != "django.db.backends.postgresql" or not SESSION_DATABASE_URL.startswith(
+        ("postgres://", "postgresql://")
+    ):
+        raise ImproperlyConfigured(
+            "SESSION_DATABASE_URL is for PostgreSQL: a postgres:// URL beside a postgres:// DATABASE_URL"
+        )
+    _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

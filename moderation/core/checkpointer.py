@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
@@ -40,6 +41,10 @@ def checkpointer_target() -> str:
         return str(name.with_name(f"{name.stem}-checkpoints.sqlite3"))
     from psycopg.conninfo import make_conninfo
 
+    if settings.SESSION_DATABASE_URL:  # a session-mode pooler (or PostgreSQL itself) beside a transaction-mode one
+        import dj_database_url
+
+        db = dj_database_url.parse(settings.SESSION_DATABASE_URL)
     return make_conninfo(
         host=db.get("HOST") or "", port=str(db.get("PORT") or ""), dbname=db["NAME"],
         user=db.get("USER") or "", password=db.get("PASSWORD") or "",

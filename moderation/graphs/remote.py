@@ -15,6 +15,8 @@ so the check sees the deployment's own address.
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,9 +27,19 @@ import httpx
 from django.conf import settings
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
-from langgraph_sdk.errors import APIConnectionError, AuthenticationError, NotFoundError, PermissionDeniedError
+from langgraph_sdk.errors import (
+    APIConnectionError,
+    AuthenticationError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 
-from moderation.core.addresses import AddressRefused, GuardedBackend, IPAddress, address_refusal
+from moderation.core.addresses import (
+    AddressRefused,
+    GuardedBackend,
+    IPAddress,
+    address_refusal,
+)
 
 # Seconds to connect; a resume's run may take as long as the agent's next steps.
 CONNECT_TIMEOUT = 5.0
@@ -72,12 +84,8 @@ class Connection:
     def client(self, *, timeout: float = RUN_TIMEOUT) -> Any:
         """The SDK's client, as ``get_sync_client`` makes it but for its transport: one connection retry, not
         five with backoff (8 s per call against a deployment that is down); the apply's own backoff retries."""
-        # api_key=None: never the worker's own LANGSMITH_API_KEY for a deployment registered without one.
-        made = get_sync_client(url=self.url, api_key=self.api_key or None)
-        headers = dict(made.http.client.headers)
-        made.close()
         return SyncLangGraphClient(httpx.Client(
-            base_url=self.url, headers=headers, transport=_GuardedTransport(), trust_env=False,
+            base_url=self.url, headers=_headers(self.api_key), transport=_GuardedTransport(), trust_env=False,
             timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
         ))
 
@@ -88,11 +96,29 @@ def deployment_address_refusal(address: IPAddress) -> str | None:
     return refusal and f"{refusal}; deployments are reached at public addresses only, unless DEPLOYMENT_ALLOWED_NETWORKS allows it"
 
 
+# Made once per process: every call to a deployment makes a client, and making a TLS context (the CA
+# bundle loaded) or the SDK's own client took ~90 ms each on the loaded 2-core machine, three per
+# client, most of an apply's own time (bench 27).
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+@functools.cache
+def _headers(api_key: str) -> dict[str, str]:
+    """The SDK's headers for ``api_key`` (its user agent, its key header), as its own client sends them."""
+    # api_key=None: never the worker's own LANGSMITH_API_KEY for a deployment registered without one.
+    made = get_sync_client(url="http://127.0.0.1", api_key=api_key or None)
+    headers = dict(made.http.client.headers)
+    made.close()
+    return headers
+
+
 class _GuardedTransport(httpx.HTTPTransport):
     def __init__(self) -> None:
-        super().__init__(retries=CONNECT_RETRIES)
+        super().__init__(verify=_tls(), retries=CONNECT_RETRIES)
         # httpx takes no network backend of its own: its pool is made again with the one that checks addresses.
-        self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), retries=CONNECT_RETRIES,
+        self._pool = httpcore.ConnectionPool(ssl_context=_tls(), retries=CONNECT_RETRIES,
                                              network_backend=GuardedBackend(refusal=deployment_address_refusal))
 
 

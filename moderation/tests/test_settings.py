@@ -272,3 +272,23 @@ def test_every_variable_the_settings_read_is_read_through_env_and_documented():
     documented = (BASE_DIR / "docs" / "operators" / "configuration.md").read_text()
     missing = sorted(name for name in read if f"`{name}`" not in documented)
     assert not missing, f"not in docs/operators/configuration.md: {missing}"
+
+
+def test_a_session_database_url_takes_the_session_bound_connections_and_turns_server_side_cursors_off():
+    show = ("from django.db import connection; from moderation.core.checkpointer import checkpointer_target; "
+            "print(checkpointer_target().replace(' ', ','), connection.settings_dict['DISABLE_SERVER_SIDE_CURSORS'])")
+    direct = "postgres://rq@db.internal:5432/reviewqueue"
+    by_default = _manage("shell", "-v", "0", "-c", show, DEBUG="true", DATABASE_URL=direct)
+    assert by_default.returncode == 0, by_default.stderr
+    assert by_default.stdout.split() == ["host=db.internal,port=5432,dbname=reviewqueue,user=rq,password=''", "False"]
+    split = _manage("shell", "-v", "0", "-c", show, DEBUG="true", DATABASE_URL="postgres://rq@pooler:6432/reviewqueue_tx",
+                    SESSION_DATABASE_URL=direct)
+    assert split.returncode == 0, split.stderr
+    assert split.stdout.split() == ["host=db.internal,port=5432,dbname=reviewqueue,user=rq,password=''", "True"]
+
+
+def test_a_session_database_url_beside_sqlite_is_a_clear_error():
+    result = _manage("check", DEBUG="true", DATABASE_URL="sqlite:///tmp/x.sqlite3",
+                     SESSION_DATABASE_URL="postgres://rq@db.internal/reviewqueue")
+    assert result.returncode != 0
+    assert "SESSION_DATABASE_URL is for PostgreSQL" in result.stderr, result.stderr

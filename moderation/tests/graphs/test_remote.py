@@ -120,3 +120,18 @@ def test_a_name_rebound_to_an_internal_address_is_refused_and_an_allowed_one_con
     with pytest.raises(RemoteRefused, match=r"refused: agents.example.test: 10.9.9.9 is a private address"):
         remote_thread_read(connection=connection, thread_id="t-2")  # DNS answers otherwise now
     assert lookups == ["127.0.0.1", "10.9.9.9"] and len(stub.requests) == 1
+
+
+def test_the_calls_to_a_deployment_load_the_ca_bundle_once_per_process_not_per_call(monkeypatch):
+    """Each call makes a client; loading the CA bundle for each took ~90 ms on a loaded machine, three
+    times a client, most of an apply's own time (bench 27). Still guarded: a private address is refused."""
+    import ssl
+
+    loads = []
+    real = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", lambda self, *a, **k: (loads.append(1), real(self, *a, **k))[1])
+    for _ in range(5):
+        Connection(url="https://deployment.example.org").client().close()
+    assert len(loads) <= 1, f"the CA bundle loaded {len(loads)} times for 5 clients"
+    with pytest.raises(RemoteRefused):
+        remote_thread_read(connection=Connection(url="http://10.1.2.3:9"), thread_id="t-1")

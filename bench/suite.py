@@ -62,12 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
     from bench.inprocess import (
-        bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, bench_writer_contention,
+        bench_decision_sql,
+        bench_guard_overhead,
+        bench_ingest,
+        bench_isolation,
+        bench_queue_size,
+        bench_writer_contention,
         items_make,
     )
     from bench.notices import bench_loser_other_tab
-    from bench.workers import bench_two_workers, bench_worker_time
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
+    from bench.workers import bench_two_workers, bench_worker_time
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
 

@@ -9,9 +9,8 @@ import re
 import pytest
 from playwright.async_api import expect
 
-from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-
 from e2e.pages import LIVE_TIMEOUT_MS, Submission, item_path, live_wait, race
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

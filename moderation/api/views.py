@@ -37,6 +37,7 @@ from moderation.api.schemas import (
 from moderation.api.webhooks import router as webhooks_router
 from moderation.core.jsonparse import json_parse
 from moderation.delivery.endpoints import EndpointRefused
+from moderation.graphs.remote import RemoteRefused, RemoteUnavailable
 from moderation.live.waits import WaitRefused
 from moderation.models import AttemptOrigin, ItemStatus
 from moderation.records.outcomes import DecisionOutcome
@@ -45,10 +46,9 @@ from moderation.records.selectors import (
     client_items_page,
     client_items_prefetch,
 )
-from moderation.graphs.remote import RemoteRefused, RemoteUnavailable
 from moderation.review.decisions import DecisionError, item_withdraw
-from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.deployments import deployment_verify, deployment_webhook
+from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.submissions import (
     KEY_MAX_LENGTH,
     Accepted,

@@ -33,6 +33,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from moderation.graphs.runtime import graph_asks_pending
+from moderation.lab.attempts import Attempt, attempt_run
 from moderation.lab.history import (
     Anomaly,
     FinalItem,
@@ -41,7 +42,6 @@ from moderation.lab.history import (
     history_final_read,
     history_wait_applied,
 )
-from moderation.lab.attempts import Attempt, attempt_run
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, reviewer_main
 from moderation.models import QueueItem

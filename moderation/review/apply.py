@@ -51,13 +51,14 @@ from django.utils import timezone
 from django_tasks import task
 
 from moderation.core.faults import fault_point
-from moderation.core.resumelock import thread_resume_lock
 from moderation.core.requestid import request_id_bound, request_id_current
+from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
+from moderation.graphs.remote import RemoteUnavailable
 from moderation.graphs.runtime import (
     STORAGE_LOST,
     GraphState,
@@ -71,7 +72,6 @@ from moderation.policies.rules import ask_deadline_weakening, policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
-from moderation.graphs.remote import RemoteUnavailable
 from moderation.review.remote import deployment_of_item, deployment_resume
 
 logger = logging.getLogger(__name__)

@@ -129,7 +129,6 @@ from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_escalated_record
-from moderation.records.teamstats import teamstats_escalation_record
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -138,6 +137,7 @@ from moderation.records.reasons import (
     reason_message,
     reason_rule,
 )
+from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
 from moderation.review.reconcile import item_reconcile
 

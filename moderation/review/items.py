@@ -27,7 +27,6 @@ from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
 from moderation.review.remote import deployment_item_entered
 
-
 # The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
 START_FIELDS = ("item_id", "title", "body", "source")
 

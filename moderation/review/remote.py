@@ -45,7 +45,6 @@ from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
 from moderation.graphs.passthrough import ask_answers, ask_interrupts, ask_round_input, asks_answered, asks_asked
-from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
 from moderation.graphs.remote import (
     Connection,
     RemoteBusy,
@@ -54,6 +53,7 @@ from moderation.graphs.remote import (
     remote_resume,
     remote_thread_read,
 )
+from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
 from moderation.models import AskStatus, Deployment, DeploymentInterrupt, QueueItem, ReviewAsk
 
 RESOLVED_OUTSIDE = "resolved outside reviewqueue"

@@ -35,8 +35,8 @@ Every field is checked before anything starts; a refused submit changes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import dataclasses
+import hashlib
 import json
 import re
 import uuid

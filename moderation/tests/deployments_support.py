@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
-
 from langgraph_sdk import get_sync_client
 
 from e2e.children import children_adopt, children_forget

@@ -28,10 +28,10 @@ from django.urls import reverse
 from websockets.asyncio.client import ClientConnection, connect
 
 from e2e.server import LiveServer, free_port
-from moderation.review.decisions import DatabaseUnavailable
 from moderation.core.faults import fault_inject
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.decisions import DatabaseUnavailable
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing
 

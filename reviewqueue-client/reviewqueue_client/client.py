@@ -7,12 +7,11 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt
-from tenacity import wait_random_exponential
+from tenacity import RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 # The server holds one long-poll at most this long (LONGPOLL_MAX_SECONDS); longer waits loop.
 LONGPOLL_MAX_SECONDS = 60.0
@@ -220,7 +219,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _transient(exc: BaseException) -> bool:

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import agent_build, agent_start
-from postgres_support import postgres_url  # noqa: F401 - a fixture
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from postgres_support import postgres_url  # noqa: F401 - a fixture
 
 from reviewqueue_client import ReviewQueue
 from reviewqueue_client.langgraph import decision_resume, interrupts_reconcile

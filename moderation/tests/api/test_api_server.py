@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from moderation.tests.cluster_support import fresh_database, services_require
 from e2e.server import LiveServer
+from moderation.tests.cluster_support import fresh_database, services_require
 from moderation.tests.real_server import CSRF, Reviewer
 
 PROCESSES = 8

@@ -2,7 +2,9 @@ import re
 import time
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from moderation.graphs.prescreen import text_prescreen
 

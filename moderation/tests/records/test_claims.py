@@ -8,13 +8,20 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus
+from moderation.policies.teams import team_member_remove
 from moderation.records.claims import (
-    ItemClaim, claim_extend, claim_held_by_other, claim_live, claim_release, claim_take, claims_live, next_item_pick,
+    ItemClaim,
+    claim_extend,
+    claim_held_by_other,
+    claim_live,
+    claim_release,
+    claim_take,
+    claims_live,
+    next_item_pick,
 )
 from moderation.review.decisions import ItemClaimed, item_decide
 from moderation.review.items import item_create
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus
-from moderation.policies.teams import team_member_remove
 
 pytestmark = pytest.mark.django_db
 

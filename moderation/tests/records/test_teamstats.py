@@ -13,10 +13,9 @@ from django.utils import timezone
 from moderation.models import DecisionAttempt, ReviewAsk, Team
 from moderation.records import teamstats
 from moderation.records.teamstats import fleiss_kappa, team_stats_read, wait_quantile
-from moderation.review.decisions import item_decide
 from moderation.review.deadlines import ask_deadline_fire
+from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
-
 
 # Counter rows are written by an upsert whose SQL differs per backend.
 pytestmark = pytest.mark.postgres_variant

@@ -5,6 +5,18 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from moderation.core.faults import fault_inject
+from moderation.graphs.runtime import graph_resume, graph_values
+from moderation.models import (
+    AppendOnlyError,
+    ApplyState,
+    AskStatus,
+    AttemptOutcome,
+    DecisionAttempt,
+    ItemStatus,
+    QueueItem,
+    ReviewAsk,
+)
 from moderation.review.decisions import (
     InvalidDecision,
     ItemBusy,
@@ -12,11 +24,6 @@ from moderation.review.decisions import (
     ItemNotFound,
     NotAModerator,
     item_decide,
-)
-from moderation.core.faults import fault_inject
-from moderation.graphs.runtime import graph_resume, graph_values
-from moderation.models import (
-    AppendOnlyError, ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk,
 )
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 

@@ -5,13 +5,13 @@ from django.core.management import CommandError, call_command
 from django.db import DataError
 from django.test import override_settings
 
-from moderation.review import recovery
-from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.core.faults import fault_inject
 from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
 from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review import recovery
 from moderation.review.apply import item_apply
+from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.review.items import item_create
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on

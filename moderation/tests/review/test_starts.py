@@ -17,6 +17,8 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.api.clients import apiclient_create
+from moderation.core import resumelock
+from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_start_count
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read
 from moderation.models import (
@@ -46,8 +48,6 @@ from moderation.review.starts import (
     starts_sweep,
 )
 from moderation.review.submissions import IdempotencyConflict, Submission, items_accept
-from moderation.core import resumelock
-from moderation.core.faults import fault_inject
 from moderation.tests.graphs_support import item_waiting_on, one_start_index_dropped
 from moderation.tests.races import race_rounds
 

@@ -10,16 +10,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
+from moderation.graphs.runtime import graph_values
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
-from moderation.graphs.runtime import graph_values
 from moderation.review.items import item_create
 from moderation.review.outcomes import item_outcome_report
 from moderation.review.submissions import Submission, item_submit
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
 from moderation.tests.graphs_support import (
-    PLAIN_AGENT,
     AGENT_GRAPHS,
+    PLAIN_AGENT,
     REFUND_GRAPH,
     TEST_GRAPHS,
     wrong_type_edit,

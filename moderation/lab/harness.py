@@ -233,7 +233,7 @@ class ReviewerProcesses:
         expected = len(items) * self.size
         if all(p.is_alive() for p in self._procs):
             self._barrier.reset()
-            for inbox, name, decision in zip(self._inboxes, usernames, chosen):
+            for inbox, name, decision in zip(self._inboxes, usernames, chosen, strict=False):
                 inbox.put((strategy, list(items), name, decision, delay, at_deadline))
             deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
             while len(attempts) < expected and time.monotonic() < deadline:
@@ -257,7 +257,7 @@ class ReviewerProcesses:
         return race_judge(attempts=attempts, items=items, seconds=seconds)
 
     def close(self) -> None:
-        for inbox, p in zip(self._inboxes, self._procs):
+        for inbox, p in zip(self._inboxes, self._procs, strict=False):
             if p.is_alive():
                 inbox.put(None)
         for p in self._procs:

@@ -360,7 +360,7 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
         with results_lock:
             results.extend(mine)
 
-    threads = [threading.Thread(target=run, args=pair) for pair in zip(items, users)]
+    threads = [threading.Thread(target=run, args=pair) for pair in zip(items, users, strict=False)]
     for t in threads:
         t.start()
     for t in threads:

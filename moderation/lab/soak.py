@@ -264,7 +264,7 @@ def _chart(*, requests: list[Request], faults: list[Fault], began: float, path: 
     axes.set_xlabel("seconds into the soak")
     axes.set_ylabel("latency (ms, log)")
     handles, labels = axes.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=False))
     axes.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right", ncols=4)
     axes.set_title("soak: request latency over time, faults shaded")
     figure.savefig(path, format="svg")

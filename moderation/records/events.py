@@ -246,7 +246,7 @@ async def _group_send_all_logged(layer: Any, sends: list[tuple[str, dict[str, An
 
 
 def _failures_log(sends: list[tuple[str, dict[str, Any]]], results: list[Any]) -> None:
-    for (group, message), result in zip(sends, results):
+    for (group, message), result in zip(sends, results, strict=False):
         if isinstance(result, BaseException):
             logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import shutil
@@ -214,10 +215,9 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
             item = next(items)
             status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
             assert status == 200
-            try:  # a push made before the layer resubscribed is lost: then try again with the next item
+            # A push made before the layer resubscribed is lost: then try again with the next item.
+            with contextlib.suppress(TimeoutError):
                 delivered = await tab.frame("item.decided", item, timeout=RECOVER_TRY)
-            except TimeoutError:
-                pass
             await tab.ws.close()
         assert delivered is not None, f"no item.decided on a new socket within {RECOVER_WITHIN} s of Redis returning"
         assert delivered["winner"] == "alice"

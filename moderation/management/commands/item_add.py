@@ -97,7 +97,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         added, refused = 0, []
         try:
-            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8", newline="")
+            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8", newline="")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
         try:

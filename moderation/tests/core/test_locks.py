@@ -40,10 +40,9 @@ def test_same_key_is_exclusive_and_times_out():
 
 
 def test_other_keys_do_not_wait_for_a_held_key():
-    with _held_elsewhere("slow"):
-        # Its timeout runs out before the hold does: taking the lock at all shows it did not wait for "slow".
-        with item_lock("fast", timeout=HOLD / 2):
-            pass
+    # Its timeout runs out before the hold does: taking the lock at all shows it did not wait for "slow".
+    with _held_elsewhere("slow"), item_lock("fast", timeout=HOLD / 2):
+        pass
 
 
 def test_registry_forgets_locks_nobody_uses():

@@ -209,9 +209,12 @@ def test_commit_lost_decides_nothing_and_the_next_reviewer_wins(alice, bob, make
         raise ConnectionError("database connection dropped")
 
     before = _snapshot()
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        with fault_inject("before_commit", crash), pytest.raises(ConnectionError):
-            item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
+    with (
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+        fault_inject("before_commit", crash),
+        pytest.raises(ConnectionError),
+    ):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
     assert callbacks == [] and _snapshot() == before
     assert _waiting(item) and item_resumes(item) == 0
 

@@ -52,9 +52,11 @@ def test_recover_applies_a_decision_the_worker_never_ran_exactly_once(alice, mak
 @pytest.mark.django_db
 def test_recover_retries_a_failed_node_and_finishes_the_item(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    with fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("down"))):
-        with django_capture_on_commit_callbacks(execute=True):
-            assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject").won
+    with (
+        fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("down"))),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject").won
     assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.FAILED
     [action] = items_recover().actions
     assert action.action == "applied its decision: resumed 0, finished"

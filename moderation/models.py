@@ -97,7 +97,7 @@ class QueueRankField(models.BigIntegerField):
         setattr(model_instance, self.attname, value)
         return value
 
-STATUS_FOR_DECISION = {
+STATUS_FOR_DECISION: dict[str, ItemStatus] = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
     Requested.EDIT: ItemStatus.EDITED, Requested.RESPOND: ItemStatus.ANSWERED, Requested.MIXED: ItemStatus.DECIDED,
 }

@@ -60,9 +60,13 @@ def faults_install_from_setting(spec: str) -> None:
             _actions[name] = _kill
         elif action.startswith("sleep="):
             seconds = float(action.removeprefix("sleep="))
-            _actions[name] = lambda key, s=seconds: time.sleep(s)
+            _actions[name] = _sleeper(seconds)
         else:
             raise ValueError(f"unknown fault action {action!r} for {name}; use kill or sleep=SECONDS")
+
+
+def _sleeper(seconds: float) -> Callable[[str], None]:
+    return lambda key: time.sleep(seconds)
 
 
 def _kill(item_key: str) -> None:

@@ -2,7 +2,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,12 +13,12 @@ MODERATORS_GROUP = "moderators"
 LEAD_PERMISSION = "moderation.lead_team"
 
 
-def user_can_view(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def user_can_view(*, user: User | AnonymousUser) -> bool:
     """Any active login may follow the queue (read-only); deciding needs ``user_can_decide``."""
     return bool(user.is_authenticated and user.is_active)
 
 
-def user_can_decide(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def user_can_decide(*, user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 
 
@@ -28,7 +28,7 @@ class UnknownUsers(ValueError):
         super().__init__(f"no user named {', '.join(map(repr, usernames))}")
 
 
-def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBaseUser]:
+def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[User]:
     """Give the users ``LEAD_PERMISSION`` directly, or take it away.
 
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
@@ -50,7 +50,7 @@ def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBase
     return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
 
 
-def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[AbstractBaseUser]:
+def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[User]:
     """Put the users in the moderators group (which holds the decide permission) or take them out.
 
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
@@ -76,7 +76,7 @@ class AccountRefused(ValueError):
 
 @dataclass(frozen=True)
 class ModeratorAccount:
-    user: AbstractBaseUser
+    user: User
     created: bool
 
 
@@ -92,7 +92,7 @@ def moderator_create(*, username: str, password: str) -> ModeratorAccount:
     with transaction.atomic():
         user = user_model.objects.filter(username=username).first()
         created = user is None
-        if created:
+        if user is None:
             user = user_model(username=username)
             try:
                 user.full_clean(exclude=["password"])

@@ -179,8 +179,9 @@ class SteadyWorker(Worker):
     def loop(self) -> None:
         super().run()
 
-    def run_task(self, db_task_result: DBTaskResult) -> None:
-        db_task_result.save = _saved_on_a_live_connection(db_task_result.save)
+    def run_task(self, db_task_result: DBTaskResult[Any, Any]) -> None:
+        # This row's save only: the package saves it at the task's end, from inside run_task.
+        db_task_result.save = _saved_on_a_live_connection(db_task_result.save)  # type: ignore[method-assign]
         super().run_task(db_task_result)
 
 
@@ -190,7 +191,7 @@ def _saved_on_a_live_connection(save: Any) -> Any:
     Only for a write outside any transaction (a task row's finish): closing the connection
     would otherwise end the caller's transaction under it.
     """
-    def steady(*args: Any, **kwargs: Any) -> None:
+    def steady(*args: Any, **kwargs: Any) -> Any:
         deadline = time.monotonic() + RECONNECT_FOR
         while True:
             try:
@@ -249,11 +250,11 @@ class QueueLane(SteadyWorker):
                .aggregate(first=Min("run_after"))["first"])
         return self.interval if due is None else min(self.interval, (due - now).total_seconds())
 
-    def _claim(self) -> DBTaskResult | None:
+    def _claim(self) -> DBTaskResult[Any, Any] | None:
         tasks = self._tasks().ready()
         try:
             with exclusive_transaction(tasks.db):
-                task_result = tasks.get_locked()
+                task_result: DBTaskResult[Any, Any] | None = tasks.get_locked()
                 if task_result is not None:
                     task_result.claim(self.worker_id)  # so no other worker runs it
                 return task_result

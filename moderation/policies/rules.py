@@ -27,7 +27,7 @@ from moderation.policies.models import APPROVALS_MAX, OnDeadline, TallyWhy, Vote
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
 # The account a deadline decides as (moderation.review.deadlines); it never logs in, and never votes.
 DEADLINE_USERNAME = "deadline"
-PAST = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
+PAST: dict[str, str] = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
 
 
 class PolicyInvalid(ValueError):

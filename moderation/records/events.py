@@ -171,7 +171,7 @@ def events_held() -> Iterator[None]:
             push()
 
 
-def after_commit(push: Callable[[], None]) -> None:
+def after_commit(push: Callable[[], object]) -> None:
     """Run ``push`` once the current transaction commits (never if it rolls back),
     or, if that happens inside ``events_held``, when the held block ends."""
     transaction.on_commit(lambda: _push_or_hold(push))

@@ -190,7 +190,8 @@ def _not_settled(state: GraphState) -> str:
 
 
 def _resume_value(ask: ReviewAsk) -> Any:
-    meta = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
+    assert ask.decided_by is not None and ask.decided_at is not None  # a decided ask's
+    meta: dict[str, Any] = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
     if ask.status == AskStatus.WITHDRAWN:
         meta["withdrawn"] = True
     if ask.tally:
@@ -199,8 +200,8 @@ def _resume_value(ask: ReviewAsk) -> Any:
 
 
 def _record(
-    *, item_id: int, asks: list[ReviewAsk], asked: list[PendingAsk], finished: bool, values: dict, resumed: int,
-    remote: dict | None = None,
+    *, item_id: int, asks: list[ReviewAsk], asked: list[PendingAsk], finished: bool, values: dict[str, Any], resumed: int,
+    remote: dict[str, Any] | None = None,
 ) -> str:
     """``asks``: those resumed (or found resumed), read under the resume lock, which is what marks them applied."""
     now = timezone.now()

@@ -21,7 +21,7 @@ from typing import Literal
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from moderation.core.permissions import user_can_decide
 from moderation.models import AttemptOrigin, QueueItem
@@ -64,7 +64,7 @@ class BulkResult:
 
 
 def items_decide_bulk(
-    *, item_public_ids: list[str], reviewer: AbstractBaseUser, decision: str, note: str = "", reason: str | None = None,
+    *, item_public_ids: list[str], reviewer: User, decision: str, note: str = "", reason: str | None = None,
     origin: str = AttemptOrigin.DASHBOARD,
 ) -> list[BulkResult]:
     """Decide every item's single open ask with ``decision`` for ``reviewer``, one guard call per item.
@@ -104,7 +104,7 @@ def items_decide_bulk(
 
 
 def _item_decide_one(
-    *, key: str, title: str, reviewer: AbstractBaseUser, decision: str, note: str, reason: str | None, origin: str,
+    *, key: str, title: str, reviewer: User, decision: str, note: str, reason: str | None, origin: str,
 ) -> BulkResult:
     try:
         outcome = item_decide(item_public_id=key, reviewer=reviewer, decision=decision, note=note, reason=reason,
@@ -120,7 +120,7 @@ def _item_decide_one(
                       winner=outcome.winner, what=outcome.winner_status)
 
 
-def _visible(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, tuple[str, int | None, str]]:
+def _visible(keys: list[str], *, reviewer: User) -> dict[str, tuple[str, int | None, str]]:
     """The title, team and graph of the items ``reviewer`` may see, by id as given."""
     given: dict[str, list[str]] = {}  # each id as a UUID spells it -> as given
     for key in keys:

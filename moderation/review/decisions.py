@@ -78,7 +78,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -253,7 +253,7 @@ class _Target:
 
 
 def item_decide(
-    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str | None = None, note: str = "",
+    *, item_public_id: UUID | str, reviewer: User, decision: str | None = None, note: str = "",
     ask: str | None = None, decisions: Any = None, reason: Any = None, origin: str = "",
 ) -> DecisionOutcome:
     """Decide one ask of an item for ``reviewer``; see the module docstring for the locking contract.
@@ -303,7 +303,7 @@ def item_decide(
         reason = reason_check(reason=reason, rejecting=rejecting, rule=rule) if rule is not None else ""
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
-    if reason and rule.required:  # else the graph gets the message as typed, the code only as data
+    if reason and rule is not None and rule.required:  # else the graph gets the message as typed, the code only as data
         cleaned = [
             {**d, "message": reason_message(reason=reason, message=d.get("message", ""))} if d["type"] == "reject" else d
             for d in cleaned
@@ -312,7 +312,7 @@ def item_decide(
                     origin=origin)
 
 
-def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "", origin: str = "") -> DecisionOutcome:
+def item_withdraw(*, item_public_id: UUID | str, by: User, reason: str = "", origin: str = "") -> DecisionOutcome:
     """Withdraw a pending item for ``by`` (its submitter's account) under the same guard as a decision.
 
     Who may withdraw is the caller's to decide: the API checks that ``by`` is the item's
@@ -382,7 +382,7 @@ def _askless_refuse(status: str) -> None:
 
 
 def _guarded(
-    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    *, target: _Target, reviewer: User, decisions: list[dict[str, Any]], note: str, withdraw: bool,
     reason: str = "", origin: str = "", by_deadline: bool = False,
 ) -> DecisionOutcome:
     """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
@@ -408,7 +408,7 @@ def _guarded(
 
 
 def _decide_locked(
-    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
+    *, target: _Target, reviewer: User, decisions: list[dict[str, Any]], note: str, withdraw: bool,
     requested_at: datetime, reason: str, origin: str, by_deadline: bool = False,
 ) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
@@ -458,7 +458,7 @@ def _decide_locked(
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
 
 
-def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadline: bool) -> None:
+def _decide_right_check(*, item: QueueItem, reviewer: User, by_deadline: bool) -> None:
     if by_deadline:  # the deadline decides for the team, by the policy's default
         return
     try:
@@ -468,7 +468,7 @@ def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadl
 
 
 def _vote_cast(
-    *, item: QueueItem, ask: ReviewAsk, voter: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    *, item: QueueItem, ask: ReviewAsk, voter: User, decisions: list[dict[str, Any]], note: str,
     requested: str, requested_at: datetime, reason: str, origin: str, policy: Policy,
 ) -> DecisionOutcome:
     """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
@@ -587,7 +587,7 @@ def _is_lock_wait(exc: OperationalError) -> bool:
 
 
 def _ask_settle(
-    *, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime,
+    *, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: User, note: str, at: datetime,
     reason: str = "",
 ) -> None:
     ask.status = status
@@ -599,7 +599,7 @@ def _ask_settle(
     ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note", "reason"])
 
 
-def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, at: datetime, note: str) -> None:
+def _item_decided(*, item: QueueItem, status: str | None, by: User, at: datetime, note: str) -> None:
     """The item row after a winning attempt: settled as ``status`` (None: other asks are still
     open, so it stays pending), its apply queued, its counters moved in the same transaction."""
     before = item_counted(item)
@@ -614,7 +614,7 @@ def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, 
 
 
 def _attempt_win(
-    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    *, item: QueueItem, ask: ReviewAsk, reviewer: User, decisions: list[dict[str, Any]], note: str,
     requested: str, requested_at: datetime, reason: str, origin: str,
 ) -> DecisionOutcome:
     decided_at = timezone.now()
@@ -641,7 +641,7 @@ def _attempt_win(
 
 
 def _withdraw_win(
-    *, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime, origin: str,
+    *, item: QueueItem, asks: list[ReviewAsk], by: User, reason: str, requested_at: datetime, origin: str,
 ) -> DecisionOutcome:
     decided_at = timezone.now()
     message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
@@ -663,7 +663,7 @@ def _withdraw_win(
 
 
 def _attempt_lose(
-    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
+    *, item: QueueItem, ask: ReviewAsk, reviewer: User, decisions: list[dict[str, Any]], note: str,
     requested: str, requested_at: datetime, reason: str, origin: str,
 ) -> DecisionOutcome:
     winner_status = ask_status_word(ask)
@@ -689,7 +689,7 @@ DEADLINE_NOTE = "no decision before the deadline"
 ESCALATION_PRIORITY_STEP = 10
 
 
-def ask_deadline_settle(*, ask_pk: int, by: AbstractBaseUser, outcome: str) -> DecisionOutcome:
+def ask_deadline_settle(*, ask_pk: int, by: User, outcome: str) -> DecisionOutcome:
     """Resolve an ask whose deadline passed with the policy's default ``outcome`` (approve / reject), as ``by`` (the deadline's account).
 
     Judged under the same locks as a moderator's decision (the module docstring), so a

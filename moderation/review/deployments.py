@@ -63,8 +63,8 @@ from moderation.models import (
     ItemStatus,
     QueueItem,
     ReviewAsk,
-    Team,
 )
+from moderation.policies.models import Team
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection, deployment_item_interrupts
@@ -177,7 +177,7 @@ def deployment_webhook(*, deployment: Deployment, payload: Any) -> list[SubmitRe
 def _route(*, deployment: Deployment, thread: RemoteThread) -> dict[str, Any] | None:
     """The deployment's route for the thread: its assistant's, else its graph's; None if neither is reviewed."""
     for key in ("assistant_id", "graph_id"):
-        route = deployment.graphs.get(str(thread.metadata.get(key, "")))
+        route: dict[str, Any] | None = deployment.graphs.get(str(thread.metadata.get(key, "")))
         if route is not None and route.get("match", "graph_id") == key:
             return route
     return None
@@ -215,7 +215,7 @@ def deployment_sweep(*, deployment: Deployment) -> int:
 def _undecided_threads(*, deployment: Deployment) -> set[str]:
     rows = QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING).values_list(
         "graph_input", flat=True)
-    return {(row.get("external") or {}).get("thread_id") for row in rows} - {None}
+    return {thread_id for row in rows if (thread_id := (row.get("external") or {}).get("thread_id")) is not None}
 
 
 def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[SubmitResult]:
@@ -288,8 +288,8 @@ def _summary(value: Any) -> str:
             first = actions[0]
             return str(first.get("description") or first.get("name") or "an action")
         for key in ("question", "description", "message", "title"):
-            if isinstance(value.get(key), str) and value[key]:
-                return value[key]
+            if isinstance(text := value.get(key), str) and text:
+                return text
     if isinstance(value, str) and value:
         return value
     return json.dumps(value, ensure_ascii=False)[:120]

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
@@ -53,7 +53,7 @@ def item_texts_check(**texts: str | None) -> None:
             raise ValidationError({field: f"{field} {exc}"}) from None
 
 
-def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
+def item_requester_get(*, username: str | None) -> User | None:
     """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
     if username is None:
         return None
@@ -66,7 +66,7 @@ def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
 
 def item_create(
     *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
-    team: str | None = None, policy: Any = None, requested_by: AbstractBaseUser | None = None,
+    team: str | None = None, policy: Any = None, requested_by: User | None = None,
 ) -> QueueItem:
     """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
     moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.

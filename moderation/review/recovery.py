@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -116,18 +117,18 @@ def item_graph_disagreement(*, key: str) -> str | None:
     settling = settled[-1]
     if item.is_decided and settling.applied_at and settling.pk not in disagreeing:
         row = (item.status, item.decided_by.get_username() if item.decided_by else "nobody")
-        asked = (ask_status_word(settling), settling.decided_by.get_username())
+        asked = (ask_status_word(settling), settling.decided_by.get_username() if settling.decided_by else "nobody")
         if row != asked:
             found.append(f"the item row says {row[0]} by {row[1]}; the ask {settling.interrupt_id} that decided it "
                          f"(its graph holds it) says {asked[0]} by {asked[1]}")
     return "; ".join(found) or None
 
 
-def _ask_disagreement(ask: ReviewAsk, answers: dict) -> str | None:
+def _ask_disagreement(ask: ReviewAsk, answers: dict[str, Any]) -> str | None:
     if ask.interrupt_id not in answers:
         return f"ask {ask.interrupt_id} is recorded as applied, but its graph holds no answer to it"
     spec = AskSpec.from_payload(ask.payload)
-    who = ask.decided_by.get_username()
+    who = ask.decided_by.get_username() if ask.decided_by else "nobody"
     try:
         decisions, reviewer = ask_resume_read(spec=spec, value=answers[ask.interrupt_id])
         if decisions == ask.decisions and reviewer in (None, who):

@@ -43,7 +43,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -347,7 +347,7 @@ def _key(*, submission: Submission, idempotency_key: str | None) -> str | None:
 
 def _fields(
     *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str,
-    requester: AbstractBaseUser | None,
+    requester: User | None,
 ) -> dict[str, Any]:
     return {
         "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
@@ -405,7 +405,7 @@ def items_accept(*, client: ApiClient, entries: list[tuple[Submission, str | Non
     """
     results: list[Accepted | None] = [None] * len(entries)
     built: list[tuple[int, QueueItem]] = []
-    requesters: dict[str | None, AbstractBaseUser | None] = {}
+    requesters: dict[str | None, User | None] = {}
     for index, (submission, idempotency_key) in enumerate(entries):
         try:
             submission_check(submission=submission, idempotency_key=idempotency_key)

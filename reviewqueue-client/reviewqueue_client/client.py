@@ -11,7 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+from tenacity.stop import stop_base
 
 # The server holds one long-poll at most this long (LONGPOLL_MAX_SECONDS); longer waits loop.
 LONGPOLL_MAX_SECONDS = 60.0
@@ -167,7 +175,7 @@ class ReviewQueue:
         the last failure is raised.
         """
         retrying = Retrying(
-            stop=stop_after_attempt(attempts) | _retry_after_too_long, wait=_outcome_wait,
+            stop=stop_after_attempt(attempts) | _RetryAfterTooLong(), wait=_outcome_wait,
             retry=retry_if_exception(_transient), reraise=True, before_sleep=before_sleep_log(logger, logging.INFO),
         )
         body = {"status": status, "message": message}
@@ -238,5 +246,6 @@ def _outcome_wait(state: RetryCallState) -> float:
     return max(_backoff(state), _asked_wait(state))
 
 
-def _retry_after_too_long(state: RetryCallState) -> bool:
-    return _asked_wait(state) > OUTCOME_RETRY_AFTER_MAX
+class _RetryAfterTooLong(stop_base):
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return _asked_wait(retry_state) > OUTCOME_RETRY_AFTER_MAX

@@ -37,7 +37,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from langgraph.types import Command
@@ -73,7 +73,7 @@ def _config(thread_id: str) -> dict[str, Any]:
 
 def interrupts_forward(
     client: ReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None,
-    context: Mapping[str, Any] | str | None = "messages", **fields: Any,
+    context: Mapping[str, Any] | Literal["messages"] | None = "messages", **fields: Any,
 ) -> list[Item]:
     """Submit every interrupt ``thread_id`` waits on (after a run, or on restart to reconcile); one item each, idempotently.
 
@@ -90,7 +90,7 @@ def interrupts_forward(
     for pending in state.interrupts:
         external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
         title, body = _describe(pending.value)
-        extra = {"context": dict(context)} if context else {}
+        extra: dict[str, Any] = {"context": dict(context)} if context else {}
         try:
             items.append(client.submit(title=title, body=body, source=source, ask=pending.value, external=external,
                                        **extra, **fields))
@@ -130,7 +130,7 @@ def _context_message(message: Any) -> dict[str, str] | None:
         content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
                              if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
     text = content if isinstance(content, str) else ""
-    calls = [c.get("name") for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
+    calls = [str(c["name"]) for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
     if not text.strip() and calls:
         text = "calls " + ", ".join(calls)
     if not text.strip():

@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
-                need = agent_count + applied_count + race_rounds + 20 + 2 * two_count + int(50 * sustained_seconds)  # and a few for warm-up and the one-at-a-time contrast
+                # And a few for warm-up and the one-at-a-time contrast.
+                need = agent_count + applied_count + race_rounds + 20 + 2 * two_count + int(50 * sustained_seconds)
                 if wanted(11, 12, 14, 8, 9, 10, 23) and len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))

@@ -293,7 +293,8 @@ def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: fl
     final = history_final_read(items=items)
     ops = [_op_from(attempt) for attempt in attempts if attempt.judged]
     anomalies = history_check(ops=ops, final=final)
-    threads = {pid: (graph, thread) for pid, graph, thread in QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")}
+    rows = QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")
+    threads = {pid: (graph, thread) for pid, graph, thread in rows}
     verdicts = []
     for item_id in items:
         state = final[item_id]

@@ -187,7 +187,8 @@ def soak_report(
         latency = p99([r.latency for r in rows if r.answered and r.kind not in UNTIMED])
         phases[phase] = {
             "requests": len(rows), "answered": answered, "failed": len(rows) - answered,
-            "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4), "p99_ms": None if latency is None else round(latency * 1000, 1),
+            "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4),
+            "p99_ms": None if latency is None else round(latency * 1000, 1),
         }
     ordered = sorted(faults, key=lambda f: f.start)
     recoveries = []

@@ -184,7 +184,8 @@ def test_two_parallel_asks_are_decided_separately_and_applied_together(alice, bo
     assert (item.status, item.decided_by) == (ItemStatus.PENDING, None)
     assert item_waiting_on(item) == [right.interrupt_id]
     with django_capture_on_commit_callbacks(execute=True):
-        won = item_decide(item_public_id=item.public_id, reviewer=bob, ask=right.interrupt_id, decisions=[EDIT_80 | {"edited_action": {"name": "notify", "args": {"amount": 1, "to": "x"}}}])
+        edit = EDIT_80 | {"edited_action": {"name": "notify", "args": {"amount": 1, "to": "x"}}}
+        won = item_decide(item_public_id=item.public_id, reviewer=bob, ask=right.interrupt_id, decisions=[edit])
     assert won.won
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.apply_state) == (ItemStatus.EDITED, bob, ApplyState.IDLE)

@@ -174,7 +174,8 @@ def test_reviewer_waiting_past_the_bound_gets_busy_and_changes_nothing(alice, bo
 
     results = {}
     with fault_inject("after_item_lock", stall):
-        t = threading.Thread(target=lambda: results.setdefault("alice", item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")))
+        decide = lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")  # noqa: E731
+        t = threading.Thread(target=lambda: results.setdefault("alice", decide()))
         t.start()
         assert inside.wait(5)
         before = _snapshot()
@@ -337,6 +338,7 @@ def test_hand_made_second_resume_of_an_applied_ask_changes_nothing(alice, make_i
     with django_capture_on_commit_callbacks(execute=True):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     interrupt_id = item.asks.get().interrupt_id
-    graph_resume(name="moderation", thread_id=item.thread_id, answers={interrupt_id: {"decisions": [{"type": "reject"}], "reviewer": "mallory"}})
+    answer = {"decisions": [{"type": "reject"}], "reviewer": "mallory"}
+    graph_resume(name="moderation", thread_id=item.thread_id, answers={interrupt_id: answer})
     assert item_resumes(item) == 1
     assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "approved"

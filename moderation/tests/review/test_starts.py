@@ -428,7 +428,8 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
     # A refusal that had in fact won would leave a winner nobody was told of.
     unacknowledged = [item for item, state in final.items() if (item, state.winner) not in acknowledged]
     return {"errors": errors, "anomalies": [str(a) for a in history_check(ops=history.ops, final=final)],
-            "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started, "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
+            "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started,
+            "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -285,7 +285,8 @@ def test_a_response_that_makes_the_graph_ask_again(post, client, alice):
 
 def test_a_failed_apply_says_an_operator_must_recover(client, alice):
     item = _refund()
-    QueueItem.objects.filter(pk=item.pk).update(apply_state="failed", applied_result={"state": "failed", "error": "RuntimeError: tool down"})
+    failed = {"state": "failed", "error": "RuntimeError: tool down"}
+    QueueItem.objects.filter(pk=item.pk).update(apply_state="failed", applied_result=failed)
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     assert 'data-state="failed"' in html and "RuntimeError: tool down" in html and "manage.py recover" in html

@@ -95,7 +95,11 @@ class GuardedBackend(httpcore.NetworkBackend):
         self._tcp = httpcore.SyncBackend()
 
     def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.NetworkStream:
         started = time.monotonic()
@@ -114,14 +118,18 @@ class GuardedBackend(httpcore.NetworkBackend):
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout(f"{host}: out of time")
             try:
-                return self._tcp.connect_tcp(str(address), port, timeout=left, local_address=local_address,
-                                             socket_options=socket_options)
+                return self._tcp.connect_tcp(
+                    str(address), port, timeout=left, local_address=local_address, socket_options=socket_options
+                )
             except httpcore.ConnectError as exc:
                 error = exc
         raise error or httpcore.ConnectError(f"{host} has no address")
 
     def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None,
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.NetworkStream:
         raise AddressRefused("a unix socket is not an address a request may go to")
 

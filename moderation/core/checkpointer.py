@@ -42,8 +42,11 @@ def checkpointer_target() -> str:
     from psycopg.conninfo import make_conninfo
 
     return make_conninfo(
-        host=db.get("HOST") or "", port=str(db.get("PORT") or ""), dbname=db["NAME"],
-        user=db.get("USER") or "", password=db.get("PASSWORD") or "",
+        host=db.get("HOST") or "",
+        port=str(db.get("PORT") or ""),
+        dbname=db["NAME"],
+        user=db.get("USER") or "",
+        password=db.get("PASSWORD") or "",
     )
 
 
@@ -52,7 +55,11 @@ class _BeforeCheckpointFault(BaseCheckpointSaver[Any]):
     not yet, the last window of a run a crash test kills (``moderation.graphs.runtime``)."""
 
     def put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions,
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         fault_point("before_checkpoint", item_key=config["configurable"]["thread_id"])
         return super().put(config, checkpoint, metadata, new_versions)

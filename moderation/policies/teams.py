@@ -47,9 +47,11 @@ def user_is_supervisor(*, user: User) -> bool:
 def _deciders() -> QuerySet[User]:
     """Active users holding the decide permission (through a group, directly, or as superuser)."""
     perm = Permission.objects.filter(codename=DECIDE_CODENAME, content_type__app_label="moderation")
-    return get_user_model().objects.filter(
-        Q(is_superuser=True) | Q(groups__permissions__in=perm) | Q(user_permissions__in=perm), is_active=True
-    ).distinct()
+    return (
+        get_user_model()
+        .objects.filter(Q(is_superuser=True) | Q(groups__permissions__in=perm) | Q(user_permissions__in=perm), is_active=True)
+        .distinct()
+    )
 
 
 def eligible_voters(*, team_id: int | None, requester_id: int | None) -> QuerySet[User]:
@@ -141,8 +143,13 @@ def team_member_remove(*, team: Team, user: User) -> bool:
 
 
 def team_policy(*, team: Team) -> Policy:
-    return Policy(approvals=team.approvals, majority=team.majority, veto=team.veto,
-                  deadline_seconds=team.deadline_seconds, on_deadline=team.on_deadline)
+    return Policy(
+        approvals=team.approvals,
+        majority=team.majority,
+        veto=team.veto,
+        deadline_seconds=team.deadline_seconds,
+        on_deadline=team.on_deadline,
+    )
 
 
 def team_check(*, team: Team, adding: Iterable[int] = (), removing: Iterable[int] = ()) -> None:
@@ -170,7 +177,12 @@ def team_for_item(*, slug: str | None, source: str, graph: str) -> Team | None:
 
 
 def item_policy_resolve(
-    *, slug: str | None, source: str, graph: str, policy: object, requester: User | None,
+    *,
+    slug: str | None,
+    source: str,
+    graph: str,
+    policy: object,
+    requester: User | None,
 ) -> tuple[Team | None, Policy]:
     """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable
     and, unless the team has ``allow_weaker_policies``, no weaker than the team's (``policy_weakenings``;
@@ -183,8 +195,10 @@ def item_policy_resolve(
     weaker = [] if team is not None and team.allow_weaker_policies else policy_weakenings(base=base, asked=resolved)
     if weaker:
         owner = f"team {team.name} (unless the team allows weaker policies)" if team else "an item of no team"
-        raise PolicyInvalid(f"a submitter may make the policy of {owner} stricter, never weaker: "
-                            + "; ".join(why for _, why in weaker), field=weaker[0][0])
+        raise PolicyInvalid(
+            f"a submitter may make the policy of {owner} stricter, never weaker: " + "; ".join(why for _, why in weaker),
+            field=weaker[0][0],
+        )
     if resolved.is_quorum:  # a single decision waits for whoever joins, as it always did
         eligible = eligible_count(team_id=team.pk if team else None, requester_id=requester.pk if requester else None)
         policy_satisfiable_check(policy=resolved, eligible=eligible, team=f"team {team.name}" if team else "this site")

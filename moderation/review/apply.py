@@ -108,8 +108,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
 
     ``retry_failed`` also runs on an item whose graph failed after a decision (``recover``).
     """
-    item = QueueItem.objects.filter(pk=item_id).only(
-        "thread_id", "graph", "apply_state", "submitted_by", "graph_input", "applied_result").first()
+    item = (
+        QueueItem.objects.filter(pk=item_id)
+        .only("thread_id", "graph", "apply_state", "submitted_by", "graph_input", "applied_result")
+        .first()
+    )
     if item is None:
         return "gone"
     if not graph_loaded(name=item.graph):
@@ -122,8 +125,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     done: list[str] = []
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         while True:
-            asks = list(ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True).exclude(status=AskStatus.PENDING)
-                        .select_related("decided_by"))  # its reviewer goes into the resume value
+            asks = list(
+                ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True)
+                .exclude(status=AskStatus.PENDING)
+                .select_related("decided_by")
+            )  # its reviewer goes into the resume value
             if not asks:
                 break
             done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
@@ -179,8 +185,15 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         # Neither at its end nor at an interrupt: never recorded as applied.
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
-    return _record(item_id=item.pk, asks=asks, asked=after.asks, finished=after.finished,
-                   values=after.values, resumed=len(remote["resumed"]) if remote else len(answers), remote=remote)
+    return _record(
+        item_id=item.pk,
+        asks=asks,
+        asked=after.asks,
+        finished=after.finished,
+        values=after.values,
+        resumed=len(remote["resumed"]) if remote else len(answers),
+        remote=remote,
+    )
 
 
 def _not_settled(state: GraphState) -> str:
@@ -200,7 +213,13 @@ def _resume_value(ask: ReviewAsk) -> Any:
 
 
 def _record(
-    *, item_id: int, asks: list[ReviewAsk], asked: list[PendingAsk], finished: bool, values: dict[str, Any], resumed: int,
+    *,
+    item_id: int,
+    asks: list[ReviewAsk],
+    asked: list[PendingAsk],
+    finished: bool,
+    values: dict[str, Any],
+    resumed: int,
     remote: dict[str, Any] | None = None,
 ) -> str:
     """``asks``: those resumed (or found resumed), read under the resume lock, which is what marks them applied."""
@@ -226,8 +245,17 @@ def _record(
         if remote is not None:
             item.applied_result["remote"] = remote
         item.apply_state = ApplyState.IDLE
-        item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
-                                 "decision_note", "review_request"])
+        item.save(
+            update_fields=[
+                "apply_state",
+                "applied_result",
+                "status",
+                "decided_by",
+                "decided_at",
+                "decision_note",
+                "review_request",
+            ]
+        )
         item_applied_record(item=item, applied=[a.interrupt_id for a in asks])
         events.item_applied_after_commit(item=item)
     return f"resumed {resumed}, {item.applied_result['state']}"
@@ -252,11 +280,19 @@ def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list
         seconds = seconds or policy.deadline_seconds
         return now + timedelta(seconds=seconds) if seconds else None
 
-    return ReviewAsk.objects.bulk_create([
-        ReviewAsk(item=item, interrupt_id=p.interrupt_id, round=round, position=i, payload=p.spec.as_payload(),
-                  deadline_at=deadline(p))
-        for i, p in enumerate(asked)
-    ])
+    return ReviewAsk.objects.bulk_create(
+        [
+            ReviewAsk(
+                item=item,
+                interrupt_id=p.interrupt_id,
+                round=round,
+                position=i,
+                payload=p.spec.as_payload(),
+                deadline_at=deadline(p),
+            )
+            for i, p in enumerate(asked)
+        ]
+    )
 
 
 def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
@@ -288,8 +324,9 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
         item_apply_task.using(run_after=run_after).enqueue(item.pk)
         events.item_applied_after_commit(item=row)
-    logger.warning("item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries,
-                   run_after.isoformat(), error)
+    logger.warning(
+        "item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries, run_after.isoformat(), error
+    )
     return f"retrying: {error}"
 
 
@@ -322,7 +359,8 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
         .filter(item__graph__in=graph_names())  # the others wait for a worker that runs their graph
-        .values_list("item_id", flat=True).distinct()
+        .values_list("item_id", flat=True)
+        .distinct()
     )
     item_ids = tasks_orphaned(ids=unapplied.iterator(), task=item_apply_task, started_since=overdue)
     for item_id in item_ids:

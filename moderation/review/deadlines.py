@@ -78,7 +78,8 @@ def deadlines_sweep() -> int:
     """Fire every overdue open ask whose policy says what to do; returns how many were fired."""
     due = list(
         ReviewAsk.objects.filter(status=AskStatus.PENDING, deadline_at__lte=timezone.now())
-        .order_by("deadline_at").values_list("pk", flat=True)[:SWEEP_BATCH]
+        .order_by("deadline_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     fired = 0
     for ask_pk in due:

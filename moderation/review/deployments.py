@@ -107,8 +107,9 @@ def deployment_register(*, name: str, url: str, api_key: str, routes: list[Graph
         user.set_unusable_password()
         user.save()
         client = ApiClient.objects.create(name=f"langgraph.{name}", user=user, scopes=[])
-        deployment = Deployment.objects.create(name=name, url=url, api_key=api_key, graphs=mapping, client=client,
-                                               webhook_digest=_digest(secret))
+        deployment = Deployment.objects.create(
+            name=name, url=url, api_key=api_key, graphs=mapping, client=client, webhook_digest=_digest(secret)
+        )
     return deployment, secret
 
 
@@ -117,8 +118,10 @@ def _local_check(*, name: str, url: str, api_key: str, routes: list[GraphRoute])
         Deployment(name=name, url=url, api_key=api_key, graphs={}, webhook_digest="x").full_clean(exclude=["client", "graphs"])
     except ValidationError as exc:
         raise DeploymentInvalid("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-    if ApiClient.objects.filter(name=f"langgraph.{name}").exists() or \
-            get_user_model().objects.filter(username=f"langgraph.{name}").exists():
+    if (
+        ApiClient.objects.filter(name=f"langgraph.{name}").exists()
+        or get_user_model().objects.filter(username=f"langgraph.{name}").exists()
+    ):
         raise DeploymentInvalid(f"name: the account langgraph.{name} already exists")
     if not routes:
         raise DeploymentInvalid("graphs: name at least one graph or assistant of the deployment")
@@ -207,14 +210,14 @@ def deployment_sweep(*, deployment: Deployment) -> int:
             made += sum(1 for found in thread_discover(deployment=deployment, thread=thread) if found.created)
     # Threads with undecided items that no longer wait at an interrupt at all: resolved elsewhere.
     for thread_id in _undecided_threads(deployment=deployment) - seen:
-        outside_resolutions_withdraw(deployment=deployment,
-                                     thread=remote_thread_read(connection=connection, thread_id=thread_id))
+        outside_resolutions_withdraw(deployment=deployment, thread=remote_thread_read(connection=connection, thread_id=thread_id))
     return made
 
 
 def _undecided_threads(*, deployment: Deployment) -> set[str]:
     rows = QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING).values_list(
-        "graph_input", flat=True)
+        "graph_input", flat=True
+    )
     return {thread_id for row in rows if (thread_id := (row.get("external") or {}).get("thread_id")) is not None}
 
 
@@ -236,26 +239,34 @@ def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[Sub
                 pass  # another item asks about one of them (made, or its round opened, since we looked)
             except ValidationError as exc:
                 # These interrupts cannot be an item (its requested_by names nobody here, say).
-                logger.warning("deployment %s, thread %s: interrupts %s not queued: %s", deployment.name,
-                               thread.thread_id, ", ".join(i.interrupt_id for i in fresh), "; ".join(exc.messages))
+                logger.warning(
+                    "deployment %s, thread %s: interrupts %s not queued: %s",
+                    deployment.name,
+                    thread.thread_id,
+                    ", ".join(i.interrupt_id for i in fresh),
+                    "; ".join(exc.messages),
+                )
     outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return items
 
 
 def _thread_items(*, deployment: Deployment, thread_id: str, **filters: Any) -> Any:
-    return QueueItem.objects.filter(submitted_by=deployment.client, graph_input__external__thread_id=thread_id,
-                                    **filters)
+    return QueueItem.objects.filter(submitted_by=deployment.client, graph_input__external__thread_id=thread_id, **filters)
 
 
 def _apply_owed(*, deployment: Deployment, thread_id: str) -> bool:
     """Whether an item of the thread has a decided (or withdrawn) ask not yet applied."""
-    return ReviewAsk.objects.filter(item__in=_thread_items(deployment=deployment, thread_id=thread_id),
-                                    applied_at__isnull=True).exclude(status=AskStatus.PENDING).exists()
+    return (
+        ReviewAsk.objects.filter(item__in=_thread_items(deployment=deployment, thread_id=thread_id), applied_at__isnull=True)
+        .exclude(status=AskStatus.PENDING)
+        .exists()
+    )
 
 
 def _asked_interrupts(*, deployment: Deployment, thread_id: str) -> set[str]:
-    return set(DeploymentInterrupt.objects.filter(deployment=deployment, thread_id=thread_id)
-               .values_list("interrupt_id", flat=True))
+    return set(
+        DeploymentInterrupt.objects.filter(deployment=deployment, thread_id=thread_id).values_list("interrupt_id", flat=True)
+    )
 
 
 def interrupts_key(*, thread_id: str, interrupt_ids: list[str]) -> str:
@@ -269,10 +280,13 @@ def _interrupts_submit(*, deployment: Deployment, thread: RemoteThread, interrup
     route = _route(deployment=deployment, thread=thread) or {}
     requested_by = thread.metadata.get("requested_by")
     more = f" (and {len(interrupts) - 1} more)" if len(interrupts) > 1 else ""
-    title = f"{thread.graph_id}: {_summary(interrupts[0].value)}"[:TITLE_MAX - len(more)] + more
+    title = f"{thread.graph_id}: {_summary(interrupts[0].value)}"[: TITLE_MAX - len(more)] + more
     submission = Submission(
-        title=title, body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
-        source=f"langgraph:{deployment.name}"[:100], team=route.get("team"), policy=route.get("policy") or None,
+        title=title,
+        body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
+        source=f"langgraph:{deployment.name}"[:100],
+        team=route.get("team"),
+        policy=route.get("policy") or None,
         requested_by=requested_by if isinstance(requested_by, str) and requested_by else None,
         asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in interrupts],
         external={"thread_id": thread.thread_id},
@@ -309,6 +323,5 @@ def outside_resolutions_withdraw(*, deployment: Deployment, thread: RemoteThread
     withdrawn = 0
     for item in _thread_items(deployment=deployment, thread_id=thread.thread_id, status=ItemStatus.PENDING):
         if not waiting & set(deployment_item_interrupts(item=item)):
-            withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user,
-                                       reason=RESOLVED_OUTSIDE).won
+            withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user, reason=RESOLVED_OUTSIDE).won
     return withdrawn

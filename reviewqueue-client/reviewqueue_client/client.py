@@ -39,8 +39,7 @@ class ReviewQueueError(Exception):
     ``idempotency_key_reused``, ``already_decided``, ``too_many_waits``...), ``status`` the HTTP status,
     ``retry_after`` the seconds its ``Retry-After`` asked for (None without one)."""
 
-    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any],
-                 retry_after: float | None = None) -> None:
+    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any], retry_after: float | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
@@ -79,9 +78,17 @@ class Item:
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Item:
-        return cls(id=raw["id"], status=raw["status"], graph=raw["graph"], external_id=raw.get("external_id"),
-                   external=raw.get("external"), resume=raw.get("resume"), asks=raw.get("asks", []),
-                   applied_result=raw.get("applied_result", {}), raw=raw)
+        return cls(
+            id=raw["id"],
+            status=raw["status"],
+            graph=raw["graph"],
+            external_id=raw.get("external_id"),
+            external=raw.get("external"),
+            resume=raw.get("resume"),
+            asks=raw.get("asks", []),
+            applied_result=raw.get("applied_result", {}),
+            raw=raw,
+        )
 
 
 @dataclass(frozen=True)
@@ -97,18 +104,20 @@ class WebhookEndpoint:
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> WebhookEndpoint:
-        return cls(id=raw["id"], name=raw["name"], url=raw["url"], events=raw["events"], active=raw["active"],
-                   secret=raw.get("secret"))
+        return cls(
+            id=raw["id"], name=raw["name"], url=raw["url"], events=raw["events"], active=raw["active"], secret=raw.get("secret")
+        )
 
 
 class ReviewQueue:
     """``ReviewQueue("https://reviews.example.com", token)``; pass ``transport`` to test against a fake."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/api/v1", headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout, read=LONGPOLL_MAX_SECONDS + timeout), transport=transport,
+            base_url=base_url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout, read=LONGPOLL_MAX_SECONDS + timeout),
+            transport=transport,
         )
 
     def close(self) -> None:
@@ -121,8 +130,15 @@ class ReviewQueue:
         self.close()
 
     def submit(
-        self, *, title: str, body: str, source: str, ask: Any = None, external: dict[str, str] | None = None,
-        idempotency_key: str | None = None, **fields: Any,
+        self,
+        *,
+        title: str,
+        body: str,
+        source: str,
+        ask: Any = None,
+        external: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> Item:
         """Submit an item (any other field of ``POST /items`` as a keyword: ``team``, ``policy``, ``requested_by``...).
 
@@ -175,8 +191,11 @@ class ReviewQueue:
         the last failure is raised.
         """
         retrying = Retrying(
-            stop=stop_after_attempt(attempts) | _RetryAfterTooLong(), wait=_outcome_wait,
-            retry=retry_if_exception(_transient), reraise=True, before_sleep=before_sleep_log(logger, logging.INFO),
+            stop=stop_after_attempt(attempts) | _RetryAfterTooLong(),
+            wait=_outcome_wait,
+            retry=retry_if_exception(_transient),
+            reraise=True,
+            before_sleep=before_sleep_log(logger, logging.INFO),
         )
         body = {"status": status, "message": message}
         return Item.of(retrying(self._call, "POST", f"/items/{item_id}/outcome", json=body).json())
@@ -210,9 +229,13 @@ class ReviewQueue:
             body = {}
         code = body.get("error", "http_error") if isinstance(body, dict) else "http_error"
         message = body.get("message", response.text[:200]) if isinstance(body, dict) else response.text[:200]
-        raise ReviewQueueError(status=response.status_code, code=code, message=message,
-                               body=body if isinstance(body, dict) else {},
-                               retry_after=_retry_after(response.headers.get("Retry-After")))
+        raise ReviewQueueError(
+            status=response.status_code,
+            code=code,
+            message=message,
+            body=body if isinstance(body, dict) else {},
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+        )
 
 
 def _retry_after(value: str | None) -> float | None:

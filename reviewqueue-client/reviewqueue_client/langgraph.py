@@ -72,8 +72,14 @@ def _config(thread_id: str) -> dict[str, Any]:
 
 
 def interrupts_forward(
-    client: ReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None,
-    context: Mapping[str, Any] | Literal["messages"] | None = "messages", **fields: Any,
+    client: ReviewQueue,
+    graph: Any,
+    *,
+    thread_id: str,
+    source: str,
+    run_id: str | None = None,
+    context: Mapping[str, Any] | Literal["messages"] | None = "messages",
+    **fields: Any,
 ) -> list[Item]:
     """Submit every interrupt ``thread_id`` waits on (after a run, or on restart to reconcile); one item each, idempotently.
 
@@ -92,13 +98,15 @@ def interrupts_forward(
         title, body = _describe(pending.value)
         extra: dict[str, Any] = {"context": dict(context)} if context else {}
         try:
-            items.append(client.submit(title=title, body=body, source=source, ask=pending.value, external=external,
-                                       **extra, **fields))
+            items.append(
+                client.submit(title=title, body=body, source=source, ask=pending.value, external=external, **extra, **fields)
+            )
         except ReviewQueueError as exc:
             # Asked already, by a version of this client that titled or described it otherwise: the
             # same thread and interrupt are the same ask, so its item is the answer.
-            existing = next(client.list(external_id=f"{thread_id}:{pending.id}"), None) \
-                if exc.code == "idempotency_key_reused" else None
+            existing = (
+                next(client.list(external_id=f"{thread_id}:{pending.id}"), None) if exc.code == "idempotency_key_reused" else None
+            )
             if existing is None:
                 raise
             items.append(existing)
@@ -127,8 +135,11 @@ def _context_message(message: Any) -> dict[str, str] | None:
         return None
     content = getattr(message, "content", "")
     if isinstance(content, list):  # content blocks: their text
-        content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
-                             if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
+        content = "\n".join(
+            p if isinstance(p, str) else str(p.get("text", ""))
+            for p in content
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+        )
     text = content if isinstance(content, str) else ""
     calls = [str(c["name"]) for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
     if not text.strip() and calls:
@@ -213,8 +224,9 @@ def outcome_report(client: ReviewQueue, *, item_id: str, resumed: Resumed) -> Re
     return Resumed(**{**resumed.__dict__, "reported": True})
 
 
-def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: Any,
-                    thread_lock: ThreadLock | None = None) -> Resumed:
+def decision_resume(
+    graph: Any, *, thread_id: str, interrupt_id: str, resume: Any, thread_lock: ThreadLock | None = None
+) -> Resumed:
     """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt.
 
     ``thread_lock`` None: the lock the graph's checkpointer shares (``checkpointer_thread_lock``).
@@ -226,26 +238,30 @@ def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: An
         before = len((state.values or {}).get("messages") or [])
         result = graph.invoke(Command(resume={interrupt_id: resume}), _config(thread_id))
     new = (result.get("messages") or [])[before:] if isinstance(result, dict) else []
-    return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result,
-                   errors=tuple(run_tool_errors(new)))
+    return Resumed(
+        resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result, errors=tuple(run_tool_errors(new))
+    )
 
 
-def item_resume(graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQueue | None,
-                thread_lock: ThreadLock | None = None) -> Resumed:
+def item_resume(
+    graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQueue | None, thread_lock: ThreadLock | None = None
+) -> Resumed:
     """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision;
     then report the run's outcome with ``client`` (``outcome_report``; None: no report)."""
     external = item.external if isinstance(item, Item) else item.get("external")
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
     if not external or resume is None or not external.get("thread_id") or not external.get("interrupt_id"):
         return Resumed(resumed=False)
-    resumed = decision_resume(graph, thread_id=external["thread_id"], interrupt_id=external["interrupt_id"],
-                              resume=resume, thread_lock=thread_lock)
+    resumed = decision_resume(
+        graph, thread_id=external["thread_id"], interrupt_id=external["interrupt_id"], resume=resume, thread_lock=thread_lock
+    )
     item_id = item.id if isinstance(item, Item) else item.get("id")
     return outcome_report(client, item_id=item_id, resumed=resumed) if client is not None and item_id else resumed
 
 
-def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeout: float,
-                         thread_lock: ThreadLock | None = None, report: bool = True) -> Resumed:
+def decision_wait_resume(
+    client: ReviewQueue, graph: Any, *, item_id: str, timeout: float, thread_lock: ThreadLock | None = None, report: bool = True
+) -> Resumed:
     """Long-poll the item's decision for up to ``timeout`` seconds and resume its agent with it (then report its outcome)."""
     item = client.wait(item_id, timeout=timeout)
     if item is None:
@@ -253,8 +269,15 @@ def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeo
     return item_resume(graph, item, thread_lock=thread_lock, client=client if report else None)
 
 
-def interrupts_reconcile(client: ReviewQueue, graph: Any, *, thread_ids: Iterable[str], source: str,
-                         thread_lock: ThreadLock | None = None, **fields: Any) -> list[Resumed]:
+def interrupts_reconcile(
+    client: ReviewQueue,
+    graph: Any,
+    *,
+    thread_ids: Iterable[str],
+    source: str,
+    thread_lock: ThreadLock | None = None,
+    **fields: Any,
+) -> list[Resumed]:
     """On start-up, for each of ``thread_ids``: forward what it waits on again, and resume it with what is already decided.
 
     Forwarding is idempotent (the natural key answers with the same items, as they are now),

@@ -64,8 +64,9 @@ def postgres_thread_lock(saver: Any) -> ThreadLock:
 
     @contextmanager
     def lock(thread_id: str) -> Iterator[None]:
-        key = int.from_bytes(hashlib.blake2b(f"reviewqueue_client:{thread_id}".encode(), digest_size=8).digest(),
-                             "big", signed=True)
+        key = int.from_bytes(
+            hashlib.blake2b(f"reviewqueue_client:{thread_id}".encode(), digest_size=8).digest(), "big", signed=True
+        )
         # Threads of this process share a session (the same session may take an advisory lock
         # twice), so they queue on the local lock first.
         with local_thread_lock(thread_id), _session(saver) as run:

@@ -253,10 +253,13 @@ def _votes_read(item: object) -> dict:
     ineligible = []
     for vote in votes:
         voter = vote.voter
-        supervises = voter.has_perm(SUPERVISE_PERMISSION)
-        if voter.pk == item.requested_by_id or vote.team_id and not supervises and not TeamMembership.objects.filter(
-            Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
-            team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
-        ).exists():
+        if voter.pk == item.requested_by_id or (
+            vote.team_id
+            and not voter.has_perm(SUPERVISE_PERMISSION)
+            and not TeamMembership.objects.filter(
+                Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
+                team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
+            ).exists()
+        ):
             ineligible.append(voter.get_username())
     return {"votes": {v.voter.get_username(): v.vote for v in votes}, "tally": tally, "ineligible": tuple(ineligible)}

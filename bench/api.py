@@ -140,7 +140,7 @@ def _longpoll_latency(host: str, token: str, login: Login, items: list[str]) -> 
 
 def _webhook_latency(host: str, login: Login, items: list[str], receiver: _Receiver, *, rate: float) -> list[float]:
     answered: dict[str, float] = {}
-    for n, item in enumerate(items):
+    for item in items:
         due = time.perf_counter() + 1 / rate
         answered[item] = _decide(host, login, item)
         time.sleep(max(0.0, due - time.perf_counter()))

@@ -108,7 +108,7 @@ def bench_agent_response(servers: Servers, logins: list[Login], moderation_items
     warm = [pair for _ in range(2) for pair in (("agent", agent.pop()), ("moderation", plain.pop()))]
     asyncio.run(_paced(servers, logins, warm, rate=rate))
     solo_pairs = [pair for _ in range(solo) for pair in (("agent", agent.pop()), ("moderation", plain.pop()))]
-    pairs = [pair for a, m in zip(agent, plain) for pair in (("agent", a), ("moderation", m))]
+    pairs = [pair for a, m in zip(agent, plain, strict=False) for pair in (("agent", a), ("moderation", m))]
     runs = asyncio.run(_paced(servers, logins, pairs, rate=rate))
     applied_wait([r["item"] for r in runs], timeout=60 + count * tool_ms / 1000)
     solo_ms = _solo_applied_ms(servers, logins, solo_pairs)

@@ -62,7 +62,7 @@ def _timeline(url: str, item_pk: int, committed: float) -> dict[str, float] | No
     marks = [_ts(task["started_at"]) if task else float("nan"), _ts(resume["created_at"]), _ts(resume["updated_at"]),
              _ts(applied[0])]
     return {"total": marks[-1] - committed,
-            **{phase: b - a for phase, a, b in zip(PHASES, [committed, *marks[:-1]], marks)}}
+            **{phase: b - a for phase, a, b in zip(PHASES, [committed, *marks[:-1]], marks, strict=False)}}
 
 
 def _decide_and_time(url: str, item, reviewer) -> tuple[int, float]:
@@ -166,7 +166,7 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
         with ThreadPoolExecutor(len(reviewers)) as pool:
             list(pool.map(decide, range(len(burst_items))))
         burst_times = _wait_all(url, decided)
-        span = max(c + t["total"] for (_, c), t in zip(decided, burst_times)) - began
+        span = max(c + t["total"] for (_, c), t in zip(decided, burst_times, strict=False)) - began
         log(_summary("27. burst", burst_times) + f"; first decision → last recorded {span:.1f} s")
     finally:
         server.stop()

@@ -358,10 +358,9 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
-    from moderation.records.counts import counts_recount
     from moderation.models import QueueItem, queue_rank
-
     from moderation.policies.teams import item_policy_resolve
+    from moderation.records.counts import counts_recount
 
     risk = 45
     # The team and policy snapshot item_create would give these rows (none claims "bench-bulk": no team).

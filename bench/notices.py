@@ -32,7 +32,7 @@ async def _race_round(pages: dict[str, Page], tabs: dict[str, Page], item: str, 
     await asyncio.gather(*(item_ready(tab) for tab in tabs.values()))
     users = list(pages)
     wants = ("approve", "reject") if n % 2 else ("reject", "approve")
-    subs = await race([(pages[user], user, want) for user, want in zip(users, wants)])
+    subs = await race([(pages[user], user, want) for user, want in zip(users, wants, strict=False)])
     winners = [sub for sub in subs if sub.won]
     losers = [sub for sub in subs if sub.kind == "lost"]
     if len(winners) != 1 or len(losers) != 1 or not winners[0].clicked_at:

@@ -41,7 +41,7 @@ def table(result: dict[str, Any]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = [head, ""]
     for n, row in enumerate(rows):
-        cells = [str(c).ljust(w) if i in (0, 2, 3, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [str(c).ljust(w) if i in (0, 2, 3, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))

@@ -51,7 +51,9 @@ async def _timed(workers, seconds: float) -> tuple[int, float, Counter]:
     return state["count"], seconds, statuses
 
 
-async def _timed_clients(servers: Servers, logins: list[Login | None], size: int, workers_for, seconds: float) -> tuple[int, float, Counter]:
+async def _timed_clients(
+    servers: Servers, logins: list[Login | None], size: int, workers_for, seconds: float,
+) -> tuple[int, float, Counter]:
     """``_timed`` over the workers ``workers_for(clients)`` makes from ``size`` logged-in clients, closed after."""
     clients = [_client(servers.host(i), logins[i % len(logins)]) for i in range(size)]
     try:
@@ -338,7 +340,8 @@ def bench_socket_memory(servers: Servers, logins: list[Login], *, sockets: int) 
         # memberships and websockets' buffers are tens of KiB; 256 KiB would still fit
         # 4,000 sockets in a GiB.
         None, "", target=256, check="value", op="<=",
-        detail={"sockets": sockets, "failed_to_open": len(failed), "rss_before_kib": before, "rss_after_kib": after, "rss_after_close_kib": closed},
+        detail={"sockets": sockets, "failed_to_open": len(failed), "rss_before_kib": before, "rss_after_kib": after,
+                "rss_after_close_kib": closed},
     )]
 
 

@@ -63,12 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import Metric, Servers, log, machine_info, moderators_login
     from bench.duplicates import bench_duplicate_reading
     from bench.inprocess import (
-        bench_decision_sql, bench_guard_overhead, bench_ingest, bench_isolation, bench_queue_size, bench_writer_contention,
+        bench_decision_sql,
+        bench_guard_overhead,
+        bench_ingest,
+        bench_isolation,
+        bench_queue_size,
+        bench_writer_contention,
         items_make,
     )
     from bench.notices import bench_loser_other_tab
-    from bench.workers import bench_two_workers, bench_worker_time
     from bench.served import bench_loser, bench_many_watchers, bench_served, bench_socket_memory
+    from bench.workers import bench_two_workers, bench_worker_time
     from moderation.records.counts import counts_recount
     from reviewqueue.heap import heap_freeze
 
@@ -178,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
-                need = agent_count + applied_count + race_rounds + 20 + 2 * two_count + int(50 * sustained_seconds)  # and a few for warm-up and the one-at-a-time contrast
+                # And a few for warm-up and the one-at-a-time contrast.
+                need = agent_count + applied_count + race_rounds + 20 + 2 * two_count + int(50 * sustained_seconds)
                 if wanted(11, 12, 14, 8, 9, 10, 23) and len(pool) < need:
                     log(f"{args.backend}: creating {need - len(pool)} more pending items for the worker benches")
                     pool += items_make(need - len(pool))

@@ -17,6 +17,7 @@ database is read from the server's file or through e2e/dbtool.py in a child proc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -158,10 +159,8 @@ class Crowd:
 
     async def close(self) -> None:
         for context in self.contexts.values():
-            try:
+            with contextlib.suppress(Exception):
                 await context.close()
-            except Exception:  # noqa: BLE001
-                pass
         self.contexts.clear()
 
 

@@ -134,7 +134,7 @@ async def main(args: argparse.Namespace) -> int:
                     await asyncio.gather(*(page.goto(path) for page in [*pages.values(), *other_tabs.values()]))
                     await asyncio.gather(*(item_ready(tab) for tab in other_tabs.values()))
                     wants = ("approve", "reject") if n % 2 else ("reject", "approve")
-                    subs = await race([(pages[name], name, want) for name, want in zip(RACERS, wants)])
+                    subs = await race([(pages[name], name, want) for name, want in zip(RACERS, wants, strict=False)])
                     row = server.rows([item["id"]])[item["id"]]
                     losers = [sub.user for sub in subs if sub.kind == "lost"]
                     pushed = await pushed_notice(other_tabs[losers[0]]) if losers else {}

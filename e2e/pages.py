@@ -19,7 +19,8 @@ RECORDER_JS = r"""
 (() => {
   // Every Content-Security-Policy violation goes to the test (see e2e/conftest.py).
   document.addEventListener('securitypolicyviolation', (ev) => {
-    if (window.__cspViolation) window.__cspViolation(`${ev.violatedDirective} blocked ${ev.blockedURI || 'inline'} at ${ev.sourceFile || location.href}:${ev.lineNumber}`);
+    if (window.__cspViolation) window.__cspViolation(
+      `${ev.violatedDirective} blocked ${ev.blockedURI || 'inline'} at ${ev.sourceFile || location.href}:${ev.lineNumber}`);
   });
   const now = () => performance.timeOrigin + performance.now();
   const rec = window.__e2e = {loadedAt: now(), token: null, decided: {}, removed: {}};

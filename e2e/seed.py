@@ -52,9 +52,9 @@ def site_seed(
     from django.contrib.auth.models import Group
     from django.core.management import call_command
 
+    from moderation.core.permissions import MODERATORS_GROUP
     from moderation.review.decisions import item_decide
     from moderation.review.items import item_create
-    from moderation.core.permissions import MODERATORS_GROUP
 
     if migrate:
         call_command("migrate", verbosity=0, interactive=False)

@@ -232,7 +232,7 @@ class LiveServer:
             if self._tool is None or self._tool.poll() is not None:
                 self._tool = subprocess.Popen(
                     [sys.executable, str(DBTOOL), "serve"], cwd=ROOT, env=self.env(), text=True,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.workdir / "dbtool.log", "a"),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.workdir / "dbtool.log", "a"),  # noqa: SIM115 - the child holds it
                 )
             tool = self._tool
             tool.stdin.write(json.dumps(list(args)) + "\n")

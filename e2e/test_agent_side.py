@@ -137,7 +137,7 @@ def _delivery(site: Site, item: str) -> tuple[bytes, dict[str, str]]:
     """The worker's signed ``item.decided`` for ``item``, as it reached the capturing receiver."""
     def found():
         with site.capture._lock:
-            return next((raw for got, raw in zip(site.capture.received, site.capture.raw) if got.data["id"] == item), None)
+            return next((raw for got, raw in zip(site.capture.received, site.capture.raw, strict=False) if got.data["id"] == item), None)
 
     raw = progress_wait(found, done=lambda r: r is not None, stall=60, poll=0.05)
     assert raw is not None, f"no item.decided for {item} reached the receiver"

@@ -9,9 +9,8 @@ import asyncio
 import pytest
 from playwright.async_api import expect
 
-from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-
 from e2e.pages import decide_click, decide_prepare, item_path, item_ready, page_open
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

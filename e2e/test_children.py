@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -66,7 +67,5 @@ def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
             run.kill()
         if pids_file.exists():
             for pid in (int(p) for p in pids_file.read_text().split()):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass

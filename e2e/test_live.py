@@ -58,7 +58,7 @@ async def test_loser_other_tab_is_told(server, crowd):
     alice, bob = await asyncio.gather(crowd.login("alice"), crowd.login("bob"))
     await asyncio.gather(alice.goto(path), bob.goto(path))
     # Each keeps a second tab on the item; we cannot know beforehand who will lose.
-    second = dict(zip(("alice", "bob"), await asyncio.gather(crowd.page("alice", path), crowd.page("bob", path))))
+    second = dict(zip(("alice", "bob"), await asyncio.gather(crowd.page("alice", path), crowd.page("bob", path)), strict=False))
     await asyncio.gather(*(item_ready(tab, [other]) for tab, other in ((second["alice"], "bob"), (second["bob"], "alice"))))
 
     subs = await race([(alice, "alice", "approve"), (bob, "bob", "reject")])
@@ -84,8 +84,8 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
     [item] = await server.items_create(1, "Read once")
     path = item_path(item["id"])
     users = ("alice", "bob")
-    racing = dict(zip(users, await asyncio.gather(*(crowd.login(user) for user in users))))
-    second = dict(zip(users, await asyncio.gather(*(crowd.page(user) for user in users))))
+    racing = dict(zip(users, await asyncio.gather(*(crowd.login(user) for user in users)), strict=False))
+    second = dict(zip(users, await asyncio.gather(*(crowd.page(user) for user in users)), strict=False))
     reads = {(user, kind): 0 for user in users for kind in ("racing", "second")}
     counting = dict.fromkeys(reads, True)
     lost_sent = asyncio.Event()
@@ -116,7 +116,7 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
         await second[user].route("**/api/items/*/state", counter(user, "second"))
         await racing[user].route("**/api/items/*/state", counter(user, "racing"))
     await asyncio.gather(*(page.goto(path) for page in [*racing.values(), *second.values()]))
-    await asyncio.gather(*(item_ready(tab, [other]) for tab, other in zip(second.values(), reversed(users))))
+    await asyncio.gather(*(item_ready(tab, [other]) for tab, other in zip(second.values(), reversed(users), strict=False)))
     for user in users:  # from here on, a navigation is the answer to the click
         racing[user].on("framenavigated", lambda frame, user=user: frame.parent_frame or counting.update({(user, "racing"): False}))
 

@@ -90,7 +90,7 @@ async def _queue_pages_ready(pages: list[Page], ids: list[str]) -> list[str]:
 
 async def _queue_pages_dropped(pages: list[Page], tokens: list[str], winners: dict[str, tuple[str, str]]) -> None:
     """Each decided item left every queue page live (no reload), marked "<status> by <winner>" first."""
-    for page, token in zip(pages, tokens):
+    for page, token in zip(pages, tokens, strict=False):
         for item_id in winners:
             await expect(page.locator(f"tr[data-item='{item_id}']")).to_have_count(0, timeout=LIVE_TIMEOUT_MS)
         assert await page_same(page, token), "the queue page was reloaded; the rows must go live"
@@ -196,7 +196,7 @@ async def test_three_moderators_several_items_at_once(server, crowd):
         }
         results = await race_many(list(entries.values()))
         rows = await server.arows(list(entries))
-        for item, subs in zip(batch, results):
+        for item, subs in zip(batch, results, strict=False):
             _history_record(history, item["id"], subs)
             row = rows[item["id"]]
             assert row.status in ("approved", "rejected"), f"{item['title']} still {row.status}; {_describe(subs)}"

@@ -50,7 +50,7 @@ async def test_reconnect_after_server_restart(server, crowd):
     await expect(alice_queue.locator(f"tr[data-item='{decided_meanwhile['id']}']")).to_have_count(0)
     await expect(alice_queue.locator(f"tr[data-item='{still_pending['id']}']")).to_have_count(1)
     await expect(alice_queue.locator("#count-pending")).to_have_text(str(pending_before - 1))
-    for page, token in zip((alice_queue, bob_item), tokens):
+    for page, token in zip((alice_queue, bob_item), tokens, strict=False):
         assert await page_same(page, token), f"{page.url} was reloaded; it must catch up live"
 
     # And the restarted server is fully usable from the same, never reloaded, pages.

@@ -9,9 +9,8 @@ import re
 import pytest
 from playwright.async_api import expect
 
-from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-
 from e2e.pages import LIVE_TIMEOUT_MS, Submission, item_path, live_wait, race
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -55,7 +54,7 @@ async def test_three_voters_at_the_same_instant_one_resolution_everyone_told(ser
     for page in pages:
         await expect(page.get_by_role("button", name="Vote approve")).to_be_visible()
         await expect(page.locator("#vote-tally")).to_have_text("0 of 2 approvals")
-    subs = await race([(page, name, vote) for page, name, vote in zip(pages, VOTERS, votes)])
+    subs = await race([(page, name, vote) for page, name, vote in zip(pages, VOTERS, votes, strict=False)])
     described = [(s.user, s.kind, s.text[:160]) for s in subs]
     resolved = [s for s in subs if s.text.startswith("Resolved:")]
     assert len(resolved) == 1, described
@@ -73,7 +72,7 @@ async def test_three_voters_at_the_same_instant_one_resolution_everyone_told(ser
     assert state["winner"] == resolved[0].user and len(state["won_attempts"]) == 1
     # Every browser is told the outcome, and whether its vote was one of those the item resolved with.
     counted = set(final["tally"])
-    for page, name in zip(pages, VOTERS):
+    for page, name in zip(pages, VOTERS, strict=False):
         words = "your vote counted" if name in counted else "your vote was not counted: the item was already resolved"
         await expect(page.locator("#vote-outcome")).to_have_text(
             f"Resolved: {state['status']} — {words}", timeout=LIVE_TIMEOUT_MS)

@@ -31,8 +31,8 @@ from moderation.models import (
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
-from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployment_webhook_path
 from moderation.records.reasons import ReasonInvalid, reason_codes_active, reason_rule_check
+from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployment_webhook_path
 from moderation.review.items import (
     ItemNotEditable,
     item_body_check,

@@ -1,5 +1,5 @@
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -71,7 +71,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 # an item that has waited longer than that gap is served first again (aging).
 RANK_PRIORITY_STEP = timedelta(hours=6)
 RANK_RISK_STEP = timedelta(minutes=3)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -97,7 +97,7 @@ class QueueRankField(models.BigIntegerField):
         setattr(model_instance, self.attname, value)
         return value
 
-STATUS_FOR_DECISION = {
+STATUS_FOR_DECISION: dict[str, ItemStatus] = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
     Requested.EDIT: ItemStatus.EDITED, Requested.RESPOND: ItemStatus.ANSWERED, Requested.MIXED: ItemStatus.DECIDED,
 }

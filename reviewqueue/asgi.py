@@ -35,7 +35,7 @@ _router = ProtocolTypeRouter(
 
 # The URLconf (views, the API's schemas) is imported now rather than by the first request,
 # so that it is part of the startup heap frozen here (the p99 of live notices: see heap).
-get_resolver().url_patterns
+get_resolver().url_patterns  # noqa: B018 - the property imports them
 heap_freeze()
 
 

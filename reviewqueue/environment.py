@@ -7,8 +7,8 @@ and one that is not a known spelling of its type stops the process at start-up, 
 variable and the value.
 """
 
-from django.core.exceptions import ImproperlyConfigured
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number"}
 

@@ -4,9 +4,9 @@ Everything an operator changes comes from the environment; the defaults are a sa
 single-machine development set-up (SQLite under var/, in-memory channel layer).
 """
 
+import os
 from datetime import timedelta
 from pathlib import Path
-import os
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured

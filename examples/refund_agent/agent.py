@@ -10,13 +10,12 @@ keys it does not declare; ``RefundAgentState`` declares the item's, so its threa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, AgentState, HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from typing_extensions import NotRequired
 
 from examples.refund_agent.model import ScriptedChatModel
 from examples.refund_agent.tools import lookup_order, refund_payment, send_email

@@ -114,7 +114,8 @@ def _email(text: str, *, order: dict | None, refund: dict | None, refunded: Tool
                 "body": "Thank you for writing. Which order is this about (for example A-17), and what should we do?"}
     subject = f"Your order {order['order_id']}"
     if refund is not None:
-        return {"to": to, "subject": subject, "body": f"We are refunding {refund['amount']:g} {refund['currency']} for order {order['order_id']}."}
+        body = f"We are refunding {refund['amount']:g} {refund['currency']} for order {order['order_id']}."
+        return {"to": to, "subject": subject, "body": body}
     if refunded is not None:
         done = refunded.status != "error"
         what = _result_line(refunded)

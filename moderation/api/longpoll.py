@@ -20,9 +20,10 @@ from channels.layers import get_channel_layer
 from django.db import connections
 
 from moderation.live.waits import wait_slot_hold
-from moderation.records import events
 from moderation.models import UNDECIDED_STATUSES, QueueItem
+from moderation.records import events
 from moderation.records.selectors import client_item_get
+
 
 def item_undecided(item: QueueItem) -> bool:
     # Starting, pending or needing attention: a decision may still come (recover finishes the
@@ -66,7 +67,7 @@ async def item_decision_wait(*, client_id: int, public_id: str, timeout: float) 
                     break
                 try:
                     await asyncio.wait_for(layer.receive(channel), timeout=remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 item = await read(client_id=client_id, public_id=public_id)
         finally:

@@ -48,8 +48,8 @@ from moderation.records.selectors import (
     client_items_prefetch,
 )
 from moderation.review.decisions import DecisionError, item_withdraw
-from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.deployments import deployment_verify, deployment_webhook
+from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.submissions import (
     KEY_MAX_LENGTH,
     Accepted,

@@ -25,6 +25,8 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 import httpcore
 
 IPAddress = IPv4Address | IPv6Address
+# httpcore's socket option: (level, option, value), the value an int, bytes, or (None, length).
+SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 IPNetwork = IPv4Network | IPv6Network
 
 # Names that mean this machine or a cloud's metadata service whatever DNS says, so they are
@@ -65,7 +67,7 @@ def host_addresses(*, host: str, timeout: float) -> list[IPAddress]:
         return _LOOPBACK
     # Also turns the other spellings of an IPv4 address ("2130706433", "0x7f.1") into one.
     answers = _resolver.submit(socket.getaddrinfo, host, None, type=socket.SOCK_STREAM).result(timeout=timeout)
-    return list(dict.fromkeys(ip_address(sockaddr[0].partition("%")[0]) for *_, sockaddr in answers))
+    return list(dict.fromkeys(ip_address(str(sockaddr[0]).partition("%")[0]) for *_, sockaddr in answers))
 
 
 def address_refusal(*, address: IPAddress, allowed: Iterable[IPNetwork]) -> str | None:
@@ -92,7 +94,14 @@ class GuardedBackend(httpcore.NetworkBackend):
         self._refusal = refusal
         self._tcp = httpcore.SyncBackend()
 
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
         started = time.monotonic()
         try:
             addresses = host_addresses(host=host, timeout=timeout or 30.0)
@@ -109,13 +118,19 @@ class GuardedBackend(httpcore.NetworkBackend):
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout(f"{host}: out of time")
             try:
-                return self._tcp.connect_tcp(str(address), port, timeout=left, local_address=local_address,
-                                             socket_options=socket_options)
+                return self._tcp.connect_tcp(
+                    str(address), port, timeout=left, local_address=local_address, socket_options=socket_options
+                )
             except httpcore.ConnectError as exc:
                 error = exc
         raise error or httpcore.ConnectError(f"{host} has no address")
 
-    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
         raise AddressRefused("a unix socket is not an address a request may go to")
 
     def sleep(self, seconds: float) -> None:

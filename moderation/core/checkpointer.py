@@ -21,16 +21,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
 
 from moderation.core.faults import fault_point
 
-_savers: dict[tuple[int, str], BaseCheckpointSaver] = {}
+_savers: dict[tuple[int, str], BaseCheckpointSaver[Any]] = {}
 _savers_lock = threading.Lock()
 # A saver on one connection, for what this thread runs while it holds a PostgreSQL resume lock.
-_pinned: ContextVar[BaseCheckpointSaver | None] = ContextVar("checkpointer_pinned", default=None)
+_pinned: ContextVar[BaseCheckpointSaver[Any] | None] = ContextVar("checkpointer_pinned", default=None)
 
 
 def checkpointer_target() -> str:
@@ -44,18 +45,27 @@ def checkpointer_target() -> str:
     if settings.SESSION_DATABASE_URL:  # a session-mode pooler (or PostgreSQL itself) beside a transaction-mode one
         import dj_database_url
 
-        db = dj_database_url.parse(settings.SESSION_DATABASE_URL)
+        db = dict(dj_database_url.parse(settings.SESSION_DATABASE_URL))
     return make_conninfo(
-        host=db.get("HOST") or "", port=str(db.get("PORT") or ""), dbname=db["NAME"],
-        user=db.get("USER") or "", password=db.get("PASSWORD") or "",
+        host=db.get("HOST") or "",
+        port=str(db.get("PORT") or ""),
+        dbname=db["NAME"],
+        user=db.get("USER") or "",
+        password=db.get("PASSWORD") or "",
     )
 
 
-class _BeforeCheckpointFault:
+class _BeforeCheckpointFault(BaseCheckpointSaver[Any]):
     """The fault point ``before_checkpoint``: a graph's step with its nodes' writes saved and its checkpoint
     not yet, the last window of a run a crash test kills (``moderation.graphs.runtime``)."""
 
-    def put(self, config, checkpoint, metadata, new_versions):
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         fault_point("before_checkpoint", item_key=config["configurable"]["thread_id"])
         return super().put(config, checkpoint, metadata, new_versions)
 
@@ -69,17 +79,17 @@ class PostgresSaver(_BeforeCheckpointFault, LangGraphPostgresSaver):
     pass
 
 
-def checkpointer_get() -> BaseCheckpointSaver:
+def checkpointer_get() -> BaseCheckpointSaver[Any]:
     """The saver this thread's graph runs use: the one ``checkpointer_pinned`` set, else the process's."""
     return checkpointer_pinned_current() or checkpointer_shared()
 
 
-def checkpointer_pinned_current() -> BaseCheckpointSaver | None:
+def checkpointer_pinned_current() -> BaseCheckpointSaver[Any] | None:
     """The saver ``checkpointer_pinned`` set for this thread, if it is inside such a block."""
     return _pinned.get()
 
 
-def checkpointer_shared() -> BaseCheckpointSaver:
+def checkpointer_shared() -> BaseCheckpointSaver[Any]:
     """The process's saver for the current database (on PostgreSQL, over a connection pool)."""
     key = (os.getpid(), checkpointer_target())
     saver = _savers.get(key)
@@ -111,7 +121,9 @@ def checkpointer_pinned(conn: Any) -> Iterator[None]:
 
 def checkpointer_pool() -> Any:
     """The shared PostgreSQL saver's connection pool (``psycopg_pool.ConnectionPool``)."""
-    return checkpointer_shared().conn
+    saver = checkpointer_shared()
+    assert isinstance(saver, PostgresSaver), "only PostgreSQL's saver has a pool"
+    return saver.conn
 
 
 def checkpointer_setup() -> None:
@@ -121,9 +133,10 @@ def checkpointer_setup() -> None:
         checkpointer_shared()  # SqliteSaver sets itself up on creation
         return
     import psycopg
+    from psycopg.rows import dict_row
 
     # setup() runs CREATE INDEX CONCURRENTLY, which refuses to run in a transaction.
-    with psycopg.connect(target, autocommit=True) as conn:
+    with psycopg.connect(target, autocommit=True, row_factory=dict_row) as conn:
         PostgresSaver(conn).setup()
 
 
@@ -131,7 +144,7 @@ def _is_sqlite(target: str) -> bool:
     return "=" not in target
 
 
-def _saver_build(target: str) -> BaseCheckpointSaver:
+def _saver_build(target: str) -> BaseCheckpointSaver[Any]:
     if _is_sqlite(target):
         conn = sqlite3.connect(target, check_same_thread=False, timeout=30)
         # WAL with SQLite's default synchronous=FULL, while Django's file runs at NORMAL:

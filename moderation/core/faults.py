@@ -16,11 +16,20 @@ from contextlib import contextmanager
 
 POINTS = (
     # The guard (moderation.review.decisions), in a reviewer's request:
-    "after_item_lock", "after_row_lock", "before_commit", "after_commit", "before_response",
+    "after_item_lock",
+    "after_row_lock",
+    "before_commit",
+    "after_commit",
+    "before_response",
     # The worker applying a decision (moderation.review.apply), and the moderation graph's nodes:
     # in_review_node: the resumed node, holding its answer, not yet checkpointed; in_apply_node: the
     # next node, the resume's first checkpoint written.
-    "before_resume", "after_resume", "before_record", "in_prescreen_node", "in_review_node", "in_apply_node",
+    "before_resume",
+    "after_resume",
+    "before_record",
+    "in_prescreen_node",
+    "in_review_node",
+    "in_apply_node",
     # Any graph's run (moderation.core.checkpointer): a step's nodes finished, their writes saved, its checkpoint not yet.
     "before_checkpoint",
     # A LangGraph deployment's item (moderation.review.remote): its thread there resumed, its next round not yet taken.
@@ -60,9 +69,13 @@ def faults_install_from_setting(spec: str) -> None:
             _actions[name] = _kill
         elif action.startswith("sleep="):
             seconds = float(action.removeprefix("sleep="))
-            _actions[name] = lambda key, s=seconds: time.sleep(s)
+            _actions[name] = _sleeper(seconds)
         else:
             raise ValueError(f"unknown fault action {action!r} for {name}; use kill or sleep=SECONDS")
+
+
+def _sleeper(seconds: float) -> Callable[[str], None]:
+    return lambda key: time.sleep(seconds)
 
 
 def _kill(item_key: str) -> None:

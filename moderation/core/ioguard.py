@@ -60,8 +60,8 @@ def io_guard_install(*, report: str, pool_check: bool = True) -> None:
             io_guard_check(f"DNS {host!r}")
         return getaddrinfo(host, *args, **kwargs)
 
-    httpcore.ConnectionPool.handle_request = handle_request
-    httpcore.AsyncConnectionPool.handle_async_request = handle_async_request
+    httpcore.ConnectionPool.handle_request = handle_request  # type: ignore[method-assign]  # the guard is a patch
+    httpcore.AsyncConnectionPool.handle_async_request = handle_async_request  # type: ignore[method-assign]
     socket.getaddrinfo = guarded_getaddrinfo
 
 
@@ -93,8 +93,11 @@ def io_guard_check(what: str) -> None:
     held = io_guard_held()
     if not held or not _state["report"]:
         return
-    frames = [f for f in traceback.extract_stack()[:-2] if f.filename.startswith(_ROOT) and "/.venv/" not in f.filename
-              and f.filename != __file__]
+    frames = [
+        f
+        for f in traceback.extract_stack()[:-2]
+        if f.filename.startswith(_ROOT) and "/.venv/" not in f.filename and f.filename != __file__
+    ]
     where = " <- ".join(f"{Path(f.filename).relative_to(_ROOT)}:{f.lineno} {f.name}" for f in reversed(frames[-8:]))
     line = f"pid {os.getpid()} {threading.current_thread().name}: {what} {held}: {where}\n"
     with _lock, open(_state["report"], "a") as report:

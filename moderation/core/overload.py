@@ -48,8 +48,7 @@ def database_unavailable_response(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", ""):
         response: HttpResponse = JsonResponse({"error": "database_unavailable", "message": MESSAGE}, status=503)
     else:
-        response = HttpResponse(render_to_string("503_database.html", {"retry_after": RETRY_AFTER_SECONDS}),
-                                status=503)
+        response = HttpResponse(render_to_string("503_database.html", {"retry_after": RETRY_AFTER_SECONDS}), status=503)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     response["Cache-Control"] = "no-store"
     return response
@@ -65,7 +64,7 @@ def request_exception_seen(sender: Any, request: HttpRequest | None = None, **kw
 def _mark(request: HttpRequest, exc: BaseException) -> bool:
     if not pool_exhausted(exc):
         return False
-    request.database_unavailable = True
+    request.database_unavailable = True  # type: ignore[attr-defined]  # read by the middleware on the way out
     request.user = AnonymousUser()
     return True
 

@@ -2,7 +2,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,12 +13,12 @@ MODERATORS_GROUP = "moderators"
 LEAD_PERMISSION = "moderation.lead_team"
 
 
-def user_can_view(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def user_can_view(*, user: User | AnonymousUser) -> bool:
     """Any active login may follow the queue (read-only); deciding needs ``user_can_decide``."""
     return bool(user.is_authenticated and user.is_active)
 
 
-def user_can_decide(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def user_can_decide(*, user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 
 
@@ -28,7 +28,7 @@ class UnknownUsers(ValueError):
         super().__init__(f"no user named {', '.join(map(repr, usernames))}")
 
 
-def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBaseUser]:
+def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[User]:
     """Give the users ``LEAD_PERMISSION`` directly, or take it away.
 
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
@@ -46,7 +46,7 @@ def team_leads_set(*, usernames: Sequence[str], lead: bool) -> list[AbstractBase
     return _users_fresh(users, usernames)
 
 
-def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[AbstractBaseUser]:
+def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[User]:
     """Put the users in the moderators group (which holds the decide permission) or take them out.
 
     All or nothing: ``UnknownUsers`` naming every unknown username, and nobody changed.
@@ -62,7 +62,7 @@ def moderators_set(*, usernames: Sequence[str], moderator: bool) -> list[Abstrac
     return _users_fresh(users, usernames)
 
 
-def _users_named(usernames: Sequence[str]) -> dict[str, AbstractBaseUser]:
+def _users_named(usernames: Sequence[str]) -> dict[str, User]:
     """Each user by name; ``UnknownUsers`` naming every unknown one (so a caller changes all or nobody)."""
     users = {user.username: user for user in get_user_model().objects.filter(username__in=usernames)}
     unknown = [name for name in dict.fromkeys(usernames) if name not in users]
@@ -71,7 +71,7 @@ def _users_named(usernames: Sequence[str]) -> dict[str, AbstractBaseUser]:
     return users
 
 
-def _users_fresh(users: dict[str, AbstractBaseUser], usernames: Sequence[str]) -> list[AbstractBaseUser]:
+def _users_fresh(users: dict[str, User], usernames: Sequence[str]) -> list[User]:
     """The users read again, in the order given (Django caches permissions per instance)."""
     fresh = get_user_model().objects.in_bulk([user.pk for user in users.values()])
     return [fresh[users[name].pk] for name in dict.fromkeys(usernames)]
@@ -83,7 +83,7 @@ class AccountRefused(ValueError):
 
 @dataclass(frozen=True)
 class ModeratorAccount:
-    user: AbstractBaseUser
+    user: User
     created: bool
 
 
@@ -99,7 +99,7 @@ def moderator_create(*, username: str, password: str) -> ModeratorAccount:
     with transaction.atomic():
         user = user_model.objects.filter(username=username).first()
         created = user is None
-        if created:
+        if user is None:
             user = user_model(username=username)
             try:
                 user.full_clean(exclude=["password"])

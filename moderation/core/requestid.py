@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest
 
 REQUEST_ID_HEADER = "X-Request-ID"
 # A caller's (or proxy's) own id is kept when it is short and plain; anything else is replaced.
@@ -56,12 +58,12 @@ class RequestIdMiddleware:
     async_capable = True
     sync_capable = True
 
-    def __init__(self, get_response: Callable) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
         if iscoroutinefunction(get_response):
             markcoroutinefunction(self)
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> Any:
         if iscoroutinefunction(self):
             return self._acall(request)
         with request_id_bound(request_id_for(request.headers.get(REQUEST_ID_HEADER))):
@@ -69,7 +71,7 @@ class RequestIdMiddleware:
             response[REQUEST_ID_HEADER] = request_id_current()
         return response
 
-    async def _acall(self, request):
+    async def _acall(self, request: HttpRequest) -> Any:
         with request_id_bound(request_id_for(request.headers.get(REQUEST_ID_HEADER))):
             response = await self.get_response(request)
             response[REQUEST_ID_HEADER] = request_id_current()

@@ -18,6 +18,7 @@ that lost the lock has lost its connection too, and its run fails at its next ch
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -64,10 +65,8 @@ def _advisory(thread_id: str, deadline: float) -> Iterator[None]:
         with checkpointer_pinned(conn):
             yield
     finally:
-        try:
+        with contextlib.suppress(psycopg.OperationalError):  # its session is gone, and the lock with it
             conn.execute("SELECT pg_advisory_unlock(%s)", [key])
-        except psycopg.OperationalError:
-            pass  # its session is gone, and the lock with it
         pool.putconn(conn)  # a broken one is discarded
 
 

@@ -76,9 +76,13 @@ def _tasks_abandoned_mark(*, task: Any, started_before: datetime) -> int:
     truth. A worker that was only slow and finishes later overwrites the mark.
     """
     return DBTaskResult.objects.filter(
-        task_path=task.module_path, status=TaskResultStatus.RUNNING, started_at__lt=started_before,
+        task_path=task.module_path,
+        status=TaskResultStatus.RUNNING,
+        started_at__lt=started_before,
     ).update(
-        status=TaskResultStatus.FAILED, finished_at=timezone.now(), exception_class_path=WORKER_LOST,
+        status=TaskResultStatus.FAILED,
+        finished_at=timezone.now(),
+        exception_class_path=WORKER_LOST,
         traceback=f"{WORKER_LOST}: its worker claimed it and never finished; a sweep queued its work again.",
     )
 
@@ -112,8 +116,7 @@ class TaskWake:
 
     def start(self) -> TaskWake:
         if connection.vendor == "postgresql":
-            self._listener = threading.Thread(target=self._listen, args=(checkpointer_target(),), name="task-wake",
-                                              daemon=True)
+            self._listener = threading.Thread(target=self._listen, args=(checkpointer_target(),), name="task-wake", daemon=True)
             self._listener.start()
         return self
 
@@ -171,16 +174,21 @@ class SteadyWorker(Worker):
             except CONNECTION_ERRORS as exc:
                 if not self.running:
                     return None
-                logger.warning("worker %s lost its database connection (%s); starting again in %s s",
-                               self.worker_id, str(exc).strip(), RECONNECT_SECONDS)
+                logger.warning(
+                    "worker %s lost its database connection (%s); starting again in %s s",
+                    self.worker_id,
+                    str(exc).strip(),
+                    RECONNECT_SECONDS,
+                )
                 connection.close()
                 time.sleep(RECONNECT_SECONDS)
 
     def loop(self) -> None:
         super().run()
 
-    def run_task(self, db_task_result: DBTaskResult) -> None:
-        db_task_result.save = _saved_on_a_live_connection(db_task_result.save)
+    def run_task(self, db_task_result: DBTaskResult[Any, Any]) -> None:
+        # This row's save only: the package saves it at the task's end, from inside run_task.
+        db_task_result.save = _saved_on_a_live_connection(db_task_result.save)  # type: ignore[method-assign]
         super().run_task(db_task_result)
 
 
@@ -190,7 +198,8 @@ def _saved_on_a_live_connection(save: Any) -> Any:
     Only for a write outside any transaction (a task row's finish): closing the connection
     would otherwise end the caller's transaction under it.
     """
-    def steady(*args: Any, **kwargs: Any) -> None:
+
+    def steady(*args: Any, **kwargs: Any) -> Any:
         deadline = time.monotonic() + RECONNECT_FOR
         while True:
             try:
@@ -245,15 +254,18 @@ class QueueLane(SteadyWorker):
         if not self.wake.listening:
             return self.interval
         now = timezone.now()
-        due = (self._tasks().filter(status=TaskResultStatus.READY, run_after__gt=now, run_after__lt=get_date_max())
-               .aggregate(first=Min("run_after"))["first"])
+        due = (
+            self._tasks()
+            .filter(status=TaskResultStatus.READY, run_after__gt=now, run_after__lt=get_date_max())
+            .aggregate(first=Min("run_after"))["first"]
+        )
         return self.interval if due is None else min(self.interval, (due - now).total_seconds())
 
-    def _claim(self) -> DBTaskResult | None:
+    def _claim(self) -> DBTaskResult[Any, Any] | None:
         tasks = self._tasks().ready()
         try:
             with exclusive_transaction(tasks.db):
-                task_result = tasks.get_locked()
+                task_result: DBTaskResult[Any, Any] | None = tasks.get_locked()
                 if task_result is not None:
                     task_result.claim(self.worker_id)  # so no other worker runs it
                 return task_result

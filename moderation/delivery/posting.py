@@ -55,12 +55,13 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: flo
     deadline = time.monotonic() + timeout
     per_operation = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
     try:
-        with httpcore.ConnectionPool(ssl_context=_ssl_context(), network_backend=_GuardedBackend(deadline)) as pool:
-            with pool.stream("POST", url, headers=list(headers.items()), content=body,
-                             extensions={"timeout": per_operation}) as response:
-                if 200 <= response.status < 300:
-                    return response.status, ""
-                return response.status, error_excerpt(status=response.status, head=_head_read(response))
+        with (
+            httpcore.ConnectionPool(ssl_context=_ssl_context(), network_backend=_GuardedBackend(deadline)) as pool,
+            pool.stream("POST", url, headers=list(headers.items()), content=body, extensions={"timeout": per_operation}) as response,
+        ):
+            if 200 <= response.status < 300:
+                return response.status, ""
+            return response.status, error_excerpt(status=response.status, head=_head_read(response))
     except AddressRefused as exc:
         return None, f"refused: {exc}"
     except httpcore.TimeoutException as exc:

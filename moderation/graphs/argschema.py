@@ -141,7 +141,8 @@ def _subschemas(node: dict[str, Any], path: list[Any]) -> list[tuple[Any, list[A
 
 
 def _nodes_check(root: dict[str, Any]) -> None:
-    """Every subschema's keywords (refs, patterns), then the schema's size with every ``$ref`` expanded: no loop, at most SCHEMA_MAX_NODES."""
+    """Every subschema's keywords (refs, patterns), then the schema's size with every ``$ref`` expanded:
+    no loop, at most SCHEMA_MAX_NODES."""
     children: dict[int, list[Any]] = {}
     paths: dict[int, list[Any]] = {}
     todo: list[tuple[Any, list[Any]]] = [(root, [])]

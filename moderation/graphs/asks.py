@@ -165,7 +165,7 @@ def ask_decisions_validate(*, spec: AskSpec, decisions: object) -> list[dict[str
     if len(decisions) != len(spec.actions):
         raise AskDecisionInvalid(f"this ask proposes {len(spec.actions)} action(s); send exactly {len(spec.actions)} decision(s), in order")
     return [_decision_clean(d, action=a, config=c, where=f"decisions[{i}]")
-            for i, (d, a, c) in enumerate(zip(decisions, spec.actions, spec.configs))]
+            for i, (d, a, c) in enumerate(zip(decisions, spec.actions, spec.configs, strict=False))]
 
 
 def _decision_clean(decision: object, *, action: dict, config: dict, where: str) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def ask_edits_diff(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> list[Ac
     """For each edit among ``decisions`` (one per action, in order), its arguments against those the agent
     proposed: changed, added and removed, in the proposal's order, then the added ones in the edit's."""
     edits = []
-    for index, (decision, action) in enumerate(zip(decisions, spec.actions)):
+    for index, (decision, action) in enumerate(zip(decisions, spec.actions, strict=False)):
         if decision.get("type") != "edit":
             continue
         before, after = action["args"], decision["edited_action"]["args"]
@@ -340,7 +340,7 @@ def decisions_describe(*, spec: AskSpec, decisions: list[dict[str, Any]], messag
     """
     edits = {edit.index: edit for edit in ask_edits_diff(spec=spec, decisions=decisions)}
     parts = []
-    for index, (decision, action) in enumerate(zip(decisions, spec.actions)):
+    for index, (decision, action) in enumerate(zip(decisions, spec.actions, strict=False)):
         kind = decision["type"]
         text = f"{PAST[kind]} {action['name']}"
         if kind == "edit":

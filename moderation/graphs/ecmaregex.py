@@ -160,7 +160,7 @@ class _Translator:
                     self.i += 6
                     return 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
         if 0xD800 <= code <= 0xDFFF:
-            raise PatternRefused("a lone surrogate (\\u{:04x}) matches no text this server checks".format(code))
+            raise PatternRefused(f"a lone surrogate (\\u{code:04x}) matches no text this server checks")
         return code
 
     def property(self, *, negated: bool) -> str:

@@ -216,7 +216,7 @@ def graph_resume_values(*, name: str, thread_id: str) -> dict[str, Any]:
             elif channel == RESUME:
                 resumed.setdefault(task_id, []).extend(value if isinstance(value, list) else [value])
         for task_id, interrupts in asked.items():
-            answers.update((i.id, v) for i, v in zip(interrupts, resumed.get(task_id, [])))
+            answers.update((i.id, v) for i, v in zip(interrupts, resumed.get(task_id, []), strict=False))
     return answers
 
 

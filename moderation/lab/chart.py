@@ -41,7 +41,7 @@ def _lost_panel(axes, report: dict[str, Any]) -> None:
         xs = [i + (offset - (len(modes) - 1) / 2) * width for i in range(len(strategies))]
         heights = [rows[s]["lost_decisions"] if s in rows else 0 for s in strategies]
         bars = axes.bar(xs, heights, width, label=mode, color=_MODE_COLOURS.get(mode))
-        axes.bar_label(bars, labels=[str(h) if s in rows else "" for h, s in zip(heights, strategies)], fontsize=8)
+        axes.bar_label(bars, labels=[str(h) if s in rows else "" for h, s in zip(heights, strategies, strict=False)], fontsize=8)
     axes.set_xticks(range(len(strategies)), strategies)
     axes.set_ylabel("lost decisions (told success, not the final decision)")
     axes.set_title("Lost decisions per strategy")

@@ -33,6 +33,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from moderation.graphs.runtime import graph_asks_pending
+from moderation.lab.attempts import Attempt, attempt_run
 from moderation.lab.history import (
     Anomaly,
     FinalItem,
@@ -41,7 +42,6 @@ from moderation.lab.history import (
     history_final_read,
     history_wait_applied,
 )
-from moderation.lab.attempts import Attempt, attempt_run
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, reviewer_main
 from moderation.models import QueueItem
@@ -233,7 +233,7 @@ class ReviewerProcesses:
         expected = len(items) * self.size
         if all(p.is_alive() for p in self._procs):
             self._barrier.reset()
-            for inbox, name, decision in zip(self._inboxes, usernames, chosen):
+            for inbox, name, decision in zip(self._inboxes, usernames, chosen, strict=False):
                 inbox.put((strategy, list(items), name, decision, delay, at_deadline))
             deadline = time.monotonic() + BARRIER_TIMEOUT + 30 * len(items)
             while len(attempts) < expected and time.monotonic() < deadline:
@@ -257,7 +257,7 @@ class ReviewerProcesses:
         return race_judge(attempts=attempts, items=items, seconds=seconds)
 
     def close(self) -> None:
-        for inbox, p in zip(self._inboxes, self._procs):
+        for inbox, p in zip(self._inboxes, self._procs, strict=False):
             if p.is_alive():
                 inbox.put(None)
         for p in self._procs:
@@ -293,7 +293,8 @@ def race_judge(*, attempts: Sequence[Attempt], items: Sequence[str], seconds: fl
     final = history_final_read(items=items)
     ops = [_op_from(attempt) for attempt in attempts if attempt.judged]
     anomalies = history_check(ops=ops, final=final)
-    threads = {pid: (graph, thread) for pid, graph, thread in QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")}
+    rows = QueueItem.objects.filter(public_id__in=items).values_list("public_id", "graph", "thread_id")
+    threads = {pid: (graph, thread) for pid, graph, thread in rows}
     verdicts = []
     for item_id in items:
         state = final[item_id]

@@ -140,7 +140,8 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
         item_ops = by_item.get(item, [])
         acknowledged = [op.reviewer for op in item_ops if op.completion == "ok" and not op.voted]
         if state.winning_attempts > 1 or len(set(acknowledged)) > 1:
-            anomalies.append(Anomaly("multiple_winners", item, f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"))
+            anomalies.append(Anomaly("multiple_winners", item,
+                                     f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"))
         if state.votes is not None:
             anomalies += _votes_check(item=item, item_ops=item_ops, state=state)
         for op in item_ops:
@@ -152,7 +153,8 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
                 anomalies.append(Anomaly("lost_decision", item, f"{op.reviewer} was told their {op.decision} won but {state.decision} did"))
         for op in item_ops:
             if op.completion == "fail" and op.told_winner != state.winner:
-                anomalies.append(Anomaly("misinformed_loser", item, f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
+                anomalies.append(Anomaly("misinformed_loser", item,
+                                         f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
             if op.completion is None:
                 anomalies.append(Anomaly("incomplete", item, f"{op.reviewer}'s attempt never completed"))
         if state.starts > 1:
@@ -251,11 +253,13 @@ def _votes_read(item: object) -> dict:
     ineligible = []
     for vote in votes:
         voter = vote.voter
-        if voter.pk == item.requested_by_id:
-            ineligible.append(voter.get_username())
-        elif vote.team_id and not voter.has_perm(SUPERVISE_PERMISSION) and not TeamMembership.objects.filter(
-            Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
-            team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
-        ).exists():
+        if voter.pk == item.requested_by_id or (
+            vote.team_id
+            and not voter.has_perm(SUPERVISE_PERMISSION)
+            and not TeamMembership.objects.filter(
+                Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
+                team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
+            ).exists()
+        ):
             ineligible.append(voter.get_username())
     return {"votes": {v.voter.get_username(): v.vote for v in votes}, "tally": tally, "ineligible": tuple(ineligible)}

@@ -32,24 +32,23 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from moderation.records.audit import audit_items_purge
 from moderation.core.checkpointer import checkpointer_get
-from moderation.review.decisions import item_decide
-from moderation.demo import DEMO_AGENT_ITEMS, DEMO_ITEMS, REFUND_AGENT, demo_agent_input
 from moderation.core.faults import fault_inject
+from moderation.core.permissions import MODERATORS_GROUP
+from moderation.demo import DEMO_AGENT_ITEMS, DEMO_ITEMS, REFUND_AGENT, demo_agent_input
 from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
-from moderation.review.items import lab_item_create
-from moderation.review.deadlines import deadline_account
-from moderation.policies.rules import DEADLINE_USERNAME
 from moderation.lab.attempts import DEADLINE_DECISION, Attempt, attempt_run
 from moderation.lab.harness import ReviewerProcesses, decision_for, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
 from moderation.models import AttemptOrigin, LabAccount, QueueItem
-from moderation.core.permissions import MODERATORS_GROUP
 from moderation.policies.models import APPROVALS_MAX, OnDeadline, Team
-from moderation.policies.rules import Policy, PolicyInvalid, policy_parse
+from moderation.policies.rules import DEADLINE_USERNAME, Policy, PolicyInvalid, policy_parse
 from moderation.policies.teams import team_member_add
+from moderation.records.audit import audit_items_purge
+from moderation.review.deadlines import deadline_account
+from moderation.review.decisions import item_decide
+from moderation.review.items import lab_item_create
 
 LAB_USER_PREFIX = "lab-reviewer-"
 MODES = ("threads", "processes")
@@ -361,7 +360,7 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
         with results_lock:
             results.extend(mine)
 
-    threads = [threading.Thread(target=run, args=pair) for pair in zip(items, users)]
+    threads = [threading.Thread(target=run, args=pair) for pair in zip(items, users, strict=False)]
     for t in threads:
         t.start()
     for t in threads:

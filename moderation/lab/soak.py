@@ -187,7 +187,8 @@ def soak_report(
         latency = p99([r.latency for r in rows if r.answered and r.kind not in UNTIMED])
         phases[phase] = {
             "requests": len(rows), "answered": answered, "failed": len(rows) - answered,
-            "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4), "p99_ms": None if latency is None else round(latency * 1000, 1),
+            "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4),
+            "p99_ms": None if latency is None else round(latency * 1000, 1),
         }
     ordered = sorted(faults, key=lambda f: f.start)
     recoveries = []
@@ -264,7 +265,7 @@ def _chart(*, requests: list[Request], faults: list[Fault], began: float, path: 
     axes.set_xlabel("seconds into the soak")
     axes.set_ylabel("latency (ms, log)")
     handles, labels = axes.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=False))
     axes.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right", ncols=4)
     axes.set_title("soak: request latency over time, faults shaded")
     figure.savefig(path, format="svg")

@@ -31,17 +31,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from moderation.review.deadlines import ask_deadline_fire
-from moderation.policies.rules import DEADLINE_USERNAME
-from moderation.review.decisions import DecisionOutcome, item_decide, item_withdraw
 from moderation.core.faults import fault_point
+from moderation.core.locks import item_lock
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
-from moderation.core.locks import item_lock
 from moderation.models import STATUS_FOR_DECISION, AskStatus, AttemptOrigin, QueueItem, ReasonCode, Requested, ReviewAsk
 from moderation.policies.models import Vote
-from moderation.policies.rules import policy_parse, tally_resolve
+from moderation.policies.rules import DEADLINE_USERNAME, policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count
+from moderation.review.deadlines import ask_deadline_fire
+from moderation.review.decisions import DecisionOutcome, item_decide, item_withdraw
 
 Strategy = Callable[..., DecisionOutcome]
 

@@ -10,8 +10,8 @@ else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket
 rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
 told (``rate_limited``) and closed (4429).
 Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
-``item.decided``, ``item.voted`` and ``item.escalated`` (``moderation.policies``), ``decision.lost``, ``presence.changed``, ``item.claimed``, ``item.released``
-(``moderation.records.claims``), ``session.ended``.
+``item.decided``, ``item.voted`` and ``item.escalated`` (``moderation.policies``), ``decision.lost``,
+``presence.changed``, ``item.claimed``, ``item.released`` (``moderation.records.claims``), ``session.ended``.
 
 Every login may hold a socket; a view-only user's is read-only: the heartbeat is the only
 frame a socket accepts and decisions go through HTTP (which refuses viewers), and a

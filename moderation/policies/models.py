@@ -31,7 +31,8 @@ class Team(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=100)
     approvals = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(APPROVALS_MAX)],
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(APPROVALS_MAX)],
         help_text="Distinct moderators who must approve (1: the first decision settles the item).",
     )
     majority = models.BooleanField(default=False, help_text="Approve with more than half the team, instead of a fixed number.")
@@ -44,7 +45,7 @@ class Team(models.Model):
     allow_weaker_policies = models.BooleanField(
         default=False,
         help_text="Let a submitter's policy be weaker than this team's (fewer approvals, no veto, a deadline that "
-                  "approves sooner...). Off: a submitter may only make it stricter.",
+        "approves sooner...). Off: a submitter may only make it stricter.",
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams")
 

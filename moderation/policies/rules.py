@@ -27,7 +27,7 @@ from moderation.policies.models import APPROVALS_MAX, OnDeadline, TallyWhy, Vote
 DEADLINE_MAX_SECONDS = 30 * 24 * 3600
 # The account a deadline decides as (moderation.review.deadlines); it never logs in, and never votes.
 DEADLINE_USERNAME = "deadline"
-PAST = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
+PAST: dict[str, str] = {VoteKind.APPROVE: "approved", VoteKind.REJECT: "rejected"}
 
 
 class PolicyInvalid(ValueError):
@@ -83,12 +83,16 @@ def policy_parse(value: Any, *, base: Policy | None = None) -> Policy:
         if not isinstance(fields[flag], bool):
             raise PolicyInvalid(f"{flag} must be true or false", field=f"policy.{flag}")
     seconds = fields["deadline_seconds"]
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= DEADLINE_MAX_SECONDS):
-        raise PolicyInvalid(f"deadline_seconds must be a whole number from 1 to {DEADLINE_MAX_SECONDS}",
-                            field="policy.deadline_seconds")
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= DEADLINE_MAX_SECONDS
+    ):
+        raise PolicyInvalid(
+            f"deadline_seconds must be a whole number from 1 to {DEADLINE_MAX_SECONDS}", field="policy.deadline_seconds"
+        )
     if fields["on_deadline"] not in OnDeadline.values:
-        raise PolicyInvalid(f"on_deadline must be one of {', '.join(v or '(empty)' for v in OnDeadline.values)}",
-                            field="policy.on_deadline")
+        raise PolicyInvalid(
+            f"on_deadline must be one of {', '.join(v or '(empty)' for v in OnDeadline.values)}", field="policy.on_deadline"
+        )
     if fields["on_deadline"] and seconds is None:
         raise PolicyInvalid("on_deadline needs deadline_seconds", field="policy.deadline_seconds")
     return Policy(**fields)
@@ -198,17 +202,22 @@ def tally_resolve(*, policy: Policy, votes: dict[str, str], eligible: int) -> Re
 
 
 def tally_build(
-    *, policy: Policy, votes: list[tuple[str, str, datetime]], eligible: int, resolution: Resolution | None,
+    *,
+    policy: Policy,
+    votes: list[tuple[str, str, datetime]],
+    eligible: int,
+    resolution: Resolution | None,
 ) -> dict[str, Any]:
     """The votes (voter, approve / reject, cast at; oldest first) as the API, the pages, the events and the resumed graph read them."""
     return {
-        "needed": policy.needed(eligible=max(eligible, len(votes))), "eligible": eligible, "veto": policy.veto,
+        "needed": policy.needed(eligible=max(eligible, len(votes))),
+        "eligible": eligible,
+        "veto": policy.veto,
         "votes": [{"voter": name, "vote": kind, "at": at.isoformat()} for name, kind, at in votes],
         "resolution": resolution.outcome if resolution else None,
         # TallyWhy(...) refuses a why the API's schema would not read (it reads the same enum).
         "why": TallyWhy(resolution.why).value if resolution else None,
-        "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible,
-                                  resolution=resolution),
+        "summary": tally_describe(policy=policy, votes=[(n, k) for n, k, _ in votes], eligible=eligible, resolution=resolution),
     }
 
 
@@ -222,7 +231,10 @@ def tally_describe(*, policy: Policy, votes: list[tuple[str, str]], eligible: in
     if rejecters:
         text += " · " + ", ".join(rejecters) + " rejected"
     if resolution is not None:
-        text += {TallyWhy.VETO: " — vetoed", TallyWhy.QUORUM: " — approved",
-                 TallyWhy.IMPOSSIBLE: " — approval no longer possible",
-                 TallyWhy.DEADLINE: f" — {PAST[resolution.outcome]} by the deadline"}[resolution.why]
+        text += {
+            TallyWhy.VETO: " — vetoed",
+            TallyWhy.QUORUM: " — approved",
+            TallyWhy.IMPOSSIBLE: " — approval no longer possible",
+            TallyWhy.DEADLINE: f" — {PAST[resolution.outcome]} by the deadline",
+        }[resolution.why]
     return text

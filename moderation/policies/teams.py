@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Permission
+from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -40,19 +40,21 @@ class NotAMember(Exception):
     """The user may not decide this item (not in its team, or its requester)."""
 
 
-def user_is_supervisor(*, user: AbstractBaseUser) -> bool:
+def user_is_supervisor(*, user: User) -> bool:
     return bool(user.is_active and user.has_perm(SUPERVISE_PERMISSION))
 
 
-def _deciders() -> QuerySet:
+def _deciders() -> QuerySet[User]:
     """Active users holding the decide permission (through a group, directly, or as superuser)."""
     perm = Permission.objects.filter(codename=DECIDE_CODENAME, content_type__app_label="moderation")
-    return get_user_model().objects.filter(
-        Q(is_superuser=True) | Q(groups__permissions__in=perm) | Q(user_permissions__in=perm), is_active=True
-    ).distinct()
+    return (
+        get_user_model()
+        .objects.filter(Q(is_superuser=True) | Q(groups__permissions__in=perm) | Q(user_permissions__in=perm), is_active=True)
+        .distinct()
+    )
 
 
-def eligible_voters(*, team_id: int | None, requester_id: int | None) -> QuerySet:
+def eligible_voters(*, team_id: int | None, requester_id: int | None) -> QuerySet[User]:
     """Moderators who may vote on an item of ``team_id`` requested by ``requester_id``."""
     deciders = _deciders()
     if team_id is not None:
@@ -66,47 +68,47 @@ def eligible_count(*, team_id: int | None, requester_id: int | None) -> int:
     return eligible_voters(team_id=team_id, requester_id=requester_id).count()
 
 
-def member_lock(*, team_id: int, user: AbstractBaseUser) -> bool:
+def member_lock(*, team_id: int, user: User) -> bool:
     """Is ``user`` a member of the team now? Locks the membership row until the caller's transaction ends."""
     return TeamMembership.objects.select_for_update().filter(team_id=team_id, user=user, removed_at__isnull=True).exists()
 
 
-def user_team_ids(*, user: AbstractBaseUser) -> list[int]:
+def user_team_ids(*, user: User) -> list[int]:
     """The teams ``user`` is a member of now: read once per user object (a page asks for every row)."""
     teams = getattr(user, "_team_ids", None)
     if teams is None:
         teams = list(TeamMembership.objects.filter(user_id=user.pk, removed_at__isnull=True).values_list("team_id", flat=True))
-        user._team_ids = teams
+        user._team_ids = teams  # type: ignore[attr-defined]  # a cache on this user object
     return teams
 
 
-def decide_right_check(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> None:
+def decide_right_check(*, team_id: int | None, requester_id: int | None, user: User) -> None:
     """Under the item's row lock: raise NotAMember unless ``user`` may decide the item."""
     refusal = _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=True)
     if refusal:
         raise NotAMember(refusal)
 
 
-def decide_right_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> bool:
+def decide_right_read(*, team_id: int | None, requester_id: int | None, user: User) -> bool:
     """May ``user`` decide an item of ``team_id`` requested by ``requester_id``? The guard's rule, the decide
     permission included, read without locks: for claims (``moderation.records.claims``), which steer who reads
     what; the guard judges each decision with ``decide_right_check``."""
     return not _decide_refusal_read(team_id=team_id, requester_id=requester_id, user=user)
 
 
-def item_decide_refusal(*, item: QueueItem, user: AbstractBaseUser) -> str:
+def item_decide_refusal(*, item: QueueItem, user: User) -> str:
     """Why ``user`` may not decide ``item``, in words for its pages ("" if they may): the guard's rule, read
     without locks, so a page offers a decision only to those the guard would let make it."""
     return _decide_refusal_read(team_id=item.team_id, requester_id=item.requested_by_id, user=user)
 
 
-def _decide_refusal_read(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser) -> str:
+def _decide_refusal_read(*, team_id: int | None, requester_id: int | None, user: User) -> str:
     if not user_can_decide(user=user):
         return "you are not a moderator"
     return _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=False)
 
 
-def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: AbstractBaseUser, lock: bool) -> str:
+def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: User, lock: bool) -> str:
     """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
     if requester_id is not None and requester_id == user.pk:
         return "you requested this item, so someone else must decide it (four eyes)"
@@ -119,13 +121,13 @@ def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: Abst
     return f"you are not a moderator of the team {name}, which this item belongs to"
 
 
-def team_member_add(*, team: Team, user: AbstractBaseUser) -> TeamMembership:
+def team_member_add(*, team: Team, user: User) -> TeamMembership:
     with transaction.atomic():
         live = TeamMembership.objects.select_for_update().filter(team=team, user=user, removed_at__isnull=True).first()
         return live or TeamMembership.objects.create(team=team, user=user, added_at=timezone.now())
 
 
-def team_member_remove(*, team: Team, user: AbstractBaseUser) -> bool:
+def team_member_remove(*, team: Team, user: User) -> bool:
     """End ``user``'s membership; False if they were not a member.
 
     The time is taken after the row lock is held, so it is later than every vote the
@@ -141,8 +143,13 @@ def team_member_remove(*, team: Team, user: AbstractBaseUser) -> bool:
 
 
 def team_policy(*, team: Team) -> Policy:
-    return Policy(approvals=team.approvals, majority=team.majority, veto=team.veto,
-                  deadline_seconds=team.deadline_seconds, on_deadline=team.on_deadline)
+    return Policy(
+        approvals=team.approvals,
+        majority=team.majority,
+        veto=team.veto,
+        deadline_seconds=team.deadline_seconds,
+        on_deadline=team.on_deadline,
+    )
 
 
 def team_check(*, team: Team, adding: Iterable[int] = (), removing: Iterable[int] = ()) -> None:
@@ -170,7 +177,12 @@ def team_for_item(*, slug: str | None, source: str, graph: str) -> Team | None:
 
 
 def item_policy_resolve(
-    *, slug: str | None, source: str, graph: str, policy: object, requester: AbstractBaseUser | None,
+    *,
+    slug: str | None,
+    source: str,
+    graph: str,
+    policy: object,
+    requester: User | None,
 ) -> tuple[Team | None, Policy]:
     """The team and policy of a new item (the submitter's policy over its team's), checked to be satisfiable
     and, unless the team has ``allow_weaker_policies``, no weaker than the team's (``policy_weakenings``;
@@ -183,8 +195,10 @@ def item_policy_resolve(
     weaker = [] if team is not None and team.allow_weaker_policies else policy_weakenings(base=base, asked=resolved)
     if weaker:
         owner = f"team {team.name} (unless the team allows weaker policies)" if team else "an item of no team"
-        raise PolicyInvalid(f"a submitter may make the policy of {owner} stricter, never weaker: "
-                            + "; ".join(why for _, why in weaker), field=weaker[0][0])
+        raise PolicyInvalid(
+            f"a submitter may make the policy of {owner} stricter, never weaker: " + "; ".join(why for _, why in weaker),
+            field=weaker[0][0],
+        )
     if resolved.is_quorum:  # a single decision waits for whoever joins, as it always did
         eligible = eligible_count(team_id=team.pk if team else None, requester_id=requester.pk if requester else None)
         policy_satisfiable_check(policy=resolved, eligible=eligible, team=f"team {team.name}" if team else "this site")
@@ -271,7 +285,7 @@ def _escalation_target(*, slug: str, target: str) -> Team | None:
     return team
 
 
-def _user(username: str) -> AbstractBaseUser:
+def _user(username: str) -> User:
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise PolicyInvalid(f"no user named {username!r}", field="members")

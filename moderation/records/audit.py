@@ -258,10 +258,9 @@ def audit_items_purge(*, items: QuerySet[QueueItem]) -> list[str]:
     """Delete ``items`` with their logs, leaving a signed purge entry per item; return their thread ids."""
     with transaction.atomic():
         rows = list(items.select_for_update().order_by("id").values_list("pk", "public_id", "thread_id"))
-        with audit_guard_lifted():
-            with connection.cursor() as cursor:
-                for pk, _, _ in rows:
-                    cursor.execute(f"DELETE FROM {DecisionAttempt._meta.db_table} WHERE item_id = %s", [pk])
+        with audit_guard_lifted(), connection.cursor() as cursor:
+            for pk, _, _ in rows:
+                cursor.execute(f"DELETE FROM {DecisionAttempt._meta.db_table} WHERE item_id = %s", [pk])
         # Asks PROTECT their item (and their attempts PROTECT them): they go once the attempts have.
         ReviewAsk.objects.filter(item_id__in=[pk for pk, _, _ in rows]).delete()
         counts_forget(items=QueueItem.objects.filter(pk__in=[pk for pk, _, _ in rows]))

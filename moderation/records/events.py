@@ -171,7 +171,7 @@ def events_held() -> Iterator[None]:
             push()
 
 
-def after_commit(push: Callable[[], None]) -> None:
+def after_commit(push: Callable[[], object]) -> None:
     """Run ``push`` once the current transaction commits (never if it rolls back),
     or, if that happens inside ``events_held``, when the held block ends."""
     transaction.on_commit(lambda: _push_or_hold(push))
@@ -240,7 +240,7 @@ async def _group_send_all_logged(layer: Any, sends: list[tuple[str, dict[str, An
 
 
 def _failures_log(sends: list[tuple[str, dict[str, Any]]], results: list[Any]) -> None:
-    for (group, message), result in zip(sends, results):
+    for (group, message), result in zip(sends, results, strict=False):
         if isinstance(result, BaseException):
             logger.error("could not push %s to %s", message.get("type"), group, exc_info=result)
 

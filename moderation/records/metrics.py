@@ -18,8 +18,8 @@ Two kinds of series:
   counters and histograms of this process, changed in ``after_commit`` callbacks, so a
   rolled-back transaction counts nothing and no lock is held while counting;
 - the queue's state (pending by team/graph/band, oldest pending, overdue deadlines,
-  webhook backlog, workers alive by their heartbeats, the oldest unapplied decision): read from the database at scrape by ``QueueCollector``, the same
-  from every server, so take ``max`` over instances, not ``sum``. The worker does not
+  webhook backlog, workers alive by their heartbeats, the oldest unapplied decision): read from
+  the database at scrape by ``QueueCollector``, the same from every server, so take ``max`` over instances, not ``sum``. The worker does not
   report them. No query costs O(pending): the pending counts are the counter rows of
   ``moderation.records.counts`` (a few rows per team/graph/band), the ages are one
   index seek per team (``item_pending_team_age_idx``), the webhook backlog is bounded by

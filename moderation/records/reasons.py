@@ -12,8 +12,9 @@ Which codes a reject may name, and whether it must name one, is a rule
 A rule offers every active code of the item's kind, only those it lists (the active ones
 among them), or none. The kind (``ReasonKind``): an agent's tool calls for the pass-through
 graph (asks over the API, LangGraph deployments), content for every other graph; a code of
-kind ``any`` ("other") fits both, so Spam is never offered for a refund. With none: then a reject names no code and none is accepted. A rule that requires a code but
-offers none (all its listed codes retired) requires none: a reject is never impossible.
+kind ``any`` ("other") fits both, so Spam is never offered for a refund. With none: then a
+reject names no code and none is accepted. A rule that requires a code but offers none (all
+its listed codes retired) requires none: a reject is never impossible.
 
 The code is stored on the ask and on the attempt. Only where a code is required does it
 also travel to the graph in front of the reject's message ("spam: <note>"), as content

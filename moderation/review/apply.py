@@ -51,13 +51,14 @@ from django.utils import timezone
 from django_tasks import task
 
 from moderation.core.faults import fault_point
-from moderation.core.resumelock import thread_resume_lock
 from moderation.core.requestid import request_id_bound, request_id_current
+from moderation.core.resumelock import thread_resume_lock
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
+from moderation.graphs.remote import RemoteUnavailable
 from moderation.graphs.runtime import (
     STORAGE_LOST,
     GraphState,
@@ -71,7 +72,6 @@ from moderation.policies.rules import ask_deadline_weakening, policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
-from moderation.graphs.remote import RemoteUnavailable
 from moderation.review.remote import deployment_of_item, deployment_resume
 
 logger = logging.getLogger(__name__)
@@ -108,8 +108,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
 
     ``retry_failed`` also runs on an item whose graph failed after a decision (``recover``).
     """
-    item = QueueItem.objects.filter(pk=item_id).only(
-        "thread_id", "graph", "apply_state", "submitted_by", "graph_input", "applied_result").first()
+    item = (
+        QueueItem.objects.filter(pk=item_id)
+        .only("thread_id", "graph", "apply_state", "submitted_by", "graph_input", "applied_result")
+        .first()
+    )
     if item is None:
         return "gone"
     if not graph_loaded(name=item.graph):
@@ -122,8 +125,11 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
     done: list[str] = []
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         while True:
-            asks = list(ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True).exclude(status=AskStatus.PENDING)
-                        .select_related("decided_by"))  # its reviewer goes into the resume value
+            asks = list(
+                ReviewAsk.objects.filter(item_id=item_id, applied_at__isnull=True)
+                .exclude(status=AskStatus.PENDING)
+                .select_related("decided_by")
+            )  # its reviewer goes into the resume value
             if not asks:
                 break
             done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
@@ -179,8 +185,15 @@ def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) 
         # Neither at its end nor at an interrupt: never recorded as applied.
         return _record_failure(item_id=item.pk, error=after.error or _not_settled(after))
     fault_point("before_record", item_key=thread_id)
-    return _record(item_id=item.pk, asks=asks, asked=after.asks, finished=after.finished,
-                   values=after.values, resumed=len(remote["resumed"]) if remote else len(answers), remote=remote)
+    return _record(
+        item_id=item.pk,
+        asks=asks,
+        asked=after.asks,
+        finished=after.finished,
+        values=after.values,
+        resumed=len(remote["resumed"]) if remote else len(answers),
+        remote=remote,
+    )
 
 
 def _not_settled(state: GraphState) -> str:
@@ -190,7 +203,8 @@ def _not_settled(state: GraphState) -> str:
 
 
 def _resume_value(ask: ReviewAsk) -> Any:
-    meta = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
+    assert ask.decided_by is not None and ask.decided_at is not None  # a decided ask's
+    meta: dict[str, Any] = {"reviewer": ask.decided_by.get_username(), "decided_at": ask.decided_at.isoformat(), "note": ask.note}
     if ask.status == AskStatus.WITHDRAWN:
         meta["withdrawn"] = True
     if ask.tally:
@@ -199,8 +213,14 @@ def _resume_value(ask: ReviewAsk) -> Any:
 
 
 def _record(
-    *, item_id: int, asks: list[ReviewAsk], asked: list[PendingAsk], finished: bool, values: dict, resumed: int,
-    remote: dict | None = None,
+    *,
+    item_id: int,
+    asks: list[ReviewAsk],
+    asked: list[PendingAsk],
+    finished: bool,
+    values: dict[str, Any],
+    resumed: int,
+    remote: dict[str, Any] | None = None,
 ) -> str:
     """``asks``: those resumed (or found resumed), read under the resume lock, which is what marks them applied."""
     now = timezone.now()
@@ -225,8 +245,17 @@ def _record(
         if remote is not None:
             item.applied_result["remote"] = remote
         item.apply_state = ApplyState.IDLE
-        item.save(update_fields=["apply_state", "applied_result", "status", "decided_by", "decided_at",
-                                 "decision_note", "review_request"])
+        item.save(
+            update_fields=[
+                "apply_state",
+                "applied_result",
+                "status",
+                "decided_by",
+                "decided_at",
+                "decision_note",
+                "review_request",
+            ]
+        )
         item_applied_record(item=item, applied=[a.interrupt_id for a in asks])
         events.item_applied_after_commit(item=item)
     return f"resumed {resumed}, {item.applied_result['state']}"
@@ -251,11 +280,19 @@ def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list
         seconds = seconds or policy.deadline_seconds
         return now + timedelta(seconds=seconds) if seconds else None
 
-    return ReviewAsk.objects.bulk_create([
-        ReviewAsk(item=item, interrupt_id=p.interrupt_id, round=round, position=i, payload=p.spec.as_payload(),
-                  deadline_at=deadline(p))
-        for i, p in enumerate(asked)
-    ])
+    return ReviewAsk.objects.bulk_create(
+        [
+            ReviewAsk(
+                item=item,
+                interrupt_id=p.interrupt_id,
+                round=round,
+                position=i,
+                payload=p.spec.as_payload(),
+                deadline_at=deadline(p),
+            )
+            for i, p in enumerate(asked)
+        ]
+    )
 
 
 def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
@@ -287,8 +324,9 @@ def _retry_later(*, item: QueueItem, error: str) -> str:
         run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
         item_apply_task.using(run_after=run_after).enqueue(item.pk)
         events.item_applied_after_commit(item=row)
-    logger.warning("item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries,
-                   run_after.isoformat(), error)
+    logger.warning(
+        "item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries, run_after.isoformat(), error
+    )
     return f"retrying: {error}"
 
 
@@ -321,7 +359,8 @@ def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:
         ReviewAsk.objects.filter(~Q(status=AskStatus.PENDING), applied_at__isnull=True, decided_at__lt=overdue)
         .exclude(item__apply_state=ApplyState.FAILED)
         .filter(item__graph__in=graph_names())  # the others wait for a worker that runs their graph
-        .values_list("item_id", flat=True).distinct()
+        .values_list("item_id", flat=True)
+        .distinct()
     )
     item_ids = tasks_orphaned(ids=unapplied.iterator(), task=item_apply_task, started_since=overdue)
     for item_id in item_ids:

@@ -21,7 +21,7 @@ from typing import Literal
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from moderation.core.permissions import user_can_decide
 from moderation.models import AttemptOrigin, QueueItem
@@ -64,7 +64,12 @@ class BulkResult:
 
 
 def items_decide_bulk(
-    *, item_public_ids: list[str], reviewer: AbstractBaseUser, decision: str, note: str = "", reason: str | None = None,
+    *,
+    item_public_ids: list[str],
+    reviewer: User,
+    decision: str,
+    note: str = "",
+    reason: str | None = None,
     origin: str = AttemptOrigin.DASHBOARD,
 ) -> list[BulkResult]:
     """Decide every item's single open ask with ``decision`` for ``reviewer``, one guard call per item.
@@ -96,19 +101,27 @@ def items_decide_bulk(
         raise BulkInvalid(f"reason: {exc}", field="reason") from None
     titles = {key: title for key, (title, _, _) in visible.items()}
     return [
-        _item_decide_one(key=key, title=titles[key], reviewer=reviewer, decision=decision, note=note,
-                         reason=reason, origin=origin)
-        if key in titles else BulkResult(item=key, title=key, outcome="refused", error="no such item")
+        _item_decide_one(
+            key=key, title=titles[key], reviewer=reviewer, decision=decision, note=note, reason=reason, origin=origin
+        )
+        if key in titles
+        else BulkResult(item=key, title=key, outcome="refused", error="no such item")
         for key in keys
     ]
 
 
 def _item_decide_one(
-    *, key: str, title: str, reviewer: AbstractBaseUser, decision: str, note: str, reason: str | None, origin: str,
+    *,
+    key: str,
+    title: str,
+    reviewer: User,
+    decision: str,
+    note: str,
+    reason: str | None,
+    origin: str,
 ) -> BulkResult:
     try:
-        outcome = item_decide(item_public_id=key, reviewer=reviewer, decision=decision, note=note, reason=reason,
-                              origin=origin)
+        outcome = item_decide(item_public_id=key, reviewer=reviewer, decision=decision, note=note, reason=reason, origin=origin)
     except DecisionError as exc:
         message = str(exc)
         if exc.field == "ask":
@@ -116,11 +129,16 @@ def _item_decide_one(
         return BulkResult(item=key, title=title, outcome="refused", error=message)
     if outcome.counted and not outcome.won:  # a quorum item: the vote is in, the item still open
         return BulkResult(item=key, title=outcome.item_title, outcome="voted", what=outcome.tally.get("summary", ""))
-    return BulkResult(item=key, title=outcome.item_title, outcome="won" if outcome.won else "lost",
-                      winner=outcome.winner, what=outcome.winner_status)
+    return BulkResult(
+        item=key,
+        title=outcome.item_title,
+        outcome="won" if outcome.won else "lost",
+        winner=outcome.winner,
+        what=outcome.winner_status,
+    )
 
 
-def _visible(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, tuple[str, int | None, str]]:
+def _visible(keys: list[str], *, reviewer: User) -> dict[str, tuple[str, int | None, str]]:
     """The title, team and graph of the items ``reviewer`` may see, by id as given."""
     given: dict[str, list[str]] = {}  # each id as a UUID spells it -> as given
     for key in keys:
@@ -129,6 +147,8 @@ def _visible(keys: list[str], *, reviewer: AbstractBaseUser) -> dict[str, tuple[
         except ValueError:
             continue
     visible = QueueItem.objects.filter(items_visible_q(viewer=reviewer), public_id__in=list(given))
-    return {key: (title, team_id, graph)
-            for pid, title, team_id, graph in visible.values_list("public_id", "title", "team_id", "graph")
-            for key in given[str(pid)]}
+    return {
+        key: (title, team_id, graph)
+        for pid, title, team_id, graph in visible.values_list("public_id", "title", "team_id", "graph")
+        for key in given[str(pid)]
+    }

@@ -15,26 +15,22 @@ import logging
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from moderation.models import AskStatus, ReviewAsk
 from moderation.policies.models import OnDeadline
 from moderation.policies.rules import DEADLINE_USERNAME, PAST, policy_parse
 from moderation.records.metrics import metrics_deadline_fired_record
-from moderation.review.decisions import (
-    DecisionError,
-    DecisionOutcome,
-    ask_deadline_settle,
-    ask_escalate,
-)
+from moderation.records.outcomes import DecisionOutcome
+from moderation.review.decisions import DecisionError, ask_deadline_settle, ask_escalate
 
 logger = logging.getLogger(__name__)
 
 SWEEP_BATCH = 200
 
 
-def deadline_account() -> AbstractBaseUser:
+def deadline_account() -> User:
     """The account deadlines decide as: it cannot log in, and the pages name it "deadline"."""
     user, created = get_user_model().objects.get_or_create(username=DEADLINE_USERNAME, defaults={"is_active": False})
     if created:
@@ -82,7 +78,8 @@ def deadlines_sweep() -> int:
     """Fire every overdue open ask whose policy says what to do; returns how many were fired."""
     due = list(
         ReviewAsk.objects.filter(status=AskStatus.PENDING, deadline_at__lte=timezone.now())
-        .order_by("deadline_at").values_list("pk", flat=True)[:SWEEP_BATCH]
+        .order_by("deadline_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     fired = 0
     for ask_pk in due:

@@ -78,13 +78,13 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from moderation.core.faults import fault_point
-from moderation.core.overload import pool_exhausted
 from moderation.core.locks import LockTimeout, item_lock
+from moderation.core.overload import pool_exhausted
 from moderation.core.permissions import user_can_decide
 from moderation.delivery.outbox import (
     item_escalated_record,
@@ -130,7 +130,6 @@ from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_escalated_record
-from moderation.records.teamstats import teamstats_escalation_record
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -139,6 +138,7 @@ from moderation.records.reasons import (
     reason_message,
     reason_rule,
 )
+from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
 from moderation.review.reconcile import item_reconcile
 
@@ -254,8 +254,15 @@ class _Target:
 
 
 def item_decide(
-    *, item_public_id: UUID | str, reviewer: AbstractBaseUser, decision: str | None = None, note: str = "",
-    ask: str | None = None, decisions: Any = None, reason: Any = None, origin: str = "",
+    *,
+    item_public_id: UUID | str,
+    reviewer: User,
+    decision: str | None = None,
+    note: str = "",
+    ask: str | None = None,
+    decisions: Any = None,
+    reason: Any = None,
+    origin: str = "",
 ) -> DecisionOutcome:
     """Decide one ask of an item for ``reviewer``; see the module docstring for the locking contract.
 
@@ -304,16 +311,15 @@ def item_decide(
         reason = reason_check(reason=reason, rejecting=rejecting, rule=rule) if rule is not None else ""
     except ReasonInvalid as exc:
         raise InvalidDecision(f"reason: {exc}", field="reason") from None
-    if reason and rule.required:  # else the graph gets the message as typed, the code only as data
+    if reason and rule is not None and rule.required:  # else the graph gets the message as typed, the code only as data
         cleaned = [
             {**d, "message": reason_message(reason=reason, message=d.get("message", ""))} if d["type"] == "reject" else d
             for d in cleaned
         ]
-    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False, reason=reason,
-                    origin=origin)
+    return _guarded(target=target, reviewer=reviewer, decisions=cleaned, note=note, withdraw=False, reason=reason, origin=origin)
 
 
-def item_withdraw(*, item_public_id: UUID | str, by: AbstractBaseUser, reason: str = "", origin: str = "") -> DecisionOutcome:
+def item_withdraw(*, item_public_id: UUID | str, by: User, reason: str = "", origin: str = "") -> DecisionOutcome:
     """Withdraw a pending item for ``by`` (its submitter's account) under the same guard as a decision.
 
     Who may withdraw is the caller's to decide: the API checks that ``by`` is the item's
@@ -365,8 +371,15 @@ def _target_read(*, item_public_id: UUID | str, ask: str | None) -> _Target:
                 return _target_read(item_public_id=key, ask=None) if asks.exists() else _Target(key=key, ask_pk=None, spec=None)
             # An item whose graph never asked (it needs an operator): judged under the lock.
             return _Target(key=key, ask_pk=None, spec=None)
-    return _Target(key=key, ask_pk=row[0], spec=AskSpec.from_payload(row[1]), policy=policy_parse(row[2]), requester_id=row[3],
-                   graph=row[4], team_id=row[5])
+    return _Target(
+        key=key,
+        ask_pk=row[0],
+        spec=AskSpec.from_payload(row[1]),
+        policy=policy_parse(row[2]),
+        requester_id=row[3],
+        graph=row[4],
+        team_id=row[5],
+    )
 
 
 def _status_read(key: str) -> str | None:
@@ -378,13 +391,22 @@ def _askless_refuse(status: str) -> None:
     if status == ItemStatus.REFUSED:
         raise ItemRefused("its graph refused this item at its start (see applied_result); there is nothing to decide")
     if status == ItemStatus.STARTING:
-        raise ItemStarting("this item is still starting: its graph has not asked for a review yet; "
-                           "nothing was recorded, decide it once it is in the queue")
+        raise ItemStarting(
+            "this item is still starting: its graph has not asked for a review yet; "
+            "nothing was recorded, decide it once it is in the queue"
+        )
 
 
 def _guarded(
-    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
-    reason: str = "", origin: str = "", by_deadline: bool = False,
+    *,
+    target: _Target,
+    reviewer: User,
+    decisions: list[dict[str, Any]],
+    note: str,
+    withdraw: bool,
+    reason: str = "",
+    origin: str = "",
+    by_deadline: bool = False,
 ) -> DecisionOutcome:
     """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
     key = target.key
@@ -393,9 +415,17 @@ def _guarded(
     try:
         with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
-            outcome = _decide_locked(target=target, reviewer=reviewer, decisions=decisions, note=note,
-                                     withdraw=withdraw, requested_at=requested_at, reason=reason, origin=origin,
-                                     by_deadline=by_deadline)
+            outcome = _decide_locked(
+                target=target,
+                reviewer=reviewer,
+                decisions=decisions,
+                note=note,
+                withdraw=withdraw,
+                requested_at=requested_at,
+                reason=reason,
+                origin=origin,
+                by_deadline=by_deadline,
+            )
             fault_point("after_commit", item_key=key)
             return outcome
     except LockTimeout:
@@ -409,8 +439,16 @@ def _guarded(
 
 
 def _decide_locked(
-    *, target: _Target, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str, withdraw: bool,
-    requested_at: datetime, reason: str, origin: str, by_deadline: bool = False,
+    *,
+    target: _Target,
+    reviewer: User,
+    decisions: list[dict[str, Any]],
+    note: str,
+    withdraw: bool,
+    requested_at: datetime,
+    reason: str,
+    origin: str,
+    by_deadline: bool = False,
 ) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
     requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
@@ -422,44 +460,85 @@ def _decide_locked(
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))
                 if open_asks:
-                    return _withdraw_win(item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at,
-                                         origin=origin)
+                    return _withdraw_win(
+                        item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at, origin=origin
+                    )
                 ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
             else:
                 _decide_right_check(item=item, reviewer=reviewer, by_deadline=by_deadline)
                 ask = ReviewAsk.objects.filter(pk=target.ask_pk).first() if target.ask_pk else None
             # The locked row's policy, not the one read before the lock: an escalation may have changed it.
             policy = policy_parse(item.policy)
-            if ask is not None and ask.status == AskStatus.PENDING and settings.CLAIMS_REQUIRED and (
-                    claim := claim_held_by_other(item=item, user=reviewer)):
+            if (
+                ask is not None
+                and ask.status == AskStatus.PENDING
+                and settings.CLAIMS_REQUIRED
+                and (claim := claim_held_by_other(item=item, user=reviewer))
+            ):
                 # Votes too: each moves the item toward its resolution, over someone still reading it.
-                raise ItemClaimed(f"{claim.holder} has claimed this item ({claim.left_text()}); "
-                                  "nothing was recorded, decide it when their claim ends")
+                raise ItemClaimed(
+                    f"{claim.holder} has claimed this item ({claim.left_text()}); "
+                    "nothing was recorded, decide it when their claim ends"
+                )
             if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
                 if requested not in VoteKind.values:
                     raise InvalidDecision(_not_a_vote(policy=policy, decisions=decisions, now=True), field="decisions")
-                return _vote_cast(item=item, ask=ask, voter=reviewer, decisions=decisions, note=note,
-                                  requested=requested, requested_at=requested_at, reason=reason, origin=origin,
-                                  policy=policy)
+                return _vote_cast(
+                    item=item,
+                    ask=ask,
+                    voter=reviewer,
+                    decisions=decisions,
+                    note=note,
+                    requested=requested,
+                    requested_at=requested_at,
+                    reason=reason,
+                    origin=origin,
+                    policy=policy,
+                )
             if ask is not None and ask.status == AskStatus.PENDING:
                 if by_deadline and policy.is_quorum:
                     _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
-                return _attempt_win(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
-                                    requested=requested, requested_at=requested_at, reason=reason, origin=origin)
+                return _attempt_win(
+                    item=item,
+                    ask=ask,
+                    reviewer=reviewer,
+                    decisions=decisions,
+                    note=note,
+                    requested=requested,
+                    requested_at=requested_at,
+                    reason=reason,
+                    origin=origin,
+                )
             if ask is not None:
-                return _attempt_lose(item=item, ask=ask, reviewer=reviewer, decisions=decisions, note=note,
-                                     requested=requested, requested_at=requested_at, reason=reason, origin=origin)
+                return _attempt_lose(
+                    item=item,
+                    ask=ask,
+                    reviewer=reviewer,
+                    decisions=decisions,
+                    note=note,
+                    requested=requested,
+                    requested_at=requested_at,
+                    reason=reason,
+                    origin=origin,
+                )
         attention = item.attention or "its graph is not waiting for a review"
         attempt_append(
-            item=item, reviewer=reviewer, requested=requested or Requested.APPROVE.value, note=note,
-            outcome=AttemptOutcome.INVALID, detail=attention[:300], requested_at=requested_at, decisions=decisions,
-            reason=reason, origin=origin,
+            item=item,
+            reviewer=reviewer,
+            requested=requested or Requested.APPROVE.value,
+            note=note,
+            outcome=AttemptOutcome.INVALID,
+            detail=attention[:300],
+            requested_at=requested_at,
+            decisions=decisions,
+            reason=reason,
+            origin=origin,
         )
     # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
 
 
-def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadline: bool) -> None:
+def _decide_right_check(*, item: QueueItem, reviewer: User, by_deadline: bool) -> None:
     if by_deadline:  # the deadline decides for the team, by the policy's default
         return
     try:
@@ -469,21 +548,41 @@ def _decide_right_check(*, item: QueueItem, reviewer: AbstractBaseUser, by_deadl
 
 
 def _vote_cast(
-    *, item: QueueItem, ask: ReviewAsk, voter: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
-    requested: str, requested_at: datetime, reason: str, origin: str, policy: Policy,
+    *,
+    item: QueueItem,
+    ask: ReviewAsk,
+    voter: User,
+    decisions: list[dict[str, Any]],
+    note: str,
+    requested: str,
+    requested_at: datetime,
+    reason: str,
+    origin: str,
+    policy: Policy,
 ) -> DecisionOutcome:
     """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
     now = timezone.now()
-    Vote.objects.update_or_create(ask=ask, voter=voter, defaults={"vote": requested, "note": note, "reason": reason,
-                                                                   "cast_at": now, "team_id": item.team_id})
+    Vote.objects.update_or_create(
+        ask=ask,
+        voter=voter,
+        defaults={"vote": requested, "note": note, "reason": reason, "cast_at": now, "team_id": item.team_id},
+    )
     votes = _ask_votes(ask)
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
     tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
     if resolution is None:
         attempt = attempt_append(
-            item=item, ask=ask, reviewer=voter, requested=requested, decisions=decisions, note=note,
-            outcome=AttemptOutcome.VOTED, requested_at=requested_at, reason=reason, origin=origin,
+            item=item,
+            ask=ask,
+            reviewer=voter,
+            requested=requested,
+            decisions=decisions,
+            note=note,
+            outcome=AttemptOutcome.VOTED,
+            requested_at=requested_at,
+            reason=reason,
+            origin=origin,
         )
         item_voted_record(item=item, ask=ask, tally=tally)
         # Done reading: the claim passes to the next voter (moderation.records.claims).
@@ -493,9 +592,17 @@ def _vote_cast(
         return outcome
     ask.tally = tally
     ask.save(update_fields=["tally"])
-    return _attempt_win(item=item, ask=ask, reviewer=voter, decisions=_resolved_decisions(ask=ask, resolution=resolution),
-                        note=note, requested=requested, requested_at=requested_at,
-                        reason=reason, origin=origin)
+    return _attempt_win(
+        item=item,
+        ask=ask,
+        reviewer=voter,
+        decisions=_resolved_decisions(ask=ask, resolution=resolution),
+        note=note,
+        requested=requested,
+        requested_at=requested_at,
+        reason=reason,
+        origin=origin,
+    )
 
 
 def _not_a_vote(*, policy: Policy, decisions: list[dict[str, Any]], now: bool = False) -> str:
@@ -503,8 +610,10 @@ def _not_a_vote(*, policy: Policy, decisions: list[dict[str, Any]], now: bool = 
     said = f"this item is {'now ' if now else ''}decided by vote ({policy.describe()})"
     kinds = {d["type"] for d in decisions}
     if kinds == set(VoteKind.values):
-        return (f"{said}, and one vote covers all {len(decisions)} actions of the request: you approved some and "
-                "rejected others. To reject any of them, vote reject (with your reason); nothing was recorded")
+        return (
+            f"{said}, and one vote covers all {len(decisions)} actions of the request: you approved some and "
+            "rejected others. To reject any of them, vote reject (with your reason); nothing was recorded"
+        )
     return f"{said}: vote approve or reject ({' and '.join(sorted(kinds - set(VoteKind.values)))} is not a vote)"
 
 
@@ -516,8 +625,9 @@ def _ask_votes(ask: ReviewAsk) -> list[tuple[str, str, datetime]]:
 def _deadline_tally_record(*, item: QueueItem, ask: ReviewAsk, policy: Policy, outcome: str) -> None:
     """A quorum ask the deadline resolves still hands the graph, the API and the webhooks the votes cast before it."""
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
-    ask.tally = tally_build(policy=policy, votes=_ask_votes(ask), eligible=eligible,
-                            resolution=Resolution(outcome=outcome, why=TallyWhy.DEADLINE))
+    ask.tally = tally_build(
+        policy=policy, votes=_ask_votes(ask), eligible=eligible, resolution=Resolution(outcome=outcome, why=TallyWhy.DEADLINE)
+    )
     ask.save(update_fields=["tally"])
 
 
@@ -588,7 +698,13 @@ def _is_lock_wait(exc: OperationalError) -> bool:
 
 
 def _ask_settle(
-    *, ask: ReviewAsk, status: str, decisions: list[dict[str, Any]], by: AbstractBaseUser, note: str, at: datetime,
+    *,
+    ask: ReviewAsk,
+    status: str,
+    decisions: list[dict[str, Any]],
+    by: User,
+    note: str,
+    at: datetime,
     reason: str = "",
 ) -> None:
     ask.status = status
@@ -600,7 +716,7 @@ def _ask_settle(
     ask.save(update_fields=["status", "decisions", "decided_by", "decided_at", "note", "reason"])
 
 
-def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, at: datetime, note: str) -> None:
+def _item_decided(*, item: QueueItem, status: str | None, by: User, at: datetime, note: str) -> None:
     """The item row after a winning attempt: settled as ``status`` (None: other asks are still
     open, so it stays pending), its apply queued, its counters moved in the same transaction."""
     before = item_counted(item)
@@ -615,8 +731,16 @@ def _item_decided(*, item: QueueItem, status: str | None, by: AbstractBaseUser, 
 
 
 def _attempt_win(
-    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
-    requested: str, requested_at: datetime, reason: str, origin: str,
+    *,
+    item: QueueItem,
+    ask: ReviewAsk,
+    reviewer: User,
+    decisions: list[dict[str, Any]],
+    note: str,
+    requested: str,
+    requested_at: datetime,
+    reason: str,
+    origin: str,
 ) -> DecisionOutcome:
     decided_at = timezone.now()
     _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
@@ -626,9 +750,19 @@ def _attempt_win(
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
     _item_decided(item=item, status=status if settled else None, by=reviewer, at=decided_at, note=note)
     attempt = attempt_append(
-        item=item, ask=ask, reviewer=reviewer, requested=requested, decisions=decisions, note=note,
-        outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at,
-        requested_at=requested_at, reason=reason, origin=origin,
+        item=item,
+        ask=ask,
+        reviewer=reviewer,
+        requested=requested,
+        decisions=decisions,
+        note=note,
+        outcome=AttemptOutcome.WON,
+        winner=reviewer,
+        winner_status=status,
+        winner_decided_at=decided_at,
+        requested_at=requested_at,
+        reason=reason,
+        origin=origin,
     )
     if settled:
         item_settled_record(item=item, ask=ask)
@@ -642,7 +776,13 @@ def _attempt_win(
 
 
 def _withdraw_win(
-    *, item: QueueItem, asks: list[ReviewAsk], by: AbstractBaseUser, reason: str, requested_at: datetime, origin: str,
+    *,
+    item: QueueItem,
+    asks: list[ReviewAsk],
+    by: User,
+    reason: str,
+    requested_at: datetime,
+    origin: str,
 ) -> DecisionOutcome:
     decided_at = timezone.now()
     message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
@@ -651,9 +791,17 @@ def _withdraw_win(
         _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
     _item_decided(item=item, status=ItemStatus.WITHDRAWN, by=by, at=decided_at, note=reason)
     attempt = attempt_append(
-        item=item, ask=asks[0], reviewer=by, requested=Requested.WITHDRAW.value, note=reason,
-        outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at,
-        requested_at=requested_at, origin=origin,
+        item=item,
+        ask=asks[0],
+        reviewer=by,
+        requested=Requested.WITHDRAW.value,
+        note=reason,
+        outcome=AttemptOutcome.WON,
+        winner=by,
+        winner_status=item.status,
+        winner_decided_at=decided_at,
+        requested_at=requested_at,
+        origin=origin,
     )
     item_settled_record(item=item, ask=asks[0])
     outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
@@ -664,14 +812,32 @@ def _withdraw_win(
 
 
 def _attempt_lose(
-    *, item: QueueItem, ask: ReviewAsk, reviewer: AbstractBaseUser, decisions: list[dict[str, Any]], note: str,
-    requested: str, requested_at: datetime, reason: str, origin: str,
+    *,
+    item: QueueItem,
+    ask: ReviewAsk,
+    reviewer: User,
+    decisions: list[dict[str, Any]],
+    note: str,
+    requested: str,
+    requested_at: datetime,
+    reason: str,
+    origin: str,
 ) -> DecisionOutcome:
     winner_status = ask_status_word(ask)
     attempt = attempt_append(
-        item=item, ask=ask, reviewer=reviewer, requested=requested or Requested.WITHDRAW.value, decisions=decisions,
-        note=note, outcome=AttemptOutcome.LOST, winner=ask.decided_by, winner_status=winner_status,
-        winner_decided_at=ask.decided_at, requested_at=requested_at, reason=reason, origin=origin,
+        item=item,
+        ask=ask,
+        reviewer=reviewer,
+        requested=requested or Requested.WITHDRAW.value,
+        decisions=decisions,
+        note=note,
+        outcome=AttemptOutcome.LOST,
+        winner=ask.decided_by,
+        winner_status=winner_status,
+        winner_decided_at=ask.decided_at,
+        requested_at=requested_at,
+        reason=reason,
+        origin=origin,
     )
     outcome = outcome_for(item=item, ask=ask, won=False, requested=attempt.requested, attempt=attempt)
     reviewer_id = reviewer.pk
@@ -690,7 +856,7 @@ DEADLINE_NOTE = "no decision before the deadline"
 ESCALATION_PRIORITY_STEP = 10
 
 
-def ask_deadline_settle(*, ask_pk: int, by: AbstractBaseUser, outcome: str) -> DecisionOutcome:
+def ask_deadline_settle(*, ask_pk: int, by: User, outcome: str) -> DecisionOutcome:
     """Resolve an ask whose deadline passed with the policy's default ``outcome`` (approve / reject), as ``by`` (the deadline's account).
 
     Judged under the same locks as a moderator's decision (the module docstring), so a
@@ -704,8 +870,15 @@ def ask_deadline_settle(*, ask_pk: int, by: AbstractBaseUser, outcome: str) -> D
     spec = AskSpec.from_payload(row[1])
     decisions = [{"type": outcome, **({"message": DEADLINE_NOTE} if outcome == "reject" else {})} for _ in spec.actions]
     target = _Target(key=str(row[0]), ask_pk=ask_pk, spec=spec, policy=policy_parse(row[2]))
-    return _guarded(target=target, reviewer=by, decisions=decisions, note=DEADLINE_NOTE, withdraw=False,
-                    origin=AttemptOrigin.DEADLINE, by_deadline=True)
+    return _guarded(
+        target=target,
+        reviewer=by,
+        decisions=decisions,
+        note=DEADLINE_NOTE,
+        withdraw=False,
+        origin=AttemptOrigin.DEADLINE,
+        by_deadline=True,
+    )
 
 
 def ask_escalate(*, ask_pk: int) -> bool:

@@ -72,8 +72,8 @@ from moderation.models import (
     ItemStatus,
     QueueItem,
     ReviewAsk,
-    Team,
 )
+from moderation.policies.models import Team
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection, deployment_item_interrupts
@@ -119,8 +119,9 @@ def deployment_register(*, name: str, url: str, api_key: str, routes: list[Graph
         user.set_unusable_password()
         user.save()
         client = ApiClient.objects.create(name=f"langgraph.{name}", user=user, scopes=[])
-        deployment = Deployment.objects.create(name=name, url=url, api_key=api_key, graphs=mapping, client=client,
-                                               webhook_digest=_digest(secret))
+        deployment = Deployment.objects.create(
+            name=name, url=url, api_key=api_key, graphs=mapping, client=client, webhook_digest=_digest(secret)
+        )
     return deployment, secret
 
 
@@ -129,8 +130,10 @@ def _local_check(*, name: str, url: str, api_key: str, routes: list[GraphRoute])
         Deployment(name=name, url=url, api_key=api_key, graphs={}, webhook_digest="x").full_clean(exclude=["client", "graphs"])
     except ValidationError as exc:
         raise DeploymentInvalid("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-    if ApiClient.objects.filter(name=f"langgraph.{name}").exists() or \
-            get_user_model().objects.filter(username=f"langgraph.{name}").exists():
+    if (
+        ApiClient.objects.filter(name=f"langgraph.{name}").exists()
+        or get_user_model().objects.filter(username=f"langgraph.{name}").exists()
+    ):
         raise DeploymentInvalid(f"name: the account langgraph.{name} already exists")
     if not routes:
         raise DeploymentInvalid("graphs: name at least one graph or assistant of the deployment")
@@ -194,14 +197,16 @@ def deployment_webhook(*, deployment: Deployment, payload: Any) -> str:
 
 def _discovery_queued(*, deployment_id: int, thread_id: str) -> bool:
     # Check-then-insert: two webhooks at once may both queue it; discovery is idempotent.
-    return DBTaskResult.objects.filter(task_path=deployment_discover_task.module_path, status=TaskResultStatus.READY,
-                                       args_kwargs__args=[deployment_id, thread_id]).exists()
+    return DBTaskResult.objects.filter(
+        task_path=deployment_discover_task.module_path,
+        status=TaskResultStatus.READY,
+        args_kwargs__args=[deployment_id, thread_id],
+    ).exists()
 
 
 @task(queue_name=DISCOVER_QUEUE)
 def deployment_discover_task(deployment_id: int, thread_id: str) -> int:
-    return sum(1 for found in deployment_thread_discover(deployment_id=deployment_id, thread_id=thread_id)
-               if found.created)
+    return sum(1 for found in deployment_thread_discover(deployment_id=deployment_id, thread_id=thread_id) if found.created)
 
 
 def deployment_thread_discover(*, deployment_id: int, thread_id: str) -> list[SubmitResult]:
@@ -224,7 +229,7 @@ def deployment_thread_discover(*, deployment_id: int, thread_id: str) -> list[Su
 def _route(*, deployment: Deployment, thread: RemoteThread) -> dict[str, Any] | None:
     """The deployment's route for the thread: its assistant's, else its graph's; None if neither is reviewed."""
     for key in ("assistant_id", "graph_id"):
-        route = deployment.graphs.get(str(thread.metadata.get(key, "")))
+        route: dict[str, Any] | None = deployment.graphs.get(str(thread.metadata.get(key, "")))
         if route is not None and route.get("match", "graph_id") == key:
             return route
     return None
@@ -263,8 +268,9 @@ def deployment_sweep(*, deployment: Deployment) -> int:
 
 def _undecided_threads(*, deployment: Deployment) -> set[str]:
     rows = QueueItem.objects.filter(submitted_by=deployment.client, status=ItemStatus.PENDING).values_list(
-        "graph_input", flat=True)
-    return {(row.get("external") or {}).get("thread_id") for row in rows} - {None}
+        "graph_input", flat=True
+    )
+    return {thread_id for row in rows if (thread_id := (row.get("external") or {}).get("thread_id")) is not None}
 
 
 def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[SubmitResult]:
@@ -285,26 +291,34 @@ def thread_discover(*, deployment: Deployment, thread: RemoteThread) -> list[Sub
                 pass  # another item asks about one of them (made, or its round opened, since we looked)
             except ValidationError as exc:
                 # These interrupts cannot be an item (its requested_by names nobody here, say).
-                logger.warning("deployment %s, thread %s: interrupts %s not queued: %s", deployment.name,
-                               thread.thread_id, ", ".join(i.interrupt_id for i in fresh), "; ".join(exc.messages))
+                logger.warning(
+                    "deployment %s, thread %s: interrupts %s not queued: %s",
+                    deployment.name,
+                    thread.thread_id,
+                    ", ".join(i.interrupt_id for i in fresh),
+                    "; ".join(exc.messages),
+                )
     outside_resolutions_withdraw(deployment=deployment, thread=thread)
     return items
 
 
 def _thread_items(*, deployment: Deployment, thread_id: str, **filters: Any) -> Any:
-    return QueueItem.objects.filter(submitted_by=deployment.client, graph_input__external__thread_id=thread_id,
-                                    **filters)
+    return QueueItem.objects.filter(submitted_by=deployment.client, graph_input__external__thread_id=thread_id, **filters)
 
 
 def _apply_owed(*, deployment: Deployment, thread_id: str) -> bool:
     """Whether an item of the thread has a decided (or withdrawn) ask not yet applied."""
-    return ReviewAsk.objects.filter(item__in=_thread_items(deployment=deployment, thread_id=thread_id),
-                                    applied_at__isnull=True).exclude(status=AskStatus.PENDING).exists()
+    return (
+        ReviewAsk.objects.filter(item__in=_thread_items(deployment=deployment, thread_id=thread_id), applied_at__isnull=True)
+        .exclude(status=AskStatus.PENDING)
+        .exists()
+    )
 
 
 def _asked_interrupts(*, deployment: Deployment, thread_id: str) -> set[str]:
-    return set(DeploymentInterrupt.objects.filter(deployment=deployment, thread_id=thread_id)
-               .values_list("interrupt_id", flat=True))
+    return set(
+        DeploymentInterrupt.objects.filter(deployment=deployment, thread_id=thread_id).values_list("interrupt_id", flat=True)
+    )
 
 
 def interrupts_key(*, thread_id: str, interrupt_ids: list[str]) -> str:
@@ -318,10 +332,13 @@ def _interrupts_submit(*, deployment: Deployment, thread: RemoteThread, interrup
     route = _route(deployment=deployment, thread=thread) or {}
     requested_by = thread.metadata.get("requested_by")
     more = f" (and {len(interrupts) - 1} more)" if len(interrupts) > 1 else ""
-    title = f"{thread.graph_id}: {_summary(interrupts[0].value)}"[:TITLE_MAX - len(more)] + more
+    title = f"{thread.graph_id}: {_summary(interrupts[0].value)}"[: TITLE_MAX - len(more)] + more
     submission = Submission(
-        title=title, body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
-        source=f"langgraph:{deployment.name}"[:100], team=route.get("team"), policy=route.get("policy") or None,
+        title=title,
+        body=f"Asked by the {thread.graph_id} agent of {deployment.name}, thread {thread.thread_id}.",
+        source=f"langgraph:{deployment.name}"[:100],
+        team=route.get("team"),
+        policy=route.get("policy") or None,
         requested_by=requested_by if isinstance(requested_by, str) and requested_by else None,
         asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in interrupts],
         external={"thread_id": thread.thread_id},
@@ -337,8 +354,8 @@ def _summary(value: Any) -> str:
             first = actions[0]
             return str(first.get("description") or first.get("name") or "an action")
         for key in ("question", "description", "message", "title"):
-            if isinstance(value.get(key), str) and value[key]:
-                return value[key]
+            if isinstance(text := value.get(key), str) and text:
+                return text
     if isinstance(value, str) and value:
         return value
     return json.dumps(value, ensure_ascii=False)[:120]
@@ -358,6 +375,5 @@ def outside_resolutions_withdraw(*, deployment: Deployment, thread: RemoteThread
     withdrawn = 0
     for item in _thread_items(deployment=deployment, thread_id=thread.thread_id, status=ItemStatus.PENDING):
         if not waiting & set(deployment_item_interrupts(item=item)):
-            withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user,
-                                       reason=RESOLVED_OUTSIDE).won
+            withdrawn += item_withdraw(item_public_id=item.public_id, by=deployment.client.user, reason=RESOLVED_OUTSIDE).won
     return withdrawn

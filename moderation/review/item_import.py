@@ -83,11 +83,12 @@ def _csv_rows(stream: TextIO) -> Iterator[ItemRow]:
         if None in record:
             yield ItemRow(reader.line_num, {}, f"has {len(header) + len(record[None])} fields; the header names {len(header)}")
             continue
-        yield _row_check(reader.line_num, {k: v for k, v in record.items()
-                                           if v is not None and not (k in BLANK_IS_UNSET and not v.strip())})
+        yield _row_check(
+            reader.line_num, {k: v for k, v in record.items() if v is not None and not (k in BLANK_IS_UNSET and not v.strip())}
+        )
 
 
-def _row_check(number: int, value: dict) -> ItemRow:
+def _row_check(number: int, value: dict[str, Any]) -> ItemRow:
     unknown = sorted(str(k) for k in value if k not in ITEM_FIELDS)
     if unknown:
         return ItemRow(number, {}, f"unknown field {', '.join(unknown)}; fields are {', '.join(ITEM_FIELDS)}")

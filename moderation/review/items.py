@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
@@ -27,7 +27,6 @@ from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
 from moderation.review.remote import deployment_item_entered
 
-
 # The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
 START_FIELDS = ("item_id", "title", "body", "source")
 
@@ -36,9 +35,7 @@ def item_body_check(*, body: str) -> None:
     """Refuse a body longer than ITEM_BODY_MAX_LENGTH, naming the limit."""
     limit = settings.ITEM_BODY_MAX_LENGTH
     if len(body) > limit:
-        raise ValidationError(
-            {"body": f"body is {len(body):,} characters; the limit is {limit:,} (ITEM_BODY_MAX_LENGTH)"}
-        )
+        raise ValidationError({"body": f"body is {len(body):,} characters; the limit is {limit:,} (ITEM_BODY_MAX_LENGTH)"})
 
 
 def item_texts_check(**texts: str | None) -> None:
@@ -54,7 +51,7 @@ def item_texts_check(**texts: str | None) -> None:
             raise ValidationError({field: f"{field} {exc}"}) from None
 
 
-def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
+def item_requester_get(*, username: str | None) -> User | None:
     """The user an item is requested on behalf of (four eyes: they may never decide it), by username."""
     if username is None:
         return None
@@ -66,8 +63,15 @@ def item_requester_get(*, username: str | None) -> AbstractBaseUser | None:
 
 
 def item_create(
-    *, title: str, body: str, source: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
-    team: str | None = None, policy: Any = None, requested_by: AbstractBaseUser | None = None,
+    *,
+    title: str,
+    body: str,
+    source: str,
+    graph: str | None = None,
+    graph_input: dict[str, Any] | None = None,
+    team: str | None = None,
+    policy: Any = None,
+    requested_by: User | None = None,
 ) -> QueueItem:
     """Create an item and run its graph (``graph``, a ``REVIEWQUEUE_GRAPHS`` name; the
     moderation graph by default) to its first interrupt(s), one ``ReviewAsk`` each.
@@ -89,8 +93,17 @@ def item_create(
     cannot start, no item appears; a graph started for a row whose insert then fails is
     an orphan thread nobody can reach, which is harmless.
     """
-    return _item_start(title=title, body=body, source=source, is_lab=False, graph=graph, graph_input=graph_input or {},
-                       team=team, policy=policy, requested_by=requested_by)
+    return _item_start(
+        title=title,
+        body=body,
+        source=source,
+        is_lab=False,
+        graph=graph,
+        graph_input=graph_input or {},
+        team=team,
+        policy=policy,
+        requested_by=requested_by,
+    )
 
 
 def submitted_item_create(
@@ -101,15 +114,28 @@ def submitted_item_create(
 
 
 def lab_item_create(
-    *, title: str, body: str, graph: str | None = None, graph_input: dict[str, Any] | None = None,
-    team: str | None = None, policy: Any = None,
+    *,
+    title: str,
+    body: str,
+    graph: str | None = None,
+    graph_input: dict[str, Any] | None = None,
+    team: str | None = None,
+    policy: Any = None,
 ) -> QueueItem:
     """A race-lab item (``is_lab``): the only way to make one; moderation.lab is its only caller.
 
     ``team`` and ``policy`` as for ``item_create`` (the lab names its own team, so a real
     team claiming the source or the graph never takes its items)."""
-    return _item_start(title=title, body=body, source="racelab", is_lab=True, graph=graph, graph_input=graph_input or {},
-                       team=team, policy=policy)
+    return _item_start(
+        title=title,
+        body=body,
+        source="racelab",
+        is_lab=True,
+        graph=graph,
+        graph_input=graph_input or {},
+        team=team,
+        policy=policy,
+    )
 
 
 def _item_start(
@@ -145,8 +171,9 @@ def _ask_deadline_check(*, graph_input: dict[str, Any], policy: Policy) -> None:
         return
     seconds = ask_spec_from_interrupt(value=graph_input["ask"]).deadline_seconds
     if seconds and (why := ask_deadline_weakening(policy=policy, seconds=seconds)):
-        raise ValidationError({"ask.deadline_seconds": "an ask's own deadline may make its item's policy stricter, "
-                                                       f"never weaker: {why}"})
+        raise ValidationError(
+            {"ask.deadline_seconds": f"an ask's own deadline may make its item's policy stricter, never weaker: {why}"}
+        )
 
 
 def item_build(
@@ -164,8 +191,13 @@ def item_build(
     except ValueError as exc:
         raise ValidationError({"graph": str(exc)}) from None
     try:
-        team, policy = item_policy_resolve(slug=fields.pop("team", None), source=source, graph=fields["graph"],
-                                           policy=fields.pop("policy", None), requester=fields.get("requested_by"))
+        team, policy = item_policy_resolve(
+            slug=fields.pop("team", None),
+            source=source,
+            graph=fields["graph"],
+            policy=fields.pop("policy", None),
+            requester=fields.get("requested_by"),
+        )
     except PolicyInvalid as exc:
         raise ValidationError({exc.field: str(exc)}) from None
     fields.update(team=team, policy=policy.as_json())
@@ -175,11 +207,20 @@ def item_build(
     if fields["graph"] == ASK_GRAPH:
         _ask_deadline_check(graph_input=graph_input, policy=policy)
     if taken := [key for key in START_FIELDS if key in graph_input]:
-        raise ValidationError({"input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
-                                        "(what moderators read); send them as the item's fields"})
+        raise ValidationError(
+            {
+                "input": f"input may not set {', '.join(taken)}: the graph starts from the item's own "
+                "(what moderators read); send them as the item's fields"
+            }
+        )
     public_id = public_id or uuid.uuid4()
     item = QueueItem(
-        public_id=public_id, title=title, body=body, source=source, thread_id=f"item-{public_id}", is_lab=is_lab,
+        public_id=public_id,
+        title=title,
+        body=body,
+        source=source,
+        thread_id=f"item-{public_id}",
+        is_lab=is_lab,
         **fields,
     )
     # Uniqueness of public_id and of the per-client keys (constraints with submitted_by)
@@ -189,15 +230,21 @@ def item_build(
     # round trips, a fifth of an item's start on PostgreSQL), and the insert enforces them
     # anyway. A new item's status is ours to set; its priority, the one a caller chooses,
     # was checked with the submission (moderation.review.submissions.submission_check).
-    item.full_clean(exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"],
-                    validate_constraints=False)
+    item.full_clean(
+        exclude=["public_id", "thread_id", "review_request", "submitted_by", "graph", "graph_input"], validate_constraints=False
+    )
     return item
 
 
 def item_start_state(*, item: QueueItem) -> dict[str, Any]:
     """What the item's graph starts from: its ``graph_input`` and, over it, its own content."""
-    return {**(item.graph_input or {}), "item_id": str(item.public_id), "title": item.title, "body": item.body,
-            "source": item.source}
+    return {
+        **(item.graph_input or {}),
+        "item_id": str(item.public_id),
+        "title": item.title,
+        "body": item.body,
+        "source": item.source,
+    }
 
 
 def item_graph_run(*, item: QueueItem) -> GraphState:

@@ -111,7 +111,8 @@ def item_outcome_report(*, client: ApiClient, item_public_id: str, status: str, 
                 return Reported(report=existing, created=False)
             raise OutcomeAlreadyReported(
                 f"this item's outcome was already reported ({existing.status}, {existing.reported_at.isoformat()}); "
-                "the first report stands")
+                "the first report stands"
+            )
         if not item.is_decided:
             raise OutcomeNotDecided(f"the item is {item.status}: report its outcome once it is decided")
         fault_point("outcome_checked", item_key=str(item.public_id))

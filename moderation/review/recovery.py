@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -53,9 +54,7 @@ class RecoveryReport:
         return sum(action.failed for action in self.actions)
 
 
-def items_recover(
-    *, include_decided: bool = False, progress: Callable[[int, int], None] | None = None
-) -> RecoveryReport:
+def items_recover(*, include_decided: bool = False, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
     """Reconcile starting, pending, needs-attention and not-yet-applied items (decided ones too if asked) with their graphs.
 
     Idempotent: a second run finds nothing to do. Each item is handled under the same
@@ -73,8 +72,9 @@ def items_recover(
     unsettled = Q(status__in=statuses) | Q(apply_state__in=[ApplyState.APPLYING, ApplyState.FAILED])
     items = QueueItem.objects.filter(unsettled)
     loaded = graph_names()
-    report = RecoveryReport(skipped=dict(
-        items.exclude(graph__in=loaded).values_list("graph").annotate(Count("id")).order_by("graph")))
+    report = RecoveryReport(
+        skipped=dict(items.exclude(graph__in=loaded).values_list("graph").annotate(Count("id")).order_by("graph"))
+    )
     keys = list(items.filter(graph__in=loaded).order_by("id").values_list("public_id", flat=True))
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
@@ -116,18 +116,20 @@ def item_graph_disagreement(*, key: str) -> str | None:
     settling = settled[-1]
     if item.is_decided and settling.applied_at and settling.pk not in disagreeing:
         row = (item.status, item.decided_by.get_username() if item.decided_by else "nobody")
-        asked = (ask_status_word(settling), settling.decided_by.get_username())
+        asked = (ask_status_word(settling), settling.decided_by.get_username() if settling.decided_by else "nobody")
         if row != asked:
-            found.append(f"the item row says {row[0]} by {row[1]}; the ask {settling.interrupt_id} that decided it "
-                         f"(its graph holds it) says {asked[0]} by {asked[1]}")
+            found.append(
+                f"the item row says {row[0]} by {row[1]}; the ask {settling.interrupt_id} that decided it "
+                f"(its graph holds it) says {asked[0]} by {asked[1]}"
+            )
     return "; ".join(found) or None
 
 
-def _ask_disagreement(ask: ReviewAsk, answers: dict) -> str | None:
+def _ask_disagreement(ask: ReviewAsk, answers: dict[str, Any]) -> str | None:
     if ask.interrupt_id not in answers:
         return f"ask {ask.interrupt_id} is recorded as applied, but its graph holds no answer to it"
     spec = AskSpec.from_payload(ask.payload)
-    who = ask.decided_by.get_username()
+    who = ask.decided_by.get_username() if ask.decided_by else "nobody"
     try:
         decisions, reviewer = ask_resume_read(spec=spec, value=answers[ask.interrupt_id])
         if decisions == ask.decisions and reviewer in (None, who):
@@ -136,8 +138,10 @@ def _ask_disagreement(ask: ReviewAsk, answers: dict) -> str | None:
     except (ValueError, KeyError, TypeError) as exc:
         return f"ask {ask.interrupt_id}: its graph holds an answer this version does not write ({exc!r})"
     by = f"{reviewer}'s" if reviewer else "an answer"
-    return (f"ask {ask.interrupt_id}: the row says {who} {decisions_describe(spec=spec, decisions=ask.decisions)}; "
-            f"its graph was resumed with {by}: {said}")
+    return (
+        f"ask {ask.interrupt_id}: the row says {who} {decisions_describe(spec=spec, decisions=ask.decisions)}; "
+        f"its graph was resumed with {by}: {said}"
+    )
 
 
 def _attention_mark(*, key: str, reason: str) -> str:

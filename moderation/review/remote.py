@@ -46,7 +46,6 @@ from moderation.core.faults import fault_point
 from moderation.core.resumelock import thread_resume_lock
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
 from moderation.graphs.passthrough import ask_answers, ask_interrupts, ask_round_input, asks_answered, asks_asked
-from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
 from moderation.graphs.remote import (
     Connection,
     RemoteBusy,
@@ -55,6 +54,7 @@ from moderation.graphs.remote import (
     remote_resume,
     remote_thread_read,
 )
+from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
 from moderation.models import AskStatus, Deployment, DeploymentInterrupt, QueueItem, ReviewAsk
 
 RESOLVED_OUTSIDE = "resolved outside reviewqueue"
@@ -91,12 +91,17 @@ def deployment_resume(*, deployment: Deployment, item: QueueItem, asks: list[Rev
     decided = any(a.status == AskStatus.DECIDED for a in asks)
     if decided:
         answers = ask_answers(graph_input=item.graph_input, values=graph_values(name=item.graph, thread_id=item.thread_id))
-    thread, resumed = remote_resume_once(connection=deployment_connection(deployment), lock=f"langgraph:{deployment.pk}",
-                                         thread_id=thread_id, answers=answers)
+    thread, resumed = remote_resume_once(
+        connection=deployment_connection(deployment), lock=f"langgraph:{deployment.pk}", thread_id=thread_id, answers=answers
+    )
     fault_point("after_remote_resume", item_key=item.thread_id)
     asked_next = _round_open(deployment=deployment, item=item, thread=thread) if decided else []
-    outcome: dict[str, Any] = {"thread_id": thread_id, "interrupt_ids": deployment_item_interrupts(item=item),
-                               "thread_status": thread.status, "resumed": resumed}
+    outcome: dict[str, Any] = {
+        "thread_id": thread_id,
+        "interrupt_ids": deployment_item_interrupts(item=item),
+        "thread_status": thread.status,
+        "resumed": resumed,
+    }
     if not resumed:
         # Withdrawn (found resolved by a sweep or a webhook), or decided here while it was being resolved there.
         outcome["resolved"] = RESOLVED_OUTSIDE
@@ -114,14 +119,15 @@ def deployment_item_interrupts(*, item: QueueItem) -> list[str]:
     return list(item.deployment_interrupts.order_by("id").values_list("interrupt_id", flat=True))
 
 
-def deployment_interrupts_claim(*, deployment: Deployment, item: QueueItem, thread_id: str,
-                                interrupt_ids: list[str]) -> None:
+def deployment_interrupts_claim(*, deployment: Deployment, item: QueueItem, thread_id: str, interrupt_ids: list[str]) -> None:
     """Record that ``item`` asks about these interrupts of the thread, in the caller's transaction;
     IntegrityError (and the caller's transaction spoiled) if another item asks about one of them."""
-    DeploymentInterrupt.objects.bulk_create([
-        DeploymentInterrupt(deployment=deployment, thread_id=thread_id, interrupt_id=interrupt_id, item=item)
-        for interrupt_id in interrupt_ids
-    ])
+    DeploymentInterrupt.objects.bulk_create(
+        [
+            DeploymentInterrupt(deployment=deployment, thread_id=thread_id, interrupt_id=interrupt_id, item=item)
+            for interrupt_id in interrupt_ids
+        ]
+    )
 
 
 def deployment_item_entered(*, item: QueueItem) -> None:
@@ -131,8 +137,12 @@ def deployment_item_entered(*, item: QueueItem) -> None:
         return
     deployment = deployment_of_item(item=item)
     if deployment is not None:
-        deployment_interrupts_claim(deployment=deployment, item=item, thread_id=item.graph_input["external"]["thread_id"],
-                                    interrupt_ids=ask_interrupts(graph_input=item.graph_input))
+        deployment_interrupts_claim(
+            deployment=deployment,
+            item=item,
+            thread_id=item.graph_input["external"]["thread_id"],
+            interrupt_ids=ask_interrupts(graph_input=item.graph_input),
+        )
 
 
 def _round_open(*, deployment: Deployment, item: QueueItem, thread: RemoteThread) -> list[str]:
@@ -146,8 +156,7 @@ def _round_open(*, deployment: Deployment, item: QueueItem, thread: RemoteThread
     if fresh and local.finished:
         try:
             with transaction.atomic():
-                deployment_interrupts_claim(deployment=deployment, item=item, thread_id=thread.thread_id,
-                                            interrupt_ids=fresh)
+                deployment_interrupts_claim(deployment=deployment, item=item, thread_id=thread.thread_id, interrupt_ids=fresh)
             claimed.update(fresh)
         except IntegrityError:
             pass  # another item asks about them (found by discovery after they were resolved elsewhere)
@@ -156,13 +165,20 @@ def _round_open(*, deployment: Deployment, item: QueueItem, thread: RemoteThread
     mine = [i for i in thread.interrupts if i.interrupt_id in claimed and i.interrupt_id not in answered]
     unasked = [i for i in mine if i.interrupt_id not in asked]
     if unasked and local.finished:
-        graph_run_again(name=item.graph, thread_id=item.thread_id,
-                        state=ask_round_input(asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in unasked]))
+        graph_run_again(
+            name=item.graph,
+            thread_id=item.thread_id,
+            state=ask_round_input(asks=[{"interrupt_id": i.interrupt_id, "value": i.value} for i in unasked]),
+        )
     return [i.interrupt_id for i in mine]
 
 
 def remote_resume_once(
-    *, connection: Connection, lock: str, thread_id: str, answers: dict[str, Any],
+    *,
+    connection: Connection,
+    lock: str,
+    thread_id: str,
+    answers: dict[str, Any],
 ) -> tuple[RemoteThread, list[str]]:
     """Under the thread's resume lock (named ``lock:thread_id``), resume it with those of ``answers``
     (``{interrupt_id: value}``) it still waits on, if any; (the thread after, the interrupt ids this

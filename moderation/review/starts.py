@@ -89,7 +89,7 @@ def items_start_enqueue(*, item_ids: list[int]) -> None:
 
 
 def _chunks(item_ids: list[int]) -> list[list[int]]:
-    return [item_ids[first:first + START_CHUNK] for first in range(0, len(item_ids), START_CHUNK)]
+    return [item_ids[first : first + START_CHUNK] for first in range(0, len(item_ids), START_CHUNK)]
 
 
 def item_start(*, item_id: int, retry_failed: bool = False) -> str:
@@ -186,7 +186,8 @@ def starts_sweep(*, enqueue: Callable[[list[int]], Any] | None = None) -> int:
     overdue = timezone.now() - timedelta(seconds=settings.APPLY_SWEEP_GRACE)
     waiting = (
         QueueItem.objects.filter(status=ItemStatus.STARTING, created_at__lt=overdue, graph__in=graph_names())
-        .order_by("created_at", "id").values_list("pk", flat=True)
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)
     )
     item_ids = tasks_orphaned(ids=waiting.iterator(), task=items_start_task, started_since=overdue)
     for chunk in _chunks(item_ids):

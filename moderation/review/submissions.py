@@ -35,15 +35,15 @@ Every field is checked before anything starts; a refused submit changes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import dataclasses
+import hashlib
 import json
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -234,9 +234,14 @@ def _context_check(context: Any) -> None:
     for index, message in enumerate(messages):
         field = f"context.messages[{index}]"
         shaped = isinstance(message, dict) and {"role", "content"} <= set(message) <= {"role", "content", "name"}
-        if not shaped or not all(isinstance(v, str) for v in message.values()) \
-                or len(message["content"]) > CONTEXT_MESSAGE_MAX_LENGTH:
-            raise ValidationError({field: f"{{role, content, name?}}, texts, content at most {CONTEXT_MESSAGE_MAX_LENGTH} characters"})
+        if (
+            not shaped
+            or not all(isinstance(v, str) for v in message.values())
+            or len(message["content"]) > CONTEXT_MESSAGE_MAX_LENGTH
+        ):
+            raise ValidationError(
+                {field: f"{{role, content, name?}}, texts, content at most {CONTEXT_MESSAGE_MAX_LENGTH} characters"}
+            )
         for key, text in message.items():
             _context_text_check(text, field=f"{field}.{key}")
     if len(json.dumps(context, ensure_ascii=False).encode()) > CONTEXT_MAX_BYTES:
@@ -269,8 +274,9 @@ def _asks_check(asks: Any) -> None:
 def _ask_unfold(*, submission: Submission, idempotency_key: str | None) -> Submission:
     """An ask's submission as the item it makes: the pass-through graph, the ask as its input, its natural key."""
     if submission.asks is not None:
-        return dataclasses.replace(submission, graph=ASK_GRAPH,
-                                   graph_input={"asks": submission.asks, "external": submission.external or {}})
+        return dataclasses.replace(
+            submission, graph=ASK_GRAPH, graph_input={"asks": submission.asks, "external": submission.external or {}}
+        )
     if submission.ask is None:
         return submission
     external = submission.external or {}
@@ -319,20 +325,20 @@ def item_submit(*, client: ApiClient, submission: Submission, idempotency_key: s
     digest = submission.digest()
     key = _key(submission=submission, idempotency_key=idempotency_key)
     if key is not None:
-        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key,
-                             digest=digest)
+        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key, digest=digest)
         if existing is not None:
             return SubmitResult(item=existing, created=False)
-    fields = _fields(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest,
-                     requester=requester)
+    fields = _fields(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest, requester=requester)
     try:
         item = submitted_item_create(
-            title=submission.title, body=submission.body, source=submission.source,
-            public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None, fields=fields,
+            title=submission.title,
+            body=submission.body,
+            source=submission.source,
+            public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None,
+            fields=fields,
         )
     except IntegrityError:
-        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key,
-                             digest=digest)
+        existing = _existing(client=client, external_id=submission.external_id, idempotency_key=idempotency_key, digest=digest)
         if existing is None:
             raise
         return SubmitResult(item=existing, created=False)
@@ -346,20 +352,29 @@ def _key(*, submission: Submission, idempotency_key: str | None) -> str | None:
 
 
 def _fields(
-    *, client: ApiClient, submission: Submission, idempotency_key: str | None, digest: str,
-    requester: AbstractBaseUser | None,
+    *,
+    client: ApiClient,
+    submission: Submission,
+    idempotency_key: str | None,
+    digest: str,
+    requester: User | None,
 ) -> dict[str, Any]:
     return {
-        "external_id": submission.external_id, "metadata": submission.metadata or {}, "priority": submission.priority,
-        "submitted_by": client, "idempotency_key": idempotency_key, "submission_digest": digest,
-        "graph": submission.graph, "graph_input": submission.graph_input or {},
-        "team": submission.team, "policy": submission.policy, "requested_by": requester,
+        "external_id": submission.external_id,
+        "metadata": submission.metadata or {},
+        "priority": submission.priority,
+        "submitted_by": client,
+        "idempotency_key": idempotency_key,
+        "submission_digest": digest,
+        "graph": submission.graph,
+        "graph_input": submission.graph_input or {},
+        "team": submission.team,
+        "policy": submission.policy,
+        "requested_by": requester,
     }
 
 
-def _existing(
-    *, client: ApiClient, external_id: str | None, idempotency_key: str | None, digest: str
-) -> QueueItem | None:
+def _existing(*, client: ApiClient, external_id: str | None, idempotency_key: str | None, digest: str) -> QueueItem | None:
     match = Q()
     if idempotency_key is not None:
         match |= Q(idempotency_key=idempotency_key)
@@ -405,7 +420,7 @@ def items_accept(*, client: ApiClient, entries: list[tuple[Submission, str | Non
     """
     results: list[Accepted | None] = [None] * len(entries)
     built: list[tuple[int, QueueItem]] = []
-    requesters: dict[str | None, AbstractBaseUser | None] = {}
+    requesters: dict[str | None, User | None] = {}
     for index, (submission, idempotency_key) in enumerate(entries):
         try:
             submission_check(submission=submission, idempotency_key=idempotency_key)
@@ -414,12 +429,21 @@ def items_accept(*, client: ApiClient, entries: list[tuple[Submission, str | Non
                 requesters[submission.requested_by] = item_requester_get(username=submission.requested_by)
             digest = submission.digest()
             key = _key(submission=submission, idempotency_key=idempotency_key)
-            fields = _fields(client=client, submission=submission, idempotency_key=idempotency_key, digest=digest,
-                             requester=requesters[submission.requested_by])
+            fields = _fields(
+                client=client,
+                submission=submission,
+                idempotency_key=idempotency_key,
+                digest=digest,
+                requester=requesters[submission.requested_by],
+            )
             item = item_build(
-                title=submission.title, body=submission.body, source=submission.source, is_lab=False,
+                title=submission.title,
+                body=submission.body,
+                source=submission.source,
+                is_lab=False,
                 public_id=_public_id_for(client=client, key=key, digest=digest) if key is not None else None,
-                status=ItemStatus.STARTING, **fields,
+                status=ItemStatus.STARTING,
+                **fields,
             )
         except ValidationError as exc:
             results[index] = Accepted(error=exc)
@@ -437,10 +461,15 @@ def _batch_known(
     """Answer the entries whose key is already used (by a row, or by an earlier entry); return the rest."""
     keys = [item.idempotency_key for _, item in built if item.idempotency_key is not None]
     external = [item.external_id for _, item in built if item.external_id is not None]
-    rows = list(
-        QueueItem.objects.filter(Q(idempotency_key__in=keys) | Q(external_id__in=external), submitted_by=client)
-        .select_related("decided_by").order_by("created_at", "id")
-    ) if keys or external else []
+    rows = (
+        list(
+            QueueItem.objects.filter(Q(idempotency_key__in=keys) | Q(external_id__in=external), submitted_by=client)
+            .select_related("decided_by")
+            .order_by("created_at", "id")
+        )
+        if keys or external
+        else []
+    )
     # As _existing's first(): the oldest row holding either key; then this batch's earlier entries.
     known_by: dict[tuple[str, str], tuple[int, QueueItem]] = {}
 
@@ -493,8 +522,12 @@ def _batch_insert(*, client: ApiClient, items: list[tuple[int, QueueItem]]) -> l
             out.append((index, Accepted(item=item, created=True)))
         except IntegrityError:
             try:
-                existing = _existing(client=client, external_id=item.external_id, idempotency_key=item.idempotency_key,
-                                     digest=item.submission_digest)
+                existing = _existing(
+                    client=client,
+                    external_id=item.external_id,
+                    idempotency_key=item.idempotency_key,
+                    digest=item.submission_digest,
+                )
             except IdempotencyConflict as exc:
                 out.append((index, Accepted(error=exc)))
                 continue

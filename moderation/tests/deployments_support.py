@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
-
 from langgraph_sdk import get_sync_client
 
 from e2e.children import children_adopt, children_forget
@@ -80,7 +79,7 @@ def discovery_processes(*, roles: list[str], deployment: Deployment, thread_ids:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for role in roles]
     outputs = [p.communicate(timeout=120)[0] for p in processes]
-    for role, process, output in zip(roles, processes, outputs):
+    for role, process, output in zip(roles, processes, outputs, strict=False):
         assert process.returncode == 0, f"the {role} process failed:\n{output}"
 
 

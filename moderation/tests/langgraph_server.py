@@ -13,6 +13,7 @@ the deployment "down" without the cost of restarting the server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -149,8 +150,6 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for s in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 

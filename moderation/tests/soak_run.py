@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -469,10 +470,8 @@ class Load:
         response = await self.send(api, "cancel", "POST", f"/api/v1/items/{item}/cancel", primary=server, json={})
         body = {}
         if response is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 body = response.json()
-            except ValueError:
-                pass
         if response is not None and response.status_code == 200 and body.get("status") == "withdrawn":
             self.history.complete(op, completion="ok", told_winner=f"api.{CLIENT}")
         elif response is not None and response.status_code == 409 and body.get("winner"):
@@ -678,10 +677,8 @@ async def rss_sample(cluster: Cluster, stop: asyncio.Event) -> None:
         for n, server in enumerate(cluster.servers):
             if server.process is not None and server.process.poll() is None:
                 cluster.rss.setdefault(n, []).append((time.time(), rss_kb(server.process.pid)))
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 5)
-        except TimeoutError:
-            pass
 
 
 def memory_read(cluster: Cluster, *, warm_after: float = 20.0) -> list[Memory]:

@@ -16,6 +16,7 @@ Redis fails (CI) or skips (elsewhere).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import threading
@@ -146,10 +147,8 @@ class Listener:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no matching frame within {timeout} s; got {[f['type'] for f in self.frames][-20:]}")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
-            except TimeoutError:
-                pass
 
     def about(self, kind: str, item: str) -> list[dict]:
         return [f for f in self.frames if f["type"] == kind and f.get("item") == item]
@@ -248,11 +247,11 @@ async def test_two_servers_race_one_winner_each_and_losers_told_across_servers(c
         status = final_raw[item]["status"]
         wanted = {"alice": "approve", "bob": "reject"} if items.index(item) % 2 == 0 else {"alice": "reject", "bob": "approve"}
         assert status == {"approve": "approved", "reject": "rejected"}[wanted[winner]], f"{item}: {final_raw[item]}"
-        notice = await listens[loser].wait(lambda f: f["type"] == "decision.lost" and f.get("item") == item)
+        notice = await listens[loser].wait(lambda f: f["type"] == "decision.lost" and f.get("item") == item)  # noqa: B023 - awaited at once
         assert notice["winner"] == winner, notice
         assert notice["message"].endswith(f"was not applied: {winner} {status} it first"), notice
         for listener in listens.values():
-            decided = await listener.wait(lambda f: f["type"] == "item.decided" and f.get("item") == item)
+            decided = await listener.wait(lambda f: f["type"] == "item.decided" and f.get("item") == item)  # noqa: B023 - awaited at once
             assert (decided["winner"], decided["status"]) == (winner, status), decided
     live_wait = time.monotonic() - live_began
     for name, listener in listens.items():

@@ -166,7 +166,7 @@ logfile = {self.log}
                 urllib.parse.urlsplit(self.upstream)._replace(path="/pgbouncer"))), autocommit=True) as conn:
             cursor = conn.execute("SHOW CLIENTS")
             columns = [c.name for c in cursor.description]
-            rows = [dict(zip(columns, row)) for row in cursor.fetchall()]
+            rows = [dict(zip(columns, row, strict=False)) for row in cursor.fetchall()]
         return Counter(row["application_name"] for row in rows if row["database"] == database)
 
     def log_tail(self, lines: int = 30) -> str:

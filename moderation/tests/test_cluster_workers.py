@@ -127,7 +127,7 @@ def site(tmp_path_factory):
             reviewers = [Reviewer(servers[n % 2], name, seeded.sessions[name]) for n, name in enumerate(MODERATORS)]
             yield SimpleNamespace(servers=servers, database_url=database_url, receiver=receiver,
                                   items=seeded.items[:ITEMS], spare=seeded.items[ITEMS],
-                                  in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1:])), reviewers=reviewers)
+                                  in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1:], strict=False)), reviewers=reviewers)
         finally:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LiveServer.close, servers))

@@ -4,7 +4,9 @@ import json
 
 import pytest
 from django.urls import reverse
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from moderation.models import DecisionAttempt, QueueItem
 

@@ -87,9 +87,11 @@ def test_0031_names_the_threads_already_started_twice_and_builds_no_index():
             for thread, checkpoint in (("started-twice", "1"), ("started-twice", "2"), ("started-once", "1")):
                 cursor.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
                                "VALUES (%s, '', %s, '{}', %s)", [thread, checkpoint, start])
-        with connection.schema_editor(atomic=False) as editor:
-            with pytest.raises(RuntimeError, match=r"already started more than once: started-twice \(2 starts\)\. "):
-                migration.create(None, editor)
+        with (
+            connection.schema_editor(atomic=False) as editor,
+            pytest.raises(RuntimeError, match=r"already started more than once: started-twice \(2 starts\)\. "),
+        ):
+            migration.create(None, editor)
         assert not _start_index_exists()
         with connection.cursor() as cursor:  # the operator's way out, as the error words it: one start mark left
             cursor.execute("UPDATE checkpoints SET metadata = '{}' WHERE thread_id = 'started-twice' AND checkpoint_id = '2'")

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import shutil
@@ -28,10 +29,10 @@ from django.urls import reverse
 from websockets.asyncio.client import ClientConnection, connect
 
 from e2e.server import LiveServer, free_port
-from moderation.review.decisions import DatabaseUnavailable
 from moderation.core.faults import fault_inject
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.decisions import DatabaseUnavailable
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing
 
@@ -214,10 +215,9 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
             item = next(items)
             status, _, _ = await asyncio.to_thread(_timed_decide, history, alice, item, "approve")
             assert status == 200
-            try:  # a push made before the layer resubscribed is lost: then try again with the next item
+            # A push made before the layer resubscribed is lost: then try again with the next item.
+            with contextlib.suppress(TimeoutError):
                 delivered = await tab.frame("item.decided", item, timeout=RECOVER_TRY)
-            except TimeoutError:
-                pass
             await tab.ws.close()
         assert delivered is not None, f"no item.decided on a new socket within {RECOVER_WITHIN} s of Redis returning"
         assert delivered["winner"] == "alice"

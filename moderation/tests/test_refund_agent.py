@@ -263,7 +263,8 @@ def test_item_add_names_the_graph_and_its_input():
 @pytest.mark.django_db
 @pytest.mark.parametrize(("args", "message"), [
     (["--graph", "refund_agnt"], "--graph: unknown graph 'refund_agnt'; this server runs ask, moderation, refund_agent"),
-    (["--graph", REFUND_AGENT, "--input", "{messages: 1}"], "--input is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
+    (["--graph", REFUND_AGENT, "--input", "{messages: 1}"],
+     "--input is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
     (["--graph", REFUND_AGENT, "--input", "[1, 2]"], "--input must be a JSON object, not list"),
     (["--file", "-", "--input", "{}"], "--input is for a single item (--title/--body), not --file"),
 ])

@@ -26,7 +26,9 @@ SECRET = "s3cr3t-deploy-token-value"
 def test_url_scrubbed_replaces_only_the_values_of_secret_looking_parameters():
     assert url_scrubbed("/api/v1/deployments/a/webhook?token=abc&x=1") == "/api/v1/deployments/a/webhook?token=[scrubbed]&x=1"
     scrubbed = url_scrubbed("/p?api_key=k&X-Amz-Signature=s&client_secret=c&password=p&sig=1&page=2&q=a+b")
-    assert scrubbed == "/p?api_key=[scrubbed]&X-Amz-Signature=[scrubbed]&client_secret=[scrubbed]&password=[scrubbed]&sig=[scrubbed]&page=2&q=a+b"
+    assert scrubbed == (
+        "/p?api_key=[scrubbed]&X-Amz-Signature=[scrubbed]&client_secret=[scrubbed]&password=[scrubbed]&sig=[scrubbed]&page=2&q=a+b"
+    )
     assert url_scrubbed("/items/?status=pending") == "/items/?status=pending"
     assert url_scrubbed("/healthz") == "/healthz"
 

@@ -118,7 +118,6 @@ def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision
     import urllib.request
 
     from e2e.server import _group_stop, free_port
-
     from moderation.tests.docs_examples import block_find
 
     recipe = block_find("operators/configuration.md", "export DEBUG=false").code

@@ -182,7 +182,7 @@ def _ask_form(
     # risk), which the page shows above the form: its arguments would only repeat them.
     repeats_item = ask.item_id is not None and ask.item.graph == DEFAULT_GRAPH
     actions = []
-    for i, (action, config) in enumerate(zip(spec.actions, spec.configs)):
+    for i, (action, config) in enumerate(zip(spec.actions, spec.configs, strict=False)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
         actions.append(ActionForm(
             index=i, name=action["name"],
@@ -293,7 +293,7 @@ def form_decision_read(*, spec: AskSpec | None, data: Mapping[str, str]) -> Form
     single = len(spec.actions) == 1
     decisions = [
         _decision_read(i, action=action, config=config, data=data, note=note if single else "")
-        for i, (action, config) in enumerate(zip(spec.actions, spec.configs))
+        for i, (action, config) in enumerate(zip(spec.actions, spec.configs, strict=False))
     ]
     return FormDecision(decision=None, decisions=decisions, note=note, reason=reason if decisions_rejecting(decisions) else None)
 

@@ -15,4 +15,14 @@ from reviewqueue_client.client import (
 )
 from reviewqueue_client.webhooks import WebhookEvent, WebhookInvalid, webhook_verify
 
-__all__ = ["AsyncReviewQueue", "Item", "ReviewQueue", "ReviewQueueError", "ReviewQueueUnreachable", "WebhookEndpoint", "WebhookEvent", "WebhookInvalid", "webhook_verify"]
+__all__ = [
+    "AsyncReviewQueue",
+    "Item",
+    "ReviewQueue",
+    "ReviewQueueError",
+    "ReviewQueueUnreachable",
+    "WebhookEndpoint",
+    "WebhookEvent",
+    "WebhookInvalid",
+    "webhook_verify",
+]

@@ -37,8 +37,14 @@ from reviewqueue_client.webhooks import webhook_verify
 
 
 async def ainterrupts_forward(
-    client: AsyncReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None,
-    context: Mapping[str, Any] | str | None = "messages", **fields: Any,
+    client: AsyncReviewQueue,
+    graph: Any,
+    *,
+    thread_id: str,
+    source: str,
+    run_id: str | None = None,
+    context: Mapping[str, Any] | str | None = "messages",
+    **fields: Any,
 ) -> list[Item]:
     """``interrupts_forward``: submit every interrupt ``thread_id`` waits on, one item each, idempotently."""
     state = await graph.aget_state(_config(thread_id))
@@ -54,8 +60,9 @@ async def ainterrupts_forward(
     return items
 
 
-async def adecision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: Any,
-                           thread_lock: AsyncThreadLock | None = None) -> Resumed:
+async def adecision_resume(
+    graph: Any, *, thread_id: str, interrupt_id: str, resume: Any, thread_lock: AsyncThreadLock | None = None
+) -> Resumed:
     """``decision_resume``: resume with ``{interrupt_id: resume}`` if, under the thread's lock, it still waits on it.
 
     ``thread_lock`` None: the lock the graph's checkpointer shares (``async_checkpointer_thread_lock``).
@@ -80,21 +87,30 @@ async def aoutcome_report(client: AsyncReviewQueue, *, item_id: str, resumed: Re
     return _reported(resumed)
 
 
-async def aitem_resume(graph: Any, item: Item | Mapping[str, Any], *, client: AsyncReviewQueue | None,
-                       thread_lock: AsyncThreadLock | None = None) -> Resumed:
+async def aitem_resume(
+    graph: Any, item: Item | Mapping[str, Any], *, client: AsyncReviewQueue | None, thread_lock: AsyncThreadLock | None = None
+) -> Resumed:
     """``item_resume``: resume from an item or a webhook's ``data`` carrying a decision, then report with ``client``."""
     decision = _decision(item)
     if decision is None:
         return Resumed(resumed=False)
-    resumed = await adecision_resume(graph, thread_id=decision.thread_id, interrupt_id=decision.interrupt_id,
-                                     resume=decision.resume, thread_lock=thread_lock)
+    resumed = await adecision_resume(
+        graph, thread_id=decision.thread_id, interrupt_id=decision.interrupt_id, resume=decision.resume, thread_lock=thread_lock
+    )
     if client is None or not decision.item_id:
         return resumed
     return await aoutcome_report(client, item_id=decision.item_id, resumed=resumed)
 
 
-async def adecision_wait_resume(client: AsyncReviewQueue, graph: Any, *, item_id: str, timeout: float,
-                                thread_lock: AsyncThreadLock | None = None, report: bool = True) -> Resumed:
+async def adecision_wait_resume(
+    client: AsyncReviewQueue,
+    graph: Any,
+    *,
+    item_id: str,
+    timeout: float,
+    thread_lock: AsyncThreadLock | None = None,
+    report: bool = True,
+) -> Resumed:
     """``decision_wait_resume``: long-poll the decision for up to ``timeout`` seconds, resume with it, report."""
     item = await client.wait(item_id, timeout=timeout)
     if item is None:
@@ -102,8 +118,15 @@ async def adecision_wait_resume(client: AsyncReviewQueue, graph: Any, *, item_id
     return await aitem_resume(graph, item, thread_lock=thread_lock, client=client if report else None)
 
 
-async def ainterrupts_reconcile(client: AsyncReviewQueue, graph: Any, *, thread_ids: Iterable[str], source: str,
-                                thread_lock: AsyncThreadLock | None = None, **fields: Any) -> list[Resumed]:
+async def ainterrupts_reconcile(
+    client: AsyncReviewQueue,
+    graph: Any,
+    *,
+    thread_ids: Iterable[str],
+    source: str,
+    thread_lock: AsyncThreadLock | None = None,
+    **fields: Any,
+) -> list[Resumed]:
     """``interrupts_reconcile``: forward each thread's asks again and resume, once, those already decided."""
     done = []
     for thread_id in thread_ids:
@@ -119,8 +142,7 @@ class AsyncWebhookResumer:
     ``WebhookInvalid`` is a 400 to answer; anything else a 2xx (a no-op included).
     """
 
-    def __init__(self, graph: Any, *, client: AsyncReviewQueue, secret: str,
-                 thread_lock: AsyncThreadLock | None = None) -> None:
+    def __init__(self, graph: Any, *, client: AsyncReviewQueue, secret: str, thread_lock: AsyncThreadLock | None = None) -> None:
         self.graph = graph
         self.client = client
         self.secret = secret

@@ -28,7 +28,9 @@ class DecisionTimeout(TimeoutError):
     """No decision, not even the deadline's, ``grace`` seconds after an ask's deadline."""
 
     def __init__(self, item_id: str, waited: float) -> None:
-        super().__init__(f"item {item_id}: no decision after {waited:.0f} s (is a reviewqueue worker running its deadline sweep?)")
+        super().__init__(
+            f"item {item_id}: no decision after {waited:.0f} s (is a reviewqueue worker running its deadline sweep?)"
+        )
         self.item_id = item_id
 
 
@@ -42,8 +44,17 @@ class BlockingAgent:
     ``policy`` whose other keys are kept).
     """
 
-    def __init__(self, agent: Any, client: ReviewQueue, *, timeout: float, on_timeout: str = "reject",
-                 source: str = "agent", grace: float = 60.0, **fields: Any) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        client: ReviewQueue,
+        *,
+        timeout: float,
+        on_timeout: str = "reject",
+        source: str = "agent",
+        grace: float = 60.0,
+        **fields: Any,
+    ) -> None:
         policy = {**fields.pop("policy", {}), "deadline_seconds": max(1, math.ceil(timeout)), "on_deadline": on_timeout}
         self.agent = agent
         self.client = client

@@ -1,4 +1,5 @@
-"""Typed httpx clients for reviewqueue's /api/v1 (submit, read, list, wait, cancel...): ``ReviewQueue``, and ``AsyncReviewQueue`` its async twin, sharing how each request is built and each answer read."""
+"""Typed httpx clients for reviewqueue's /api/v1 (submit, read, list, wait, cancel...): ``ReviewQueue``,
+and ``AsyncReviewQueue`` its async twin, sharing how each request is built and each answer read."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, Retrying, before_sleep_log, retry_if_exception, stop_after_attempt
-from tenacity import wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 from tenacity.stop import stop_base
 
 # The server holds one long-poll at most this long (LONGPOLL_MAX_SECONDS); longer waits loop.
@@ -34,8 +42,7 @@ class ReviewQueueError(Exception):
     ``idempotency_key_reused``, ``already_decided``, ``too_many_waits``...), ``status`` the HTTP status,
     ``retry_after`` the seconds its ``Retry-After`` asked for (None without one)."""
 
-    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any],
-                 retry_after: float | None = None) -> None:
+    def __init__(self, *, status: int, code: str, message: str, body: dict[str, Any], retry_after: float | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
@@ -74,9 +81,17 @@ class Item:
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Item:
-        return cls(id=raw["id"], status=raw["status"], graph=raw["graph"], external_id=raw.get("external_id"),
-                   external=raw.get("external"), resume=raw.get("resume"), asks=raw.get("asks", []),
-                   applied_result=raw.get("applied_result", {}), raw=raw)
+        return cls(
+            id=raw["id"],
+            status=raw["status"],
+            graph=raw["graph"],
+            external_id=raw.get("external_id"),
+            external=raw.get("external"),
+            resume=raw.get("resume"),
+            asks=raw.get("asks", []),
+            applied_result=raw.get("applied_result", {}),
+            raw=raw,
+        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +107,9 @@ class WebhookEndpoint:
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> WebhookEndpoint:
-        return cls(id=raw["id"], name=raw["name"], url=raw["url"], events=raw["events"], active=raw["active"],
-                   secret=raw.get("secret"))
+        return cls(
+            id=raw["id"], name=raw["name"], url=raw["url"], events=raw["events"], active=raw["active"], secret=raw.get("secret")
+        )
 
 
 @dataclass(frozen=True)
@@ -112,12 +128,23 @@ class _Call:
 
 
 def _http_options(base_url: str, token: str, timeout: float) -> dict[str, Any]:
-    return {"base_url": base_url.rstrip("/") + "/api/v1", "headers": {"Authorization": f"Bearer {token}"},
-            "timeout": httpx.Timeout(timeout, read=LONGPOLL_MAX_SECONDS + timeout)}
+    return {
+        "base_url": base_url.rstrip("/") + "/api/v1",
+        "headers": {"Authorization": f"Bearer {token}"},
+        "timeout": httpx.Timeout(timeout, read=LONGPOLL_MAX_SECONDS + timeout),
+    }
 
 
-def _submit_call(*, title: str, body: str, source: str, ask: Any, external: dict[str, str] | None,
-                 idempotency_key: str | None, fields: dict[str, Any]) -> _Call:
+def _submit_call(
+    *,
+    title: str,
+    body: str,
+    source: str,
+    ask: Any,
+    external: dict[str, str] | None,
+    idempotency_key: str | None,
+    fields: dict[str, Any],
+) -> _Call:
     payload = {"title": title, "body": body, "source": source, **fields}
     if ask is not None:
         payload["ask"] = ask
@@ -164,16 +191,19 @@ def _checked(response: httpx.Response) -> httpx.Response:
         body = {}
     code = body.get("error", "http_error") if isinstance(body, dict) else "http_error"
     message = body.get("message", response.text[:200]) if isinstance(body, dict) else response.text[:200]
-    raise ReviewQueueError(status=response.status_code, code=code, message=message,
-                           body=body if isinstance(body, dict) else {},
-                           retry_after=_retry_after(response.headers.get("Retry-After")))
+    raise ReviewQueueError(
+        status=response.status_code,
+        code=code,
+        message=message,
+        body=body if isinstance(body, dict) else {},
+        retry_after=_retry_after(response.headers.get("Retry-After")),
+    )
 
 
 class ReviewQueue:
     """``ReviewQueue("https://reviews.example.com", token)``; pass ``transport`` to test against a fake."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         self._http = httpx.Client(**_http_options(base_url, token, timeout), transport=transport)
 
     def close(self) -> None:
@@ -186,15 +216,33 @@ class ReviewQueue:
         self.close()
 
     def submit(
-        self, *, title: str, body: str, source: str, ask: Any = None, external: dict[str, str] | None = None,
-        idempotency_key: str | None = None, **fields: Any,
+        self,
+        *,
+        title: str,
+        body: str,
+        source: str,
+        ask: Any = None,
+        external: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> Item:
         """Submit an item (any other field of ``POST /items`` as a keyword: ``team``, ``policy``, ``requested_by``...).
 
         With ``ask`` and ``external`` thread and interrupt ids, a resubmit is answered with the same item.
         """
-        return Item.of(self._send(_submit_call(title=title, body=body, source=source, ask=ask, external=external,
-                                               idempotency_key=idempotency_key, fields=fields)).json())
+        return Item.of(
+            self._send(
+                _submit_call(
+                    title=title,
+                    body=body,
+                    source=source,
+                    ask=ask,
+                    external=external,
+                    idempotency_key=idempotency_key,
+                    fields=fields,
+                )
+            ).json()
+        )
 
     def read(self, item_id: str) -> Item:
         return Item.of(self._send(_Call("GET", f"/items/{item_id}")).json())
@@ -278,8 +326,15 @@ class AsyncReviewQueue:
     sooner than ``Retry-After``); webhook endpoint changes are sent once.
     """
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0, attempts: int = OUTCOME_ATTEMPTS,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        attempts: int = OUTCOME_ATTEMPTS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._http = httpx.AsyncClient(**_http_options(base_url, token, timeout), transport=transport)
         self.attempts = attempts
 
@@ -293,13 +348,26 @@ class AsyncReviewQueue:
         await self.aclose()
 
     async def submit(
-        self, *, title: str, body: str, source: str, ask: Any = None, external: dict[str, str] | None = None,
-        idempotency_key: str | None = None, **fields: Any,
+        self,
+        *,
+        title: str,
+        body: str,
+        source: str,
+        ask: Any = None,
+        external: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> Item:
         """``ReviewQueue.submit``; one without ``external`` nor ``idempotency_key`` is sent under a fresh key."""
-        call = _submit_call(title=title, body=body, source=source, ask=ask, external=external,
-                            idempotency_key=idempotency_key or (None if external else f"rq-client-{uuid.uuid4()}"),
-                            fields=fields)
+        call = _submit_call(
+            title=title,
+            body=body,
+            source=source,
+            ask=ask,
+            external=external,
+            idempotency_key=idempotency_key or (None if external else f"rq-client-{uuid.uuid4()}"),
+            fields=fields,
+        )
         return Item.of((await self._send(call)).json())
 
     async def read(self, item_id: str) -> Item:
@@ -328,8 +396,7 @@ class AsyncReviewQueue:
     async def cancel(self, item_id: str, *, reason: str = "") -> Item:
         return Item.of((await self._send(_Call("POST", f"/items/{item_id}/cancel", json={"reason": reason}))).json())
 
-    async def report_outcome(self, item_id: str, *, status: str, message: str = "",
-                             attempts: int = OUTCOME_ATTEMPTS) -> Item:
+    async def report_outcome(self, item_id: str, *, status: str, message: str = "", attempts: int = OUTCOME_ATTEMPTS) -> Item:
         """``ReviewQueue.report_outcome``, retried the same way (up to ``attempts`` times)."""
         return Item.of((await self._send(_outcome_call(item_id, status=status, message=message), attempts=attempts)).json())
 
@@ -366,7 +433,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _transient(exc: BaseException) -> bool:
@@ -392,6 +459,10 @@ class _RetryAfterTooLong(stop_base):
 
 def _retry_policy(attempts: int) -> dict[str, Any]:
     """How both clients send a request again (``Retrying`` or ``AsyncRetrying``): the rule ``report_outcome`` states."""
-    return {"stop": stop_after_attempt(attempts) | _RetryAfterTooLong(), "wait": _retry_wait,
-            "retry": retry_if_exception(_transient), "reraise": True,
-            "before_sleep": before_sleep_log(logger, logging.INFO)}
+    return {
+        "stop": stop_after_attempt(attempts) | _RetryAfterTooLong(),
+        "wait": _retry_wait,
+        "retry": retry_if_exception(_transient),
+        "reraise": True,
+        "before_sleep": before_sleep_log(logger, logging.INFO),
+    }

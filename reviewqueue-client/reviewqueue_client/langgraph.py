@@ -74,8 +74,14 @@ def _config(thread_id: str) -> dict[str, Any]:
 
 
 def interrupts_forward(
-    client: ReviewQueue, graph: Any, *, thread_id: str, source: str, run_id: str | None = None,
-    context: Mapping[str, Any] | str | None = "messages", **fields: Any,
+    client: ReviewQueue,
+    graph: Any,
+    *,
+    thread_id: str,
+    source: str,
+    run_id: str | None = None,
+    context: Mapping[str, Any] | str | None = "messages",
+    **fields: Any,
 ) -> list[Item]:
     """Submit every interrupt ``thread_id`` waits on (after a run, or on restart to reconcile); one item each, idempotently.
 
@@ -98,8 +104,9 @@ def interrupts_forward(
     return items
 
 
-def _asks(state: Any, *, thread_id: str, source: str, run_id: str | None,
-          context: Mapping[str, Any] | str | None) -> list[dict[str, Any]]:
+def _asks(
+    state: Any, *, thread_id: str, source: str, run_id: str | None, context: Mapping[str, Any] | str | None
+) -> list[dict[str, Any]]:
     """What ``interrupts_forward`` submits for each interrupt the thread's ``state`` waits on (``submit``'s keywords)."""
     if context == "messages":
         context = context_from_messages((state.values or {}).get("messages") if isinstance(state.values, dict) else None)
@@ -108,8 +115,7 @@ def _asks(state: Any, *, thread_id: str, source: str, run_id: str | None,
         external = {"thread_id": thread_id, "interrupt_id": pending.id, **({"run_id": run_id} if run_id else {})}
         title, body = _describe(pending.value)
         extra = {"context": dict(context)} if isinstance(context, Mapping) and context else {}
-        asks.append({"title": title, "body": body, "source": source, "ask": pending.value,
-                     "external": external, **extra})
+        asks.append({"title": title, "body": body, "source": source, "ask": pending.value, "external": external, **extra})
     return asks
 
 
@@ -145,8 +151,11 @@ def _context_message(message: Any) -> dict[str, str] | None:
         return None
     content = getattr(message, "content", "")
     if isinstance(content, list):  # content blocks: their text
-        content = "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
-                             if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
+        content = "\n".join(
+            p if isinstance(p, str) else str(p.get("text", ""))
+            for p in content
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+        )
     text = content if isinstance(content, str) else ""
     calls = [str(c["name"]) for c in getattr(message, "tool_calls", None) or [] if isinstance(c, dict) and c.get("name")]
     if not text.strip() and calls:
@@ -245,8 +254,9 @@ def _reported(resumed: Resumed) -> Resumed:
     return Resumed(**{**resumed.__dict__, "reported": True})
 
 
-def decision_resume(graph: Any, *, thread_id: str, interrupt_id: str, resume: Any,
-                    thread_lock: ThreadLock | None = None) -> Resumed:
+def decision_resume(
+    graph: Any, *, thread_id: str, interrupt_id: str, resume: Any, thread_lock: ThreadLock | None = None
+) -> Resumed:
     """Resume the thread with ``{interrupt_id: resume}`` if, under its lock, it still waits on that interrupt.
 
     ``thread_lock`` None: the lock the graph's checkpointer shares (``checkpointer_thread_lock``).
@@ -272,21 +282,25 @@ def _resumed(before: Any, result: Any, *, thread_id: str, interrupt_id: str) -> 
     """What a resume from the state ``before`` it did: the result, and the errors of the tools it ran."""
     seen = len((before.values or {}).get("messages") or []) if isinstance(before.values, dict) else 0
     new = (result.get("messages") or [])[seen:] if isinstance(result, dict) else []
-    return Resumed(resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result,
-                   errors=tuple(run_tool_errors(new)))
+    return Resumed(
+        resumed=True, thread_id=thread_id, interrupt_id=interrupt_id, result=result, errors=tuple(run_tool_errors(new))
+    )
 
 
-def item_resume(graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQueue | None,
-                thread_lock: ThreadLock | None = None) -> Resumed:
+def item_resume(
+    graph: Any, item: Item | Mapping[str, Any], *, client: ReviewQueue | None, thread_lock: ThreadLock | None = None
+) -> Resumed:
     """Resume the agent an item (an API read, or a webhook's ``data``) was asked by, once it carries a decision;
     then report the run's outcome with ``client`` (``outcome_report``; None: no report)."""
     decision = _decision(item)
     if decision is None:
         return Resumed(resumed=False)
-    resumed = decision_resume(graph, thread_id=decision.thread_id, interrupt_id=decision.interrupt_id,
-                              resume=decision.resume, thread_lock=thread_lock)
-    return outcome_report(client, item_id=decision.item_id, resumed=resumed) \
-        if client is not None and decision.item_id else resumed
+    resumed = decision_resume(
+        graph, thread_id=decision.thread_id, interrupt_id=decision.interrupt_id, resume=decision.resume, thread_lock=thread_lock
+    )
+    return (
+        outcome_report(client, item_id=decision.item_id, resumed=resumed) if client is not None and decision.item_id else resumed
+    )
 
 
 @dataclass(frozen=True)
@@ -303,12 +317,17 @@ def _decision(item: Item | Mapping[str, Any]) -> _Decision | None:
     resume = item.resume if isinstance(item, Item) else (item.get("decision") or {}).get("resume")
     if not external or resume is None or not external.get("thread_id") or not external.get("interrupt_id"):
         return None
-    return _Decision(item_id=item.id if isinstance(item, Item) else item.get("id"), thread_id=external["thread_id"],
-                     interrupt_id=external["interrupt_id"], resume=resume)
+    return _Decision(
+        item_id=item.id if isinstance(item, Item) else item.get("id"),
+        thread_id=external["thread_id"],
+        interrupt_id=external["interrupt_id"],
+        resume=resume,
+    )
 
 
-def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeout: float,
-                         thread_lock: ThreadLock | None = None, report: bool = True) -> Resumed:
+def decision_wait_resume(
+    client: ReviewQueue, graph: Any, *, item_id: str, timeout: float, thread_lock: ThreadLock | None = None, report: bool = True
+) -> Resumed:
     """Long-poll the item's decision for up to ``timeout`` seconds and resume its agent with it (then report its outcome)."""
     item = client.wait(item_id, timeout=timeout)
     if item is None:
@@ -316,8 +335,15 @@ def decision_wait_resume(client: ReviewQueue, graph: Any, *, item_id: str, timeo
     return item_resume(graph, item, thread_lock=thread_lock, client=client if report else None)
 
 
-def interrupts_reconcile(client: ReviewQueue, graph: Any, *, thread_ids: Iterable[str], source: str,
-                         thread_lock: ThreadLock | None = None, **fields: Any) -> list[Resumed]:
+def interrupts_reconcile(
+    client: ReviewQueue,
+    graph: Any,
+    *,
+    thread_ids: Iterable[str],
+    source: str,
+    thread_lock: ThreadLock | None = None,
+    **fields: Any,
+) -> list[Resumed]:
     """On start-up, for each of ``thread_ids``: forward what it waits on again, and resume it with what is already decided.
 
     Forwarding is idempotent (the natural key answers with the same items, as they are now),

@@ -75,8 +75,7 @@ def _lock_file(directory: str, thread_id: str) -> str:
 
 
 def _advisory_key(thread_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"reviewqueue_client:{thread_id}".encode(), digest_size=8).digest(),
-                          "big", signed=True)
+    return int.from_bytes(hashlib.blake2b(f"reviewqueue_client:{thread_id}".encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def postgres_thread_lock(saver: Any) -> ThreadLock:

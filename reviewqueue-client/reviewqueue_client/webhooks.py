@@ -45,5 +45,10 @@ def webhook_verify(*, secret: str, headers: Mapping[str, str], body: bytes | str
         raise WebhookInvalid(f"{type(exc).__name__}: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str) or not isinstance(raw.get("data", {}), dict):
         raise WebhookInvalid("not a reviewqueue event")
-    return WebhookEvent(delivery_id=lowered["webhook-id"], type=raw["type"], timestamp=str(raw.get("timestamp", "")),
-                        data=raw.get("data") or {}, raw=raw)
+    return WebhookEvent(
+        delivery_id=lowered["webhook-id"],
+        type=raw["type"],
+        timestamp=str(raw.get("timestamp", "")),
+        data=raw.get("data") or {},
+        raw=raw,
+    )

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -86,7 +86,7 @@ def _fake_api(calls: Counter, *, resume=None) -> AsyncReviewQueue:
 
 def _signed(event: dict, msg_id: str = "msg_1") -> tuple[dict, str]:
     body = json.dumps(event)
-    now = datetime.now(tz=timezone.utc)
+    now = datetime.now(tz=UTC)
     return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": Webhook(SECRET).sign(msg_id, now, body)}, body
 
@@ -193,9 +193,8 @@ async def test_an_async_sqlite_lock_excludes_a_sync_process_on_the_same_file_and
                 await asyncio.sleep(0.01)
 
         ticker = asyncio.create_task(tick())
-        async with AsyncSqliteSaver.from_conn_string(db) as saver:
-            async with async_checkpointer_thread_lock(saver)("th-1"):
-                assert released.exists()  # it had to let go first
+        async with AsyncSqliteSaver.from_conn_string(db) as saver, async_checkpointer_thread_lock(saver)("th-1"):
+            assert released.exists()  # it had to let go first
         ticker.cancel()
         assert ticks > 1  # the loop ran on while the lock was awaited
     finally:

@@ -100,13 +100,15 @@ def test_a_stored_report_sent_again_after_its_answer_was_lost_is_a_success_and_a
 
 
 def test_retries_are_bounded_and_a_retry_after_beyond_the_bound_ends_them():
-    with OutcomeServer(faults=["500"] * 5) as api, ReviewQueue(api.url, "tok") as client:
-        with pytest.raises(ReviewQueueError) as failed:
-            client.report_outcome("it-1", status="done", attempts=3)
+    with OutcomeServer(faults=["500"] * 5) as api, ReviewQueue(api.url, "tok") as client, pytest.raises(ReviewQueueError) as failed:
+        client.report_outcome("it-1", status="done", attempts=3)
     assert failed.value.status == 500 and len(api.arrivals) == 3 and api.stored is None
-    with OutcomeServer(faults=["503 retry-after 3600"]) as api, ReviewQueue(api.url, "tok") as client:
-        with pytest.raises(ReviewQueueError) as busy:
-            client.report_outcome("it-1", status="done")
+    with (
+        OutcomeServer(faults=["503 retry-after 3600"]) as api,
+        ReviewQueue(api.url, "tok") as client,
+        pytest.raises(ReviewQueueError) as busy,
+    ):
+        client.report_outcome("it-1", status="done")
     assert (busy.value.status, busy.value.retry_after, len(api.arrivals)) == (503, 3600.0, 1)
 
 

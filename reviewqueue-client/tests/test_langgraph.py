@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -48,7 +48,7 @@ def _interrupt_id(agent) -> str:
 
 def _signed(event: dict, msg_id: str = "msg_1") -> tuple[dict, str]:
     body = json.dumps(event)
-    now = datetime.now(tz=timezone.utc)
+    now = datetime.now(tz=UTC)
     return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": Webhook(SECRET).sign(msg_id, now, body)}, body
 

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import agent_build, agent_start
-from postgres_support import postgres_url  # noqa: F401 - a fixture
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from postgres_support import postgres_url  # noqa: F401 - a fixture
 
 from reviewqueue_client import ReviewQueue
 from reviewqueue_client.langgraph import decision_resume, interrupts_reconcile
@@ -223,11 +223,10 @@ def test_an_async_postgres_checkpointers_lock_is_the_advisory_lock_sync_and_asyn
     held, released, failed = threading.Event(), threading.Event(), []
 
     async def replica() -> None:
-        async with _async_postgres_saver(set_up, postgres_url) as theirs:
-            async with async_checkpointer_thread_lock(theirs)("th-1"):
-                held.set()
-                await asyncio.sleep(0.3)
-                released.set()
+        async with _async_postgres_saver(set_up, postgres_url) as theirs, async_checkpointer_thread_lock(theirs)("th-1"):
+            held.set()
+            await asyncio.sleep(0.3)
+            released.set()
 
     def run_replica() -> None:
         try:
@@ -265,9 +264,8 @@ def test_an_async_postgres_checkpointers_lock_is_the_advisory_lock_sync_and_asyn
         sync_lock = checkpointer_thread_lock(sync_saver)
 
         async def against_sync() -> bool:
-            async with _async_postgres_saver(set_up, postgres_url) as saver:
-                async with async_checkpointer_thread_lock(saver)("th-1"):
-                    taken = await asyncio.to_thread(_try_lock, sync_saver)
+            async with _async_postgres_saver(set_up, postgres_url) as saver, async_checkpointer_thread_lock(saver)("th-1"):
+                taken = await asyncio.to_thread(_try_lock, sync_saver)
             return taken
 
         assert asyncio.run(against_sync()) is False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from standardwebhooks import Webhook
@@ -16,7 +16,7 @@ BODY = json.dumps({"type": "item.decided", "timestamp": "2026-12-04T00:00:00+00:
 
 
 def _headers(body: str = BODY, *, msg_id: str = "msg_1", at: datetime | None = None) -> dict[str, str]:
-    at = at or datetime.now(tz=timezone.utc)
+    at = at or datetime.now(tz=UTC)
     return {"Webhook-Id": msg_id, "Webhook-Timestamp": str(int(at.timestamp())),
             "Webhook-Signature": Webhook(SECRET).sign(msg_id, at, body)}
 
@@ -30,11 +30,11 @@ def test_a_signed_event_comes_back_typed_with_its_delivery_id_and_a_tampered_one
 
 
 def test_a_replay_within_five_minutes_verifies_again_with_the_same_delivery_id_and_an_older_one_does_not():
-    headers = _headers(at=datetime.now(tz=timezone.utc) - timedelta(minutes=4))
+    headers = _headers(at=datetime.now(tz=UTC) - timedelta(minutes=4))
     first, replayed = (webhook_verify(secret=SECRET, headers=headers, body=BODY) for _ in range(2))
     assert first.delivery_id == replayed.delivery_id == "msg_1"  # what a handler de-duplicates on
     with pytest.raises(WebhookInvalid, match="too old"):
-        webhook_verify(secret=SECRET, headers=_headers(at=datetime.now(tz=timezone.utc) - timedelta(minutes=6)),
+        webhook_verify(secret=SECRET, headers=_headers(at=datetime.now(tz=UTC) - timedelta(minutes=6)),
                        body=BODY)
 
 

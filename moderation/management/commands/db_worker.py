@@ -53,14 +53,15 @@ from argparse import BooleanOptionalAction
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.core.management.base import CommandError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.utils import timezone
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
 from django_tasks_db.management.commands.db_worker import logger as package_logger
 
 from moderation.core.taskqueue import QueueLane, SteadyWorker, TaskWake
+from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from moderation.records.events import push_loop_start
 from moderation.records.metrics import MetricsPortsBusy, metrics_worker_serve
 from moderation.records.workers import worker_beat, worker_gone
@@ -68,7 +69,6 @@ from moderation.review.apply import APPLY_QUEUE, applies_sweep
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.deployments import deployments_sweep
 from moderation.review.starts import starts_sweep
-from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from reviewqueue.heap import heap_freeze
 
 logger = logging.getLogger("moderation.worker")

@@ -8,9 +8,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.registry import UnknownGraph, graph_name_validate
+from moderation.models import Team
 from moderation.review.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
 from moderation.review.items import item_create, item_requester_get
-from moderation.models import Team
 
 
 def _errors_text(exc: ValidationError) -> str:
@@ -97,7 +97,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         added, refused = 0, []
         try:
-            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8", newline="")
+            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8", newline="")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
         try:

@@ -47,7 +47,8 @@ class Command(BaseCommand):
         drifts = counts_recount()
         for drift in drifts:
             self.stdout.write(f"{drift} — repaired")
-        self.stdout.write(f"recover --counts: {len(drifts)} counter(s) repaired." if drifts else "recover --counts: every counter matches a real COUNT.")
+        self.stdout.write(f"recover --counts: {len(drifts)} counter(s) repaired." if drifts
+                          else "recover --counts: every counter matches a real COUNT.")
 
     def _progress(self, done: int, total: int) -> None:
         if done == total or done % 100 == 0:

@@ -2,9 +2,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from moderation.policies.models import OnDeadline
+from moderation.policies.models import OnDeadline, Team
 from moderation.policies.rules import PolicyInvalid
-from moderation.policies.models import Team
 from moderation.policies.teams import TeamSpec, team_policy, team_save
 from moderation.records.reasons import ReasonInvalid, reason_rule_delete, reason_rule_save, reason_rules_describe
 

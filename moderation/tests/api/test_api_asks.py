@@ -13,8 +13,8 @@ from moderation.models import QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.submissions import INPUT_MAX_BYTES, Submission
-from moderation.tests.graphs_support import ORDER_ARGS, REFUND_GRAPH
 from moderation.tests.api.test_api_items import ITEM, Api
+from moderation.tests.graphs_support import ORDER_ARGS, REFUND_GRAPH
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant, pytest.mark.usefixtures("test_graphs")]
 

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from moderation.review.deployments import _digest, deployment_webhook_path
 from moderation.models import ApiClient, Deployment
+from moderation.review.deployments import _digest, deployment_webhook_path
 
 INTERNAL = "cannot open postgres://agent:hunter2@10.1.2.3:5432/threads"
 

@@ -134,9 +134,9 @@ def test_malformed_json_is_400_json(api):
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_a_non_finite_number_anywhere_in_a_body_is_400_malformed(api, number):
     """Python's parser took them, and PostgreSQL's jsonb refused the write: a 500."""
-    body = '{"title": "t", "body": "b", "source": "s", "metadata": {"score": %s}}' % number
+    body = '{"title": "t", "body": "b", "source": "s", "metadata": {"score": ' + number + "}}"
     for path in ("/items", "/items:batch"):
-        response = api.post(path, body if path == "/items" else '{"items": [%s]}' % body)
+        response = api.post(path, body if path == "/items" else '{"items": [' + body + "]}")
         assert response.status_code == 400 and response.json()["error"] == "malformed_request", response.content
     assert not QueueItem.objects.exists()
 

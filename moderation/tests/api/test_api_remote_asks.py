@@ -170,7 +170,9 @@ def test_what_an_edit_changed_is_in_the_item_decided_webhook_and_the_ask(api, al
     assert item_decide(item_public_id=item_id, reviewer=alice, decisions=EDIT_C8).won
     [decided] = (d.payload["data"] for d in WebhookDelivery.objects.filter(item_public_id=item_id))
     assert decided["decision"]["edits"] == EDITS_C8
-    assert decided["decision"]["what"] == 'edited delete_customer (customer {"id": "C-7"} → {"id": "C-8"}, reason added: dup); approved send_email'
+    assert decided["decision"]["what"] == (
+        'edited delete_customer (customer {"id": "C-7"} → {"id": "C-8"}, reason added: dup); approved send_email'
+    )
     assert api.get(f"/items/{item_id}").json()["asks"][0]["edits"] == EDITS_C8
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import httpx
 import pytest
 from django.test import Client
-from reviewqueue_client import ReviewQueue, ReviewQueueError
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.endpoints import CLIENT_ENDPOINTS_MAX
 from moderation.delivery.models import SUBSCRIBABLE_EVENTS, WebhookEndpoint
 from moderation.tests.api.test_api_items import Api
+from reviewqueue_client import ReviewQueue, ReviewQueueError
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 

@@ -13,7 +13,6 @@ def item_lock_count() -> int:
     with locks._registry_lock:
         return len(locks._registry)
 
-
 # How long another thread holds a key at most; every wait in these tests is judged against it.
 HOLD = 5.0
 
@@ -41,18 +40,16 @@ def _held_elsewhere(key: str):
 def test_same_key_is_exclusive_and_times_out():
     with _held_elsewhere("x"):
         start = time.monotonic()
-        with pytest.raises(LockTimeout):
-            with item_lock("x", timeout=0.2):
-                pass
+        with pytest.raises(LockTimeout), item_lock("x", timeout=0.2):
+            pass
         # It waited its timeout, and gave up long before the holder let go.
         assert 0.15 < time.monotonic() - start < HOLD / 2
 
 
 def test_other_keys_do_not_wait_for_a_held_key():
-    with _held_elsewhere("slow"):
-        # Its timeout runs out before the hold does: taking the lock at all shows it did not wait for "slow".
-        with item_lock("fast", timeout=HOLD / 2):
-            pass
+    # Its timeout runs out before the hold does: taking the lock at all shows it did not wait for "slow".
+    with _held_elsewhere("slow"), item_lock("fast", timeout=HOLD / 2):
+        pass
 
 
 def test_registry_forgets_locks_nobody_uses():
@@ -64,8 +61,6 @@ def test_registry_forgets_locks_nobody_uses():
 
 def test_registry_is_cleaned_after_a_timeout_too():
     before = item_lock_count()
-    with item_lock("k", timeout=1):
-        with pytest.raises(LockTimeout):
-            with item_lock("k", timeout=0.01):
-                pass
+    with item_lock("k", timeout=1), pytest.raises(LockTimeout), item_lock("k", timeout=0.01):
+        pass
     assert item_lock_count() == before

@@ -50,7 +50,7 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
             carol = f"sessionid={seeded.sessions['carol']}; csrftoken={CSRF}"
             target = seeded.items[2]
             with ThreadPoolExecutor(2) as pool:
-                held = [pool.submit(r.decide, item, "approve", timeout=120) for r, item in zip(holders, seeded.items)]
+                held = [pool.submit(r.decide, item, "approve", timeout=120) for r, item in zip(holders, seeded.items, strict=False)]
                 _both_held(database_url)
                 asks = {
                     "api": lambda: _request(server, "POST", "/api/v1/items", body=json.dumps(

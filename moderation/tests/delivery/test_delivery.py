@@ -16,16 +16,16 @@ from django_tasks_db.models import DBTaskResult
 from standardwebhooks import Webhook
 
 from moderation.admin import WebhookEndpointForm
-from moderation.review.apply import item_apply
-from moderation.review.deadlines import deadlines_sweep
-from moderation.review.decisions import item_decide, item_withdraw
+from moderation.core.faults import fault_inject
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt, retry_delay
-from moderation.core.faults import fault_inject
 from moderation.models import ApplyState, ReviewAsk, Team
-from moderation.review.items import item_create, lab_item_create
 from moderation.policies.teams import team_member_add
+from moderation.review.apply import item_apply
+from moderation.review.deadlines import deadlines_sweep
+from moderation.review.decisions import item_decide, item_withdraw
+from moderation.review.items import item_create, lab_item_create
 from moderation.tests.webhook_receiver import Receiver
 
 ALL_EVENTS = ["item.created", "item.decided", "item.cancelled"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -211,7 +211,7 @@ def _applied_at(server: LiveServer, item: str) -> float:
         ).fetchall()
     finally:
         conn.close()
-    return datetime.fromisoformat(at).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp()
 
 
 def _webhooks_behind_slow_applies(site, items: list[str], *, delivery_lane: bool) -> tuple[list[float], float]:

@@ -14,11 +14,11 @@ import pytest
 from django.db import connection
 
 from moderation.graphs.asks import ActionEdit, ArgChange, ArgChangeKind, AskSpec, ask_edits_diff, decisions_describe
-from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.graphs.runtime import graph_values
-from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
 from moderation.lab.harness import race_processes, race_threads
+from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
 from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
+from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import REFUND_ARGS, TEST_GRAPHS_ENV, item_forks, item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
@@ -184,7 +184,8 @@ def test_two_parallel_asks_are_decided_separately_and_applied_together(alice, bo
     assert (item.status, item.decided_by) == (ItemStatus.PENDING, None)
     assert item_waiting_on(item) == [right.interrupt_id]
     with django_capture_on_commit_callbacks(execute=True):
-        won = item_decide(item_public_id=item.public_id, reviewer=bob, ask=right.interrupt_id, decisions=[EDIT_80 | {"edited_action": {"name": "notify", "args": {"amount": 1, "to": "x"}}}])
+        edit = EDIT_80 | {"edited_action": {"name": "notify", "args": {"amount": 1, "to": "x"}}}
+        won = item_decide(item_public_id=item.public_id, reviewer=bob, ask=right.interrupt_id, decisions=[edit])
     assert won.won
     item.refresh_from_db()
     assert (item.status, item.decided_by, item.apply_state) == (ItemStatus.EDITED, bob, ApplyState.IDLE)

@@ -105,9 +105,9 @@ def test_two_unguarded_resumes_both_run_and_fork_the_thread():
         thread_id, _ = _start()
         barrier = threading.Barrier(2)
 
-        def go(name):
-            barrier.wait()
-            _resume(thread_id, reviewer=name)
+        def go(name):  # its threads are joined within this iteration
+            barrier.wait()  # noqa: B023
+            _resume(thread_id, reviewer=name)  # noqa: B023
 
         threads = [threading.Thread(target=go, args=(n,)) for n in ("alice", "bob")]
         [t.start() for t in threads]

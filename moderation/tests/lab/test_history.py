@@ -4,9 +4,9 @@ import pytest
 from django.test import override_settings
 
 from moderation.core.faults import fault_inject
+from moderation.lab.history import FinalItem, HistoryRecorder, history_check, history_final_read
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
-from moderation.lab.history import FinalItem, HistoryRecorder, history_check, history_final_read
 
 
 def _history(*entries):

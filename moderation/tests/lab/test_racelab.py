@@ -11,15 +11,15 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
+from moderation.core.checkpointer import checkpointer_target
 from moderation.graphs.runtime import graph_get
-from moderation.review.items import item_create
 from moderation.lab import store
 from moderation.lab.waits import progress_wait
-from moderation.core.checkpointer import checkpointer_target
-from moderation.review.decisions import item_decide
 from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
 from moderation.policies.models import Team
 from moderation.records.selectors import QueueFilters, queue_counts, queue_pending
+from moderation.review.decisions import item_decide
+from moderation.review.items import item_create
 
 RESULT_KEYS = {
     "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes",
@@ -66,7 +66,7 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
     strategies = ("naive", "global-lock", "item-lock", "row-lock", "guarded")
     assert set(cells) == {(s, m) for s in strategies for m in ("threads", "processes")}
     for row in report["results"]:
-        assert RESULT_KEYS <= row.keys()
+        assert row.keys() >= RESULT_KEYS
         assert (row["trials"], row["reviewers"]) == (3, 2)
         assert row["p50_ms"] <= row["p99_ms"] and row["decisions_per_s"] > 0
 
@@ -83,7 +83,7 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
             assert (row["lost_decisions"], row["false_successes"], row["double_resumes"], row["errors"]) == (0, 0, 0, 0), row
 
     slow = {r["strategy"]: r for r in report["slow_reviewer"]}
-    assert all(SLOW_KEYS <= r.keys() and r["errors"] == 0 for r in slow.values())
+    assert all(r.keys() >= SLOW_KEYS and r["errors"] == 0 for r in slow.values())
     assert slow["global-lock"]["waited_ms"] >= 0.75 * HOLD_S * 1000
     assert slow["item-lock"]["waited_ms"] < 0.5 * HOLD_S * 1000
     assert slow["guarded"]["waited_ms"] < 0.5 * HOLD_S * 1000
@@ -242,9 +242,8 @@ def test_a_langgraph_race_against_a_server_that_is_not_there_is_refused():
 
 def test_only_one_lab_run_at_a_time(monkeypatch):
     monkeypatch.setattr(store, "LOCK_WAIT_S", 0.0)
-    with store.lab_lock():
-        with pytest.raises(CommandError, match="another lab run is in progress"):
-            call_command("racelab", "--trials", "1")
+    with store.lab_lock(), pytest.raises(CommandError, match="another lab run is in progress"):
+        call_command("racelab", "--trials", "1")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from moderation.live.sockets import CLOSE_RATE_LIMITED, CLOSE_SILENT, CLOSE_TOO_MANY_SOCKETS
 from e2e.server import LiveServer
+from moderation.live.sockets import CLOSE_RATE_LIMITED, CLOSE_SILENT, CLOSE_TOO_MANY_SOCKETS
 from moderation.tests.real_server import Reviewer, progress_wait, redis_env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]

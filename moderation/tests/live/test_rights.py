@@ -17,13 +17,13 @@ from django.db import connection
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from moderation.records import events
-from moderation.live.sockets import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE, LOST_ITEM_MESSAGE, LOST_TEAM_MESSAGE
+from e2e.server import LiveServer
 from moderation.core.permissions import MODERATORS_GROUP
+from moderation.live.sockets import CLOSE_UNAUTHENTICATED, LOST_DECIDE_MESSAGE, LOST_ITEM_MESSAGE, LOST_TEAM_MESSAGE
 from moderation.policies.models import Team, TeamMembership
 from moderation.policies.teams import team_member_add, team_member_remove
+from moderation.records import events
 from moderation.review.items import item_create
-from e2e.server import LiveServer
 from moderation.tests.real_server import Reviewer, redis_env
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     decide,

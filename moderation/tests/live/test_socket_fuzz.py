@@ -15,7 +15,9 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from moderation.core.jsonparse import json_parse
 from moderation.live.sockets import FRAME_MAX_CHARS

@@ -28,18 +28,26 @@ import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from moderation.review.deadlines import ask_deadline_fire
-from moderation.records.claims import claim_take
-from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_values
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.review.items import item_create
 from moderation.models import (
-    STATUS_FOR_DECISION, AskStatus, AttemptOutcome, DecisionAttempt, QueueItem, ReviewAsk, Team, TeamMembership, Vote,
+    STATUS_FOR_DECISION,
+    AskStatus,
+    AttemptOutcome,
+    DecisionAttempt,
+    QueueItem,
+    ReviewAsk,
+    Team,
+    TeamMembership,
+    Vote,
 )
 from moderation.policies.rules import policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count, team_member_add, team_member_remove
+from moderation.records.claims import claim_take
+from moderation.review.deadlines import ask_deadline_fire
+from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
+from moderation.review.items import item_create
 from moderation.tests.graphs_support import item_resumes
 from moderation.tests.races import race_rounds
 

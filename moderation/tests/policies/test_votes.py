@@ -7,14 +7,14 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from moderation.records.audit import audit_verify
-from moderation.review.deadlines import deadlines_sweep
-from moderation.records.claims import claim_take
-from moderation.review.decisions import InvalidDecision, ItemClaimed, NotAllowed, item_decide
 from moderation.graphs.runtime import graph_values
-from moderation.review.items import item_create
 from moderation.models import AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk, Team, Vote
 from moderation.policies.teams import team_member_add, team_member_remove
+from moderation.records.audit import audit_verify
+from moderation.records.claims import claim_take
+from moderation.review.deadlines import deadlines_sweep
+from moderation.review.decisions import InvalidDecision, ItemClaimed, NotAllowed, item_decide
+from moderation.review.items import item_create
 from moderation.tests.graphs_support import item_resumes
 
 pytestmark = pytest.mark.usefixtures("reasons")

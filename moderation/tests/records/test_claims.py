@@ -8,13 +8,19 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus
+from moderation.policies.teams import team_member_remove
 from moderation.records.claims import (
-    ItemClaim, claim_held_by_other, claim_live, claim_release, claim_take, claims_live, next_item_pick,
+    ItemClaim,
+    claim_held_by_other,
+    claim_live,
+    claim_release,
+    claim_take,
+    claims_live,
+    next_item_pick,
 )
 from moderation.review.decisions import ItemClaimed, item_decide
 from moderation.review.items import item_create
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus
-from moderation.policies.teams import team_member_remove
 
 pytestmark = pytest.mark.django_db
 
@@ -194,7 +200,7 @@ def test_two_moderators_claiming_at_once_get_one_claim(make_moderator, make_item
     for round_ in range(10):
         item = make_item(title=f"claim race {round_}")
         a, b = make_moderator(), make_moderator()
-        claims = _in_threads(lambda: claim_take(item=item, user=a), lambda: claim_take(item=item, user=b))
+        claims = _in_threads(lambda: claim_take(item=item, user=a), lambda: claim_take(item=item, user=b))  # noqa: B023 - run at once
         [row] = ItemClaim.objects.filter(item=item)
         # Both were told the same holder: the one whose row exists.
         assert {c.holder for c in claims} == {row.user.username}, (claims, row)

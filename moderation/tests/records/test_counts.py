@@ -34,8 +34,10 @@ pytestmark = [pytest.mark.postgres_variant, pytest.mark.usefixtures("test_graphs
 
 def _counters() -> dict[tuple, int]:
     """The counters summed over their shards, keyed like ``counts_actual``, zeros left out."""
-    summed = {("status", r["graph"], r["status"]): r["t"] for r in QueueCounter.objects.values("graph", "status").annotate(t=Sum("n")).order_by()}
-    summed |= {("day", r["day"], r["graph"]): r["t"] for r in DecidedDayCounter.objects.values("day", "graph").annotate(t=Sum("n")).order_by()}
+    statuses = QueueCounter.objects.values("graph", "status").annotate(t=Sum("n")).order_by()
+    summed = {("status", r["graph"], r["status"]): r["t"] for r in statuses}
+    days = DecidedDayCounter.objects.values("day", "graph").annotate(t=Sum("n")).order_by()
+    summed |= {("day", r["day"], r["graph"]): r["t"] for r in days}
     pending = PendingCounter.objects.values("team_key", "graph", "band").annotate(t=Sum("n")).order_by()
     summed |= {("pending", r["team_key"], r["graph"], r["band"]): r["t"] for r in pending}
     return {k: v for k, v in summed.items() if v}

@@ -26,7 +26,6 @@ from moderation.review.decisions import ask_escalate, item_decide
 from moderation.review.items import item_create
 from moderation.tests.webhook_receiver import Receiver
 
-
 # Counter rows are written by an upsert whose SQL differs per backend.
 pytestmark = pytest.mark.postgres_variant
 

@@ -77,7 +77,8 @@ tests:
           - exp_labels: {{severity: page}}
             exp_annotations:
               summary: "No reviewqueue task worker is alive"
-              description: "Decisions are not applied, webhooks not sent, deadlines not fired until one runs (manage.py db_worker); /readyz lists the workers last seen."
+              description: "Decisions are not applied, webhooks not sent, deadlines not fired until one runs
+                (manage.py db_worker); /readyz lists the workers last seen."
       - eval_time: 3m
         alertname: ReviewQueueUnappliedDecisions
         exp_alerts: []

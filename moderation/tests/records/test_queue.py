@@ -14,7 +14,12 @@ from django.utils.text import Truncator
 
 from moderation.models import ItemStatus, QueueItem, queue_rank
 from moderation.records.selectors import (
-    QUEUE_ORDERS, QueueCursorInvalid, QueueFilters, _queue_filtered, items_recently_decided, queue_cursor_read,
+    QUEUE_ORDERS,
+    QueueCursorInvalid,
+    QueueFilters,
+    _queue_filtered,
+    items_recently_decided,
+    queue_cursor_read,
     queue_pending,
 )
 

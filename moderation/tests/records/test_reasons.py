@@ -7,12 +7,12 @@ import pytest
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
-from moderation.records.audit import audit_verify
-from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.graphs.runtime import graph_values
 from moderation.models import AskStatus, AttemptOrigin, DecisionAttempt, ItemStatus, QueueItem, ReasonCode
+from moderation.records.audit import audit_verify
 from moderation.records.reasons import reason_rule, reason_rule_save
+from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.items import item_create
 
 pytestmark = pytest.mark.django_db

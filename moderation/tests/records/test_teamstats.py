@@ -13,10 +13,9 @@ from django.utils import timezone
 from moderation.models import DecisionAttempt, ReviewAsk, Team
 from moderation.records import teamstats
 from moderation.records.teamstats import fleiss_kappa, team_stats_read, wait_quantile
-from moderation.review.decisions import item_decide
 from moderation.review.deadlines import ask_deadline_fire
+from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
-
 
 # Counter rows are written by an upsert whose SQL differs per backend.
 pytestmark = pytest.mark.postgres_variant
@@ -43,8 +42,8 @@ def test_a_teams_day_tallies_decisions_waits_races_misses_escalations_and_agreem
     payments.refresh_from_db()
     today = timezone.localdate()
     voted = [item_create(title=f"Refund {i}", body="Order.", source="shop", team="payments") for i in range(3)]
-    for item, votes in zip(voted, [("approve", "approve"), ("reject", "reject"), ("approve", "reject")]):
-        for who, vote in zip((alice, bob), votes):
+    for item, votes in zip(voted, [("approve", "approve"), ("reject", "reject"), ("approve", "reject")], strict=False):
+        for who, vote in zip((alice, bob), votes, strict=False):
             item_decide(item_public_id=item.public_id, reviewer=who, decision=vote)
     late = item_create(title="Refund late", body="Order.", source="shop", team="payments")
     ReviewAsk.objects.filter(item=late).update(deadline_at=timezone.now() - timedelta(seconds=1))

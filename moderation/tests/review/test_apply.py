@@ -1,7 +1,7 @@
 """moderation.review.apply: the worker's half of a decision, applied exactly once whatever runs it."""
 
 import threading
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import timedelta
 from unittest import mock
 
@@ -265,10 +265,8 @@ def _two_lanes_apply_a_duplicated_task(item, *, hold: float = HOLD) -> list[str]
     both = threading.Barrier(2, timeout=hold)
 
     def hold(_key):
-        try:
+        with suppress(threading.BrokenBarrierError):
             both.wait()
-        except threading.BrokenBarrierError:
-            pass
 
     def lane(n):
         from django.db import connection

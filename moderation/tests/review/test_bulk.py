@@ -9,10 +9,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from moderation.review.bulk import BulkInvalid, BulkResult, items_decide_bulk
-from moderation.review.decisions import NotAModerator, item_decide
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
 from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.bulk import BulkInvalid, BulkResult, items_decide_bulk
+from moderation.review.decisions import NotAModerator, item_decide
 
 BULK_URL = reverse("moderation:bulk")
 

@@ -5,6 +5,18 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from moderation.core.faults import fault_inject
+from moderation.graphs.runtime import graph_resume, graph_values
+from moderation.models import (
+    AppendOnlyError,
+    ApplyState,
+    AskStatus,
+    AttemptOutcome,
+    DecisionAttempt,
+    ItemStatus,
+    QueueItem,
+    ReviewAsk,
+)
 from moderation.review.decisions import (
     InvalidDecision,
     ItemBusy,
@@ -12,11 +24,6 @@ from moderation.review.decisions import (
     ItemNotFound,
     NotAModerator,
     item_decide,
-)
-from moderation.core.faults import fault_inject
-from moderation.graphs.runtime import graph_resume, graph_values
-from moderation.models import (
-    AppendOnlyError, ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk,
 )
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 
@@ -167,7 +174,8 @@ def test_reviewer_waiting_past_the_bound_gets_busy_and_changes_nothing(alice, bo
 
     results = {}
     with fault_inject("after_item_lock", stall):
-        t = threading.Thread(target=lambda: results.setdefault("alice", item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")))
+        decide = lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")  # noqa: E731
+        t = threading.Thread(target=lambda: results.setdefault("alice", decide()))
         t.start()
         assert inside.wait(5)
         before = _snapshot()
@@ -202,9 +210,12 @@ def test_commit_lost_decides_nothing_and_the_next_reviewer_wins(alice, bob, make
         raise ConnectionError("database connection dropped")
 
     before = _snapshot()
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        with fault_inject("before_commit", crash), pytest.raises(ConnectionError):
-            item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
+    with (
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+        fault_inject("before_commit", crash),
+        pytest.raises(ConnectionError),
+    ):
+        item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="dup")
     assert callbacks == [] and _snapshot() == before
     assert _waiting(item) and item_resumes(item) == 0
 
@@ -327,6 +338,7 @@ def test_hand_made_second_resume_of_an_applied_ask_changes_nothing(alice, make_i
     with django_capture_on_commit_callbacks(execute=True):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     interrupt_id = item.asks.get().interrupt_id
-    graph_resume(name="moderation", thread_id=item.thread_id, answers={interrupt_id: {"decisions": [{"type": "reject"}], "reviewer": "mallory"}})
+    answer = {"decisions": [{"type": "reject"}], "reviewer": "mallory"}
+    graph_resume(name="moderation", thread_id=item.thread_id, answers={interrupt_id: answer})
     assert item_resumes(item) == 1
     assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["status"] == "approved"

@@ -36,7 +36,6 @@ from moderation.models import AttemptOutcome, DecisionAttempt, DeploymentInterru
 from moderation.review import deployments
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import deployment_sweep
-from moderation.tests.races import race_rounds
 from moderation.tests.deployments_support import (
     agent_run,
     discovery_processes,
@@ -47,6 +46,7 @@ from moderation.tests.deployments_support import (
     resumes_of,
     sdk,
 )
+from moderation.tests.races import race_rounds
 
 MODERATORS = ["mod_a", "mod_b", "mod_c"]
 

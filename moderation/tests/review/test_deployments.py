@@ -31,12 +31,11 @@ from moderation.core.faults import fault_inject
 from moderation.graphs.passthrough import ask_interrupts
 from moderation.graphs.remote import remote_thread_read
 from moderation.lab.waits import progress_wait
-from moderation.tests.docs_examples import block_find
 from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.events import item_group
+from moderation.review import deployments
 from moderation.review.apply import item_apply, item_apply_task
 from moderation.review.decisions import item_decide
-from moderation.review import deployments
 from moderation.review.deployments import (
     DeploymentInvalid,
     GraphRoute,
@@ -58,8 +57,8 @@ from moderation.tests.deployments_support import (
     resumes_of,
     sdk,
 )
+from moderation.tests.docs_examples import block_find
 from moderation.tests.langgraph_server import PortGate, free_port
-
 
 
 @contextmanager

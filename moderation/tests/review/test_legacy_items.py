@@ -15,10 +15,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from moderation.core.checkpointer import checkpointer_get
-from moderation.review.decisions import item_decide
 from moderation.graphs.builtin import ReviewState
 from moderation.graphs.runtime import graph_is_finished, graph_resume_count, graph_values
 from moderation.models import AskStatus, ItemStatus, QueueItem
+from moderation.review.decisions import item_decide
 from moderation.review.recovery import items_recover
 
 pytestmark = pytest.mark.django_db

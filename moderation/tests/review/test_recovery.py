@@ -5,13 +5,13 @@ from django.core.management import CommandError, call_command
 from django.db import DataError
 from django.test import override_settings
 
-from moderation.review import recovery
-from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.core.faults import fault_inject
 from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
 from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.review import recovery
 from moderation.review.apply import item_apply
+from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.review.items import item_create
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
@@ -52,9 +52,11 @@ def test_recover_applies_a_decision_the_worker_never_ran_exactly_once(alice, mak
 @pytest.mark.django_db
 def test_recover_retries_a_failed_node_and_finishes_the_item(alice, make_item, django_capture_on_commit_callbacks):
     item = make_item()
-    with fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("down"))):
-        with django_capture_on_commit_callbacks(execute=True):
-            assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject").won
+    with (
+        fault_inject("in_apply_node", lambda key: (_ for _ in ()).throw(KeyError("down"))),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject").won
     assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.FAILED
     [action] = items_recover().actions
     assert action.action == "applied its decision: resumed 0, finished"

@@ -17,6 +17,8 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.api.clients import apiclient_create
+from moderation.core import resumelock
+from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_start_count
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read
 from moderation.models import (
@@ -46,8 +48,6 @@ from moderation.review.starts import (
     starts_sweep,
 )
 from moderation.review.submissions import IdempotencyConflict, Submission, items_accept
-from moderation.core import resumelock
-from moderation.core.faults import fault_inject
 from moderation.tests.graphs_support import item_waiting_on, one_start_index_dropped
 from moderation.tests.races import race_rounds
 
@@ -428,7 +428,8 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
     # A refusal that had in fact won would leave a winner nobody was told of.
     unacknowledged = [item for item, state in final.items() if (item, state.winner) not in acknowledged]
     return {"errors": errors, "anomalies": [str(a) for a in history_check(ops=history.ops, final=final)],
-            "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started, "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
+            "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started,
+            "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -12,14 +12,14 @@ import time
 import pytest
 from django.db import IntegrityError, transaction
 
-from moderation.records.audit import audit_verify
-from moderation.review.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
-from moderation.records.events import loser_notify
 from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_is_finished, graph_values
 from moderation.lab import strategies
 from moderation.lab.harness import RaceReport, race_processes, race_threads
 from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.records.audit import audit_verify
+from moderation.records.events import loser_notify
+from moderation.review.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert
@@ -158,9 +158,8 @@ def test_a_withdrawal_whose_commit_was_lost_withdrew_nothing(client_user, alice,
     def crash(key):
         raise ConnectionResetError("server killed before commit")
 
-    with django_capture_on_commit_callbacks(execute=True):
-        with fault_inject("before_commit", crash), pytest.raises(ConnectionResetError):
-            item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
+    with django_capture_on_commit_callbacks(execute=True), fault_inject("before_commit", crash), pytest.raises(ConnectionResetError):
+        item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING and item.asks.get().status == AskStatus.PENDING
     assert item_waiting_on(item) == [item.asks.get().interrupt_id] and item_resumes(item) == 0

@@ -10,7 +10,7 @@ ACTIONS = [{"name": "refund_payment", "args": {"order_id": "A-17", "amount": 120
 
 def test_langchains_repeated_call_leaves_the_description_and_nothing_else_does():
     assert tool_description_display(name="refund_payment", description=DESCRIPTION) == "Tool execution requires approval"
-    assert tool_description_display(name="refund_payment", description=f"Tool: refund_payment\nArgs: {{}}") == ""
+    assert tool_description_display(name="refund_payment", description="Tool: refund_payment\nArgs: {}") == ""
     own = "Refund only broken orders.\nTool: other_tool\nArgs: kept, it is not this call"
     assert tool_description_display(name="refund_payment", description=own) == own
 

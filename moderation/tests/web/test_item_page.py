@@ -10,16 +10,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
+from moderation.graphs.runtime import graph_values
+from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import item_decide
-from moderation.graphs.runtime import graph_values
 from moderation.review.items import item_create
 from moderation.review.outcomes import item_outcome_report
 from moderation.review.submissions import Submission, item_submit
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
 from moderation.tests.graphs_support import (
-    PLAIN_AGENT,
     AGENT_GRAPHS,
+    PLAIN_AGENT,
     REFUND_GRAPH,
     TEST_GRAPHS,
     wrong_type_edit,
@@ -285,7 +285,8 @@ def test_a_response_that_makes_the_graph_ask_again(post, client, alice):
 
 def test_a_failed_apply_says_an_operator_must_recover(client, alice):
     item = _refund()
-    QueueItem.objects.filter(pk=item.pk).update(apply_state="failed", applied_result={"state": "failed", "error": "RuntimeError: tool down"})
+    failed = {"state": "failed", "error": "RuntimeError: tool down"}
+    QueueItem.objects.filter(pk=item.pk).update(apply_state="failed", applied_result=failed)
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     assert 'data-state="failed"' in html and "RuntimeError: tool down" in html and "manage.py recover" in html

@@ -4,10 +4,10 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from moderation.review.decisions import item_decide
-from moderation.tests.graphs_support import item_resumes, item_waiting_on
-from moderation.review.items import lab_item_create
 from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+from moderation.review.decisions import item_decide
+from moderation.review.items import lab_item_create
+from moderation.tests.graphs_support import item_resumes, item_waiting_on
 
 
 def _item_url(item):

@@ -51,7 +51,7 @@ _keys = itertools.count()
 
 def decisions_needed(*, seconds: float) -> int:
     """Pending items the measure's eight windows may decide (the pool is made before it runs)."""
-    return int(8 * MODERATORS * seconds / THINK) + 50
+    return int(8 * MODERATORS * seconds / (2 * THINK)) + 50  # a page and a decision take about a pause more
 
 
 class _Socket:
@@ -333,6 +333,20 @@ class _HungReceiver(_Burst):
         return {"deliveries": deliveries, "receiver_connections": self.receiver.accepted}
 
 
+def _settle(*, timeout: float) -> None:
+    """Wait until the worker has nothing due (the burst's queued work done) before the next quiet window."""
+    from django.db.models import Q
+    from django.utils import timezone
+    from django_tasks.base import TaskResultStatus
+    from django_tasks_db.models import DBTaskResult, get_date_max
+
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline and DBTaskResult.objects.filter(
+            Q(run_after=get_date_max()) | Q(run_after__lte=timezone.now()), status=TaskResultStatus.READY).exists():
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
 def bench_noisy_neighbours(servers: Servers, logins: list[Login], staff: Login, items: list[str], *, seconds: float,
                            process_note: str) -> list[Metric]:
     """Measure 26: for each burst, a quiet window then the same window under the burst; three lines each."""
@@ -356,7 +370,7 @@ def bench_noisy_neighbours(servers: Servers, logins: list[Login], staff: Login, 
         finally:
             finished = burst.finish()
         seen.update(finished)
-        time.sleep(2.0)  # what the burst left queued settles before the next quiet window
+        _settle(timeout=60)
         q, b = quiet.summary(), loud.summary()
         detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS}
         log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms, decision p99 "

@@ -54,6 +54,8 @@ def _base_env(workdir: Path) -> dict[str, str]:
         REFUND_AGENT_TOOL_SECONDS="0.5",
         # Bench 9's webhook receiver listens on loopback, where webhooks go only when allowed.
         WEBHOOK_ALLOWED_NETWORKS="127.0.0.1",
+        # Bench 26's slow deployment is a loopback socket too.
+        DEPLOYMENT_ALLOWED_NETWORKS="127.0.0.1",
     )
     return env
 

@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         replays = max(50, int(200 * s)) if wanted(1) else 0
         attributed = max(50, int(150 * s)) if wanted(24) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays + attributed + 2 - len(pool)
-        if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 23, 24, 26):
-            more = 0  # the agents' benches (21, 22) submit their own asks
+        if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 23, 24):
+            more = 0  # the agents' benches (21, 22) submit their own asks, 26 makes its own items
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import secrets
 import socket
 import threading
@@ -101,6 +102,7 @@ class _Window:
     pages: list[float] = field(default_factory=list)
     decisions: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)  # every moderator answer; 0: none (error or timeout)
+    load: float = 0.0  # the machine's 1-minute load average at the window's end (shared machines drift)
 
     @property
     def failed(self) -> int:
@@ -109,7 +111,7 @@ class _Window:
     def summary(self) -> dict[str, Any]:
         return {"page_p50_ms": median(self.pages), "page_p99_ms": percentile(self.pages, 99), "pages": len(self.pages),
                 "decision_p50_ms": median(self.decisions), "decision_p99_ms": percentile(self.decisions, 99),
-                "decisions": len(self.decisions), "statuses": dict(self.statuses)}
+                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load}
 
 
 async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window, stop: asyncio.Event) -> None:
@@ -142,6 +144,7 @@ async def _window(servers: Servers, logins: list[Login], items: list[str], secon
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.gather(*tasks)
+        window.load = os.getloadavg()[0]
     finally:
         for c in clients:
             await c.aclose()

@@ -15,7 +15,8 @@ decision in-process, and its SQL replayed) runs here too, before the servers sta
 leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
 decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
 the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
-Measure 25 (an idle worker's CPU) runs first, on the empty task table.
+Measure 25 (an idle worker's CPU) runs first, on the empty task table. Measure 26 (the
+moderators under outside bursts) runs just before 23, on the one worker, with items of its own.
 """
 
 from __future__ import annotations

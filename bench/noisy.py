@@ -175,7 +175,7 @@ class _Burst:
         self._task = asyncio.create_task(self.run())
 
     async def run(self) -> None:
-        raise NotImplementedError
+        """The burst's own traffic, until ``stop`` (none: a burst that is only a state, as a hung receiver)."""
 
     async def stop(self) -> dict[str, Any]:
         self._stop.set()
@@ -272,9 +272,6 @@ class _LongPolls(_Burst):
             for s in staff:
                 await s.aclose()
 
-    async def run(self) -> None:
-        return None
-
     async def stop(self) -> dict[str, Any]:
         async with httpx.AsyncClient(base_url=f"http://{self.servers.host(0)}", cookies=self.moderator.cookies(),
                                      headers={"X-CSRFToken": self.moderator.csrftoken}, timeout=60) as moderator:
@@ -322,9 +319,6 @@ class _HungReceiver(_Burst):
         self.receiver = _Socket(delay=None)
         self.endpoint = WebhookEndpoint.objects.create(name=f"bench-hung-{uuid.uuid4().hex[:8]}", url=self.receiver.url,
                                                        events=["item.decided"])
-
-    async def run(self) -> None:
-        return None
 
     def finish(self) -> dict[str, Any]:
         from moderation.delivery.models import WebhookDelivery

@@ -54,7 +54,7 @@ def _base_env(workdir: Path) -> dict[str, str]:
         REFUND_AGENT_TOOL_SECONDS="0.5",
         # Bench 9's webhook receiver listens on loopback, where webhooks go only when allowed.
         WEBHOOK_ALLOWED_NETWORKS="127.0.0.1",
-        # Bench 26's LangGraph deployment (`langgraph dev`) listens on loopback too.
+        # Bench 26's slow deployment and bench 27's LangGraph deployment (`langgraph dev`) listen on loopback too.
         DEPLOYMENT_ALLOWED_NETWORKS="127.0.0.1",
     )
     return env

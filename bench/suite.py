@@ -15,8 +15,9 @@ decision in-process, and its SQL replayed) runs here too, before the servers sta
 leaves the apply queued, as a server does; so does measure 24's (one apply lane applying
 decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
 the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
-Measure 25 (an idle worker's CPU) runs first, on the empty task table. Measure 27 (a LangGraph
-deployment's thread resumed) runs after 23, on two workers of its own.
+Measure 25 (an idle worker's CPU) runs first, on the empty task table. Measure 26 (the
+moderators under outside bursts) runs just before 23, on the one worker, with items of its own.
+Measure 27 (a LangGraph deployment's thread resumed) runs after 23, on two workers of its own.
 """
 
 from __future__ import annotations
@@ -142,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     many_rate, many_seconds = 1.0, max(4.0, 8 * s)
     note = f"{args.servers} daphne process{'es' if args.servers > 1 else ''}"
     two_count, sustained_seconds = max(150, int(300 * s)), max(4.0, 10 * s)
-    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22, 23, 24, 27):
+    noisy_seconds = max(6.0, 10 * s)
+    if wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 21, 22, 23, 24, 26, 27):
         replays = max(50, int(200 * s)) if wanted(1) else 0
         attributed = max(50, int(150 * s)) if wanted(24) else 0
         more = int(700 * s) + 200 + int(many_rate * many_seconds) + 2 * replays + attributed + 2 - len(pool)
         if not wanted(1, 4, 7, 15, 18, 11, 12, 14, 8, 9, 10, 23, 24):
-            more = 0  # the agents' benches (21, 22) submit their own asks
+            more = 0  # the agents' benches (21, 22) submit their own asks, 26 makes its own items
         if more > 0:
             log(f"{args.backend}: creating {more} more pending items for the HTTP benches")
             pool += items_make(more)
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(21):
                 log(f"{args.backend}: 21. an agent's ask, submitted → in a moderator's queue")
                 metrics += bench_ask_visible(servers, logins[0], count=max(20, int(100 * s)))
-            if wanted(11, 12, 14, 8, 9, 10, 22, 23):
+            if wanted(11, 12, 14, 8, 9, 10, 22, 23, 26):
                 log(f"{args.backend}: one task worker applying decisions")
                 servers.live[0].worker_start(interval=0.05)
                 backlog_drain(timeout=120)
@@ -203,6 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(22):
                 log(f"{args.backend}: 22. decision → an agent resumed, by long-poll and by webhook")
                 metrics += bench_agent_resumed(servers, logins[1], waves=max(1, round(3 * s)))
+            if wanted(26):
+                from bench.noisy import bench_noisy_neighbours, decisions_needed
+
+                log(f"{args.backend}: 26. noisy neighbours: moderators' pages and decisions, quiet and under each burst")
+                _, noisy_ops = moderators_login(1, prefix="bench-noisy-ops", staff=True)
+                noisy_items = items_make(decisions_needed(seconds=noisy_seconds))  # its own: 23 counts on the pool
+                metrics += bench_noisy_neighbours(servers, logins, noisy_ops[0], noisy_items, seconds=noisy_seconds,
+                                                  process_note=note)
             if wanted(23):  # last: its second worker would change the one-worker measures above
                 log(f"{args.backend}: 23. two task workers: applied rate, and decision → applied at 50/s")
                 metrics += bench_two_workers(servers, logins, pool, count=two_count, seconds=sustained_seconds)

@@ -1,8 +1,10 @@
 """Suite-wide set-up: the PostgreSQL pass must fail in CI when the server is missing."""
 
+import fcntl
 import ipaddress
 import os
 import sys
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -106,6 +108,26 @@ def _postgres_reachable() -> str | None:
     except psycopg.Error as exc:
         return str(exc).strip()
     return None
+
+
+# The files that run a whole cluster each (two servers and two workers: up to ~50 PostgreSQL connections)
+# take turns, whichever xdist worker runs them: two at once overflow PostgreSQL's 100 connections.
+CLUSTERS_IN_TURN = (
+    "moderation/tests/test_soak_run.py",
+    "moderation/tests/test_cluster_workers.py",
+    "moderation/tests/test_cluster_connections.py",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clusters_take_turns(request):
+    if request.node.nodeid not in CLUSTERS_IN_TURN:
+        yield
+        return
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    with open(Path(tempfile.gettempdir()) / f"reviewqueue-clusters-{run}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -10,14 +10,20 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
-os.environ.setdefault("DEBUG", "true")
 
-import django  # noqa: E402
+def soak() -> int:
+    # Inside main only: the tests' fork server (e2e/forked.py) imports this script again in each process it
+    # forks, before that process takes its own environment.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewqueue.settings")
+    os.environ.setdefault("DEBUG", "true")
+    import django
 
-django.setup()
+    django.setup()
+    from moderation.tests.soak_run import main
 
-from moderation.tests.soak_run import main  # noqa: E402
+    return main()
 
-sys.exit(main())
+
+if __name__ == "__main__":
+    sys.exit(soak())

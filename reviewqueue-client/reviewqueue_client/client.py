@@ -9,7 +9,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -433,7 +432,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _transient(exc: BaseException) -> bool:

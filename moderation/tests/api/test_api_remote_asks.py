@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -320,18 +321,23 @@ def test_an_asks_own_deadline_obeys_the_rule_a_submitted_policy_does(api, approv
     assert huge.status_code == 422 and "deadline_seconds must be a whole number from 1 to" in huge.json()["message"]
     assert not QueueItem.objects.exists()
     # Later than the team's approval is stricter: taken.
+    before = timezone.now()
     later = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=7200))
+    after = timezone.now()
     assert later.status_code == 201, later.content
     ask = ReviewAsk.objects.get()
-    assert 7100 < (ask.deadline_at - ask.item.created_at).total_seconds() < 7300
+    assert before + timedelta(seconds=7200) <= ask.deadline_at <= after + timedelta(seconds=7200)
 
 
 def test_an_interrupt_raised_later_with_a_weaker_deadline_keeps_the_policys(api, approve_after_an_hour):
     """A LangGraph deployment's or an in-process graph's interrupt never meets the submit check: asks_create holds it."""
     item = QueueItem.objects.get(public_id=api.post("/items", ASK).json()["id"])
     spec = AskSpec.from_payload({**ReviewAsk.objects.get().payload, "deadline_seconds": 2})
+    before = timezone.now()
     [weaker] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later", spec=spec)], round=2)
     [stricter] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))],
                              round=3)
-    assert 3500 < (weaker.deadline_at - timezone.now()).total_seconds() <= 3600
-    assert 7100 < (stricter.deadline_at - timezone.now()).total_seconds() <= 7200
+    after = timezone.now()
+    # Bounded by the clock read around the calls, not by how long they took.
+    assert before + timedelta(seconds=3600) <= weaker.deadline_at <= after + timedelta(seconds=3600)
+    assert before + timedelta(seconds=7200) <= stricter.deadline_at <= after + timedelta(seconds=7200)

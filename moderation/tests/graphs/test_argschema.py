@@ -221,7 +221,7 @@ def test_the_validator_resolves_in_a_registry_that_retrieves_nothing():
 
 def _seconds(check) -> float:
     best = math.inf
-    for _ in range(3):
+    for _ in range(5):
         started = time.perf_counter()
         check()
         best = min(best, time.perf_counter() - started)
@@ -230,17 +230,17 @@ def _seconds(check) -> float:
 
 def test_a_pattern_that_backtracks_exponentially_is_checked_in_time_linear_in_the_text():
     """The probe's schema: ``^(a+)+$`` against 26 a's and a "!" (with a backtracking engine each extra
-    "a" doubles the time: seconds at 26). Judged against a benign pattern's check of the same text, in this run."""
-    memo = "a" * 26 + "!"
+    "a" doubles the time: seconds at 26). Judged against the same check of half the text, in this run:
+    linear, twice the text costs about twice as much; backtracking, 2^13 times as much."""
     evil = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^(a+)+$"}, "n": {"type": "integer"}}}
-    benign = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^a+$"}, "n": {"type": "integer"}}}
 
-    def check(schema):
-        return lambda: _refused({"memo": memo, "n": 2}, schema=schema, proposed={"memo": memo, "n": 1})
+    def check(memo):
+        return lambda: _refused({"memo": memo, "n": 2}, schema=evil, proposed={"memo": memo, "n": 1})
 
-    check(evil)(), check(benign)()  # both schemas checked and cached once, as at submit
-    assert _seconds(check(evil)) < 20 * _seconds(check(benign)) + 0.002
-    assert _refused({"memo": memo, "n": 2}, schema=evil, proposed={}).path == ".memo"
+    long, short = "a" * 26 + "!", "a" * 13 + "!"
+    check(long)(), check(short)()  # the schema checked and cached once, as at submit
+    assert _seconds(check(long)) < 100 * _seconds(check(short))
+    assert _refused({"memo": long, "n": 2}, schema=evil, proposed={}).path == ".memo"
 
 
 def test_an_edit_whose_check_would_take_too_many_steps_is_refused_once_it_has_taken_them():

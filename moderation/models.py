@@ -1,5 +1,6 @@
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -96,6 +97,11 @@ class QueueRankField(models.BigIntegerField):
         )
         setattr(model_instance, self.attname, value)
         return value
+
+    def deconstruct(self) -> tuple[str, str, list[Any], dict[str, Any]]:
+        # The column is a plain bigint and the rank is computed in Python: migrations need not import this class.
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.BigIntegerField", args, kwargs
 
 STATUS_FOR_DECISION: dict[str, ItemStatus] = {
     Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,

@@ -143,11 +143,9 @@ def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes)
         "detail": attempt.detail,
         "requested_at": _iso(attempt.requested_at),
         "recorded_at": _iso(attempt.recorded_at),
-        # Signed only where present, so entries written before asks existed still verify.
-        # (getattr: migration 0006 signs with the model as it was then, before asks.)
-        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if getattr(attempt, "ask_id", None) else {}),
-        # Likewise for fields added later: signed when set, so older entries verify unchanged.
-        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name, ""))},
+        # Signed only where set: an attempt may have no ask, reason or origin.
+        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
+        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name))},
     })
 
 

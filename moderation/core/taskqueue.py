@@ -31,11 +31,16 @@ from django.db.models import Min, Q
 from django.db.utils import OperationalError
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
-from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult, get_date_max
-from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from moderation.core.checkpointer import checkpointer_target
+from moderation.core.tasksdb import (
+    DBTaskResult,
+    Worker,
+    exclusive_transaction,
+    get_date_max,
+    is_locked_database_exception,
+    worker_tasks_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +232,7 @@ class QueueLane(SteadyWorker):
 
     def loop(self) -> None:
         logger.info("Starting lane worker_id=%s queues=%s", self.worker_id, ",".join(self.queue_names))
-        while self.running and (self.max_tasks is None or self._run_tasks < self.max_tasks):
+        while self.running and (self.max_tasks is None or worker_tasks_run(self) < self.max_tasks):
             seen = self.wake.generation
             close_old_connections()
             task_result = self._claim()

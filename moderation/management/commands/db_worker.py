@@ -57,10 +57,10 @@ from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.utils import timezone
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
-from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
-from django_tasks_db.management.commands.db_worker import logger as package_logger
 
 from moderation.core.taskqueue import QueueLane, SteadyWorker, TaskWake
+from moderation.core.tasksdb import DbWorkerCommand
+from moderation.core.tasksdb import worker_logger as package_logger
 from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from moderation.records.events import push_loop_start
 from moderation.records.metrics import MetricsPortsBusy, metrics_worker_serve

@@ -344,6 +344,17 @@ def test_race_lab_link_only_for_staff(client, alice):
     assert 'href="/lab/"' in client.get(reverse("moderation:queue")).content.decode()
 
 
+
+@pytest.mark.django_db
+def test_no_race_lab_link_where_the_lab_app_is_not_installed(client, alice, settings):
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "moderation.lab"]
+    page = client.get(reverse("moderation:queue"))
+    assert page.status_code == 200 and "Race lab" not in page.content.decode()
+
+
 @pytest.mark.django_db
 def test_background_refresh_does_not_consume_flash_messages(client, alice, make_item):
     item = make_item(title="Flash")

@@ -18,17 +18,30 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus pgbouncer demo bench soak clean
+.PHONY: install requirements run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus pgbouncer demo bench soak clean
 
-$(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
+# requirements.txt takes the three locks (requirements/runtime.txt, test.txt, docs.txt), every
+# package pinned with its hashes; their one source is requirements/*.in (`make requirements`).
+LOCKS := requirements/runtime.txt requirements/test.txt requirements/docs.txt
+$(VENV)/.installed: requirements.txt $(LOCKS) reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths).
-	$(PY) -m pip install --quiet -e ./reviewqueue-client
+	$(PY) -m pip install --quiet --require-hashes -r requirements.txt
+	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths); its
+	@# dependencies are in the runtime lock, and a local directory has no hash to check.
+	$(PY) -m pip install --quiet --no-deps -e ./reviewqueue-client
 	@touch $@
 
 install: $(VENV)/.installed
+
+# Recompile the locks from requirements/*.in after editing one (pip-tools, pinned in test.in); the
+# pins already in a lock stay unless its .in changes them (`--upgrade-package NAME` via PIP_COMPILE_ARGS).
+PIP_COMPILE_ARGS ?=
+requirements: install
+	cd requirements && for set in runtime test docs; do \
+	  CUSTOM_COMPILE_COMMAND="make requirements" ../$(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+	    --no-emit-index-url --no-emit-find-links $(PIP_COMPILE_ARGS) --output-file $$set.txt $$set.in || exit 1; \
+	done
 
 # Development mode, asked for here: DEBUG is off unless set (and then SECRET_KEY and AUDIT_KEY
 # must be set). `DEBUG=false make run` tries production settings (README, Configuration).

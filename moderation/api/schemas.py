@@ -293,8 +293,6 @@ class ItemOut(Schema):
     # "" idle, "applying" (a decision waits for the worker), "failed" (needs manage.py recover)
     apply_state: str
     applied_result: Annotated[dict[str, Any], WithJsonSchema(APPLIED_RESULT_SCHEMA)]
-    # Kept for clients written before asks: the first open ask's request ({} when none is open).
-    review_request: dict[str, Any]
     team: str | None  # the team's slug; only its moderators (and supervisors) may decide
     policy: dict[str, Any]  # the policy copied onto the item at submit: approvals, majority, veto, deadline_seconds, on_deadline
     requested_by: str | None  # who may never decide it (four eyes)
@@ -320,7 +318,7 @@ class ItemOut(Schema):
             external_id=item.external_id, metadata=item.metadata, priority=item.priority,
             created_at=item.created_at, decided_at=item.decided_at, decision=decision,
             graph=item.graph, asks=outs, apply_state=item.apply_state,
-            applied_result=item.applied_result, review_request=first_open.payload if first_open else {},
+            applied_result=item.applied_result,
             team=item.team.slug if item.team_id else None, policy=item.policy,
             requested_by=item.requested_by.get_username() if item.requested_by_id else None,
             deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,

@@ -1,7 +1,7 @@
 """A test-time guard: no outbound network call while the calling thread holds a database connection or transaction.
 
 A wait on the outside while holding a pooled connection keeps it from everyone else, and inside
-``atomic`` also keeps its locks (the rule: contributors/layers.md, "Code rules").
+``atomic`` also keeps its locks (contributors/tests.md, "No outbound call while holding the database").
 
 ``io_guard_install`` hooks httpcore's connection pools (below httpx, the LangGraph SDK and the
 webhook sender) and ``socket.getaddrinfo``. A call made inside ``atomic`` (other than a test

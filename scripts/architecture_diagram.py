@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import configparser
 import sys
+import tomllib
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -23,7 +24,8 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / ".importlinter"
+# import-linter reads .importlinter when it exists, else pyproject.toml.
+CONFIG = ROOT / ".importlinter" if (ROOT / ".importlinter").exists() else ROOT / "pyproject.toml"
 OUTPUT = ROOT / "docs" / "img" / "architecture.svg"
 
 
@@ -52,14 +54,28 @@ class StaleStep(Exception):
 
 
 def layers_read(config: Path = CONFIG) -> tuple[str, list[list[str]]]:
-    """The root package and the layers contract's layers, top first, each a list of packages."""
-    parser = configparser.ConfigParser()
-    parser.read(config)
-    root = parser["importlinter"]["root_package"].strip()
-    for section in parser.sections():
-        if section.startswith("importlinter:contract:") and parser[section].get("type", "").strip() == "layers":
-            lines = [line.strip() for line in parser[section]["layers"].splitlines() if line.strip()]
-            return root, [[part.strip() for part in line.replace(":", "|").split("|")] for line in lines]
+    """The root package and the layers contract's layers, top first, each a list of packages.
+
+    ``config`` is import-linter's INI file (``.importlinter``) or a ``pyproject.toml`` whose
+    ``[tool.importlinter]`` holds the contracts, whichever the project keeps.
+    """
+    if config.suffix == ".toml":
+        settings = tomllib.loads(config.read_text())["tool"]["importlinter"]
+        root = settings["root_package"]
+        contracts = [(c.get("type", ""), c.get("layers", [])) for c in settings.get("contracts", [])]
+    else:
+        parser = configparser.ConfigParser()
+        parser.read(config)
+        root = parser["importlinter"]["root_package"].strip()
+        contracts = [
+            (parser[s].get("type", "").strip(), parser[s].get("layers", "").splitlines())
+            for s in parser.sections()
+            if s.startswith("importlinter:contract:")
+        ]
+    for kind, lines in contracts:
+        if kind == "layers":
+            rows = [line.strip() for line in lines if line.strip()]
+            return root, [[part.strip() for part in row.replace(":", "|").split("|")] for row in rows]
     raise ValueError(f"{config}: no layers contract")
 
 

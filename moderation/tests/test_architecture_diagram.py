@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.architecture_diagram import CONFIG, DECISION_PATH, OUTPUT, StaleStep, Step, diagram_build
+from scripts.architecture_diagram import CONFIG, DECISION_PATH, OUTPUT, StaleStep, Step, diagram_build, layers_read
 
 
 def test_the_committed_diagram_is_drawn_from_the_code_as_it_is():
@@ -33,3 +33,14 @@ def test_a_change_of_layers_changes_the_diagram(tmp_path):
 def test_a_decision_step_the_code_does_not_have_stops_the_drawing(step, problem):
     with pytest.raises(StaleStep, match=problem):
         diagram_build(path=[*DECISION_PATH, step])
+
+
+def test_the_layers_read_the_same_from_pyproject(tmp_path):
+    """import-linter's settings may move to pyproject.toml; the diagram reads them there alike."""
+    root, layers = layers_read(CONFIG)
+    rows = ", ".join('"' + " | ".join(row) + '"' for row in layers)
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.importlinter]\nroot_package = "{root}"\n\n'
+        f'[[tool.importlinter.contracts]]\nname = "layers"\ntype = "layers"\nlayers = [{rows}]\n'
+    )
+    assert layers_read(tmp_path / "pyproject.toml") == (root, layers)

@@ -9,7 +9,8 @@ Besides the main loop (one task at a time, any queue, oldest first) it runs ``AP
 apply-only loops and ``WEBHOOK_LANES`` delivery-only loops (``--no-delivery-lane`` turns those
 off), so neither kind of task waits behind the other; the resume lock keeps two lanes off one
 graph thread. Every loop is a ``SteadyWorker`` (``moderation.core.taskqueue``): a lost database
-connection does not end it. Idle loops sleep until NOTIFY on PostgreSQL, poll on SQLite.
+connection does not end it. Idle loops sleep until NOTIFY on PostgreSQL, poll on SQLite. A
+delivery in flight when the worker is stopped is finished before the process exits.
 
 Threads beside the loops: the heartbeat (``moderation.records.workers``), the sweeps (tasks a
 killed worker left undone: leases run out, unapplied decisions, unstarted items), deadlines

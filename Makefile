@@ -69,8 +69,10 @@ test-quick: install
 
 # The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.
 # Its API reference is rendered from the OpenAPI schema at build time. The examples on its pages
-# are run by moderation/tests/test_docs.py (in test-sqlite).
+# are run by moderation/tests/test_docs.py (in test-sqlite). The architecture diagram is drawn from
+# the code first (scripts/architecture_diagram.py; a test fails while the committed one is stale).
 docs: install
+	$(PY) scripts/architecture_diagram.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 docs-serve: install

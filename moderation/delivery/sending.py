@@ -1,27 +1,19 @@
 """Attempting deliveries: one signed POST per attempt, retried with backoff, in order per item.
 
-Each attempt runs as a ``delivery_send`` task in a worker (``manage.py db_worker``),
-never in a web process. The delivery row is the truth; tasks only say "look at it":
-- an attempt first takes a lease on the row (``next_attempt_at`` moves past
-  ``WEBHOOK_TIMEOUT``, which bounds the whole attempt), so a duplicate task finds the
-  lease and does nothing;
-- a delivery whose earlier sibling (same item and endpoint, lower sequence) is still
-  pending is parked; finishing the sibling makes it due and queues it;
-- a worker killed mid-attempt leaves its task claimed forever (the database backend
-  does not reclaim them), so ``deliveries_sweep`` (run by every worker) re-queues
-  deliveries whose lease ran out;
-- one endpoint has at most half of a worker's delivery lanes in flight (``WEBHOOK_LANES``,
-  ``_EndpointSlots``): a delivery that would take one more is parked, and the end of one of
-  that endpoint's attempts hands its slot to the oldest parked one. A receiver that hangs
-  (every attempt lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it
-  does not delay the deliveries to other endpoints, nor do its retries. While the receiver
-  answers within half the timeout, the attempt that ends takes the parked delivery's lease
-  itself and goes on with it (``HANDOVER_MAX`` in a row at most), so a healthy endpoint's
-  backlog costs one write per parked delivery, not a task round trip; a slower one's parked
-  delivery is queued as a task, so no loop waits on a slow receiver twice in a row.
+Each attempt is a ``delivery_send`` task in a worker, never in a web process. The delivery row
+is the truth; a task only says "look at it":
 
-The request itself is ``moderation.delivery.posting.webhook_post``: bounded as a whole by
-``WEBHOOK_TIMEOUT``, sent only to addresses ``moderation.delivery.targets`` allows.
+- an attempt first takes a lease on the row (``next_attempt_at`` moved past
+  ``WEBHOOK_TIMEOUT``), so a duplicate task does nothing; ``deliveries_sweep`` re-queues
+  deliveries whose lease ran out (a killed worker's);
+- a delivery whose earlier sibling (same item and endpoint) is pending is parked, and queued
+  when the sibling finishes;
+- one endpoint holds at most half of a worker's delivery lanes (``_EndpointSlots``), so a
+  hung receiver delays no other endpoint; a fast endpoint's attempt hands over to its next
+  parked delivery itself (``HANDOVER_MAX`` in a row).
+
+The request: ``moderation.delivery.posting.webhook_post``. Measurements:
+contributors/worker-throughput.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,20 @@
-"""The graph's work after a decision: the worker resumes each decided ask exactly once.
+"""The worker's half of a decision: each decided ask's graph is resumed exactly once.
 
-This is the second half of the guard's contract (``moderation.review.decisions``). The guard
-commits a decision (the ask DECIDED, the item row, the winning attempt) and, in the
-same transaction, queues ``item_apply_task`` for the item; the reviewer's answer does
-not wait for the graph. Then, in a worker, ``item_apply``:
+``moderation.review.decisions`` commits a decision and queues ``item_apply_task`` in the same
+transaction. ``item_apply`` then, in a worker:
 
-1. takes the thread's resume lock (``moderation.core.resumelock``), waiting if another
-   worker holds it: at most one resume of a thread runs anywhere, and no database row
-   lock is held while the graph runs (an agent's tool may take seconds);
-2. reads the item's decided, unapplied asks and the interrupts its graph is still
-   paused at. The asks whose interrupt is still pending are resumed together with
-   LangGraph's ``{interrupt_id: value}`` map. An ask whose interrupt is no longer
-   pending was resumed by an earlier run that died before recording it (a worker
-   killed after the resume): it is not resumed again, only recorded. A LangGraph
-   deployment's item then resumes the agent's thread there with what its own thread now
-   holds, and puts what that thread asks next to its own thread as its next round
-   (``moderation.review.remote``); a deployment that cannot be reached leaves the asks
-   unapplied and the apply queued again after a backoff;
-3. records, under the item's row lock in one short transaction, the asks as applied
-   and what the graph did next: finished (its result), asked again (new pending asks,
-   the item back in the queue), or failed (``apply_state`` FAILED with the error, for
-   ``manage.py recover``; not when the checkpointer's connection ended under the run,
-   ``runtime.STORAGE_LOST``: that apply is queued again), with its ``item.applied`` webhook deliveries (the outbox:
-   announced exactly when recorded); events go out after the commit;
-4. goes round again while decided asks are unapplied (decided during the resume).
+1. takes the thread's resume lock (``moderation.core.resumelock``): at most one resume of a
+   thread anywhere, and no row lock held while the graph runs;
+2. resumes the decided, unapplied asks whose interrupt the graph still waits on (an ask
+   whose interrupt is gone was resumed by a run that died before recording: recorded only);
+   a LangGraph deployment's item resumes the remote thread (``moderation.review.remote``);
+3. records, in one short transaction under the item's row lock, the asks as applied and what
+   the graph did next (finished, asked again, or failed), with its webhook deliveries;
+4. repeats while asks were decided meanwhile.
 
-A task retried, duplicated or run by two workers at once finds nothing to do, or waits
-for the lock and then finds nothing to do. A worker killed at any step leaves a decided,
-unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again. A
-worker killed inside the graph's run, after its resume was checkpointed, leaves the
-thread with nodes still to run and no interrupt to resume (``GraphState.stalled``): the
-retried apply runs those nodes (``graph_continue``) to the graph's end or its next
-interrupt before it records anything, and ``recover`` does the same for a decided item
-whose graph was left so. What a node killed half-way may run twice is in
-``moderation.graphs.runtime``.
+A retried or duplicated task finds nothing to do. A worker killed at any step leaves a
+decided, unapplied ask that ``applies_sweep`` queues again; a graph left between its steps is
+run on (``graph_continue``) before anything is recorded. See contributors/architecture.md.
 """
 
 from __future__ import annotations

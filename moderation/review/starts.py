@@ -1,31 +1,20 @@
-"""Items accepted now and started by the task worker: ingest at the database's pace, not the graph's.
+"""Items accepted now and started by the task worker, so a batch is taken at the database's pace, not the graph's.
 
-Running an item's graph to its first interrupt costs more than everything else a
-submit does (LangGraph's own run: bench 5's floor), so a batch that starts every graph
-in the request can take no more items per second than one process can start graphs.
 A batch submitted with ``start: "queued"`` (``moderation.review.submissions.items_accept``)
-instead writes its rows as STARTING, in one transaction with their start tasks (``START_CHUNK`` items each); any
-number of workers then start them side by side, each exactly as ``items.item_create``
-would have, and the item enters the queue (PENDING, its asks, its ``item.created``
-webhook and live event) when its graph asks.
-
-A STARTING item cannot be decided or withdrawn: it has no ask yet, and the guard refuses
-it under the row lock (``decisions.ItemStarting``), recording nothing.
+writes its rows as STARTING, with their start tasks (``START_CHUNK`` items each), in one
+transaction. Workers start them as ``items.item_create`` would; the item enters the queue
+(PENDING, asks, ``item.created``) when its graph asks. A STARTING item cannot be decided
+(``decisions.ItemStarting``).
 
 Locking contract of ``item_start``, in order: the thread's resume lock
-(``core.resumelock``) around the graph's run, so at most one start of a thread runs
-anywhere and a second one (a duplicated task, a sweep, ``recover``) joins the first's
-state instead of raising interrupts of other ids; then, with the graph done, the
-item's row lock for the transaction that records its asks, re-checking under it that
-the item still waits to start. Nothing runs the graph under the row lock.
+(``moderation.core.resumelock``) around the graph's run, so a second start of the thread
+joins the first's state; then, with the graph done, the item's row lock for the transaction
+that records its asks, re-checking that the item still waits to start. Nothing runs the
+graph under the row lock.
 
-A worker killed mid-start leaves its task claimed for good; ``starts_sweep`` (in every
-worker's sweep thread) queues again each item STARTING for longer than
-``APPLY_SWEEP_GRACE`` that no task is going to start. A graph that raises at its start
-refuses its item (REFUSED, final: the submitter's input is at fault, as a start "now"
-answers 422); a start that fails otherwise (the storage under it, a graph that finished
-without asking) leaves its item NEEDS_ATTENTION with the error, and ``manage.py recover``
-starts it again.
+``starts_sweep`` queues again each item STARTING for longer than ``APPLY_SWEEP_GRACE`` that no
+task will start. A graph that raises at its start makes the item REFUSED (final); any other
+failure leaves it NEEDS_ATTENTION for ``manage.py recover``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""The TypeScript client's own tests (clients/typescript/test, Node's test runner) against a real server.
+
+One server (no worker: these tests long-poll and resume by hand), an API client's token, a
+moderator's session (the tests decide as the item page does), and a PostgreSQL database of
+the tests' own for LangGraph.js's PostgresSaver; the Python client's advisory keys of a few
+thread ids go in too, so the TypeScript lock is checked to take the same ones. The package
+is type-checked and built (``tsc``: the published dist/ with its declarations) first.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from e2e.node import CLIENT, node_modules_ready, node_run, postgres_database
+from e2e.server import LiveServer
+from moderation.tests.real_server import CSRF
+from reviewqueue_client.locks import _advisory_key
+
+pytestmark = [pytest.mark.timeout(900)]
+
+THREADS = ("support-thread-1", "", "é✓ thread with spaces", "x" * 300)
+
+
+@pytest.fixture(scope="module")
+def node_env(tmp_path_factory):
+    node_modules_ready()
+    server = LiveServer(tmp_path_factory.mktemp("ts-client"), extra_env={"DECISION_RATE_LIMIT": "0"})
+    seeded = server.seed(users=["alice"])
+    token = server.tool("apiclient", "ts-client")
+    try:
+        server.start()
+        with postgres_database() as postgres_url:
+            yield {
+                "RQ_URL": server.url, "RQ_TOKEN": token, "RQ_CSRF": CSRF, "RQ_POSTGRES_URL": postgres_url,
+                "RQ_COOKIE": f"sessionid={seeded.sessions['alice']}; csrftoken={CSRF}",
+                "RQ_ADVISORY_VECTORS": json.dumps({t: str(_advisory_key(t)) for t in THREADS}),
+            }
+    finally:
+        server.close()
+
+
+def test_the_package_type_checks_and_builds_its_published_layout():
+    node_modules_ready()
+    done = node_run(["npm", "run", "--silent", "typecheck"], env={}, timeout=300)
+    assert done.returncode == 0, done.stdout
+    done = node_run(["npm", "run", "--silent", "build"], env={}, timeout=300)
+    assert done.returncode == 0, done.stdout
+    package = json.loads((CLIENT / "package.json").read_text())
+    for entry in package["exports"].values():
+        for path in entry.values():
+            assert (CLIENT / path).is_file(), path
+    assert set(package["dependencies"]) == {"standardwebhooks"}
+    assert set(package["peerDependencies"]) == {"@langchain/langgraph"}
+
+
+@pytest.mark.parametrize("suite", ["client", "webhooks", "locks", "langgraph"])
+def test_node_suite(node_env, suite):
+    done = node_run(["node", "--import", "tsx", "--test", "--test-reporter=spec", f"test/{suite}.test.ts"], env=node_env, timeout=600)
+    assert done.returncode == 0, done.stdout[-12000:]
+    assert "# fail 0" in done.stdout or "ℹ fail 0" in done.stdout, done.stdout[-6000:]

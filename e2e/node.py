@@ -84,3 +84,13 @@ def postgres_database() -> Iterator[str]:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def ts_agent(*, server, workdir, port: int, token: str, secret: str, postgres_url: str, thread: str = "support-thread-1",
+             flags: tuple[str, ...] = ()):
+    """The TypeScript client's agent service (clients/typescript/test/agent-service.ts) in its own Node process."""
+    from e2e.agents import AgentProcess
+
+    return AgentProcess(server=server, workdir=workdir, port=port, token=token, secret=secret, thread=thread, flags=flags,
+                        command=("node", "--import", "tsx", "test/agent-service.ts"), cwd=CLIENT,
+                        env={"RQ_POSTGRES_URL": postgres_url})

@@ -116,7 +116,9 @@ export function askOf(value: unknown): unknown {
   const v = value as Record<string, any> | null;
   if (!v || typeof v !== "object" || !Array.isArray(v.actionRequests)) return value;
   return {
-    action_requests: v.actionRequests.map((a: any) => ({ name: a.name, args: a.args, ...(a.description ? { description: a.description } : {}) })),
+    // The middleware ends a description it writes itself with the call, its args as indented JSON over
+    // several lines ("...\n\nTool: <name>\nArgs: {\n  ...}"); reviewqueue shows the call beside, so it goes.
+    action_requests: v.actionRequests.map((a: any) => ({ name: a.name, args: a.args, ...(description(a) ? { description: description(a) } : {}) })),
     review_configs: (v.reviewConfigs ?? []).map((c: any) => ({
       action_name: c.actionName,
       allowed_decisions: c.allowedDecisions,
@@ -139,7 +141,6 @@ export function resumeOf(resume: unknown): unknown {
   };
 }
 
-// The middleware ends a description it writes itself with the call ("...\n\nTool: <name>\nArgs: {...}"); reviewqueue shows the call beside.
 function description(action: Record<string, any>): string {
   const text = String(action.description ?? "");
   const at = text.indexOf(`Tool: ${action.name}\nArgs:`);

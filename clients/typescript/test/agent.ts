@@ -31,12 +31,16 @@ export class ScriptedModel extends BaseChatModel {
   }
 }
 
-/** The agent; `ran` is called with each run's arguments (the side effect the tests count), after `toolMs`. */
-export function agentBuild(options: { checkpointer: BaseCheckpointSaver; ran: (args: { customer_id: string; grace_days: number }) => void; toolMs?: number }) {
+/** The agent; `ran` is called with each run's arguments and its thread (the side effect the tests count), after `toolMs`. */
+export function agentBuild(options: {
+  checkpointer: BaseCheckpointSaver;
+  ran: (args: { customer_id: string; grace_days: number }, threadId: string) => void;
+  toolMs?: number;
+}) {
   const deleteCustomer = tool(
-    async (args: { customer_id: string; grace_days: number }) => {
+    async (args: { customer_id: string; grace_days: number }, config) => {
       await new Promise((resolve) => setTimeout(resolve, options.toolMs ?? 0));
-      options.ran(args);
+      options.ran(args, String(config?.configurable?.thread_id));
       return `deleted ${args.customer_id}`;
     },
     {

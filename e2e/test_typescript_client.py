@@ -13,9 +13,14 @@ that build (they import ``@reviewqueue/client`` by its name), with the output th
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 
 import pytest
 
+from e2e.children import children_adopt, children_forget
 from e2e.node import CLIENT, node_modules_ready, node_run, postgres_database
 from e2e.server import LiveServer
 from moderation.tests.docs_examples import page_blocks
@@ -84,3 +89,44 @@ def test_the_docs_examples_run_as_written(node_env):
         assert done.returncode == block.status, f"{block.id}:\n{done.stdout[-4000:]}"
         for text in block.expect:
             assert text in done.stdout, f"{block.id}: {text!r} not in its output:\n{done.stdout[-4000:]}"
+
+
+LOCK_WAITER = """
+import pg from "pg";
+import { postgresThreadLock } from "../src/locks.ts";
+const pool = new pg.Pool({ connectionString: process.env.RQ_POSTGRES_URL });
+console.log("trying");
+await postgresThreadLock(pool)(process.env.RQ_THREAD, async () => console.log("got", Date.now() / 1000));
+await pool.end();
+"""
+
+
+def test_a_python_replica_holding_a_threads_lock_holds_off_a_typescript_one(node_env, tmp_path):
+    """The Python client's PostgreSQL lock (``postgres_thread_lock``'s key, held by a Python session) excludes the
+    TypeScript client's on the same thread; another thread's is free."""
+    import psycopg
+
+    script = CLIENT / "docs-examples" / "lock-waiter.ts"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(LOCK_WAITER)
+    with psycopg.connect(node_env["RQ_POSTGRES_URL"], autocommit=True) as python_replica:
+        python_replica.execute("SELECT pg_advisory_lock(%s)", (_advisory_key("support-thread-1"),))
+        other = node_run(["node", "--import", "tsx", str(script.relative_to(CLIENT))],
+                         env={**node_env, "RQ_THREAD": "support-thread-2"}, timeout=120)
+        assert other.returncode == 0 and "got" in other.stdout, other.stdout
+        waiter = subprocess.Popen(["node", "--import", "tsx", str(script.relative_to(CLIENT))], cwd=CLIENT,
+                                  env={**os.environ, **node_env, "RQ_THREAD": "support-thread-1"},
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        children_adopt(waiter)
+        try:
+            assert waiter.stdout.readline().strip() == "trying"
+            time.sleep(1.0)  # time enough to take a free lock (the other thread's took well under that)
+            released = time.time()
+            python_replica.execute("SELECT pg_advisory_unlock(%s)", (_advisory_key("support-thread-1"),))
+            out, _ = waiter.communicate(timeout=60)
+        finally:
+            if waiter.poll() is None:
+                os.killpg(waiter.pid, signal.SIGKILL)
+            children_forget(waiter)
+    got = float(out.split()[1])
+    assert got >= released - 0.05, (got, released)  # only once the Python session let go (clocks of one machine)

@@ -6,7 +6,7 @@
  * it re-reads the thread's pending interrupts and resumes; it must exclude every process that resumes
  * from the same checkpointer, so `checkpointerThreadLock` picks the one the checkpointer can share:
  *
- * - LangGraph.js's `PostgresSaver`: a PostgreSQL session advisory lock keyed by the thread id, taken
+ * - LangGraph.js's `PostgresSaver` (any checkpointer with a `pg` pool): a PostgreSQL session advisory lock keyed by the thread id, taken
  *   with `pg_try_advisory_lock` on a connection of the checkpointer's own pool, held for the resume
  *   (give the pool room for one more connection per concurrent resume). The key is the Python
  *   client's (`reviewqueue_client.locks`), so Python and TypeScript replicas exclude each other; a
@@ -47,34 +47,31 @@ export function postgresThreadLock(pool: PoolLike): ThreadLock {
     localThreadLock(`pg:${threadId}`, async () => {
       const key = advisoryKey(threadId).toString();
       const client = await pool.connect();
-      let broken: Error | undefined;
+      let broken: Error | undefined; // a session whose query failed is closed, not pooled: its lock goes with it
+      const query = (sql: string) =>
+        client.query(sql, [key]).catch((error: Error) => {
+          broken = error;
+          throw error;
+        });
       try {
-        while (!(await client.query("SELECT pg_try_advisory_lock($1::bigint) AS locked", [key])).rows[0]?.locked) {
+        while (!(await query("SELECT pg_try_advisory_lock($1::bigint) AS locked")).rows[0]?.locked) {
           await new Promise((resolve) => setTimeout(resolve, ADVISORY_POLL_MS));
         }
         try {
           return await fn();
         } finally {
-          await client.query("SELECT pg_advisory_unlock($1::bigint)", [key]).catch((error: Error) => {
-            broken = error; // a session that could not unlock is closed, and its lock with it
-          });
+          await query("SELECT pg_advisory_unlock($1::bigint)").catch(() => undefined);
         }
-      } catch (error) {
-        broken ??= error instanceof Error ? error : new Error(String(error));
-        throw error;
       } finally {
         client.release(broken);
       }
     });
 }
 
-/** The lock every process sharing `checkpointer` sees (the module's comment). */
+/** The lock every process sharing `checkpointer` sees (the module's comment): one with a `pg` pool gets the advisory lock. */
 export function checkpointerThreadLock(checkpointer: unknown): ThreadLock {
-  const pool = (checkpointer as { pool?: unknown } | null | undefined)?.pool;
-  if (checkpointer?.constructor?.name === "PostgresSaver" && typeof (pool as PoolLike | undefined)?.connect === "function") {
-    return postgresThreadLock(pool as PoolLike);
-  }
-  return localThreadLock;
+  const pool = (checkpointer as { pool?: Partial<PoolLike> } | null | undefined)?.pool;
+  return typeof pool?.connect === "function" ? postgresThreadLock(pool as PoolLike) : localThreadLock;
 }
 
 /** The advisory lock key of a thread: BLAKE2b-64 of "reviewqueue_client:<thread id>", big-endian, signed (the Python client's). */

@@ -39,6 +39,10 @@ test("the PostgreSQL lock excludes holders on other pools, not other threads; a 
     const other = await holders([(fn) => a!("thread-y", fn), (fn) => b!("thread-z", fn)]);
     assert.ok(!exclusive(other), "different threads run at once: " + other.join(", "));
 
+    // A holder that fails lets go: its error is the caller's, and the lock is free for another pool.
+    await assert.rejects(a!("thread-e", async () => { throw new Error("tool failed"); }), /tool failed/);
+    assert.equal(await b!("thread-e", async () => "taken"), "taken");
+
     // A holder whose session dies (its process killed) frees the lock with its connection.
     const doomed = new pg.Client({ connectionString: POSTGRES_URL() });
     await doomed.connect();

@@ -231,3 +231,13 @@ def test_every_error_code_a_client_names_is_one_the_server_emits():
         assert codes - CLIENT_CODES - server == set(), f"{client} names codes the server never answers with"
     assert "idempotency_key_reused" in _typescript_codes() & _python_codes()
     assert "no_such_code_anywhere" not in server  # the check can fail
+
+
+def test_the_typescript_clients_list_filters_are_the_list_operations_parameters(schema):
+    """The one request shape the TypeScript client writes by hand (query parameters are not components)."""
+    declared = re.search(r"export type ListFilters = \{(.*?)\};", TS_CLIENT.read_text(), re.S)
+    assert declared, "client.ts lost its ListFilters"
+    filters = set(re.findall(r"(\w+)\?:", declared.group(1)))
+    parameters = {p["name"] for p in schema["paths"]["/api/v1/items"]["get"]["parameters"]}
+    assert filters and filters <= parameters, filters - parameters
+    assert parameters - filters == {"cursor"}  # the client pages by itself

@@ -18,7 +18,7 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus pgbouncer demo bench soak clean
+.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe ts-client prometheus pgbouncer demo bench soak clean
 
 $(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,7 +58,7 @@ TEST_PASSES ?= 2
 # strict docs build.
 test: prometheus pgbouncer
 	$(MAKE) --no-print-directory -j2 install langgraph-venv
-	$(MAKE) --no-print-directory e2e-browser
+	$(MAKE) --no-print-directory e2e-browser ts-client
 	$(MAKE) --no-print-directory -j2 lint docs
 	$(MAKE) --no-print-directory --output-sync=none -j$(TEST_PASSES) test-sqlite test-postgres
 
@@ -100,10 +100,10 @@ lint: install lint-imports
 # its own Redis database and channel prefix (conftest.py). Each pass's per-test times go to
 # var/test-results/ (JUnit XML): `scripts/test_times.py` sums them per file.
 TEST_WORKERS ?= 2
-test-sqlite: install e2e-browser prometheus langgraph-venv
+test-sqlite: install e2e-browser prometheus langgraph-venv ts-client
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
 
-test-postgres: install prometheus pgbouncer langgraph-venv
+test-postgres: install prometheus pgbouncer langgraph-venv ts-client
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
 
@@ -156,6 +156,12 @@ AXE_JS := var/npm/node_modules/axe-core/axe.min.js
 e2e-axe: $(AXE_JS)
 $(AXE_JS):
 	npm install --no-save --prefix var/npm axe-core@4
+
+# The TypeScript client's node_modules (its tests in e2e/test_typescript_client.py run `npm ci` too when these are stale).
+TS_CLIENT := clients/typescript
+ts-client: $(TS_CLIENT)/node_modules/.package-lock.json
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 
 e2e: install e2e-browser
 	$(PY) -m pytest e2e

@@ -123,6 +123,7 @@ from moderation.policies.teams import (
     NotAMember,
     decide_right_check,
     eligible_count,
+    four_eyes_refusal,
     team_policy,
 )
 from moderation.records import events
@@ -300,8 +301,8 @@ def item_decide(
             cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
         except AskDecisionInvalid as exc:
             raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
-    if target.requester_id is not None and target.requester_id == reviewer.pk:
-        raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
+    if refusal := four_eyes_refusal(requester_id=target.requester_id, user=reviewer):
+        raise NotAllowed(refusal)
     if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
         raise InvalidDecision(_not_a_vote(policy=target.policy, decisions=cleaned), field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"

@@ -62,7 +62,7 @@ from moderation.records.selectors import (
 )
 from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.review.bulk import BulkResult, items_decide_bulk
-from moderation.review.decisions import DecisionError, DecisionOutcome, item_decide
+from moderation.review.decisions import DecisionError, DecisionOutcome, InvalidDecision, item_decide
 from moderation.web.decision_forms import (
     FormInvalid,
     ask_forms_build,
@@ -181,7 +181,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         )
     except FormInvalid as exc:
         if wants_json:
-            return JsonResponse({"error": "invalid_decision", "message": str(exc), "field": exc.field}, status=400)
+            return _error_json(exc)
         return _item_page(request, item=item, error=_NOT_RECORDED, posted=request.POST, errors={exc.field: str(exc)}, status=400)
     except DecisionError as exc:
         if wants_json:
@@ -410,7 +410,11 @@ def _rate_limited_json(wait: int) -> JsonResponse:
     return response
 
 
-def _error_json(exc: DecisionError) -> JsonResponse:
+def _error_json(exc: DecisionError | FormInvalid) -> JsonResponse:
+    """The one JSON answer of the session's decision endpoints to a decision refused (a form the guard never saw
+    is an invalid decision too)."""
+    if isinstance(exc, FormInvalid):
+        exc = InvalidDecision(str(exc), field=exc.field)
     body = {"error": exc.code, "message": str(exc)}
     if exc.field:
         body["field"] = exc.field

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -41,6 +40,7 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
+from moderation.core.backoff import retry_delay
 from moderation.core.dbpool import connection_release
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
@@ -67,12 +67,6 @@ def delivery_send(delivery_id: int) -> None:
 def delivery_body(*, delivery: WebhookDelivery) -> str:
     """The exact bytes signed and sent: the same on every attempt (sorted keys, no spaces)."""
     return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def retry_delay(*, attempts: int) -> float:
-    """Exponential backoff with jitter: between half and all of base·2^(n-1), capped."""
-    ceiling = min(settings.WEBHOOK_RETRY_MAX, settings.WEBHOOK_RETRY_BASE * 2 ** max(0, attempts - 1))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
 class _EndpointSlots:
@@ -222,7 +216,8 @@ def _result_record(
             logger.error("webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id,
                          delivery.attempts, error)
         else:
-            delivery.next_attempt_at = now + timedelta(seconds=retry_delay(attempts=delivery.attempts))
+            delay = retry_delay(tries=delivery.attempts, base=settings.WEBHOOK_RETRY_BASE, most=settings.WEBHOOK_RETRY_MAX)
+            delivery.next_attempt_at = now + timedelta(seconds=delay)
             delivery_send.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:

@@ -141,6 +141,7 @@ from moderation.records.reasons import (
 )
 from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
+from moderation.review.itemrow import item_row_lock
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -656,9 +657,7 @@ def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
     try:
-        # No select_related here: when PostgreSQL re-reads a row it waited to lock, it
-        # does not redo the join, so a joined winner would come back stale (None).
-        return QueueItem.objects.select_for_update().get(public_id=key)
+        return item_row_lock(public_id=key)  # nothing joined: a joined winner would come back stale
     except QueueItem.DoesNotExist:
         raise ItemNotFound(f"no item {key}") from None
 

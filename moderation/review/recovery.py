@@ -26,6 +26,7 @@ from moderation.models import (
 )
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.decisions import ask_status_word
+from moderation.review.itemrow import item_row_lock
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def _attention_mark(*, key: str, reason: str) -> str:
     """
     try:
         with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
-            item = QueueItem.objects.select_for_update().get(public_id=key)
+            item = item_row_lock(public_id=key)
             if item.status in UNDECIDED_STATUSES:
                 before = item_counted(item)
                 item.status = ItemStatus.NEEDS_ATTENTION

@@ -80,8 +80,7 @@ def items_recover(*, include_decided: bool = False, progress: Callable[[int, int
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
         try:
-            title, action = item_reconcile(key=key)
-            said = [] if action == "ok" else [action]
+            title, said = item_reconcile(key=key)
             if include_decided and (disagreement := item_graph_disagreement(key=key)):
                 said.append(f"decided row disagrees with its graph, left as it is (see verify_audit): {disagreement}")
             if said:

@@ -20,9 +20,10 @@ from moderation.core.faults import fault_inject
 from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt
+from moderation.graphs.outcome import AppliedState
 from moderation.models import ApplyState, ReviewAsk, Team
 from moderation.policies.teams import team_member_add
-from moderation.review.apply import item_apply
+from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.decisions import item_decide, item_withdraw
 from moderation.review.items import item_create, lab_item_create
@@ -123,7 +124,7 @@ def test_an_inline_apply_is_announced_once_after_the_decision(applied_endpoint, 
     [applied] = _deliveries(item)
     assert (applied.event, len(_queued(applied))) == ("item.applied", 1)
     assert applied.payload["data"]["applied"] == [item.asks.get().interrupt_id]
-    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
     assert len(_deliveries(item)) == 1
 
 
@@ -138,7 +139,7 @@ def test_an_apply_is_announced_once_with_what_the_graph_did(applied_endpoint, ap
     assert data["applied"] == [item.asks.get().interrupt_id]
     assert data["applied_result"]["state"] == "finished" and data["applied_result"]["result"]["status"] == "approved"
     assert data["decision"]["by"] == "alice"
-    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
     assert len(_deliveries(item)) == 1
 
 
@@ -171,7 +172,7 @@ def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_en
     assert item.asks.get().applied_at is None and item.apply_state == ApplyState.APPLYING
     monkeypatch.undo()
     # The graph was resumed before the failed record; the next run only records it, announced once.
-    assert item_apply(item_id=item.pk) == "resumed 0, finished"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=0, state=AppliedState.FINISHED)]
     assert [d.event for d in _deliveries(item)] == ["item.applied"]
 
 

@@ -16,6 +16,7 @@ from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.core.cursors import CursorInvalid
 from moderation.core.faults import fault_point
 from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
@@ -45,7 +46,6 @@ from moderation.records.reasons import reason_codes_active, reason_rule
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
-    QueueCursorInvalid,
     item_ask_get,
     item_asks_open,
     item_asks_settled,
@@ -85,7 +85,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     filters, problems = queue_filters_read(params=request.GET)
     try:
         cursor = queue_cursor_read(token=request.GET.get("cursor"), order=filters.order)
-    except QueueCursorInvalid as exc:
+    except CursorInvalid as exc:
         problems.append(str(exc))
         cursor = None
     page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)

@@ -79,10 +79,13 @@ async def main() -> None:
     config = {"configurable": {"thread_id": args.thread}}
     secret = os.environ["REVIEWQUEUE_WEBHOOK_SECRET"]
     lock = no_lock if args.naive else None  # None: the lock the SQLite checkpointer shares with the replicas
-    async with AsyncSqliteSaver.from_conn_string(os.path.join(args.dir, "agent.db")) as checkpointer, \
-            AsyncReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews:
-        agent = agent_build(checkpointer=checkpointer, effects=os.path.join(args.dir, "effects.jsonl"),
-                            tool_seconds=args.tool_seconds)
+    async with (
+        AsyncSqliteSaver.from_conn_string(os.path.join(args.dir, "agent.db")) as checkpointer,
+        AsyncReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews,
+    ):
+        agent = agent_build(
+            checkpointer=checkpointer, effects=os.path.join(args.dir, "effects.jsonl"), tool_seconds=args.tool_seconds
+        )
         if not (await agent.aget_state(config)).values:
             await agent.ainvoke({"messages": [("user", "Please delete customer C-7.")]}, config)
         if args.slow_resume:
@@ -106,8 +109,7 @@ async def main() -> None:
 
         server = await http_serve(args.port, hooks)
         say("serving")
-        resumed = await ainterrupts_reconcile(reviews, agent, thread_ids=[args.thread], source="support-agent",
-                                              thread_lock=lock)
+        resumed = await ainterrupts_reconcile(reviews, agent, thread_ids=[args.thread], source="support-agent", thread_lock=lock)
         say("ready", json.dumps([r.resumed for r in resumed]))
         async with server:
             await server.serve_forever()

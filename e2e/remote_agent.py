@@ -104,8 +104,12 @@ def deletion_record(effects: str, *, customer_id: str, grace_days: int) -> str:
 def agent_create(*, delete_customer: Any, checkpointer: Any) -> Any:
     """The agent both processes run (this one and e2e/async_agent.py): its tool behind LangChain's human-in-the-loop."""
     return create_agent(
-        model=ScriptedModel(), tools=[delete_customer], checkpointer=checkpointer,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})],
+        model=ScriptedModel(),
+        tools=[delete_customer],
+        checkpointer=checkpointer,
+        middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})
+        ],
     )
 
 
@@ -137,8 +141,11 @@ def main() -> None:
     parser = agent_arguments()
     parser.add_argument("--poll", action="store_true")
     args = parser.parse_args()
-    agent = agent_build(checkpoints=os.path.join(args.dir, "agent.db"), effects=os.path.join(args.dir, "effects.jsonl"),
-                        tool_seconds=args.tool_seconds)
+    agent = agent_build(
+        checkpoints=os.path.join(args.dir, "agent.db"),
+        effects=os.path.join(args.dir, "effects.jsonl"),
+        tool_seconds=args.tool_seconds,
+    )
     config = {"configurable": {"thread_id": args.thread}}
     if not agent.get_state(config).values:
         agent.invoke({"messages": [("user", "Please delete customer C-7.")]}, config)

@@ -217,7 +217,7 @@ def test_failed_attempt_is_retried_later_with_backoff_then_marked_failed(endpoin
     retry = max(_queued(delivery), key=lambda t: t.enqueued_at)
     assert retry.run_after == delivery.next_attempt_at
     # Not due yet: a task that runs early does nothing.
-    assert delivery_attempt(delivery_id=delivery.pk) == "skipped"
+    assert delivery_attempt(delivery_id=delivery.pk) is None
 
     WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now(), retry_until=timezone.now())
     assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.FAILED
@@ -231,7 +231,7 @@ def test_later_event_waits_for_the_earlier_one_of_its_item(endpoint, receiver, a
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     created, decided = _deliveries(item)
     assert delivery_attempt(delivery_id=created.pk) == DeliveryStatus.PENDING  # 500: retry later
-    assert delivery_attempt(delivery_id=decided.pk) == "skipped"  # parked behind item.created
+    assert delivery_attempt(delivery_id=decided.pk) is None  # parked behind item.created
     assert receiver.received == []
 
     WebhookDelivery.objects.filter(pk=created.pk).update(next_attempt_at=timezone.now())
@@ -263,7 +263,7 @@ def test_an_endpoint_with_its_lanes_taken_parks_a_delivery_until_one_of_its_atte
         assert time.monotonic() < deadline, "the first attempt never reached the receiver"
         time.sleep(0.01)
 
-    assert delivery_attempt(delivery_id=second.pk) == "skipped"
+    assert delivery_attempt(delivery_id=second.pk) is None
     second.refresh_from_db()
     assert second.next_attempt_at == second.retry_until and receiver.requests == 1  # parked, not sent
     tasks_before = len(_queued(second))
@@ -300,7 +300,7 @@ def test_lost_attempt_is_requeued_by_the_sweep_and_delivered_with_the_same_id(en
     _worker_died_running(delivery)
     leased_until = timezone.now() + timedelta(seconds=30)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=1, next_attempt_at=leased_until)
-    assert deliveries_sweep() == 0 and delivery_attempt(delivery_id=delivery.pk) == "skipped"
+    assert deliveries_sweep() == 0 and delivery_attempt(delivery_id=delivery.pk) is None
 
     WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
     tasks_before = len(_queued(delivery))
@@ -343,7 +343,7 @@ def test_redeliver_resends_with_the_same_id_and_ping_reaches_the_endpoint(endpoi
 def test_inactive_endpoint_fails_its_pending_deliveries(endpoint, receiver, make_item):
     [delivery] = _deliveries(make_item())
     WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
-    assert delivery_attempt(delivery_id=delivery.pk) == "skipped"
+    assert delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert (delivery.status, delivery.last_error) == (DeliveryStatus.FAILED, "the endpoint is inactive")
     assert receiver.requests == 0

@@ -106,26 +106,22 @@ class ApplyResult:
     error: str = ""
 
 
+# Filled in from the result's fields.
 _APPLY_WORDS = {
     ApplyOutcome.GONE: "gone",
     ApplyOutcome.GRAPH_NOT_LOADED: "left unapplied: graph not loaded",
     ApplyOutcome.FAILED_EARLIER: "failed earlier; left for manage.py recover",
     ApplyOutcome.NOTHING_TO_APPLY: "nothing to apply",
     ApplyOutcome.NOTHING_TO_CONTINUE: "nothing to continue",
+    ApplyOutcome.RECORDED: "resumed {resumed}, {state}",
+    ApplyOutcome.RETRYING: "retrying: {error}",
+    ApplyOutcome.FAILED: "failed: {error}",
 }
 
 
 def apply_text(results: Sequence[ApplyResult]) -> str:
     """What an apply did, in words: for the log, the task's record and ``manage.py recover``."""
-
-    def words(r: ApplyResult) -> str:
-        if r.outcome == ApplyOutcome.RECORDED:
-            return f"resumed {r.resumed}, {r.state}"
-        if r.outcome in (ApplyOutcome.RETRYING, ApplyOutcome.FAILED):
-            return f"{r.outcome}: {r.error}"
-        return _APPLY_WORDS[r.outcome]
-
-    return "; ".join(words(r) for r in results)
+    return "; ".join(_APPLY_WORDS[r.outcome].format_map(vars(r)) for r in results)
 
 
 @task(queue_name=APPLY_QUEUE)

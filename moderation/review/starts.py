@@ -92,21 +92,21 @@ class StartResult:
     error: str = ""
 
 
+# Filled in from the result's fields.
 _START_WORDS = {
     StartOutcome.GONE: "gone",
     StartOutcome.STARTED_EARLIER: "started earlier",
     StartOutcome.GRAPH_NOT_LOADED: "left to start later: graph not loaded",
     StartOutcome.LEFT_AS_IT_IS: "left as it is: its graph ran and waits for no review",
+    StartOutcome.STARTED: "started: {asks} ask(s)",
+    StartOutcome.FAILED: "failed: {error}",
+    StartOutcome.REFUSED: "refused: {error}",
 }
 
 
 def start_text(result: StartResult) -> str:
     """What a start did, in words: for the task's record and ``manage.py recover``."""
-    if result.outcome == StartOutcome.STARTED:
-        return f"started: {result.asks} ask(s)"
-    if result.outcome in (StartOutcome.FAILED, StartOutcome.REFUSED):
-        return f"{result.outcome}: {result.error}"
-    return _START_WORDS[result.outcome]
+    return _START_WORDS[result.outcome].format_map(vars(result))
 
 
 @task(queue_name=START_QUEUE, priority=START_PRIORITY)

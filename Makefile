@@ -88,7 +88,9 @@ lint-imports: install
 
 # ruff and mypy (settings in pyproject.toml), then the import contracts. The formatter owns the
 # packages mypy checks strictly so far; the rest keeps its hand layout until it is formatted too.
-RUFF_FORMATTED := moderation/core moderation/policies moderation/review reviewqueue-client/reviewqueue_client
+RUFF_FORMATTED := moderation/core moderation/policies moderation/review reviewqueue-client/reviewqueue_client \
+	moderation/delivery/sending.py moderation/tests/core/test_backoff.py moderation/tests/core/test_cursors.py \
+	e2e/async_agent.py e2e/remote_agent.py
 lint: install lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(RUFF_FORMATTED)
@@ -131,25 +133,25 @@ e2e-browser: install e2e-axe
 	    echo "e2e: no Chromium found; install it (apt-get install -y chromium) or set E2E_CHROMIUM" >&2; exit 1; \
 	  fi; }
 
+# $(call apt_ensure,CHECK,PACKAGE,WHAT NEEDS IT,WHAT IS MISSING): unless the shell test CHECK passes, install
+# Debian's PACKAGE (as root), or else stop saying how to.
+define apt_ensure
+@$(1) || { \
+  if [ "$$(id -u)" = 0 ]; then \
+    echo "installing Debian's $(2) for $(3)"; \
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; \
+  else \
+    echo "$(4) found; install it (apt-get install -y $(2))" >&2; exit 1; \
+  fi; }
+endef
+
 # The metrics tests run a real Prometheus and promtool (Debian's, installed here when running as root).
 prometheus:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian's prometheus for the metrics tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else \
-	    echo "metrics tests: no prometheus/promtool found; install them (apt-get install -y prometheus)" >&2; exit 1; \
-	  fi; }
+	$(call apt_ensure,command -v prometheus >/dev/null && command -v promtool >/dev/null,prometheus,the metrics tests,metrics tests: no prometheus/promtool)
 
 # The connection-budget cluster tests run the race through Debian's pgbouncer (session and transaction mode).
 pgbouncer:
-	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian's pgbouncer for the connection-budget tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; \
-	  else \
-	    echo "cluster tests: no pgbouncer found; install it (apt-get install -y pgbouncer)" >&2; exit 1; \
-	  fi; }
+	$(call apt_ensure,command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ],pgbouncer,the connection-budget tests,cluster tests: no pgbouncer)
 
 # The accessibility check (e2e/test_look.py) runs axe-core from npm inside the pages.
 AXE_JS := var/npm/node_modules/axe-core/axe.min.js

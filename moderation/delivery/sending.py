@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
+from moderation.core.backoff import retry_delay
 from moderation.core.dbpool import connection_release
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
@@ -61,12 +61,6 @@ def delivery_body(*, delivery: WebhookDelivery) -> str:
     return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def retry_delay(*, attempts: int) -> float:
-    """Exponential backoff with jitter: between half and all of base·2^(n-1), capped."""
-    ceiling = min(settings.WEBHOOK_RETRY_MAX, settings.WEBHOOK_RETRY_BASE * 2 ** max(0, attempts - 1))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-
 class _EndpointSlots:
     """The attempts each endpoint has in flight in this process, and a lock per endpoint.
 
@@ -91,17 +85,19 @@ class _EndpointSlots:
 _slots = _EndpointSlots()
 
 
-def delivery_attempt(*, delivery_id: int) -> str:
-    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return what happened."""
+def delivery_attempt(*, delivery_id: int) -> str | None:
+    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return the
+    delivery's status after it (a ``DeliveryStatus``; None: no attempt made: gone, not due, not first in line,
+    or no free slot)."""
     endpoint_id = WebhookDelivery.objects.filter(pk=delivery_id).values_list("endpoint_id", flat=True).first()
     if endpoint_id is None:
-        return "skipped"
+        return None
     with _slots.lock(endpoint_id):
         delivery = _lease_take(delivery_id)
         if delivery is None:
-            return "skipped"
+            return None
         _slots.busy[endpoint_id] += 1
-    outcome = ""
+    outcome: str | None = None
     for made in range(1, HANDOVER_MAX + 1):
         try:
             connection_release()  # the receiver may take WEBHOOK_TIMEOUT: not with a pooled connection held
@@ -118,7 +114,10 @@ def delivery_attempt(*, delivery_id: int) -> str:
             following = None
             try:
                 status, following = _result_record(
-                    delivery_id=delivery.pk, status_code=status_code, error=error, latency_ms=latency_ms,
+                    delivery_id=delivery.pk,
+                    status_code=status_code,
+                    error=error,
+                    latency_ms=latency_ms,
                     hand_over=made < HANDOVER_MAX and latency_ms < settings.WEBHOOK_TIMEOUT * 1000 / 2,
                 )
             finally:
@@ -155,8 +154,7 @@ def deliveries_sweep() -> int:
 def _lease_take(delivery_id: int) -> WebhookDelivery | None:
     with transaction.atomic():
         delivery = (
-            WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint")
-            .filter(pk=delivery_id).first()
+            WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint").filter(pk=delivery_id).first()
         )
         now = timezone.now()
         # Gone, finished, leased by a running attempt, or a retry not yet due.
@@ -197,7 +195,12 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
 
 
 def _result_record(
-    *, delivery_id: int, status_code: int | None, error: str, latency_ms: int, hand_over: bool,
+    *,
+    delivery_id: int,
+    status_code: int | None,
+    error: str,
+    latency_ms: int,
+    hand_over: bool,
 ) -> tuple[str, WebhookDelivery | None]:
     """Record the attempt and give its endpoint's slot to the oldest parked delivery: leased
     here and returned when ``hand_over`` (the caller attempts it next), else queued."""
@@ -211,10 +214,12 @@ def _result_record(
             delivery.delivered_at = now
         elif now >= delivery.retry_until:
             delivery.status = DeliveryStatus.FAILED
-            logger.error("webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id,
-                         delivery.attempts, error)
+            logger.error(
+                "webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id, delivery.attempts, error
+            )
         else:
-            delivery.next_attempt_at = now + timedelta(seconds=retry_delay(attempts=delivery.attempts))
+            delay = retry_delay(tries=delivery.attempts, base=settings.WEBHOOK_RETRY_BASE, most=settings.WEBHOOK_RETRY_MAX)
+            delivery.next_attempt_at = now + timedelta(seconds=delay)
             delivery_send.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
@@ -233,8 +238,7 @@ def _slot_hand_on(*, delivery: WebhookDelivery, now: datetime, hand_over: bool) 
     if hand_over and delivery.endpoint.active:
         # Locked and read again: another worker's attempt may have handed it a slot since.
         following = (
-            _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint"))
-            .filter(pk=parked).first()
+            _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint")).filter(pk=parked).first()
         )
         if following is not None:
             _lease(following, now=now)
@@ -248,8 +252,10 @@ def _earlier_pending(delivery: WebhookDelivery):
     if delivery.item_public_id is None:
         return WebhookDelivery.objects.none()
     return WebhookDelivery.objects.filter(
-        endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
-        sequence__lt=delivery.sequence, status=DeliveryStatus.PENDING,
+        endpoint_id=delivery.endpoint_id,
+        item_public_id=delivery.item_public_id,
+        sequence__lt=delivery.sequence,
+        status=DeliveryStatus.PENDING,
     )
 
 
@@ -258,9 +264,14 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
         return
     following = (
         WebhookDelivery.objects.filter(
-            endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
-            sequence__gt=delivery.sequence, status=DeliveryStatus.PENDING,
-        ).order_by("sequence").values_list("pk", flat=True).first()
+            endpoint_id=delivery.endpoint_id,
+            item_public_id=delivery.item_public_id,
+            sequence__gt=delivery.sequence,
+            status=DeliveryStatus.PENDING,
+        )
+        .order_by("sequence")
+        .values_list("pk", flat=True)
+        .first()
     )
     if following is not None:
         WebhookDelivery.objects.filter(pk=following).update(next_attempt_at=timezone.now())
@@ -270,12 +281,17 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
 def _parked_for_a_slot(*, endpoint_id: int) -> int | None:
     """The endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
     earlier = WebhookDelivery.objects.filter(
-        endpoint_id=endpoint_id, item_public_id=OuterRef("item_public_id"), sequence__lt=OuterRef("sequence"),
+        endpoint_id=endpoint_id,
+        item_public_id=OuterRef("item_public_id"),
+        sequence__lt=OuterRef("sequence"),
         status=DeliveryStatus.PENDING,
     )
     return (
         _parked(WebhookDelivery.objects.filter(endpoint_id=endpoint_id))
-        .exclude(Exists(earlier)).order_by("pk").values_list("pk", flat=True).first()
+        .exclude(Exists(earlier))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
     )
 
 

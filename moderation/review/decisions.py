@@ -74,6 +74,7 @@ from moderation.policies.teams import (
     NotAMember,
     decide_right_check,
     eligible_count,
+    four_eyes_refusal,
     team_policy,
 )
 from moderation.records import events
@@ -91,6 +92,7 @@ from moderation.records.reasons import (
 )
 from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
+from moderation.review.itemrow import item_row_lock
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -251,8 +253,8 @@ def item_decide(
             cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
         except AskDecisionInvalid as exc:
             raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
-    if target.requester_id is not None and target.requester_id == reviewer.pk:
-        raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
+    if refusal := four_eyes_refusal(requester_id=target.requester_id, user=reviewer):
+        raise NotAllowed(refusal)
     if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
         raise InvalidDecision(_not_a_vote(policy=target.policy, decisions=cleaned), field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
@@ -606,9 +608,7 @@ def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
     try:
-        # No select_related here: when PostgreSQL re-reads a row it waited to lock, it
-        # does not redo the join, so a joined winner would come back stale (None).
-        return QueueItem.objects.select_for_update().get(public_id=key)
+        return item_row_lock(public_id=key)  # nothing joined: a joined winner would come back stale
     except QueueItem.DoesNotExist:
         raise ItemNotFound(f"no item {key}") from None
 

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, Min, Sum
 from django.utils import timezone
@@ -32,7 +33,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from moderation.models import AskStatus, AttemptOutcome, ItemStatus, PendingCounter, QueueItem, ReviewAsk, WebhookDelivery
+from moderation.models import AskStatus, AttemptOutcome, ItemStatus, PendingCounter, QueueItem, ReviewAsk
 from moderation.policies.models import Team
 from moderation.records import events
 from moderation.records.counts import NO_TEAM
@@ -159,8 +160,9 @@ class QueueCollector:
         )
         backlog = GaugeMetricFamily("reviewqueue_webhook_backlog", "Webhook deliveries not yet delivered or failed, by endpoint id",
                                     labels=["endpoint"])
-        # "pending": DeliveryStatus.PENDING, of moderation.delivery (a layer above this one).
-        waiting = WebhookDelivery.objects.filter(status="pending").values("endpoint_id").annotate(n=Count("id"))
+        # By name, with "pending" for DeliveryStatus.PENDING: the model is moderation.delivery's, a layer above this one.
+        deliveries = apps.get_model("moderation", "WebhookDelivery").objects
+        waiting = deliveries.filter(status="pending").values("endpoint_id").annotate(n=Count("id"))
         for row in waiting.order_by():
             backlog.add_metric([str(row["endpoint_id"])], row["n"])
         yield backlog

@@ -15,18 +15,11 @@ from moderation.delivery.outbox import outcome_payload
 from moderation.graphs.asks import ArgChangeKind, AskSpec, ask_resume_langchain
 from moderation.graphs.outcome import ERRORS_MAX, SUMMARY_MAX_CHARS, AppliedState
 from moderation.graphs.passthrough import ask_external
-from moderation.models import (
-    OUTCOME_MESSAGE_MAX_LENGTH,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    AskStatus,
-    OutcomeStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import PRIORITY_MAX, PRIORITY_MIN, AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
 from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME, PolicyInvalid, policy_field_check
 from moderation.policies.teams import ask_tally_read
+from moderation.records.models import OUTCOME_MESSAGE_MAX_LENGTH, OutcomeStatus
 from moderation.records.outcomes import ask_edits, ask_what
 from moderation.review.submissions import (
     CONTEXT_MESSAGE_MAX_LENGTH,

@@ -38,8 +38,9 @@ from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.jsonparse import json_parse
 from moderation.core.overload import database_unavailable_response, pool_exhausted
 from moderation.delivery.endpoints import EndpointRefused
+from moderation.items.models import ItemStatus
 from moderation.live.waits import WaitRefused
-from moderation.models import AttemptOrigin, ItemStatus
+from moderation.records.models import AttemptOrigin
 from moderation.records.outcomes import DecisionOutcome
 from moderation.records.selectors import (
     client_item_get,

@@ -189,7 +189,7 @@ def history_wait_applied(*, items: Iterable[str], stall: float = 30.0) -> None:
     The guard answers before the graph runs (``moderation.review.apply``); judging earlier
     would see decided items whose graphs were simply not resumed yet.
     """
-    from moderation.models import ApplyState, QueueItem
+    from moderation.items.models import ApplyState, QueueItem
 
     ids = list(items)
     applying = QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING)
@@ -201,7 +201,8 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     from django.db.models import Count
 
     from moderation.graphs.runtime import graph_run_counts
-    from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
+    from moderation.items.models import DECISION_FOR_STATUS, QueueItem
+    from moderation.records.models import AttemptOutcome
 
     rows = (
         QueueItem.objects.filter(public_id__in=list(items))
@@ -225,7 +226,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
 
 def _votes_read(item: object) -> dict:
     """The quorum fields of ``FinalItem`` for ``item`` (its latest ask), read from the database."""
-    from moderation.models import TeamMembership, Vote
+    from moderation.policies.models import TeamMembership, Vote
     from moderation.policies.rules import policy_parse
     from moderation.policies.teams import SUPERVISE_PERMISSION
 

@@ -27,10 +27,11 @@ from moderation.core.faults import fault_point
 from moderation.core.locks import item_lock
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
-from moderation.models import STATUS_FOR_DECISION, AskStatus, AttemptOrigin, QueueItem, ReasonCode, Requested, ReviewAsk
+from moderation.items.models import STATUS_FOR_DECISION, AskStatus, QueueItem, Requested, ReviewAsk
 from moderation.policies.models import Vote
 from moderation.policies.rules import DEADLINE_USERNAME, policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count
+from moderation.records.models import AttemptOrigin, ReasonCode
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import DecisionOutcome, item_decide, item_withdraw
 

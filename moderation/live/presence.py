@@ -19,7 +19,8 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from moderation.models import Presence, QueueItem
+from moderation.items.models import QueueItem
+from moderation.live.models import Presence
 from moderation.records import events
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from moderation.core.permissions import user_can_decide
-from moderation.models import AskStatus, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
 from moderation.policies.rules import (
     Policy,

@@ -35,19 +35,10 @@ from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from moderation.models import (
-    AskStatus,
-    AttemptOutcome,
-    AuditLedgerEntry,
-    DecisionAttempt,
-    LedgerKind,
-    OutcomeReport,
-    QueueItem,
-    Requested,
-    ReviewAsk,
-)
+from moderation.items.models import AskStatus, QueueItem, Requested, ReviewAsk
 from moderation.records.counts import counts_forget
 from moderation.records.metrics import metrics_attempt_record
+from moderation.records.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, OutcomeReport
 from moderation.records.teamstats import teamstats_attempt_record
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.

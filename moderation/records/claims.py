@@ -25,10 +25,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from moderation.models import AskStatus, ItemClaim, ItemStatus, QueueItem
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.policies.models import Vote
 from moderation.policies.teams import decide_right_read
 from moderation.records import events
+from moderation.records.models import ItemClaim
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
+from moderation.records.models import DecidedDayCounter, PendingCounter, QueueCounter
 
 SHARDS = 8
 # Priority bands of the pending counts: one escalation (ESCALATION_PRIORITY_STEP, 10) takes

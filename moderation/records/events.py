@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.policies.models import Team
 from moderation.records.relay import relay_follow, relay_record
 from moderation.records.selectors import queue_counts

@@ -33,14 +33,15 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from moderation.models import AskStatus, AttemptOutcome, ItemStatus, PendingCounter, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team
 from moderation.records import events
 from moderation.records.counts import NO_TEAM
+from moderation.records.models import AttemptOutcome, PendingCounter
 from moderation.records.workers import work_state
 
 if TYPE_CHECKING:
-    from moderation.models import DecisionAttempt
+    from moderation.records.models import DecisionAttempt
 
 # Seconds: from a few seconds (a hot queue) to days (a forgotten one).
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)

@@ -23,8 +23,8 @@ from django.db import transaction
 
 from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
-from moderation.models import ReasonCode, ReasonKind, ReasonOffer, ReasonRule
 from moderation.policies.models import Team
+from moderation.records.models import ReasonCode, ReasonKind, ReasonOffer, ReasonRule
 
 GRAPH_MAX_LENGTH = ReasonRule._meta.get_field("graph").max_length
 

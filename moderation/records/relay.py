@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from moderation.models import RelayedEvent
+from moderation.records.models import RelayedEvent
 
 logger = logging.getLogger(__name__)
 

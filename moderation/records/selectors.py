@@ -25,20 +25,12 @@ from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.text import TextInvalid, text_check, text_excerpt
 from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
 from moderation.graphs.registry import graph_names
-from moderation.models import (
-    DECIDED_STATUSES,
-    RISK_BANDS,
-    AskStatus,
-    AttemptOutcome,
-    ItemStatus,
-    OutcomeReport,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import OnDeadline, Vote
 from moderation.policies.rules import policy_parse, tally_describe
 from moderation.policies.teams import eligible_voters, user_is_supervisor, user_team_ids
 from moderation.records.counts import counted_day, counts_read
+from moderation.records.models import AttemptOutcome, OutcomeReport
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))

@@ -20,16 +20,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
-from moderation.models import (
-    DECIDED_STATUSES,
-    AttemptOrigin,
-    AttemptOutcome,
-    DecisionAttempt,
-    OutcomeReport,
-    QueueItem,
-    Requested,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, QueueItem, Requested, ReviewAsk
+from moderation.records.models import AttemptOrigin, AttemptOutcome, DecisionAttempt, OutcomeReport
 from moderation.records.selectors import items_visible_q
 
 

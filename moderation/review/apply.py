@@ -50,7 +50,7 @@ from moderation.graphs.runtime import (
     graph_resume,
     graph_state_read,
 )
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.rules import ask_deadline_weakening, policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted

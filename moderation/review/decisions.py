@@ -49,14 +49,11 @@ from moderation.graphs.asks import (
     decisions_kind,
     text_clean,
 )
-from moderation.models import (
+from moderation.items.models import (
     PRIORITY_MAX,
     STATUS_FOR_DECISION,
     ApplyState,
     AskStatus,
-    AttemptOrigin,
-    AttemptOutcome,
-    Decision,
     ItemStatus,
     QueueItem,
     Requested,
@@ -82,6 +79,7 @@ from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_escalated_record
+from moderation.records.models import AttemptOrigin, AttemptOutcome
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -93,6 +91,7 @@ from moderation.records.reasons import (
 from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
 from moderation.review.itemrow import item_row_lock
+from moderation.review.models import Decision
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.dbpool import connection_release
+from moderation.delivery.models import ApiClient
 from moderation.graphs.remote import (
     Connection,
     RemoteInterrupt,
@@ -46,18 +47,11 @@ from moderation.graphs.remote import (
     remote_interrupted,
     remote_thread_read,
 )
-from moderation.models import (
-    ApiClient,
-    AskStatus,
-    Deployment,
-    DeploymentInterrupt,
-    ItemStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
+from moderation.review.models import Deployment, DeploymentInterrupt
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection, deployment_item_interrupts
 from moderation.review.submissions import IdempotencyConflict, Submission, SubmitResult, item_submit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 
 
 def item_row_lock(

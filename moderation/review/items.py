@@ -19,7 +19,7 @@ from moderation.graphs.asks import ask_spec_from_interrupt
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import graph_name_validate
 from moderation.graphs.runtime import GraphStartRefused, GraphState, graph_start, graph_state_read
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.policies.rules import Policy, PolicyInvalid, ask_deadline_weakening
 from moderation.policies.teams import item_policy_resolve
 from moderation.records import events

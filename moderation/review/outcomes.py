@@ -20,16 +20,12 @@ from django.utils import timezone
 
 from moderation.core.faults import fault_point
 from moderation.core.text import TextInvalid, text_check
+from moderation.delivery.models import ApiClient
 from moderation.delivery.outbox import item_outcome_record
-from moderation.models import (
-    OUTCOME_MESSAGE_MAX_LENGTH,
-    ApiClient,
-    OutcomeReport,
-    OutcomeStatus,
-    QueueItem,
-)
+from moderation.items.models import QueueItem
 from moderation.records import events
 from moderation.records.audit import outcome_append
+from moderation.records.models import OUTCOME_MESSAGE_MAX_LENGTH, OutcomeReport, OutcomeStatus
 from moderation.review.itemrow import item_row_lock
 
 # A message is a line or a few: tabs and line breaks, no other control character

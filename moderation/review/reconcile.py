@@ -18,7 +18,7 @@ import logging
 from django.db import transaction
 
 from moderation.graphs.runtime import graph_asks_pending, graph_error_read
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.apply import ApplyOutcome, apply_text, asks_create, item_apply, item_continue
 from moderation.review.itemrow import item_row_lock

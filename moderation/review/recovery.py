@@ -15,15 +15,7 @@ from moderation.core.locks import item_lock
 from moderation.graphs.asks import AskSpec, ask_resume_read, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.graphs.runtime import graph_resume_values
-from moderation.models import (
-    DECIDED_STATUSES,
-    UNDECIDED_STATUSES,
-    ApplyState,
-    AskStatus,
-    ItemStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, UNDECIDED_STATUSES, ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.decisions import ask_status_word
 from moderation.review.itemrow import item_row_lock

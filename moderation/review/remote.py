@@ -40,7 +40,8 @@ from moderation.graphs.remote import (
     remote_thread_read,
 )
 from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
-from moderation.models import AskStatus, Deployment, DeploymentInterrupt, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, QueueItem, ReviewAsk
+from moderation.review.models import Deployment, DeploymentInterrupt
 
 RESOLVED_OUTSIDE = "resolved outside reviewqueue"
 # A 409 is a run in flight; waited out this long (the run is someone else's resume) before reading again.

@@ -38,7 +38,7 @@ from moderation.delivery.outbox import item_applied_record
 from moderation.graphs.outcome import AppliedState, applied_result_build
 from moderation.graphs.registry import graph_loaded, graph_names, graph_not_loaded_text
 from moderation.graphs.runtime import GraphStartRefused, graph_state_read
-from moderation.models import ItemStatus, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.itemrow import item_row_lock

@@ -32,16 +32,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.delivery.models import ApiClient
 from moderation.graphs.asks import AskInvalid, ask_schemas_check
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
-from moderation.models import (
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    ApiClient,
-    ItemStatus,
-    QueueItem,
-)
+from moderation.items.models import PRIORITY_MAX, PRIORITY_MIN, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply_many, item_counted
 from moderation.review.items import (
     item_body_check,

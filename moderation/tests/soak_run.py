@@ -90,7 +90,7 @@ SERVER_ENV = {
 _SETUP = """
 import io
 from django.core.management import call_command
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 call_command("team", "quorum", "--approvals", "2", *[arg for m in {moderators!r} for arg in ("--add", m)], stdout=io.StringIO())
 token = io.StringIO()
 call_command("apiclient_create", {client!r}, stdout=token)

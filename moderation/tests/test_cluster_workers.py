@@ -63,7 +63,7 @@ WORKER_ENV = {
 }
 EVENTS = ("item.decided", "item.applied")
 _ENDPOINT = """
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """

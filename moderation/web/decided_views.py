@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from moderation.core.csvsafe import CsvSafeWriter
 from moderation.core.cursors import CursorInvalid
-from moderation.models import DECIDED_STATUSES, ItemStatus
+from moderation.items.models import DECIDED_STATUSES, ItemStatus
 from moderation.records.reasons import reason_labels
 from moderation.records.selectors import item_get
 from moderation.records.timeline import (

@@ -25,7 +25,8 @@ from typing import Any
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
 from moderation.graphs.registry import DEFAULT_GRAPH
-from moderation.models import ReasonCode, ReviewAsk
+from moderation.items.models import ReviewAsk
+from moderation.records.models import ReasonCode
 from moderation.records.reasons import decisions_rejecting
 from moderation.web.display import tool_description_display, value_display
 

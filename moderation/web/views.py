@@ -33,7 +33,6 @@ from moderation.live.sockets import (
     live_state_read,
 )
 from moderation.live.waits import waits_stats
-from moderation.models import AttemptOrigin
 from moderation.policies.teams import item_decide_refusal
 from moderation.records.claims import (
     Claim,
@@ -42,6 +41,7 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
+from moderation.records.models import AttemptOrigin
 from moderation.records.reasons import reason_codes_active, reason_rule
 from moderation.records.selectors import (
     QUEUE_ORDERS,

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
-from moderation.models import QueueItem, ReviewAsk
+from moderation.items.models import QueueItem, ReviewAsk
 from moderation.review.apply import item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.submissions import INPUT_MAX_BYTES, Submission

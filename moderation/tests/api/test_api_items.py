@@ -15,7 +15,9 @@ from django_tasks_db.models import DBTaskResult
 
 from moderation.api.clients import apiclient_create
 from moderation.core.checkpointer import checkpointer_get
-from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
+from moderation.delivery.models import ApiToken
+from moderation.items.models import QueueItem, ReviewAsk
+from moderation.policies.models import Team
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.decisions import NotAllowed, item_decide

@@ -21,7 +21,8 @@ from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookE
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.sending import deliveries_sweep, delivery_attempt
 from moderation.graphs.outcome import AppliedState
-from moderation.models import ApplyState, ReviewAsk, Team
+from moderation.items.models import ApplyState, ReviewAsk
+from moderation.policies.models import Team
 from moderation.policies.teams import team_member_add
 from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.deadlines import deadlines_sweep

@@ -13,10 +13,11 @@ from django.urls import reverse
 
 from moderation.core.checkpointer import checkpointer_target
 from moderation.graphs.runtime import graph_get
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab import store
 from moderation.lab.waits import progress_wait
-from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
 from moderation.policies.models import Team
+from moderation.records.models import AuditLedgerEntry, DecisionAttempt, LabAccount
 from moderation.records.selectors import QueueFilters, queue_counts, queue_pending
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create

@@ -24,21 +24,13 @@ from django.utils import timezone
 
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_values
+from moderation.items.models import STATUS_FOR_DECISION, AskStatus, QueueItem, ReviewAsk
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.models import (
-    STATUS_FOR_DECISION,
-    AskStatus,
-    AttemptOutcome,
-    DecisionAttempt,
-    QueueItem,
-    ReviewAsk,
-    Team,
-    TeamMembership,
-    Vote,
-)
+from moderation.policies.models import Team, TeamMembership, Vote
 from moderation.policies.rules import policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count, team_member_add, team_member_remove
 from moderation.records.claims import claim_take
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
 from moderation.review.items import item_create

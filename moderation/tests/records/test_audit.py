@@ -7,9 +7,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
+from moderation.items.models import QueueItem, ReviewAsk
 from moderation.lab.runner import lab_items_remove
-from moderation.models import AppendOnlyError, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, ReviewAsk
 from moderation.records.audit import audit_guard_lifted, audit_head, audit_key_id, audit_verify
+from moderation.records.models import AppendOnlyError, AuditLedgerEntry, DecisionAttempt, LedgerKind
 from moderation.review.decisions import item_decide
 from moderation.review.items import lab_item_create
 

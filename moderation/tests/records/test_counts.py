@@ -16,10 +16,11 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.harness import race_threads
-from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
 from moderation.records.audit import audit_items_purge
 from moderation.records.counts import SHARDS, counts_actual, counts_recount
+from moderation.records.models import DecidedDayCounter, PendingCounter, QueueCounter
 from moderation.records.selectors import queue_counts
 from moderation.review import recovery
 from moderation.review.apply import item_apply

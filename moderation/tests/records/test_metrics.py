@@ -17,9 +17,11 @@ from e2e.server import free_port
 from moderation.core.faults import fault_inject
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
 from moderation.delivery.sending import delivery_attempt
-from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem, ReviewAsk, Team
+from moderation.items.models import QueueItem, ReviewAsk
+from moderation.policies.models import Team
 from moderation.records import metrics
 from moderation.records.metrics import metrics_attempt_record, metrics_exposition
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.apply import ApplyOutcome, item_apply
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import ask_escalate, item_decide

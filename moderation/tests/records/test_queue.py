@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.text import Truncator
 
 from moderation.core.cursors import CursorInvalid
-from moderation.models import ItemStatus, QueueItem, queue_rank
+from moderation.items.models import ItemStatus, QueueItem, queue_rank
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     QueueFilters,

@@ -16,7 +16,7 @@ from moderation.core.faults import fault_inject
 from moderation.core.taskqueue import QueueLane, TaskWake
 from moderation.graphs.outcome import AppliedState
 from moderation.graphs.runtime import graph_get, graph_is_finished, graph_run_counts, graph_state_read, graph_values
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.review.apply import APPLY_QUEUE, ApplyOutcome, ApplyResult, applies_sweep, item_apply, item_apply_task
 from moderation.review.decisions import item_decide, item_withdraw
 from moderation.review.recovery import items_recover

@@ -21,12 +21,14 @@ import pytest
 from django.db import connection
 
 from moderation.graphs.passthrough import ask_interrupts
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.remote_race import remote_race
-from moderation.models import AttemptOutcome, DecisionAttempt, DeploymentInterrupt, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import deployments
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import deployment_sweep
+from moderation.review.models import DeploymentInterrupt
 from moderation.tests.deployments_support import (
     agent_run,
     discovery_processes,

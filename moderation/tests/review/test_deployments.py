@@ -28,11 +28,12 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
+from moderation.delivery.models import ApiClient
 from moderation.graphs.outcome import AppliedState
 from moderation.graphs.passthrough import ask_interrupts
 from moderation.graphs.remote import remote_thread_read
+from moderation.items.models import ApplyState, ItemStatus, QueueItem, ReviewAsk
 from moderation.lab.waits import progress_wait
-from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.events import item_group
 from moderation.review import deployments
 from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply, item_apply_task
@@ -46,6 +47,7 @@ from moderation.review.deployments import (
     deployments_sweep,
     interrupts_key,
 )
+from moderation.review.models import Deployment
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection
 from moderation.review.submissions import Submission, item_submit
 from moderation.tests.deployments_support import (

@@ -8,7 +8,8 @@ from django.test import override_settings
 from moderation.core.faults import fault_inject
 from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
-from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.items.models import ApplyState, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import recovery
 from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw

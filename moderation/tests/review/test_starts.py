@@ -19,17 +19,12 @@ from django_tasks_db.models import DBTaskResult
 from moderation.api.clients import apiclient_create
 from moderation.core import resumelock
 from moderation.core.faults import fault_inject
+from moderation.delivery.models import WebhookEndpoint
 from moderation.graphs.runtime import graph_start_count
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read
-from moderation.models import (
-    AskStatus,
-    AttemptOutcome,
-    DecisionAttempt,
-    ItemStatus,
-    QueueItem,
-    WebhookEndpoint,
-)
 from moderation.records.counts import counts_read, counts_recount
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import starts
 from moderation.review.apply import item_apply
 from moderation.review.decisions import (

@@ -12,7 +12,8 @@ from django.utils import timezone
 from moderation.api.clients import apiclient_create
 from moderation.graphs.outcome import AppliedState
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.records.models import DecisionAttempt
 from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create

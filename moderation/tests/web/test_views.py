@@ -4,7 +4,8 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
+from moderation.records.models import DecisionAttempt
 from moderation.review.decisions import item_decide
 from moderation.review.items import lab_item_create
 from moderation.tests.graphs_support import item_resumes, item_waiting_on

@@ -102,6 +102,7 @@ class _Window:
     decisions: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)  # every moderator answer; 0: none (error or timeout)
     load: float = 0.0  # the machine's 1-minute load average at the window's end (shared machines drift)
+    lags: list[float] = field(default_factory=list)  # the bench's own event loop late, ms (its bursts share it)
 
     @property
     def failed(self) -> int:
@@ -110,7 +111,8 @@ class _Window:
     def summary(self) -> dict[str, Any]:
         return {"page_p50_ms": median(self.pages), "page_p99_ms": percentile(self.pages, 99), "pages": len(self.pages),
                 "decision_p50_ms": median(self.decisions), "decision_p99_ms": percentile(self.decisions, 99),
-                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load}
+                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load,
+                "client_loop_lag_p50_ms": median(self.lags), "client_loop_lag_p99_ms": percentile(self.lags, 99)}
 
 
 async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window, stop: asyncio.Event) -> None:
@@ -138,8 +140,16 @@ async def _window(servers: Servers, logins: list[Login], items: list[str], secon
     clients = [httpx.AsyncClient(base_url=f"http://{servers.host(n)}", cookies=logins[n].cookies(), timeout=30,
                                  headers={"X-CSRFToken": logins[n].csrftoken, "Accept": "application/json"})
                for n in range(MODERATORS)]
+    async def lag_probe() -> None:
+        # How late this loop wakes: time a moderator's answer waited in the bench itself, not in a server.
+        while not stop.is_set():
+            start = time.perf_counter()
+            await asyncio.sleep(0.01)
+            window.lags.append((time.perf_counter() - start - 0.01) * 1000)
+
     try:
         tasks = [asyncio.create_task(_moderate(c, items, window, stop)) for c in clients]
+        tasks.append(asyncio.create_task(lag_probe()))
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.gather(*tasks)
@@ -369,8 +379,10 @@ def bench_noisy_neighbours(servers: Servers, logins: list[Login], staff: Login, 
         _settle(timeout=60)
         q, b = quiet.summary(), loud.summary()
         detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS}
-        log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms, decision p99 "
-            f"{q['decision_p99_ms']:.0f} → {b['decision_p99_ms']:.0f} ms, moderators {dict(loud.statuses)}; {seen}")
+        log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 {q['page_p50_ms']:.0f} → "
+            f"{b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → {b['decision_p99_ms']:.0f} ms, the bench's "
+            f"loop late p99 {q['client_loop_lag_p99_ms']:.0f} → {b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → "
+            f"{b['load']:.1f}, moderators {dict(loud.statuses)}; {seen}")
         quiet_name = "p99 quiet, same moderators, just before"
         metrics += [
             Metric(f"noisy_{burst.key}_page", f"26. {burst.label} ({process_note}): moderators' queue page p99",

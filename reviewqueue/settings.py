@@ -348,14 +348,13 @@ LONGPOLL_WAITS_PER_PROCESS = env.int("LONGPOLL_WAITS_PER_PROCESS", 200)
 # once in one server process, per class; past a cap a request waits up to BULKHEAD_WAIT seconds holding no
 # thread or connection, then answers 503 busy. Each holds at most one pooled connection, so moderators keep
 # DB_POOL_SIZE minus both caps. An outside request starts (and a batch takes its next item) once no
-# moderator's request runs in the process, waiting at most BULKHEAD_YIELD seconds. 0 = no cap / no yield.
+# moderator's request runs in the process, waiting at most BULKHEAD_YIELD seconds. 0 = no cap / no yield
+# (a pool under 5 connections, a test's, has no cap by default).
 _pool = _db.get("OPTIONS", {}).get("pool")
 _pool_size = _pool["max_size"] if isinstance(_pool, dict) else 0
-BULKHEAD_API = env.int("BULKHEAD_API", max(1, _pool_size // 5) if _pool_size else 4)
-BULKHEAD_WEBHOOKS = env.int("BULKHEAD_WEBHOOKS", max(1, _pool_size // 5) if _pool_size else 4)
-if _pool_size and BULKHEAD_API and BULKHEAD_WEBHOOKS and _pool_size <= BULKHEAD_API + BULKHEAD_WEBHOOKS and (
-    "BULKHEAD_API" in os.environ or "BULKHEAD_WEBHOOKS" in os.environ
-):
+BULKHEAD_API = env.int("BULKHEAD_API", _pool_size // 5 if _pool_size else 4)
+BULKHEAD_WEBHOOKS = env.int("BULKHEAD_WEBHOOKS", _pool_size // 5 if _pool_size else 4)
+if _pool_size and BULKHEAD_API and BULKHEAD_WEBHOOKS and _pool_size <= BULKHEAD_API + BULKHEAD_WEBHOOKS:
     raise ImproperlyConfigured(
         f"BULKHEAD_API + BULKHEAD_WEBHOOKS ({BULKHEAD_API} + {BULKHEAD_WEBHOOKS}) must leave some of "
         f"DB_POOL_SIZE ({_pool_size}) to moderators' pages and decisions"

@@ -17,11 +17,10 @@ import threading
 import pytest
 
 from e2e.server import LiveServer
+from moderation.core.bulkhead import API, INSIDE, LONG_POLL, WEBHOOKS, route_class
 from moderation.lab.waits import progress_wait
 from moderation.tests.cluster_support import channel_prefix, cluster_env, database_query, fresh_database, services_require
 from moderation.tests.real_server import CSRF, Reviewer
-
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 POOL, CAP, OUTSIDE = 4, 2, 6
 HOLD = 25  # seconds each admitted report stalls under its lock (the pool waits 10 s for a connection)
@@ -95,6 +94,8 @@ def _held(database_url: str, *, at_least: int) -> int:
     return held
 
 
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
 def test_a_full_bulkhead_refuses_the_outside_with_busy_and_the_moderators_go_on(tmp_path):
     seen = _filled(tmp_path, cap=CAP)
     assert seen["held"] == CAP  # the cap, not the pool, bounded what the outside holds
@@ -108,9 +109,20 @@ def test_a_full_bulkhead_refuses_the_outside_with_busy_and_the_moderators_go_on(
     assert seen["outcomes"] == CAP  # the refused reports recorded nothing
 
 
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
 def test_negative_control_without_the_cap_the_outside_starves_the_moderators(tmp_path):
     seen = _filled(tmp_path, cap=0)
     assert seen["held"] == POOL  # the outside took every connection
     for name, (status, retry_after, _, body) in seen["moderator"].items():
         assert (status, retry_after) == (503, "5"), (name, status, body[:200])
     assert all(answer[0] in (201, 503) for answer in seen["outside"]), seen["outside"]
+
+
+def test_each_request_draws_on_its_class():
+    item = "/api/v1/items/4f0b7f2e-0000-4000-8000-000000000000"
+    assert [route_class(method=m, path=p) for m, p in (
+        ("POST", "/api/v1/deployments/my-agents/webhook"), ("POST", "/api/v1/items:batch"), ("POST", "/api/v1/items"),
+        ("POST", f"{item}/outcome"), ("GET", f"{item}/decision"), ("GET", "/"), ("POST", f"/api/items/{item[13:]}/decision"),
+        ("GET", "/healthz"),
+    )] == [WEBHOOKS, API, API, API, LONG_POLL, INSIDE, INSIDE, INSIDE]

@@ -27,12 +27,19 @@ import asyncio
 import contextlib
 import json
 import threading
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
 API, WEBHOOKS, LONG_POLL, INSIDE = "api", "webhooks", "long_poll", "inside"
 RETRY_AFTER_SECONDS = 1
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def route_class(*, method: str, path: str) -> str:
@@ -130,23 +137,30 @@ async def _outside_yield_async() -> None:
 
 def bulkhead_stats() -> dict[str, dict[str, int]]:
     """This process's outside classes: running, waiting, refused so far, and each cap (for /healthz)."""
-    return {name: {"running": s.running, "waiting": s.waiting, "refused": s.refused, "limit": s.limit}
-            for name, s in ((n, _share(n)) for n in (API, WEBHOOKS))}
+    return {
+        name: {"running": s.running, "waiting": s.waiting, "refused": s.refused, "limit": s.limit}
+        for name, s in ((n, _share(n)) for n in (API, WEBHOOKS))
+    }
 
 
 def busy_body(*, name: str) -> bytes:
     setting = {API: "BULKHEAD_API", WEBHOOKS: "BULKHEAD_WEBHOOKS"}[name]
-    return json.dumps({"error": "busy", "message": f"this server is already running its share of {name} requests "
-                       f"({setting}); nothing was recorded, retry later"}).encode()
+    return json.dumps(
+        {
+            "error": "busy",
+            "message": f"this server is already running its share of {name} requests "
+            f"({setting}); nothing was recorded, retry later",
+        }
+    ).encode()
 
 
 class BulkheadMiddleware:
     """ASGI: each HTTP request counted in its class; an outside one admitted within its class's share, or refused."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -172,8 +186,17 @@ class BulkheadMiddleware:
             await share.leave()
 
 
-async def _refuse(send, *, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(RETRY_AFTER_SECONDS).encode()), (b"cache-control", b"no-store")]})
+async def _refuse(send: Send, *, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -57,7 +57,9 @@ _keys = itertools.count()
 
 def decisions_needed(*, seconds: float) -> int:
     """Pending items the measure's eight windows may decide (the pool is made before it runs)."""
-    return int(8 * MODERATORS * seconds / (2 * THINK)) + 50  # a page and a decision take about a pause more
+    # A moderator decides at most once a pause (THINK), however fast the answers: a run at load 7 ran out
+    # at "a page and a decision take about a pause more", and the last window timed no decision.
+    return int((8 * seconds + 2) * MODERATORS / THINK) + 50  # eight windows and the 2 s warm-up
 
 
 class _Socket:

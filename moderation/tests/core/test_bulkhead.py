@@ -120,9 +120,10 @@ def test_negative_control_without_the_cap_the_outside_starves_the_moderators(tmp
 
 
 def test_each_request_draws_on_its_class():
-    item = "/api/v1/items/4f0b7f2e-0000-4000-8000-000000000000"
+    item = "4f0b7f2e-0000-4000-8000-000000000000"
     assert [route_class(method=m, path=p) for m, p in (
         ("POST", "/api/v1/deployments/my-agents/webhook"), ("POST", "/api/v1/items:batch"), ("POST", "/api/v1/items"),
-        ("POST", f"{item}/outcome"), ("GET", f"{item}/decision"), ("GET", "/"), ("POST", f"/api/items/{item[13:]}/decision"),
+        ("POST", f"/api/v1/items/{item}/outcome"), ("GET", f"/api/v1/items/{item}/decision"), ("GET", "/"),
+        ("POST", f"/api/items/{item}/decision"),
         ("GET", "/healthz"),
     )] == [WEBHOOKS, API, API, API, LONG_POLL, INSIDE, INSIDE, INSIDE]

@@ -17,7 +17,9 @@ worker running:
 
 Per burst: the moderators' queue page p99 and decision p99 as a ratio to the quiet window
 before it (target ≤ 1.5), and their answers that were a 5xx or none at all (target 0).
-Everything is on loopback, bounded in requests (``MAX_*``) and in time (the window).
+Everything is on loopback, bounded in requests (``MAX_*``) and in time (the window); a burst's
+requests are sent from a process of its own (``_Traffic``), so the bench's own work does not delay
+the moderators' answers it times (how late its loop woke is recorded beside them).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import multiprocessing
 import os
 import secrets
 import socket
@@ -34,6 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,7 +57,9 @@ _keys = itertools.count()
 
 def decisions_needed(*, seconds: float) -> int:
     """Pending items the measure's eight windows may decide (the pool is made before it runs)."""
-    return int(8 * MODERATORS * seconds / (2 * THINK)) + 50  # a page and a decision take about a pause more
+    # A moderator decides at most once a pause (THINK), however fast the answers: a run at load 7 ran out
+    # at "a page and a decision take about a pause more", and the last window timed no decision.
+    return int((8 * seconds + 2) * MODERATORS / THINK) + 50  # eight windows and the 2 s warm-up
 
 
 class _Socket:
@@ -102,6 +108,8 @@ class _Window:
     decisions: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)  # every moderator answer; 0: none (error or timeout)
     load: float = 0.0  # the machine's 1-minute load average at the window's end (shared machines drift)
+    lags: list[float] = field(default_factory=list)  # the bench's own event loop late, ms
+    cpu: dict[str, int] = field(default_factory=dict)  # % of one core per part over the window (``_cpu_read``)
 
     @property
     def failed(self) -> int:
@@ -110,7 +118,9 @@ class _Window:
     def summary(self) -> dict[str, Any]:
         return {"page_p50_ms": median(self.pages), "page_p99_ms": percentile(self.pages, 99), "pages": len(self.pages),
                 "decision_p50_ms": median(self.decisions), "decision_p99_ms": percentile(self.decisions, 99),
-                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load}
+                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load,
+                "client_loop_lag_p50_ms": median(self.lags), "client_loop_lag_p99_ms": percentile(self.lags, 99),
+                "cpu_percent": self.cpu}
 
 
 async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window, stop: asyncio.Event) -> None:
@@ -133,17 +143,58 @@ async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window
         await asyncio.sleep(THINK / 2)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far, every thread's (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().startswith(f"{stat.parent.name} (postgres)"):
+                pids.append(int(stat.parent.name))
+    return pids
+
+
+def _cpu_read(servers: Servers) -> dict[str, float]:
+    """Where the machine's CPU goes, by part: the daphne processes, the task workers, every PostgreSQL
+    process (the server is shared: others' work counts too), and this bench process."""
+    return {"servers": sum(_cpu_seconds(s.process.pid) for s in servers.live if s.process is not None),
+            "worker": sum(_cpu_seconds(w.pid) for s in servers.live for w in s.workers),
+            "postgres": sum(_cpu_seconds(pid) for pid in _postgres_pids()),
+            "bench": _cpu_seconds(os.getpid())}
+
+
 async def _window(servers: Servers, logins: list[Login], items: list[str], seconds: float) -> _Window:
     window, stop = _Window(), asyncio.Event()
+    cpu_before, started = _cpu_read(servers), time.perf_counter()
     clients = [httpx.AsyncClient(base_url=f"http://{servers.host(n)}", cookies=logins[n].cookies(), timeout=30,
                                  headers={"X-CSRFToken": logins[n].csrftoken, "Accept": "application/json"})
                for n in range(MODERATORS)]
+    async def lag_probe() -> None:
+        # How late this loop wakes: time a moderator's answer waited in the bench itself, not in a server.
+        while not stop.is_set():
+            start = time.perf_counter()
+            await asyncio.sleep(0.01)
+            window.lags.append((time.perf_counter() - start - 0.01) * 1000)
+
     try:
         tasks = [asyncio.create_task(_moderate(c, items, window, stop)) for c in clients]
+        tasks.append(asyncio.create_task(lag_probe()))
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.gather(*tasks)
         window.load = os.getloadavg()[0]
+        elapsed = time.perf_counter() - started
+        window.cpu = {part: round(100 * (used - cpu_before[part]) / elapsed) for part, used in _cpu_read(servers).items()}
     finally:
         for c in clients:
             await c.aclose()
@@ -153,6 +204,66 @@ async def _window(servers: Servers, logins: list[Login], items: list[str], secon
 # --- the bursts: each starts, runs beside the moderators' window, and stops with what it saw ------------
 
 
+@dataclass
+class _Traffic:
+    """What a burst sends, sent from a process of its own: on the moderators' event loop a wave of 60 requests
+    made it wake up to 180 ms late, and on a thread beside it 80 ms (one interpreter lock), time their answers
+    spent in the bench, not in a server."""
+
+    kind: str  # "webhooks" or "batches"
+    hosts: list[str]
+    path: str = ""  # the webhook's
+    tokens: list[str] = field(default_factory=list)  # the batch clients'
+
+
+async def _sent(statuses: Counter, call: Awaitable[httpx.Response]) -> None:
+    try:
+        statuses[(await call).status_code] += 1
+    except httpx.HTTPError as exc:
+        statuses[type(exc).__name__] += 1
+
+
+async def _webhooks_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
+    clients = [httpx.AsyncClient(base_url=f"http://{host}", timeout=60, limits=httpx.Limits(max_connections=WEBHOOK_WAVE))
+               for host in traffic.hosts]
+    waves = 0
+    try:
+        while not stop.is_set() and waves < MAX_WAVES:
+            await asyncio.gather(*(_sent(statuses, clients[n % len(clients)].post(traffic.path, json={
+                "thread_id": str(uuid.uuid4())})) for n in range(WEBHOOK_WAVE)))
+            waves += 1
+    finally:
+        for c in clients:
+            await c.aclose()
+    return waves
+
+
+async def _batches_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
+    batches = 0
+
+    async def client(n: int, token: str) -> None:
+        nonlocal batches
+        host = traffic.hosts[n % len(traffic.hosts)]
+        async with httpx.AsyncClient(base_url=f"http://{host}/api/v1", timeout=120,
+                                     headers={"Authorization": f"Bearer {token}"}) as api:
+            while not stop.is_set() and batches < MAX_BATCHES:
+                batches += 1
+                await _sent(statuses, api.post("/items:batch", json={"items": [
+                    {"title": f"Noisy batch {uuid.uuid4().hex[:12]}", "body": BODY, "source": "bench-noisy"}
+                    for _ in range(BATCH)]}))
+
+    await asyncio.gather(*(client(n, token) for n, token in enumerate(traffic.tokens)))
+    return batches
+
+
+def _traffic_main(traffic: _Traffic, stop: Any, out: Any) -> None:
+    """The burst's process: says it is ready, sends until ``stop``, then puts (statuses, how many sent)."""
+    statuses: Counter = Counter()
+    out.put("ready")
+    sent = asyncio.run({"webhooks": _webhooks_send, "batches": _batches_send}[traffic.kind](traffic, stop, statuses))
+    out.put((dict(statuses), sent))
+
+
 class _Burst:
     key = ""
     label = ""
@@ -160,8 +271,8 @@ class _Burst:
     def __init__(self, servers: Servers) -> None:
         self.servers = servers
         self.statuses: Counter = Counter()
-        self._task: asyncio.Task | None = None
-        self._stop = asyncio.Event()
+        self.sent = 0  # waves or batches its process sent
+        self._process: Any = None
 
     def prepare(self) -> None:
         """Its rows and sockets, outside the event loop (the ORM is synchronous)."""
@@ -170,23 +281,32 @@ class _Burst:
         """Undo what ``prepare`` made live; what it saw."""
         return {}
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self.run())
+    def traffic(self) -> _Traffic | None:
+        """What it sends for the window (none: a burst that is only a state, as a hung receiver)."""
+        return None
 
-    async def run(self) -> None:
-        """The burst's own traffic, until ``stop`` (none: a burst that is only a state, as a hung receiver)."""
+    async def start(self) -> None:
+        traffic = self.traffic()
+        if traffic is None:
+            return
+        context = multiprocessing.get_context("spawn")
+        self._stop, self._out = context.Event(), context.Queue()
+        self._process = context.Process(target=_traffic_main, args=(traffic, self._stop, self._out), daemon=True)
+        self._process.start()
+        assert await asyncio.to_thread(self._out.get, timeout=120) == "ready"
 
     async def stop(self) -> dict[str, Any]:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-        return {"burst_statuses": dict(self.statuses)}
+        seen: dict[str, Any] = {}
+        if self._process is not None:
+            seen["sender_cpu_seconds"] = round(_cpu_seconds(self._process.pid), 1)
+            self._stop.set()
+            statuses, self.sent = await asyncio.to_thread(self._out.get, timeout=300)
+            self.statuses.update(statuses)
+            await asyncio.to_thread(self._process.join)
+        return {"burst_statuses": dict(self.statuses), **seen}
 
     async def _send(self, call: Awaitable[httpx.Response]) -> None:
-        try:
-            self.statuses[(await call).status_code] += 1
-        except httpx.HTTPError as exc:
-            self.statuses[type(exc).__name__] += 1
+        await _sent(self.statuses, call)
 
 
 class _Webhooks(_Burst):
@@ -209,26 +329,16 @@ class _Webhooks(_Burst):
             name=name, url=self.deployment_socket.url, graphs={"agent": {"match": "graph_id", "team": None, "policy": {}}},
             client=client, webhook_digest=_digest(secret))
         self.path = deployment_webhook_path(deployment=self.deployment, secret=secret)
-        self.waves = 0
 
-    async def run(self) -> None:
-        clients = [httpx.AsyncClient(base_url=f"http://{host}", timeout=60, limits=httpx.Limits(max_connections=WEBHOOK_WAVE))
-                   for host in self.servers.hosts]
-        try:
-            while not self._stop.is_set() and self.waves < MAX_WAVES:
-                await asyncio.gather(*(self._send(clients[n % len(clients)].post(self.path, json={"thread_id": str(uuid.uuid4())}))
-                                       for n in range(WEBHOOK_WAVE)))
-                self.waves += 1
-        finally:
-            for c in clients:
-                await c.aclose()
+    def traffic(self) -> _Traffic:
+        return _Traffic(kind="webhooks", hosts=self.servers.hosts, path=self.path)
 
     def finish(self) -> dict[str, Any]:
         # Its queued discoveries end at once from here on (an inactive deployment is not read).
         self.deployment.is_active = False
         self.deployment.save(update_fields=["is_active"])
         self.deployment_socket.close()
-        return {"waves": self.waves, "deployment_connections": self.deployment_socket.accepted}
+        return {"waves": self.sent, "deployment_connections": self.deployment_socket.accepted}
 
 
 class _LongPolls(_Burst):
@@ -292,22 +402,12 @@ class _Batches(_Burst):
 
         self.tokens = [apiclient_create(name=f"bench-noisy-{uuid.uuid4().hex[:8]}", scopes=["items:write"])[1]
                        for _ in range(BATCH_CLIENTS)]
-        self.batches = 0
 
-    async def run(self) -> None:
-        async def client(n: int, token: str) -> None:
-            async with httpx.AsyncClient(base_url=f"http://{self.servers.host(n)}/api/v1", timeout=120,
-                                         headers={"Authorization": f"Bearer {token}"}) as api:
-                while not self._stop.is_set() and self.batches < MAX_BATCHES:
-                    self.batches += 1
-                    await self._send(api.post("/items:batch", json={"items": [
-                        {"title": f"Noisy batch {next(_keys)}", "body": BODY, "source": "bench-noisy"}
-                        for _ in range(BATCH)]}))
-
-        await asyncio.gather(*(client(n, token) for n, token in enumerate(self.tokens)))
+    def traffic(self) -> _Traffic:
+        return _Traffic(kind="batches", hosts=self.servers.hosts, tokens=self.tokens)
 
     def finish(self) -> dict[str, Any]:
-        return {"batches": self.batches, "items_sent": self.batches * BATCH}
+        return {"batches": self.sent, "items_sent": self.sent * BATCH}
 
 
 class _HungReceiver(_Burst):
@@ -370,8 +470,10 @@ def bench_noisy_neighbours(servers: Servers, logins: list[Login], staff: Login, 
         _settle(timeout=60)
         q, b = quiet.summary(), loud.summary()
         detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS}
-        log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms, decision p99 "
-            f"{q['decision_p99_ms']:.0f} → {b['decision_p99_ms']:.0f} ms, moderators {dict(loud.statuses)}; {seen}")
+        log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 {q['page_p50_ms']:.0f} → "
+            f"{b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → {b['decision_p99_ms']:.0f} ms, the bench's "
+            f"loop late p99 {q['client_loop_lag_p99_ms']:.0f} → {b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → "
+            f"{b['load']:.1f}, CPU % of a core {q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}")
         quiet_name = "p99 quiet, same moderators, just before"
         metrics += [
             Metric(f"noisy_{burst.key}_page", f"26. {burst.label} ({process_note}): moderators' queue page p99",

@@ -14,6 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
+from moderation.core.bulkhead import BulkheadMiddleware  # noqa: E402
 from moderation.graphs.registry import graphs_check  # noqa: E402
 from moderation.live.routing import websocket_urlpatterns  # noqa: E402
 from moderation.records import events  # noqa: E402
@@ -28,7 +29,8 @@ daphne_body_limit_install(max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 daphne_access_log_install()
 _router = ProtocolTypeRouter(
     {
-        "http": BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
+        # Outermost: a request past its class's share is refused before it costs a thread.
+        "http": BulkheadMiddleware(BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -344,6 +344,25 @@ LIVE_QUEUE_RESYNC_SECONDS = env.float("LIVE_QUEUE_RESYNC_SECONDS", 15.0)
 # 429 or 503 with Retry-After. A sleeping wait holds no database connection. 0 = no cap.
 LONGPOLL_WAITS_PER_CLIENT = env.int("LONGPOLL_WAITS_PER_CLIENT", 20)
 LONGPOLL_WAITS_PER_PROCESS = env.int("LONGPOLL_WAITS_PER_PROCESS", 200)
+# Bulkheads (moderation.core.bulkhead): outside requests (the service API, deployment webhooks) running at
+# once in one server process, per class; past a cap a request waits up to BULKHEAD_WAIT seconds holding no
+# thread or connection, then answers 503 busy. Each holds at most one pooled connection, so moderators keep
+# DB_POOL_SIZE minus both caps. An outside request starts (and a batch takes its next item) once no
+# moderator's request runs in the process, waiting at most BULKHEAD_YIELD seconds. 0 = no cap / no yield
+# (a pool under 5 connections, a test's, has no cap by default).
+_pool = _db.get("OPTIONS", {}).get("pool")
+_pool_size = _pool["max_size"] if isinstance(_pool, dict) else 0
+BULKHEAD_API = env.int("BULKHEAD_API", _pool_size // 5 if _pool_size else 4)
+# A webhook is a few queries: one at a time per process answers a fleet's 30+/s (bench 26), and four at
+# once slowed the moderators' pages more (1.7-2x at p99 against 1.1-1.7x).
+BULKHEAD_WEBHOOKS = env.int("BULKHEAD_WEBHOOKS", 1 if _pool_size >= 5 or not _pool_size else 0)
+if _pool_size and BULKHEAD_API and BULKHEAD_WEBHOOKS and _pool_size <= BULKHEAD_API + BULKHEAD_WEBHOOKS:
+    raise ImproperlyConfigured(
+        f"BULKHEAD_API + BULKHEAD_WEBHOOKS ({BULKHEAD_API} + {BULKHEAD_WEBHOOKS}) must leave some of "
+        f"DB_POOL_SIZE ({_pool_size}) to moderators' pages and decisions"
+    )
+BULKHEAD_WAIT = env.float("BULKHEAD_WAIT", 10.0)
+BULKHEAD_YIELD = env.float("BULKHEAD_YIELD", 0.1)
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start", "deployments"]}}

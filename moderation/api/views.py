@@ -34,6 +34,7 @@ from moderation.api.schemas import (
     QueryText,
 )
 from moderation.api.webhooks import router as webhooks_router
+from moderation.core.bulkhead import outside_yield
 from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.jsonparse import json_parse
 from moderation.core.overload import database_unavailable_response, pool_exhausted
@@ -240,6 +241,7 @@ def _batch_parse(index: int, raw: dict[str, Any]) -> BatchItemIn | BatchOutcome:
 def _batch_submit_one(client, index: int, entry: BatchItemIn | BatchOutcome) -> BatchOutcome:
     if isinstance(entry, BatchOutcome):
         return entry
+    outside_yield()  # each item's graph start is CPU the moderators' requests in this process would share
     try:
         result = item_submit(client=client, submission=_submission(entry), idempotency_key=entry.idempotency_key)
     except (DjangoValidationError, IdempotencyConflict) as exc:

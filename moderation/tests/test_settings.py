@@ -291,3 +291,11 @@ def test_a_session_database_url_beside_sqlite_is_a_clear_error():
                      SESSION_DATABASE_URL="postgres://rq@db.internal/reviewqueue")
     assert result.returncode != 0
     assert "SESSION_DATABASE_URL is for PostgreSQL" in result.stderr, result.stderr
+
+
+def test_bulkheads_that_would_leave_moderators_no_connection_are_a_clear_error():
+    pool = {"DATABASE_URL": "postgres://rq@db.internal/reviewqueue", "DB_POOL_SIZE": "10"}
+    assert _settings_shown(["BULKHEAD_API", "BULKHEAD_WEBHOOKS"], **pool) == ["2", "1"]
+    result = _manage("check", DEBUG="true", **pool, BULKHEAD_API="6", BULKHEAD_WEBHOOKS="4")
+    assert result.returncode != 0
+    assert "BULKHEAD_API + BULKHEAD_WEBHOOKS (6 + 4) must leave some of DB_POOL_SIZE (10)" in result.stderr, result.stderr

@@ -16,6 +16,7 @@ from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.core.bulkhead import bulkhead_stats
 from moderation.core.cursors import CursorInvalid
 from moderation.core.faults import fault_point
 from moderation.core.jsonparse import json_parse
@@ -432,14 +433,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
     Anyone gets ok per check; staff also get backends, errors and timings, and ``live``:
     this process's open sockets and their group memberships (numbers that stay up after
-    everyone left mean sockets were not cleaned up), and ``longpoll``: its open long-poll
-    waits. Not "loopback callers": behind a proxy on the same host every request comes from loopback.
+    everyone left mean sockets were not cleaned up), ``longpoll``: its open long-poll
+    waits, and ``bulkhead``: its outside requests running, waiting and refused per class.
+    Not "loopback callers": behind a proxy on the same host every request comes from loopback.
     """
     ok, checks = health_report()
     if not (request.user.is_active and request.user.is_staff):
         return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
     return JsonResponse(
-        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats()}, status=200 if ok else 503
+        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats(),
+         "bulkhead": bulkhead_stats()}, status=200 if ok else 503
     )
 
 

@@ -21,6 +21,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PRELOAD = [
@@ -103,3 +104,22 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def forked_run(
+    argv: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(..., capture_output=True, text=True)`` for ``argv`` (as ``ForkedProcess`` takes
+    it), forked: its exit status, stdout and stderr; killed and ``TimeoutExpired`` after ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="forked-run-") as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        proc = ForkedProcess(argv, env=env, cwd=cwd, stdout=out, stderr=err, new_session=False)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+            raise
+        return subprocess.CompletedProcess(
+            argv, code, out.read_text(errors="replace"), err.read_text(errors="replace"),
+        )

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.children import children_adopt, children_forget
-from e2e.forked import ForkedProcess
+from e2e.forked import ForkedProcess, forked_run
 
 ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
@@ -298,19 +298,10 @@ class LiveServer:
 
     def _run(self, cmd: list[str], *, timeout: float = 300, env: dict[str, str] | None = None) -> str:
         """``python <cmd>`` (a script and its arguments), forked (``e2e.forked``); its stdout. Fails loudly."""
-        with tempfile.TemporaryDirectory(prefix="liveserver-run-") as scratch:
-            out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-            proc = ForkedProcess(cmd, env={**self.env(), **(env or {})}, cwd=ROOT, stdout=out, stderr=err, new_session=False)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-                raise
-            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-        if code != 0:
-            raise ServerError(f"{' '.join(cmd[:2])} failed ({code}):\n{stdout[-3000:]}\n{stderr[-5000:]}")
-        return stdout
+        done = forked_run(cmd, env={**self.env(), **(env or {})}, cwd=ROOT, timeout=timeout)
+        if done.returncode != 0:
+            raise ServerError(f"{' '.join(cmd[:2])} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+        return done.stdout
 
     # --- processes -----------------------------------------------------------------
 

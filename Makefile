@@ -18,17 +18,30 @@ DEMO_PORT ?= 8001
 DEMO_ROUNDS ?= 5
 DEMO_WAIT ?= 10
 
-.PHONY: install run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe prometheus pgbouncer demo bench soak clean
+.PHONY: install requirements run run-cluster test test-quick test-sqlite test-postgres lint lint-imports langgraph-venv docs docs-serve screenshots e2e e2e-browser e2e-axe ts-client prometheus pgbouncer demo bench soak clean
 
-$(VENV)/.installed: requirements.txt reviewqueue-client/pyproject.toml
+# requirements.txt takes the three locks (requirements/runtime.txt, test.txt, docs.txt), every
+# package pinned with its hashes; their one source is requirements/*.in (`make requirements`).
+LOCKS := requirements/runtime.txt requirements/test.txt requirements/docs.txt
+$(VENV)/.installed: requirements.txt $(LOCKS) reviewqueue-client/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths).
-	$(PY) -m pip install --quiet -e ./reviewqueue-client
+	$(PY) -m pip install --quiet --require-hashes -r requirements.txt
+	@# The client package (its tests run in test-sqlite, from pytest.ini's testpaths); its
+	@# dependencies are in the runtime lock, and a local directory has no hash to check.
+	$(PY) -m pip install --quiet --no-deps -e ./reviewqueue-client
 	@touch $@
 
 install: $(VENV)/.installed
+
+# Recompile the locks from requirements/*.in after editing one (pip-tools, pinned in test.in); the
+# pins already in a lock stay unless its .in changes them (`--upgrade-package NAME` via PIP_COMPILE_ARGS).
+PIP_COMPILE_ARGS ?=
+requirements: install
+	cd requirements && for set in runtime test docs; do \
+	  CUSTOM_COMPILE_COMMAND="make requirements" ../$(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+	    --no-emit-index-url --no-emit-find-links $(PIP_COMPILE_ARGS) --output-file $$set.txt $$set.in || exit 1; \
+	done
 
 # Development mode, asked for here: DEBUG is off unless set (and then SECRET_KEY and AUDIT_KEY
 # must be set). `DEBUG=false make run` tries production settings (README, Configuration).
@@ -58,7 +71,7 @@ TEST_PASSES ?= 2
 # strict docs build.
 test: prometheus pgbouncer
 	$(MAKE) --no-print-directory -j2 install langgraph-venv
-	$(MAKE) --no-print-directory e2e-browser
+	$(MAKE) --no-print-directory e2e-browser ts-client
 	$(MAKE) --no-print-directory -j2 lint docs
 	$(MAKE) --no-print-directory --output-sync=none -j$(TEST_PASSES) test-sqlite test-postgres
 
@@ -69,8 +82,10 @@ test-quick: install
 
 # The documentation site (mkdocs.yml, Material), strict: a broken link or a missing page fails it.
 # Its API reference is rendered from the OpenAPI schema at build time. The examples on its pages
-# are run by moderation/tests/test_docs.py (in test-sqlite).
+# are run by moderation/tests/test_docs.py (in test-sqlite). The architecture diagram is drawn from
+# the code first (scripts/architecture_diagram.py; a test fails while the committed one is stale).
 docs: install
+	$(PY) scripts/architecture_diagram.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 docs-serve: install
@@ -86,7 +101,9 @@ lint-imports: install
 
 # ruff and mypy (settings in pyproject.toml), then the import contracts. The formatter owns the
 # packages mypy checks strictly so far; the rest keeps its hand layout until it is formatted too.
-RUFF_FORMATTED := moderation/core moderation/policies moderation/review reviewqueue-client/reviewqueue_client
+RUFF_FORMATTED := moderation/core moderation/policies moderation/review reviewqueue-client/reviewqueue_client \
+	moderation/delivery/sending.py moderation/tests/core/test_backoff.py moderation/tests/core/test_cursors.py \
+	e2e/async_agent.py e2e/remote_agent.py
 lint: install lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(RUFF_FORMATTED)
@@ -98,10 +115,10 @@ lint: install lint-imports
 # its own Redis database and channel prefix (conftest.py). Each pass's per-test times go to
 # var/test-results/ (JUnit XML): `scripts/test_times.py` sums them per file.
 TEST_WORKERS ?= 2
-test-sqlite: install e2e-browser prometheus langgraph-venv
+test-sqlite: install e2e-browser prometheus langgraph-venv ts-client
 	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
 
-test-postgres: install prometheus pgbouncer langgraph-venv
+test-postgres: install prometheus pgbouncer langgraph-venv ts-client
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
 		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
 
@@ -129,31 +146,37 @@ e2e-browser: install e2e-axe
 	    echo "e2e: no Chromium found; install it (apt-get install -y chromium) or set E2E_CHROMIUM" >&2; exit 1; \
 	  fi; }
 
+# $(call apt_ensure,CHECK,PACKAGE,WHAT NEEDS IT,WHAT IS MISSING): unless the shell test CHECK passes, install
+# Debian's PACKAGE (as root), or else stop saying how to.
+define apt_ensure
+@$(1) || { \
+  if [ "$$(id -u)" = 0 ]; then \
+    echo "installing Debian's $(2) for $(3)"; \
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; \
+  else \
+    echo "$(4) found; install it (apt-get install -y $(2))" >&2; exit 1; \
+  fi; }
+endef
+
 # The metrics tests run a real Prometheus and promtool (Debian's, installed here when running as root).
 prometheus:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian's prometheus for the metrics tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else \
-	    echo "metrics tests: no prometheus/promtool found; install them (apt-get install -y prometheus)" >&2; exit 1; \
-	  fi; }
+	$(call apt_ensure,command -v prometheus >/dev/null && command -v promtool >/dev/null,prometheus,the metrics tests,metrics tests: no prometheus/promtool)
 
 # The connection-budget cluster tests run the race through Debian's pgbouncer (session and transaction mode).
 pgbouncer:
-	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian's pgbouncer for the connection-budget tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; \
-	  else \
-	    echo "cluster tests: no pgbouncer found; install it (apt-get install -y pgbouncer)" >&2; exit 1; \
-	  fi; }
+	$(call apt_ensure,command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ],pgbouncer,the connection-budget tests,cluster tests: no pgbouncer)
 
 # The accessibility check (e2e/test_look.py) runs axe-core from npm inside the pages.
 AXE_JS := var/npm/node_modules/axe-core/axe.min.js
 e2e-axe: $(AXE_JS)
 $(AXE_JS):
 	npm install --no-save --prefix var/npm axe-core@4
+
+# The TypeScript client's node_modules (its tests in e2e/test_typescript_client.py run `npm ci` too when these are stale).
+TS_CLIENT := clients/typescript
+ts-client: $(TS_CLIENT)/node_modules/.package-lock.json
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 
 e2e: install e2e-browser
 	$(PY) -m pytest e2e

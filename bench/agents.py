@@ -8,13 +8,20 @@
   its interrupts forwarded with ``interrupts_forward``), resumed by ``WebhookResumer`` on
   a small HTTP server (the worker's webhooks) or by ``decision_wait_resume`` (a long-poll
   per ask); the moment its tool runs minus the moment the moderator's decision was
-  answered, p99; target ≤ 250 ms.
+  answered, p99; target ≤ 250 ms. And the same by webhook for a Node agent: LangChain.js's
+  ``createAgent`` + ``humanInTheLoopMiddleware`` in its own Node process
+  (clients/typescript/test/bench-agent.ts, ``@reviewqueue/client``'s ``WebhookResumer``),
+  its tool's run read off its output by the wall clock both processes share.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import queue
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -211,3 +218,69 @@ def bench_agent_resumed(servers: Servers, login: Login, *, waves: int) -> list[M
                 detail={"decisions": WAVE * waves, "resumed": len(latencies)},
             ))
     return metrics
+
+
+def _node_agent_resumed(host: str, login: Login, token: str, *, count: int) -> list[float]:
+    """Decide ``count`` asks of a Node agent process at RATE/s; for each, its tool's run minus the decision's answer (ms)."""
+    from e2e.children import children_adopt
+    from e2e.node import CLIENT, node_modules_ready
+    from e2e.server import free_port
+    from moderation.delivery.models import WebhookEndpoint
+
+    node_modules_ready()
+    port = free_port()
+    endpoint = WebhookEndpoint(name=f"bench-node-agent-{uuid.uuid4().hex[:8]}", events=["item.decided"],
+                               url=f"http://127.0.0.1:{port}/hooks")
+    endpoint.save()
+    env = {**os.environ, "REVIEWQUEUE_URL": f"http://{host}", "REVIEWQUEUE_TOKEN": token,
+           "REVIEWQUEUE_WEBHOOK_SECRET": endpoint.secret}
+    agent = subprocess.Popen(
+        ["node", "--import", "tsx", "test/bench-agent.ts", "--port", str(port), "--count", str(count),
+         "--prefix", f"bench-22-node-{uuid.uuid4().hex[:6]}"],
+        cwd=CLIENT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    children_adopt(agent)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line.strip()) for line in agent.stdout], daemon=True).start()
+    ran: dict[str, float] = {}
+    try:
+        items = None
+        while items is None:
+            line = lines.get(timeout=300)
+            if line.startswith("ready "):
+                items = json.loads(line.removeprefix("ready "))
+        answered = {}
+        for thread, item in items.items():
+            due = time.perf_counter() + 1 / RATE
+            at = _decide(host, login, item)
+            answered[thread] = time.time() - (time.perf_counter() - at)  # the answer's moment, by the wall clock
+            time.sleep(max(0.0, due - time.perf_counter()))
+        deadline = time.perf_counter() + 60
+        while len(ran) < len(answered) and time.perf_counter() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line.startswith("ran "):
+                _, thread, at_ms = line.split()
+                ran.setdefault(thread, float(at_ms) / 1000)
+        return [(ran[t] - answered[t]) * 1000 for t in answered if t in ran]
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(timeout=30)
+        endpoint.delete()
+
+
+def bench_node_agent_resumed(servers: Servers, login: Login, *, count: int) -> list[Metric]:
+    """22. Decision answered → a Node agent's tool running, by webhook (a worker must be running)."""
+    from moderation.api.clients import apiclient_create
+
+    _, token = apiclient_create(name=f"bench-node-agent-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
+    latencies = _node_agent_resumed(servers.host(0), login, token, count=count)
+    log(f"22. Node agent resumed by webhook: p50 {percentile(latencies, 50):.1f} ms, "
+        f"p99 {percentile(latencies, 99):.1f} ms ({len(latencies)} of {count})")
+    return [Metric(
+        "node_agent_resumed_webhook_p99",
+        f"22. decision answered → a Node agent (LangChain.js) resumed by webhook, {RATE:g} dec/s, p99",
+        percentile(latencies, 99), "ms", percentile(latencies, 50), "p50 of the same run", target=250, check="value",
+        op="<=", detail={"decisions": count, "resumed": len(latencies)},
+    )]

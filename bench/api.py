@@ -97,7 +97,7 @@ def _submit_rate(
 
 def _started_wait(items: list[str], *, timeout: float = 300) -> float:
     """When no item of ``items`` was STARTING any more (the worker had started them all)."""
-    from moderation.models import ItemStatus, QueueItem
+    from moderation.items.models import ItemStatus, QueueItem
 
     deadline = time.perf_counter() + timeout
     while QueueItem.objects.filter(public_id__in=items, status=ItemStatus.STARTING).exists():
@@ -153,7 +153,7 @@ def _webhook_latency(host: str, login: Login, items: list[str], receiver: _Recei
 def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rate: float) -> list[Metric]:
     """The API benches against the servers; a task worker is running beside the first."""
     from moderation.api.clients import apiclient_create
-    from moderation.models import WebhookEndpoint
+    from moderation.delivery.models import WebhookEndpoint
 
     _, token = apiclient_create(name=f"bench-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
     receiver = _Receiver()

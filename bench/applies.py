@@ -42,7 +42,7 @@ def agent_items_make(count: int) -> list[str]:
 
 def applied_wait(items: list[str], *, timeout: float) -> dict[str, float]:
     """Wait until none of ``items`` is applying; the moment (epoch s) each one's ask was applied."""
-    from moderation.models import ApplyState, QueueItem, ReviewAsk
+    from moderation.items.models import ApplyState, QueueItem, ReviewAsk
 
     deadline = time.monotonic() + timeout
     while QueueItem.objects.filter(public_id__in=items, apply_state=ApplyState.APPLYING).exists():
@@ -57,7 +57,7 @@ def applied_wait(items: list[str], *, timeout: float) -> dict[str, float]:
 
 def backlog_drain(*, timeout: float) -> None:
     """Let the worker apply what earlier benches decided with no worker running, before timing it."""
-    from moderation.models import ApplyState, QueueItem
+    from moderation.items.models import ApplyState, QueueItem
 
     waiting = QueueItem.objects.filter(apply_state=ApplyState.APPLYING)
     count, start = waiting.count(), time.perf_counter()
@@ -98,7 +98,7 @@ def _solo_applied_ms(servers: Servers, logins: list[Login], pairs: list[tuple[st
 
 def bench_agent_response(servers: Servers, logins: list[Login], moderation_items: list[str], *, count: int,
                          rate: float, solo: int = 3) -> list[Metric]:
-    from moderation.models import QueueItem
+    from moderation.items.models import QueueItem
 
     tool_ms = float(os.environ.get("REFUND_AGENT_TOOL_SECONDS", "0") or 0) * 1000
     agent = agent_items_make(count + 2 + solo)

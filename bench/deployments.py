@@ -48,7 +48,7 @@ def _timeline(url: str, item_pk: int, committed: float) -> dict[str, float] | No
     """The decision's milestones, seconds since it was answered; None until it is recorded."""
     from django_tasks_db.models import DBTaskResult
 
-    from moderation.models import QueueItem, ReviewAsk
+    from moderation.items.models import QueueItem, ReviewAsk
     from moderation.tests.deployments_support import sdk
 
     applied = ReviewAsk.objects.filter(item_id=item_pk, applied_at__isnull=False).values_list("applied_at", flat=True)
@@ -96,7 +96,7 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
     from django.db import close_old_connections
 
     from moderation.graphs.remote import Connection, remote_thread_read
-    from moderation.models import QueueItem
+    from moderation.items.models import QueueItem
     from moderation.review.deployments import deployment_sweep
     from moderation.tests.deployments_support import register, sdk
     from moderation.tests.langgraph_server import LangGraphServer

@@ -42,7 +42,7 @@ async def _browsers_run(servers: Servers, logins: list[Login], *, start_path: st
 
 
 def _items_decided(ids: list[str]) -> None:
-    from moderation.models import ItemStatus, QueueItem
+    from moderation.items.models import ItemStatus, QueueItem
 
     statuses = set(QueueItem.objects.filter(public_id__in=ids).values_list("status", flat=True))
     if statuses != {ItemStatus.APPROVED}:

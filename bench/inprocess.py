@@ -358,7 +358,7 @@ def _queue_rows_insert(rows: int) -> None:
 
     from django.utils import timezone
 
-    from moderation.models import QueueItem, queue_rank
+    from moderation.items.models import QueueItem, queue_rank
     from moderation.policies.teams import item_policy_resolve
     from moderation.records.counts import counts_recount
 
@@ -430,7 +430,7 @@ def _queue_queries(*, per_page: int) -> dict[str, str]:
     """
     from urllib.parse import urlencode
 
-    from moderation.models import ItemStatus, QueueItem
+    from moderation.items.models import ItemStatus, QueueItem
     from moderation.records.selectors import QUEUE_ORDER_DEFAULT, QUEUE_ORDERS, _cursor_make, queue_counts
 
     pending = queue_counts().pending

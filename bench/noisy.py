@@ -195,8 +195,9 @@ class _Webhooks(_Burst):
     def prepare(self) -> None:
         from django.contrib.auth import get_user_model
 
-        from moderation.models import ApiClient, Deployment
+        from moderation.delivery.models import ApiClient
         from moderation.review.deployments import _digest, deployment_webhook_path
+        from moderation.review.models import Deployment
 
         self.deployment_socket = _Socket(delay=SLOW_DEPLOYMENT)
         name = f"noisy-{uuid.uuid4().hex[:8]}"
@@ -313,7 +314,7 @@ class _HungReceiver(_Burst):
     key, label = "hung_receiver", "a webhook receiver that accepts and never answers"
 
     def prepare(self) -> None:
-        from moderation.models import WebhookEndpoint
+        from moderation.delivery.models import WebhookEndpoint
 
         self.receiver = _Socket(delay=None)
         self.endpoint = WebhookEndpoint.objects.create(name=f"bench-hung-{uuid.uuid4().hex[:8]}", url=self.receiver.url,

@@ -31,7 +31,7 @@ POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 # README (Operating it): on 2 cores, one daphne process per core behind the Redis layer.
 POSTGRES_SERVERS = int(os.environ.get("BENCH_SERVERS", "2"))
-_DROP = ("DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_PREFIX", "REVIEWQUEUE_FAULTS", "REVIEWQUEUE_BACKEND_PASS")
+_DROP = ("DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_PREFIX", "REVIEWQUEUE_FAULTS", "REVIEWQUEUE_LAB", "REVIEWQUEUE_BACKEND_PASS")
 
 
 def _out_dir() -> Path:

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
     from django.test import override_settings
 
-    from bench.agents import bench_agent_resumed, bench_ask_visible
+    from bench.agents import bench_agent_resumed, bench_ask_visible, bench_node_agent_resumed
     from bench.api import bench_api, bench_page_under_waits
     from bench.applies import backlog_drain, bench_agent_response, bench_applied_rate
     from bench.common import Metric, Servers, log, machine_info, moderators_login
@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             if wanted(22):
                 log(f"{args.backend}: 22. decision → an agent resumed, by long-poll and by webhook")
                 metrics += bench_agent_resumed(servers, logins[1], waves=max(1, round(3 * s)))
+                log(f"{args.backend}: 22. decision → a Node agent (LangChain.js) resumed, by webhook")
+                metrics += bench_node_agent_resumed(servers, logins[1], count=20 * max(1, round(3 * s)))
             if wanted(26):
                 from bench.noisy import bench_noisy_neighbours, decisions_needed
 

@@ -41,7 +41,7 @@ def _rates(runs: list[dict], applied: dict[str, float], start: float) -> tuple[f
 def bench_two_workers(servers: Servers, logins: list[Login], items: list[str], *, count: int, seconds: float) -> list[Metric]:
     """Measure 23: the two workers' apply rate on a backlog against the servers' decision rate with no worker
     running; then the same workers beside a burst, and at a sustained pace."""
-    from moderation.models import ReviewAsk
+    from moderation.items.models import ReviewAsk
 
     first, second = servers.live[0], servers.live[1 % len(servers.live)]
     lanes = _lanes()

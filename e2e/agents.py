@@ -22,19 +22,22 @@ from moderation.lab.waits import progress_wait
 
 
 class AgentProcess:
-    """One ``remote_agent.py`` process (or ``script``, which says the same: ``async_agent.py``) on ``workdir``
-    (replicas share one), answering webhooks on ``port``."""
+    """One ``remote_agent.py`` process (or ``script``, which says the same: ``async_agent.py``; or ``command``,
+    a program that does: the TypeScript client's agent service, run in ``cwd`` with ``env`` added) on
+    ``workdir`` (replicas share one), answering webhooks on ``port``."""
 
     def __init__(self, *, server: LiveServer, workdir: Path, port: int, token: str, secret: str,
-                 thread: str = "support-thread-1", flags: tuple[str, ...] = (), script: str = "remote_agent.py") -> None:
+                 thread: str = "support-thread-1", flags: tuple[str, ...] = (), script: str = "remote_agent.py",
+                 command: tuple[str, ...] | None = None, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
         env = {**os.environ, "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
-               "REVIEWQUEUE_WEBHOOK_SECRET": secret, "PYTHONPATH": f"{ROOT / 'reviewqueue-client'}{os.pathsep}{ROOT}"}
+               "REVIEWQUEUE_WEBHOOK_SECRET": secret, "PYTHONPATH": f"{ROOT / 'reviewqueue-client'}{os.pathsep}{ROOT}",
+               **(env or {})}
         self.workdir = workdir
         self.port = port
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "e2e" / script), "--port", str(port), "--dir", str(workdir),
+            [*(command or (sys.executable, str(ROOT / "e2e" / script))), "--port", str(port), "--dir", str(workdir),
              "--thread", thread, *flags],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
         children_adopt(self.process)
         self.output: list[str] = []

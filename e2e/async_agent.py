@@ -15,7 +15,6 @@ REVIEWQUEUE_URL, REVIEWQUEUE_TOKEN and REVIEWQUEUE_WEBHOOK_SECRET come from the 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -23,12 +22,10 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from e2e.remote_agent import THREAD, ScriptedModel, SlowResume
+from e2e.remote_agent import SlowResume, agent_arguments, agent_create, deletion_record
 from reviewqueue_client import AsyncReviewQueue, WebhookInvalid, webhook_verify
 from reviewqueue_client.aio_langgraph import AsyncWebhookResumer, ainterrupts_reconcile
 
@@ -49,14 +46,9 @@ def agent_build(*, checkpointer: AsyncSqliteSaver, effects: str, tool_seconds: f
     async def delete_customer(customer_id: str, grace_days: int = 30) -> str:
         """Delete a customer, after a grace period."""
         await asyncio.sleep(tool_seconds)
-        with open(effects, "a") as out:
-            out.write(json.dumps({"customer_id": customer_id, "grace_days": grace_days}) + "\n")
-        return f"deleted {customer_id}"
+        return deletion_record(effects, customer_id=customer_id, grace_days=grace_days)
 
-    return create_agent(
-        model=ScriptedModel(), tools=[delete_customer], checkpointer=checkpointer,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})],
-    )
+    return agent_create(delete_customer=delete_customer, checkpointer=checkpointer)
 
 
 Handler = Callable[[dict[str, str], bytes], Awaitable[int]]
@@ -83,22 +75,17 @@ async def http_serve(port: int, route: Handler) -> asyncio.Server:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--dir", required=True)
-    parser.add_argument("--thread", default=THREAD)
-    parser.add_argument("--slow-resume", type=float, default=0.0)
-    parser.add_argument("--tool-seconds", type=float, default=0.0)
-    parser.add_argument("--naive", action="store_true")
-    parser.add_argument("--hold", action="store_true")
-    args = parser.parse_args()
+    args = agent_arguments().parse_args()
     config = {"configurable": {"thread_id": args.thread}}
     secret = os.environ["REVIEWQUEUE_WEBHOOK_SECRET"]
     lock = no_lock if args.naive else None  # None: the lock the SQLite checkpointer shares with the replicas
-    async with AsyncSqliteSaver.from_conn_string(os.path.join(args.dir, "agent.db")) as checkpointer, \
-            AsyncReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews:
-        agent = agent_build(checkpointer=checkpointer, effects=os.path.join(args.dir, "effects.jsonl"),
-                            tool_seconds=args.tool_seconds)
+    async with (
+        AsyncSqliteSaver.from_conn_string(os.path.join(args.dir, "agent.db")) as checkpointer,
+        AsyncReviewQueue(os.environ["REVIEWQUEUE_URL"], os.environ["REVIEWQUEUE_TOKEN"]) as reviews,
+    ):
+        agent = agent_build(
+            checkpointer=checkpointer, effects=os.path.join(args.dir, "effects.jsonl"), tool_seconds=args.tool_seconds
+        )
         if not (await agent.aget_state(config)).values:
             await agent.ainvoke({"messages": [("user", "Please delete customer C-7.")]}, config)
         if args.slow_resume:
@@ -122,8 +109,7 @@ async def main() -> None:
 
         server = await http_serve(args.port, hooks)
         say("serving")
-        resumed = await ainterrupts_reconcile(reviews, agent, thread_ids=[args.thread], source="support-agent",
-                                              thread_lock=lock)
+        resumed = await ainterrupts_reconcile(reviews, agent, thread_ids=[args.thread], source="support-agent", thread_lock=lock)
         say("ready", json.dumps([r.resumed for r in resumed]))
         async with server:
             await server.serve_forever()

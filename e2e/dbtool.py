@@ -65,8 +65,9 @@ def cmd_state(args: argparse.Namespace) -> dict:
     from dataclasses import asdict
 
     from moderation.graphs.runtime import graph_asks_pending, graph_forks, graph_resume_count
+    from moderation.items.models import QueueItem
     from moderation.lab.history import history_final_read
-    from moderation.models import AttemptOutcome, QueueItem
+    from moderation.records.models import AttemptOutcome
 
     # What moderation.lab.history checks a run against (a quorum item's votes and tally included).
     finals = {item: asdict(final) for item, final in history_final_read(items=args.ids).items()}

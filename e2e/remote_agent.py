@@ -94,23 +94,27 @@ class SlowResume:
         return await self.agent.ainvoke(*args, **kwargs)
 
 
-def agent_build(*, checkpoints: str, effects: str, tool_seconds: float = 0.0) -> Any:
-    @tool
-    def delete_customer(customer_id: str, grace_days: int = 30) -> str:
-        """Delete a customer, after a grace period."""
-        time.sleep(tool_seconds)
-        with open(effects, "a") as out:
-            out.write(json.dumps({"customer_id": customer_id, "grace_days": grace_days}) + "\n")
-        return f"deleted {customer_id}"
+def deletion_record(effects: str, *, customer_id: str, grace_days: int) -> str:
+    """The tool's one side effect, a line in ``effects`` the tests count; its answer to the model."""
+    with open(effects, "a") as out:
+        out.write(json.dumps({"customer_id": customer_id, "grace_days": grace_days}) + "\n")
+    return f"deleted {customer_id}"
 
+
+def agent_create(*, delete_customer: Any, checkpointer: Any) -> Any:
+    """The agent both processes run (this one and e2e/async_agent.py): its tool behind LangChain's human-in-the-loop."""
     return create_agent(
-        model=ScriptedModel(), tools=[delete_customer],
-        checkpointer=SqliteSaver(sqlite3.connect(checkpoints, check_same_thread=False)),
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})],
+        model=ScriptedModel(),
+        tools=[delete_customer],
+        checkpointer=checkpointer,
+        middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}})
+        ],
     )
 
 
-def main() -> None:
+def agent_arguments() -> argparse.ArgumentParser:
+    """The options both agent processes take."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True)
@@ -119,10 +123,29 @@ def main() -> None:
     parser.add_argument("--tool-seconds", type=float, default=0.0)
     parser.add_argument("--naive", action="store_true")
     parser.add_argument("--hold", action="store_true")
+    return parser
+
+
+def agent_build(*, checkpoints: str, effects: str, tool_seconds: float = 0.0) -> Any:
+    @tool
+    def delete_customer(customer_id: str, grace_days: int = 30) -> str:
+        """Delete a customer, after a grace period."""
+        time.sleep(tool_seconds)
+        return deletion_record(effects, customer_id=customer_id, grace_days=grace_days)
+
+    checkpointer = SqliteSaver(sqlite3.connect(checkpoints, check_same_thread=False))
+    return agent_create(delete_customer=delete_customer, checkpointer=checkpointer)
+
+
+def main() -> None:
+    parser = agent_arguments()
     parser.add_argument("--poll", action="store_true")
     args = parser.parse_args()
-    agent = agent_build(checkpoints=os.path.join(args.dir, "agent.db"), effects=os.path.join(args.dir, "effects.jsonl"),
-                        tool_seconds=args.tool_seconds)
+    agent = agent_build(
+        checkpoints=os.path.join(args.dir, "agent.db"),
+        effects=os.path.join(args.dir, "effects.jsonl"),
+        tool_seconds=args.tool_seconds,
+    )
     config = {"configurable": {"thread_id": args.thread}}
     if not agent.get_state(config).values:
         agent.invoke({"messages": [("user", "Please delete customer C-7.")]}, config)

@@ -44,7 +44,7 @@ DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
 # Environment the server must not inherit from whoever runs the tests.
 _SCRUBBED_ENV = (
     "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_PREFIX", "DJANGO_ALLOW_ASYNC_UNSAFE", "REVIEWQUEUE_BACKEND_PASS",
-    "REVIEWQUEUE_FAULTS", "SECRET_KEY", "ALLOWED_HOSTS",
+    "REVIEWQUEUE_FAULTS", "REVIEWQUEUE_LAB", "SECRET_KEY", "ALLOWED_HOSTS",
 )
 
 

@@ -11,26 +11,20 @@ from moderation.core.text import text_excerpt
 from moderation.delivery.endpoints import CLIENT_ENDPOINTS_MAX, client_endpoints_full
 from moderation.delivery.models import (
     SUBSCRIBABLE_EVENTS,
+    ApiClient,
+    ApiScope,
+    ApiToken,
     DeliveryAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
 from moderation.delivery.outbox import delivery_redeliver, endpoint_ping
 from moderation.delivery.targets import webhook_url_check
-from moderation.models import (
-    ApiClient,
-    ApiScope,
-    ApiToken,
-    AuditLedgerEntry,
-    DecisionAttempt,
-    Deployment,
-    QueueItem,
-    ReasonCode,
-    ReasonRule,
-)
+from moderation.items.models import QueueItem
 from moderation.policies.models import OnDeadline, Team, TeamMembership
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import team_check, team_member_add, team_member_remove
+from moderation.records.models import AuditLedgerEntry, DecisionAttempt, ReasonCode, ReasonRule
 from moderation.records.reasons import ReasonInvalid, reason_codes_active, reason_rule_check
 from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployment_webhook_path
 from moderation.review.items import (
@@ -39,6 +33,7 @@ from moderation.review.items import (
     item_content_edit,
     item_create,
 )
+from moderation.review.models import Deployment
 
 
 class QueueItemForm(forms.ModelForm):

@@ -10,10 +10,6 @@ class ModerationConfig(AppConfig):
     name = "moderation"
 
     def ready(self) -> None:
-        from django.conf import settings
-
-        from moderation.core.faults import faults_install_from_setting
-
         # A graph that cannot be imported stops the server (reviewqueue.asgi), the worker and every command
         # that runs the system checks, by name; not at app load, so a process that runs no graph
         # (moderator_add) never imports LangGraph.
@@ -34,8 +30,6 @@ class ModerationConfig(AppConfig):
 
         if os.environ.get(IO_GUARD_ENV):  # the test suite's (moderation.core.ioguard): never in production
             io_guard_install(report=os.environ[IO_GUARD_ENV])
-        if settings.REVIEWQUEUE_FAULTS:
-            faults_install_from_setting(settings.REVIEWQUEUE_FAULTS)
         # A logout deletes its session row; moderation.live.rights tells that session's sockets.
         from moderation.live.rights import rights_signals_connect
 

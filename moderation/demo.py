@@ -10,8 +10,9 @@ from django.contrib.auth.models import Group
 
 from moderation.core.permissions import MODERATORS_GROUP
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
-from moderation.models import QueueItem, ReasonOffer
+from moderation.items.models import QueueItem
 from moderation.policies.teams import TeamSpec, team_save
+from moderation.records.models import ReasonOffer
 from moderation.records.reasons import reason_codes_fitting, reason_rule_save
 from moderation.review.items import item_create
 

@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import path
 
 from moderation.web import decided_views, metrics_views, team_views, views
 
@@ -21,5 +21,4 @@ urlpatterns = [
     path("metrics", metrics_views.metrics, name="metrics"),
     path("team/", team_views.team, name="team"),
     path("team/export.csv", team_views.team_export, name="team-export"),
-    path("lab/", include("moderation.lab.urls")),
 ]

@@ -1,20 +1,11 @@
 """Refuse an oversized request body while it arrives, before anything reads it whole.
 
-daphne (Twisted) receives a request's whole body, into a temporary file past 100 KB,
-before it starts the ASGI application, and has no setting to bound it: an anonymous
-64 MiB POST was spooled in full before any middleware could answer. So the limit is
-enforced twice:
-
-- in daphne's request itself (``daphne_body_limit_install``, called by
-  ``reviewqueue.asgi``): a ``Content-Length`` over the limit is answered 413 as soon as
-  the headers are in, and a chunked body as soon as what arrived passes the limit; the
-  connection is closed without reading the rest.
-- in the ASGI stack (``BodyLimitMiddleware``), for any ASGI server that streams bodies to
-  the application instead (and for the in-process tests): the same 413 from the
-  ``Content-Length`` header, and a chunked body is read no further than the limit.
-
-A reverse proxy's body limit (nginx ``client_max_body_size``, see README) still comes
-first in a deployment; this holds where there is none.
+daphne receives a whole body before starting the ASGI application and cannot bound it, so the
+limit is enforced twice: in daphne's request (``daphne_body_limit_install``, called by
+``reviewqueue.asgi``: 413 from ``Content-Length`` or as soon as a chunked body passes the
+limit, then the connection is closed), and in the ASGI stack (``BodyLimitMiddleware``, for
+servers that stream bodies, and the in-process tests). A reverse proxy's limit (nginx
+``client_max_body_size``) still comes first where there is one.
 """
 
 from __future__ import annotations

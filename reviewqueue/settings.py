@@ -434,8 +434,18 @@ APPLY_WAIT_NOTICE = env.float("APPLY_WAIT_NOTICE", 60.0)
 # delayed task (a retry's run_after) is due, and poll only every WORKER_IDLE_POLL seconds in case a
 # notification was lost. On SQLite (no notifications) they poll every db_worker --interval.
 WORKER_IDLE_POLL = env.float("WORKER_IDLE_POLL", 10.0)
-# Test-only fault injection for crash tests of a real server (see moderation.core.faults).
+# The race lab, the fault injection and the soak's judge (moderation.lab): an app for development,
+# the tests and the demo, installed with DEBUG on; with DEBUG off only when an operator asks for it.
+REVIEWQUEUE_LAB = env.bool("REVIEWQUEUE_LAB", DEBUG)
+if REVIEWQUEUE_LAB:
+    INSTALLED_APPS.append("moderation.lab")
+# Fault injection for crash tests of a real process (moderation.lab.faults): it can SIGKILL the process.
 REVIEWQUEUE_FAULTS = env.str("REVIEWQUEUE_FAULTS", "")
+if REVIEWQUEUE_FAULTS and not REVIEWQUEUE_LAB:
+    raise ImproperlyConfigured(
+        "REVIEWQUEUE_FAULTS is set but the lab is off (it is off when DEBUG is off): unset REVIEWQUEUE_FAULTS, "
+        "or set REVIEWQUEUE_LAB=true to ask for the lab and its fault injection in this process"
+    )
 # Demo moderators exist only in development; the password is printed by `make run`.
 DEMO_PASSWORD = "review-demo-2026"
 

@@ -1,3 +1,4 @@
+from django.apps import apps
 from django.contrib import admin
 from django.urls import include, path
 
@@ -12,3 +13,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("moderation.urls")),
 ]
+# The race lab (moderation.lab): only where its app is installed (reviewqueue.settings, REVIEWQUEUE_LAB).
+if apps.is_installed("moderation.lab"):
+    urlpatterns.append(path("lab/", include("moderation.lab.urls")))

@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from moderation.api.clients import token_authenticate
-from moderation.models import ApiClient, ApiScope
+from moderation.delivery.models import ApiClient, ApiScope
 
 
 class ScopeMissing(Exception):

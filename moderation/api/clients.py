@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from moderation.models import ApiClient, ApiScope, ApiToken
+from moderation.delivery.models import ApiClient, ApiScope, ApiToken
 
 # last_used_at is written at most this often per token: a write per request would
 # take SQLite's write lock on every read.

@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connections
 
+from moderation.items.models import UNDECIDED_STATUSES, QueueItem
 from moderation.live.waits import wait_slot_hold
-from moderation.models import UNDECIDED_STATUSES, QueueItem
 from moderation.records import events
 from moderation.records.selectors import client_item_get
 

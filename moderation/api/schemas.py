@@ -8,25 +8,18 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, WithJsonSchema, field_validator
 
 from moderation.core.text import TextInvalid, text_check
 from moderation.delivery.outbox import outcome_payload
 from moderation.graphs.asks import ArgChangeKind, AskSpec, ask_resume_langchain
 from moderation.graphs.outcome import ERRORS_MAX, SUMMARY_MAX_CHARS, AppliedState
 from moderation.graphs.passthrough import ask_external
-from moderation.models import (
-    OUTCOME_MESSAGE_MAX_LENGTH,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    AskStatus,
-    OutcomeStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import PRIORITY_MAX, PRIORITY_MIN, AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import APPROVALS_MAX, TallyWhy, VoteKind
-from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME
+from moderation.policies.rules import DEADLINE_MAX_SECONDS, DEADLINE_USERNAME, PolicyInvalid, policy_field_check
 from moderation.policies.teams import ask_tally_read
+from moderation.records.models import OUTCOME_MESSAGE_MAX_LENGTH, OutcomeStatus
 from moderation.records.outcomes import ask_edits, ask_what
 from moderation.review.submissions import (
     CONTEXT_MESSAGE_MAX_LENGTH,
@@ -59,20 +52,32 @@ class Strict(Schema):
 class PolicyIn(Strict):
     """An item's approval policy; each field left out is the team's (or the default: one decision settles it).
 
-    The service (``moderation.policies.rules.policy_parse``) checks it again, with the
-    team: more approvals than the team's moderators, its requester excluded, is a 422
-    naming ``policy.approvals``; so is a policy weaker than the team's, naming the first
-    weakened field (``policy_weakenings``), unless the team allows weaker policies.
+    Each field is checked by the service's own rule (``moderation.policies.rules.policy_field_check``);
+    the service (``policy_parse``) then checks the whole, with the team: more approvals than the team's
+    moderators, its requester excluded, is a 422 naming ``policy.approvals``; so is a policy weaker than
+    the team's, naming the first weakened field (``policy_weakenings``), unless the team allows weaker policies.
     """
 
-    approvals: StrictInt | None = Field(default=None, ge=1, le=APPROVALS_MAX, description="distinct moderators who must approve")
+    approvals: StrictInt | None = Field(default=None, description="distinct moderators who must approve",
+                                        json_schema_extra={"minimum": 1, "maximum": APPROVALS_MAX})
     majority: StrictBool | None = Field(default=None, description="approve with more than half of the moderators who may vote")
     veto: StrictBool | None = Field(default=None, description="one rejection ends the vote as rejected")
-    deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=DEADLINE_MAX_SECONDS,
-                                               description="how long each ask may wait for its decision")
+    deadline_seconds: StrictInt | None = Field(default=None, description="how long each ask may wait for its decision",
+                                               json_schema_extra={"minimum": 1, "maximum": DEADLINE_MAX_SECONDS})
     on_deadline: Literal["", "approve", "reject", "escalate"] | None = Field(
         default=None, description='at the deadline: resolved as "deadline", or escalated to the team\'s supervisor team; "" waits',
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _field_check(cls, value: Any, info: ValidationInfo) -> Any:
+        # The service's rule for each field (policy_parse's), so a bad field is refused where it is, by the same words.
+        if value is not None:
+            try:
+                policy_field_check(name=str(info.field_name), value=value)
+            except PolicyInvalid as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class ExternalIn(Strict):
@@ -293,8 +298,6 @@ class ItemOut(Schema):
     # "" idle, "applying" (a decision waits for the worker), "failed" (needs manage.py recover)
     apply_state: str
     applied_result: Annotated[dict[str, Any], WithJsonSchema(APPLIED_RESULT_SCHEMA)]
-    # Kept for clients written before asks: the first open ask's request ({} when none is open).
-    review_request: dict[str, Any]
     team: str | None  # the team's slug; only its moderators (and supervisors) may decide
     policy: dict[str, Any]  # the policy copied onto the item at submit: approvals, majority, veto, deadline_seconds, on_deadline
     requested_by: str | None  # who may never decide it (four eyes)
@@ -320,7 +323,7 @@ class ItemOut(Schema):
             external_id=item.external_id, metadata=item.metadata, priority=item.priority,
             created_at=item.created_at, decided_at=item.decided_at, decision=decision,
             graph=item.graph, asks=outs, apply_state=item.apply_state,
-            applied_result=item.applied_result, review_request=first_open.payload if first_open else {},
+            applied_result=item.applied_result,
             team=item.team.slug if item.team_id else None, policy=item.policy,
             requested_by=item.requested_by.get_username() if item.requested_by_id else None,
             deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,

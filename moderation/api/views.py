@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -36,11 +34,13 @@ from moderation.api.schemas import (
     QueryText,
 )
 from moderation.api.webhooks import router as webhooks_router
+from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.jsonparse import json_parse
 from moderation.core.overload import database_unavailable_response, pool_exhausted
 from moderation.delivery.endpoints import EndpointRefused
+from moderation.items.models import ItemStatus
 from moderation.live.waits import WaitRefused
-from moderation.models import AttemptOrigin, ItemStatus
+from moderation.records.models import AttemptOrigin
 from moderation.records.outcomes import DecisionOutcome
 from moderation.records.selectors import (
     client_item_get,
@@ -308,15 +308,21 @@ def item_read(request: HttpRequest, item_id: UUID):
     return ItemOut.of(item)
 
 
+_CURSOR_SALT = "moderation.api.items.cursor"
+
+
 def _cursor_decode(cursor: str) -> int:
     try:
-        return int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise DjangoValidationError({"cursor": "not a cursor this API gave out"}) from None
+        last_id = cursor_read(token=cursor, salt=_CURSOR_SALT)
+    except CursorInvalid:
+        last_id = None
+    if type(last_id) is not int:
+        raise DjangoValidationError({"cursor": "not a cursor this API gave out"})
+    return last_id
 
 
 def _cursor_encode(last_id: int) -> str:
-    return base64.urlsafe_b64encode(str(last_id).encode()).decode().rstrip("=")
+    return cursor_make(key=last_id, salt=_CURSOR_SALT)
 
 
 @api.get("/items", auth=read_auth, response={200: ItemPage, **ERRORS}, tags=["items"])
@@ -327,7 +333,7 @@ def items_list(
     external_id: QueryText | None = Query(None, max_length=200),
     decided_after: datetime | None = None,
     graph: QueryText | None = Query(None, max_length=64),
-    cursor: str | None = Query(None, max_length=40),
+    cursor: str | None = Query(None, max_length=100),
     limit: int = Query(50, ge=1, le=PAGE_MAX),
 ):
     """The client's items oldest first; pass ``next_cursor`` back as ``cursor`` for the next page."""

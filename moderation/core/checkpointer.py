@@ -126,20 +126,6 @@ def checkpointer_pool() -> Any:
     return saver.conn
 
 
-def checkpointer_setup() -> None:
-    """Create the checkpointer's tables (idempotent). Run by a migration, not per request."""
-    target = checkpointer_target()
-    if _is_sqlite(target):
-        checkpointer_shared()  # SqliteSaver sets itself up on creation
-        return
-    import psycopg
-    from psycopg.rows import dict_row
-
-    # setup() runs CREATE INDEX CONCURRENTLY, which refuses to run in a transaction.
-    with psycopg.connect(target, autocommit=True, row_factory=dict_row) as conn:
-        PostgresSaver(conn).setup()
-
-
 def _is_sqlite(target: str) -> bool:
     return "=" not in target
 

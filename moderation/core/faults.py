@@ -1,16 +1,12 @@
 """Named points inside the item and decision paths where tests can inject a delay or a failure.
 
-Nothing happens at a point unless a test installed an action there, or the
-REVIEWQUEUE_FAULTS setting names it (for crash tests of a real server process:
-``after_resume:kill`` SIGKILLs the process there, ``after_row_lock:sleep=2``
-stalls). Production pays one dict lookup per point.
+Nothing happens at a point unless a test installed an action there, or the lab app
+(``moderation.lab.faults``, never installed in production unless asked for) did from the
+REVIEWQUEUE_FAULTS setting. Production pays one dict lookup per point.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -52,34 +48,17 @@ def fault_point(name: str, *, item_key: str) -> None:
 @contextmanager
 def fault_inject(name: str, action: Callable[[str], None]) -> Iterator[None]:
     """Run ``action(item_key)`` whenever the decision path passes ``name``."""
-    _point_check(name)
-    _actions[name] = action
+    fault_install(name=name, action=action)
     try:
         yield
     finally:
         _actions.pop(name, None)
 
 
-def faults_install_from_setting(spec: str) -> None:
-    """Install actions from a spec like ``before_commit:kill,after_row_lock:sleep=0.5``."""
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, _, action = part.partition(":")
-        _point_check(name)
-        if action == "kill":
-            _actions[name] = _kill
-        elif action.startswith("sleep="):
-            seconds = float(action.removeprefix("sleep="))
-            _actions[name] = _sleeper(seconds)
-        else:
-            raise ValueError(f"unknown fault action {action!r} for {name}; use kill or sleep=SECONDS")
-
-
-def _sleeper(seconds: float) -> Callable[[str], None]:
-    return lambda key: time.sleep(seconds)
-
-
-def _kill(item_key: str) -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+def fault_install(*, name: str, action: Callable[[str], None]) -> None:
+    """Run ``action(item_key)`` whenever the decision path passes ``name``, for the rest of the process."""
+    _point_check(name)
+    _actions[name] = action
 
 
 def _point_check(name: str) -> None:

@@ -1,23 +1,14 @@
 """A test-time guard: no outbound network call while the calling thread holds a database connection or transaction.
 
-A request or task that waits on the outside (a LangGraph deployment, a webhook receiver, a
-DNS server) while it holds a pooled connection keeps that connection from everyone else for
-as long as the outside takes: a burst of such waits empties the pool the moderators' pages
-draw on. Inside ``atomic`` it also keeps the transaction's locks. The rule is in the
-contributors' docs; this guard makes the tests enforce it.
+A wait on the outside while holding a pooled connection keeps it from everyone else, and inside
+``atomic`` also keeps its locks (contributors/tests.md, "No outbound call while holding the database").
 
-``io_guard_install`` hooks where every outbound call of the product starts: httpcore's
-connection pools (below httpx, so the LangGraph SDK's clients and the webhook sender, which
-uses httpcore directly) and ``socket.getaddrinfo`` for a name (a numeric address needs no
-DNS). A call that starts while the thread is inside ``atomic`` (other than a test case's own
-transaction), or, with ``pool_check``, holds a connection checked out of Django's PostgreSQL
-pool, is written, with where it came from, to the report file; the call itself goes on, so
-the test fails on the report (root ``conftest.py``), not on a changed behaviour.
-
-The suite sets ``REVIEWQUEUE_IO_GUARD`` to a report file; ``moderation.apps`` installs the
-guard in every process that has it (the servers and workers the tests start inherit it).
-The test process checks transactions only: its main thread's connection is the test's own,
-held across the test's own calls to the outside.
+``io_guard_install`` hooks httpcore's connection pools (below httpx, the LangGraph SDK and the
+webhook sender) and ``socket.getaddrinfo``. A call made inside ``atomic`` (other than a test
+case's own transaction) or, with ``pool_check``, while holding a connection from Django's
+PostgreSQL pool is written to the report file; the call goes on, and the root ``conftest.py``
+fails the test on the report. The suite sets ``REVIEWQUEUE_IO_GUARD``; ``moderation.apps``
+installs the guard in every process that has it.
 """
 
 from __future__ import annotations

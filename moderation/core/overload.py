@@ -1,22 +1,15 @@
 """A request the database pool had no connection for is an answer, not a crash: 503 with ``Retry-After``.
 
-The pool (Django's, or the checkpointer's) waits ``timeout`` seconds for a free connection,
-then raises ``psycopg_pool.PoolTimeout`` (Django wraps it in its ``OperationalError``). A
-request meets it at its first query, before it has read or written anything, so there is
-nothing to undo: the client is told to try again. Under ``/api/``, and to a request that
-asks for JSON (the item page's decision POST), the answer is the documented JSON
-``{"error": "database_unavailable", ...}``; a page gets a short page that says to retry,
-rendered without the database (no context processors: the login behind ``user`` is a query).
+The pool raises ``psycopg_pool.PoolTimeout`` (wrapped in Django's ``OperationalError``) at a
+request's first query, before it has changed anything. Under ``/api/`` and to a request asking
+for JSON the answer is ``{"error": "database_unavailable", ...}``; a page gets a short page
+rendered without the database.
 
-The timeout may be met in a view or in a middleware (the session behind ``request.user``), and
-each layer of Django's turns an exception into a 500 where it happens. A view's is answered by
-``DatabaseUnavailableMiddleware.process_exception``; one met in another middleware is marked by
-``got_request_exception`` (``request_exception_seen``, connected by ``moderation.apps``) and its 500
-answered by the same middleware, near the top of ``MIDDLEWARE``. The mark also makes the
-request's user anonymous, so the layers the answer passes on its way out (the cache headers ask
-whether someone is logged in) do not wait on the pool a second time. The service
-API's own exception handler (``moderation.api.views``) calls ``database_unavailable_response``
-too, since django-ninja answers a view's exceptions itself.
+Where it is met: in a view, ``DatabaseUnavailableMiddleware.process_exception``; in another
+middleware, ``request_exception_seen`` (on ``got_request_exception``) marks it and the same
+middleware answers the 500, and the request's user becomes anonymous so nothing on the way out
+waits on the pool again; in the service API, its exception handler calls
+``database_unavailable_response``.
 """
 
 from __future__ import annotations

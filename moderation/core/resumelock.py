@@ -1,19 +1,16 @@
 """The resume lock: at most one resume of a graph thread in flight, across threads and processes.
 
-LangGraph runs two concurrent resumes of one thread both (its checkpoints fork), and
-the work after a decision may take seconds (an agent calling a tool), so this lock is
-not a database row lock: nothing a reviewer needs waits behind it. It is held by
-- this process: the per-key lock of ``moderation.core.locks``, then
-- every process: on PostgreSQL a session-level advisory lock on the thread's name; on
-  SQLite (one machine) an exclusive ``flock`` on a file under ``VAR_DIR/locks``.
-Both cross-process locks belong to the holder's connection or open file, so a worker
-killed with -9 releases them with its death, and the next worker can go on.
+LangGraph lets two concurrent resumes of one thread both run (its checkpoints fork), and a
+resume may take seconds, so this is not a row lock: nothing a reviewer needs waits behind it.
+``thread_resume_lock`` holds, in order, this process's per-key lock
+(``moderation.core.locks``), then a cross-process one: a PostgreSQL session advisory lock on
+the thread's name, or on SQLite an exclusive ``flock`` on a file under ``VAR_DIR/locks``. Both
+die with a killed holder.
 
-A PostgreSQL session lock is also lost while its holder lives on, when its backend is
-terminated (an operator's ``pg_terminate_backend``, a failover). So the holder's graph runs
-read and write their checkpoints over that same connection, and nothing else: a holder
-that lost the lock has lost its connection too, and its run fails at its next checkpoint
-(retried later: ``moderation.review.apply``) instead of writing beside the next holder's.
+A PostgreSQL session lock is also lost when its backend is terminated while the holder lives
+on, so the holder's graph reads and writes its checkpoints over that same connection only: a
+holder that lost the lock fails at its next checkpoint (retried by
+``moderation.review.apply``) instead of writing beside the next holder.
 """
 
 from __future__ import annotations

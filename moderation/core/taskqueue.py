@@ -1,19 +1,14 @@
 """The task queue (django-tasks-db): what it says about our tasks, and lanes that wake when a task is queued.
 
-Sweeps. A worker killed mid-task leaves its task RUNNING for good (the database backend does not
-reclaim it), so the sweeps queue such work again, and mark the dead row FAILED. Work whose task is still waiting in
-the queue, or running under a live worker, must not be: during a backlog longer than the
-sweep's grace, every sweep of every worker would otherwise queue it once more.
+Sweeps: a worker killed mid-task leaves its task RUNNING for good, so the sweeps queue that
+work again and mark the dead row FAILED; work whose task is still queued, or running under a
+live worker, is left alone (``tasks_orphaned``).
 
-Lanes. The package's worker loop sleeps its ``--interval`` whenever it found nothing, so a
-task queued then waits up to that long, and an idle worker polls all the time (at
-``--interval 0.1``, 4.5 % of a core idle on PostgreSQL; bench measure 25). A ``QueueLane``
-waits on ``TaskWake`` instead: on PostgreSQL a trigger on the task table NOTIFYs
-``TASKS_CHANNEL`` when a row is inserted (delivered when the enqueuing transaction commits,
-never before), and one listening connection per process wakes every waiting lane; a
-delayed task (a retry's ``run_after``), which no notification announces when it comes due,
-times the wait; the interval stays as the fallback (a notification lost while the listener
-reconnects). SQLite has no notifications: there a lane polls at its interval.
+Lanes: a ``QueueLane`` waits on ``TaskWake`` instead of sleeping its ``--interval``. On
+PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` at the enqueuing commit and
+one listening connection per process wakes every waiting lane; a delayed task's
+``run_after`` times the wait, and the interval stays as the fallback. On SQLite a lane polls
+at its interval. Measurements: contributors/results.md.
 """
 
 from __future__ import annotations
@@ -31,11 +26,16 @@ from django.db.models import Min, Q
 from django.db.utils import OperationalError
 from django.utils import timezone
 from django_tasks.base import TaskResultStatus
-from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult, get_date_max
-from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from moderation.core.checkpointer import checkpointer_target
+from moderation.core.tasksdb import (
+    DBTaskResult,
+    Worker,
+    exclusive_transaction,
+    get_date_max,
+    is_locked_database_exception,
+    worker_tasks_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class QueueLane(SteadyWorker):
 
     def loop(self) -> None:
         logger.info("Starting lane worker_id=%s queues=%s", self.worker_id, ",".join(self.queue_names))
-        while self.running and (self.max_tasks is None or self._run_tasks < self.max_tasks):
+        while self.running and (self.max_tasks is None or worker_tasks_run(self) < self.max_tasks):
             seen = self.wake.generation
             close_old_connections()
             task_result = self._claim()

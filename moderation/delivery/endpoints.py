@@ -14,9 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from moderation.core.text import TextInvalid, text_check
-from moderation.delivery.models import SUBSCRIBABLE_EVENTS, WebhookEndpoint
+from moderation.delivery.models import SUBSCRIBABLE_EVENTS, ApiClient, WebhookEndpoint
 from moderation.delivery.targets import webhook_url_check
-from moderation.models import ApiClient
 
 # Enough for a client's environments and a migration between two receivers; a bound so one
 # client cannot make every event fan out to thousands of rows.

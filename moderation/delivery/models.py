@@ -1,13 +1,12 @@
-"""Webhook endpoints, their deliveries and each delivery's attempts.
-
-Imported by ``moderation.models`` (app label ``moderation``); kept in their own module
-because nothing in the guard reads them.
-"""
+"""Webhook endpoints, their deliveries and each delivery's attempts, and the service clients
+(``ApiClient``) whose endpoints and items they may be."""
 
 import base64
 import secrets
 import uuid
 
+from django.conf import settings
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
@@ -133,3 +132,52 @@ class DeliveryAttempt(models.Model):
 
     class Meta:
         ordering = ["at"]
+
+
+# --- Service clients (the /api/v1 HTTP API) ----------------------------------------
+
+
+class ApiScope(models.TextChoices):
+    ITEMS_WRITE = "items:write", "Submit and cancel items"
+    ITEMS_READ = "items:read", "Read items and their decisions"
+
+
+class ApiClient(models.Model):
+    """A system that talks to /api/v1 (see moderation.api.clients).
+
+    Acts through a service account of its own (``user``: unusable password, no groups)
+    so whatever must name a user (the attempts log of a cancel) names the client.
+    """
+
+    # A username's characters: the service account is named ``api.<name>``.
+    name = models.CharField(max_length=100, unique=True, validators=[UnicodeUsernameValidator()])
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_client", editable=False
+    )
+    scopes = models.JSONField(default=list)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def has_scope(self, scope: str) -> bool:
+        return self.is_active and scope in self.scopes
+
+
+class ApiToken(models.Model):
+    """One bearer token of a client, stored as the SHA-256 of the token (never the token).
+
+    Tokens are 32 random bytes, so a plain hash is enough: nothing to brute-force.
+    """
+
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="tokens")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    # The first characters, so an operator can tell tokens apart in the admin.
+    prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.client})"

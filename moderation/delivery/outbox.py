@@ -19,11 +19,12 @@ from moderation.delivery.models import DeliveryStatus, WebhookDelivery, WebhookE
 from moderation.delivery.sending import delivery_send
 from moderation.graphs.asks import AskSpec, ask_resume_langchain
 from moderation.graphs.passthrough import ask_external
-from moderation.models import ItemStatus
+from moderation.items.models import ItemStatus
 from moderation.records.outcomes import ask_edits, ask_what
 
 if TYPE_CHECKING:
-    from moderation.models import OutcomeReport, QueueItem, ReviewAsk
+    from moderation.items.models import QueueItem, ReviewAsk
+    from moderation.records.models import OutcomeReport
 
 
 def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:

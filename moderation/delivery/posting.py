@@ -1,21 +1,13 @@
 """One webhook POST: bounded as a whole, sent only where ``targets`` allows, its answer hardly read.
 
-httpx's timeout bounds each network operation (the connect, each read), so a receiver that
-sends its answer a byte at a time could hold an attempt for as long as it liked. Here one
-deadline, ``WEBHOOK_TIMEOUT`` after the attempt began, bounds all of it: resolving the name,
-connecting, TLS, sending the request and every read of the answer; each operation gets what
-is left of it (``_DeadlineStream``).
+One deadline, ``WEBHOOK_TIMEOUT`` after the attempt began, bounds resolving, connecting, TLS,
+sending and every read (``_DeadlineStream``): httpx's own timeout is per operation, so a
+receiver answering a byte at a time could hold an attempt forever.
 
-The connection is made by ``_GuardedBackend`` (``moderation.core.addresses.GuardedBackend``,
-httpcore's network backend below httpx, bounded by the deadline): it resolves the name once,
-checks every address (``moderation.delivery.targets``) and connects the socket to a checked
-one, so a DNS answer that changes between the check and the connect (rebinding) cannot slip
-through. Proxies named in the environment are not used: the check
-must see the receiver's own address. TLS still verifies the certificate for the URL's name.
-
-For a 2xx answer only the status line and headers are read. Of any other answer at most
-``BODY_READ_MAX`` bytes are read, then the connection is closed: the admin shows an excerpt
-(``error_excerpt``), and a receiver's 64 MiB error page costs the worker nothing.
+``_GuardedBackend`` resolves the name once, checks every address
+(``moderation.delivery.targets``) and connects to a checked one, so DNS rebinding cannot slip
+through; environment proxies are not used; TLS verifies the URL's name. Of a 2xx answer only
+the status and headers are read; of any other at most ``BODY_READ_MAX`` bytes.
 """
 
 from __future__ import annotations

@@ -1,34 +1,25 @@
 """Attempting deliveries: one signed POST per attempt, retried with backoff, in order per item.
 
-Each attempt runs as a ``delivery_send`` task in a worker (``manage.py db_worker``),
-never in a web process. The delivery row is the truth; tasks only say "look at it":
-- an attempt first takes a lease on the row (``next_attempt_at`` moves past
-  ``WEBHOOK_TIMEOUT``, which bounds the whole attempt), so a duplicate task finds the
-  lease and does nothing;
-- a delivery whose earlier sibling (same item and endpoint, lower sequence) is still
-  pending is parked; finishing the sibling makes it due and queues it;
-- a worker killed mid-attempt leaves its task claimed forever (the database backend
-  does not reclaim them), so ``deliveries_sweep`` (run by every worker) re-queues
-  deliveries whose lease ran out;
-- one endpoint has at most half of a worker's delivery lanes in flight (``WEBHOOK_LANES``,
-  ``_EndpointSlots``): a delivery that would take one more is parked, and the end of one of
-  that endpoint's attempts hands its slot to the oldest parked one. A receiver that hangs
-  (every attempt lasting ``WEBHOOK_TIMEOUT``) holds those lanes, never the others, so it
-  does not delay the deliveries to other endpoints, nor do its retries. While the receiver
-  answers within half the timeout, the attempt that ends takes the parked delivery's lease
-  itself and goes on with it (``HANDOVER_MAX`` in a row at most), so a healthy endpoint's
-  backlog costs one write per parked delivery, not a task round trip; a slower one's parked
-  delivery is queued as a task, so no loop waits on a slow receiver twice in a row.
+Each attempt is a ``delivery_send`` task in a worker, never in a web process. The delivery row
+is the truth; a task only says "look at it":
 
-The request itself is ``moderation.delivery.posting.webhook_post``: bounded as a whole by
-``WEBHOOK_TIMEOUT``, sent only to addresses ``moderation.delivery.targets`` allows.
+- an attempt first takes a lease on the row (``next_attempt_at`` moved past
+  ``WEBHOOK_TIMEOUT``), so a duplicate task does nothing; ``deliveries_sweep`` re-queues
+  deliveries whose lease ran out (a killed worker's);
+- a delivery whose earlier sibling (same item and endpoint) is pending is parked, and queued
+  when the sibling finishes;
+- one endpoint holds at most half of a worker's delivery lanes (``_EndpointSlots``), so a
+  hung receiver delays no other endpoint; a fast endpoint's attempt hands over to its next
+  parked delivery itself (``HANDOVER_MAX`` in a row).
+
+The request: ``moderation.delivery.posting.webhook_post``. Measurements:
+contributors/worker-throughput.md.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -41,6 +32,7 @@ from django.utils import timezone
 from django_tasks import task
 from standardwebhooks import Webhook
 
+from moderation.core.backoff import retry_delay
 from moderation.core.dbpool import connection_release
 from moderation.core.taskqueue import tasks_orphaned
 from moderation.delivery.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery
@@ -69,12 +61,6 @@ def delivery_body(*, delivery: WebhookDelivery) -> str:
     return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def retry_delay(*, attempts: int) -> float:
-    """Exponential backoff with jitter: between half and all of base·2^(n-1), capped."""
-    ceiling = min(settings.WEBHOOK_RETRY_MAX, settings.WEBHOOK_RETRY_BASE * 2 ** max(0, attempts - 1))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-
 class _EndpointSlots:
     """The attempts each endpoint has in flight in this process, and a lock per endpoint.
 
@@ -99,17 +85,19 @@ class _EndpointSlots:
 _slots = _EndpointSlots()
 
 
-def delivery_attempt(*, delivery_id: int) -> str:
-    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return what happened."""
+def delivery_attempt(*, delivery_id: int) -> str | None:
+    """Make one attempt if the delivery is due, first in line and its endpoint has a free slot; return the
+    delivery's status after it (a ``DeliveryStatus``; None: no attempt made: gone, not due, not first in line,
+    or no free slot)."""
     endpoint_id = WebhookDelivery.objects.filter(pk=delivery_id).values_list("endpoint_id", flat=True).first()
     if endpoint_id is None:
-        return "skipped"
+        return None
     with _slots.lock(endpoint_id):
         delivery = _lease_take(delivery_id)
         if delivery is None:
-            return "skipped"
+            return None
         _slots.busy[endpoint_id] += 1
-    outcome = ""
+    outcome: str | None = None
     for made in range(1, HANDOVER_MAX + 1):
         try:
             connection_release()  # the receiver may take WEBHOOK_TIMEOUT: not with a pooled connection held
@@ -126,7 +114,10 @@ def delivery_attempt(*, delivery_id: int) -> str:
             following = None
             try:
                 status, following = _result_record(
-                    delivery_id=delivery.pk, status_code=status_code, error=error, latency_ms=latency_ms,
+                    delivery_id=delivery.pk,
+                    status_code=status_code,
+                    error=error,
+                    latency_ms=latency_ms,
                     hand_over=made < HANDOVER_MAX and latency_ms < settings.WEBHOOK_TIMEOUT * 1000 / 2,
                 )
             finally:
@@ -163,8 +154,7 @@ def deliveries_sweep() -> int:
 def _lease_take(delivery_id: int) -> WebhookDelivery | None:
     with transaction.atomic():
         delivery = (
-            WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint")
-            .filter(pk=delivery_id).first()
+            WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint").filter(pk=delivery_id).first()
         )
         now = timezone.now()
         # Gone, finished, leased by a running attempt, or a retry not yet due.
@@ -205,7 +195,12 @@ def _post(delivery: WebhookDelivery) -> tuple[int | None, str]:
 
 
 def _result_record(
-    *, delivery_id: int, status_code: int | None, error: str, latency_ms: int, hand_over: bool,
+    *,
+    delivery_id: int,
+    status_code: int | None,
+    error: str,
+    latency_ms: int,
+    hand_over: bool,
 ) -> tuple[str, WebhookDelivery | None]:
     """Record the attempt and give its endpoint's slot to the oldest parked delivery: leased
     here and returned when ``hand_over`` (the caller attempts it next), else queued."""
@@ -219,10 +214,12 @@ def _result_record(
             delivery.delivered_at = now
         elif now >= delivery.retry_until:
             delivery.status = DeliveryStatus.FAILED
-            logger.error("webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id,
-                         delivery.attempts, error)
+            logger.error(
+                "webhook %s to %s failed after %d attempts: %s", delivery.msg_id, delivery.endpoint_id, delivery.attempts, error
+            )
         else:
-            delivery.next_attempt_at = now + timedelta(seconds=retry_delay(attempts=delivery.attempts))
+            delay = retry_delay(tries=delivery.attempts, base=settings.WEBHOOK_RETRY_BASE, most=settings.WEBHOOK_RETRY_MAX)
+            delivery.next_attempt_at = now + timedelta(seconds=delay)
             delivery_send.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
         delivery.save(update_fields=["status", "delivered_at", "last_error", "next_attempt_at"])
         if delivery.status != DeliveryStatus.PENDING:
@@ -241,8 +238,7 @@ def _slot_hand_on(*, delivery: WebhookDelivery, now: datetime, hand_over: bool) 
     if hand_over and delivery.endpoint.active:
         # Locked and read again: another worker's attempt may have handed it a slot since.
         following = (
-            _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint"))
-            .filter(pk=parked).first()
+            _parked(WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint")).filter(pk=parked).first()
         )
         if following is not None:
             _lease(following, now=now)
@@ -256,8 +252,10 @@ def _earlier_pending(delivery: WebhookDelivery):
     if delivery.item_public_id is None:
         return WebhookDelivery.objects.none()
     return WebhookDelivery.objects.filter(
-        endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
-        sequence__lt=delivery.sequence, status=DeliveryStatus.PENDING,
+        endpoint_id=delivery.endpoint_id,
+        item_public_id=delivery.item_public_id,
+        sequence__lt=delivery.sequence,
+        status=DeliveryStatus.PENDING,
     )
 
 
@@ -266,9 +264,14 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
         return
     following = (
         WebhookDelivery.objects.filter(
-            endpoint_id=delivery.endpoint_id, item_public_id=delivery.item_public_id,
-            sequence__gt=delivery.sequence, status=DeliveryStatus.PENDING,
-        ).order_by("sequence").values_list("pk", flat=True).first()
+            endpoint_id=delivery.endpoint_id,
+            item_public_id=delivery.item_public_id,
+            sequence__gt=delivery.sequence,
+            status=DeliveryStatus.PENDING,
+        )
+        .order_by("sequence")
+        .values_list("pk", flat=True)
+        .first()
     )
     if following is not None:
         WebhookDelivery.objects.filter(pk=following).update(next_attempt_at=timezone.now())
@@ -278,12 +281,17 @@ def _next_in_line_queue(delivery: WebhookDelivery) -> None:
 def _parked_for_a_slot(*, endpoint_id: int) -> int | None:
     """The endpoint's oldest delivery parked while its slots were full (first in line for its item)."""
     earlier = WebhookDelivery.objects.filter(
-        endpoint_id=endpoint_id, item_public_id=OuterRef("item_public_id"), sequence__lt=OuterRef("sequence"),
+        endpoint_id=endpoint_id,
+        item_public_id=OuterRef("item_public_id"),
+        sequence__lt=OuterRef("sequence"),
         status=DeliveryStatus.PENDING,
     )
     return (
         _parked(WebhookDelivery.objects.filter(endpoint_id=endpoint_id))
-        .exclude(Exists(earlier)).order_by("pk").values_list("pk", flat=True).first()
+        .exclude(Exists(earlier))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
     )
 
 

@@ -1,29 +1,16 @@
 """An ask's ``args_schema``, and an edit's arguments checked against it as the tool will take them.
 
-The schema comes from outside (an agent's ask), so it is checked before anything runs
-it (``args_schema_check``: at submit, and again before each edit, for items stored
-earlier): a JSON object of at most ``SCHEMA_MAX_BYTES``, ``SCHEMA_MAX_DEPTH`` levels and
-``SCHEMA_MAX_NODES`` subschemas counted with every ``$ref`` expanded; valid against its draft's meta-schema (2020-12 unless
-it names draft 6, 7 or 2019-09); ``$ref`` only to a JSON pointer inside the schema itself,
-with no loop; every ``pattern`` and ``patternProperties`` key an ECMA-262 expression that
-``moderation.graphs.ecmaregex`` matches in linear time. No schema makes the server open a
-connection: references resolve in a registry that retrieves nothing. An edit's check
-itself stops, refusing the edit, after ``CHECK_MAX_STEPS`` keyword evaluations: the
-schema's size times the arguments' is what it costs, and both bounds together keep it small.
+``args_schema_check`` (at submit, and before each edit) refuses a schema over
+``SCHEMA_MAX_BYTES``, ``SCHEMA_MAX_DEPTH`` or ``SCHEMA_MAX_NODES`` (``$ref`` expanded), invalid
+against its draft's meta-schema (2020-12 by default), with a ``$ref`` outside itself or in a
+loop, or with a ``pattern`` that ``moderation.graphs.ecmaregex`` cannot match in linear time.
+No schema makes the server open a connection. An edit's check stops after
+``CHECK_MAX_STEPS`` keyword evaluations, refusing the edit.
 
-An edit's arguments then mean what JSON Schema says, not what Python would:
-
-- ``pattern`` and ``patternProperties`` are ECMA-262 regular expressions (Python's ``re``
-  lets ``$`` match before a trailing newline: ``"EUR\\n"`` passed ``^[A-Z]{3}$`` and
-  failed the tool; its ``\\d`` and ``\\w`` take any script's digits and letters).
-- ``format`` is checked, with jsonschema's ``FormatChecker`` for the schema's draft.
-- An argument the schema does not name is refused unless the schema allows extra ones
-  (``additionalProperties``, ``patternProperties``, ``unevaluatedProperties``) or the
-  agent proposed it itself, unchanged.
-- No number may be NaN or infinite, and no string or key may hold a control character,
-  except tab, line feed and carriage return in free text: a string whose own schema
-  gives it no ``pattern``, ``format``, ``enum`` or ``const``. A top-level argument whose
-  schema has a ``pattern`` holds whatever that pattern allows.
+An edit's arguments mean what JSON Schema says, not what Python would: patterns are ECMA-262,
+``format`` is checked, an argument the schema does not name is refused unless the schema
+allows extra ones or the agent proposed it unchanged, and no number is NaN or infinite and no
+string holds a control character (tab, line feed and carriage return allowed in free text).
 """
 
 from __future__ import annotations

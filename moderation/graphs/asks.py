@@ -82,8 +82,6 @@ class AskSpec:
 
 
 def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSpec:
-    if _is_legacy_moderation(value):
-        value = _legacy_moderation_request(value)
     if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
         actions = [_action(request) for request in value["action_requests"]]
         by_name = {c.get("action_name"): c for c in value.get("review_configs") or [] if isinstance(c, dict)}
@@ -97,24 +95,6 @@ def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSp
     args = value if isinstance(value, dict) else {"value": value}
     action = {"name": PLAIN_ACTION, "args": _jsonable(args), "description": ""}
     return AskSpec(kind="plain", actions=[action], configs=[{"action_name": PLAIN_ACTION, "allowed_decisions": PLAIN_ALLOWED}])
-
-
-# The moderation graph's interrupt before it asked LangChain's way: items paused with it
-# are still waiting in their checkpoints. Its node now re-runs on resume and takes the
-# new {"decisions": [...]} answer, so these asks are read as the new "publish" ask.
-_LEGACY_MODERATION_KEYS = {"item_id", "title", "excerpt", "source", "flags", "risk", "allowed_decisions"}
-
-
-def _is_legacy_moderation(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == _LEGACY_MODERATION_KEYS
-
-
-def _legacy_moderation_request(value: dict[str, Any]) -> dict[str, Any]:
-    args = {key: value[key] for key in ("title", "excerpt", "source", "flags", "risk")}
-    return {
-        "action_requests": [{"name": "publish", "args": args, "description": "Publish this post?"}],
-        "review_configs": [{"action_name": "publish", "allowed_decisions": ["approve", "reject"]}],
-    }
 
 
 def _deadline(value: dict[str, Any]) -> int | None:

@@ -1,18 +1,14 @@
 """JSON Schema's ECMA-262 patterns, matched in linear time.
 
-A schema's ``pattern`` comes from outside (an agent's ``args_schema``). ``regress``
-knows ECMA-262 exactly but backtracks, holding the GIL: ``^(a+)+$`` against 26 a's and a
-``!`` froze the whole server for seconds, each extra character doubling it. So a pattern
-is compiled twice: by ``regress``, which says whether it is ECMA-262 at all (with the
-``u`` flag, as JSON Schema 2020-12 asks), and, translated here, by RE2, a finite
-automaton whose time is linear in the text; only RE2 ever runs it. What RE2 cannot do in
-linear time (backreferences, lookaround) is refused (``PatternRefused``), as is any
-construct this translation does not know: a pattern is matched with ECMA's meaning or
-not at all.
+A schema's ``pattern`` comes from outside (an agent's ``args_schema``), and a backtracking
+engine holds the GIL for as long as a bad pattern takes. So a pattern is compiled twice:
+by ``regress``, which says whether it is ECMA-262 (with the ``u`` flag), and, translated
+here, by RE2, which alone ever runs it. What RE2 cannot run in linear time (backreferences,
+lookaround) or what the translation does not know is refused (``PatternRefused``).
 
 The translation keeps ECMA's meaning where RE2's differs: ``.`` stops at every ECMA line
-terminator, ``\\s`` is ECMA's white space, ``$`` is the end of the text only, and every
-literal is written as a code point. ``\\d``, ``\\w`` and ``\\b`` are ASCII in both.
+terminator, ``\\s`` is ECMA's white space, ``$`` is the end of the text only, and every literal
+is a code point. ``\\d``, ``\\w`` and ``\\b`` are ASCII in both.
 """
 
 from __future__ import annotations

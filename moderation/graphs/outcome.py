@@ -1,21 +1,16 @@
 """What a graph did after a decision, read from its final state: a summary and its errors.
 
-The queue records it as the item's ``applied_result`` (``moderation.review.apply``), so
-the item page, the API and the ``item.applied`` webhook say the same thing. It is read
-from three places, the first that has it winning:
+Recorded as the item's ``applied_result`` (``moderation.review.apply``), so the item page, the
+API and the ``item.applied`` webhook say the same. Read from the first of:
 
-1. ``outcome``, a key a graph may put in its state: ``{"summary": str, "errors":
-   [{"where", "message"}], "decisions": ...}`` (the pass-through graph sets
-   ``decisions``: the resume value its agent gets);
-2. the state's ``messages`` (a LangChain agent's): each ``ToolMessage`` with
-   ``status="error"`` is an error (a tool that raised, or refused its arguments: a
-   reviewer's wrong-type edit), except LangChain's own stand-in for a tool call a
-   reviewer rejected, which is the decision, not a failure; the summary is the last
-   answer the model gave without calling a tool;
-3. ``result``, the key the built-in graphs end with: its ``summary``, ``answer`` or ``status``.
+1. ``outcome`` in the state: ``{"summary", "errors": [{"where", "message"}], "decisions"}``;
+2. ``messages`` (a LangChain agent's): each ``ToolMessage`` with ``status="error"`` is an
+   error, except LangChain's stand-in for a rejected tool call; the summary is the model's
+   last answer without a tool call;
+3. ``result`` (the built-in graphs'): its ``summary``, ``answer`` or ``status``.
 
-Everything is bounded (``SUMMARY_MAX_CHARS``, ``ERROR_MAX_CHARS``, ``ERRORS_MAX``) and
-has no NUL, as it goes into a JSON column PostgreSQL refuses NUL in.
+Bounded by ``SUMMARY_MAX_CHARS``, ``ERROR_MAX_CHARS`` and ``ERRORS_MAX``, and free of NUL
+(PostgreSQL's JSON refuses it).
 """
 
 from __future__ import annotations

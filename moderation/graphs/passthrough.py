@@ -1,30 +1,16 @@
-"""The built-in pass-through graph: an agent's ask, submitted over /api/v1, put to humans as is.
+"""The built-in pass-through graph (registered as ``ask``): an agent's interrupt, submitted over /api/v1, put to humans as is.
 
 START -> request_review (interrupt with the ask) -> finish -> END
 START -> request_each, once per ask of ``asks`` (parallel interrupts) -> finish -> END
-(and again from START, with the next round's ``asks``)
+(and again from START with the next round's ``asks``: ``ask_round_input``)
 
-An agent running in its own service sends the interrupt value its own graph paused at
-(LangChain's ``HITLRequest``, or any JSON); this graph interrupts with that very value,
-so it renders and is decided as an in-process ask would be, and finishes holding the
-decisions, which the agent resumes its own thread with. Registered as ``ask``.
-
-A LangGraph deployment's thread may wait on several interrupts at once (parallel
-branches): its item holds them all as ``asks`` (``[{"interrupt_id", "value"}]``, the
-agent's own ids), each one ask of this graph, interrupting in parallel as an in-process
-graph's branches do. A partial answer leaves the others pending; each answer is kept
-under the agent's interrupt id (``answers``), so what the agent is resumed with is
-``{interrupt_id: value}`` read from this graph's state (``ask_answers``).
-
-When the agent's thread asks again after a decision (a later round), its new interrupts
-are the same item's next round: the finished thread runs again from its start with them
-as its ``asks`` (``ask_round_input``), so it fans out and interrupts once per ask, as at
-its start; ``answers`` keeps every round's, and ``finish`` reports them all. Who does that,
-and under which locks: ``moderation.review.remote``.
-
-Its outcome (``moderation.graphs.outcome``) is those decisions, as the agent's
-``Command(resume=...)`` takes them, without the reviewer and time the queue adds beside
-them; what the agent then did is its own report (``POST /api/v1/items/{id}/outcome``).
+It interrupts with the agent's own interrupt value, so the ask renders and is decided as an
+in-process one would be. Each answer is kept under the agent's interrupt id (``answers``),
+so the agent is resumed with ``{interrupt_id: value}`` read from this state
+(``ask_answers``), partial answers included. Its outcome (``moderation.graphs.outcome``) is
+those decisions; what the agent did next is its own report (``POST
+/api/v1/items/{id}/outcome``). Who resumes a deployment, under which locks:
+``moderation.review.remote``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """Running any registered graph under an item's thread: start, read its asks, resume, inspect.
 
 Callers that resume hold the thread's resume lock (``moderation.review.apply``): LangGraph
-itself runs two concurrent resumes of one thread both, forking its checkpoints.
+itself lets two concurrent resumes of one thread both run, forking its checkpoints.
 
-What a process killed mid-run leaves behind (LangGraph's durability model). A resume
-runs with ``durability="sync"``: each step's checkpoint is written before the next step
-starts. So a kill between two nodes loses nothing, and a kill inside a node loses only
-that node's unfinished work: the checkpoint still names it in ``next`` (``GraphState.
-stalled`` when nothing else is pending), and ``graph_continue`` runs it again from its
-start. A kill after a node finished but before its step's checkpoint (the node's writes
-are saved as it finishes, the checkpoint after the step's last node) leaves it done and
-nothing after it scheduled: stalled too, and ``graph_continue`` takes its saved writes
-without running it again. A node may therefore run twice, never a node after its writes
-were saved.
-Nodes keep that safe by being idempotent: the built-in graphs' nodes compute from their
-state and write nothing outside it; an agent's tool with side effects must carry its
-own idempotency key (the item's thread id and its ask's interrupt id are stable).
+Resumes run with ``durability="sync"``: each step's checkpoint is written before the next
+step starts. A process killed inside a node leaves the thread ``GraphState.stalled``, and
+``graph_continue`` runs that node again from its start, or takes its saved writes if it had
+finished. So a node may run twice, never after its writes were saved: nodes must be
+idempotent (a tool with side effects keys them on the thread id and the ask's interrupt id).
+See contributors/architecture.md.
 """
 
 from __future__ import annotations

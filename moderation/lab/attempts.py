@@ -13,8 +13,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from moderation.items.models import AskStatus, ReviewAsk
 from moderation.lab.strategies import deadline_fire
-from moderation.models import AskStatus, ReviewAsk
 
 DEADLINE_DECISION = "deadline"
 # Past the deadline by this much, so the deadline's own "is it due" check agrees.

@@ -33,6 +33,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from moderation.graphs.runtime import graph_asks_pending
+from moderation.items.models import QueueItem
 from moderation.lab.attempts import Attempt, attempt_run
 from moderation.lab.history import (
     Anomaly,
@@ -44,7 +45,6 @@ from moderation.lab.history import (
 )
 from moderation.lab.strategies import STRATEGIES
 from moderation.lab.worker import BARRIER_TIMEOUT, reviewer_main
-from moderation.models import QueueItem
 from moderation.policies.rules import DEADLINE_USERNAME
 
 

@@ -1,32 +1,16 @@
 """Jepsen-style histories of decision attempts, and a checker for the guard's promise.
 
-A recorder logs every attempt as an invocation followed by its completion: ``ok``
-(the reviewer was told they won), ``fail`` (told they lost, and who won) or
-``unknown`` (a timeout, a dropped connection, a 5xx: the reviewer does not know).
-After the run, a final read of the items and their graphs is checked against it.
+A recorder logs every attempt as an invocation and its completion: ``ok`` (told they won),
+``fail`` (told they lost, and who won) or ``unknown`` (timeout, dropped connection, 5xx).
+After the run, a final read of the items and their graphs is checked against it:
 
-A withdrawal by the item's submitter is one more competing operation (``decision``
-``"withdraw"``, its ``reviewer`` the withdrawing account): among the decisions and
-withdrawals on an item exactly one wins, and an acknowledged op must be what the item
-ended as (a withdrawal told it won on an item that ended approved is a lost op too).
-
-Approval policies (``moderation.policies``). On a quorum item most attempts are votes:
-a reviewer told their vote counted (``voted``) must find it, unchanged, in the item's
-final votes (their last acknowledged vote: a vote may be changed until resolution),
-and one vote per reviewer; a resolved ask's tally, the one its graph was resumed with,
-must hold every counted vote; no counted vote may come from the item's requester or
-from someone who was not a member of its team when the vote was cast; and the item
-resolves at most once (one winning attempt), its graph resumed once per resolution. A decided item's graph must have run on to its end
-or its next interrupt: one left between its steps lost the decision's effect.
-
-Remote asks (an agent in its own service, ``reviewqueue_client.langgraph``): the agent
-resumes its own thread with the decision, so the checkpointer here does not see it. The
-test counts what the resumed step did (``FinalItem.agent_resumes``: the approved tool's
-runs, its side effect) and the checker holds it to the same rule: a decided ask resumes
-its agent exactly once, however many deliveries, long-polls, replicas and restarts raced.
-
-Items accepted for the worker to start (``moderation.review.starts``): whoever starts
-them, and however often a start is retried, each item's graph runs from its input once.
+- among the decisions and withdrawals on an item exactly one wins, and an acknowledged op is
+  what the item ended as;
+- on a quorum item every counted vote is in the final votes and the resolved tally, one per
+  reviewer, none from the requester or a non-member; the item resolves at most once;
+- a decided item's graph ran on to its end or its next interrupt, resumed once per decision;
+  a remote agent resumed exactly once (``FinalItem.agent_resumes``);
+- an item accepted for the worker to start ran its graph from its input once.
 """
 
 from __future__ import annotations
@@ -205,7 +189,7 @@ def history_wait_applied(*, items: Iterable[str], stall: float = 30.0) -> None:
     The guard answers before the graph runs (``moderation.review.apply``); judging earlier
     would see decided items whose graphs were simply not resumed yet.
     """
-    from moderation.models import ApplyState, QueueItem
+    from moderation.items.models import ApplyState, QueueItem
 
     ids = list(items)
     applying = QueueItem.objects.filter(public_id__in=ids, apply_state=ApplyState.APPLYING)
@@ -217,7 +201,8 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
     from django.db.models import Count
 
     from moderation.graphs.runtime import graph_run_counts
-    from moderation.models import DECISION_FOR_STATUS, AttemptOutcome, QueueItem
+    from moderation.items.models import DECISION_FOR_STATUS, QueueItem
+    from moderation.records.models import AttemptOutcome
 
     rows = (
         QueueItem.objects.filter(public_id__in=list(items))
@@ -241,7 +226,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
 
 def _votes_read(item: object) -> dict:
     """The quorum fields of ``FinalItem`` for ``item`` (its latest ask), read from the database."""
-    from moderation.models import TeamMembership, Vote
+    from moderation.policies.models import TeamMembership, Vote
     from moderation.policies.rules import policy_parse
     from moderation.policies.teams import SUPERVISE_PERMISSION
 

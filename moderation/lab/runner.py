@@ -38,14 +38,15 @@ from moderation.core.permissions import MODERATORS_GROUP
 from moderation.demo import DEMO_AGENT_ITEMS, DEMO_ITEMS, REFUND_AGENT, demo_agent_input
 from moderation.graphs.registry import DEFAULT_GRAPH, graph_name_validate
 from moderation.graphs.runtime import graph_asks_pending, graph_is_finished
+from moderation.items.models import QueueItem
 from moderation.lab.attempts import DEADLINE_DECISION, Attempt, attempt_run
 from moderation.lab.harness import ReviewerProcesses, decision_for, race_threads, reviewer_processes
 from moderation.lab.strategies import HOLD_POINT, STRATEGIES, lab_reason
-from moderation.models import AttemptOrigin, LabAccount, QueueItem
 from moderation.policies.models import APPROVALS_MAX, OnDeadline, Team
 from moderation.policies.rules import DEADLINE_USERNAME, Policy, PolicyInvalid, policy_parse
 from moderation.policies.teams import team_member_add
 from moderation.records.audit import audit_items_purge
+from moderation.records.models import AttemptOrigin, LabAccount
 from moderation.review.deadlines import deadline_account
 from moderation.review.decisions import item_decide
 from moderation.review.items import lab_item_create

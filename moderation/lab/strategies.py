@@ -1,21 +1,13 @@
 """Ways to decide an item, from the seed's broken one to the product's guard.
 
-Every strategy has the product's signature and returns a DecisionOutcome, so the
-race harness judges them all the same way. A ``decision`` of ``"withdraw"`` is the
-item's submitter taking it back: the guarded strategy sends it to ``item_withdraw``,
-the others check-then-act it like any decision. The lab's own strategies never write a
-DecisionAttempt: the one-winner-per-item constraint would turn their silent losses
-into errors, and silent losses are what the lab exists to count.
+Every strategy has the product's signature and returns a DecisionOutcome, so the race harness
+judges them all alike. ``"withdraw"`` goes to ``item_withdraw`` in the guarded strategy and
+is check-then-act in the others. The lab's own strategies write no DecisionAttempt (its
+one-winner constraint would turn their silent losses, which the lab counts, into errors).
 
-Each strategy passes the fault point ``HOLD_POINT`` right after taking its own
-exclusion (nothing for naive, the process-wide lock, the item's lock, the row lock),
-and the guarded path passes the same point after its per-item lock, so one injected
-action holds every strategy at the equivalent place (the slow-reviewer experiment).
-
-On quorum items (``--policy``) ``naive-tally`` is the vote's negative control: it counts
-votes the way a read-count-add-one-write handler would, outside every lock. The deadline
-(``--deadline``) races as one more competitor through the product's own deadline path
-(``deadline_fire``), whatever the strategy of the reviewers.
+Each strategy passes the fault point ``HOLD_POINT`` right after taking its own exclusion, so
+an injected stall holds every strategy at the equivalent place. ``naive-tally`` is the
+quorum vote's negative control; a deadline (``--deadline``) races through ``deadline_fire``.
 """
 
 from __future__ import annotations
@@ -35,10 +27,11 @@ from moderation.core.faults import fault_point
 from moderation.core.locks import item_lock
 from moderation.graphs.asks import ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume
-from moderation.models import STATUS_FOR_DECISION, AskStatus, AttemptOrigin, QueueItem, ReasonCode, Requested, ReviewAsk
+from moderation.items.models import STATUS_FOR_DECISION, AskStatus, QueueItem, Requested, ReviewAsk
 from moderation.policies.models import Vote
 from moderation.policies.rules import DEADLINE_USERNAME, policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count
+from moderation.records.models import AttemptOrigin, ReasonCode
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import DecisionOutcome, item_decide, item_withdraw
 

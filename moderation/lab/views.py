@@ -40,7 +40,7 @@ def lab(request: HttpRequest) -> HttpResponse:
     report = lab_latest()
     return render(
         request,
-        "moderation/lab.html",
+        "lab/lab.html",
         {
             "report": report,
             "has_chart": lab_latest_chart() is not None,
@@ -65,10 +65,10 @@ def lab_run_start(request: HttpRequest) -> HttpResponse:
     except LabBusy as exc:
         if wants_json:
             return JsonResponse({"error": "busy", "message": f"{exc}; wait for it to finish"}, status=409)
-        return redirect("moderation:lab:page")
+        return redirect("lab:page")
     if wants_json:
         return JsonResponse(lab_status(), status=202)
-    return redirect("moderation:lab:page")
+    return redirect("lab:page")
 
 
 @require_GET

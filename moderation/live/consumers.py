@@ -1,33 +1,19 @@
 """The dashboard's websocket: translates between the browser and the channel layer.
 
-One consumer serves both pages: ``ws/queue/`` and ``ws/items/<uuid>/``. The rules
-(who is admitted, how many sockets a login may hold, which groups, what a frame may be
-and how often, the state snapshot) live in ``moderation.live.sockets`` and presence in
-``moderation.live.presence``.
+One consumer serves ``ws/queue/`` and ``ws/items/<uuid>/``. The rules (who is admitted, how
+many sockets a login may hold, groups, frame rate, the state snapshot) live in
+``moderation.live.sockets``; presence in ``moderation.live.presence``.
 
-Client -> server: ``{"type": "heartbeat"}`` every ``heartbeat_seconds``; anything
-else gets ``{"type": "error", ...}`` and changes nothing; frames over the socket's
-rate budget are dropped unanswered before dispatch, and a socket that keeps flooding is
-told (``rate_limited``) and closed (4429).
-Server -> client: ``state`` (on connect and after each heartbeat), ``item.created``,
-``item.decided``, ``item.voted`` and ``item.escalated`` (``moderation.policies``), ``decision.lost``,
-``presence.changed``, ``item.claimed``, ``item.released`` (``moderation.records.claims``), ``session.ended``.
+Client -> server: ``{"type": "heartbeat"}`` only; anything else is answered with an error and
+changes nothing; a socket that floods is closed (4429). Server -> client: ``state``,
+``item.created``, ``item.decided``, ``item.voted``, ``item.escalated``, ``decision.lost``,
+``presence.changed``, ``item.claimed``, ``item.released``, ``session.ended``. Decisions go
+through HTTP, never the socket.
 
-Every login may hold a socket; a view-only user's is read-only: the heartbeat is the only
-frame a socket accepts and decisions go through HTTP (which refuses viewers), and a
-viewer's socket writes no presence and releases no claim.
-
-Rights are re-read from the database on every heartbeat, on every ``rights.changed``
-(sent by ``moderation.live.rights`` when a change is made through the ORM, on any server)
-and, for a client that sends nothing, at least every ``LIVE_RIGHTS_RECHECK_SECONDS``;
-a socket whose user may no longer hold it, or no longer join one of its groups (removed
-from a team), or no longer see its item, leaves its groups and is closed (4401). A
-viewer made a moderator is sent a state saying so at once; the socket stays read-only as
-admitted, and the page, rendered without decision forms, asks to be reloaded.
-
-A socket that sends no heartbeat for ``LIVE_SILENT_SECONDS`` is told (``silent``) and
-closed (4408): its place under ``LIVE_SOCKETS_PER_SESSION`` is released with it, before
-that place's cache entry could expire, so the cap counts every socket that is open.
+Rights are re-read on every heartbeat, on ``rights.changed`` (``moderation.live.rights``) and
+at least every ``LIVE_RIGHTS_RECHECK_SECONDS``; a socket whose user lost them is closed
+(4401). A socket silent for ``LIVE_SILENT_SECONDS`` is closed (4408), freeing its place under
+``LIVE_SOCKETS_PER_SESSION``. Protocol: contributors/live-updates.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Who is looking at which item right now.
 
-Kept in the database, one ``Presence`` row per open item page, not in a process's
-memory: every server process has to see every viewer, and the database is the one
-store every deployment of this project already shares (SQLite or PostgreSQL alike),
-so presence works across processes without making Redis a requirement. The cost is
-one small upsert per open tab per heartbeat.
-
-A row counts while its heartbeat is recent. A tab that closes cleanly deletes its
-row, and so does one its server closes for missing its heartbeats; a connection whose
-process died stops heartbeating and drops out after ``presence_ttl()``. Stale rows are purged when
-someone joins, and every page re-reads presence with each heartbeat, so an expiry
-nobody announced still reaches every screen within a heartbeat.
-
-Presence is a courtesy: a write that fails (SQLite busy past its timeout) is logged
-and the socket carries on.
+One ``Presence`` row per open item page, in the database every server process shares (SQLite
+or PostgreSQL), so presence works across processes without Redis, at one small upsert per
+tab per heartbeat. A row counts while its heartbeat is recent (``presence_ttl()``); a tab
+that closes, or that its server closes, deletes its row; stale rows are purged when someone
+joins, and pages re-read presence with each heartbeat. A failed write is logged and the
+socket carries on: presence is a courtesy.
 """
 
 from __future__ import annotations
@@ -27,7 +19,8 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from moderation.models import Presence, QueueItem
+from moderation.items.models import QueueItem
+from moderation.live.models import Presence
 from moderation.records import events
 
 logger = logging.getLogger(__name__)

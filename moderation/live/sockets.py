@@ -24,13 +24,13 @@ from django.core.cache import cache
 
 from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide, user_can_view
+from moderation.items.models import QueueItem
 from moderation.live.presence import (
     presence_by_item,
     presence_leave,
     presence_touch,
     presence_viewers,
 )
-from moderation.models import QueueItem
 from moderation.policies.models import TeamMembership
 from moderation.policies.teams import user_is_supervisor
 from moderation.records import events

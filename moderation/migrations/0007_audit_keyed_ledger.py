@@ -1,95 +1,31 @@
 """The audit log becomes keyed (HMAC) and globally anchored, and append-only in the database.
 
-Existing entries were plain SHA-256 chains. They are checked as such first (a broken
-chain stops the migration: re-signing it would bless the tampering), then re-signed
-with the current AUDIT_KEY in order, and entered into the new global ledger in the
-order they were recorded. Their content digest is the item's content at migration time.
+No release ever wrote the plain SHA-256 chains that came before: a database holding one is a
+development database of that time, and this migration refuses it rather than carry a path to
+re-sign it (start from a fresh database).
 
 Then triggers refuse row UPDATE and DELETE on both tables unless the guard is lifted
-(see moderation.records.audit.audit_guard_lifted). TRUNCATE fires no row triggers on
+(moderation.records.audit.audit_guard_lifted). TRUNCATE fires no row triggers on
 PostgreSQL, which is how the test suite empties tables there.
 """
-
-import hashlib
-import json
 
 from django.db import migrations, models
 
 TABLES = ("moderation_decisionattempt", "moderation_auditledgerentry")
+# moderation.records.audit's names for the guard, frozen as of this migration.
+GUARD_SETTING = "reviewqueue.audit_guard_lifted"
+SQLITE_GUARD_FUNCTION = "reviewqueue_audit_guard_lifted"
 
 
-def _legacy_digest(attempt, item_public_id):
-    iso = lambda v: v.isoformat() if v else ""  # noqa: E731
-    fields = {
-        "item": item_public_id, "seq": attempt.seq, "prev": attempt.prev_hash, "reviewer": attempt.reviewer_id,
-        "requested": attempt.requested, "note": attempt.note, "outcome": attempt.outcome, "winner": attempt.winner_id,
-        "winner_status": attempt.winner_status, "winner_decided_at": iso(attempt.winner_decided_at),
-        "detail": attempt.detail, "requested_at": iso(attempt.requested_at), "recorded_at": iso(attempt.recorded_at),
-    }
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def resign(apps, schema_editor):
-    from django.conf import settings
-
-    from moderation.records.audit import attempt_digest, audit_key_id, item_content_digest, ledger_digest
-
-    QueueItem = apps.get_model("moderation", "QueueItem")
-    DecisionAttempt = apps.get_model("moderation", "DecisionAttempt")
-    AuditLedgerEntry = apps.get_model("moderation", "AuditLedgerEntry")
-    if not DecisionAttempt.objects.exists():
-        return
-    if not settings.AUDIT_KEY:
-        raise RuntimeError("AUDIT_KEY must be set to sign the existing attempts log")
-    key_id, key = audit_key_id(key=settings.AUDIT_KEY), settings.AUDIT_KEY.encode()
-    signed = {}
-    for item in QueueItem.objects.order_by("id"):
-        item_id = str(item.public_id)
-        prev_old, prev_new, count = "", "", 0
-        content = item_content_digest(title=item.title, body=item.body, source=item.source)
-        for attempt in DecisionAttempt.objects.filter(item=item).order_by("seq"):
-            if attempt.prev_hash != prev_old or _legacy_digest(attempt, item_id) != attempt.entry_hash:
-                raise RuntimeError(f"the attempts log of item {item_id} is broken at entry {attempt.seq}; not re-signing it")
-            prev_old, count = attempt.entry_hash, count + 1
-            attempt.prev_hash, attempt.key_id, attempt.content_digest = prev_new, key_id, content
-            attempt.entry_hash = attempt_digest(attempt=attempt, item_public_id=item_id, key=key)
-            prev_new = attempt.entry_hash
-            DecisionAttempt.objects.filter(pk=attempt.pk).update(
-                prev_hash=attempt.prev_hash, key_id=key_id, content_digest=content, entry_hash=attempt.entry_hash
-            )
-            signed[attempt.pk] = (item_id, attempt.seq, attempt.entry_hash, attempt.recorded_at)
-        if item.attempt_count != count or item.audit_head != prev_old:
-            raise RuntimeError(f"the attempts log of item {item_id} does not end at its recorded head; not re-signing it")
-        QueueItem.objects.filter(pk=item.pk).update(audit_head=prev_new)
-    prev = ""
-    order = sorted(signed.values(), key=lambda v: (v[3], v[0], v[1]))
-    for seq, (item_id, attempt_seq, entry_hash, recorded_at) in enumerate(order, start=1):
-        entry = AuditLedgerEntry(
-            seq=seq, kind="attempt", item_public_id=item_id, attempt_seq=attempt_seq, entry_hash=entry_hash,
-            recorded_at=recorded_at, prev_mac=prev, key_id=key_id,
+def unsigned_refuse(apps, schema_editor):
+    if apps.get_model("moderation", "DecisionAttempt").objects.exists():
+        raise RuntimeError(
+            "this database holds an attempts log from before the audit log was signed, which no release wrote: "
+            "migrate a fresh database instead"
         )
-        entry.mac = ledger_digest(entry=entry, key=key)
-        entry.save(force_insert=True)
-        prev = entry.mac
-
-
-def unsign(apps, schema_editor):
-    """Back to plain chains, so that 0005's code (and a re-applied 0006) finds them whole."""
-    QueueItem = apps.get_model("moderation", "QueueItem")
-    DecisionAttempt = apps.get_model("moderation", "DecisionAttempt")
-    for item in QueueItem.objects.filter(attempt_count__gt=0).order_by("id"):
-        prev = ""
-        for attempt in DecisionAttempt.objects.filter(item=item).order_by("seq"):
-            attempt.prev_hash = prev
-            prev = _legacy_digest(attempt, str(item.public_id))
-            DecisionAttempt.objects.filter(pk=attempt.pk).update(prev_hash=attempt.prev_hash, entry_hash=prev)
-        QueueItem.objects.filter(pk=item.pk).update(audit_head=prev)
 
 
 def triggers_create(apps, schema_editor):
-    from moderation.records.audit import GUARD_SETTING, SQLITE_GUARD_FUNCTION
-
     vendor = schema_editor.connection.vendor
     for table in TABLES:
         if vendor == "postgresql":
@@ -167,6 +103,6 @@ class Migration(migrations.Migration):
             field=models.CharField(default='', max_length=16),
             preserve_default=False,
         ),
-        migrations.RunPython(resign, unsign),
+        migrations.RunPython(unsigned_refuse, migrations.RunPython.noop),
         migrations.RunPython(triggers_create, triggers_drop),
     ]

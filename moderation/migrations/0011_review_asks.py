@@ -15,12 +15,14 @@ def screen_copy(apps, schema_editor):
             QueueItem.objects.filter(pk=item.pk).update(risk=int(request.get("risk") or 0), flags=list(request.get("flags") or []))
 
 
+# moderation.records.audit's SQLite guard function, frozen as of this migration.
+SQLITE_GUARD_FUNCTION = "reviewqueue_audit_guard_lifted"
+
+
 def sqlite_triggers_restore(apps, schema_editor):
     """SQLite rebuilds a table to add a foreign key, dropping its triggers: put the audit log's back."""
     if schema_editor.connection.vendor != "sqlite":
         return
-    from moderation.records.audit import SQLITE_GUARD_FUNCTION
-
     table = "moderation_decisionattempt"
     for op in ("UPDATE", "DELETE"):
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_no_{op.lower()}")

@@ -1,9 +1,17 @@
+from datetime import UTC, datetime, timedelta
+
 from django.conf import settings
 from django.db import migrations, models
 
-import moderation.models
-
 SEARCH_INDEX = "item_search_gin"
+# moderation.models.queue_rank and its steps, frozen as of this migration.
+RANK_PRIORITY_STEP = timedelta(hours=6)
+RANK_RISK_STEP = timedelta(minutes=3)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def queue_rank(*, priority, risk, created_at):
+    return (created_at - priority * RANK_PRIORITY_STEP - risk * RANK_RISK_STEP - _EPOCH) // timedelta(microseconds=1)
 
 
 def ranks_fill(apps, schema_editor):
@@ -12,7 +20,7 @@ def ranks_fill(apps, schema_editor):
     batch = []
     rows = QueueItem.objects.using(schema_editor.connection.alias).only("id", "created_at", "priority", "risk")
     for item in rows.iterator(chunk_size=2000):
-        item.rank = moderation.models.queue_rank(priority=item.priority, risk=item.risk, created_at=item.created_at)
+        item.rank = queue_rank(priority=item.priority, risk=item.risk, created_at=item.created_at)
         batch.append(item)
         if len(batch) == 2000:
             QueueItem.objects.bulk_update(batch, ["rank"])
@@ -50,7 +58,8 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='queueitem',
             name='rank',
-            field=moderation.models.QueueRankField(default=0, editable=False),
+            # moderation.models.QueueRankField: a bigint column to the database and to migrations.
+            field=models.BigIntegerField(default=0, editable=False),
         ),
         migrations.RunPython(ranks_fill, migrations.RunPython.noop),
         migrations.AddIndex(

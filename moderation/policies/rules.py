@@ -76,26 +76,32 @@ def policy_parse(value: Any, *, base: Policy | None = None) -> Policy:
     if unknown:
         raise PolicyInvalid(f"unknown policy field(s): {', '.join(unknown)}", field=f"policy.{unknown[0]}")
     fields = {**base.as_json(), **value}
-    approvals = fields["approvals"]
-    if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= APPROVALS_MAX:
+    for name, field_value in fields.items():
+        policy_field_check(name=name, value=field_value)
+    if fields["on_deadline"] and fields["deadline_seconds"] is None:
+        raise PolicyInvalid("on_deadline needs deadline_seconds", field="policy.deadline_seconds")
+    return Policy(**fields)
+
+
+def _whole(value: Any, *, most: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= most
+
+
+def policy_field_check(*, name: str, value: Any) -> None:
+    """One policy field's own rule; PolicyInvalid names it. ``policy_parse`` checks every field with it, and the
+    API's schema each field it is sent (``moderation.api.schemas.PolicyIn``)."""
+    if name == "approvals" and not _whole(value, most=APPROVALS_MAX):
         raise PolicyInvalid(f"approvals must be a whole number from 1 to {APPROVALS_MAX}", field="policy.approvals")
-    for flag in ("majority", "veto"):
-        if not isinstance(fields[flag], bool):
-            raise PolicyInvalid(f"{flag} must be true or false", field=f"policy.{flag}")
-    seconds = fields["deadline_seconds"]
-    if seconds is not None and (
-        isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= DEADLINE_MAX_SECONDS
-    ):
+    if name in ("majority", "veto") and not isinstance(value, bool):
+        raise PolicyInvalid(f"{name} must be true or false", field=f"policy.{name}")
+    if name == "deadline_seconds" and value is not None and not _whole(value, most=DEADLINE_MAX_SECONDS):
         raise PolicyInvalid(
             f"deadline_seconds must be a whole number from 1 to {DEADLINE_MAX_SECONDS}", field="policy.deadline_seconds"
         )
-    if fields["on_deadline"] not in OnDeadline.values:
+    if name == "on_deadline" and value not in OnDeadline.values:
         raise PolicyInvalid(
             f"on_deadline must be one of {', '.join(v or '(empty)' for v in OnDeadline.values)}", field="policy.on_deadline"
         )
-    if fields["on_deadline"] and seconds is None:
-        raise PolicyInvalid("on_deadline needs deadline_seconds", field="policy.deadline_seconds")
-    return Policy(**fields)
 
 
 def policy_weakenings(*, base: Policy, asked: Policy) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from moderation.core.permissions import user_can_decide
-from moderation.models import AskStatus, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team, TeamMembership
 from moderation.policies.rules import (
     Policy,
@@ -108,10 +108,17 @@ def _decide_refusal_read(*, team_id: int | None, requester_id: int | None, user:
     return _decide_refusal(team_id=team_id, requester_id=requester_id, user=user, lock=False)
 
 
-def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: User, lock: bool) -> str:
-    """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
+def four_eyes_refusal(*, requester_id: int | None, user: User) -> str:
+    """The four-eyes rule: nobody decides an item requested on their behalf. Why ``user`` may not ("" if they may)."""
     if requester_id is not None and requester_id == user.pk:
         return "you requested this item, so someone else must decide it (four eyes)"
+    return ""
+
+
+def _decide_refusal(*, team_id: int | None, requester_id: int | None, user: User, lock: bool) -> str:
+    """Why ``user`` may not decide the item ("" if they may); ``lock``: take the membership row's lock (the guard's)."""
+    if refusal := four_eyes_refusal(requester_id=requester_id, user=user):
+        return refusal
     if team_id is None or user_is_supervisor(user=user):
         return ""
     live = member_lock(team_id=team_id, user=user) if lock else team_id in user_team_ids(user=user)

@@ -1,46 +1,21 @@
 """The attempts log: keyed, chained per item and across items, append-only.
 
-What it protects against: anyone who can write to the database but does not hold the
-audit key (``AUDIT_KEY``, kept in the environment, never in the database). Such a
-person cannot rewrite an entry, insert one, reorder entries, truncate an item's log and
-rewind its head, delete an item with its log, or change an item row's decision or the
-decided content, without ``audit_verify`` reporting it:
+Each attempt is signed (HMAC-SHA256 with ``AUDIT_KEY``) over its fields, its ``seq``, the
+previous entry's MAC, the key id and a digest of the item's content; the item row keeps the
+chain's head, and every attempt also gets an entry in one global, chained ledger
+(``AuditLedgerEntry``). ``audit_verify`` reports a rewritten, inserted, reordered or deleted
+entry, a truncated chain, a deleted item, or an item row that disagrees with its chain;
+``verify_audit --anchor`` checks the ledger head kept outside the database. What it cannot
+catch (someone holding the database and the key): operators/audit-log.md.
 
-- Each attempt is signed with HMAC-SHA256 over its fields, its position (``seq``), the
-  previous entry's MAC, the key id and a digest of the item's content; the item row
-  keeps the chain's head. A plain hash could be recomputed by the forger; a MAC cannot.
-- Every attempt also gets an entry in one global ledger (``AuditLedgerEntry``), itself an
-  HMAC chain with contiguous ``seq``. A truncated item chain or a deleted item leaves
-  ledger entries with no attempt behind them.
-- Each decided ask is checked against its one winning entry, the item row against its
-  chain's latest winning entry (status, winner, time, note, content), and the asks
-  against the interrupts their graph still waits on.
+Locking contract of ``attempt_append``: called under the decision's row lock and
+transaction; on PostgreSQL it takes a transaction-scoped advisory lock as the last statement
+before the commit (ledger appends are serialized; bounded by the decision's ``lock_timeout``,
+whose timeout rolls the whole decision back).
 
-What it cannot protect against: someone holding both the database and the key (they
-can re-sign everything), and a cut of the newest entries of the *whole* ledger together
-with their attempts and items. For the latter, ``verify_audit`` prints the ledger head
-(``seq:mac``); kept outside the database (monitoring, a log shipper), it is checked with
-``verify_audit --anchor``.
-
-The global ledger's cost: its appends are serialized. On SQLite nothing changes, as the
-decision's transaction already holds SQLite's one write lock. On PostgreSQL the append
-takes a transaction-scoped advisory lock, as the last statement before the commit;
-decisions on different items queue only for that insert and the commit (a millisecond
-or two), and there is no hot row to update. Its wait is bounded by the decision's
-``lock_timeout``; a timeout there rolls the whole decision back (the graph is resumed
-only after a commit, by the worker).
-
-Keys: entries carry ``key_id`` (a fingerprint of the key, not the key). To rotate, move
-the old key into ``AUDIT_KEYS`` and set a new ``AUDIT_KEY``; new entries use the new
-key, old ones still verify.
-
-Append-only: ``DecisionAttempt`` and ``AuditLedgerEntry`` refuse save-after-insert,
-delete, and queryset ``update``/``delete`` in Python, and database triggers (migration
-0007) refuse row UPDATE and DELETE on both tables. The triggers stand aside only inside
-``audit_guard_lifted``: a transaction-local setting on PostgreSQL, a flag on this
-process's connection on SQLite (read by a function only this application registers, so
-the ``sqlite3`` shell is refused too). It is used by ``audit_items_purge`` (race-lab
-clean-up, which leaves a signed purge entry) and by the test suite's table flush.
+Append-only: the models refuse updates and deletes, and triggers (migration 0007) refuse row
+UPDATE and DELETE, except inside ``audit_guard_lifted`` (``audit_items_purge`` and the test
+suite's flush). Key rotation: the old key moves to ``AUDIT_KEYS``.
 """
 
 from __future__ import annotations
@@ -60,19 +35,10 @@ from django.db import connection, connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from moderation.models import (
-    AskStatus,
-    AttemptOutcome,
-    AuditLedgerEntry,
-    DecisionAttempt,
-    LedgerKind,
-    OutcomeReport,
-    QueueItem,
-    Requested,
-    ReviewAsk,
-)
+from moderation.items.models import AskStatus, QueueItem, Requested, ReviewAsk
 from moderation.records.counts import counts_forget
 from moderation.records.metrics import metrics_attempt_record
+from moderation.records.models import AttemptOutcome, AuditLedgerEntry, DecisionAttempt, LedgerKind, OutcomeReport
 from moderation.records.teamstats import teamstats_attempt_record
 
 # Any constant: the key of the PostgreSQL advisory lock that serializes ledger appends.
@@ -143,11 +109,9 @@ def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes)
         "detail": attempt.detail,
         "requested_at": _iso(attempt.requested_at),
         "recorded_at": _iso(attempt.recorded_at),
-        # Signed only where present, so entries written before asks existed still verify.
-        # (getattr: migration 0006 signs with the model as it was then, before asks.)
-        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if getattr(attempt, "ask_id", None) else {}),
-        # Likewise for fields added later: signed when set, so older entries verify unchanged.
-        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name, ""))},
+        # Signed only where set: an attempt may have no ask, reason or origin.
+        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
+        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name))},
     })
 
 

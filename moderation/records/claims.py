@@ -1,29 +1,15 @@
 """Claims that expire: who is reading an item, so the others read something else.
 
-Opening an item (or pressing a key on its page) claims it for ``CLAIM_SECONDS``;
-activity on the page renews the claim; deciding the item, leaving its page, or simply
-letting the time run out ends it. An expired claim is ignored wherever claims are read,
-so nothing has to sweep them: a moderator who walks away blocks nobody for long.
+Opening an item claims it for ``CLAIM_SECONDS``; activity renews the claim; deciding,
+leaving or waiting ends it. An expired claim is ignored wherever claims are read, so nothing
+sweeps them. Claims are advisory ("next item" skips claimed items) except with
+``CLAIMS_REQUIRED``, where the guard refuses a decision or vote on an item someone else holds
+(``moderation.review.decisions``). Only someone who may decide the item, and has not voted on
+its open ask, claims it; a claim whose holder lost the right binds nobody.
 
-Claims are advisory: taking an item someone else holds a live claim on does not steal
-it (the page says who holds it and for how long), "next item" skips it, and the guard
-still judges every decision on its own. Only with ``CLAIMS_REQUIRED`` does the guard
-refuse a decision, or a vote, on an item someone else holds (``moderation.review.decisions``).
-
-A claim is for the next person who can act on the item: nobody who may not decide it
-claims it (its requester, a moderator outside its team, a view-only account:
-``decide_right_read``), nor one who has already voted on its open ask; a counted vote
-ends the voter's claim, so a quorum item passes from voter to voter. A claim whose holder
-has since lost the right (removed from the team) binds nobody.
-
-One ``ItemClaim`` row per item (the item is the primary key of the claim, so two
-moderators claiming an item at the same instant cannot both insert one), in the
-database every server process shares, so claims hold across processes. Taking an
-expired or one's own claim is a single conditional UPDATE, never read-then-write.
-
-``CLAIMS_ENABLED = False`` turns the whole mechanism off (nobody claims, "next item"
-takes the first pending item): the baseline the duplicate-reading figure is measured
-against.
+One ``ItemClaim`` row per item (the item is its primary key, so two simultaneous claims
+cannot both insert); taking an expired or one's own claim is one conditional UPDATE.
+``CLAIMS_ENABLED = False`` turns claims off. Moderators' view: moderators/claims.md.
 """
 
 from __future__ import annotations
@@ -39,10 +25,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from moderation.models import AskStatus, ItemClaim, ItemStatus, QueueItem
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.policies.models import Vote
 from moderation.policies.teams import decide_right_read
 from moderation.records import events
+from moderation.records.models import ItemClaim
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,15 @@
 """Queue counts kept in counter rows, written in the transaction of every status change.
 
-Counting the queue (``COUNT(*) ... WHERE status = 'pending'``) costs O(queue size), and
-every live event and queue page used to do it. Instead each change moves its item's
-count from the old (graph, status, decided day) to the new one in ``QueueCounter`` and
-``DecidedDayCounter``, and a pending item's (team, graph, priority band) in
-``PendingCounter`` (what /metrics reports, ``moderation.records.metrics``), in the same transaction, so a reader sums a few rows and the
-counts are exact at every commit. Race-lab items are not counted: the queue hides them.
+Each status change moves its item's count in ``QueueCounter``, ``DecidedDayCounter`` and, for a
+pending item, ``PendingCounter`` (what /metrics reports), in the changing transaction
+(``counts_apply``), so a reader sums a few rows and the counts are exact at every commit.
+Race-lab items are not counted.
 
-Sharding: on PostgreSQL a transaction that adds to a counter row holds that row's lock
-until it commits, so with one row per status every decision would wait for the previous
-decision's commit. Each change adds to one of ``SHARDS`` rows picked at random, so up to
-that many commit side by side; a read sums the shards. (SQLite has one writer anyway.)
-A shard can go below zero; only the sum means anything.
-
-The write is one ``INSERT ... ON CONFLICT DO UPDATE SET n = n + excluded.n`` per table:
-it creates a shard's row on first use (a new graph, a new day) with no insert race,
-and adds atomically otherwise; Django's ``bulk_create(update_conflicts=...)`` can only
-overwrite ``n``, not add to it.
-
-Nothing but out-of-band writes (a raw SQL insert, a shell) can make the counters drift;
-``counts_recount`` (``manage.py recover --counts``) compares them with real COUNTs and
-repairs them.
+Each change adds to one of ``SHARDS`` rows picked at random, so concurrent commits on
+PostgreSQL do not queue on one row's lock; a read sums the shards (one shard may be negative).
+The write is one ``INSERT ... ON CONFLICT DO UPDATE SET n = n + excluded.n`` per table.
+``counts_recount`` (``manage.py recover --counts``) repairs drift from out-of-band writes. Why:
+contributors/architecture.md.
 """
 
 from __future__ import annotations
@@ -36,7 +25,8 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
+from moderation.records.models import DecidedDayCounter, PendingCounter, QueueCounter
 
 SHARDS = 8
 # Priority bands of the pending counts: one escalation (ESCALATION_PRIORITY_STEP, 10) takes

@@ -1,30 +1,15 @@
 """Everything the dashboard is told live, sent only after the database commits.
 
-Channel layers deliver at most once and may be down; a failed push is logged and
-never turns a decision into an error, because the HTTP response already tells the
-reviewer the truth and clients resync on reconnect.
+A failed push is logged and never turns a decision into an error: the HTTP answer already
+tells the reviewer, and pages resync on reconnect. A push never waits on a decision's path:
+``after_commit`` inside ``events_held`` holds it until the item lock is released; in a server
+process it is handed to the server's event loop (each send bounded by
+``SEND_TIMEOUT_SECONDS``, at most ``MAX_PUSHES_IN_FLIGHT`` pending); elsewhere it runs in the
+caller's thread under the same bound. Without Redis, processes other than the server record
+their pushes for the server to relay (``moderation.records.relay``).
 
-A push never sits on a decision's critical path:
-- ``after_commit`` inside ``events_held`` (the guard wraps its item lock in it) keeps
-  the push until the lock is released, so the next reviewer of the item never waits
-  for a channel layer;
-- in a server process (the ASGI application registers its event loop) the push is
-  handed to that loop and the request does not wait for it at all; each send is
-  bounded by ``SEND_TIMEOUT_SECONDS`` and at most ``MAX_PUSHES_IN_FLIGHT`` are
-  pending, so a black-holed Redis costs a request nothing and the process a bounded
-  number of waiting tasks. Outside a server (management commands, the test client)
-  the push runs in the caller's thread, bounded by the same timeout.
-
-Without Redis (``LIVE_RELAY``) a process other than the server (the task worker, a
-management command) has no sockets behind its in-memory layer: its pushes are recorded
-in the database instead, and the server passes them on to its own layer
-(``moderation.records.relay``).
-
-Groups: ``queue`` (every open queue page: items of no team), ``team.<id>`` (the queue
-pages of that team's members), ``supervisors`` (the queue pages of supervisors, who see
-every team's items), ``item.<uuid>`` (every open page of that item, whose page only the
-people who may see it can open), ``user.<id>`` (every open page of that user), ``session.<hash>`` (every open
-page of one login session, so logging out closes them).
+Groups: ``queue`` (items of no team), ``team.<id>``, ``supervisors``, ``item.<uuid>``,
+``user.<id>``, ``session.<hash>`` (closed at logout). See contributors/live-updates.md.
 """
 
 from __future__ import annotations
@@ -44,7 +29,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.policies.models import Team
 from moderation.records.relay import relay_follow, relay_record
 from moderation.records.selectors import queue_counts

@@ -1,29 +1,18 @@
 """What /metrics reports to Prometheus: events counted where they happen, the queue's state read at scrape.
 
-Per-process targets, not prometheus-client's multiprocess mode. Each daphne process has a
-port of its own and serves /metrics for itself; each task worker serves its own on
-``METRICS_WORKER_PORT`` (``manage.py db_worker``). Prometheus scrapes every one and sums
-with ``sum by (...)``. Multiprocess mode would make one process report every process of
-its host through files in a shared directory: that directory must be cleared whenever
-the processes start (a stale file from a crashed process is counted again), servers on
-other hosts need scraping anyway, and its gauges need a mode per series. With a target
-per process, a restart shows as a counter reset, which ``rate()`` absorbs, and ``up``
-says which process is gone. Several workers of one host take ports from ``METRICS_WORKER_PORT``
-up (``metrics_worker_serve``); whether any worker runs at all is told by their heartbeats,
-which every server reports (``reviewqueue_workers_alive``, the "no worker alive" alert), so
-a worker serving no port still counts.
+One target per process (not prometheus-client's multiprocess mode): each server process
+serves its own /metrics, each task worker its own from ``METRICS_WORKER_PORT`` up
+(``metrics_worker_serve``); sum event series over instances.
 
-Two kinds of series:
-- events (decisions, lost races, applies, webhook attempts, deadline fires, lock-outs):
-  counters and histograms of this process, changed in ``after_commit`` callbacks, so a
-  rolled-back transaction counts nothing and no lock is held while counting;
-- the queue's state (pending by team/graph/band, oldest pending, overdue deadlines,
-  webhook backlog, workers alive by their heartbeats, the oldest unapplied decision): read from
-  the database at scrape by ``QueueCollector``, the same from every server, so take ``max`` over instances, not ``sum``. The worker does not
-  report them. No query costs O(pending): the pending counts are the counter rows of
-  ``moderation.records.counts`` (a few rows per team/graph/band), the ages are one
-  index seek per team (``item_pending_team_age_idx``), the webhook backlog is bounded by
-  the backlog itself (``delivery_due``), not by the queue.
+- Events (decisions, lost races, applies, webhook attempts, deadline fires, lock-outs):
+  counters and histograms changed in ``after_commit`` callbacks, so a rolled-back
+  transaction counts nothing and no lock is held while counting.
+- The queue's state, read from the database at scrape by ``QueueCollector``, the same from
+  every server (take ``max``, not ``sum``; workers do not report it). No query costs
+  O(pending): counts come from ``moderation.records.counts``' rows, ages from one index seek
+  per team.
+
+Series and alerts: operators/monitoring.md.
 """
 
 from __future__ import annotations
@@ -36,6 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, Min, Sum
 from django.utils import timezone
@@ -43,14 +33,15 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from moderation.models import AskStatus, AttemptOutcome, ItemStatus, PendingCounter, QueueItem, ReviewAsk, WebhookDelivery
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team
 from moderation.records import events
 from moderation.records.counts import NO_TEAM
+from moderation.records.models import AttemptOutcome, PendingCounter
 from moderation.records.workers import work_state
 
 if TYPE_CHECKING:
-    from moderation.models import DecisionAttempt
+    from moderation.records.models import DecisionAttempt
 
 # Seconds: from a few seconds (a hot queue) to days (a forgotten one).
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
@@ -170,8 +161,9 @@ class QueueCollector:
         )
         backlog = GaugeMetricFamily("reviewqueue_webhook_backlog", "Webhook deliveries not yet delivered or failed, by endpoint id",
                                     labels=["endpoint"])
-        # "pending": DeliveryStatus.PENDING, of moderation.delivery (a layer above this one).
-        waiting = WebhookDelivery.objects.filter(status="pending").values("endpoint_id").annotate(n=Count("id"))
+        # By name, with "pending" for DeliveryStatus.PENDING: the model is moderation.delivery's, a layer above this one.
+        deliveries = apps.get_model("moderation", "WebhookDelivery").objects
+        waiting = deliveries.filter(status="pending").values("endpoint_id").annotate(n=Count("id"))
         for row in waiting.order_by():
             backlog.add_metric([str(row["endpoint_id"])], row["n"])
         yield backlog

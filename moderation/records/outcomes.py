@@ -13,14 +13,8 @@ from typing import Any
 from django.utils import timezone
 
 from moderation.graphs.asks import AskSpec, ask_edits_diff, decisions_describe
-from moderation.models import (
-    AskStatus,
-    DecisionAttempt,
-    ItemStatus,
-    QueueItem,
-    Requested,
-    ReviewAsk,
-)
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, Requested, ReviewAsk
+from moderation.records.models import DecisionAttempt
 
 REQUESTED_NOUN = {
     Requested.APPROVE: "approval", Requested.REJECT: "rejection", Requested.WITHDRAW: "withdrawal",

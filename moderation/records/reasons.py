@@ -1,30 +1,16 @@
 """Reason codes: why an item was rejected, from a list the admin keeps, and which of them apply where.
 
-Which codes a reject may name, and whether it must name one, is a rule
-(``ReasonRuleResolved``), the first found of:
+The rule for a reject (``ReasonRuleResolved``) is the first found of: the item's team's
+``ReasonRule`` for its graph; the team's rule with an empty ``graph``;
+``REJECT_REASON_REQUIRED_BY_GRAPH[graph]``; ``REJECT_REASON_REQUIRED``. A rule offers every
+active code of the item's kind (``ReasonKind``: tool calls for the pass-through graph,
+content otherwise; ``any`` fits both), only the ones it lists, or none. A rule requiring a
+code but offering none requires none.
 
-1. the item's team's rule for the item's graph (``ReasonRule`` with that ``graph``; asks
-   submitted over the API run under the pass-through graph ``ask``);
-2. the item's team's own rule (``ReasonRule`` with an empty ``graph``);
-3. ``REJECT_REASON_REQUIRED_BY_GRAPH[graph]``: required or not, every active code offered;
-4. ``REJECT_REASON_REQUIRED``: required or not, every active code offered.
-
-A rule offers every active code of the item's kind, only those it lists (the active ones
-among them), or none. The kind (``ReasonKind``): an agent's tool calls for the pass-through
-graph (asks over the API, LangGraph deployments), content for every other graph; a code of
-kind ``any`` ("other") fits both, so Spam is never offered for a refund. With none: then a
-reject names no code and none is accepted. A rule that requires a code but offers none (all
-its listed codes retired) requires none: a reject is never impossible.
-
-The code is stored on the ask and on the attempt. Only where a code is required does it
-also travel to the graph in front of the reject's message ("spam: <note>"), as content
-graphs expect; elsewhere the graph (an agent) receives the moderator's message exactly
-as typed, and the code only as data (``reason`` on the ask, in /api/v1 and webhooks).
-Codes are never deleted in use: an admin retires one by turning ``active`` off, and
-decisions that used it keep it.
-
-Rules are read before any lock, like the rest of a decision's input: a decision racing an
-escalation that moves its item to another team is judged by the rule it was read with.
+The code is stored on the ask and the attempt; only where required is it also prefixed to
+the message the graph receives. Codes are retired (``active`` off), never deleted in use.
+Rules are read before any lock, with the rest of a decision's input.
+Reference: operators/reason-codes.md.
 """
 
 from __future__ import annotations
@@ -37,8 +23,8 @@ from django.db import transaction
 
 from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.passthrough import NAME as PASSTHROUGH
-from moderation.models import ReasonCode, ReasonKind, ReasonOffer, ReasonRule
 from moderation.policies.models import Team
+from moderation.records.models import ReasonCode, ReasonKind, ReasonOffer, ReasonRule
 
 GRAPH_MAX_LENGTH = ReasonRule._meta.get_field("graph").max_length
 

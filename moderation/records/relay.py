@@ -1,26 +1,14 @@
-"""Live events across processes on the embedded default: through the database, to the server.
+"""Live events across processes without Redis: through the database, to the server.
 
-Without ``REDIS_URL`` the channel layer is channels' in-memory one, which lives inside the
-server process. The task worker (``manage.py db_worker``, which ``make run`` starts beside
-daphne) and every other ``manage.py`` command are other processes: what they sent to
-their own in-memory layer reached nobody, so an open item page said "applying…" until
-reloaded. Here such a process writes each event into a table instead
-(``relay_record``), and the server reads the new rows a few times a second and sends them
-to its own layer (``relay_follow``), where its sockets hear them as if Redis had carried
-them: the embedded default tells open pages everything the cluster does.
+Without ``REDIS_URL`` the channel layer lives inside the server process, so what a worker or
+a ``manage.py`` command sends would reach nobody. Such a process writes each event as a row
+(``relay_record``); the server reads new rows every ``RELAY_FOLLOW_SECONDS`` while a page is
+open and sends them to its own layer (``relay_follow``). The server's own sends stay in
+memory.
 
-Why not a channel layer backed by the database (channels-lite, channels-sqlite): every
-send of the server itself, to every group member, would become a write to the one
-SQLite file the decisions are written to, and each socket would poll. Here the server's
-own sends stay in memory, and only the few events of other processes touch the database:
-one row per event, whatever the number of pages. While no page is open on the server it
-reads nothing; with pages open, one indexed read per ``RELAY_FOLLOW_SECONDS`` that finds
-nothing when nothing happened.
-
-Delivery is as Redis pub/sub's: at most once, to pages open now. A row the server could
-not pass on (it was down, the database was out of reach) is only a missed hint: pages
-re-read the state on every (re)connect and heartbeat. Rows are pruned by the writers after
-``RELAY_KEEP_SECONDS``, so the server never writes here.
+Delivery is as Redis pub/sub's: at most once, to pages open now; pages re-read the state on
+every (re)connect and heartbeat. Writers prune rows after ``RELAY_KEEP_SECONDS``. Why not a
+database-backed channel layer: contributors/live-updates.md.
 """
 
 from __future__ import annotations
@@ -34,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from moderation.models import RelayedEvent
+from moderation.records.models import RelayedEvent
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core import signing
 from django.db import connection
 from django.db.models import (
     BooleanField,
@@ -22,23 +21,16 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 from django.utils import timezone
 
+from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.text import TextInvalid, text_check, text_excerpt
 from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
 from moderation.graphs.registry import graph_names
-from moderation.models import (
-    DECIDED_STATUSES,
-    RISK_BANDS,
-    AskStatus,
-    AttemptOutcome,
-    ItemStatus,
-    OutcomeReport,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, RISK_BANDS, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import OnDeadline, Vote
 from moderation.policies.rules import policy_parse, tally_describe
 from moderation.policies.teams import eligible_voters, user_is_supervisor, user_team_ids
 from moderation.records.counts import counted_day, counts_read
+from moderation.records.models import AttemptOutcome, OutcomeReport
 
 # An API item shows its asks with who decided each and the votes on each: three queries for a whole page.
 _ASKS = Prefetch("asks", queryset=ReviewAsk.objects.select_related("decided_by").prefetch_related("votes__voter"))
@@ -138,10 +130,6 @@ def queue_filters_read(*, params: Mapping[str, str]) -> tuple[QueueFilters, list
     return QueueFilters(order=order, **values), problems
 
 
-class QueueCursorInvalid(ValueError):
-    """A page link that was not made by this server for this order."""
-
-
 @dataclass(frozen=True)
 class QueueCursor:
     """Where a page starts: after (``forward``) or before a row's sort key."""
@@ -158,19 +146,19 @@ def _cursor_make(*, order: str, forward: bool, item: QueueItem) -> str:
     first = QUEUE_ORDERS[order][0].lstrip("-")
     value = getattr(item, first)
     key = [value.isoformat() if isinstance(value, datetime) else value, item.id]
-    return signing.dumps({"o": order, "f": forward, "k": key}, salt=_CURSOR_SALT)
+    return cursor_make(key={"o": order, "f": forward, "k": key}, salt=_CURSOR_SALT)
 
 
 def queue_cursor_read(*, token: str | None, order: str) -> QueueCursor | None:
     """The cursor a page link carries; None for the first page.
 
     Signed, so a page can only start at a key this server handed out; a cursor that
-    fails the signature or was made for another order raises ``QueueCursorInvalid``.
+    fails the signature or was made for another order raises ``CursorInvalid``.
     """
     if not token:
         return None
     try:
-        data = signing.loads(token, salt=_CURSOR_SALT)
+        data = cursor_read(token=token, salt=_CURSOR_SALT)
         first, item_id = data["k"]
         if data["o"] != order or not isinstance(data["f"], bool) or type(item_id) is not int:
             raise ValueError
@@ -183,8 +171,8 @@ def queue_cursor_read(*, token: str | None, order: str) -> QueueCursor | None:
             if when.tzinfo is None:
                 raise ValueError
             key = (when, item_id)
-    except (signing.BadSignature, KeyError, TypeError, ValueError):
-        raise QueueCursorInvalid("That page link is out of date or damaged: showing the first page.") from None
+    except (KeyError, TypeError, ValueError):  # CursorInvalid is a ValueError
+        raise CursorInvalid("That page link is out of date or damaged: showing the first page.") from None
     return QueueCursor(order=order, forward=data["f"], key=key)
 
 

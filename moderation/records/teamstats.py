@@ -27,19 +27,11 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from moderation.core.permissions import LEAD_PERMISSION
-from moderation.models import (
-    AttemptOrigin,
-    AttemptOutcome,
-    DecisionAttempt,
-    ItemStatus,
-    PendingCounter,
-    QueueItem,
-    TeamDayCounter,
-    Vote,
-)
-from moderation.policies.models import Team
+from moderation.items.models import ItemStatus, QueueItem
+from moderation.policies.models import Team, Vote
 from moderation.policies.teams import team_policy, user_is_supervisor
 from moderation.records.counts import NO_TEAM, SHARDS, counted_day, counter_rows_add
+from moderation.records.models import AttemptOrigin, AttemptOutcome, DecisionAttempt, PendingCounter, TeamDayCounter
 
 # Time-to-decision buckets (upper bounds, seconds); the last one catches everything longer.
 WAIT_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 2 * 86400, 7 * 86400, 30 * 86400)

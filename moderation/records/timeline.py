@@ -7,8 +7,6 @@ and items decided while someone pages never shift what they have seen (no duplic
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from datetime import date, datetime, time, timedelta
@@ -19,18 +17,11 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from moderation.core.cursors import CursorInvalid, cursor_make, cursor_read
 from moderation.core.text import TextInvalid, text_check
 from moderation.graphs.asks import PAST, ActionEdit, AskSpec, ask_edits_diff, decisions_describe
-from moderation.models import (
-    DECIDED_STATUSES,
-    AttemptOrigin,
-    AttemptOutcome,
-    DecisionAttempt,
-    OutcomeReport,
-    QueueItem,
-    Requested,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, QueueItem, Requested, ReviewAsk
+from moderation.records.models import AttemptOrigin, AttemptOutcome, DecisionAttempt, OutcomeReport
 from moderation.records.selectors import items_visible_q
 
 
@@ -100,24 +91,22 @@ def _day_start(day: date) -> datetime:
 # --- keyset pages --------------------------------------------------------------------------------
 
 
-class CursorInvalid(ValueError):
-    pass
+_CURSOR_SALT = "moderation.decided.cursor"
 
 
 def cursor_encode(item: QueueItem) -> str:
-    raw = f"{item.decided_at.isoformat()}|{item.pk}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    assert item.decided_at is not None  # a decided item's
+    return cursor_make(key=[item.decided_at.isoformat(), item.pk], salt=_CURSOR_SALT)
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, _, pk = raw.partition("|")
+        moment, pk = cursor_read(token=cursor, salt=_CURSOR_SALT)
         decided_at = parse_datetime(moment)
-        if decided_at is None or decided_at.tzinfo is None:
+        if decided_at is None or decided_at.tzinfo is None or type(pk) is not int:
             raise ValueError(moment)
-        return decided_at, int(pk)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return decided_at, pk
+    except (ValueError, TypeError):  # CursorInvalid is a ValueError
         raise CursorInvalid("this page link is not valid; start again from the newest") from None
 
 

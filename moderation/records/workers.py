@@ -20,7 +20,8 @@ from django.conf import settings
 from django.db.models import Min
 from django.utils import timezone
 
-from moderation.models import ApplyState, AskStatus, QueueItem, ReviewAsk, WorkerBeat
+from moderation.items.models import ApplyState, AskStatus, QueueItem, ReviewAsk
+from moderation.records.models import WorkerBeat
 
 _SETTLED = [status for status in AskStatus if status != AskStatus.PENDING]
 # A killed worker's row (never deleted by it) is kept this long, then pruned by the others' beats.

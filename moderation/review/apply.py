@@ -1,47 +1,29 @@
-"""The graph's work after a decision: the worker resumes each decided ask exactly once.
+"""The worker's half of a decision: each decided ask's graph is resumed exactly once.
 
-This is the second half of the guard's contract (``moderation.review.decisions``). The guard
-commits a decision (the ask DECIDED, the item row, the winning attempt) and, in the
-same transaction, queues ``item_apply_task`` for the item; the reviewer's answer does
-not wait for the graph. Then, in a worker, ``item_apply``:
+``moderation.review.decisions`` commits a decision and queues ``item_apply_task`` in the same
+transaction. ``item_apply`` then, in a worker:
 
-1. takes the thread's resume lock (``moderation.core.resumelock``), waiting if another
-   worker holds it: at most one resume of a thread runs anywhere, and no database row
-   lock is held while the graph runs (an agent's tool may take seconds);
-2. reads the item's decided, unapplied asks and the interrupts its graph is still
-   paused at. The asks whose interrupt is still pending are resumed together with
-   LangGraph's ``{interrupt_id: value}`` map. An ask whose interrupt is no longer
-   pending was resumed by an earlier run that died before recording it (a worker
-   killed after the resume): it is not resumed again, only recorded. A LangGraph
-   deployment's item then resumes the agent's thread there with what its own thread now
-   holds, and puts what that thread asks next to its own thread as its next round
-   (``moderation.review.remote``); a deployment that cannot be reached leaves the asks
-   unapplied and the apply queued again after a backoff;
-3. records, under the item's row lock in one short transaction, the asks as applied
-   and what the graph did next: finished (its result), asked again (new pending asks,
-   the item back in the queue), or failed (``apply_state`` FAILED with the error, for
-   ``manage.py recover``; not when the checkpointer's connection ended under the run,
-   ``runtime.STORAGE_LOST``: that apply is queued again), with its ``item.applied`` webhook deliveries (the outbox:
-   announced exactly when recorded); events go out after the commit;
-4. goes round again while decided asks are unapplied (decided during the resume).
+1. takes the thread's resume lock (``moderation.core.resumelock``): at most one resume of a
+   thread anywhere, and no row lock held while the graph runs;
+2. resumes the decided, unapplied asks whose interrupt the graph still waits on (an ask
+   whose interrupt is gone was resumed by a run that died before recording: recorded only);
+   a LangGraph deployment's item resumes the remote thread (``moderation.review.remote``);
+3. records, in one short transaction under the item's row lock, the asks as applied and what
+   the graph did next (finished, asked again, or failed), with its webhook deliveries;
+4. repeats while asks were decided meanwhile.
 
-A task retried, duplicated or run by two workers at once finds nothing to do, or waits
-for the lock and then finds nothing to do. A worker killed at any step leaves a decided,
-unapplied ask behind: every worker's sweep (``applies_sweep``) queues those again. A
-worker killed inside the graph's run, after its resume was checkpointed, leaves the
-thread with nodes still to run and no interrupt to resume (``GraphState.stalled``): the
-retried apply runs those nodes (``graph_continue``) to the graph's end or its next
-interrupt before it records anything, and ``recover`` does the same for a decided item
-whose graph was left so. What a node killed half-way may run twice is in
-``moderation.graphs.runtime``.
+A retried or duplicated task finds nothing to do. A worker killed at any step leaves a
+decided, unapplied ask that ``applies_sweep`` queues again; a graph left between its steps is
+run on (``graph_continue``) before anything is recorded. See contributors/architecture.md.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django_tasks import task
 
+from moderation.core.backoff import retry_delay
 from moderation.core.faults import fault_point
 from moderation.core.requestid import request_id_bound, request_id_current
 from moderation.core.resumelock import thread_resume_lock
@@ -67,11 +50,12 @@ from moderation.graphs.runtime import (
     graph_resume,
     graph_state_read,
 )
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.rules import ask_deadline_weakening, policy_parse
 from moderation.records import events
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_applied_record, metrics_apply_failed_record
+from moderation.review.itemrow import item_row_lock
 from moderation.review.remote import deployment_of_item, deployment_resume
 
 logger = logging.getLogger(__name__)
@@ -80,11 +64,52 @@ APPLY_QUEUE = "apply"
 ERROR_MAX_CHARS = 500
 
 
+class ApplyOutcome(StrEnum):
+    """What one round of an apply did, or why none ran."""
+
+    GONE = "gone"
+    GRAPH_NOT_LOADED = "graph_not_loaded"  # left unapplied for a worker that runs the graph
+    FAILED_EARLIER = "failed_earlier"  # left for ``manage.py recover``
+    NOTHING_TO_APPLY = "nothing_to_apply"
+    NOTHING_TO_CONTINUE = "nothing_to_continue"
+    RECORDED = "recorded"  # the graph's next state is recorded (``state``)
+    RETRYING = "retrying"  # queued again after a backoff (``error``)
+    FAILED = "failed"  # recorded as FAILED (``error``)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """One round of an apply: what happened, how many asks it resumed, the recorded state or the error."""
+
+    outcome: ApplyOutcome
+    resumed: int = 0
+    state: AppliedState | None = None
+    error: str = ""
+
+
+# Filled in from the result's fields.
+_APPLY_WORDS = {
+    ApplyOutcome.GONE: "gone",
+    ApplyOutcome.GRAPH_NOT_LOADED: "left unapplied: graph not loaded",
+    ApplyOutcome.FAILED_EARLIER: "failed earlier; left for manage.py recover",
+    ApplyOutcome.NOTHING_TO_APPLY: "nothing to apply",
+    ApplyOutcome.NOTHING_TO_CONTINUE: "nothing to continue",
+    ApplyOutcome.RECORDED: "resumed {resumed}, {state}",
+    ApplyOutcome.RETRYING: "retrying: {error}",
+    ApplyOutcome.FAILED: "failed: {error}",
+}
+
+
+def apply_text(results: Sequence[ApplyResult]) -> str:
+    """What an apply did, in words: for the log, the task's record and ``manage.py recover``."""
+    return "; ".join(_APPLY_WORDS[r.outcome].format_map(vars(r)) for r in results)
+
+
 @task(queue_name=APPLY_QUEUE)
 def item_apply_task(item_id: int, request_id: str = "") -> str:
     """``request_id``: the deciding request's, so the worker's lines for this apply carry it (sweeps queue none)."""
     with request_id_bound(request_id):
-        done = item_apply(item_id=item_id)
+        done = apply_text(item_apply(item_id=item_id))
         logger.info("item %s: %s", item_id, done)
     return done
 
@@ -103,8 +128,8 @@ def item_apply_enqueue(*, item_id: int) -> None:
         item_apply_task.enqueue(item_id, request_id=request_id_current())
 
 
-def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
-    """Apply every decided, unapplied ask of the item (see the module docstring); say what happened.
+def item_apply(*, item_id: int, retry_failed: bool = False) -> list[ApplyResult]:
+    """Apply every decided, unapplied ask of the item (see the module docstring); return what each round did.
 
     ``retry_failed`` also runs on an item whose graph failed after a decision (``recover``).
     """
@@ -114,15 +139,15 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
         .first()
     )
     if item is None:
-        return "gone"
+        return [ApplyResult(ApplyOutcome.GONE)]
     if not graph_loaded(name=item.graph):
         # Nothing is wrong with the decision: it waits, unapplied, for a worker that runs the
         # graph (whose sweep queues it again), instead of being recorded as failed.
         logger.warning("item %s: its decision is left unapplied: %s", item_id, graph_not_loaded_text(name=item.graph))
-        return "left unapplied: graph not loaded"
+        return [ApplyResult(ApplyOutcome.GRAPH_NOT_LOADED)]
     if item.apply_state == ApplyState.FAILED and not retry_failed:
-        return "failed earlier; left for manage.py recover"
-    done: list[str] = []
+        return [ApplyResult(ApplyOutcome.FAILED_EARLIER)]
+    done: list[ApplyResult] = []
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         while True:
             asks = list(
@@ -133,13 +158,13 @@ def item_apply(*, item_id: int, retry_failed: bool = False) -> str:
             if not asks:
                 break
             done.append(_apply_round(item=item, asks=asks, retry_failed=retry_failed))
-            if done[-1].startswith(("failed", "retrying")):
+            if done[-1].outcome != ApplyOutcome.RECORDED:
                 break
-    return "; ".join(done) or "nothing to apply"
+    return done or [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
 
 
-def item_continue(*, item_id: int) -> str:
-    """Run a decided item's graph on to its end or next interrupt if a killed run left it stalled; say what happened.
+def item_continue(*, item_id: int) -> ApplyResult:
+    """Run a decided item's graph on to its end or next interrupt if a killed run left it stalled; return what happened.
 
     For ``recover``: an item recorded as applied while its graph was stalled (before the
     worker checked for it) has no unapplied ask left to bring it back. Holds the
@@ -147,14 +172,14 @@ def item_continue(*, item_id: int) -> str:
     """
     item = QueueItem.objects.filter(pk=item_id).only("thread_id", "graph", "apply_state").first()
     if item is None:
-        return "gone"
+        return ApplyResult(ApplyOutcome.GONE)
     with thread_resume_lock(item.thread_id, timeout=settings.APPLY_LOCK_TIMEOUT):
         if not graph_state_read(name=item.graph, thread_id=item.thread_id).stalled:
-            return "nothing to continue"
+            return ApplyResult(ApplyOutcome.NOTHING_TO_CONTINUE)
         return _apply_round(item=item, asks=[], retry_failed=True)
 
 
-def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) -> str:
+def _apply_round(*, item: QueueItem, asks: list[ReviewAsk], retry_failed: bool) -> ApplyResult:
     name, thread_id = item.graph, item.thread_id
     fault_point("before_resume", item_key=thread_id)
     try:
@@ -221,13 +246,13 @@ def _record(
     values: dict[str, Any],
     resumed: int,
     remote: dict[str, Any] | None = None,
-) -> str:
+) -> ApplyResult:
     """``asks``: those resumed (or found resumed), read under the resume lock, which is what marks them applied."""
     now = timezone.now()
     ask_ids = [a.pk for a in asks]
     with events.events_held(), transaction.atomic():
         # Its reviewer and team go into the webhook's payload: read with the row, not one by one.
-        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by", "team").get(pk=item_id)
+        item = item_row_lock(pk=item_id, related=("decided_by", "team"))
         metrics_applied_record(asks=asks, at=now)
         ReviewAsk.objects.filter(pk__in=ask_ids, applied_at__isnull=True).update(applied_at=now)
         known = set(item.asks.values_list("interrupt_id", flat=True)) if asked else set()
@@ -258,7 +283,7 @@ def _record(
         )
         item_applied_record(item=item, applied=[a.interrupt_id for a in asks])
         events.item_applied_after_commit(item=item)
-    return f"resumed {resumed}, {item.applied_result['state']}"
+    return ApplyResult(ApplyOutcome.RECORDED, resumed=resumed, state=AppliedState(item.applied_result["state"]))
 
 
 def asks_create(*, item: QueueItem, asked: list[PendingAsk], round: int) -> list[ReviewAsk]:
@@ -309,31 +334,31 @@ def _asks_open(*, item: QueueItem, asked: list[PendingAsk]) -> None:
     counts_apply(before=before, after=item_counted(item))
 
 
-def _retry_later(*, item: QueueItem, error: str) -> str:
+def _retry_later(*, item: QueueItem, error: str) -> ApplyResult:
     """The deployment could not be reached, or the graph's storage went away under the run: the decision
     stays recorded, unapplied, APPLYING; its apply is queued again after a backoff (``REMOTE_RETRY_BASE``
     doubling, up to ``REMOTE_RETRY_MAX`` seconds)."""
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
-        row = QueueItem.objects.select_for_update().get(pk=item.pk)
+        row = item_row_lock(pk=item.pk)
         retried = row.applied_result.get("state") == AppliedState.APPLYING
         tries = int(row.applied_result.get("tries", 0)) + 1 if retried else 1
         row.applied_result = applied_result_build(state=AppliedState.APPLYING, error=error, tries=tries)
         row.save(update_fields=["applied_result"])
-        ceiling = min(settings.REMOTE_RETRY_MAX, settings.REMOTE_RETRY_BASE * 2 ** (tries - 1))
-        run_after = timezone.now() + timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
+        delay = retry_delay(tries=tries, base=settings.REMOTE_RETRY_BASE, most=settings.REMOTE_RETRY_MAX)
+        run_after = timezone.now() + timedelta(seconds=delay)
         item_apply_task.using(run_after=run_after).enqueue(item.pk)
         events.item_applied_after_commit(item=row)
     logger.warning(
         "item %s: its apply failed for now (try %d), trying again at %s: %s", item.pk, tries, run_after.isoformat(), error
     )
-    return f"retrying: {error}"
+    return ApplyResult(ApplyOutcome.RETRYING, error=error)
 
 
-def _record_failure(*, item_id: int, error: str) -> str:
+def _record_failure(*, item_id: int, error: str) -> ApplyResult:
     error = error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]
     with events.events_held(), transaction.atomic():
-        item = QueueItem.objects.select_for_update(of=("self",)).select_related("decided_by", "team").get(pk=item_id)
+        item = item_row_lock(pk=item_id, related=("decided_by", "team"))
         item.apply_state = ApplyState.FAILED
         item.applied_result = applied_result_build(state=AppliedState.FAILED, error=error)
         item.save(update_fields=["apply_state", "applied_result"])
@@ -341,7 +366,7 @@ def _record_failure(*, item_id: int, error: str) -> str:
         item_applied_record(item=item, applied=[])
         events.item_applied_after_commit(item=item)
     logger.error("item %s: the graph failed after its decision: %s", item_id, error)
-    return f"failed: {error}"
+    return ApplyResult(ApplyOutcome.FAILED, error=error)
 
 
 def applies_sweep(*, enqueue: Callable[[int], Any] | None = None) -> int:

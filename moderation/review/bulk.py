@@ -24,7 +24,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from moderation.core.permissions import user_can_decide
-from moderation.models import AttemptOrigin, QueueItem
+from moderation.items.models import QueueItem
+from moderation.records.models import AttemptOrigin
 from moderation.records.reasons import ReasonInvalid, reason_check, reason_rule
 from moderation.records.selectors import items_visible_q
 from moderation.review.decisions import (

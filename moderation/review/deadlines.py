@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from moderation.models import AskStatus, ReviewAsk
+from moderation.items.models import AskStatus, ReviewAsk
 from moderation.policies.models import OnDeadline
 from moderation.policies.rules import DEADLINE_USERNAME, PAST, policy_parse
 from moderation.records.metrics import metrics_deadline_fired_record

@@ -1,72 +1,23 @@
-"""The guard: exactly one decision per ask wins, every loser is told by whom, and the
-graph is resumed exactly once per decision, by the worker.
+"""Deciding an ask: exactly one decision per ask wins, and every loser is told who won.
 
-An item's graph asks through ``interrupt()``; each interrupt is a ``ReviewAsk``,
-identified by LangGraph's ``Interrupt.id``, decided with LangChain's decision types
-(approve, edit, reject, respond; ``moderation.graphs.asks``). An item may have several
-asks at once (parallel interrupts) and ask again after a decision (a new round).
-
-A withdrawal by the item's submitter (``item_withdraw``) is one more competing
-operation on the same guard: it settles every open ask of a pending item at once
-(each answered with a rejection), the item becomes WITHDRAWN and the withdrawing user
-its winner. A withdrawal of a settled item loses naming the winner; a decision on a
-withdrawn item loses with "Already withdrawn by <name>".
-
-An item accepted for the task worker to start (STARTING, ``moderation.review.starts``)
-has no ask yet: a decision or a withdrawal on it is refused (``ItemStarting``, 409),
-when the item is read and again under the row lock, recording nothing; likewise one
-its graph refused at the start (REFUSED: ``ItemRefused``, 409), which never asks.
-
-Claims (``moderation.records.claims``) are advisory, except that with ``CLAIMS_REQUIRED`` a
-decision or a vote on an open ask of an item someone else holds a live claim on is
-refused under the row lock (``ItemClaimed``, 409, naming the holder), recording nothing.
-A win that settles the item, or a counted vote, ends the decider's claim in the same
-transaction.
-
-Approval policies (``moderation.policies``). Under the row lock, and before anything
-else is judged, the decider must be allowed: a moderator of the item's team (the team
-read from the locked row, so an escalation is seen) holding a live membership, whose
-row is locked too, so a removal committed first refuses the decision and a removal
-committed later waits for it; or a supervisor; never the item's requester (four eyes).
-A refusal raises ``NotAllowed`` and records nothing. On a quorum item an attempt is a
-vote: the voter's one ``Vote`` row is written (or changed), the tally is read under the
-same lock, and the vote that makes the outcome certain resolves the ask as a winning
-attempt would, with the whole tally; a vote that does not is recorded VOTED. So the Nth
-approval and a veto, or two last approvals, are judged one after the other: the first
-committed decides, and the graph is resumed once, by the worker, with every vote.
+``item_decide`` records a moderator's decision on one ask of an item (on a quorum item, a
+vote); ``item_withdraw`` lets the item's submitter settle every open ask at once. Both check
+everything checkable before locking (decision types, edited arguments, texts), so a bad
+decision changes nothing; a refusal raises a ``DecisionError`` and records nothing.
 
 Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 
-1. The item's in-process lock (``moderation.core.locks``): one lock per item, never a
-   global one, so reviewers in this process queue only behind others deciding the
-   *same* item. Waiting is bounded by ``DECISION_LOCK_TIMEOUT`` (then ``ItemBusy``).
-2. A database transaction holding the item's row lock: ``SELECT ... FOR UPDATE`` on
-   PostgreSQL (bounded by ``lock_timeout``); on SQLite, where Django ignores
-   ``select_for_update``, the IMMEDIATE transaction mode takes SQLite's write lock at
-   BEGIN (bounded by the busy timeout). This is what excludes other processes.
-3. Under both, check-then-act on the ask: still pending, so this attempt wins; the
-   ask, the item row, the winning attempt, its webhook deliveries and the worker's
-   task to apply it (``moderation.review.apply``) are written in that one transaction and
+1. the item's in-process lock (``moderation.core.locks``), waited for at most
+   ``DECISION_LOCK_TIMEOUT`` (then ``ItemBusy``);
+2. a transaction holding the item's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL; an
+   IMMEDIATE transaction on SQLite, which ignores ``select_for_update``);
+3. under both: the decider's right (team membership row locked too; never the requester),
+   claims with ``CLAIMS_REQUIRED``, then check-then-act on the ask. The ask, the item row,
+   the attempt (``moderation.records.audit``), the webhook deliveries and the apply task
    commit together, or not at all.
 
-The graph is not touched under these locks. Everything checkable is checked before
-them (the decision's types against the ask's ``allowed_decisions``, an edit's
-arguments against its ``args_schema``, every text), so a bad decision changes nothing
-and a good one cannot fail after it won. Then, in a worker, ``moderation.review.apply``
-resumes the thread under the thread's resume lock (at most one resume of a thread in
-flight anywhere; no row lock held while the graph runs), re-checking that the
-interrupt is still pending, so a retried or duplicated task never resumes twice, and
-records what the graph did next. A worker killed before, during or after the resume
-leaves the decided ask unapplied, and the sweep of every worker queues it again.
-
-Every judged attempt (won, lost, or refused because the item needs attention) is
-appended to the keyed attempts log (per-item chain and global ledger, see
-``moderation.records.audit``) under the same row lock.
-
-Events go out only after the commit and after the item lock is released
-(``events.after_commit`` inside ``events.events_held``): a slow or dead channel layer
-never keeps the next reviewer of the item waiting, and in a server process the
-request does not wait for the push at all.
+The graph is never run here: a worker resumes it (``moderation.review.apply``). Events go
+out after the commit and after the item lock is released. Why: contributors/architecture.md.
 """
 
 from __future__ import annotations
@@ -98,14 +49,11 @@ from moderation.graphs.asks import (
     decisions_kind,
     text_clean,
 )
-from moderation.models import (
+from moderation.items.models import (
     PRIORITY_MAX,
     STATUS_FOR_DECISION,
     ApplyState,
     AskStatus,
-    AttemptOrigin,
-    AttemptOutcome,
-    Decision,
     ItemStatus,
     QueueItem,
     Requested,
@@ -123,6 +71,7 @@ from moderation.policies.teams import (
     NotAMember,
     decide_right_check,
     eligible_count,
+    four_eyes_refusal,
     team_policy,
 )
 from moderation.records import events
@@ -130,6 +79,7 @@ from moderation.records.audit import attempt_append
 from moderation.records.claims import claim_held_by_other, claim_release
 from moderation.records.counts import counts_apply, item_counted
 from moderation.records.metrics import metrics_escalated_record
+from moderation.records.models import AttemptOrigin, AttemptOutcome
 from moderation.records.outcomes import DecisionOutcome, outcome_for, vote_outcome
 from moderation.records.reasons import (
     ReasonInvalid,
@@ -140,6 +90,8 @@ from moderation.records.reasons import (
 )
 from moderation.records.teamstats import teamstats_escalation_record
 from moderation.review.apply import item_apply_enqueue
+from moderation.review.itemrow import item_row_lock
+from moderation.review.models import Decision
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -300,8 +252,8 @@ def item_decide(
             cleaned = ask_decisions_validate(spec=target.spec, decisions=decisions)
         except AskDecisionInvalid as exc:
             raise InvalidDecision(f"{exc.field}: {exc}", field=exc.field) from None
-    if target.requester_id is not None and target.requester_id == reviewer.pk:
-        raise NotAllowed("you requested this item, so someone else must decide it (four eyes)")
+    if refusal := four_eyes_refusal(requester_id=target.requester_id, user=reviewer):
+        raise NotAllowed(refusal)
     if target.policy.is_quorum and cleaned and decisions_kind(cleaned) not in VoteKind.values:
         raise InvalidDecision(_not_a_vote(policy=target.policy, decisions=cleaned), field="decisions")
     rejecting = decisions_rejecting(cleaned) if target.spec is not None else decisions is None and shorthand == "reject"
@@ -655,9 +607,7 @@ def _item_lock_row(key: str, *, timeout: float) -> QueueItem:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
     try:
-        # No select_related here: when PostgreSQL re-reads a row it waited to lock, it
-        # does not redo the join, so a joined winner would come back stale (None).
-        return QueueItem.objects.select_for_update().get(public_id=key)
+        return item_row_lock(public_id=key)  # nothing joined: a joined winner would come back stale
     except QueueItem.DoesNotExist:
         raise ItemNotFound(f"no item {key}") from None
 

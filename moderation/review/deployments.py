@@ -1,37 +1,19 @@
 """LangGraph Server deployments: their interrupts become asks, and each decision resumes its thread once.
 
-Registration (``deployment_register``) proves the URL, the API key and the graphs with the
-SDK before it writes anything: a bad one is ``DeploymentInvalid`` and creates nothing.
+``deployment_register`` proves the URL, the API key and the graphs before writing anything
+(``DeploymentInvalid`` otherwise).
 
-Discovery. The interrupts a deployment's thread waits on, those no item asks about yet,
-become one item of the built-in pass-through graph (``moderation.graphs.passthrough``),
-one ask per interrupt, as an in-process graph's parallel interrupts are one item of several
-asks. It is submitted by the deployment's own service client with the thread's id in
-``external`` and the interrupts as ``asks``, keyed ``<thread id>:<interrupt id>`` (one
-interrupt) or ``<thread id>:<digest of the interrupt ids>`` (``interrupts_key``): the
-database allows one item per key and client, so two discoverers of one interrupt set (a
-webhook and a sweep, two workers) share one local thread and make one item. Which item asks
-about which interrupt is a row each (``DeploymentInterrupt``), unique per interrupt, written
-with the item: a discoverer that read another set of the thread's interrupts cannot make a
-second item of one of them either. A partial decision resumes the thread with the
-interrupts decided and leaves the others pending, on the same item. A later round (the
-thread interrupts again after a resume with a decision) is the same item's next round
-(``moderation.review.remote``): while an item of the thread has a decision not yet applied,
-discovery leaves the thread alone, since that apply asks whatever the thread asks next.
-``requested_by`` is the thread's metadata's (four eyes). Found by the run's webhook
-(``deployment_webhook``, verified by the secret in its URL) and by the worker's sweep
-(``deployments_sweep``). The webhook only queues the thread (``deployment_discover_task``) and
-answers: a burst of runs ending against a slow deployment would otherwise hold one database
-connection each while the deployment answers, and lock the moderators out of the pool. The
-worker reads the thread, with no connection held while it waits on the deployment
-(``connection_release``), as the sweep does.
+Discovery (``deployment_webhook`` queues ``deployment_discover_task``; ``deployments_sweep``
+polls): a thread's interrupts that no item asks about yet become one item of the pass-through
+graph (``moderation.graphs.passthrough``), one ask per interrupt, submitted by the
+deployment's service client under the key ``interrupts_key``. The database allows one item
+per key and client and one ``DeploymentInterrupt`` row per interrupt, so racing discoverers
+make one item. While an item of the thread has a decision not yet applied, discovery leaves
+the thread alone. No database connection is held while the deployment is waited on.
 
-An item none of whose interrupts the thread still waits on while it is still undecided was
-resumed elsewhere (Studio, the agent's own code): it is withdrawn through the guard by the
-deployment's account, with the note ``RESOLVED_OUTSIDE``, so whoever was deciding it loses
-and is told, as for any withdrawal.
-
-Resume: ``moderation.review.remote``.
+An undecided item whose interrupts the thread no longer waits on (resumed elsewhere) is
+withdrawn through ``item_withdraw`` with the note ``RESOLVED_OUTSIDE``. Resume and later
+rounds: ``moderation.review.remote``; the guide: integrators/langgraph-deployments.md.
 """
 
 from __future__ import annotations
@@ -54,6 +36,7 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.dbpool import connection_release
+from moderation.delivery.models import ApiClient
 from moderation.graphs.remote import (
     Connection,
     RemoteInterrupt,
@@ -64,18 +47,11 @@ from moderation.graphs.remote import (
     remote_interrupted,
     remote_thread_read,
 )
-from moderation.models import (
-    ApiClient,
-    AskStatus,
-    Deployment,
-    DeploymentInterrupt,
-    ItemStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.policies.models import Team
 from moderation.policies.rules import PolicyInvalid, policy_parse
 from moderation.review.decisions import item_withdraw
+from moderation.review.models import Deployment, DeploymentInterrupt
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection, deployment_item_interrupts
 from moderation.review.submissions import IdempotencyConflict, Submission, SubmitResult, item_submit
 

@@ -19,12 +19,13 @@ from moderation.graphs.asks import ask_spec_from_interrupt
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import graph_name_validate
 from moderation.graphs.runtime import GraphStartRefused, GraphState, graph_start, graph_state_read
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.policies.rules import Policy, PolicyInvalid, ask_deadline_weakening
 from moderation.policies.teams import item_policy_resolve
 from moderation.records import events
 from moderation.records.counts import Counted, counts_apply, item_counted
 from moderation.review.apply import asks_create
+from moderation.review.itemrow import item_row_lock
 from moderation.review.remote import deployment_item_entered
 
 # The start state's own fields, which no input may set: the graph (its pre-screen, say) sees what moderators read.
@@ -306,7 +307,7 @@ def item_content_edit(*, item_pk: int, changes: dict[str, str]) -> dict[str, str
     if "body" in changes:
         item_body_check(body=changes["body"])
     with transaction.atomic():
-        item = QueueItem.objects.select_for_update().get(pk=item_pk)
+        item = item_row_lock(pk=item_pk)
         if not item.is_pending:
             raise ItemNotEditable(f"the item is {item.status}; its content can no longer change")
         before = {field: getattr(item, field) for field in changes}

@@ -20,16 +20,13 @@ from django.utils import timezone
 
 from moderation.core.faults import fault_point
 from moderation.core.text import TextInvalid, text_check
+from moderation.delivery.models import ApiClient
 from moderation.delivery.outbox import item_outcome_record
-from moderation.models import (
-    OUTCOME_MESSAGE_MAX_LENGTH,
-    ApiClient,
-    OutcomeReport,
-    OutcomeStatus,
-    QueueItem,
-)
+from moderation.items.models import QueueItem
 from moderation.records import events
 from moderation.records.audit import outcome_append
+from moderation.records.models import OUTCOME_MESSAGE_MAX_LENGTH, OutcomeReport, OutcomeStatus
+from moderation.review.itemrow import item_row_lock
 
 # A message is a line or a few: tabs and line breaks, no other control character
 # (a terminal escape would reach whoever reads the history in a shell).
@@ -101,9 +98,10 @@ def item_outcome_report(*, client: ApiClient, item_public_id: str, status: str, 
         raise OutcomeInvalid(f"status: one of {', '.join(OutcomeStatus.values)}, not {status!r}", field="status")
     outcome_message_check(message=message)
     with events.events_held(), transaction.atomic():
-        item = QueueItem.objects.select_for_update().filter(public_id=item_public_id, submitted_by=client).first()
-        if item is None:
-            raise OutcomeItemUnknown("no such item")
+        try:
+            item = item_row_lock(public_id=item_public_id, submitted_by=client)
+        except QueueItem.DoesNotExist:
+            raise OutcomeItemUnknown("no such item") from None
         # Read once the lock is held (not joined to the locking query, whose joined rows PostgreSQL does not re-read).
         existing = OutcomeReport.objects.filter(item=item).first()
         if existing is not None:

@@ -18,16 +18,17 @@ import logging
 from django.db import transaction
 
 from moderation.graphs.runtime import graph_asks_pending, graph_error_read
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply, item_counted
-from moderation.review.apply import asks_create, item_apply, item_continue
-from moderation.review.starts import item_start, item_startable
+from moderation.review.apply import ApplyOutcome, apply_text, asks_create, item_apply, item_continue
+from moderation.review.itemrow import item_row_lock
+from moderation.review.starts import StartOutcome, item_start, item_startable, start_text
 
 logger = logging.getLogger(__name__)
 
 
-def item_reconcile(*, key: str) -> tuple[str, str]:
-    """Reconcile the item with public id ``key``; return its title and what was done ("ok" if nothing).
+def item_reconcile(*, key: str) -> tuple[str, list[str]]:
+    """Reconcile the item with public id ``key``; return its title and what was done (``recover``'s report lines; none if nothing).
 
     Takes the locks it needs itself (the apply's, then the row lock), so it is safe
     while reviewers and workers are at work.
@@ -36,25 +37,25 @@ def item_reconcile(*, key: str) -> tuple[str, str]:
     if item_startable(item=item, retry_failed=True):
         # Never asked: its graph is started (again), as a worker would have.
         started = item_start(item_id=item.pk, retry_failed=True)
-        if not started.startswith("left as it is"):  # else: a graph that ran, judged below like any other
-            return item.title, "ok" if started == "started earlier" else started
+        if started.outcome != StartOutcome.LEFT_AS_IT_IS:  # else: a graph that ran, judged below like any other
+            return item.title, [] if started.outcome == StartOutcome.STARTED_EARLIER else [start_text(started)]
     done = []
     unapplied = item.asks.exclude(status=AskStatus.PENDING).filter(applied_at__isnull=True).exists()
     if unapplied or item.apply_state == ApplyState.FAILED:
-        done.append(f"applied its decision: {item_apply(item_id=item.pk, retry_failed=True)}")
+        done.append(f"applied its decision: {apply_text(item_apply(item_id=item.pk, retry_failed=True))}")
     elif item.is_decided:
         continued = item_continue(item_id=item.pk)
-        if continued != "nothing to continue":
-            done.append(f"ran its graph on from where a killed run left it: {continued}")
+        if continued.outcome != ApplyOutcome.NOTHING_TO_CONTINUE:
+            done.append(f"ran its graph on from where a killed run left it: {apply_text([continued])}")
     with transaction.atomic():
-        item = QueueItem.objects.select_for_update().get(public_id=key)
-        if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION):
-            done.append(_pending_check(item=item))
-    done = [d for d in done if d != "ok"]
-    return item.title, "; ".join(done) or "ok"
+        item = item_row_lock(public_id=key)
+        if item.status in (ItemStatus.PENDING, ItemStatus.NEEDS_ATTENTION) and (checked := _pending_check(item=item)):
+            done.append(checked)
+    return item.title, done
 
 
-def _pending_check(*, item: QueueItem) -> str:
+def _pending_check(*, item: QueueItem) -> str | None:
+    """What the check did; None if nothing."""
     waiting = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
     known = set(item.asks.values_list("interrupt_id", flat=True))
     open_ids = set(item.asks.filter(status=AskStatus.PENDING).values_list("interrupt_id", flat=True))
@@ -72,7 +73,7 @@ def _pending_check(*, item: QueueItem) -> str:
     if item.status == ItemStatus.NEEDS_ATTENTION:
         _status_set(item=item, status=ItemStatus.PENDING, attention="")
         return "graph is waiting for review again: back to pending"
-    return f"recorded {len(new)} ask(s) its graph waits on" if new else "ok"
+    return f"recorded {len(new)} ask(s) its graph waits on" if new else None
 
 
 def _attention(*, item: QueueItem, reason: str) -> str:

@@ -15,17 +15,10 @@ from moderation.core.locks import item_lock
 from moderation.graphs.asks import AskSpec, ask_resume_read, decisions_describe
 from moderation.graphs.registry import graph_names
 from moderation.graphs.runtime import graph_resume_values
-from moderation.models import (
-    DECIDED_STATUSES,
-    UNDECIDED_STATUSES,
-    ApplyState,
-    AskStatus,
-    ItemStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import DECIDED_STATUSES, UNDECIDED_STATUSES, ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.counts import counts_apply, item_counted
 from moderation.review.decisions import ask_status_word
+from moderation.review.itemrow import item_row_lock
 from moderation.review.reconcile import item_reconcile
 
 logger = logging.getLogger(__name__)
@@ -79,8 +72,7 @@ def items_recover(*, include_decided: bool = False, progress: Callable[[int, int
     for done, public_id in enumerate(keys, start=1):
         key = str(public_id)
         try:
-            title, action = item_reconcile(key=key)
-            said = [] if action == "ok" else [action]
+            title, said = item_reconcile(key=key)
             if include_decided and (disagreement := item_graph_disagreement(key=key)):
                 said.append(f"decided row disagrees with its graph, left as it is (see verify_audit): {disagreement}")
             if said:
@@ -152,7 +144,7 @@ def _attention_mark(*, key: str, reason: str) -> str:
     """
     try:
         with item_lock(key, timeout=settings.DECISION_LOCK_TIMEOUT), transaction.atomic():
-            item = QueueItem.objects.select_for_update().get(public_id=key)
+            item = item_row_lock(public_id=key)
             if item.status in UNDECIDED_STATUSES:
                 before = item_counted(item)
                 item.status = ItemStatus.NEEDS_ATTENTION

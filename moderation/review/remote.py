@@ -1,36 +1,21 @@
-"""A LangGraph deployment's decided interrupts resumed exactly once (``moderation.review.apply`` calls it),
-and its thread's later rounds asked on the same item.
+"""A LangGraph deployment's decided interrupts resumed exactly once, and its later questions asked on the same item.
 
-The item's own pass-through thread is resumed first (``moderation.graphs.passthrough``):
-its state keeps every answer under the agent's interrupt id, so what the remote thread is
-owed is read from there (``ask_answers``), also by an apply tried again later.
+``moderation.review.apply`` calls ``deployment_resume`` after resuming the item's own
+pass-through thread, whose state keeps each answer under the agent's interrupt id
+(``ask_answers``).
 
 Locking contract of ``deployment_resume``: under the *remote* thread's resume lock
-(``core.resumelock``; two items may ask about one thread, so an item's own thread lock is
-not enough) it re-reads the thread's pending interrupts and resumes it once with every
-answer still pending there, ``Command(resume={interrupt_id: value, ...})`` and
-``multitask_strategy="reject"``; an answered interrupt the thread no longer waits on
-(resumed already, or elsewhere) is never sent. LangGraph Server itself does not refuse a
-second resume of one interrupt (sent after the first finished, it answers 200 with the
-first one's state), so the re-read under the lock is what makes it once. A 409 (a run in
-flight: someone else's resume) is waited out and the interrupts read again, never resumed
-blindly. An unreachable deployment raises ``RemoteUnavailable`` before anything is
-recorded: the apply keeps the decision and tries again later. No database lock is held
-meanwhile.
+(``moderation.core.resumelock``; two items may ask about one thread), it re-reads the
+thread's pending interrupts and resumes it once with every answer still pending there
+(``multitask_strategy="reject"``); LangGraph Server does not refuse a second resume, so this
+re-read is what makes it once. A 409 (a run in flight) is waited out and read again. An
+unreachable deployment raises ``RemoteUnavailable`` before anything is recorded. No database
+lock is held meanwhile.
 
-Later rounds. Which item asks about which of a thread's interrupts is a row each
-(``DeploymentInterrupt``), unique per interrupt in the database: written with an item's
-first asks, and by ``deployment_resume`` when the thread, resumed with a decision of the
-item's, waits on interrupts no item asks about yet (the agent asks again). Those are the
-item's next round: claimed first, in a transaction of their own (a racing discoverer that
-claimed one first keeps them all, and this item opens no round), then put to the item's own
-thread, which runs again from its start with them as its ``asks`` (``graph_run_again``) and
-so interrupts once per ask; the apply then records them as the item's new asks, the item
-pending again. Discovery leaves a thread alone while an item of it has a decision not yet
-applied (``moderation.review.deployments``), so the round is this item's. An apply killed
-anywhere in between is run again by the sweep of applies and finds where it stopped: the
-thread's interrupts already claimed by the item, or already asked by its own thread, are
-not claimed or asked again.
+New interrupts after a resume are the item's next round: claimed as ``DeploymentInterrupt``
+rows in a transaction of their own (a racing discoverer that claimed one first keeps them),
+then asked through the item's own thread (``graph_run_again``). A killed apply, run again,
+claims and asks nothing twice.
 """
 
 from __future__ import annotations
@@ -55,7 +40,8 @@ from moderation.graphs.remote import (
     remote_thread_read,
 )
 from moderation.graphs.runtime import graph_run_again, graph_state_read, graph_values
-from moderation.models import AskStatus, Deployment, DeploymentInterrupt, QueueItem, ReviewAsk
+from moderation.items.models import AskStatus, QueueItem, ReviewAsk
+from moderation.review.models import Deployment, DeploymentInterrupt
 
 RESOLVED_OUTSIDE = "resolved outside reviewqueue"
 # A 409 is a run in flight; waited out this long (the run is someone else's resume) before reading again.

@@ -1,36 +1,19 @@
 """Items submitted by service clients (/api/v1): validated, idempotent, one graph thread each.
 
-Idempotency. A submit names a key: its ``Idempotency-Key`` header, else its
-``external_id``; both are unique per client in the database. ``items._item_start``
-starts the graph before it inserts the row, outside any transaction (so pre-screening
-never holds SQLite's write lock), so a plain check-then-insert would let two
-concurrent submits of one key each start a graph thread of their own. Instead the
-item's public id, and so its thread id, is derived from (client, key, content
-digest):
+A submit's key is its ``Idempotency-Key`` header, else its ``external_id`` (unique per client
+in the database). The graph starts before the row is inserted, outside any transaction, so
+the item's public id, and so its thread id, is derived from (client, key, content digest):
 
 - a retry after the first submit committed finds the row and starts nothing;
-- concurrent submits of the same key and content share the *same* thread, taken in
-  turn under its resume lock (``items._item_start``): the first starts the graph and
-  inserts the row; the others find the row and answer with it, so the graph runs once
-  and the row's asks are the interrupts its thread waits on. One item, one thread.
-- a concurrent submit of the same key with *other* content derives another thread,
-  loses the insert and is refused (``IdempotencyConflict``); its thread is an orphan
-  nobody can reach, like any graph whose row insert failed (see ``items.item_create``).
+- concurrent submits of one key and content share one thread, taken in turn under its
+  resume lock: the graph runs once and every submit answers with the one item;
+- a concurrent submit of the key with other content derives another thread, loses the insert
+  and is refused (``IdempotencyConflict``).
 
-The submit may name a graph (a ``REVIEWQUEUE_GRAPHS`` name; the moderation graph by
-default) and its ``input`` (merged into the graph's start state); both are part of
-the content digest, so one key cannot start two different graphs. Likewise its
-approval policy (``team``, ``policy``, ``requested_by``; ``moderation.policies``): part
-of the digest when given, so a submit without them digests exactly as before.
-
-An ``ask`` (an agent's interrupt value, from a service that runs its own graph) makes the
-item run the built-in pass-through graph (``moderation.graphs.passthrough``) with
-``{"ask", "external"}`` as its input; its natural key, when the submit names none, is
-the caller's ``<thread id>:<interrupt id>`` as its ``external_id``. ``asks`` instead (a
-LangGraph deployment's parallel interrupts, ``moderation.review.deployments``) makes one
-item of several asks, ``{"asks", "external"}``; its caller names the key.
-
-Every field is checked before anything starts; a refused submit changes nothing.
+The graph, its ``input`` and the approval policy (``team``, ``policy``, ``requested_by``) are
+part of the digest. An ``ask`` (one interrupt) or ``asks`` (a deployment's parallel
+interrupts) runs the pass-through graph (``moderation.graphs.passthrough``). Every field is
+checked before anything starts; a refused submit changes nothing.
 """
 
 from __future__ import annotations
@@ -49,16 +32,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from moderation.core.text import TextInvalid, text_check
+from moderation.delivery.models import ApiClient
 from moderation.graphs.asks import AskInvalid, ask_schemas_check
 from moderation.graphs.passthrough import NAME as ASK_GRAPH
 from moderation.graphs.registry import DEFAULT_GRAPH, UnknownGraph, graph_name_validate
-from moderation.models import (
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    ApiClient,
-    ItemStatus,
-    QueueItem,
-)
+from moderation.items.models import PRIORITY_MAX, PRIORITY_MIN, ItemStatus, QueueItem
 from moderation.records.counts import counts_apply_many, item_counted
 from moderation.review.items import (
     item_body_check,

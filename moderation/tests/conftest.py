@@ -65,7 +65,7 @@ def carol(make_moderator):
 @pytest.fixture
 def payments(alice, bob, carol):
     """A team (moderation.policies) of alice, bob and carol."""
-    from moderation.models import Team
+    from moderation.policies.models import Team
     from moderation.policies.teams import team_member_add
 
     team = Team.objects.create(slug="payments", name="Payments")

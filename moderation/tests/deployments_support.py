@@ -19,8 +19,9 @@ from langgraph_sdk import get_sync_client
 from e2e.children import children_adopt, children_forget
 from e2e.forked import ForkedProcess
 from moderation.graphs.remote import Connection, remote_counts
-from moderation.models import Deployment, QueueItem
+from moderation.items.models import QueueItem
 from moderation.review.deployments import GraphRoute, deployment_register
+from moderation.review.models import Deployment
 
 _names = itertools.count()
 

@@ -33,7 +33,7 @@ def barrier(directory: Path, name: str, parties: int = 2) -> None:
 def naive_discover(*, deployment, thread_id: str, directory: Path) -> None:
     from moderation.core.dbpool import connection_release
     from moderation.graphs.remote import remote_thread_read
-    from moderation.models import QueueItem
+    from moderation.items.models import QueueItem
     from moderation.review.items import item_create
     from moderation.review.remote import deployment_connection
 
@@ -54,8 +54,8 @@ def main(role: str, directory: str, name: str, thread_ids: list[str]) -> None:
     import django
 
     django.setup()
-    from moderation.models import Deployment
     from moderation.review.deployments import deployment_sweep, deployment_thread_discover
+    from moderation.review.models import Deployment
 
     deployment = Deployment.objects.select_related("client").get(name=name)
     barrier(Path(directory), "start")

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from django.db import connection
 
+from moderation.items.models import QueueItem
 from moderation.lab.harness import RaceReport
-from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 
 
 def guard_held_assert(report: RaceReport, *, items: list[str], reviewers: int) -> None:

@@ -1,32 +1,18 @@
 """The soak: two servers and two task workers under a steady mixed load while a nemesis injects faults.
 
 ``make soak`` runs it (``python -m moderation.tests.soak_run``); a short version runs in the
-cluster pass (``moderation/tests/test_soak.py``). Set-up as ``scripts/run_cluster.sh`` starts a
-cluster (two daphne servers, two ``db_worker`` processes, one PostgreSQL database, one Redis),
-with ``e2e.server.LiveServer`` and ``moderation.tests.cluster_support``: a fresh PostgreSQL
-database copied from a migrated template, and a Redis of the soak's own (a ``redis-server`` on
-a free port, which the nemesis may pause) reached through a TCP proxy (which it may black-hole).
+cluster pass (``moderation/tests/test_soak.py``). The cluster is ``scripts/run_cluster.sh``'s
+(two daphne servers, two ``db_worker`` processes, PostgreSQL, and a Redis of its own behind a
+TCP proxy), started with ``e2e.server`` and ``moderation.tests.cluster_support``.
 
-The load, seeded: an API client submits items (plain, quorum, deadline), some twice with one
-``Idempotency-Key``, retrying a submit that got no answer with the same key; moderators, each
-with the queue's websocket open, race to decide them over HTTP (two per item, on different
-servers; three votes on a quorum item; one racing the deadline); the client cancels some
-(racing the moderators) and long-polls others; three webhook endpoints receive the events
-(one steady, one flaky: failing or slow now and then, one that never answers: its deliveries
-must end failed after their retry window). A request refused at connect (its server down) is
-sent to the other server, as a load balancer would.
-
-The nemesis, at seeded random moments, one fault at a time: ``kill -9`` of a server or a
-worker (then restarted), Redis paused (SIGSTOP/SIGCONT) or black-holed, the database's
-backends terminated, the steady webhook receiver down.
-
-Then: every fault healed, the load stopped, the work settled, every client gone; the facts are
-gathered and judged (``moderation.lab.soak``), and reported per phase.
-
-This module lives with the tests, not in ``moderation.lab``: it drives real processes through
-``e2e.server`` and the tests' helpers (``webhook_receiver``, ``cluster_support``), which the
-app's layers never import; the judge and the report it calls are plain functions of data, in
-``moderation.lab.soak``, beside the history checker they extend.
+The load, seeded: submits (plain, quorum, deadline; some repeated under one
+``Idempotency-Key``), moderators racing to decide over HTTP with the queue's websocket open,
+cancels, long-polls, and three webhook receivers (steady, flaky, never answering). The
+nemesis, one fault at a time: ``kill -9`` of a server or worker, Redis paused or black-holed,
+database backends terminated, the steady receiver down. Then everything is healed and
+settled, and the facts are judged by ``moderation.lab.soak`` and reported per phase. It lives
+with the tests because it drives real processes through the tests' helpers.
+See contributors/soak.md.
 """
 
 from __future__ import annotations
@@ -104,7 +90,7 @@ SERVER_ENV = {
 _SETUP = """
 import io
 from django.core.management import call_command
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 call_command("team", "quorum", "--approvals", "2", *[arg for m in {moderators!r} for arg in ("--add", m)], stdout=io.StringIO())
 token = io.StringIO()
 call_command("apiclient_create", {client!r}, stdout=token)

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.review.decisions import item_decide
 from moderation.review.items import ItemNotEditable, item_content_edit
 

@@ -8,7 +8,7 @@ import pytest
 from django.forms.models import model_to_dict
 
 from bench.inprocess import _queue_rows_insert
-from moderation.models import QueueItem, queue_rank
+from moderation.items.models import QueueItem, queue_rank
 from moderation.records.selectors import queue_counts
 
 # Transactional: on PostgreSQL the shortcut runs VACUUM, which refuses a transaction block.

@@ -50,7 +50,8 @@ _FINAL_READ = """
 import json, os
 from e2e.server import LiveServer
 from moderation.lab.history import history_final_read
-from moderation.models import AttemptOutcome, DecisionAttempt, QueueItem
+from moderation.items.models import QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 ids = json.loads(open(os.environ["CLUSTER_IDS_FILE"]).read())
 final = history_final_read(items=ids)
 status = dict((str(k), v) for k, v in QueueItem.objects.filter(public_id__in=ids).values_list("public_id", "status"))

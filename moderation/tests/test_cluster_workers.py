@@ -1,30 +1,18 @@
 """Workers scale out: two servers and two task workers on one PostgreSQL and one Redis, one worker SIGKILLed mid-apply.
 
-Eight moderators race 100 items, two per item, each of the two on a different server
-(so every item has a winner and a loser), while two ``db_worker`` processes apply the
-decisions (resume the graphs) and deliver the webhooks to a real receiver subscribed to
-item.decided and item.applied. One worker holds every apply for 2.5 s between the
-graph's resume and its record (a ``before_record`` sleep fault): once it has applied
-one, it is SIGKILLed inside that window, during the burst, the worst moment for
-exactly-once (the graph has moved on, nothing says so yet). A replacement starts, as a
-process supervisor would start one. The killed worker's task stays claimed for good;
-only a sweep (``applies_sweep``, ``deliveries_sweep``) brings its work back.
+Eight moderators race 100 items, two per item on different servers, while two ``db_worker``
+processes apply the decisions and deliver webhooks to a real receiver. One worker holds each
+apply between the graph's resume and its record (a ``before_record`` fault) and is SIGKILLed
+in that window during the burst; a replacement starts, and only the sweeps bring its work
+back. Judged: the history (``moderation.lab.history``), every graph resumed exactly once and
+never forked, and one webhook-id per (event, item).
 
-Then, once every item is idle and every delivery delivered: the race is checked as a
-history (``moderation.lab.history``), every graph resumed exactly once and never forked,
-and the receiver saw exactly one webhook-id per (event, item), repeats of an id being
-the only duplicates at-least-once delivery may add.
+Negative control: a lone worker killed in the same window and never replaced leaves the
+decision resumed but unrecorded; a new worker's sweep records it without resuming again.
 
-The negative control shows the wait can see a lost apply: a lone worker killed in the
-same window and never replaced leaves the decision resumed but unrecorded, however long
-one waits; a new worker's sweep then records it without resuming the graph again.
-
-Queued starts (``moderation.review.starts``) scale out the same way: 100 items accepted
-through the API with ``start: "queued"``, two workers starting them, one SIGKILLed while
-it holds a start (its graph has run, its row still says STARTING); pairs of reviewers on
-both servers decide each item once it is in the queue, an answer "still starting"
-recording nothing. Every graph must have started once (the sweep's second start of the
-orphan joins the first) and every item be decided once, resumed once.
+Queued starts scale out the same way: 100 items accepted with ``start: "queued"``, one of two
+workers SIGKILLed while it holds a start; every graph must start once and every item be
+decided once and resumed once.
 """
 
 from __future__ import annotations
@@ -75,7 +63,7 @@ WORKER_ENV = {
 }
 EVENTS = ("item.decided", "item.applied")
 _ENDPOINT = """
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 e = WebhookEndpoint.objects.create(name="receiver", url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from moderation.core.faults import fault_inject
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.harness import race_processes, race_threads
-from moderation.models import ItemStatus, QueueItem
 from moderation.review.decisions import item_decide
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
 from moderation.tests.races import guard_held_assert

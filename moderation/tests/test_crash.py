@@ -1,27 +1,18 @@
 """Crash safety: a real server, or a real worker, SIGKILLed at each point of a decision's path loses nothing.
 
-A decision has two halves (``moderation.review.decisions``, ``moderation.review.apply``): the server
-records it and queues its apply; a worker (``manage.py db_worker``) resumes the graph.
-For each fault point, a fresh copy of one prepared SQLite database runs a daphne
-server and a worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
+For each fault point, a fresh copy of one prepared SQLite database runs a daphne server and a
+worker, one of them with ``REVIEWQUEUE_FAULTS=<point>:kill``:
 
-- server points: alice's decision kills the server there, so her connection drops and
-  her attempt is recorded as *unknown*; ``manage.py recover --all`` runs and the server
-  restarts;
-- worker points: alice is told she won (the answer never waits for the graph), then
-  the worker dies applying it, before the graph's resume, inside the graph's run (in a
-  node, before or after the resume's first checkpoint, or between a node's saved writes and
-  its step's checkpoint) or before recording it; a second
-  worker's sweep finds the decision unapplied and applies it, running the graph on to
-  its end.
+- server points: alice's decision kills the server, her attempt is *unknown*; ``manage.py
+  recover --all`` runs and the server restarts;
+- worker points: alice is told she won, then the worker dies applying it (before the resume,
+  inside the graph's run, before its checkpoint, or before the record); a second worker's
+  sweep applies it and runs the graph on to its end.
 
-Then bob decides the same item again and carol decides a fresh one. The whole history
-is checked with ``moderation.lab.history.history_check`` against the final rows, attempts
-and checkpoint histories: decided items resumed exactly once (never forked) and their
-graphs at their end, pending items still paused.
-
-The scenarios run side by side in threads (each is mostly waiting on its own
-processes) to keep the module near a minute on a small machine.
+Then bob decides the same item and carol a fresh one, and ``history_check`` judges the whole
+history against the final rows and checkpoints: decided items resumed exactly once, never
+forked, their graphs at their end; pending items still paused. Scenarios run side by side in
+threads.
 """
 
 from __future__ import annotations

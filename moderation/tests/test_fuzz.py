@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from moderation.models import DecisionAttempt, QueueItem
+from moderation.items.models import QueueItem
+from moderation.records.models import DecisionAttempt
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 

@@ -30,8 +30,9 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from e2e.server import LiveServer, free_port
 from moderation.core.faults import fault_inject
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
-from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.decisions import DatabaseUnavailable
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
 from moderation.tests.real_server import Reviewer, black_hole, port_wait, service_missing

@@ -13,7 +13,8 @@ from examples.refund_agent.model import reply_next
 from examples.refund_agent.tools import order_read, refund_payment
 from moderation.demo import DEMO_AGENT_ITEMS, REFUND_AGENT, demo_agent_input, demo_seed
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, ItemStatus, QueueItem, ReviewAsk, Team
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.policies.models import Team
 from moderation.records.reasons import reason_rule
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.items import item_create

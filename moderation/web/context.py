@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.apps import apps
 from django.http import HttpRequest
 
 from moderation.core.permissions import user_can_decide
@@ -14,8 +15,9 @@ from moderation.records.workers import WorkWait, work_state, work_wait
 
 def base_context(request: HttpRequest) -> dict[str, Any]:
     """``can_decide`` labels the viewer "view only" or not, and tells live.js what the page was
-    rendered for (a mismatch reads as "your rights changed")."""
-    return {"can_decide": user_can_decide(user=request.user)}
+    rendered for (a mismatch reads as "your rights changed"); ``lab_installed`` shows staff the race
+    lab's link where its app is installed (reviewqueue.settings, REVIEWQUEUE_LAB)."""
+    return {"can_decide": user_can_decide(user=request.user), "lab_installed": apps.is_installed("moderation.lab")}
 
 
 def worker_banner(request: HttpRequest) -> dict[str, Callable[[], WorkWait | None]]:

@@ -16,11 +16,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from moderation.core.csvsafe import CsvSafeWriter
-from moderation.models import DECIDED_STATUSES, ItemStatus
+from moderation.core.cursors import CursorInvalid
+from moderation.items.models import DECIDED_STATUSES, ItemStatus
 from moderation.records.reasons import reason_labels
 from moderation.records.selectors import item_get
 from moderation.records.timeline import (
-    CursorInvalid,
     decided_csv_rows,
     decided_filters_read,
     decided_page,

@@ -1,24 +1,16 @@
 """The item page's decision forms: what each ask offers, and a posted form read back as decisions.
 
-One path for every ask, our moderation graph's ``publish`` and any agent's: each action
-of an ask shows its arguments and a control for each type its ``allowed_decisions``
-lists. An edit has an input per argument: typed by the action's ``args_schema`` when it
-has one (an input per property), else by the values the agent proposed (text, number,
-checkbox, or a small JSON editor for an object or a list). Forms are plain HTML posts (no
-script needed); their fields are:
+Every ask, the moderation graph's ``publish`` or any agent's, shows each action's arguments
+and a control per type its ``allowed_decisions`` lists; an edit has an input per argument,
+typed by ``args_schema`` or by the proposed values. Plain HTML posts, with fields:
 
-- ``ask``: the interrupt id; ``note``: the reviewer's note, also the message of a reject
-  or response that has none of its own (a one-action ask has no message field);
-- ``reason``: the reason code of a reject (``moderation.records.reasons``), one per ask; ignored
-  when nothing is rejected, so a reason chosen before clicking Approve is no error;
-- ``action-<i>-type``, ``action-<i>-message``, and for an edit one ``action-<i>-arg-<key>``
-  per argument (or ``action-<i>-args``, the whole arguments as JSON, from a script);
-- or ``decision`` (the approve / reject shorthand, for every action: a quorum ask's vote
-  form, whose one vote covers the whole ask) or, from a script, ``decisions`` (JSON).
+- ``ask`` (the interrupt id), ``note``, and ``reason`` (a reject's reason code, per ask);
+- ``action-<i>-type``, ``action-<i>-message``, and for an edit ``action-<i>-arg-<key>`` per
+  argument (or ``action-<i>-args``, JSON);
+- or ``decision`` (approve / reject for every action; a quorum vote) or ``decisions`` (JSON).
 
-``form_decision_read`` turns a post into what ``item_decide`` takes; the guard then
-validates it. ``form_field_for`` maps the guard's error field back to the form's, so a
-bad edit is shown next to the input it came from.
+``form_decision_read`` turns a post into what ``item_decide`` takes, which validates it;
+``form_field_for`` maps the guard's error field back to the form's input.
 """
 
 from __future__ import annotations
@@ -33,7 +25,8 @@ from typing import Any
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.asks import AskSpec
 from moderation.graphs.registry import DEFAULT_GRAPH
-from moderation.models import ReasonCode, ReviewAsk
+from moderation.items.models import ReviewAsk
+from moderation.records.models import ReasonCode
 from moderation.records.reasons import decisions_rejecting
 from moderation.web.display import tool_description_display, value_display
 

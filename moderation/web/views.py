@@ -16,6 +16,7 @@ from django.views.csrf import csrf_failure as csrf_failure_page
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from moderation.core.cursors import CursorInvalid
 from moderation.core.faults import fault_point
 from moderation.core.jsonparse import json_parse
 from moderation.core.permissions import user_can_decide
@@ -32,7 +33,6 @@ from moderation.live.sockets import (
     live_state_read,
 )
 from moderation.live.waits import waits_stats
-from moderation.models import AttemptOrigin
 from moderation.policies.teams import item_decide_refusal
 from moderation.records.claims import (
     Claim,
@@ -41,11 +41,11 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
+from moderation.records.models import AttemptOrigin
 from moderation.records.reasons import reason_codes_active, reason_rule
 from moderation.records.selectors import (
     QUEUE_ORDERS,
     RISK_BANDS,
-    QueueCursorInvalid,
     item_ask_get,
     item_asks_open,
     item_asks_settled,
@@ -62,7 +62,7 @@ from moderation.records.selectors import (
 )
 from moderation.records.workers import item_apply_wait, wait_minutes, work_state
 from moderation.review.bulk import BulkResult, items_decide_bulk
-from moderation.review.decisions import DecisionError, DecisionOutcome, item_decide
+from moderation.review.decisions import DecisionError, DecisionOutcome, InvalidDecision, item_decide
 from moderation.web.decision_forms import (
     FormInvalid,
     ask_forms_build,
@@ -85,7 +85,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     filters, problems = queue_filters_read(params=request.GET)
     try:
         cursor = queue_cursor_read(token=request.GET.get("cursor"), order=filters.order)
-    except QueueCursorInvalid as exc:
+    except CursorInvalid as exc:
         problems.append(str(exc))
         cursor = None
     page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)
@@ -181,7 +181,7 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         )
     except FormInvalid as exc:
         if wants_json:
-            return JsonResponse({"error": "invalid_decision", "message": str(exc), "field": exc.field}, status=400)
+            return _error_json(exc)
         return _item_page(request, item=item, error=_NOT_RECORDED, posted=request.POST, errors={exc.field: str(exc)}, status=400)
     except DecisionError as exc:
         if wants_json:
@@ -315,9 +315,9 @@ def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
     """Activity on an item's page (a key pressed, a field typed in): claim it, or renew the claim."""
     item = item_get(public_id=public_id, viewer=request.user)
     if item is None:
-        return JsonResponse({"error": "not_found", "message": "no such item"}, status=404)
+        return _json_error(404, "not_found", "no such item")
     if not user_can_decide(user=request.user):
-        return JsonResponse({"error": "forbidden", "message": "only moderators claim items"}, status=403)
+        return _json_error(403, "forbidden", "only moderators claim items")
     claim = claim_take(item=item, user=request.user) if item.is_pending else None
     if claim is None:
         return JsonResponse({"claimed": False})
@@ -344,8 +344,7 @@ def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonRespo
     item_public_id = str(public_id) if public_id else None
     refusal = live_socket_admit(user=request.user, item_public_id=item_public_id)
     if refusal is not None:
-        status, error, message = _REFUSED[refusal]
-        return JsonResponse({"error": error, "message": message}, status=status)
+        return _json_error(*_REFUSED[refusal])
     return JsonResponse(live_state_read(
         username=request.user.get_username(), item_public_id=item_public_id,
         can_decide=user_can_decide(user=request.user),
@@ -356,20 +355,18 @@ def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonRespo
 def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
     """POST {"decision": "approve"|"reject", "note": "...", "reason": "spam"} -> 200 won / 409 lost."""
     if not request.user.is_authenticated:
-        return JsonResponse({"error": "unauthenticated", "message": "log in first"}, status=401)
+        return _json_error(401, "unauthenticated", "log in first")
     wait = reviewer_rate_check(user_id=request.user.pk)
     if wait is not None:
         return _rate_limited_json(wait)
     if request.content_type != "application/json":
-        return JsonResponse(
-            {"error": "unsupported_media_type", "message": "send the decision as application/json"}, status=415
-        )
+        return _json_error(415, "unsupported_media_type", "send the decision as application/json")
     try:
         body: Any = json_parse(request.body or b"")
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: brackets nested past the parser's depth
-        return JsonResponse({"error": "malformed_json", "message": "the request body is not valid JSON"}, status=400)
+        return _json_error(400, "malformed_json", "the request body is not valid JSON")
     if not isinstance(body, dict):
-        return JsonResponse({"error": "malformed_json", "message": "the body must be a JSON object"}, status=400)
+        return _json_error(400, "malformed_json", "the body must be a JSON object")
     try:
         outcome = item_decide(
             item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", ""),
@@ -405,24 +402,28 @@ def _rate_limited_message(wait: int) -> str:
 
 
 def _rate_limited_json(wait: int) -> JsonResponse:
-    response = JsonResponse({"error": "rate_limited", "message": _rate_limited_message(wait)}, status=429)
+    response = _json_error(429, "rate_limited", _rate_limited_message(wait))
     response["Retry-After"] = str(wait)
     return response
 
 
-def _error_json(exc: DecisionError) -> JsonResponse:
-    body = {"error": exc.code, "message": str(exc)}
-    if exc.field:
-        body["field"] = exc.field
-    return JsonResponse(body, status=exc.http_status)
+def _error_json(exc: DecisionError | FormInvalid) -> JsonResponse:
+    """The one JSON answer of the session's decision endpoints to a decision refused (a form the guard never saw
+    is an invalid decision too)."""
+    if isinstance(exc, FormInvalid):
+        exc = InvalidDecision(str(exc), field=exc.field)
+    return _json_error(exc.http_status, exc.code, str(exc), **({"field": exc.field} if exc.field else {}))
+
+
+def _json_error(status: int, code: str, message: str, **extra: str) -> JsonResponse:
+    """The session endpoints' one shape of a refusal, as the API's: ``{"error": code, "message": ..., **extra}``."""
+    return JsonResponse({"error": code, "message": message, **extra}, status=status)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: the API answers JSON like every other refusal; pages keep Django's."""
     if request.path.startswith("/api/"):
-        return JsonResponse(
-            {"error": "forbidden", "message": f"CSRF check failed: {reason}; nothing was applied"}, status=403
-        )
+        return _json_error(403, "forbidden", f"CSRF check failed: {reason}; nothing was applied")
     return csrf_failure_page(request, reason=reason)
 
 

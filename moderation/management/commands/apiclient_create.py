@@ -2,7 +2,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from moderation.api.clients import apiclient_create
-from moderation.models import ApiScope
+from moderation.delivery.models import ApiScope
 
 
 class Command(BaseCommand):

@@ -6,8 +6,7 @@ from moderation.delivery.endpoints import (
     client_endpoint_delete,
     client_endpoints,
 )
-from moderation.delivery.models import SUBSCRIBABLE_EVENTS
-from moderation.models import ApiClient
+from moderation.delivery.models import SUBSCRIBABLE_EVENTS, ApiClient
 
 
 class Command(BaseCommand):

@@ -1,48 +1,21 @@
-"""django-tasks-db's worker, plus a delivery lane and the sweeps: ``manage.py db_worker`` runs them all.
+"""django-tasks-db's worker, plus delivery lanes and the sweeps: ``manage.py db_worker`` runs them all.
 
-Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs.
-It processes every queue by default: ``apply`` (graphs resumed after decisions,
-``moderation.review.apply``), ``start`` (graphs of queued submissions started,
-``moderation.review.starts``, below the others in priority), ``deployments`` (threads a
-LangGraph deployment's webhook named, read from it: ``moderation.review.deployments``) and
-``default`` (webhook deliveries).
+Listed before django_tasks_db in INSTALLED_APPS, so this command is the one Django runs. It
+serves every queue by default: ``apply`` (``moderation.review.apply``), ``start``
+(``moderation.review.starts``, lowest priority), ``deployments``
+(``moderation.review.deployments``) and ``default`` (webhook deliveries).
 
-Applies may have lanes of their own (``APPLY_LANES`` threads, 4 on PostgreSQL and none on SQLite by default, taking the
-``apply`` queue only): a resume mostly waits on the database (its checkpoints are written
-before each next step), so one loop applying one decision at a time fell behind the
-servers deciding them (docs/contributors/worker-throughput.md). Two lanes never resume one
-graph thread at once: the resume lock serializes them.
+Besides the main loop (one task at a time, any queue, oldest first) it runs ``APPLY_LANES``
+apply-only loops and ``WEBHOOK_LANES`` delivery-only loops (``--no-delivery-lane`` turns those
+off), so neither kind of task waits behind the other; the resume lock keeps two lanes off one
+graph thread. Every loop is a ``SteadyWorker`` (``moderation.core.taskqueue``): a lost database
+connection does not end it. Idle loops sleep until NOTIFY on PostgreSQL, poll on SQLite. A
+delivery in flight when the worker is stopped is finished before the process exits.
 
-Idle, on PostgreSQL every loop (the main loop and every lane) sleeps until a task is queued
-(NOTIFY, ``moderation.core.taskqueue``) or a delayed one comes due, polling only every
-``WORKER_IDLE_POLL`` seconds: an idle worker took 1.4 % of a core at ``--interval 1`` and
-4.5 % at ``0.1`` polling, 0.55-0.6 % so (bench measure 25). SQLite has no notifications: its
-loops poll every ``--interval``.
-
-A thread writes the worker's heartbeat every ``WORKER_HEARTBEAT_INTERVAL`` seconds
-(``moderation.records.workers``: /readyz, the staff banner), deleted when the worker stops
-cleanly. Its Prometheus series are served on the first free port from ``METRICS_WORKER_PORT``
-(``METRICS_WORKER_PORTS`` of them), so several workers of a host share one environment.
-This worker's live pushes go to an event loop of its own (``events.push_loop_start``),
-so an apply does not wait for the channel layer.
-
-One task at a time per loop: a delivery queued behind the applies of a burst of
-decisions would wait for every one of those graphs. So a worker that serves deliveries
-beside other queues also runs delivery lanes (``WEBHOOK_LANES`` loops, 4 by default) that
-take deliveries only; the main loop still takes any task, oldest first, so neither kind can
-starve the other (``--no-delivery-lane`` turns the lanes off). One endpoint has at most half
-of the lanes (``moderation.delivery.sending``), so a hung receiver leaves the rest to the
-others. A delivery in flight when the worker is stopped is finished before the process exits.
-
-Every loop is a ``SteadyWorker`` (``moderation.core.taskqueue``): a database connection ended
-under it (a terminated backend, a failover) no longer ends the process or the lane.
-A worker killed mid-task leaves that task claimed for good (the database backend does
-not reclaim it); the sweep, in a thread of every worker, queues again what such a task
-left undone: webhook deliveries whose lease ran out, decisions not yet applied and
-items not yet started.
-Another thread fires the deadlines of overdue asks (``moderation.review.deadlines``) every
-``DEADLINE_SWEEP_INTERVAL`` seconds, and one more finds the interrupts of the LangGraph
-deployments (``moderation.review.deployments``) every ``LANGGRAPH_SWEEP_INTERVAL`` seconds.
+Threads beside the loops: the heartbeat (``moderation.records.workers``), the sweeps (tasks a
+killed worker left undone: leases run out, unapplied decisions, unstarted items), deadlines
+(``moderation.review.deadlines``) and deployment discovery. Metrics are served on the first
+free port from ``METRICS_WORKER_PORT``. Why and measurements: contributors/worker-throughput.md.
 """
 
 import logging
@@ -57,10 +30,10 @@ from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.utils import timezone
 from django.utils.autoreload import DJANGO_AUTORELOAD_ENV, run_with_reloader
-from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
-from django_tasks_db.management.commands.db_worker import logger as package_logger
 
 from moderation.core.taskqueue import QueueLane, SteadyWorker, TaskWake
+from moderation.core.tasksdb import DbWorkerCommand
+from moderation.core.tasksdb import worker_logger as package_logger
 from moderation.delivery.sending import DELIVERY_QUEUE, deliveries_sweep
 from moderation.records.events import push_loop_start
 from moderation.records.metrics import MetricsPortsBusy, metrics_worker_serve

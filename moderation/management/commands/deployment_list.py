@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from moderation.models import Deployment
+from moderation.review.models import Deployment
 
 
 class Command(BaseCommand):

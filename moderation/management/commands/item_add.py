@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from moderation.core.jsonparse import json_parse
 from moderation.graphs.registry import UnknownGraph, graph_name_validate
-from moderation.models import Team
+from moderation.policies.models import Team
 from moderation.review.item_import import FORMATS, ItemFileError, item_format_guess, item_rows_read
 from moderation.review.items import item_create, item_requester_get
 

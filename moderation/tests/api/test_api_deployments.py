@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from moderation.models import ApiClient, Deployment
+from moderation.delivery.models import ApiClient
 from moderation.review.deployments import _digest, deployment_webhook_path
+from moderation.review.models import Deployment
 
 INTERNAL = "cannot open postgres://agent:hunter2@10.1.2.3:5432/threads"
 

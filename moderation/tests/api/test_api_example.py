@@ -22,7 +22,7 @@ from moderation.tests.webhook_receiver import Receiver
 pytestmark = [pytest.mark.timeout(600)]
 
 _ENDPOINT = """
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 print("SECRET " + WebhookEndpoint.objects.create(name="example", url={url!r}, events=["item.decided"]).secret)
 """
 

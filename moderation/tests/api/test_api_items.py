@@ -15,7 +15,9 @@ from django_tasks_db.models import DBTaskResult
 
 from moderation.api.clients import apiclient_create
 from moderation.core.checkpointer import checkpointer_get
-from moderation.models import ApiToken, QueueItem, ReviewAsk, Team
+from moderation.delivery.models import ApiToken
+from moderation.items.models import QueueItem, ReviewAsk
+from moderation.policies.models import Team
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.decisions import NotAllowed, item_decide
@@ -65,7 +67,6 @@ def test_submit_creates_an_item_with_its_graph_thread_then_a_retry_returns_it(ap
     [ask] = body["asks"]
     assert body["graph"] == "moderation" and ask["status"] == "pending" and ask["round"] == 1
     assert ask["action_requests"][0]["name"] == "publish" and ask["action_requests"][0]["args"]["title"] == "A post"
-    assert body["review_request"]["action_requests"] == ask["action_requests"]
     assert _thread_exists(body["id"])
     again = api.post("/items", {**ITEM, "metadata": {"a": [1, 2]}, "priority": 5}, **{"Idempotency-Key": "k1"})
     assert again.status_code == 200 and again.json()["id"] == body["id"]
@@ -225,7 +226,7 @@ def test_read_shows_decision_and_other_clients_items_are_404(api, alice):
     body = api.get(f"/items/{item_id}").json()
     assert body["status"] == "rejected"
     assert body["decision"]["by"] == "alice" and body["decision"]["note"] == "spam"
-    assert body["review_request"] == {}
+    assert [a["status"] for a in body["asks"]] == ["decided"]
     other = Api(apiclient_create(name="nosy", scopes=["items:read"])[1])
     response = other.get(f"/items/{item_id}")
     assert response.status_code == 404 and response.json()["error"] == "not_found"
@@ -351,7 +352,7 @@ def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(a
     ]
     assert "priority" in results[1]["message"] and "unknown" in results[2]["message"]
     first = results[0]["item"]
-    assert (first["status"], first["asks"], first["review_request"]) == ("starting", [], {})
+    assert (first["status"], first["asks"]) == ("starting", [])
     assert results[3]["item"]["metadata"] == {"n": 2}
     refused = api.post(f"/items/{first['id']}/cancel", {"reason": "too early"})
     assert refused.status_code == 409 and refused.json()["error"] == "starting"
@@ -362,7 +363,7 @@ def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(a
     for item in QueueItem.objects.all():
         item_start(item_id=item.pk)
     started = api.get(f"/items/{first['id']}").json()
-    assert started["status"] == "pending" and len(started["asks"]) == 1 and started["review_request"]
+    assert started["status"] == "pending" and len(started["asks"]) == 1
     assert item_decide(item_public_id=first["id"], reviewer=alice, decision="approve").won
 
 
@@ -372,7 +373,7 @@ def test_queued_submit_answers_202_starting_then_the_worker_puts_it_in_the_queue
     response = api.post("/items", {**ITEM, "start": "queued"}, **key)
     assert response.status_code == 202, response.content
     item = response.json()
-    assert (item["status"], item["asks"], item["review_request"]) == ("starting", [], {})
+    assert (item["status"], item["asks"]) == ("starting", [])
     assert not _thread_exists(item["id"])
     [task] = DBTaskResult.objects.filter(task_path=items_start_task.module_path)
     assert task.args_kwargs["args"] == [[QueueItem.objects.get().pk]]

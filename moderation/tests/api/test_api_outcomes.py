@@ -6,8 +6,9 @@ import pytest
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
-from moderation.models import AuditLedgerEntry, OutcomeReport, QueueItem
+from moderation.items.models import QueueItem
 from moderation.records.audit import audit_verify
+from moderation.records.models import AuditLedgerEntry, OutcomeReport
 from moderation.records.timeline import item_timeline
 from moderation.review.decisions import item_decide
 from moderation.tests.api.test_api_items import Api

@@ -14,7 +14,8 @@ from moderation.api.clients import apiclient_create
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
 from moderation.graphs.asks import AskSpec
 from moderation.graphs.runtime import PendingAsk
-from moderation.models import QueueItem, ReviewAsk, Team
+from moderation.items.models import QueueItem, ReviewAsk
+from moderation.policies.models import Team
 from moderation.review.apply import asks_create, item_apply
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.submissions import Submission, submission_check

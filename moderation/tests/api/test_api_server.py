@@ -37,7 +37,7 @@ ITEM = {"title": "From a pipeline", "body": "Some harmless text.", "source": "lo
 _COUNT = """
 from moderation.core.checkpointer import checkpointer_get
 from moderation.graphs.runtime import graph_asks_pending
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 threads = {c.config["configurable"]["thread_id"] for c in checkpointer_get().list(None)}
 print("COUNT", QueueItem.objects.count(), len(threads))
 astray = sum(

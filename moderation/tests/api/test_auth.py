@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 
 pytestmark = [pytest.mark.django_db]
 

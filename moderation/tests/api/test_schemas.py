@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
 from moderation.api.schemas import AskResolution, TallyOut
-from moderation.models import QueueItem, ReviewAsk, Team
-from moderation.policies.models import TallyWhy
+from moderation.items.models import QueueItem, ReviewAsk
+from moderation.policies.models import TallyWhy, Team
 from moderation.policies.rules import Policy, Resolution, tally_build
 from moderation.policies.teams import team_member_add
 from moderation.review.deadlines import deadlines_sweep

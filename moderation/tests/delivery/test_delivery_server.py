@@ -32,7 +32,7 @@ WEBHOOK_ENV = {
     "WEBHOOK_SWEEP_INTERVAL": "0.3", "WEBHOOK_LEASE_GRACE": "0.3", "DECISION_RATE_LIMIT": "0",
 }
 _ENDPOINT = """
-from moderation.models import WebhookEndpoint
+from moderation.delivery.models import WebhookEndpoint
 e = WebhookEndpoint.objects.create(name={name!r}, url={url!r}, events={events!r})
 print("SECRET " + e.secret)
 """

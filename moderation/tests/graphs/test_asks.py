@@ -15,9 +15,10 @@ from django.db import connection
 
 from moderation.graphs.asks import ActionEdit, ArgChange, ArgChangeKind, AskSpec, ask_edits_diff, decisions_describe
 from moderation.graphs.runtime import graph_values
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
 from moderation.lab.harness import race_processes, race_threads
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import REFUND_ARGS, TEST_GRAPHS_ENV, item_forks, item_resumes, item_waiting_on

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from moderation.graphs.registry import UnknownGraph, graph_name_validate, graphs_check
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.review.items import item_create
 from moderation.tests.graphs_support import TEST_GRAPHS
 

@@ -11,9 +11,10 @@ from ipaddress import ip_network
 
 import pytest
 
+from moderation.delivery.models import ApiClient
 from moderation.graphs.remote import Connection, RemoteRefused, remote_thread_read
-from moderation.models import ApiClient, Deployment
 from moderation.review.deployments import DeploymentInvalid, GraphRoute, deployment_register, deployments_sweep
+from moderation.review.models import Deployment
 
 
 class StubDeployment:

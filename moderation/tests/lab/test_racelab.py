@@ -13,10 +13,11 @@ from django.urls import reverse
 
 from moderation.core.checkpointer import checkpointer_target
 from moderation.graphs.runtime import graph_get
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab import store
 from moderation.lab.waits import progress_wait
-from moderation.models import AuditLedgerEntry, DecisionAttempt, ItemStatus, LabAccount, QueueItem
 from moderation.policies.models import Team
+from moderation.records.models import AuditLedgerEntry, DecisionAttempt, LabAccount
 from moderation.records.selectors import QueueFilters, queue_counts, queue_pending
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
@@ -248,29 +249,29 @@ def test_only_one_lab_run_at_a_time(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_lab_page_is_for_staff_and_shows_the_latest_run(client, make_moderator):
-    page = reverse("moderation:lab:page")
+    page = reverse("lab:page")
     assert client.get(page).status_code == 302
-    assert client.get(reverse("moderation:lab:status")).status_code == 401
+    assert client.get(reverse("lab:status")).status_code == 401
 
     moderator = make_moderator()
     client.force_login(moderator)
     assert client.get(page).status_code == 403
-    assert client.get(reverse("moderation:lab:status")).status_code == 403
-    assert client.post(reverse("moderation:lab:run")).status_code == 403
+    assert client.get(reverse("lab:status")).status_code == 403
+    assert client.post(reverse("lab:run")).status_code == 403
 
     moderator.is_staff = True
     moderator.save()
     assert b"No lab run has finished yet" in client.get(page).content
-    assert client.get(reverse("moderation:lab:chart")).status_code == 404
+    assert client.get(reverse("lab:chart")).status_code == 404
 
     _small_guarded_run()
     response = client.get(page)
     assert response.status_code == 200
     assert b'data-strategy="guarded" data-mode="threads"' in response.content
     assert b"isolation held" in response.content
-    chart = client.get(reverse("moderation:lab:chart"))
+    chart = client.get(reverse("lab:chart"))
     assert chart["Content-Type"] == "image/svg+xml"
-    assert client.get(reverse("moderation:lab:status")).json()["state"] == "done"
+    assert client.get(reverse("lab:status")).json()["state"] == "done"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -283,7 +284,7 @@ def test_page_starts_one_background_run_and_reports_its_progress(client, make_mo
     staff.is_staff = True
     staff.save()
     client.force_login(staff)
-    run, status = reverse("moderation:lab:run"), reverse("moderation:lab:status")
+    run, status = reverse("lab:run"), reverse("lab:status")
 
     started = client.post(run, HTTP_ACCEPT="application/json")
     assert started.status_code == 202 and started.json()["state"] == "starting"

@@ -9,13 +9,13 @@ from channels.layers import get_channel_layer
 from django.contrib.sessions.models import Session
 
 from moderation.live import consumers
+from moderation.live.models import Presence
 from moderation.live.sockets import (
     CLOSE_RATE_LIMITED,
     CLOSE_TOO_MANY_SOCKETS,
     FRAME_DROPS_TO_CLOSE,
     live_sockets_stats,
 )
-from moderation.models import Presence
 from moderation.records.claims import ItemClaim, claim_take
 from moderation.tests.sockets import (  # noqa: F401 (fixtures)
     TIMEOUT,
@@ -423,7 +423,7 @@ async def test_claims_reach_the_queue_and_leaving_the_item_page_releases_the_cla
 async def test_a_team_members_queue_hears_its_teams_items_and_those_of_no_team_never_another_teams(payments, alice, login):
     """A member's socket joined the supervisors' group too (every team's items went to it): a shop item's
     title reached every payments member."""
-    from moderation.models import Team
+    from moderation.policies.models import Team
     from moderation.review.items import item_create
 
     tab, _ = await opened("/ws/queue/", await database_sync_to_async(login)(alice))

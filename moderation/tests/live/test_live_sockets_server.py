@@ -249,10 +249,12 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
         assert flooding["frames"] > 3000 and flooding["opened"] >= 6, report
         assert CLOSE_RATE_LIMITED in flooding["codes"] and set(flooding["codes"]) <= {CLOSE_RATE_LIMITED, 1006}, report
         assert max(flooding["lifetimes"]) < flood_seconds / 2, report
-        # Others barely notice, against their own times before the flood. The flooding script takes
-        # a core of its own and the machine is shared, so the ratio is generous: the old code was 15x slower.
+        # Others are not starved, against their own times before the flood. The flooding script takes
+        # a core of its own and the other test pass shares the machine: on a quiet machine the medians
+        # barely move (21.6 ms beside 21.7), a fresh clone's CI run saw 8x. With the limit off
+        # (LIVE_FRAME_RATE=0) Bob got one page in the whole flood, a median of seconds.
         for before, during in ((before_pages, during_pages), (before_decisions, during_decisions)):
-            assert _p50_ms(during) <= 5 * _p50_ms(before) + 30, report
+            assert _p50_ms(during) <= 10 * _p50_ms(before) + 100, report
         assert rss_after <= rss_before + RSS_BOUND_MIB, report
         assert live == {"sockets": 0, "group_memberships": 0}, live
         assert _presence_rows(server) == 0

@@ -7,6 +7,7 @@ from channels.db import database_sync_to_async
 from django.test import Client
 from django.utils import timezone
 
+from moderation.live.models import Presence
 from moderation.live.presence import (
     presence_by_item,
     presence_join,
@@ -15,7 +16,6 @@ from moderation.live.presence import (
     presence_ttl,
     presence_viewers,
 )
-from moderation.models import Presence
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, next_of, opened  # noqa: F401
 
 # The upsert and the expiry queries are the parts that differ between SQLite and PostgreSQL.

@@ -20,8 +20,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from moderation.core.jsonparse import json_parse
+from moderation.items.models import QueueItem
+from moderation.live.models import Presence
 from moderation.live.sockets import FRAME_MAX_CHARS
-from moderation.models import DecisionAttempt, Presence, QueueItem
+from moderation.records.models import DecisionAttempt
 from moderation.tests.sockets import TIMEOUT, fresh_layer, item_path, login, opened  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]

@@ -1,22 +1,16 @@
-"""The races of approval policies (issue 16), each judged by the history checker.
+"""The races of approval policies, each judged by the history checker.
 
-1. the Nth approval and a veto at the same instant: one resolution, the first committed;
-2. the last two approvals of a quorum of 3 at once: the graph resumed once, with every vote;
-3. the deadline firing while a moderator clicks: one of them decides, the other is told;
-4. a moderator removed from the team while voting: refused or counted, as the removal's
-   commit says (never a vote cast after the removal it was judged before);
+1. the Nth approval and a veto at once: one resolution, the first committed;
+2. the last two approvals of a quorum of 3 at once: one resume, with every vote;
+3. the deadline firing while a moderator clicks: one decides, the other is told;
+4. a moderator removed from the team while voting: refused or counted, as the removal's commit says;
 5. one moderator voting from two tabs at once: one vote;
-6. with ``CLAIMS_REQUIRED``, a vote racing the vote of the claim's holder: refused while
-   the holder's claim is live, counted only once the holder's vote (which ends the claim)
-   committed before it (issue 28.14).
+6. with ``CLAIMS_REQUIRED``, a vote racing the claim holder's vote: refused while the claim is live.
 
-Real threads released by a barrier (``races.race_rounds``), on SQLite here and on
-PostgreSQL in the PostgreSQL pass. Every attempt is an op of a ``HistoryRecorder``;
-the final rows, votes, tallies and checkpoint histories are read back with
-``history_final_read`` and judged by ``history_check``. The negative controls run the
-textbook quorum without the guard (write my vote, count the votes, resolve if the
-count says so) and the removal that takes its time before the membership's lock,
-through the same checker, which must see double resolutions and ineligible votes.
+Real threads released by a barrier (``races.race_rounds``), on SQLite and in the PostgreSQL
+pass; judged by ``history_check``. Negative controls: the textbook quorum without the guard,
+and a removal that waits before the membership's lock, which must show double resolutions
+and ineligible votes.
 """
 
 from __future__ import annotations
@@ -30,21 +24,13 @@ from django.utils import timezone
 
 from moderation.graphs.asks import AskSpec, ask_resume_value
 from moderation.graphs.runtime import graph_asks_pending, graph_resume, graph_values
+from moderation.items.models import STATUS_FOR_DECISION, AskStatus, QueueItem, ReviewAsk
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.models import (
-    STATUS_FOR_DECISION,
-    AskStatus,
-    AttemptOutcome,
-    DecisionAttempt,
-    QueueItem,
-    ReviewAsk,
-    Team,
-    TeamMembership,
-    Vote,
-)
+from moderation.policies.models import Team, TeamMembership, Vote
 from moderation.policies.rules import policy_parse, tally_resolve
 from moderation.policies.teams import eligible_count, team_member_add, team_member_remove
 from moderation.records.claims import claim_take
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
 from moderation.review.items import item_create

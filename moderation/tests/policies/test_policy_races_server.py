@@ -47,7 +47,7 @@ import json, os
 from django.contrib.auth import get_user_model
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
-from moderation.models import Team
+from moderation.policies.models import Team
 from moderation.policies.teams import team_member_add
 spec = json.loads(open(os.environ["POLICY_RACE_FILE"]).read())
 users = {u.username: u for u in get_user_model().objects.filter(username__in=spec["members"])}
@@ -68,7 +68,7 @@ print(json.dumps(out))
 _FINAL = """
 import dataclasses, json, os
 from moderation.lab.history import history_final_read, history_wait_applied
-from moderation.models import DecisionAttempt
+from moderation.records.models import DecisionAttempt
 ids = json.loads(open(os.environ["POLICY_RACE_FILE"]).read())
 history_wait_applied(items=ids, stall=60)
 attempts = {}

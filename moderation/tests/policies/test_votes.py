@@ -8,10 +8,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk, Team, Vote
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.policies.models import Team, Vote
 from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.records.audit import audit_verify
 from moderation.records.claims import claim_take
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.deadlines import deadlines_sweep
 from moderation.review.decisions import InvalidDecision, ItemClaimed, NotAllowed, item_decide
 from moderation.review.items import item_create

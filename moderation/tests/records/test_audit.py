@@ -1,4 +1,5 @@
-import importlib
+import hashlib
+import json
 import threading
 
 import pytest
@@ -6,9 +7,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
+from moderation.items.models import QueueItem, ReviewAsk
 from moderation.lab.runner import lab_items_remove
-from moderation.models import AppendOnlyError, AuditLedgerEntry, DecisionAttempt, LedgerKind, QueueItem, ReviewAsk
 from moderation.records.audit import audit_guard_lifted, audit_head, audit_key_id, audit_verify
+from moderation.records.models import AppendOnlyError, AuditLedgerEntry, DecisionAttempt, LedgerKind
 from moderation.review.decisions import item_decide
 from moderation.review.items import lab_item_create
 
@@ -40,9 +42,17 @@ def _sql(statement, params=()):
         cursor.execute(statement, params)
 
 
-# The unkeyed SHA-256 entry hash of the previous scheme, which anyone could recompute:
-# the same function migration 0007 checks old chains with.
-_plain_digest = importlib.import_module("moderation.migrations.0007_audit_keyed_ledger")._legacy_digest
+def _plain_digest(attempt, item_public_id):
+    """A forger without the key: an unkeyed SHA-256 over the attempt's fields, which anyone can recompute."""
+    iso = lambda v: v.isoformat() if v else ""  # noqa: E731
+    fields = {
+        "item": item_public_id, "seq": attempt.seq, "prev": attempt.prev_hash, "reviewer": attempt.reviewer_id,
+        "requested": attempt.requested, "note": attempt.note, "outcome": attempt.outcome, "winner": attempt.winner_id,
+        "winner_status": attempt.winner_status, "winner_decided_at": iso(attempt.winner_decided_at),
+        "detail": attempt.detail, "requested_at": iso(attempt.requested_at), "recorded_at": iso(attempt.recorded_at),
+    }
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus
+from moderation.items.models import AskStatus, ItemStatus
 from moderation.policies.teams import team_member_remove
 from moderation.records.claims import (
     ItemClaim,
@@ -19,6 +19,7 @@ from moderation.records.claims import (
     claims_live,
     next_item_pick,
 )
+from moderation.records.models import DecisionAttempt
 from moderation.review.decisions import ItemClaimed, item_decide
 from moderation.review.items import item_create
 

@@ -16,10 +16,11 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.harness import race_threads
-from moderation.models import DecidedDayCounter, ItemStatus, PendingCounter, QueueCounter, QueueItem
 from moderation.records.audit import audit_items_purge
 from moderation.records.counts import SHARDS, counts_actual, counts_recount
+from moderation.records.models import DecidedDayCounter, PendingCounter, QueueCounter
 from moderation.records.selectors import queue_counts
 from moderation.review import recovery
 from moderation.review.apply import item_apply
@@ -116,11 +117,12 @@ def test_needs_attention_and_back_to_pending_move_the_count(make_item):
     item = make_item()
     thread_id = item.thread_id
     QueueItem.objects.filter(pk=item.pk).update(thread_id="no-such-thread")
-    assert "needs attention" in item_reconcile(key=str(item.public_id))[1]
+    [done] = item_reconcile(key=str(item.public_id))[1]
+    assert done.startswith("needs attention")
     _exact()
     assert (_status(), _status(status=ItemStatus.NEEDS_ATTENTION)) == (0, 1)
     QueueItem.objects.filter(pk=item.pk).update(thread_id=thread_id)
-    assert item_reconcile(key=str(item.public_id))[1] == "graph is waiting for review again: back to pending"
+    assert item_reconcile(key=str(item.public_id))[1] == ["graph is waiting for review again: back to pending"]
     _exact()
     assert (_status(), _status(status=ItemStatus.NEEDS_ATTENTION)) == (1, 0)
 

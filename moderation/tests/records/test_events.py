@@ -11,8 +11,8 @@ from django.db import connection, transaction
 from django.urls import reverse
 
 from moderation.core.faults import fault_inject
+from moderation.items.models import ItemStatus
 from moderation.lab.waits import progress_wait
-from moderation.models import ItemStatus
 from moderation.records import events
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create

@@ -12,10 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from moderation.models import ItemStatus, QueueItem, queue_rank
+from moderation.core.cursors import CursorInvalid
+from moderation.items.models import ItemStatus, QueueItem, queue_rank
 from moderation.records.selectors import (
     QUEUE_ORDERS,
-    QueueCursorInvalid,
     QueueFilters,
     _queue_filtered,
     items_recently_decided,
@@ -319,12 +319,12 @@ def test_a_next_page_whose_items_were_all_decided_shows_the_last_page(alice):
 def test_cursor_must_be_signed_and_for_the_order_in_use():
     _many(30)
     token = queue_pending(filters=QueueFilters(), cursor=None, per_page=10).next_cursor
-    with pytest.raises(QueueCursorInvalid):
+    with pytest.raises(CursorInvalid):
         queue_cursor_read(token=token, order="oldest")
-    with pytest.raises(QueueCursorInvalid):
+    with pytest.raises(CursorInvalid):
         queue_cursor_read(token=token[:-2] + "xx", order="priority")
     forged = signing.dumps({"o": "priority", "f": True, "k": ["1", 1]}, salt="other")
-    with pytest.raises(QueueCursorInvalid):
+    with pytest.raises(CursorInvalid):
         queue_cursor_read(token=forged, order="priority")
     assert queue_cursor_read(token=token, order="priority").forward is True
 

@@ -13,7 +13,8 @@ from django.db import IntegrityError
 from django.test import Client
 
 from moderation.api.clients import apiclient_create
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReasonCode, ReasonOffer, ReasonRule
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
+from moderation.records.models import DecisionAttempt, ReasonCode, ReasonOffer, ReasonRule
 from moderation.records.reasons import ReasonInvalid, reason_rule, reason_rule_save
 from moderation.review.bulk import BulkInvalid, items_decide_bulk
 from moderation.review.decisions import InvalidDecision, item_decide

@@ -9,8 +9,9 @@ from django.test import Client
 from moderation.api.clients import apiclient_create
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, AttemptOrigin, DecisionAttempt, ItemStatus, QueueItem, ReasonCode
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.records.audit import audit_verify
+from moderation.records.models import AttemptOrigin, DecisionAttempt, ReasonCode
 from moderation.records.reasons import reason_rule, reason_rule_save
 from moderation.review.decisions import InvalidDecision, item_decide
 from moderation.review.items import item_create

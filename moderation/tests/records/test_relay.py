@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from moderation.models import RelayedEvent
 from moderation.records import events, relay
+from moderation.records.models import RelayedEvent
 from moderation.records.relay import RELAY_KEEP_SECONDS, relay_follow, relay_last, relay_read, relay_record
 from moderation.review.decisions import item_decide
 

@@ -10,8 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from moderation.models import DecisionAttempt, ReviewAsk, Team
+from moderation.items.models import ReviewAsk
+from moderation.policies.models import Team
 from moderation.records import teamstats
+from moderation.records.models import DecisionAttempt
 from moderation.records.teamstats import fleiss_kappa, team_stats_read, wait_quantile
 from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import item_decide

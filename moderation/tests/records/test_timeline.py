@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from moderation.models import AskStatus, AttemptOrigin, ItemStatus, QueueItem, ReasonCode, ReviewAsk
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.records.models import AttemptOrigin, ReasonCode
 from moderation.records.timeline import DecidedFilters, decided_filters_read, decided_page, duration_words
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create

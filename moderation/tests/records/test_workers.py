@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from moderation.models import WorkerBeat
 from moderation.records.metrics import metrics_exposition
+from moderation.records.models import WorkerBeat
 from moderation.records.workers import (
     item_apply_wait,
     work_state,

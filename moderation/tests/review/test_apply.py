@@ -14,9 +14,10 @@ from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
 from moderation.core.taskqueue import QueueLane, TaskWake
+from moderation.graphs.outcome import AppliedState
 from moderation.graphs.runtime import graph_get, graph_is_finished, graph_run_counts, graph_state_read, graph_values
-from moderation.models import ApplyState, AskStatus, ItemStatus, QueueItem
-from moderation.review.apply import APPLY_QUEUE, applies_sweep, item_apply, item_apply_task
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem
+from moderation.review.apply import APPLY_QUEUE, ApplyOutcome, ApplyResult, applies_sweep, item_apply, item_apply_task
 from moderation.review.decisions import item_decide, item_withdraw
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
@@ -35,8 +36,8 @@ def _decided_unapplied(item, reviewer, **kwargs):
 
 def test_decided_unapplied_ask_is_applied_once_and_a_second_apply_does_nothing(alice, make_item):
     item = _decided_unapplied(make_item(), alice, decision="approve")
-    assert item_apply(item_id=item.pk) == "resumed 1, finished"
-    assert item_apply(item_id=item.pk) == "nothing to apply"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)]
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
     item.refresh_from_db()
     assert (item.apply_state, item.applied_result["state"]) == (ApplyState.IDLE, "finished")
     assert item.asks.get().applied_at is not None
@@ -72,14 +73,15 @@ def test_failed_apply_is_left_for_recover_which_finishes_it_once(alice, make_ite
         raise ConnectionError("tool service down")
 
     with fault_inject(point, down):
-        assert item_apply(item_id=item.pk).startswith("failed: ConnectionError: tool service down")
+        [failed] = item_apply(item_id=item.pk)
+        assert failed.outcome == ApplyOutcome.FAILED and failed.error.startswith("ConnectionError: tool service down")
     item.refresh_from_db()
     assert (item.status, item.apply_state) == (ItemStatus.APPROVED, ApplyState.FAILED)
     assert item.applied_result == {"state": "failed", "summary": "", "error": "ConnectionError: tool service down",
                                    "errors": [{"where": "graph", "message": "ConnectionError: tool service down"}]}
     assert item.asks.get().applied_at is None
     # The worker's own retries and the sweep leave a failed item to the operator.
-    assert item_apply(item_id=item.pk) == "failed earlier; left for manage.py recover"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.FAILED_EARLIER)]
     assert applies_sweep(enqueue=lambda item_id: pytest.fail("a failed apply was queued again")) == 0
     [action] = items_recover().actions
     assert action.action == "applied its decision: resumed 0, finished"
@@ -99,7 +101,7 @@ def test_apply_killed_before_the_resume_is_resumed_by_the_next_run(alice, make_i
         item_apply(item_id=item.pk)
     item.refresh_from_db()
     assert item.apply_state == ApplyState.APPLYING and item_resumes(item) == 0 and item_waiting_on(item)
-    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)]
     assert item_resumes(item) == 1
 
 
@@ -115,7 +117,7 @@ def test_apply_killed_after_the_resume_records_without_resuming_again(alice, mak
     item.refresh_from_db()
     assert item.apply_state == ApplyState.APPLYING and item.asks.get().applied_at is None
     assert item_resumes(item) == 1
-    assert item_apply(item_id=item.pk) == "resumed 0, finished"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=0, state=AppliedState.FINISHED)]
     assert item_resumes(item) == 1
 
 
@@ -134,7 +136,7 @@ def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_
         item_apply(item_id=item.pk)
     item.refresh_from_db()
     assert item.apply_state == ApplyState.APPLYING and item.asks.get().applied_at is None
-    assert item_apply(item_id=item.pk).endswith(", finished")
+    assert [r.state for r in item_apply(item_id=item.pk)] == [AppliedState.FINISHED]
     item.refresh_from_db()
     assert (item.apply_state, item.applied_result) == (
         ApplyState.IDLE, {"state": "finished", "summary": "approved", "errors": [], "result": {"status": "approved", "reviewer": "alice",
@@ -226,7 +228,10 @@ def test_two_workers_applying_one_item_at_once_resume_it_once(alice, make_item):
     threads = [threading.Thread(target=worker) for _ in range(2)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert sorted(results) == ["nothing to apply", "resumed 1, finished"]
+    assert sorted(results, key=lambda r: r[0].outcome) == [
+        [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)],
+        [ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)],
+    ]
     assert item_resumes(item) == 1 and item_forks(item) == 0
     assert QueueItem.objects.get(pk=item.pk).apply_state == ApplyState.IDLE
 
@@ -237,7 +242,7 @@ def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_i
     item = _decided_unapplied(make_asking_item(), alice, decision="approve")
     graphs = dict(settings.REVIEWQUEUE_GRAPHS)
     settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in graphs.items() if name != item.graph}
-    assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.GRAPH_NOT_LOADED)]
     item.refresh_from_db()
     assert (item.apply_state, item.applied_result, item_resumes(item)) == (ApplyState.APPLYING, {}, 0)
     assert item.asks.get().applied_at is None
@@ -248,7 +253,7 @@ def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_i
     settings.REVIEWQUEUE_GRAPHS = graphs
     queued: list[int] = []
     assert applies_sweep(enqueue=queued.append) == 1 and queued == [item.pk]
-    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)]
     assert item_resumes(item) == 1
 
 
@@ -305,7 +310,7 @@ def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_ite
     assert item_resumes(item) == 2 or item_forks(item) >= 1
 
 
-def _apply_after_the_checkpointers_connections_are_terminated(item) -> str:
+def _apply_after_the_checkpointers_connections_are_terminated(item) -> list[ApplyResult]:
     """``item_apply`` once every other backend of the database has been terminated (``pg_terminate_backend``,
     as an operator or a failover does): the checkpointer's idle pooled connections among them."""
     with connection.cursor() as cursor:
@@ -333,7 +338,7 @@ def _resume_lock_backend_terminate(lock_connection=_pinned_connection) -> None:
 _postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
 
 
-def _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item) -> str:
+def _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item) -> list[ApplyResult]:
     """``item_apply``, the resume lock's backend terminated while the resumed node runs: the connection
     its run's checkpoints go over ends under it."""
     with fault_inject("in_review_node", lambda key: _resume_lock_backend_terminate()):
@@ -344,20 +349,23 @@ def _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item) -> str:
 @_postgres_only
 def test_an_apply_after_every_backend_was_terminated_resumes_at_once_on_new_connections(alice, make_item):
     item = _decided_unapplied(make_item(), alice, decision="approve")
-    assert _apply_after_the_checkpointers_connections_are_terminated(item) == "resumed 1, finished"
+    assert _apply_after_the_checkpointers_connections_are_terminated(item) == [
+        ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)
+    ]
 
 
 @pytest.mark.postgres_variant
 @_postgres_only
 def test_an_apply_whose_storage_connection_ends_under_it_is_tried_again_not_failed(alice, make_item):
     item = _decided_unapplied(make_item(), alice, decision="approve")
-    assert _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item).startswith("retrying: the graph's storage: ")
+    [retrying] = _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item)
+    assert retrying.outcome == ApplyOutcome.RETRYING and retrying.error.startswith("the graph's storage: ")
     item.refresh_from_db()
     assert item.apply_state == ApplyState.APPLYING and item.applied_result["state"] == "applying"
     # Queued again, to run after a backoff (the decision's own task waits too: its run_after is the package's "now").
     retry = DBTaskResult.objects.filter(task_path=item_apply_task.module_path).order_by("run_after").first()
     assert retry.args_kwargs["args"] == [item.pk] and retry.run_after > timezone.now()
-    assert item_apply(item_id=item.pk).endswith(", finished")  # the retry, on another connection
+    assert [r.state for r in item_apply(item_id=item.pk)] == [AppliedState.FINISHED]  # the retry, on another connection
     assert item_resumes(item) == 1 and item_forks(item) == 0
 
 
@@ -369,20 +377,23 @@ def test_negative_control_without_telling_a_lost_connection_apart_the_apply_is_f
     """What the soak found with pg_terminate: decided items left FAILED, their graphs never resumed."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
     monkeypatch.setattr("moderation.review.apply.STORAGE_LOST", ())
-    assert _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item).startswith("failed: OperationalError: ")
+    [failed] = _apply_whose_lock_backend_is_terminated_in_the_resumed_node(item)
+    assert failed.outcome == ApplyOutcome.FAILED and failed.error.startswith("OperationalError: ")
     item.refresh_from_db()
     assert item.apply_state == ApplyState.FAILED
     assert applies_sweep(enqueue=lambda item_id: pytest.fail("a failed apply is queued again")) == 0
     assert item_resumes(item) == 0
 
 
-def _lock_lost_under_a_run_then_taken_by_another_apply(item, lock_connection=_pinned_connection) -> tuple[str, str]:
+def _lock_lost_under_a_run_then_taken_by_another_apply(
+    item, lock_connection=_pinned_connection
+) -> tuple[list[ApplyResult], list[ApplyResult]]:
     """Two applies of one item, as two worker processes (the in-process lock taken away: the PostgreSQL
     lock alone is between them). The first's lock is lost (its backend terminated) while its resumed
     node runs; the second then takes the lock and applies; only then does the first's node return.
     What each said."""
     in_node, released = threading.Event(), threading.Event()
-    first_done: list[str] = []
+    first_done: list[list[ApplyResult]] = []
 
     def hold(key):
         if not in_node.is_set():  # the first apply's node; the second's runs through
@@ -417,10 +428,12 @@ def test_a_worker_that_lost_its_resume_lock_writes_no_checkpoint_beside_the_next
     graph runs on. The holder's checkpoints go over the lock's own connection, so it can no longer write."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
     first, second = _lock_lost_under_a_run_then_taken_by_another_apply(item)
-    assert second.endswith(", finished") and first.startswith("retrying: the graph's storage:"), (first, second)
+    assert [r.state for r in second] == [AppliedState.FINISHED], second
+    [retrying] = first
+    assert retrying.outcome == ApplyOutcome.RETRYING and retrying.error.startswith("the graph's storage:"), first
     assert item_resumes(item) == 1 and item_forks(item) == 0
     assert graph_run_counts(name=item.graph, thread_id=item.thread_id).settled
-    assert item_apply(item_id=item.pk) == "nothing to apply"  # the first's retry
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]  # the first's retry
 
 
 @pytest.mark.postgres_variant

@@ -9,8 +9,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read, history_wait_applied
-from moderation.models import AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.bulk import BulkInvalid, BulkResult, items_decide_bulk
 from moderation.review.decisions import NotAModerator, item_decide
 

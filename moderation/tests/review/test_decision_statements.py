@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from bench.inprocess import DECISION_STATEMENTS, decision_statements
-from moderation.models import ItemStatus
+from moderation.items.models import ItemStatus
 from moderation.review import decisions
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]

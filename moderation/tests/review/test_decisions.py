@@ -7,16 +7,8 @@ from django.utils import timezone
 
 from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_resume, graph_values
-from moderation.models import (
-    AppendOnlyError,
-    ApplyState,
-    AskStatus,
-    AttemptOutcome,
-    DecisionAttempt,
-    ItemStatus,
-    QueueItem,
-    ReviewAsk,
-)
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.records.models import AppendOnlyError, AttemptOutcome, DecisionAttempt
 from moderation.review.decisions import (
     InvalidDecision,
     ItemBusy,

@@ -1,23 +1,14 @@
 """Races on a LangGraph deployment's interrupts, against a real LangGraph Server, judged by the history checker.
 
-- Three moderators deciding one remote ask at once: one decision wins, the thread is
-  resumed once (the server's own count of runs and checkpoints). Negative control: three
-  naive direct resumes of the same kind of thread, which the server takes as one resume and
-  three successes (``moderation.lab.remote_race``).
-- A webhook and a sweep discovering the same interrupts in two worker processes at once
-  (``moderation.tests.discovery_process``): one item per thread's interrupts (an interrupt
-  two items ask about is a ``double_start`` to the checker, its graph started twice).
-  Negative control: a naive discoverer in each of two processes that checks for the item
-  and then creates it, both past the check before either creates.
+- Three moderators deciding one remote ask at once: one wins, the thread is resumed once.
+  Control: three naive direct resumes, which the server takes as three successes
+  (``moderation.lab.remote_race``).
+- A webhook and a sweep discovering the same interrupts in two worker processes: one item.
+  Control: a naive check-then-create discoverer in each process.
+- A sweep and an apply both asking about a later round's interrupts: ``DeploymentInterrupt``'s
+  uniqueness makes one item ask them. Control: the same with that uniqueness dropped.
 
-- A sweep and the apply of a decision both asking about the interrupts of the thread's later
-  round, after the thread was resumed elsewhere (Studio) and then decided here: the sweep
-  past its check before the apply claims the round, creating after. The database's
-  one-item-per-interrupt (``DeploymentInterrupt``) makes one item ask them. Negative
-  control: the same with that uniqueness dropped: both ask.
-
-The guarded races run in the PostgreSQL pass too (its advisory resume lock and its
-unique constraint, where SQLite has a file lock).
+The guarded races run in the PostgreSQL pass too.
 """
 
 from __future__ import annotations
@@ -30,12 +21,14 @@ import pytest
 from django.db import connection
 
 from moderation.graphs.passthrough import ask_interrupts
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.remote_race import remote_race
-from moderation.models import AttemptOutcome, DecisionAttempt, DeploymentInterrupt, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import deployments
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import deployment_sweep
+from moderation.review.models import DeploymentInterrupt
 from moderation.tests.deployments_support import (
     agent_run,
     discovery_processes,

@@ -28,13 +28,15 @@ from django_tasks.base import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from moderation.core.faults import fault_inject
+from moderation.delivery.models import ApiClient
+from moderation.graphs.outcome import AppliedState
 from moderation.graphs.passthrough import ask_interrupts
 from moderation.graphs.remote import remote_thread_read
+from moderation.items.models import ApplyState, ItemStatus, QueueItem, ReviewAsk
 from moderation.lab.waits import progress_wait
-from moderation.models import ApiClient, ApplyState, Deployment, ItemStatus, QueueItem, ReviewAsk
 from moderation.records.events import item_group
 from moderation.review import deployments
-from moderation.review.apply import item_apply, item_apply_task
+from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply, item_apply_task
 from moderation.review.decisions import item_decide
 from moderation.review.deployments import (
     DeploymentInvalid,
@@ -45,6 +47,7 @@ from moderation.review.deployments import (
     deployments_sweep,
     interrupts_key,
 )
+from moderation.review.models import Deployment
 from moderation.review.remote import RESOLVED_OUTSIDE, deployment_connection
 from moderation.review.submissions import Submission, item_submit
 from moderation.tests.deployments_support import (
@@ -176,7 +179,8 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
                     decision="approve")
         item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the sports post?"].interrupt_id,
                     decision="reject")
-    assert item_apply(item_id=item.pk) == "resumed 2, asked again"  # the agent's next question: this item's round 2
+    # The agent's next question: this item's round 2.
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=2, state=AppliedState.ASKED_AGAIN)]
     item.refresh_from_db()
     assert item.applied_result["remote"]["resumed"] == sorted(ask_interrupts(graph_input=item.graph_input))
     state = sdk(url).threads.get_state(thread_id)
@@ -284,8 +288,9 @@ def test_a_worker_killed_between_the_resume_and_the_round_leaves_it_to_the_retry
         item_apply(item_id=item.pk)
     assert _runs(url, thread_id) == 2  # resumed there; nothing recorded here
     assert deployments_sweep() == 0 and items_of(thread_id) == [item]  # the round is left to the apply run again
-    assert item_apply(item_id=item.pk) == "resumed 0, asked again"  # what applies_sweep queues
-    assert item_apply(item_id=item.pk) == "nothing to apply"
+    # What applies_sweep queues.
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=0, state=AppliedState.ASKED_AGAIN)]
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
     assert _runs(url, thread_id) == 2  # not resumed again
     assert [(a.round, a.status) for a in item.asks.all()] == [(1, "decided"), (1, "decided"), (2, "pending")]
     assert deployments_sweep() == 0 and items_of(thread_id) == [item]
@@ -333,7 +338,7 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
         assert item.applied_result["state"] == "applying" and "cannot reach" in item.applied_result["error"]
         [retry] = DBTaskResult.objects.filter(task_path=item_apply_task.module_path, args_kwargs__args__0=item.pk)
         assert retry.status == TaskResultStatus.READY and retry.run_after > retry.enqueued_at  # after a backoff
-        assert item_apply(item_id=item.pk).startswith("retrying")  # the queued retry, still down
+        assert [r.outcome for r in item_apply(item_id=item.pk)] == [ApplyOutcome.RETRYING]  # the queued retry, still down
         item.refresh_from_db()
         assert item.applied_result["tries"] == 2
         client.force_login(alice)
@@ -341,8 +346,9 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
         assert "applying…" in page and "could not take it yet (try 2)" in page
     finally:
         gate.open()
-    assert item_apply(item_id=item.pk).startswith("resumed 1")
-    assert item_apply(item_id=item.pk) == "nothing to apply"
+    [applied] = item_apply(item_id=item.pk)
+    assert (applied.outcome, applied.resumed) == (ApplyOutcome.RECORDED, 1)
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.NOTHING_TO_APPLY)]
     item.refresh_from_db()
     assert item.apply_state == ApplyState.IDLE and item.applied_result["remote"]["resumed"]
     assert remote_outcome(langgraph_server.url, thread_id) == {"decisions": edit_to("alice")}

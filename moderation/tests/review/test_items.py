@@ -10,7 +10,7 @@ from django.db import OperationalError, connection
 
 from moderation.core.checkpointer import checkpointer_get
 from moderation.core.faults import fault_inject
-from moderation.models import QueueItem
+from moderation.items.models import QueueItem
 from moderation.review.items import item_create, item_start_state
 
 FIXED_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")

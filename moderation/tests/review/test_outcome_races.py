@@ -19,7 +19,8 @@ from django.db import connection
 from moderation.api.clients import apiclient_create
 from moderation.core.faults import fault_inject
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
-from moderation.models import AuditLedgerEntry, LedgerKind, OutcomeReport, QueueItem
+from moderation.items.models import QueueItem
+from moderation.records.models import AuditLedgerEntry, LedgerKind, OutcomeReport
 from moderation.review.decisions import item_decide
 from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.submissions import Submission, item_submit

@@ -4,8 +4,8 @@ import pytest
 from django.db import connection
 
 from moderation.api.clients import apiclient_create
-from moderation.models import OutcomeReport
 from moderation.records.audit import audit_verify
+from moderation.records.models import OutcomeReport
 from moderation.review.decisions import item_decide
 from moderation.review.outcomes import OutcomeInvalid, item_outcome_report, outcome_message_check
 from moderation.review.submissions import Submission, item_submit

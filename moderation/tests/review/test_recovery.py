@@ -8,9 +8,10 @@ from django.test import override_settings
 from moderation.core.faults import fault_inject
 from moderation.graphs import runtime
 from moderation.graphs.runtime import graph_is_finished, graph_resume, graph_values
-from moderation.models import ApplyState, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
+from moderation.items.models import ApplyState, ItemStatus, QueueItem
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import recovery
-from moderation.review.apply import item_apply
+from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.decisions import ItemNeedsAttention, item_decide, item_withdraw
 from moderation.review.items import item_create
 from moderation.review.recovery import items_recover
@@ -176,7 +177,7 @@ def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back
     }
     # Still decidable: the decision wins and waits, applying, for a worker that runs the graph.
     _decided_unapplied(waiting, bob)
-    assert item_apply(item_id=waiting.pk) == "left unapplied: graph not loaded"
+    assert item_apply(item_id=waiting.pk) == [ApplyResult(ApplyOutcome.GRAPH_NOT_LOADED)]
     assert rows()["waiting"] == (ItemStatus.APPROVED, ApplyState.APPLYING, "", None)
     assert not [record for record in caplog.records if record.exc_info], "a traceback for an expected case"
 

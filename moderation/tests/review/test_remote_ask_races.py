@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from moderation.api.clients import apiclient_create
+from moderation.items.models import QueueItem
 from moderation.lab.harness import race_threads
-from moderation.models import QueueItem
 from moderation.review.deadlines import deadline_account
 from moderation.review.submissions import Submission, item_submit
 

@@ -19,17 +19,12 @@ from django_tasks_db.models import DBTaskResult
 from moderation.api.clients import apiclient_create
 from moderation.core import resumelock
 from moderation.core.faults import fault_inject
+from moderation.delivery.models import WebhookEndpoint
 from moderation.graphs.runtime import graph_start_count
+from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read
-from moderation.models import (
-    AskStatus,
-    AttemptOutcome,
-    DecisionAttempt,
-    ItemStatus,
-    QueueItem,
-    WebhookEndpoint,
-)
 from moderation.records.counts import counts_read, counts_recount
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review import starts
 from moderation.review.apply import item_apply
 from moderation.review.decisions import (
@@ -43,6 +38,8 @@ from moderation.review.reconcile import item_reconcile
 from moderation.review.starts import (
     START_CHUNK,
     START_PRIORITY,
+    StartOutcome,
+    StartResult,
     item_start,
     items_start_task,
     starts_sweep,
@@ -92,7 +89,7 @@ def test_accept_writes_starting_rows_with_a_start_task_each_and_the_worker_puts_
     # item.created means "in the queue": none yet.
     assert not WebhookEndpoint.objects.get().deliveries.exists()
 
-    assert [item_start(item_id=i.pk) for i in items] == ["started: 1 ask(s)"] * 3
+    assert [item_start(item_id=i.pk) for i in items] == [StartResult(StartOutcome.STARTED, asks=1)] * 3
     for item in QueueItem.objects.all():
         [ask] = item.asks.all()
         assert item.status == ItemStatus.PENDING and item.review_request == ask.payload
@@ -152,8 +149,8 @@ def test_a_starting_item_cannot_be_decided_or_withdrawn_and_nothing_is_recorded(
 @pytest.mark.django_db
 def test_a_second_start_joins_the_first_and_runs_no_graph(queued, client):
     [accepted] = items_accept(client=client, entries=_entries(1))
-    assert item_start(item_id=accepted.item.pk).startswith("started")
-    assert item_start(item_id=accepted.item.pk) == "started earlier"
+    assert item_start(item_id=accepted.item.pk).outcome == StartOutcome.STARTED
+    assert item_start(item_id=accepted.item.pk) == StartResult(StartOutcome.STARTED_EARLIER)
     item = QueueItem.objects.get()
     assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 1 and item.asks.count() == 1
 
@@ -167,13 +164,14 @@ def test_a_start_the_storage_fails_needs_attention_and_recover_starts_it(queued,
 
     with monkeypatch.context() as patched:
         patched.setattr("langgraph.pregel.Pregel.invoke", broken)
-        assert item_start(item_id=accepted.item.pk).startswith("failed: OperationalError: the checkpointer's")
+        failed = item_start(item_id=accepted.item.pk)
+        assert failed.outcome == StartOutcome.FAILED and failed.error.startswith("OperationalError: the checkpointer's")
     item = QueueItem.objects.get()
     assert item.status == ItemStatus.NEEDS_ATTENTION and "\x00" not in item.attention
     assert item.attention.startswith("its graph failed to start: OperationalError")
-    assert item_start(item_id=item.pk) == "started earlier"  # a duplicated task does not retry it
+    assert item_start(item_id=item.pk) == StartResult(StartOutcome.STARTED_EARLIER)  # a duplicated task does not retry it
     assert _today_counts()["needs_attention"] == 1
-    assert item_reconcile(key=str(item.public_id))[1] == "started: 1 ask(s)"
+    assert item_reconcile(key=str(item.public_id))[1] == ["started: 1 ask(s)"]
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING and item.attention == "" and item.asks.count() == 1
     assert _today_counts() == {"starting": 0, "pending": 1, "needs_attention": 0}
@@ -184,7 +182,8 @@ def test_a_graph_that_raises_at_its_start_refuses_its_item_for_good_and_tells_th
     """It left the item needing attention, for an operator to start again with the same input."""
     WebhookEndpoint.objects.create(name="hooks", url="http://127.0.0.1:9/hook", events=["item.applied"])
     [accepted] = items_accept(client=client, entries=_entries(1, graph="refund_agent", graph_input={"messages": 5}))
-    assert item_start(item_id=accepted.item.pk).startswith("refused: the refund_agent graph refused its start")
+    refused = item_start(item_id=accepted.item.pk)
+    assert refused.outcome == StartOutcome.REFUSED and refused.error.startswith("the refund_agent graph refused its start")
     item = QueueItem.objects.get()
     assert item.status == ItemStatus.REFUSED and item.attention == "" and not item.asks.exists()
     assert item.applied_result["state"] == "refused"
@@ -194,8 +193,8 @@ def test_a_graph_that_raises_at_its_start_refuses_its_item_for_good_and_tells_th
     assert counts_read(day=timezone.localdate()).status_total("refused") == 1 and _today_counts()["starting"] == 0
     # Nothing is left to act on: no checkpoint, no decision, no second start.
     assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 0
-    assert item_start(item_id=item.pk, retry_failed=True) == "started earlier"
-    assert item_reconcile(key=str(item.public_id))[1] == "ok"
+    assert item_start(item_id=item.pk, retry_failed=True) == StartResult(StartOutcome.STARTED_EARLIER)
+    assert item_reconcile(key=str(item.public_id))[1] == []
     for attempt in (lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve"),
                     lambda: item_withdraw(item_public_id=item.public_id, by=client.user)):
         with pytest.raises(ItemRefused):
@@ -224,7 +223,7 @@ def test_an_item_of_a_graph_not_loaded_waits_starting_and_starts_once_the_graph_
 ):
     [accepted] = items_accept(client=client, entries=_entries(1, graph="t_hitl"))
     settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in test_graphs.items() if name != "t_hitl"}
-    assert item_start(item_id=accepted.item.pk) == "left to start later: graph not loaded"
+    assert item_start(item_id=accepted.item.pk) == StartResult(StartOutcome.GRAPH_NOT_LOADED)
     item = QueueItem.objects.get()
     assert (item.status, item.attention, item.asks.exists()) == (ItemStatus.STARTING, "", False)
     # Its task ran; this worker's sweep does not queue it again and again for nothing.
@@ -234,7 +233,7 @@ def test_an_item_of_a_graph_not_loaded_waits_starting_and_starts_once_the_graph_
     settings.REVIEWQUEUE_GRAPHS = dict(test_graphs)
     chunks: list[list[int]] = []
     assert starts_sweep(enqueue=chunks.append) == 1 and chunks == [[item.pk]]
-    assert item_start(item_id=item.pk) == "started: 1 ask(s)"
+    assert item_start(item_id=item.pk) == StartResult(StartOutcome.STARTED, asks=1)
     assert QueueItem.objects.get().status == ItemStatus.PENDING
 
 
@@ -328,7 +327,7 @@ def _start_under_a_terminated_lock(*, client, monkeypatch, pinned: bool = True) 
                                "(SELECT oid FROM pg_database WHERE datname = current_database())")
                 [(holder,)] = cursor.fetchall()
                 cursor.execute("SELECT pg_terminate_backend(%s)", [holder])
-            assert item_start(item_id=accepted.item.pk) == "started: 1 ask(s)"
+            assert item_start(item_id=accepted.item.pk) == StartResult(StartOutcome.STARTED, asks=1)
         finally:
             go_on.set()
             thread.join(60)
@@ -348,7 +347,8 @@ def test_a_start_whose_lock_is_terminated_under_it_writes_nothing_beside_the_sta
     assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [ask.interrupt_id]
     # The first start's graph failed at its checkpoint (its connection gone), the item already started by the
     # second: nothing recorded.
-    assert str(said).startswith("failed: OperationalError"), said
+    assert isinstance(said, StartResult) and said.outcome == StartOutcome.FAILED, said
+    assert said.error.startswith("OperationalError"), said
 
 
 @postgres_only
@@ -363,7 +363,7 @@ def test_a_start_whose_unfenced_lock_is_terminated_under_it_joins_the_start_that
     [ask] = item.asks.all()
     assert item.status == ItemStatus.PENDING and item_waiting_on(item) == [ask.interrupt_id]
     # The first start's checkpoint was refused; it joined the second's, and found the item started.
-    assert said == "started earlier", said
+    assert said == StartResult(StartOutcome.STARTED_EARLIER), said
 
 
 @postgres_only
@@ -387,7 +387,7 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
     lock = threading.Lock()
 
     def starter(n: int) -> None:
-        if item_start(item_id=items[n].pk).startswith("started:"):
+        if item_start(item_id=items[n].pk).outcome == StartOutcome.STARTED:
             with lock:
                 started[n] += 1
 
@@ -503,7 +503,7 @@ def test_recover_never_starts_again_a_graph_that_ran_and_waits_for_no_review(que
     graph_resume(name=item.graph, thread_id=item.thread_id, answers={ask.interrupt_id: {
         "decisions": [{"type": "approve"}], "reviewer": "someone", "decided_at": "2026-01-01T00:00:00+00:00", "note": ""}})
     QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="lost its rows")
-    _, done = item_reconcile(key=str(item.public_id))
+    _, [done] = item_reconcile(key=str(item.public_id))
     assert done.startswith("needs attention: its graph is not waiting for review"), done
     item.refresh_from_db()
     assert item.status == ItemStatus.NEEDS_ATTENTION and not item.asks.exists()

@@ -14,11 +14,12 @@ from django.db import IntegrityError, transaction
 
 from moderation.core.faults import fault_inject
 from moderation.graphs.runtime import graph_is_finished, graph_values
+from moderation.items.models import ApplyState, AskStatus, ItemStatus, QueueItem
 from moderation.lab import strategies
 from moderation.lab.harness import RaceReport, race_processes, race_threads
-from moderation.models import ApplyState, AskStatus, AttemptOutcome, DecisionAttempt, ItemStatus, QueueItem
 from moderation.records.audit import audit_verify
 from moderation.records.events import loser_notify
+from moderation.records.models import AttemptOutcome, DecisionAttempt
 from moderation.review.decisions import InvalidDecision, NotAllowed, NotAModerator, item_decide, item_withdraw
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_resumes, item_waiting_on

@@ -16,7 +16,7 @@ TEMPLATES = Path(settings.BASE_DIR) / "templates"
 NOT_REACHED = {"registration/locked_out.html", "registration/logged_out.html"}
 # URL names a GET does not show as a page; posted here (bulk: the result page) or left alone (starts a lab run).
 POSTED = {"moderation:bulk"}
-NOT_REQUESTED = {"moderation:lab:run", "logout"}
+NOT_REQUESTED = {"lab:run", "logout"}
 
 
 def _names(patterns=None, namespace: str = "") -> list[tuple[str, URLPattern]]:

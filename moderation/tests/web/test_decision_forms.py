@@ -1,7 +1,7 @@
 import pytest
 
 from moderation.graphs.asks import AskSpec
-from moderation.models import ReviewAsk
+from moderation.items.models import ReviewAsk
 from moderation.tests.graphs_support import ALL_TYPES, ORDER_ARGS, ORDER_SCHEMA
 from moderation.web.decision_forms import (
     FormInvalid,

@@ -10,9 +10,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
+from moderation.graphs.outcome import AppliedState
 from moderation.graphs.runtime import graph_values
-from moderation.models import AskStatus, DecisionAttempt, ItemStatus, QueueItem, ReviewAsk
-from moderation.review.apply import item_apply
+from moderation.items.models import AskStatus, ItemStatus, QueueItem, ReviewAsk
+from moderation.records.models import DecisionAttempt
+from moderation.review.apply import ApplyOutcome, ApplyResult, item_apply
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
 from moderation.review.outcomes import item_outcome_report
@@ -300,11 +302,11 @@ def test_an_item_of_a_graph_not_loaded_says_so_and_can_still_be_decided(post, cl
         html = client.get(_url(item)).content.decode()
         assert 'id="graph-not-loaded"' in html and f"Graph not loaded: this server does not run <code>{REFUND_GRAPH}</code>" in html
         post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
-        assert item_apply(item_id=item.pk) == "left unapplied: graph not loaded"
+        assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.GRAPH_NOT_LOADED)]
         html = client.get(_url(item)).content.decode()
         assert 'id="graph-not-loaded"' in html and 'id="applying"' in html
     assert 'id="graph-not-loaded"' not in client.get(_url(item)).content.decode()
-    assert item_apply(item_id=item.pk) == "resumed 1, finished"
+    assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=1, state=AppliedState.FINISHED)]
 
 
 def test_queue_names_the_graph_and_the_actions_asked_about(client, alice, make_item):

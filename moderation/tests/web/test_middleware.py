@@ -76,7 +76,7 @@ def test_no_page_needs_inline_script_or_style(client, alice, bob, make_item, mak
     assert locked.status_code == 429
     pages["locked out"] = locked.content
     client.force_login(staff)
-    pages["lab"] = client.get(reverse("moderation:lab:page")).content
+    pages["lab"] = client.get(reverse("lab:page")).content
     client.force_login(alice)
     pages["queue"] = client.get(reverse("moderation:queue")).content
     pages["pending"] = client.get(reverse("moderation:item", args=[pending.public_id])).content

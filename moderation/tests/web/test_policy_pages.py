@@ -11,8 +11,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
+from moderation.items.models import ReviewAsk
 from moderation.live.sockets import CLOSE_NOT_FOUND, live_groups, live_socket_admit
-from moderation.models import ReviewAsk, Team, TeamMembership
+from moderation.policies.models import Team, TeamMembership
 from moderation.policies.teams import team_member_add, team_member_remove
 from moderation.records import events
 from moderation.review.decisions import ask_escalate, item_decide

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from e2e.server import free_port
-from moderation.models import ItemStatus, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
 from moderation.web import ratelimit
 
 

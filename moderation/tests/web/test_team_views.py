@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from moderation.models import Team
+from moderation.policies.models import Team
 from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
 

@@ -4,7 +4,8 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from moderation.models import DecisionAttempt, ItemStatus, QueueItem
+from moderation.items.models import ItemStatus, QueueItem
+from moderation.records.models import DecisionAttempt
 from moderation.review.decisions import item_decide
 from moderation.review.items import lab_item_create
 from moderation.tests.graphs_support import item_resumes, item_waiting_on
@@ -342,6 +343,17 @@ def test_race_lab_link_only_for_staff(client, alice):
     alice.is_staff = True
     alice.save()
     assert 'href="/lab/"' in client.get(reverse("moderation:queue")).content.decode()
+
+
+
+@pytest.mark.django_db
+def test_no_race_lab_link_where_the_lab_app_is_not_installed(client, alice, settings):
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "moderation.lab"]
+    page = client.get(reverse("moderation:queue"))
+    assert page.status_code == 200 and "Race lab" not in page.content.decode()
 
 
 @pytest.mark.django_db

@@ -43,6 +43,9 @@ def pytest_configure(config):
     # This process plays the server and every other process at once: its events go to its
     # own channel layer, never through the database (moderation.records.relay).
     settings.LIVE_RELAY = False
+    # The users the tests make here: PBKDF2's million rounds cost a quarter of a CPU-second per
+    # password set or checked. The servers and workers keep their own settings' hashers.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.WEBHOOK_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["WEBHOOK_ALLOWED_NETWORKS"].split(",")]
     settings.DEPLOYMENT_ALLOWED_NETWORKS = [ipaddress.ip_network(n) for n in os.environ["DEPLOYMENT_ALLOWED_NETWORKS"].split(",")]
     _redis_of_this_worker(settings)

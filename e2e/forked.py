@@ -19,8 +19,10 @@ import multiprocessing
 import os
 import runpy
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PRELOAD = [
@@ -35,7 +37,10 @@ _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 
 
-def _child_main(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, new_session: bool) -> None:
+def _child_main(
+    argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, new_session: bool,
+    channel: socket.socket | None = None,
+) -> None:
     if new_session:
         os.setsid()
     # Named for ps, top and scripts/cpu_by_kind.py: every fork server child's command line is the fork server's.
@@ -46,9 +51,14 @@ def _child_main(argv: list[str], env: dict[str, str], cwd: str, stdout: str, std
         out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(out, fd)
         os.close(out)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+    if channel is not None:  # stdin and stdout both: the parent's end of the pair talks to it
+        os.dup2(channel.fileno(), 0)
+        os.dup2(channel.fileno(), 1)
+        channel.close()
+    else:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin, for its lifetime
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(write_through=True)
@@ -71,14 +81,20 @@ class ForkedProcess:
     def __init__(
         self, argv: list[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path | None = None,
         new_session: bool = True,
+        channel: socket.socket | None = None,
     ) -> None:
         """``argv`` as ``python`` would take it, less the interpreter: ``["-m", "daphne", ...]`` or
-        ``["manage.py", ...]``; its output appended to ``stdout`` (and ``stderr``, or the same file)."""
+        ``["manage.py", ...]``; its output appended to ``stdout`` (and ``stderr``, or the same file).
+        ``channel`` (one end of a ``socket.socketpair()``, closed here once handed over) becomes its
+        stdin and stdout instead, ``stdout`` then taking its stderr alone."""
         self.args = argv
         self._process = _context.Process(
-            target=_child_main, args=(argv, dict(env), str(cwd), str(stdout), str(stderr or stdout), new_session),
+            target=_child_main,
+            args=(argv, dict(env), str(cwd), str(stdout), str(stderr or stdout), new_session, channel),
         )
         self._process.start()
+        if channel is not None:
+            channel.close()  # the child has its own copy: its death is our end's end-of-file
         self.pid: int = self._process.pid  # type: ignore[assignment]
 
     @property
@@ -103,3 +119,22 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def forked_run(
+    argv: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(..., capture_output=True, text=True)`` for ``argv`` (as ``ForkedProcess`` takes
+    it), forked: its exit status, stdout and stderr; killed and ``TimeoutExpired`` after ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="forked-run-") as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        proc = ForkedProcess(argv, env=env, cwd=cwd, stdout=out, stderr=err, new_session=False)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+            raise
+        return subprocess.CompletedProcess(
+            argv, code, out.read_text(errors="replace"), err.read_text(errors="replace"),
+        )

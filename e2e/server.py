@@ -26,7 +26,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,9 +34,10 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from e2e.children import children_adopt, children_forget
-from e2e.forked import ForkedProcess
+from e2e.forked import ForkedProcess, forked_run
 
 ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
@@ -127,7 +127,8 @@ class LiveServer:
         self.workers: list[ForkedProcess] = []
         self.starts = 0
         self.faults = ""
-        self._tool: subprocess.Popen | None = None
+        self._tool: ForkedProcess | None = None
+        self._tool_io: TextIO | None = None
         self._tool_lock = threading.Lock()
 
     @property
@@ -230,14 +231,17 @@ class LiveServer:
         """
         with self._tool_lock:
             if self._tool is None or self._tool.poll() is not None:
-                self._tool = subprocess.Popen(
-                    [sys.executable, str(DBTOOL), "serve"], cwd=ROOT, env=self.env(), text=True,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.workdir / "dbtool.log", "a"),  # noqa: SIM115 - the child holds it
+                ours, its = socket.socketpair()
+                self._tool = ForkedProcess(
+                    [str(DBTOOL), "serve"], env=self.env(), cwd=ROOT, stdout=self.workdir / "dbtool.log",
+                    new_session=False, channel=its,
                 )
+                self._tool_io = ours.makefile("rw", encoding="utf-8", newline="\n")
+                ours.close()  # the file holds the socket open
             tool = self._tool
-            tool.stdin.write(json.dumps(list(args)) + "\n")
-            tool.stdin.flush()
-            line = tool.stdout.readline()
+            self._tool_io.write(json.dumps(list(args)) + "\n")
+            self._tool_io.flush()
+            line = self._tool_io.readline()
         if not line:
             log = self.workdir / "dbtool.log"
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else "(no log)"
@@ -250,8 +254,10 @@ class LiveServer:
     def tool_close(self) -> None:
         with self._tool_lock:
             tool, self._tool = self._tool, None
+            io, self._tool_io = self._tool_io, None
+        if io is not None:
+            io.close()  # its end-of-file: the tool's loop ends
         if tool is not None and tool.poll() is None:
-            tool.stdin.close()
             try:
                 tool.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -298,19 +304,10 @@ class LiveServer:
 
     def _run(self, cmd: list[str], *, timeout: float = 300, env: dict[str, str] | None = None) -> str:
         """``python <cmd>`` (a script and its arguments), forked (``e2e.forked``); its stdout. Fails loudly."""
-        with tempfile.TemporaryDirectory(prefix="liveserver-run-") as scratch:
-            out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-            proc = ForkedProcess(cmd, env={**self.env(), **(env or {})}, cwd=ROOT, stdout=out, stderr=err, new_session=False)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-                raise
-            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-        if code != 0:
-            raise ServerError(f"{' '.join(cmd[:2])} failed ({code}):\n{stdout[-3000:]}\n{stderr[-5000:]}")
-        return stdout
+        done = forked_run(cmd, env={**self.env(), **(env or {})}, cwd=ROOT, timeout=timeout)
+        if done.returncode != 0:
+            raise ServerError(f"{' '.join(cmd[:2])} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+        return done.stdout
 
     # --- processes -----------------------------------------------------------------
 

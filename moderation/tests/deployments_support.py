@@ -6,7 +6,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from django.db import connection
 from langgraph_sdk import get_sync_client
 
 from e2e.children import children_adopt, children_forget
+from e2e.forked import ForkedProcess
 from moderation.graphs.remote import Connection, remote_counts
 from moderation.items.models import QueueItem
 from moderation.review.deployments import GraphRoute, deployment_register
@@ -75,25 +75,27 @@ def discovery_processes(*, roles: list[str], deployment: Deployment, thread_ids:
     """One ``moderation.tests.discovery_process`` per role, racing (released together); fails with a
     process's output if one fails."""
     env = process_env()
-    processes = [subprocess.Popen([sys.executable, "-m", "moderation.tests.discovery_process", role, str(workdir),
-                                   deployment.name, *thread_ids], cwd=settings.BASE_DIR, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for role in roles]
-    outputs = [p.communicate(timeout=120)[0] for p in processes]
-    for role, process, output in zip(roles, processes, outputs, strict=False):
-        assert process.returncode == 0, f"the {role} process failed:\n{output}"
+    logs = [workdir / f"discovery-{n}-{role}.log" for n, role in enumerate(roles)]
+    processes = [ForkedProcess(["-m", "moderation.tests.discovery_process", role, str(workdir), deployment.name, *thread_ids],
+                               env=env, cwd=settings.BASE_DIR, stdout=log, new_session=False)
+                 for role, log in zip(roles, logs, strict=True)]
+    for role, process, log in zip(roles, processes, logs, strict=True):
+        try:
+            code = process.wait(120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        assert code == 0, f"the {role} process failed:\n{log.read_text(errors='replace')}"
 
 
 @contextmanager
-def db_worker(*, log: Path, **env: str) -> Iterator[subprocess.Popen]:
+def db_worker(*, log: Path, **env: str) -> Iterator[ForkedProcess]:
     """A real ``manage.py db_worker`` (its sweep threads and all) on this test's database, with ``env``
     over it (a short ``LANGGRAPH_SWEEP_INTERVAL``); stopped (SIGTERM, then SIGKILL) on the way out."""
-    with open(log, "w") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1"],
-            cwd=settings.BASE_DIR, env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env}, stdout=out,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+    worker = ForkedProcess(
+        ["manage.py", "db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1"],
+        env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env}, cwd=settings.BASE_DIR, stdout=log,
+    )
     children_adopt(worker)
     try:
         yield worker

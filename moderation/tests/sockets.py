@@ -18,8 +18,6 @@ TIMEOUT = 30  # for one frame that comes unless something is broken: only a fail
 def fresh_layer(settings):
     # A fresh in-memory layer per test, whatever REDIS_URL says: no groups leak between tests.
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "reviewqueue.channel_layers.InMemoryChannelLayer"}}
-    # Autouse runs before the user fixtures: hashing their passwords properly costs seconds per test.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

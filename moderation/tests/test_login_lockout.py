@@ -24,9 +24,7 @@ RIGHT = "pw-for-tests-1"  # conftest's password for every test user
 
 
 @pytest.fixture(autouse=True)
-def fast_hasher(settings):
-    # Before the user fixtures: a proper hash costs a second per login on a busy machine.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def failure_limit(settings):
     settings.AXES_FAILURE_LIMIT = 5
 
 

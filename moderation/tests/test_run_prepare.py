@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from e2e.forked import forked_run
 from moderation.management.commands import recover
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -24,8 +23,7 @@ def test_make_run_prepares_in_one_command_and_a_second_start_keeps_the_data(tmp_
     for key in ("DATABASE_URL", "REDIS_URL"):
         env.pop(key, None)
     for start in ("first", "second"):
-        done = subprocess.run([sys.executable, "manage.py", "run_prepare", "--port", "8010"], cwd=BASE_DIR, env=env,
-                              capture_output=True, text=True, timeout=600)
+        done = forked_run(["manage.py", "run_prepare", "--port", "8010"], env=env, cwd=BASE_DIR, timeout=600)
         assert done.returncode == 0, f"{start} start:\n{done.stdout}\n{done.stderr}"
         assert "reviewqueue is running at http://127.0.0.1:8010/" in done.stdout
         assert "demo password: review-demo-2026" in done.stdout

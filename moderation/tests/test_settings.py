@@ -7,16 +7,17 @@ import sys
 from pathlib import Path
 
 from e2e.children import children_adopt
+from e2e.forked import forked_run
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args, **env):
+    """``manage.py`` under ``env``, forked from the fork server (``e2e.forked``): the settings are read
+    after the fork, from the environment given, as in a fresh interpreter."""
     full_env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "AUDIT_KEY", "DEBUG", "ALLOWED_HOSTS"}}
     full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=full_env, capture_output=True, text=True, timeout=120
-    )
+    return forked_run(["manage.py", *args], env=full_env, cwd=BASE_DIR, timeout=120)
 
 
 def test_check_deploy_reports_nothing_in_production_mode():
@@ -176,10 +177,7 @@ def _shown(**env) -> list[str]:
         "print(s.AXES_FAILURE_LIMIT, int(s.AXES_COOLOFF_TIME.total_seconds()), s.CACHES['default']['KEY_PREFIX'])"
     )
     full_env = {k: v for k, v in os.environ.items() if k not in {"CHANNEL_LAYER_PREFIX", "CACHE_KEY_PREFIX"}}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-v", "0", "-c", show], cwd=BASE_DIR, env={**full_env, **env},
-        capture_output=True, text=True, timeout=120,
-    )
+    result = forked_run(["manage.py", "shell", "-v", "0", "-c", show], env={**full_env, **env}, cwd=BASE_DIR, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 

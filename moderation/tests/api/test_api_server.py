@@ -108,16 +108,31 @@ def _hammer(server: LiveServer, token: str, keys: int = KEYS) -> list[dict[str, 
 
 @contextmanager
 def _server(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tuple[LiveServer, str]]:
+    """A server of its own, for a test that counts every item and thread of its database."""
+    with _started(tmp_path, env=env) as (server, token, _):
+        yield server, token
+
+
+@contextmanager
+def _started(tmp_path: Path, *, env: dict[str, str] | None = None) -> Iterator[tuple[LiveServer, str, dict[str, str]]]:
     # Eight writers on one SQLite file queue for its write lock longer than the default 5 s. The races
     # need more submits at once than the API's bulkhead lets run in one process (moderation.core.bulkhead).
     server = LiveServer(tmp_path, extra_env={"SQLITE_BUSY_TIMEOUT": "30", "BULKHEAD_API": "0", **(env or {})})
-    server.seed(users=["alice"], items=0)
+    sessions = server.seed(users=["alice", "bob"], items=0).sessions
     token = _token(server)
     server.start()
     try:
-        yield server, token
+        yield server, token, sessions
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Iterator[tuple[LiveServer, str, dict[str, str]]]:
+    """One server for the tests that read only their own items (by id, external id or thread): the
+    rate, the long-poll and the edit check need no fresh database."""
+    with _started(tmp_path_factory.mktemp("api-shared")) as site:
+        yield site
 
 
 def _assert_one_item_and_one_thread_per_key(server: LiveServer, token: str) -> None:
@@ -162,25 +177,25 @@ def test_negative_control_random_thread_ids_show_as_extra_threads(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_ingest_rate_single_and_batch(tmp_path, record_property):
-    with _server(tmp_path) as (server, token):
-        http_ = ApiHttp(server, token)
-        started = time.perf_counter()
-        # A smoke-sized rate (make bench's measure 8 is the measurement).
-        for n in range(20):
-            assert http_.call("POST", "/items", {**ITEM, "external_id": f"single-{n}"})[0] == 201
-        single = 20 / (time.perf_counter() - started)
-        batch = [{**ITEM, "external_id": f"batch-{n}"} for n in range(100)]
-        started = time.perf_counter()
-        status, body = http_.call("POST", "/items:batch", {"items": batch})
-        batched = 100 / (time.perf_counter() - started)
-        assert status == 200 and {r["outcome"] for r in body["results"]} == {"created"}
-        # The API shares the site's body limit; the ASGI middleware answers from the Content-Length,
-        # before anything of the body is read: so none is sent (a client still sending would see
-        # the closed connection as a broken pipe, whenever the answer comes first).
-        big = json.dumps({"items": [{**ITEM, "body": "x" * 5000, "external_id": f"big-{n}"} for n in range(250)]})
-        status, body = _headers_only(server, token, "/items:batch", length=len(big.encode()))
-        assert status == 413 and body["error"] == "request_too_large"
+def test_ingest_rate_single_and_batch(shared, record_property):
+    server, token, _ = shared
+    http_ = ApiHttp(server, token)
+    started = time.perf_counter()
+    # A smoke-sized rate (make bench's measure 8 is the measurement).
+    for n in range(20):
+        assert http_.call("POST", "/items", {**ITEM, "external_id": f"single-{n}"})[0] == 201
+    single = 20 / (time.perf_counter() - started)
+    batch = [{**ITEM, "external_id": f"batch-{n}"} for n in range(100)]
+    started = time.perf_counter()
+    status, body = http_.call("POST", "/items:batch", {"items": batch})
+    batched = 100 / (time.perf_counter() - started)
+    assert status == 200 and {r["outcome"] for r in body["results"]} == {"created"}
+    # The API shares the site's body limit; the ASGI middleware answers from the Content-Length,
+    # before anything of the body is read: so none is sent (a client still sending would see
+    # the closed connection as a broken pipe, whenever the answer comes first).
+    big = json.dumps({"items": [{**ITEM, "body": "x" * 5000, "external_id": f"big-{n}"} for n in range(250)]})
+    status, body = _headers_only(server, token, "/items:batch", length=len(big.encode()))
+    assert status == 413 and body["error"] == "request_too_large"
     record_property("submit_items_per_s", round(single, 1))
     record_property("batch_items_per_s", round(batched, 1))
     print(f"\nAPI submit: {single:.0f} items/s one by one, {batched:.0f} items/s in a batch of 100 (SQLite)")
@@ -193,33 +208,32 @@ IDLE_WAIT, POLL_WAIT = 3.0, 30.0
 
 
 @pytest.mark.timeout(300)
-def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wait(tmp_path):
-    with _server(tmp_path) as (server, token):
-        seeded = server.seed(users=["bob"], items=0)
-        reviewer = Reviewer(server, "bob", seeded.sessions["bob"])
-        http_ = ApiHttp(server, token)
-        ids = [http_.call("POST", "/items", {**ITEM, "external_id": f"lp-{n}"})[1]["id"] for n in range(21)]
+def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wait(shared):
+    server, token, sessions = shared
+    reviewer = Reviewer(server, "bob", sessions["bob"])
+    http_ = ApiHttp(server, token)
+    ids = [http_.call("POST", "/items", {**ITEM, "external_id": f"lp-{n}"})[1]["id"] for n in range(21)]
 
-        started = time.monotonic()
-        status, _ = ApiHttp(server, token).call("GET", f"/items/{ids[-1]}/decision?wait={IDLE_WAIT:g}")
-        waited = time.monotonic() - started
-        assert status == 204 and IDLE_WAIT * 0.9 <= waited < IDLE_WAIT * 2, waited
+    started = time.monotonic()
+    status, _ = ApiHttp(server, token).call("GET", f"/items/{ids[-1]}/decision?wait={IDLE_WAIT:g}")
+    waited = time.monotonic() - started
+    assert status == 204 and IDLE_WAIT * 0.9 <= waited < IDLE_WAIT * 2, waited
 
-        for item in ids[:20]:
-            answer: dict = {}
+    for item in ids[:20]:
+        answer: dict = {}
 
-            def poll(item=item, answer=answer) -> None:
-                answer["status"], answer["body"] = ApiHttp(server, token).call("GET", f"/items/{item}/decision?wait={POLL_WAIT:g}")
-                answer["at"] = time.monotonic()
+        def poll(item=item, answer=answer) -> None:
+            answer["status"], answer["body"] = ApiHttp(server, token).call("GET", f"/items/{item}/decision?wait={POLL_WAIT:g}")
+            answer["at"] = time.monotonic()
 
-            poller = threading.Thread(target=poll)
-            poller.start()
-            time.sleep(0.15)  # the poll has most likely joined the item's group (if not, its second read sees the decision)
-            assert reviewer.decide(item, "approve")[0] == 200
-            decided_at = time.monotonic()
-            poller.join()
-            assert answer["status"] == 200 and answer["body"]["decision"]["by"] == "bob"
-            assert answer["at"] - decided_at < POLL_WAIT / 2, "the decision did not wake the poll: it waited its wait out"
+        poller = threading.Thread(target=poll)
+        poller.start()
+        time.sleep(0.15)  # the poll has most likely joined the item's group (if not, its second read sees the decision)
+        assert reviewer.decide(item, "approve")[0] == 200
+        decided_at = time.monotonic()
+        poller.join()
+        assert answer["status"] == 200 and answer["body"]["decision"]["by"] == "bob"
+        assert answer["at"] - decided_at < POLL_WAIT / 2, "the decision did not wake the poll: it waited its wait out"
 
 
 def _edit_post(server: LiveServer, session: str, item: str, decisions: list[dict], sent: threading.Event | None = None
@@ -254,42 +268,41 @@ def _page_seconds(server: LiveServer, session: str) -> float:
 
 
 @pytest.mark.timeout(300)
-def test_an_edit_against_a_catastrophic_pattern_is_as_cheap_as_a_benign_one_and_holds_up_no_other_page(tmp_path):
+def test_an_edit_against_a_catastrophic_pattern_is_as_cheap_as_a_benign_one_and_holds_up_no_other_page(shared):
     """Issue 41: ``^(a+)+$`` with a memo of 26 a's and a "!" took a backtracking check seconds (each a more doubling
     it) and froze the whole daphne process, another moderator's page load included. Judged against the same
     server's own times in this run: a benign pattern's edit, and the page loaded while nothing else runs."""
-    with _server(tmp_path) as (server, token):
-        seeded = server.seed(users=["alice", "bob"], items=0)
-        http_ = ApiHttp(server, token)
-        memo = "a" * 26 + "!"
+    server, token, sessions = shared
+    http_ = ApiHttp(server, token)
+    memo = "a" * 26 + "!"
 
-        def ask(pattern: str, thread: str) -> str:
-            schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": pattern},
-                                                      "n": {"type": "integer"}}}
-            value = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
-                     "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"],
-                                         "args_schema": schema}]}
-            status, body = http_.call("POST", "/items", {**ITEM, "ask": value,
-                                                         "external": {"thread_id": thread, "interrupt_id": "i"}})
-            assert status == 201, body
-            return body["id"]
+    def ask(pattern: str, thread: str) -> str:
+        schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": pattern},
+                                                  "n": {"type": "integer"}}}
+        value = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
+                 "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"],
+                                     "args_schema": schema}]}
+        status, body = http_.call("POST", "/items", {**ITEM, "ask": value,
+                                                     "external": {"thread_id": thread, "interrupt_id": "i"}})
+        assert status == 201, body
+        return body["id"]
 
-        evil, benign = ask("^(a+)+$", "evil"), ask("^a+$", "benign")
-        edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"memo": memo, "n": 2}}}]
-        alice, bob = seeded.sessions["alice"], seeded.sessions["bob"]
-        page_alone = min(_page_seconds(server, bob) for _ in range(3))
-        status, body, started, finished = _edit_post(server, alice, benign, edit)
-        assert status == 400 and body["field"] == "decisions[0].edited_action.args.memo", body
-        benign_seconds = finished - started
+    evil, benign = ask("^(a+)+$", "evil"), ask("^a+$", "benign")
+    edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"memo": memo, "n": 2}}}]
+    alice, bob = sessions["alice"], sessions["bob"]
+    page_alone = min(_page_seconds(server, bob) for _ in range(3))
+    status, body, started, finished = _edit_post(server, alice, benign, edit)
+    assert status == 400 and body["field"] == "decisions[0].edited_action.args.memo", body
+    benign_seconds = finished - started
 
-        sent, answer = threading.Event(), {}
-        editor = threading.Thread(target=lambda: answer.update(zip(("status", "body", "started", "finished"),
-                                                                   _edit_post(server, alice, evil, edit, sent), strict=False)))
-        editor.start()
-        assert sent.wait(60)
-        page_during = _page_seconds(server, bob)  # asked while the evil edit is sent and being checked
-        editor.join()
-        assert answer["status"] == 400 and answer["body"]["field"] == "decisions[0].edited_action.args.memo"
-        evil_seconds = answer["finished"] - answer["started"]
-        assert page_during < 10 * page_alone, (page_during, page_alone, evil_seconds)
-        assert evil_seconds < 10 * benign_seconds, (evil_seconds, benign_seconds)
+    sent, answer = threading.Event(), {}
+    editor = threading.Thread(target=lambda: answer.update(zip(("status", "body", "started", "finished"),
+                                                               _edit_post(server, alice, evil, edit, sent), strict=False)))
+    editor.start()
+    assert sent.wait(60)
+    page_during = _page_seconds(server, bob)  # asked while the evil edit is sent and being checked
+    editor.join()
+    assert answer["status"] == 400 and answer["body"]["field"] == "decisions[0].edited_action.args.memo"
+    evil_seconds = answer["finished"] - answer["started"]
+    assert page_during < 10 * page_alone, (page_during, page_alone, evil_seconds)
+    assert evil_seconds < 10 * benign_seconds, (evil_seconds, benign_seconds)

@@ -73,6 +73,7 @@ def _manage(*args: str, **env: str):
                           env={**os.environ, "DEBUG": "true", **env}, timeout=300)
 
 
+@pytest.mark.processes
 def test_a_command_that_runs_no_graph_never_imports_langgraph_or_langchain(tmp_path):
     """Graphs are checked by the server, the worker and the system checks, not at app load: moderator_add
     (help, or a run on a database) costs no LangGraph import (about a second of CPU)."""
@@ -86,13 +87,21 @@ def test_a_command_that_runs_no_graph_never_imports_langgraph_or_langchain(tmp_p
     assert done.returncode == 0 and "langgraph.graph" in done.stderr
 
 
+@pytest.mark.processes
 def test_a_graph_that_cannot_be_imported_still_stops_the_server_and_every_checked_command(tmp_path):
+    import os
+
+    from django.conf import settings as django_settings
+
+    from e2e.forked import forked_run
     from e2e.server import LiveServer, ServerError
 
     bad = {"REVIEWQUEUE_EXTRA_GRAPHS": "my_agent=myapp.agnet:build", "REVIEWQUEUE_VAR_DIR": str(tmp_path)}
     error = "REVIEWQUEUE_GRAPHS['my_agent'] = 'myapp.agnet:build' cannot be imported"
+    env = {**os.environ, "DEBUG": "true", **bad}
     for command in (["check"], ["db_worker", "--no-reload", "--no-startup-delay"], ["recover"]):
-        done = _manage("manage.py", *command, **bad)
+        # Forked (e2e.forked): its settings, and so its graphs, are read after the fork, as in a fresh interpreter.
+        done = forked_run(["manage.py", *command], env=env, cwd=django_settings.BASE_DIR, timeout=300)
         assert done.returncode != 0 and error in done.stderr, (command, done.stderr[-2000:])
     server = LiveServer(tmp_path / "server", extra_env=bad)
     with pytest.raises(ServerError, match=re.escape(error)):

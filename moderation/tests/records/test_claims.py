@@ -28,11 +28,6 @@ pytestmark = pytest.mark.django_db
 CLAIM = timedelta(seconds=300)
 
 
-@pytest.fixture(autouse=True)
-def _fast_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def test_take_claims_for_claim_seconds(alice, make_item):
     item = make_item()
     now = timezone.now()

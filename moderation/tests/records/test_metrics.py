@@ -116,7 +116,6 @@ def test_pending_items_by_team_graph_and_band_are_read_from_counters_not_counted
 
 @pytest.mark.django_db
 def test_a_lockout_is_counted(alice, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AXES_FAILURE_LIMIT = 2
     lockouts = _value("reviewqueue_login_lockouts_total")
     client = Client(REMOTE_ADDR="10.0.0.9")

@@ -165,6 +165,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def servers_renice(servers: Servers, nice: int) -> None:
+    """Every thread of the servers' processes at CPU priority ``nice`` (as systemd's ``Nice=``); threads they start
+    later inherit it from the thread that starts them."""
+    for server in servers.live:
+        assert server.process is not None
+        for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
 def _postgres_pids() -> list[int]:
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 22. decision → a Node agent (LangChain.js) resumed, by webhook")
                 metrics += bench_node_agent_resumed(servers, logins[1], count=20 * max(1, round(3 * s)))
             if wanted(26):
-                from bench.noisy import bench_noisy_neighbours, decisions_needed
+                from bench.noisy import bench_noisy_neighbours, decisions_needed, servers_renice
 
                 log(f"{args.backend}: 26. noisy neighbours: moderators' pages and decisions, quiet and under each burst")
                 _, noisy_ops = moderators_login(1, prefix="bench-noisy-ops", staff=True)
@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                                   env={**os.environ, "SERVE_ROUTES": "outside"}, logdir=args.workdir, name="outside",
                                   health_path="/healthz")
                 try:
+                    if nice := int(os.environ.get("BENCH_OUTSIDE_NICE", "0")):
+                        log(f"{args.backend}: 26. the outside's daphne process at nice {nice}")
+                        servers_renice(outside, nice)
                     metrics += bench_noisy_neighbours(servers, outside, logins, noisy_ops[0], noisy_items,
                                                       seconds=noisy_seconds, process_note=note)
                 finally:

@@ -96,11 +96,12 @@ class Servers:
     """``count`` servers (``e2e.server.LiveServer``) on the bench's database, layer and settings
     (several need the Redis layer), and the task worker the API bench uses."""
 
-    def __init__(self, *, count: int, env: dict[str, str], logdir: Path) -> None:
+    def __init__(self, *, count: int, env: dict[str, str], logdir: Path, name: str = "server",
+                 health_path: str = "/accounts/login/") -> None:
         self.live = [
             # -v 0: no access log (a proxy keeps it in production); the floor pays the same.
-            LiveServer(logdir / f"server-{n}", database_url=env["DATABASE_URL"],
-                       settings=env["DJANGO_SETTINGS_MODULE"], extra_env=env, daphne_args=("-v", "0"))
+            LiveServer(logdir / f"{name}-{n}", database_url=env["DATABASE_URL"], settings=env["DJANGO_SETTINGS_MODULE"],
+                       extra_env=env, daphne_args=("-v", "0"), health_path=health_path)
             for n in range(count)
         ]
         try:

@@ -17,6 +17,13 @@ worker running:
 
 Per burst: the moderators' queue page p99 and decision p99 as a ratio to the quiet window
 before it (target ≤ 1.5), and their answers that were a 5xx or none at all (target 0).
+
+The process split (the bulkhead between processes, ``SERVE_ROUTES``): after each burst that is
+traffic (webhooks, long-polls, batches), the same burst again, sent this time to a daphne process
+of its own (``SERVE_ROUTES=outside``, on the same database, layer and worker) while the moderators
+stay on theirs, judged against the same quiet window (measured before the same-process burst: the
+split's window comes later, which a machine whose load rises counts against it). A hung receiver is
+no traffic to route, so it has no split line.
 Everything is on loopback, bounded in requests (``MAX_*``) and in time (the window); a burst's
 requests are sent from a process of its own (``_Traffic``), so the bench's own work does not delay
 the moderators' answers it times (how late its loop woke is recorded beside them).
@@ -55,11 +62,14 @@ BODY = "A post to review: buy now at http://example.test, or write to someone@ex
 _keys = itertools.count()
 
 
+WINDOWS = 11  # a quiet one and one under each of four bursts, and three more under the split bursts
+
+
 def decisions_needed(*, seconds: float) -> int:
-    """Pending items the measure's eight windows may decide (the pool is made before it runs)."""
+    """Pending items the measure's windows may decide (the pool is made before it runs)."""
     # A moderator decides at most once a pause (THINK), however fast the answers: a run at load 7 ran out
     # at "a page and a decision take about a pause more", and the last window timed no decision.
-    return int((8 * seconds + 2) * MODERATORS / THINK) + 50  # eight windows and the 2 s warm-up
+    return int((WINDOWS * seconds + 2) * MODERATORS / THINK) + 50  # the windows and the 2 s warm-up
 
 
 class _Socket:
@@ -155,6 +165,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def servers_renice(servers: Servers, nice: int) -> None:
+    """Every thread of the servers' processes at CPU priority ``nice`` (as systemd's ``Nice=``); threads they start
+    later inherit it from the thread that starts them."""
+    for server in servers.live:
+        assert server.process is not None
+        for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
 def _postgres_pids() -> list[int]:
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -164,18 +184,20 @@ def _postgres_pids() -> list[int]:
     return pids
 
 
-def _cpu_read(servers: Servers) -> dict[str, float]:
-    """Where the machine's CPU goes, by part: the daphne processes, the task workers, every PostgreSQL
-    process (the server is shared: others' work counts too), and this bench process."""
+def _cpu_read(servers: Servers, outside: Servers | None) -> dict[str, float]:
+    """Where the machine's CPU goes, by part: the moderators' daphne processes, the outside's (the split's), the task
+    workers, every PostgreSQL process (the server is shared: others' work counts too), and this bench process."""
     return {"servers": sum(_cpu_seconds(s.process.pid) for s in servers.live if s.process is not None),
+            "outside": sum(_cpu_seconds(s.process.pid) for s in (outside.live if outside else []) if s.process is not None),
             "worker": sum(_cpu_seconds(w.pid) for s in servers.live for w in s.workers),
             "postgres": sum(_cpu_seconds(pid) for pid in _postgres_pids()),
             "bench": _cpu_seconds(os.getpid())}
 
 
-async def _window(servers: Servers, logins: list[Login], items: list[str], seconds: float) -> _Window:
+async def _window(servers: Servers, logins: list[Login], items: list[str], seconds: float,
+                  outside: Servers | None = None) -> _Window:
     window, stop = _Window(), asyncio.Event()
-    cpu_before, started = _cpu_read(servers), time.perf_counter()
+    cpu_before, started = _cpu_read(servers, outside), time.perf_counter()
     clients = [httpx.AsyncClient(base_url=f"http://{servers.host(n)}", cookies=logins[n].cookies(), timeout=30,
                                  headers={"X-CSRFToken": logins[n].csrftoken, "Accept": "application/json"})
                for n in range(MODERATORS)]
@@ -194,7 +216,8 @@ async def _window(servers: Servers, logins: list[Login], items: list[str], secon
         await asyncio.gather(*tasks)
         window.load = os.getloadavg()[0]
         elapsed = time.perf_counter() - started
-        window.cpu = {part: round(100 * (used - cpu_before[part]) / elapsed) for part, used in _cpu_read(servers).items()}
+        window.cpu = {part: round(100 * (used - cpu_before[part]) / elapsed)
+                      for part, used in _cpu_read(servers, outside).items()}
     finally:
         for c in clients:
             await c.aclose()
@@ -268,8 +291,9 @@ class _Burst:
     key = ""
     label = ""
 
-    def __init__(self, servers: Servers) -> None:
+    def __init__(self, servers: Servers, hosts: list[str] | None = None) -> None:
         self.servers = servers
+        self.hosts = hosts or servers.hosts  # where its traffic goes: the moderators' servers, or the outside's
         self.statuses: Counter = Counter()
         self.sent = 0  # waves or batches its process sent
         self._process: Any = None
@@ -331,7 +355,7 @@ class _Webhooks(_Burst):
         self.path = deployment_webhook_path(deployment=self.deployment, secret=secret)
 
     def traffic(self) -> _Traffic:
-        return _Traffic(kind="webhooks", hosts=self.servers.hosts, path=self.path)
+        return _Traffic(kind="webhooks", hosts=self.hosts, path=self.path)
 
     def finish(self) -> dict[str, Any]:
         # Its queued discoveries end at once from here on (an inactive deployment is not read).
@@ -344,8 +368,8 @@ class _Webhooks(_Burst):
 class _LongPolls(_Burst):
     key, label = "long_polls", f"{LONG_POLLS} long-polls (wait=30)"
 
-    def __init__(self, servers: Servers, moderator: Login, staff: Login) -> None:
-        super().__init__(servers)
+    def __init__(self, servers: Servers, moderator: Login, staff: Login, hosts: list[str] | None = None) -> None:
+        super().__init__(servers, hosts)
         self.moderator, self.staff = moderator, staff
 
     def prepare(self) -> None:
@@ -355,7 +379,7 @@ class _LongPolls(_Burst):
                        for _ in range(LONG_POLLS // WAITS_PER_CLIENT)]
 
     async def start(self) -> None:
-        self.apis = [httpx.AsyncClient(base_url=f"http://{self.servers.host(n)}", timeout=60,
+        self.apis = [httpx.AsyncClient(base_url=f"http://{self.hosts[n % len(self.hosts)]}", timeout=60,
                                        headers={"Authorization": f"Bearer {token}"},
                                        limits=httpx.Limits(max_connections=WAITS_PER_CLIENT))
                      for n, token in enumerate(self.tokens)]
@@ -371,7 +395,7 @@ class _LongPolls(_Burst):
 
     async def _open_wait(self, timeout: float = 60) -> None:
         staff = [httpx.AsyncClient(base_url=f"http://{host}", cookies=self.staff.cookies(), timeout=30)
-                 for host in self.servers.hosts]
+                 for host in self.hosts]
         deadline = time.perf_counter() + timeout
         try:
             while sum([(await s.get("/healthz")).json()["longpoll"]["waits"] for s in staff]) < LONG_POLLS:
@@ -404,7 +428,7 @@ class _Batches(_Burst):
                        for _ in range(BATCH_CLIENTS)]
 
     def traffic(self) -> _Traffic:
-        return _Traffic(kind="batches", hosts=self.servers.hosts, tokens=self.tokens)
+        return _Traffic(kind="batches", hosts=self.hosts, tokens=self.tokens)
 
     def finish(self) -> dict[str, Any]:
         return {"batches": self.sent, "items_sent": self.sent * BATCH}
@@ -444,43 +468,77 @@ def _settle(*, timeout: float) -> None:
     time.sleep(1.0)
 
 
-def bench_noisy_neighbours(servers: Servers, logins: list[Login], staff: Login, items: list[str], *, seconds: float,
-                           process_note: str) -> list[Metric]:
-    """Measure 26: for each burst, a quiet window then the same window under the burst; three lines each."""
-    bursts = [_Webhooks(servers), _LongPolls(servers, logins[-1], staff), _Batches(servers), _HungReceiver(servers)]
+def bench_noisy_neighbours(servers: Servers, outside: Servers, logins: list[Login], staff: Login, items: list[str], *,
+                           seconds: float, process_note: str) -> list[Metric]:
+    """Measure 26: for each burst, a quiet window then the same window under the burst, and for a burst of traffic
+    the same again with the burst sent to ``outside`` (``SERVE_ROUTES=outside``); three lines each."""
+    kinds: list[tuple[Callable[[list[str] | None], _Burst], bool]] = [
+        (lambda hosts: _Webhooks(servers, hosts), True),
+        (lambda hosts: _LongPolls(servers, logins[-1], staff, hosts), True),
+        (lambda hosts: _Batches(servers, hosts), True),
+        (lambda hosts: _HungReceiver(servers, hosts), False),
+    ]
+    split_note = f"sent to {len(outside.live)} daphne process{'es' if len(outside.live) > 1 else ''} of their own"
     metrics: list[Metric] = []
 
-    async def measured(burst: _Burst) -> tuple[_Window, _Window, dict[str, Any]]:
-        quiet = await _window(servers, logins, items, seconds)
+    async def under(burst: _Burst) -> tuple[_Window, dict[str, Any]]:
         await burst.start()
         try:
-            loud = await _window(servers, logins, items, seconds)
+            loud = await _window(servers, logins, items, seconds, outside)
         finally:
             seen = await burst.stop()
-        return quiet, loud, seen
+        return loud, seen
 
-    asyncio.run(_window(servers, logins, items, 2.0))  # warm-up: first connections, first pages
-    for burst in bursts:
+    async def measured(burst: _Burst) -> tuple[_Window, _Window, dict[str, Any]]:
+        quiet = await _window(servers, logins, items, seconds, outside)
+        return (quiet, *await under(burst))
+
+    def lines(burst: _Burst, quiet: _Window, loud: _Window, seen: dict[str, Any], *, split: bool) -> list[Metric]:
+        q, b = quiet.summary(), loud.summary()
+        detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS, "burst_hosts": burst.hosts}
+        where = split_note if split else f"same {process_note}"
+        log(f"26. {burst.label}, {where}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 "
+            f"{q['page_p50_ms']:.0f} → {b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → "
+            f"{b['decision_p99_ms']:.0f} ms, the bench's loop late p99 {q['client_loop_lag_p99_ms']:.0f} → "
+            f"{b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → {b['load']:.1f}, CPU % of a core "
+            f"{q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}")
+        key = f"noisy_{burst.key}{'_split' if split else ''}"
+        if split:
+            name, quiet_name = f"26. {burst.label}, {where}: moderators' queue page p99", "p99 quiet, before the same-process burst"
+        else:
+            name, quiet_name = f"26. {burst.label} ({process_note}): moderators' queue page p99", "p99 quiet, same moderators, just before"
+        return [
+            Metric(f"{key}_page", name, b["page_p99_ms"], "ms", q["page_p99_ms"], quiet_name, target=1.5, check="ratio",
+                   op="<=", detail=detail),
+            Metric(f"{key}_decision", "26.   ... moderators' decision p99", b["decision_p99_ms"], "ms",
+                   q["decision_p99_ms"], quiet_name, target=1.5, check="ratio", op="<="),
+            Metric(f"{key}_5xx", "26.   ... moderators' answers 5xx or none", loud.failed, "answers",
+                   quiet.failed, "the same, quiet", target=0, check="value", op="<="),
+        ]
+
+    def finished(burst: _Burst, seen: dict[str, Any]) -> dict[str, Any]:
+        seen.update(burst.finish())
+        _settle(timeout=60)
+        return seen
+
+    asyncio.run(_window(servers, logins, items, 2.0, outside))  # warm-up: first connections, first pages
+    for make, routed in kinds:
+        burst = make(None)
         burst.prepare()
+        seen: dict[str, Any] = {}
         try:
             quiet, loud, seen = asyncio.run(measured(burst))
         finally:
-            finished = burst.finish()
-        seen.update(finished)
-        _settle(timeout=60)
-        q, b = quiet.summary(), loud.summary()
-        detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS}
-        log(f"26. {burst.label}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 {q['page_p50_ms']:.0f} → "
-            f"{b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → {b['decision_p99_ms']:.0f} ms, the bench's "
-            f"loop late p99 {q['client_loop_lag_p99_ms']:.0f} → {b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → "
-            f"{b['load']:.1f}, CPU % of a core {q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}")
-        quiet_name = "p99 quiet, same moderators, just before"
-        metrics += [
-            Metric(f"noisy_{burst.key}_page", f"26. {burst.label} ({process_note}): moderators' queue page p99",
-                   b["page_p99_ms"], "ms", q["page_p99_ms"], quiet_name, target=1.5, check="ratio", op="<=", detail=detail),
-            Metric(f"noisy_{burst.key}_decision", "26.   ... moderators' decision p99", b["decision_p99_ms"], "ms",
-                   q["decision_p99_ms"], quiet_name, target=1.5, check="ratio", op="<="),
-            Metric(f"noisy_{burst.key}_5xx", "26.   ... moderators' answers 5xx or none", loud.failed, "answers",
-                   quiet.failed, "the same, quiet", target=0, check="value", op="<="),
-        ]
+            finished(burst, seen)
+        metrics += lines(burst, quiet, loud, seen, split=False)
+        if not routed:
+            continue
+        split = make(outside.hosts)
+        split.prepare()
+        seen = {}
+        try:
+            loud, seen = asyncio.run(under(split))
+        finally:
+            finished(split, seen)
+        metrics += lines(split, quiet, loud, seen, split=True)
     return metrics

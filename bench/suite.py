@@ -16,7 +16,8 @@ leaves the apply queued, as a server does; so does measure 24's (one apply lane 
 decisions in this process, its phases timed). Measure 23 runs last of the worker benches:
 the second worker it starts would change the one-worker measures (11, 12, 14, 8-10).
 Measure 25 (an idle worker's CPU) runs first, on the empty task table. Measure 26 (the
-moderators under outside bursts) runs just before 23, on the one worker, with items of its own.
+moderators under outside bursts) runs just before 23, on the one worker, with items of its own, and
+starts one more daphne process of its own for its process split (``BENCH_OUTSIDE_SERVERS``).
 Measure 27 (a LangGraph deployment's thread resumed) runs after 23, on two workers of its own.
 """
 
@@ -208,13 +209,24 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{args.backend}: 22. decision → a Node agent (LangChain.js) resumed, by webhook")
                 metrics += bench_node_agent_resumed(servers, logins[1], count=20 * max(1, round(3 * s)))
             if wanted(26):
-                from bench.noisy import bench_noisy_neighbours, decisions_needed
+                from bench.noisy import bench_noisy_neighbours, decisions_needed, servers_renice
 
                 log(f"{args.backend}: 26. noisy neighbours: moderators' pages and decisions, quiet and under each burst")
                 _, noisy_ops = moderators_login(1, prefix="bench-noisy-ops", staff=True)
                 noisy_items = items_make(decisions_needed(seconds=noisy_seconds))  # its own: 23 counts on the pool
-                metrics += bench_noisy_neighbours(servers, logins, noisy_ops[0], noisy_items, seconds=noisy_seconds,
-                                                  process_note=note)
+                # The process split's outside process(es): only /api/v1/ (SERVE_ROUTES), same database, layer, worker.
+                log(f"{args.backend}: 26. starting the outside's daphne process (SERVE_ROUTES=outside)")
+                outside = Servers(count=int(os.environ.get("BENCH_OUTSIDE_SERVERS", "1")),
+                                  env={**os.environ, "SERVE_ROUTES": "outside"}, logdir=args.workdir, name="outside",
+                                  health_path="/healthz")
+                try:
+                    if nice := int(os.environ.get("BENCH_OUTSIDE_NICE", "0")):
+                        log(f"{args.backend}: 26. the outside's daphne process at nice {nice}")
+                        servers_renice(outside, nice)
+                    metrics += bench_noisy_neighbours(servers, outside, logins, noisy_ops[0], noisy_items,
+                                                      seconds=noisy_seconds, process_note=note)
+                finally:
+                    outside.stop()
             if wanted(23):  # last: its second worker would change the one-worker measures above
                 log(f"{args.backend}: 23. two task workers: applied rate, and decision → applied at 50/s")
                 metrics += bench_two_workers(servers, logins, pool, count=two_count, seconds=sustained_seconds)

@@ -14,7 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-from moderation.core.bulkhead import BulkheadMiddleware  # noqa: E402
+from moderation.core.bulkhead import BulkheadMiddleware, ServedRoutesMiddleware  # noqa: E402
 from moderation.graphs.registry import graphs_check  # noqa: E402
 from moderation.live.routing import websocket_urlpatterns  # noqa: E402
 from moderation.records import events  # noqa: E402
@@ -27,12 +27,15 @@ from reviewqueue.serverlog import daphne_access_log_install  # noqa: E402
 graphs_check()
 daphne_body_limit_install(max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 daphne_access_log_install()
-_router = ProtocolTypeRouter(
-    {
-        # Outermost: a request past its class's share is refused before it costs a thread.
-        "http": BulkheadMiddleware(BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)),
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+# Outermost: a request this process does not serve (SERVE_ROUTES) is refused first, then one past its class's
+# share, each before it costs a thread.
+_router = ServedRoutesMiddleware(
+    ProtocolTypeRouter(
+        {
+            "http": BulkheadMiddleware(BodyLimitMiddleware(django_asgi_app, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)),
+            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )
 
 # The URLconf (views, the API's schemas) is imported now rather than by the first request,

@@ -363,6 +363,11 @@ if _pool_size and BULKHEAD_API and BULKHEAD_WEBHOOKS and _pool_size <= BULKHEAD_
     )
 BULKHEAD_WAIT = env.float("BULKHEAD_WAIT", 10.0)
 BULKHEAD_YIELD = env.float("BULKHEAD_YIELD", 0.1)
+# Which routes this server process serves (moderation.core.bulkhead): all of them, only the outside's (the service
+# API, long-polls and deployment webhooks: /api/v1/), or only the moderators' (pages, decisions, websockets). A process
+# asked for the other class answers 421 misdirected, so a proxy routing by path wrongly shows at once; health, readiness
+# and metrics are served by every process.
+SERVE_ROUTES = env.choice("SERVE_ROUTES", "all", ("all", "outside", "moderators"))
 # --- Webhooks (moderation.delivery) ---------------------------------------------
 # Deliveries are tasks in the database (django-tasks-db), run by `manage.py db_worker`.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "apply", "start", "deployments"]}}

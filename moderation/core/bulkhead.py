@@ -19,6 +19,12 @@ while moderators are busy, never stopped.
 
 Counted per process, in memory, on the server's event loop (the yield reads the count from
 request threads under a lock): what the caps protect is this process's pool and interpreter.
+
+The bulkhead between processes: a deployment may serve the outside from daphne processes of its
+own, routed by path at the proxy (``SERVE_ROUTES``: ``outside`` or ``moderators``; ``all`` by
+default). ``ServedRoutesMiddleware`` answers a request of the other class 421 ``misdirected``
+(a websocket is refused at its handshake) and logs it, so a proxy that routes wrongly shows at
+once instead of quietly putting the outside back beside the moderators.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -35,6 +42,11 @@ from django.conf import settings
 
 API, WEBHOOKS, LONG_POLL, INSIDE = "api", "webhooks", "long_poll", "inside"
 RETRY_AFTER_SECONDS = 1
+ALL, OUTSIDE, MODERATORS = "all", "outside", "moderators"  # SERVE_ROUTES
+# A process's own health, readiness and series: every process answers them, whichever routes it serves.
+EVERY_PROCESS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -51,6 +63,14 @@ def route_class(*, method: str, path: str) -> str:
     if method == "GET" and path.endswith("/decision"):
         return LONG_POLL  # capped by LONGPOLL_WAITS_*: an async view that holds no connection while it waits
     return API
+
+
+def route_served(*, serves: str, method: str, path: str) -> bool:
+    """Whether a process with ``SERVE_ROUTES=serves`` serves this request (a websocket's method: ``GET``)."""
+    if serves == ALL or path in EVERY_PROCESS:
+        return True
+    outside = route_class(method=method, path=path) != INSIDE
+    return outside if serves == OUTSIDE else not outside
 
 
 @dataclass
@@ -186,17 +206,48 @@ class BulkheadMiddleware:
             await share.leave()
 
 
-async def _refuse(send: Send, *, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
-                (b"cache-control", b"no-store"),
-            ],
-        }
-    )
+async def _refuse(send: Send, *, body: bytes, status: int = 503) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, (b"cache-control", b"no-store")]})
     await send({"type": "http.response.body", "body": body})
+
+
+def misdirected_body(*, serves: str, path: str) -> bytes:
+    mine, other = (
+        ("the outside's", "moderators' pages, decisions and websockets")
+        if serves == OUTSIDE
+        else ("moderators'", "the outside's routes (/api/v1/)")
+    )
+    return json.dumps(
+        {
+            "error": "misdirected",
+            "message": f"this server process serves only {mine} routes (SERVE_ROUTES={serves}), not {path}: "
+            f"the proxy must send {other} to the processes that serve them; nothing was recorded",
+        }
+    ).encode()
+
+
+class ServedRoutesMiddleware:
+    """ASGI: a request of the class this process does not serve (``SERVE_ROUTES``) is refused, before any thread or
+    connection: HTTP with 421 ``misdirected``, a websocket at its handshake (daphne answers 403)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        serves = settings.SERVE_ROUTES
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or route_served(
+            serves=serves, method=scope.get("method", "GET"), path=scope["path"]
+        ):
+            await self.app(scope, receive, send)
+            return
+        # The path only: a deployment webhook's token is in the query string, which no log may hold.
+        logger.warning("misdirected %s %s: this process serves only %s routes (SERVE_ROUTES)", kind, scope["path"], serves)
+        if kind == "http":
+            await _refuse(send, body=misdirected_body(serves=serves, path=scope["path"]), status=421)
+            return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008})

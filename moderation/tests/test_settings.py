@@ -297,3 +297,11 @@ def test_bulkheads_that_would_leave_moderators_no_connection_are_a_clear_error()
     result = _manage("check", DEBUG="true", **pool, BULKHEAD_API="6", BULKHEAD_WEBHOOKS="4")
     assert result.returncode != 0
     assert "BULKHEAD_API + BULKHEAD_WEBHOOKS (6 + 4) must leave some of DB_POOL_SIZE (10)" in result.stderr, result.stderr
+
+
+def test_serve_routes_names_a_class_of_routes_or_is_a_clear_error():
+    assert _settings_shown(["SERVE_ROUTES"]) == ["all"]
+    assert _settings_shown(["SERVE_ROUTES"], SERVE_ROUTES="outside") == ["outside"]
+    result = _manage("check", DEBUG="true", SERVE_ROUTES="api")
+    assert result.returncode != 0
+    assert "SERVE_ROUTES must be one of all, outside, moderators, not 'api'" in result.stderr, result.stderr

@@ -6,6 +6,10 @@ on the connections the outside cannot take.
 
 The negative control is the same server with the cap off (``BULKHEAD_API=0``): the six reports take the whole
 pool, and the moderator's page and decision wait out the pool's timeout and answer 503 ``database_unavailable``.
+
+The bulkhead between processes (``SERVE_ROUTES``): one real server serving only the outside's routes, then only the
+moderators', each asked for both classes: the other class is answered 421 ``misdirected`` (a websocket refused at
+its handshake), records nothing and is logged without its query string; health is served by both.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import json
 import threading
 
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from e2e.server import LiveServer
-from moderation.core.bulkhead import API, INSIDE, LONG_POLL, WEBHOOKS, route_class
+from moderation.core.bulkhead import API, INSIDE, LONG_POLL, WEBHOOKS, route_class, route_served
 from moderation.lab.waits import progress_wait
 from moderation.tests.cluster_support import channel_prefix, cluster_env, database_query, fresh_database, services_require
 from moderation.tests.real_server import CSRF, Reviewer
@@ -127,3 +133,71 @@ def test_each_request_draws_on_its_class():
         ("POST", f"/api/items/{item}/decision"),
         ("GET", "/healthz"),
     )] == [WEBHOOKS, API, API, API, LONG_POLL, INSIDE, INSIDE, INSIDE]
+
+
+def test_each_process_serves_its_routes_and_health_everywhere():
+    item = "4f0b7f2e-0000-4000-8000-000000000000"
+    asks = (("POST", "/api/v1/items"), ("POST", "/api/v1/deployments/my-agents/webhook"),
+            ("GET", f"/api/v1/items/{item}/decision"), ("GET", "/"), ("POST", f"/api/items/{item}/decision"),
+            ("GET", "/ws/queue/"), ("GET", "/static/app.js"), ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"))
+    served = {serves: [route_served(serves=serves, method=m, path=p) for m, p in asks]
+              for serves in ("all", "outside", "moderators")}
+    assert served == {"all": [True] * 10,
+                      "outside": [True, True, True, False, False, False, False, True, True, True],
+                      "moderators": [False, False, False, True, True, True, True, True, True, True]}
+
+
+def _websocket_status(server: LiveServer, cookie: str) -> int:
+    """101 if the queue page's socket opens, else the handshake's status."""
+    try:
+        with connect(f"ws://{server.netloc}/ws/queue/", origin=server.url, additional_headers={"Cookie": cookie},
+                     open_timeout=30):
+            return 101
+    except InvalidStatus as refused:
+        return refused.response.status_code
+
+
+@pytest.mark.timeout(300)
+def test_a_process_refuses_the_other_class_as_misdirected_and_records_nothing(tmp_path):
+    server = LiveServer(tmp_path, extra_env={"SERVE_ROUTES": "outside"}, health_path="/healthz")
+    try:
+        seeded = server.seed(users=["alice"], items=1)
+        item = seeded.items[0]
+        token = server.manage("apiclient_create", "split").strip()
+        api = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        alice = f"sessionid={seeded.sessions['alice']}; csrftoken={CSRF}"
+        moderator = {"Cookie": alice, "Content-Type": "application/json", "X-CSRFToken": CSRF}
+        submit = json.dumps({"title": "From outside", "body": "b", "source": "split"})
+        decide = json.dumps({"decision": "approve"})
+        webhook = "/api/v1/deployments/nowhere/webhook?token=do-not-log-me"
+
+        server.start()
+        assert _request(server, "POST", "/api/v1/items", headers=api, body=submit)[0] == 201
+        assert _request(server, "POST", webhook, headers=api, body="{}")[0] == 404  # served: no such deployment
+        for method, path, body in (("GET", "/", None), ("POST", f"/api/items/{item}/decision", decide)):
+            status, retry_after, content_type, answer = _request(server, method, path, headers=moderator, body=body)
+            assert (status, retry_after, content_type) == (421, None, "application/json"), (path, status, answer)
+            assert json.loads(answer)["error"] == "misdirected"
+            assert "SERVE_ROUTES=outside" in json.loads(answer)["message"]
+        assert _websocket_status(server, alice) == 403
+        assert _request(server, "GET", "/healthz", headers={})[0] == 200
+        assert server.rows([item])[item].status == "pending"  # the misdirected decision recorded nothing
+
+        server.stop()
+        server.extra_env["SERVE_ROUTES"] = "moderators"
+        server.start()
+        for method, path, body in (("POST", "/api/v1/items", submit), ("POST", webhook, "{}")):
+            status, _, content_type, answer = _request(server, method, path, headers=api, body=body)
+            assert (status, content_type) == (421, "application/json"), (path, status, answer)
+            assert "SERVE_ROUTES=moderators" in json.loads(answer)["message"]
+        assert _request(server, "GET", "/", headers=moderator)[0] == 200
+        assert _websocket_status(server, alice) == 101
+        assert _request(server, "GET", "/healthz", headers={})[0] == 200
+        assert _request(server, "POST", f"/api/items/{item}/decision", headers=moderator, body=decide)[0] == 200
+        assert server.rows([item])[item].status == "approved"
+        log = server.log_path.read_text()
+        assert "misdirected http /api/v1/deployments/nowhere/webhook: this process serves only moderators" in log, log
+        assert "misdirected websocket /ws/queue/: this process serves only outside" in log, log
+        assert "do-not-log-me" not in log
+    finally:
+        server.close()

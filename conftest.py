@@ -105,9 +105,7 @@ def _postgres_reachable() -> str | None:
 
     db = settings.DATABASES["default"]
     try:
-        psycopg.connect(
-            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], connect_timeout=3
-        ).close()
+        psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], connect_timeout=3).close()
     except psycopg.Error as exc:
         return str(exc).strip()
     return None
@@ -227,15 +225,24 @@ def _longest_first(items: list[pytest.Item]) -> None:
 # What a test module that starts processes (servers, workers, agents, browsers, commands) imports:
 # its tests get the ``processes`` marker, and ``make test-quick`` leaves them out.
 _PROCESS_STARTERS = (
-    "subprocess", "multiprocessing", "e2e", "playwright", "moderation.tests.real_server",
-    "moderation.tests.races", "moderation.tests.langgraph_server", "moderation.tests.deployments_support",
-    "moderation.tests.cluster_support", "moderation.lab.runner",
+    "subprocess",
+    "multiprocessing",
+    "e2e",
+    "playwright",
+    "moderation.tests.real_server",
+    "moderation.tests.races",
+    "moderation.tests.langgraph_server",
+    "moderation.tests.deployments_support",
+    "moderation.tests.cluster_support",
+    "moderation.lab.runner",
 )
 
 
 def _starts_processes(module) -> bool:
-    names = {getattr(value, "__name__", "") if isinstance(value, type(sys)) else getattr(value, "__module__", "") or ""
-             for value in vars(module).values()}
+    names = {
+        getattr(value, "__name__", "") if isinstance(value, type(sys)) else getattr(value, "__module__", "") or ""
+        for value in vars(module).values()
+    }
     return any(name == prefix or name.startswith(f"{prefix}.") for name in names for prefix in _PROCESS_STARTERS)
 
 

@@ -59,8 +59,12 @@ def _agent_build(ran: dict[str, float]) -> Any:
         ran.setdefault(get_config()["configurable"]["thread_id"], time.perf_counter())
         return f"deleted {customer_id}"
 
-    return create_agent(model=ScriptedModel(), tools=[delete_customer], checkpointer=InMemorySaver(),
-                        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": True})])
+    return create_agent(
+        model=ScriptedModel(),
+        tools=[delete_customer],
+        checkpointer=InMemorySaver(),
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": True})],
+    )
 
 
 def _asks_forward(client: Any, agent: Any, threads: list[str]) -> dict[str, str]:
@@ -122,8 +126,10 @@ def _resume_by_longpoll(host: str, login: Login, client: Any, agent: Any, ran: d
     latencies: list[float] = []
     for wave in range(waves):
         items = _asks_forward(client, agent, [f"bench-22-poll-{wave}-{n}-{uuid.uuid4().hex[:6]}" for n in range(WAVE)])
-        waiters = [threading.Thread(target=decision_wait_resume, args=(client, agent),
-                                    kwargs={"item_id": item, "timeout": 120}) for item in items.values()]
+        waiters = [
+            threading.Thread(target=decision_wait_resume, args=(client, agent), kwargs={"item_id": item, "timeout": 120})
+            for item in items.values()
+        ]
         for waiter in waiters:
             waiter.start()
         time.sleep(0.5)  # every wait open before the first decision
@@ -162,17 +168,28 @@ async def _visible(host: str, login: Login, token: str, *, count: int, rate: flo
                 seen.setdefault(frame["title"], time.perf_counter())
 
     watcher = asyncio.create_task(watch())
-    async with httpx.AsyncClient(base_url=f"http://{host}/api/v1", headers={"Authorization": f"Bearer {token}"},
-                                 timeout=60) as api:
+    async with httpx.AsyncClient(
+        base_url=f"http://{host}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as api:
         begin = time.perf_counter()
         for n in range(count):
             await asyncio.sleep(max(0.0, begin + n / rate - time.perf_counter()))
             title = f"Approve delete_customer #{n} {uuid.uuid4().hex[:6]}"
-            ask = {"action_requests": [{"name": "delete_customer", "args": {"customer_id": f"C-{n}"}, "description": ""}],
-                   "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}]}
+            ask = {
+                "action_requests": [{"name": "delete_customer", "args": {"customer_id": f"C-{n}"}, "description": ""}],
+                "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}],
+            }
             sent[title] = time.perf_counter()
-            answer = await api.post("/items", json={"title": title, "body": "An agent asks.", "source": "bench-agent",
-                                                    "ask": ask, "external": {"thread_id": title, "interrupt_id": "1"}})
+            answer = await api.post(
+                "/items",
+                json={
+                    "title": title,
+                    "body": "An agent asks.",
+                    "source": "bench-agent",
+                    "ask": ask,
+                    "external": {"thread_id": title, "interrupt_id": "1"},
+                },
+            )
             assert answer.status_code == 201, answer.text
         deadline = time.perf_counter() + 30
         while len(seen) < count and time.perf_counter() < deadline:
@@ -188,11 +205,21 @@ def bench_ask_visible(servers: Servers, login: Login, *, count: int) -> list[Met
 
     _, token = apiclient_create(name=f"bench-asks-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
     latencies = asyncio.run(_visible(servers.host(0), login, token, count=count, rate=5.0))
-    log(f"21. ask visible: p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms "
-        f"({len(latencies)} of {count})")
-    return [Metric("ask_visible_p99", "21. ask submitted → in a moderator's queue (live socket), p99",
-                   percentile(latencies, 99), "ms", percentile(latencies, 50), "p50 of the same run",
-                   detail={"asks": count, "seen": len(latencies)})]
+    log(
+        f"21. ask visible: p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms "
+        f"({len(latencies)} of {count})"
+    )
+    return [
+        Metric(
+            "ask_visible_p99",
+            "21. ask submitted → in a moderator's queue (live socket), p99",
+            percentile(latencies, 99),
+            "ms",
+            percentile(latencies, 50),
+            "p50 of the same run",
+            detail={"asks": count, "seen": len(latencies)},
+        )
+    ]
 
 
 def bench_agent_resumed(servers: Servers, login: Login, *, waves: int) -> list[Metric]:
@@ -206,17 +233,29 @@ def bench_agent_resumed(servers: Servers, login: Login, *, waves: int) -> list[M
     agent = _agent_build(ran)
     metrics = []
     with ReviewQueue(f"http://{host}", token) as client:
-        for how, measure in (("long-poll", lambda: _resume_by_longpoll(host, login, client, agent, ran, waves=waves)),
-                             ("webhook", lambda: _resume_by_webhook(host, login, client, agent, ran, count=WAVE * waves))):
+        for how, measure in (
+            ("long-poll", lambda: _resume_by_longpoll(host, login, client, agent, ran, waves=waves)),
+            ("webhook", lambda: _resume_by_webhook(host, login, client, agent, ran, count=WAVE * waves)),
+        ):
             latencies = measure()
-            log(f"22. agent resumed by {how}: p50 {percentile(latencies, 50):.1f} ms, "
-                f"p99 {percentile(latencies, 99):.1f} ms ({len(latencies)} of {WAVE * waves})")
-            metrics.append(Metric(
-                f"agent_resumed_{how.replace('-', '')}_p99",
-                f"22. decision answered → agent resumed by {how}, {RATE:g} dec/s, p99", percentile(latencies, 99), "ms",
-                percentile(latencies, 50), "p50 of the same run", target=250, check="value", op="<=",
-                detail={"decisions": WAVE * waves, "resumed": len(latencies)},
-            ))
+            log(
+                f"22. agent resumed by {how}: p50 {percentile(latencies, 50):.1f} ms, "
+                f"p99 {percentile(latencies, 99):.1f} ms ({len(latencies)} of {WAVE * waves})"
+            )
+            metrics.append(
+                Metric(
+                    f"agent_resumed_{how.replace('-', '')}_p99",
+                    f"22. decision answered → agent resumed by {how}, {RATE:g} dec/s, p99",
+                    percentile(latencies, 99),
+                    "ms",
+                    percentile(latencies, 50),
+                    "p50 of the same run",
+                    target=250,
+                    check="value",
+                    op="<=",
+                    detail={"decisions": WAVE * waves, "resumed": len(latencies)},
+                )
+            )
     return metrics
 
 
@@ -229,15 +268,36 @@ def _node_agent_resumed(host: str, login: Login, token: str, *, count: int) -> l
 
     node_modules_ready()
     port = free_port()
-    endpoint = WebhookEndpoint(name=f"bench-node-agent-{uuid.uuid4().hex[:8]}", events=["item.decided"],
-                               url=f"http://127.0.0.1:{port}/hooks")
+    endpoint = WebhookEndpoint(
+        name=f"bench-node-agent-{uuid.uuid4().hex[:8]}", events=["item.decided"], url=f"http://127.0.0.1:{port}/hooks"
+    )
     endpoint.save()
-    env = {**os.environ, "REVIEWQUEUE_URL": f"http://{host}", "REVIEWQUEUE_TOKEN": token,
-           "REVIEWQUEUE_WEBHOOK_SECRET": endpoint.secret}
+    env = {
+        **os.environ,
+        "REVIEWQUEUE_URL": f"http://{host}",
+        "REVIEWQUEUE_TOKEN": token,
+        "REVIEWQUEUE_WEBHOOK_SECRET": endpoint.secret,
+    }
     agent = subprocess.Popen(
-        ["node", "--import", "tsx", "test/bench-agent.ts", "--port", str(port), "--count", str(count),
-         "--prefix", f"bench-22-node-{uuid.uuid4().hex[:6]}"],
-        cwd=CLIENT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            "node",
+            "--import",
+            "tsx",
+            "test/bench-agent.ts",
+            "--port",
+            str(port),
+            "--count",
+            str(count),
+            "--prefix",
+            f"bench-22-node-{uuid.uuid4().hex[:6]}",
+        ],
+        cwd=CLIENT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     children_adopt(agent)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line.strip()) for line in agent.stdout], daemon=True).start()
@@ -276,11 +336,21 @@ def bench_node_agent_resumed(servers: Servers, login: Login, *, count: int) -> l
 
     _, token = apiclient_create(name=f"bench-node-agent-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])
     latencies = _node_agent_resumed(servers.host(0), login, token, count=count)
-    log(f"22. Node agent resumed by webhook: p50 {percentile(latencies, 50):.1f} ms, "
-        f"p99 {percentile(latencies, 99):.1f} ms ({len(latencies)} of {count})")
-    return [Metric(
-        "node_agent_resumed_webhook_p99",
-        f"22. decision answered → a Node agent (LangChain.js) resumed by webhook, {RATE:g} dec/s, p99",
-        percentile(latencies, 99), "ms", percentile(latencies, 50), "p50 of the same run", target=250, check="value",
-        op="<=", detail={"decisions": count, "resumed": len(latencies)},
-    )]
+    log(
+        f"22. Node agent resumed by webhook: p50 {percentile(latencies, 50):.1f} ms, "
+        f"p99 {percentile(latencies, 99):.1f} ms ({len(latencies)} of {count})"
+    )
+    return [
+        Metric(
+            "node_agent_resumed_webhook_p99",
+            f"22. decision answered → a Node agent (LangChain.js) resumed by webhook, {RATE:g} dec/s, p99",
+            percentile(latencies, 99),
+            "ms",
+            percentile(latencies, 50),
+            "p50 of the same run",
+            target=250,
+            check="value",
+            op="<=",
+            detail={"decisions": count, "resumed": len(latencies)},
+        )
+    ]

@@ -63,7 +63,13 @@ class _Receiver:
 
 
 def _submit_rate(
-    host: str, token: str, *, batch: int, seconds: float, concurrency: int, start_mode: str = "now",
+    host: str,
+    token: str,
+    *,
+    batch: int,
+    seconds: float,
+    concurrency: int,
+    start_mode: str = "now",
 ) -> tuple[float, list[str]]:
     created: list[str] = []
     lock = threading.Lock()
@@ -110,8 +116,11 @@ def _started_wait(items: list[str], *, timeout: float = 300) -> float:
 def _decide(host: str, login: Login, item: str) -> float:
     """Decide ``item`` as ``login``; the moment the answer arrived."""
     answer = httpx.post(
-        f"http://{host}/api/items/{item}/decision", json={"decision": "approve"}, cookies=login.cookies(),
-        headers={"X-CSRFToken": login.csrftoken}, timeout=30,
+        f"http://{host}/api/items/{item}/decision",
+        json={"decision": "approve"},
+        cookies=login.cookies(),
+        headers={"X-CSRFToken": login.csrftoken},
+        timeout=30,
     )
     assert answer.status_code == 200, answer.text
     return time.perf_counter()
@@ -123,8 +132,12 @@ def _longpoll_latency(host: str, token: str, login: Login, items: list[str]) -> 
         woke: dict[str, float] = {}
 
         def wait(item=item, woke=woke):
-            answer = httpx.get(f"http://{host}/api/v1/items/{item}/decision", params={"wait": 30},
-                               headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            answer = httpx.get(
+                f"http://{host}/api/v1/items/{item}/decision",
+                params={"wait": 30},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=60,
+            )
             woke["at"] = time.perf_counter()
             woke["status"] = answer.status_code
 
@@ -174,27 +187,68 @@ def bench_api(servers: Servers, logins: list[Login], *, seconds: float, bare_rat
         floor = "bare graph start to interrupt, in-process"
         metrics += [
             Metric("api_submit_one", "8. API submit, one item per request (4 clients)", one, "items/s", bare_rate, floor),
-            Metric("api_submit_batch", f"8. API submit, batches of {BATCH}, start now (2 clients)", batched, "items/s",
-                   bare_rate, floor),
-            Metric("api_submit_queued", f"8. API submit, batches of {BATCH}, start queued: accepted (2 clients)", queued,
-                   "items/s", bare_rate, floor, target=500, check="value", op=">=", detail={"items": len(accepted)}),
-            Metric("api_queued_started", "8. ... those items in the queue, started by one task worker", started,
-                   "items/s", bare_rate, floor, detail={"items": len(accepted)}),
+            Metric(
+                "api_submit_batch",
+                f"8. API submit, batches of {BATCH}, start now (2 clients)",
+                batched,
+                "items/s",
+                bare_rate,
+                floor,
+            ),
+            Metric(
+                "api_submit_queued",
+                f"8. API submit, batches of {BATCH}, start queued: accepted (2 clients)",
+                queued,
+                "items/s",
+                bare_rate,
+                floor,
+                target=500,
+                check="value",
+                op=">=",
+                detail={"items": len(accepted)},
+            ),
+            Metric(
+                "api_queued_started",
+                "8. ... those items in the queue, started by one task worker",
+                started,
+                "items/s",
+                bare_rate,
+                floor,
+                detail={"items": len(accepted)},
+            ),
         ]
         polls = _longpoll_latency(host, token, logins[0], pool[:20])
         log(f"api: long-poll wake-up p50 {percentile(polls, 50):.1f} ms, p99 {percentile(polls, 99):.1f} ms ({len(polls)})")
-        metrics.append(Metric(
-            "longpoll_p99", "10. long-poll wake-up after the decision's answer, p99", percentile(polls, 99), "ms",
-            percentile(polls, 50), "p50 of the same run", target=100, check="value", op="<=",
-            detail={"waits": len(polls), "expected": 20},
-        ))
-        hooks = _webhook_latency(host, logins[1], pool[20:20 + int(max(20, 10 * seconds))], receiver, rate=10)
+        metrics.append(
+            Metric(
+                "longpoll_p99",
+                "10. long-poll wake-up after the decision's answer, p99",
+                percentile(polls, 99),
+                "ms",
+                percentile(polls, 50),
+                "p50 of the same run",
+                target=100,
+                check="value",
+                op="<=",
+                detail={"waits": len(polls), "expected": 20},
+            )
+        )
+        hooks = _webhook_latency(host, logins[1], pool[20 : 20 + int(max(20, 10 * seconds))], receiver, rate=10)
         log(f"api: webhook p50 {percentile(hooks, 50):.1f} ms, p99 {percentile(hooks, 99):.1f} ms ({len(hooks)})")
-        metrics.append(Metric(
-            "webhook_p99", "9. decision answered → webhook received, 10 dec/s, one worker, p99", percentile(hooks, 99),
-            "ms", percentile(hooks, 50), "p50 of the same run", target=250, check="value", op="<=",
-            detail={"webhooks": len(hooks)},
-        ))
+        metrics.append(
+            Metric(
+                "webhook_p99",
+                "9. decision answered → webhook received, 10 dec/s, one worker, p99",
+                percentile(hooks, 99),
+                "ms",
+                percentile(hooks, 50),
+                "p50 of the same run",
+                target=250,
+                check="value",
+                op="<=",
+                detail={"webhooks": len(hooks)},
+            )
+        )
     finally:
         receiver.stop()
     return metrics
@@ -224,11 +278,20 @@ async def _waits_open(staff: httpx.AsyncClient, count: int, *, timeout: float = 
 
 
 async def _page_under_waits(
-    host: str, login: Login, staff: Login, tokens: list[str], *, waits: int, reps: int, rss_kib,
+    host: str,
+    login: Login,
+    staff: Login,
+    tokens: list[str],
+    *,
+    waits: int,
+    reps: int,
+    rss_kib,
 ) -> dict:
     def client(who: Login | None = None, token: str | None = None) -> httpx.AsyncClient:
         return httpx.AsyncClient(
-            base_url=f"http://{host}", cookies=who.cookies() if who else None, timeout=120,
+            base_url=f"http://{host}",
+            cookies=who.cookies() if who else None,
+            timeout=120,
             headers={"X-CSRFToken": who.csrftoken} if who else {"Authorization": f"Bearer {token}"},
             limits=httpx.Limits(max_connections=WAITS_PER_CLIENT, max_keepalive_connections=WAITS_PER_CLIENT),
         )
@@ -238,7 +301,9 @@ async def _page_under_waits(
     try:
         items = []
         for api in apis:
-            answer = await api.post("/api/v1/items", json={"title": f"Waited on {next(_keys)}", "body": BODY, "source": "bench-waits"})
+            answer = await api.post(
+                "/api/v1/items", json={"title": f"Waited on {next(_keys)}", "body": BODY, "source": "bench-waits"}
+            )
             assert answer.status_code == 201, answer.text
             items.append(answer.json()["id"])
         await _page_p50(moderator, 5)  # warm-up
@@ -257,8 +322,15 @@ async def _page_under_waits(
             assert answer.status_code == 200, answer.text
         statuses = Counter(await asyncio.gather(*waiting))
         after = await _page_p50(moderator, reps)
-        return {"before_ms": before, "during_ms": during, "after_ms": after, "waits": waits,
-                "wait_statuses": dict(statuses), "reps": reps, "rss_during_kib": rss_during}
+        return {
+            "before_ms": before,
+            "during_ms": during,
+            "after_ms": after,
+            "waits": waits,
+            "wait_statuses": dict(statuses),
+            "reps": reps,
+            "rss_during_kib": rss_during,
+        }
     finally:
         for c in (moderator, ops, *apis):
             await c.aclose()
@@ -269,22 +341,46 @@ def bench_page_under_waits(servers: Servers, login: Login, staff: Login, *, wait
     waits on the same server (10 API clients, 20 waits each); then their items are decided."""
     from moderation.api.clients import apiclient_create
 
-    tokens = [apiclient_create(name=f"bench-waits-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])[1]
-              for _ in range(max(1, waits // WAITS_PER_CLIENT))]
+    tokens = [
+        apiclient_create(name=f"bench-waits-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])[1]
+        for _ in range(max(1, waits // WAITS_PER_CLIENT))
+    ]
     idle_rss = servers.rss_kib()[0]
-    result = asyncio.run(_page_under_waits(
-        servers.host(0), login, staff, tokens, waits=waits, reps=reps, rss_kib=lambda: servers.rss_kib()[0]
-    ))
+    result = asyncio.run(
+        _page_under_waits(servers.host(0), login, staff, tokens, waits=waits, reps=reps, rss_kib=lambda: servers.rss_kib()[0])
+    )
     result["rss_idle_kib"], result["rss_after_kib"] = idle_rss, servers.rss_kib()[0]
-    log(f"page under waits: p50 {result['before_ms']:.1f} ms before, {result['during_ms']:.1f} ms during {waits} waits, "
+    log(
+        f"page under waits: p50 {result['before_ms']:.1f} ms before, {result['during_ms']:.1f} ms during {waits} waits, "
         f"{result['after_ms']:.1f} ms after; waits answered {result['wait_statuses']}; server RSS "
-        f"{idle_rss / 1024:.0f} MiB idle, {result['rss_during_kib'] / 1024:.0f} MiB during")
+        f"{idle_rss / 1024:.0f} MiB idle, {result['rss_during_kib'] / 1024:.0f} MiB during"
+    )
     if result["wait_statuses"] != {200: waits}:
         log(f"WARNING: not every wait answered 200: {result['wait_statuses']}")
     baseline = "p50 before the waits, same page, same server"
     return [
-        Metric("page_during_waits", f"18. moderator's queue page p50 during {waits} long-poll waits (one server)",
-               result["during_ms"], "ms", result["before_ms"], baseline, target=1.5, check="ratio", op="<=", detail=result),
-        Metric("page_after_waits", f"18. moderator's queue page p50 after the {waits} waits were answered",
-               result["after_ms"], "ms", result["before_ms"], baseline, target=1.5, check="ratio", op="<=", detail=result),
+        Metric(
+            "page_during_waits",
+            f"18. moderator's queue page p50 during {waits} long-poll waits (one server)",
+            result["during_ms"],
+            "ms",
+            result["before_ms"],
+            baseline,
+            target=1.5,
+            check="ratio",
+            op="<=",
+            detail=result,
+        ),
+        Metric(
+            "page_after_waits",
+            f"18. moderator's queue page p50 after the {waits} waits were answered",
+            result["after_ms"],
+            "ms",
+            result["before_ms"],
+            baseline,
+            target=1.5,
+            check="ratio",
+            op="<=",
+            detail=result,
+        ),
     ]

@@ -34,8 +34,15 @@ def agent_items_make(count: int) -> list[str]:
     from moderation.review.items import item_create
 
     return [
-        str(item_create(title=f"bench refund {n}", body=AGENT_MESSAGE, source="bench-agent", graph="refund_agent",
-                        graph_input={"messages": [{"role": "user", "content": AGENT_MESSAGE}]}).public_id)
+        str(
+            item_create(
+                title=f"bench refund {n}",
+                body=AGENT_MESSAGE,
+                source="bench-agent",
+                graph="refund_agent",
+                graph_input={"messages": [{"role": "user", "content": AGENT_MESSAGE}]},
+            ).public_id
+        )
         for n in range(count)
     ]
 
@@ -51,7 +58,8 @@ def applied_wait(items: list[str], *, timeout: float) -> dict[str, float]:
             break
         time.sleep(0.05)
     applied = ReviewAsk.objects.filter(item__public_id__in=items, applied_at__isnull=False).values_list(
-        "item__public_id", "applied_at")
+        "item__public_id", "applied_at"
+    )
     return {str(public_id): at.timestamp() for public_id, at in applied}
 
 
@@ -63,8 +71,10 @@ def backlog_drain(*, timeout: float) -> None:
     count, start = waiting.count(), time.perf_counter()
     while waiting.exists() and time.perf_counter() - start < timeout:
         time.sleep(0.2)
-    log(f"worker: applied the {count} decisions earlier benches left in {time.perf_counter() - start:.1f} s"
-        + (f"; {waiting.count()} still applying" if waiting.exists() else ""))
+    log(
+        f"worker: applied the {count} decisions earlier benches left in {time.perf_counter() - start:.1f} s"
+        + (f"; {waiting.count()} still applying" if waiting.exists() else "")
+    )
 
 
 async def _paced(servers: Servers, logins: list[Login], pairs: list[tuple[str, str]], *, rate: float) -> list[dict]:
@@ -77,8 +87,9 @@ async def _paced(servers: Servers, logins: list[Login], pairs: list[tuple[str, s
             await asyncio.sleep(max(0.0, begin + n / rate - time.perf_counter()))
             sent_at, start = time.time(), time.perf_counter()
             status = await _decide(clients[n % len(clients)], item, "approve")
-            runs.append({"kind": kind, "item": item, "status": status, "sent_at": sent_at,
-                         "ms": (time.perf_counter() - start) * 1000})
+            runs.append(
+                {"kind": kind, "item": item, "status": status, "sent_at": sent_at, "ms": (time.perf_counter() - start) * 1000}
+            )
     finally:
         for c in clients:
             await c.aclose()
@@ -96,8 +107,9 @@ def _solo_applied_ms(servers: Servers, logins: list[Login], pairs: list[tuple[st
     return out
 
 
-def bench_agent_response(servers: Servers, logins: list[Login], moderation_items: list[str], *, count: int,
-                         rate: float, solo: int = 3) -> list[Metric]:
+def bench_agent_response(
+    servers: Servers, logins: list[Login], moderation_items: list[str], *, count: int, rate: float, solo: int = 3
+) -> list[Metric]:
     from moderation.items.models import QueueItem
 
     tool_ms = float(os.environ.get("REFUND_AGENT_TOOL_SECONDS", "0") or 0) * 1000
@@ -120,26 +132,58 @@ def bench_agent_response(servers: Servers, logins: list[Login], moderation_items
     agent_ids = [item for kind, item in (*pairs, *solo_pairs) if kind == "agent"]
     answers = QueueItem.objects.filter(public_id__in=agent_ids).values_list("applied_result", flat=True)
     tool_ran = sum("refunded 120 EUR" in str((a.get("result") or {}).get("answer", "")) for a in answers)
-    summary = {k: {"p50_ms": median(v["ms"]), "p99_ms": percentile(v["ms"], 99), "decisions": len(v["ms"]),
-                   "statuses": {s: v["statuses"].count(s) for s in set(v["statuses"])},
-                   "solo_applied_ms": solo_ms.get(k, [])}
-               for k, v in by_kind.items()}
+    summary = {
+        k: {
+            "p50_ms": median(v["ms"]),
+            "p99_ms": percentile(v["ms"], 99),
+            "decisions": len(v["ms"]),
+            "statuses": {s: v["statuses"].count(s) for s in set(v["statuses"])},
+            "solo_applied_ms": solo_ms.get(k, []),
+        }
+        for k, v in by_kind.items()
+    }
     agent_applied = min(solo_ms.get("agent", []), default=float("nan"))
     plain_applied = min(solo_ms.get("moderation", []), default=float("nan"))
-    log(f"agent: response p50 {summary['agent']['p50_ms']:.1f} / p99 {summary['agent']['p99_ms']:.1f} ms vs moderation "
+    log(
+        f"agent: response p50 {summary['agent']['p50_ms']:.1f} / p99 {summary['agent']['p99_ms']:.1f} ms vs moderation "
         f"p50 {summary['moderation']['p50_ms']:.1f} / p99 {summary['moderation']['p99_ms']:.1f} ms; applied after "
         f"{agent_applied:.0f} ms (moderation {plain_applied:.0f} ms, tool {tool_ms:.0f} ms), "
-        f"{tool_ran}/{len(agent_ids)} refunds recorded")
+        f"{tool_ran}/{len(agent_ids)} refunds recorded"
+    )
     detail = {**summary, "rate": rate, "tool_ms": tool_ms, "refunds_recorded": tool_ran, "agent_items": len(agent_ids)}
     return [
-        Metric("agent_response_p99", f"11. decision response p99, agent item whose tool takes {tool_ms:.0f} ms (worker)",
-               summary["agent"]["p99_ms"], "ms", summary["moderation"]["p99_ms"], "same, moderation items (instant graph)",
-               target=1.5, check="ratio", op="<=", detail=detail),
-        Metric("agent_response_p50", "11. decision response p50, agent item", summary["agent"]["p50_ms"], "ms",
-               summary["moderation"]["p50_ms"], "same, moderation items (instant graph)"),
-        Metric("agent_applied_min", f"11. (contrast) decision → applied, agent item, worker idle, fastest of {solo}",
-               agent_applied, "ms", plain_applied, "same, moderation items", target=tool_ms, check="value", op=">=",
-               detail={"solo_applied_ms": solo_ms, "refunds_recorded": tool_ran, "agent_items": len(agent_ids)}),
+        Metric(
+            "agent_response_p99",
+            f"11. decision response p99, agent item whose tool takes {tool_ms:.0f} ms (worker)",
+            summary["agent"]["p99_ms"],
+            "ms",
+            summary["moderation"]["p99_ms"],
+            "same, moderation items (instant graph)",
+            target=1.5,
+            check="ratio",
+            op="<=",
+            detail=detail,
+        ),
+        Metric(
+            "agent_response_p50",
+            "11. decision response p50, agent item",
+            summary["agent"]["p50_ms"],
+            "ms",
+            summary["moderation"]["p50_ms"],
+            "same, moderation items (instant graph)",
+        ),
+        Metric(
+            "agent_applied_min",
+            f"11. (contrast) decision → applied, agent item, worker idle, fastest of {solo}",
+            agent_applied,
+            "ms",
+            plain_applied,
+            "same, moderation items",
+            target=tool_ms,
+            check="value",
+            op=">=",
+            detail={"solo_applied_ms": solo_ms, "refunds_recorded": tool_ran, "agent_items": len(agent_ids)},
+        ),
     ]
 
 
@@ -173,13 +217,25 @@ def bench_applied_rate(servers: Servers, logins: list[Login], items: list[str], 
     http_rate = len(runs) / (answered - start)
     last = max(applied.values(), default=float("nan"))
     applied_rate = len(applied) / (last - start)
-    log(f"worker: {len(runs)} decisions answered at {http_rate:.1f}/s, {len(applied)} applied at {applied_rate:.1f}/s "
-        f"(last applied {last - answered:.1f} s after the last answer) {statuses}")
+    log(
+        f"worker: {len(runs)} decisions answered at {http_rate:.1f}/s, {len(applied)} applied at {applied_rate:.1f}/s "
+        f"(last applied {last - answered:.1f} s after the last answer) {statuses}"
+    )
     if len(applied) < count:
         log(f"WARNING: {count - len(applied)} decisions were never applied")
-    return [Metric(
-        "applied_rate", f"12. decisions applied/s, one worker, 8 reviewers on {count} moderation items", applied_rate,
-        "dec/s", http_rate, "HTTP decisions answered/s, same run",
-        detail={"decisions": count, "applied": len(applied), "statuses": statuses,
-                "applied_after_last_answer_s": last - answered},
-    )]
+    return [
+        Metric(
+            "applied_rate",
+            f"12. decisions applied/s, one worker, 8 reviewers on {count} moderation items",
+            applied_rate,
+            "dec/s",
+            http_rate,
+            "HTTP decisions answered/s, same run",
+            detail={
+                "decisions": count,
+                "applied": len(applied),
+                "statuses": statuses,
+                "applied_after_last_answer_s": last - answered,
+            },
+        )
+    ]

@@ -96,12 +96,19 @@ class Servers:
     """``count`` servers (``e2e.server.LiveServer``) on the bench's database, layer and settings
     (several need the Redis layer), and the task worker the API bench uses."""
 
-    def __init__(self, *, count: int, env: dict[str, str], logdir: Path, name: str = "server",
-                 health_path: str = "/accounts/login/") -> None:
+    def __init__(
+        self, *, count: int, env: dict[str, str], logdir: Path, name: str = "server", health_path: str = "/accounts/login/"
+    ) -> None:
         self.live = [
             # -v 0: no access log (a proxy keeps it in production); the floor pays the same.
-            LiveServer(logdir / f"{name}-{n}", database_url=env["DATABASE_URL"], settings=env["DJANGO_SETTINGS_MODULE"],
-                       extra_env=env, daphne_args=("-v", "0"), health_path=health_path)
+            LiveServer(
+                logdir / f"{name}-{n}",
+                database_url=env["DATABASE_URL"],
+                settings=env["DJANGO_SETTINGS_MODULE"],
+                extra_env=env,
+                daphne_args=("-v", "0"),
+                health_path=health_path,
+            )
             for n in range(count)
         ]
         try:
@@ -182,8 +189,12 @@ def moderators_login(count: int, *, prefix: str = "bench-mod", staff: bool = Fal
     seeded = site_seed(moderators=names, staff=names if staff else (), sessions=True)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     logins = [
-        Login(username=name, user_id=user.pk, sessionid=seeded.sessions[name],
-              csrftoken="".join(secrets.choice(alphabet) for _ in range(32)))
+        Login(
+            username=name,
+            user_id=user.pk,
+            sessionid=seeded.sessions[name],
+            csrftoken="".join(secrets.choice(alphabet) for _ in range(32)),
+        )
         for name, user in seeded.users.items()
     ]
     return list(seeded.users.values()), logins
@@ -208,7 +219,10 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1),
-        "python": platform.python_version(), "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
         "load_at_start": list(os.getloadavg()),
     }

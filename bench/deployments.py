@@ -29,8 +29,12 @@ from pathlib import Path
 from bench.common import Metric, Servers, log, median, percentile
 
 APPLY_TASK = "moderation.review.apply.item_apply_task"
-PHASES = ("answered → picked up by a worker", "picked up → remote run created", "run created → run finished",
-          "run finished → recorded")
+PHASES = (
+    "answered → picked up by a worker",
+    "picked up → remote run created",
+    "run created → run finished",
+    "run finished → recorded",
+)
 
 
 def _ts(value) -> float:
@@ -54,15 +58,25 @@ def _timeline(url: str, item_pk: int, committed: float) -> dict[str, float] | No
     applied = ReviewAsk.objects.filter(item_id=item_pk, applied_at__isnull=False).values_list("applied_at", flat=True)
     if not applied:
         return None
-    task = (DBTaskResult.objects.filter(task_path=APPLY_TASK, args_kwargs__args__0=item_pk, started_at__isnull=False)
-            .order_by("started_at").values("started_at").first())
+    task = (
+        DBTaskResult.objects.filter(task_path=APPLY_TASK, args_kwargs__args__0=item_pk, started_at__isnull=False)
+        .order_by("started_at")
+        .values("started_at")
+        .first()
+    )
     thread_id = QueueItem.objects.get(pk=item_pk).graph_input["external"]["thread_id"]
     runs = sorted(sdk(url).runs.list(thread_id), key=lambda run: _ts(run["created_at"]))
     resume = runs[-1]
-    marks = [_ts(task["started_at"]) if task else float("nan"), _ts(resume["created_at"]), _ts(resume["updated_at"]),
-             _ts(applied[0])]
-    return {"total": marks[-1] - committed,
-            **{phase: b - a for phase, a, b in zip(PHASES, [committed, *marks[:-1]], marks, strict=False)}}
+    marks = [
+        _ts(task["started_at"]) if task else float("nan"),
+        _ts(resume["created_at"]),
+        _ts(resume["updated_at"]),
+        _ts(applied[0]),
+    ]
+    return {
+        "total": marks[-1] - committed,
+        **{phase: b - a for phase, a, b in zip(PHASES, [committed, *marks[:-1]], marks, strict=False)},
+    }
 
 
 def _decide_and_time(url: str, item, reviewer) -> tuple[int, float]:
@@ -115,8 +129,10 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
 
         def items_for(threads: list[str]) -> list:
             deployment_sweep(deployment=agents.deployment)
-            by_thread = {item.graph_input["external"]["thread_id"]: item
-                         for item in QueueItem.objects.filter(graph_input__external__thread_id__in=threads)}
+            by_thread = {
+                item.graph_input["external"]["thread_id"]: item
+                for item in QueueItem.objects.filter(graph_input__external__thread_id__in=threads)
+            }
             assert len(by_thread) == len(threads), (len(by_thread), len(threads))
             return [by_thread[t] for t in threads]
 
@@ -137,8 +153,10 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
             began = time.perf_counter()
             connection.client().close()
             clients.append(time.perf_counter() - began)
-        calls = {"one thread read (ms, p50)": round(median(reads) * 1000, 1),
-                 "one client made (ms, p50)": round(median(clients) * 1000, 1)}
+        calls = {
+            "one thread read (ms, p50)": round(median(reads) * 1000, 1),
+            "one client made (ms, p50)": round(median(clients) * 1000, 1),
+        }
         # The floor: the same resume sent by hand (the SDK's runs.wait, nothing else), on threads of its own.
         bare = []
         client = sdk(url)
@@ -176,17 +194,37 @@ def bench_deployment_resumed(servers: Servers, reviewers: list, *, quiet: int, b
 
     def phases(timelines: list[dict[str, float]]) -> dict[str, float]:
         return {phase: round(ms([t[phase] for t in timelines], 50), 1) for phase in PHASES} | {
-            f"p99 {phase}": round(ms([t[phase] for t in timelines], 99), 1) for phase in PHASES}
+            f"p99 {phase}": round(ms([t[phase] for t in timelines], 99), 1) for phase in PHASES
+        }
 
     quiet_total = [t["total"] for t in quiet_times]
     burst_total = [t["total"] for t in burst_times]
     return [
-        Metric("deployment_resumed_p99_quiet", f"27. decision answered → a LangGraph deployment's thread resumed and recorded, "
-               f"one at a time ({quiet}), two workers: p99", ms(quiet_total, 99), "ms", ms(bare, 99),
-               "the same resume by hand (SDK runs.wait), p99", target=500, check="value", op="<=",
-               detail={**phases(quiet_times), **calls, "p50 (ms)": round(ms(quiet_total, 50), 1),
-                       "bare p50 (ms)": round(ms(bare, 50), 1)}),
-        Metric("deployment_resumed_p99_burst", f"27. the same, {burst} threads decided at once by {len(reviewers)} "
-               f"reviewers: p99", ms(burst_total, 99), "ms", ms(burst_total, 50), "p50, same run",
-               detail={**phases(burst_times), "first decision → last recorded (s)": round(span, 2)}),
+        Metric(
+            "deployment_resumed_p99_quiet",
+            f"27. decision answered → a LangGraph deployment's thread resumed and recorded, "
+            f"one at a time ({quiet}), two workers: p99",
+            ms(quiet_total, 99),
+            "ms",
+            ms(bare, 99),
+            "the same resume by hand (SDK runs.wait), p99",
+            target=500,
+            check="value",
+            op="<=",
+            detail={
+                **phases(quiet_times),
+                **calls,
+                "p50 (ms)": round(ms(quiet_total, 50), 1),
+                "bare p50 (ms)": round(ms(bare, 50), 1),
+            },
+        ),
+        Metric(
+            "deployment_resumed_p99_burst",
+            f"27. the same, {burst} threads decided at once by {len(reviewers)} reviewers: p99",
+            ms(burst_total, 99),
+            "ms",
+            ms(burst_total, 50),
+            "p50, same run",
+            detail={**phases(burst_times), "first decision → last recorded (s)": round(span, 2)},
+        ),
     ]

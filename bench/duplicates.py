@@ -49,8 +49,9 @@ def _items_decided(ids: list[str]) -> None:
         raise RuntimeError(f"17. the moderators left items undecided: statuses {statuses}")
 
 
-def bench_duplicate_reading(*, env: dict[str, str], logdir: Path, count: int, logins: list[Login], items: int,
-                            process_note: str) -> list[Metric]:
+def bench_duplicate_reading(
+    *, env: dict[str, str], logdir: Path, count: int, logins: list[Login], items: int, process_note: str
+) -> list[Metric]:
     from django.db import connections
 
     from e2e.seed import site_seed
@@ -73,10 +74,17 @@ def bench_duplicate_reading(*, env: dict[str, str], logdir: Path, count: int, lo
         log(f"17. {label}: {reading}")
         readings[label] = reading
     with_, without = readings["claims"], readings["no-claims"]
-    return [Metric(
-        "duplicate_reading",
-        f"17. duplicate reading: items two of {MODERATORS} moderators opened within {DUPLICATE_WINDOW_S} s, "
-        f"{items} items by next item, with claims ({process_note})",
-        100 * with_.rate, "%", 100 * without.rate, "same without claims", target=TARGET_RATIO, op="<=",
-        detail={label: {"twice": r.twice, "opened": r.opened} for label, r in readings.items()},
-    )]
+    return [
+        Metric(
+            "duplicate_reading",
+            f"17. duplicate reading: items two of {MODERATORS} moderators opened within {DUPLICATE_WINDOW_S} s, "
+            f"{items} items by next item, with claims ({process_note})",
+            100 * with_.rate,
+            "%",
+            100 * without.rate,
+            "same without claims",
+            target=TARGET_RATIO,
+            op="<=",
+            detail={label: {"twice": r.twice, "opened": r.opened} for label, r in readings.items()},
+        )
+    ]

@@ -39,9 +39,23 @@ def idle_worker_cpu(*, env: dict[str, str], interval: float, seconds: float, war
     """Percent of one core a ``db_worker --interval interval`` with nothing to do takes over ``seconds``."""
     with tempfile.NamedTemporaryFile("w+", suffix=".log") as out:
         worker = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay",
-             "--interval", str(interval), "--worker-id", "bench-idle"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                str(ROOT / "manage.py"),
+                "db_worker",
+                "--no-reload",
+                "--no-startup-delay",
+                "--interval",
+                str(interval),
+                "--worker-id",
+                "bench-idle",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 120
@@ -65,13 +79,24 @@ def bench_idle_worker(*, env: dict[str, str], vendor: str, seconds: float) -> li
     """Measure 25: the documented worker idle, and the old ``--interval 0.1`` beside it."""
     documented = idle_worker_cpu(env=env, interval=DOCUMENTED_INTERVAL, seconds=seconds)
     old = idle_worker_cpu(env=env, interval=OLD_INTERVAL, seconds=seconds)
-    log(f"25. idle worker: {documented:.2f}% of a core (--interval {DOCUMENTED_INTERVAL:g}), "
-        f"{old:.2f}% (--interval {OLD_INTERVAL:g})")
+    log(
+        f"25. idle worker: {documented:.2f}% of a core (--interval {DOCUMENTED_INTERVAL:g}), "
+        f"{old:.2f}% (--interval {OLD_INTERVAL:g})"
+    )
     target = IDLE_TARGET_PERCENT if vendor == "postgresql" else None
     return [
-        Metric("idle_worker_cpu", f"25. an idle task worker's CPU, --interval {DOCUMENTED_INTERVAL:g} (docs)", documented,
-               "% of a core", baseline=old, baseline_name=f"--interval {OLD_INTERVAL:g}", target=target,
-               check="value", op="<=", detail={"seconds": seconds, "vendor": vendor}),
+        Metric(
+            "idle_worker_cpu",
+            f"25. an idle task worker's CPU, --interval {DOCUMENTED_INTERVAL:g} (docs)",
+            documented,
+            "% of a core",
+            baseline=old,
+            baseline_name=f"--interval {OLD_INTERVAL:g}",
+            target=target,
+            check="value",
+            op="<=",
+            detail={"seconds": seconds, "vendor": vendor},
+        ),
     ]
 
 
@@ -82,6 +107,7 @@ if __name__ == "__main__":
     django.setup()
     from django.db import connection
 
-    for row in bench_idle_worker(env=dict(os.environ), vendor=connection.vendor,
-                                 seconds=float(sys.argv[1]) if len(sys.argv) > 1 else 20.0):
+    for row in bench_idle_worker(
+        env=dict(os.environ), vendor=connection.vendor, seconds=float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
+    ):
         print(row.as_json())

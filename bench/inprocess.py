@@ -36,8 +36,11 @@ def bench_ingest(*, seconds: float, cap: int) -> tuple[list[Metric], list[str]]:
     n, start = 0, time.perf_counter()
     while n < cap and time.perf_counter() - start < seconds:
         thread = f"bench-bare-{uuid.uuid4()}"
-        graph_start(name="moderation", thread_id=thread,
-                    state={"item_id": thread, "title": _title(n), "body": WATCH_TEXT, "source": "bench"})
+        graph_start(
+            name="moderation",
+            thread_id=thread,
+            state={"item_id": thread, "title": _title(n), "body": WATCH_TEXT, "source": "bench"},
+        )
         n += 1
     bare_rate = n / (time.perf_counter() - start)
     log(f"ingest: bare graph start {bare_rate:.0f}/s ({n})")
@@ -50,8 +53,18 @@ def bench_ingest(*, seconds: float, cap: int) -> tuple[list[Metric], list[str]]:
     log(f"ingest: item_create one by one {one_rate:.0f}/s ({n})")
 
     metrics = [
-        Metric("ingest_one", "5. ingest, one by one (item_create)", one_rate, "items/s", bare_rate,
-               "bare graph start to interrupt", target=200, check="value", op=">=", detail={"items": n}),
+        Metric(
+            "ingest_one",
+            "5. ingest, one by one (item_create)",
+            one_rate,
+            "items/s",
+            bare_rate,
+            "bare graph start to interrupt",
+            target=200,
+            check="value",
+            op=">=",
+            detail={"items": n},
+        ),
     ]
     return metrics, created
 
@@ -81,8 +94,11 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
     guarded_ms: list[float] = []
     naive_ms: list[float] = []
     for i in range(pairs):
-        for fn, sink in ((guarded_decide, guarded_ms), (naive_decide, naive_ms)) if i % 2 == 0 else (
-            (naive_decide, naive_ms), (guarded_decide, guarded_ms)):
+        for fn, sink in (
+            ((guarded_decide, guarded_ms), (naive_decide, naive_ms))
+            if i % 2 == 0
+            else ((naive_decide, naive_ms), (guarded_decide, guarded_ms))
+        ):
             item = _pop(items)
             start = time.perf_counter()
             outcome = fn(item_public_id=item, reviewer=reviewer, decision="approve", delay=0.0)
@@ -104,13 +120,31 @@ def bench_guard_overhead(*, items: list[str], reviewer, pairs: int) -> tuple[Met
     finally:
         events.decision_broadcast = broadcast
     log(f"guard overhead: guarded without the live push {median(quiet_ms):.2f} ms")
-    quiet = Metric("guard_no_push", "2. (attribution) item_decide without its after-commit live push", median(quiet_ms), "ms", n,
-                   "naive check-then-act")
+    quiet = Metric(
+        "guard_no_push",
+        "2. (attribution) item_decide without its after-commit live push",
+        median(quiet_ms),
+        "ms",
+        n,
+        "naive check-then-act",
+    )
     return quiet, Metric(
-        "guard_overhead", "2. guard overhead: item_decide vs naive (median ms/decision)", g, "ms", n,
-        "naive check-then-act", target=1.3, check="ratio", op="<=",
-        detail={"pairs": pairs, "guarded_mean_ms": statistics.fmean(guarded_ms), "naive_mean_ms": statistics.fmean(naive_ms),
-                "guarded_p95_ms": percentile(guarded_ms, 95), "naive_p95_ms": percentile(naive_ms, 95)},
+        "guard_overhead",
+        "2. guard overhead: item_decide vs naive (median ms/decision)",
+        g,
+        "ms",
+        n,
+        "naive check-then-act",
+        target=1.3,
+        check="ratio",
+        op="<=",
+        detail={
+            "pairs": pairs,
+            "guarded_mean_ms": statistics.fmean(guarded_ms),
+            "naive_mean_ms": statistics.fmean(naive_ms),
+            "guarded_p95_ms": percentile(guarded_ms, 95),
+            "naive_p95_ms": percentile(naive_ms, 95),
+        },
     )
 
 
@@ -180,14 +214,29 @@ def bench_decision_sql(*, items: list[str], reviewer, reps: int) -> list[Metric]
     documented = DECISION_STATEMENTS.get(connection.vendor)
     return [
         Metric(
-            "decision_sql_replay", f"1. (attribution) one decision's {len(statements)} SQL statements replayed, no ORM, in-process",
-            replay, "ms", decide, "the same decision, in-process (apply queued)",
-            detail={"statements": len(statements), "reps": reps, "replay_p95_ms": percentile(replays, 95),
-                    "decision_p95_ms": percentile(decided, 95)},
+            "decision_sql_replay",
+            f"1. (attribution) one decision's {len(statements)} SQL statements replayed, no ORM, in-process",
+            replay,
+            "ms",
+            decide,
+            "the same decision, in-process (apply queued)",
+            detail={
+                "statements": len(statements),
+                "reps": reps,
+                "replay_p95_ms": percentile(replays, 95),
+                "decision_p95_ms": percentile(decided, 95),
+            },
         ),
         Metric(
-            "decision_statements", "1. SQL statements per decision (watched: grows only with a reason written down)",
-            len(statements), "stmts", documented, "the documented number", target=documented, check="value", op="<=",
+            "decision_statements",
+            "1. SQL statements per decision (watched: grows only with a reason written down)",
+            len(statements),
+            "stmts",
+            documented,
+            "the documented number",
+            target=documented,
+            check="value",
+            op="<=",
             detail={"statements": [sql for sql, _ in statements]},
         ),
     ]
@@ -196,8 +245,17 @@ def bench_decision_sql(*, items: list[str], reviewer, reps: int) -> list[Metric]
 # --- 3. isolation ------------------------------------------------------------------------
 
 
-def _decide_loop(decide: Callable, *, items: list[str], items_lock: threading.Lock, reviewer, stop: threading.Event,
-                 window: list[float], done: list[float], errors: list[str]) -> None:
+def _decide_loop(
+    decide: Callable,
+    *,
+    items: list[str],
+    items_lock: threading.Lock,
+    reviewer,
+    stop: threading.Event,
+    window: list[float],
+    done: list[float],
+    errors: list[str],
+) -> None:
     try:
         while not stop.is_set():
             with items_lock:
@@ -252,8 +310,19 @@ def _isolation_run(decide: Callable, *, stall: bool, items: list[str], reviewers
         errors: list[str] = []
         window: list[float] = []
         workers = [
-            threading.Thread(target=_decide_loop, kwargs=dict(
-                decide=decide, items=items, items_lock=items_lock, reviewer=r, stop=stop, window=window, done=done, errors=errors))
+            threading.Thread(
+                target=_decide_loop,
+                kwargs=dict(
+                    decide=decide,
+                    items=items,
+                    items_lock=items_lock,
+                    reviewer=r,
+                    stop=stop,
+                    window=window,
+                    done=done,
+                    errors=errors,
+                ),
+            )
             for r in reviewers[1:]
         ]
         for w in workers:
@@ -276,7 +345,10 @@ def bench_isolation(*, items: list[str], reviewers: list, seconds: float) -> lis
     from moderation.lab.strategies import global_lock_decide, guarded_decide
 
     metrics = []
-    for label, decide, target in (("guard (item_decide)", guarded_decide, 0.95), ("global lock (contrast)", global_lock_decide, None)):
+    for label, decide, target in (
+        ("guard (item_decide)", guarded_decide, 0.95),
+        ("global lock (contrast)", global_lock_decide, None),
+    ):
         # A B A B, so a burst of load from elsewhere on this shared machine hits both sides alike.
         runs = {False: [], True: []}
         errors = 0
@@ -287,10 +359,18 @@ def bench_isolation(*, items: list[str], reviewers: list, seconds: float) -> lis
         free, stalled = statistics.fmean(runs[False]), statistics.fmean(runs[True])
         log(f"isolation {label}: {stalled:.1f} dec/s with a stalled reviewer vs {free:.1f} without")
         metrics.append(
-            Metric(f"isolation_{'guard' if target else 'global_lock'}",
-                   f"3. isolation, {label}: dec/s on other items, one reviewer stalled",
-                   stalled, "dec/s", free, "same, nobody stalled", target=target, check="ratio", op=">=",
-                   detail={"threads": len(reviewers) - 1, "seconds": seconds, "errors": errors, "runs": runs})
+            Metric(
+                f"isolation_{'guard' if target else 'global_lock'}",
+                f"3. isolation, {label}: dec/s on other items, one reviewer stalled",
+                stalled,
+                "dec/s",
+                free,
+                "same, nobody stalled",
+                target=target,
+                check="ratio",
+                op=">=",
+                detail={"threads": len(reviewers) - 1, "seconds": seconds, "errors": errors, "runs": runs},
+            )
         )
     return metrics
 
@@ -309,16 +389,30 @@ def bench_writer_contention(*, items: list[str], usernames: list[str], count: in
     from moderation.lab.harness import race_processes
 
     raced = [_pop(items) for _ in range(count)]
-    report = race_processes(strategy="guarded", items=raced, usernames=usernames, delay=0.0,
-                            extra_env={"REVIEWQUEUE_APPLY_INLINE": "1"})
+    report = race_processes(
+        strategy="guarded", items=raced, usernames=usernames, delay=0.0, extra_env={"REVIEWQUEUE_APPLY_INLINE": "1"}
+    )
     worst, p50 = report.latency_ms(percentile=100), report.latency_ms(percentile=50)
-    log(f"writer contention: worst {worst:.0f} ms, p50 {p50:.0f} ms over {len(report.attempts)} attempts, "
-        f"{len(report.errors)} errors, {len(report.anomalies)} anomalies")
+    log(
+        f"writer contention: worst {worst:.0f} ms, p50 {p50:.0f} ms over {len(report.attempts)} attempts, "
+        f"{len(report.errors)} errors, {len(report.anomalies)} anomalies"
+    )
     return Metric(
-        "writer_contention_worst", f"20. worst decision wait, {len(usernames)} reviewer processes on each of {count} items",
-        worst, "ms", p50, "p50 of the same race", target=1000, check="value", op="<=",
-        detail={"p99_ms": report.latency_ms(percentile=99), "attempts": len(report.attempts),
-                "errors": report.errors[:5], "anomalies": [str(a) for a in report.anomalies][:5]},
+        "writer_contention_worst",
+        f"20. worst decision wait, {len(usernames)} reviewer processes on each of {count} items",
+        worst,
+        "ms",
+        p50,
+        "p50 of the same race",
+        target=1000,
+        check="value",
+        op="<=",
+        detail={
+            "p99_ms": report.latency_ms(percentile=99),
+            "attempts": len(report.attempts),
+            "errors": report.errors[:5],
+            "anomalies": [str(a) for a in report.anomalies][:5],
+        },
     )
 
 
@@ -371,15 +465,24 @@ def _queue_rows_insert(rows: int) -> None:
     first = QueueItem.objects.order_by("-id").values_list("id", flat=True).first() or 0
     base_rank = queue_rank(priority=0, risk=risk, created_at=now)
     flags = ["1 link", "excessive punctuation", "watch words: click here, free money"]
-    payload = json.dumps({
-        "kind": "batched",
-        "action_requests": [{"name": "publish", "description": "Publish this post?", "args": {
-            "title": "bulk item", "excerpt": WATCH_TEXT, "source": "bench-bulk", "flags": flags, "risk": risk}}],
-        "review_configs": [{"action_name": "publish", "allowed_decisions": ["approve", "reject"]}],
-    })
-    columns = ("public_id, title, body, source, created_at, status, decided_by_id, decided_at, decision_note, thread_id, "
-               "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest, "
-               "graph, graph_input, risk, flags, apply_state, applied_result, rank, policy")
+    payload = json.dumps(
+        {
+            "kind": "batched",
+            "action_requests": [
+                {
+                    "name": "publish",
+                    "description": "Publish this post?",
+                    "args": {"title": "bulk item", "excerpt": WATCH_TEXT, "source": "bench-bulk", "flags": flags, "risk": risk},
+                }
+            ],
+            "review_configs": [{"action_name": "publish", "allowed_decisions": ["approve", "reject"]}],
+        }
+    )
+    columns = (
+        "public_id, title, body, source, created_at, status, decided_by_id, decided_at, decision_note, thread_id, "
+        "review_request, attention, attempt_count, audit_head, is_lab, metadata, priority, submission_digest, "
+        "graph, graph_input, risk, flags, apply_state, applied_result, rank, policy"
+    )
     # Thread ids continue after the highest row id, so a second batch never collides with the first.
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -447,8 +550,13 @@ def _queue_pages_time(client, *, per_page: int, reps: int) -> dict[str, dict]:
     for label, query in _queue_queries(per_page=per_page).items():
         _queue_time(client, query, 2)
         times, queries = _queue_time(client, query, reps)
-        pages[label] = {"p50_ms": median(times), "p95_ms": percentile(times, 95), "queries": max(queries),
-                        "queries_seen": sorted(set(queries)), "times": times}
+        pages[label] = {
+            "p50_ms": median(times),
+            "p95_ms": percentile(times, 95),
+            "queries": max(queries),
+            "queries_seen": sorted(set(queries)),
+            "times": times,
+        }
         log(f"queue page {label}: p50 {median(times):.1f} ms, p95 {percentile(times, 95):.1f} ms, queries {sorted(set(queries))}")
     return pages
 
@@ -465,8 +573,11 @@ def _events_time(*, outcome, reps: int) -> dict[str, float]:
         start = time.perf_counter()
         events.decision_broadcast(outcome=outcome)
         broadcast_ms.append((time.perf_counter() - start) * 1000)
-    result = {"counts_p50_ms": median(counts_ms), "broadcast_p50_ms": median(broadcast_ms),
-              "broadcast_p95_ms": percentile(broadcast_ms, 95)}
+    result = {
+        "counts_p50_ms": median(counts_ms),
+        "broadcast_p50_ms": median(broadcast_ms),
+        "broadcast_p95_ms": percentile(broadcast_ms, 95),
+    }
     log(f"events: counts {result['counts_p50_ms']:.3f} ms, whole broadcast {result['broadcast_p50_ms']:.3f} ms (p50 of {reps})")
     return result
 
@@ -537,27 +648,80 @@ def bench_queue_size(*, user, items: list[str], rows: int, small: int, reps: int
     all_small = [t for page in small_pages.values() for t in page.pop("times")]
     sizes = f"{large_pending:,} pending"
     return [
-        Metric("queue_p95", f"6. queue page, {sizes}: p95 (worst of first/middle/last page, by cursor)",
-               worst(large_pages, "p95_ms"), "ms", worst(small_pages, "p95_ms"), f"same pages, {small_pending:,} pending",
-               target=50, check="value", op="<=", detail={"pages": large_pages, "small_pages": small_pages, "reps": reps}),
-        Metric("queue_p50", f"6. queue page, {sizes}: p50 (all three pages)", median(all_large), "ms", median(all_small),
-               f"same pages, {small_pending:,} pending"),
+        Metric(
+            "queue_p95",
+            f"6. queue page, {sizes}: p95 (worst of first/middle/last page, by cursor)",
+            worst(large_pages, "p95_ms"),
+            "ms",
+            worst(small_pages, "p95_ms"),
+            f"same pages, {small_pending:,} pending",
+            target=50,
+            check="value",
+            op="<=",
+            detail={"pages": large_pages, "small_pages": small_pages, "reps": reps},
+        ),
+        Metric(
+            "queue_p50",
+            f"6. queue page, {sizes}: p50 (all three pages)",
+            median(all_large),
+            "ms",
+            median(all_small),
+            f"same pages, {small_pending:,} pending",
+        ),
         # Constant: no page of the big queue needs more queries than the same page of the small one.
-        Metric("queue_queries", f"6. queue page, {sizes}: queries per page (most on any page)",
-               worst(large_pages, "queries"), "queries", worst(small_pages, "queries"), f"same pages, {small_pending:,} pending",
-               target=1.0, check="ratio", op="<=",
-               detail={page: (small_pages[page]["queries_seen"], large_pages[page]["queries_seen"]) for page in large_pages}),
-        Metric("events_cost", f"13. one decision's events (counts + pushes), {sizes} (p50 ms)",
-               large_events["broadcast_p50_ms"], "ms", small_events["broadcast_p50_ms"], f"same, {small_pending:,} pending",
-               target=1.2, check="ratio", op="<=",
-               detail={"large": large_events, "small": small_events, "reps": event_reps}),
-        Metric("events_counts", f"13. (attribution) the counts an event carries, {sizes} (p50 ms)",
-               large_events["counts_p50_ms"], "ms", small_events["counts_p50_ms"], f"same, {small_pending:,} pending"),
+        Metric(
+            "queue_queries",
+            f"6. queue page, {sizes}: queries per page (most on any page)",
+            worst(large_pages, "queries"),
+            "queries",
+            worst(small_pages, "queries"),
+            f"same pages, {small_pending:,} pending",
+            target=1.0,
+            check="ratio",
+            op="<=",
+            detail={page: (small_pages[page]["queries_seen"], large_pages[page]["queries_seen"]) for page in large_pages},
+        ),
+        Metric(
+            "events_cost",
+            f"13. one decision's events (counts + pushes), {sizes} (p50 ms)",
+            large_events["broadcast_p50_ms"],
+            "ms",
+            small_events["broadcast_p50_ms"],
+            f"same, {small_pending:,} pending",
+            target=1.2,
+            check="ratio",
+            op="<=",
+            detail={"large": large_events, "small": small_events, "reps": event_reps},
+        ),
+        Metric(
+            "events_counts",
+            f"13. (attribution) the counts an event carries, {sizes} (p50 ms)",
+            large_events["counts_p50_ms"],
+            "ms",
+            small_events["counts_p50_ms"],
+            f"same, {small_pending:,} pending",
+        ),
         # Issue 32: counter rows and index seeks, so the queue's size must not show.
-        Metric("metrics_scrape", f"32. /metrics scrape (queue state included), {sizes} (p50 ms)",
-               large_observe["scrape_p50_ms"], "ms", small_observe["scrape_p50_ms"], f"same, {small_pending:,} pending",
-               target=1.5, check="ratio", op="<="),
-        Metric("team_page", f"32. team page numbers (30 days, items of no team), {sizes} (p50 ms)",
-               large_observe["team_p50_ms"], "ms", small_observe["team_p50_ms"], f"same, {small_pending:,} pending",
-               target=1.5, check="ratio", op="<="),
+        Metric(
+            "metrics_scrape",
+            f"32. /metrics scrape (queue state included), {sizes} (p50 ms)",
+            large_observe["scrape_p50_ms"],
+            "ms",
+            small_observe["scrape_p50_ms"],
+            f"same, {small_pending:,} pending",
+            target=1.5,
+            check="ratio",
+            op="<=",
+        ),
+        Metric(
+            "team_page",
+            f"32. team page numbers (30 days, items of no team), {sizes} (p50 ms)",
+            large_observe["team_p50_ms"],
+            "ms",
+            small_observe["team_p50_ms"],
+            f"same, {small_pending:,} pending",
+            target=1.5,
+            check="ratio",
+            op="<=",
+        ),
     ]

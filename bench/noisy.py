@@ -126,11 +126,19 @@ class _Window:
         return sum(n for status, n in self.statuses.items() if status == 0 or status >= 500)
 
     def summary(self) -> dict[str, Any]:
-        return {"page_p50_ms": median(self.pages), "page_p99_ms": percentile(self.pages, 99), "pages": len(self.pages),
-                "decision_p50_ms": median(self.decisions), "decision_p99_ms": percentile(self.decisions, 99),
-                "decisions": len(self.decisions), "statuses": dict(self.statuses), "load": self.load,
-                "client_loop_lag_p50_ms": median(self.lags), "client_loop_lag_p99_ms": percentile(self.lags, 99),
-                "cpu_percent": self.cpu}
+        return {
+            "page_p50_ms": median(self.pages),
+            "page_p99_ms": percentile(self.pages, 99),
+            "pages": len(self.pages),
+            "decision_p50_ms": median(self.decisions),
+            "decision_p99_ms": percentile(self.decisions, 99),
+            "decisions": len(self.decisions),
+            "statuses": dict(self.statuses),
+            "load": self.load,
+            "client_loop_lag_p50_ms": median(self.lags),
+            "client_loop_lag_p99_ms": percentile(self.lags, 99),
+            "cpu_percent": self.cpu,
+        }
 
 
 async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window, stop: asyncio.Event) -> None:
@@ -148,8 +156,9 @@ async def _moderate(client: httpx.AsyncClient, items: list[str], window: _Window
         await asyncio.sleep(THINK / 2)
         if items:
             item = items.pop()
-            await timed(lambda item=item: client.post(f"/api/items/{item}/decision", json={"decision": "approve"}),
-                        window.decisions)
+            await timed(
+                lambda item=item: client.post(f"/api/items/{item}/decision", json={"decision": "approve"}), window.decisions
+            )
         await asyncio.sleep(THINK / 2)
 
 
@@ -187,20 +196,30 @@ def _postgres_pids() -> list[int]:
 def _cpu_read(servers: Servers, outside: Servers | None) -> dict[str, float]:
     """Where the machine's CPU goes, by part: the moderators' daphne processes, the outside's (the split's), the task
     workers, every PostgreSQL process (the server is shared: others' work counts too), and this bench process."""
-    return {"servers": sum(_cpu_seconds(s.process.pid) for s in servers.live if s.process is not None),
-            "outside": sum(_cpu_seconds(s.process.pid) for s in (outside.live if outside else []) if s.process is not None),
-            "worker": sum(_cpu_seconds(w.pid) for s in servers.live for w in s.workers),
-            "postgres": sum(_cpu_seconds(pid) for pid in _postgres_pids()),
-            "bench": _cpu_seconds(os.getpid())}
+    return {
+        "servers": sum(_cpu_seconds(s.process.pid) for s in servers.live if s.process is not None),
+        "outside": sum(_cpu_seconds(s.process.pid) for s in (outside.live if outside else []) if s.process is not None),
+        "worker": sum(_cpu_seconds(w.pid) for s in servers.live for w in s.workers),
+        "postgres": sum(_cpu_seconds(pid) for pid in _postgres_pids()),
+        "bench": _cpu_seconds(os.getpid()),
+    }
 
 
-async def _window(servers: Servers, logins: list[Login], items: list[str], seconds: float,
-                  outside: Servers | None = None) -> _Window:
+async def _window(
+    servers: Servers, logins: list[Login], items: list[str], seconds: float, outside: Servers | None = None
+) -> _Window:
     window, stop = _Window(), asyncio.Event()
     cpu_before, started = _cpu_read(servers, outside), time.perf_counter()
-    clients = [httpx.AsyncClient(base_url=f"http://{servers.host(n)}", cookies=logins[n].cookies(), timeout=30,
-                                 headers={"X-CSRFToken": logins[n].csrftoken, "Accept": "application/json"})
-               for n in range(MODERATORS)]
+    clients = [
+        httpx.AsyncClient(
+            base_url=f"http://{servers.host(n)}",
+            cookies=logins[n].cookies(),
+            timeout=30,
+            headers={"X-CSRFToken": logins[n].csrftoken, "Accept": "application/json"},
+        )
+        for n in range(MODERATORS)
+    ]
+
     async def lag_probe() -> None:
         # How late this loop wakes: time a moderator's answer waited in the bench itself, not in a server.
         while not stop.is_set():
@@ -216,8 +235,9 @@ async def _window(servers: Servers, logins: list[Login], items: list[str], secon
         await asyncio.gather(*tasks)
         window.load = os.getloadavg()[0]
         elapsed = time.perf_counter() - started
-        window.cpu = {part: round(100 * (used - cpu_before[part]) / elapsed)
-                      for part, used in _cpu_read(servers, outside).items()}
+        window.cpu = {
+            part: round(100 * (used - cpu_before[part]) / elapsed) for part, used in _cpu_read(servers, outside).items()
+        }
     finally:
         for c in clients:
             await c.aclose()
@@ -247,13 +267,19 @@ async def _sent(statuses: Counter, call: Awaitable[httpx.Response]) -> None:
 
 
 async def _webhooks_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
-    clients = [httpx.AsyncClient(base_url=f"http://{host}", timeout=60, limits=httpx.Limits(max_connections=WEBHOOK_WAVE))
-               for host in traffic.hosts]
+    clients = [
+        httpx.AsyncClient(base_url=f"http://{host}", timeout=60, limits=httpx.Limits(max_connections=WEBHOOK_WAVE))
+        for host in traffic.hosts
+    ]
     waves = 0
     try:
         while not stop.is_set() and waves < MAX_WAVES:
-            await asyncio.gather(*(_sent(statuses, clients[n % len(clients)].post(traffic.path, json={
-                "thread_id": str(uuid.uuid4())})) for n in range(WEBHOOK_WAVE)))
+            await asyncio.gather(
+                *(
+                    _sent(statuses, clients[n % len(clients)].post(traffic.path, json={"thread_id": str(uuid.uuid4())}))
+                    for n in range(WEBHOOK_WAVE)
+                )
+            )
             waves += 1
     finally:
         for c in clients:
@@ -267,13 +293,23 @@ async def _batches_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
     async def client(n: int, token: str) -> None:
         nonlocal batches
         host = traffic.hosts[n % len(traffic.hosts)]
-        async with httpx.AsyncClient(base_url=f"http://{host}/api/v1", timeout=120,
-                                     headers={"Authorization": f"Bearer {token}"}) as api:
+        async with httpx.AsyncClient(
+            base_url=f"http://{host}/api/v1", timeout=120, headers={"Authorization": f"Bearer {token}"}
+        ) as api:
             while not stop.is_set() and batches < MAX_BATCHES:
                 batches += 1
-                await _sent(statuses, api.post("/items:batch", json={"items": [
-                    {"title": f"Noisy batch {uuid.uuid4().hex[:12]}", "body": BODY, "source": "bench-noisy"}
-                    for _ in range(BATCH)]}))
+                await _sent(
+                    statuses,
+                    api.post(
+                        "/items:batch",
+                        json={
+                            "items": [
+                                {"title": f"Noisy batch {uuid.uuid4().hex[:12]}", "body": BODY, "source": "bench-noisy"}
+                                for _ in range(BATCH)
+                            ]
+                        },
+                    ),
+                )
 
     await asyncio.gather(*(client(n, token) for n, token in enumerate(traffic.tokens)))
     return batches
@@ -350,8 +386,12 @@ class _Webhooks(_Burst):
         user = get_user_model().objects.create(username=f"langgraph.{name}")
         client = ApiClient.objects.create(name=f"langgraph.{name}", user=user, scopes=[])
         self.deployment = Deployment.objects.create(
-            name=name, url=self.deployment_socket.url, graphs={"agent": {"match": "graph_id", "team": None, "policy": {}}},
-            client=client, webhook_digest=_digest(secret))
+            name=name,
+            url=self.deployment_socket.url,
+            graphs={"agent": {"match": "graph_id", "team": None, "policy": {}}},
+            client=client,
+            webhook_digest=_digest(secret),
+        )
         self.path = deployment_webhook_path(deployment=self.deployment, secret=secret)
 
     def traffic(self) -> _Traffic:
@@ -375,27 +415,38 @@ class _LongPolls(_Burst):
     def prepare(self) -> None:
         from moderation.api.clients import apiclient_create
 
-        self.tokens = [apiclient_create(name=f"bench-noisy-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])[1]
-                       for _ in range(LONG_POLLS // WAITS_PER_CLIENT)]
+        self.tokens = [
+            apiclient_create(name=f"bench-noisy-{uuid.uuid4().hex[:8]}", scopes=["items:write", "items:read"])[1]
+            for _ in range(LONG_POLLS // WAITS_PER_CLIENT)
+        ]
 
     async def start(self) -> None:
-        self.apis = [httpx.AsyncClient(base_url=f"http://{self.hosts[n % len(self.hosts)]}", timeout=60,
-                                       headers={"Authorization": f"Bearer {token}"},
-                                       limits=httpx.Limits(max_connections=WAITS_PER_CLIENT))
-                     for n, token in enumerate(self.tokens)]
+        self.apis = [
+            httpx.AsyncClient(
+                base_url=f"http://{self.hosts[n % len(self.hosts)]}",
+                timeout=60,
+                headers={"Authorization": f"Bearer {token}"},
+                limits=httpx.Limits(max_connections=WAITS_PER_CLIENT),
+            )
+            for n, token in enumerate(self.tokens)
+        ]
         self.items = []
         for api in self.apis:
-            answer = await api.post("/api/v1/items", json={"title": f"Waited on {next(_keys)}", "body": BODY,
-                                                          "source": "bench-noisy"})
+            answer = await api.post(
+                "/api/v1/items", json={"title": f"Waited on {next(_keys)}", "body": BODY, "source": "bench-noisy"}
+            )
             assert answer.status_code == 201, answer.text
             self.items.append(answer.json()["id"])
-        self.waits = [asyncio.create_task(self.apis[n % len(self.apis)].get(
-            f"/api/v1/items/{self.items[n % len(self.apis)]}/decision", params={"wait": 30})) for n in range(LONG_POLLS)]
+        self.waits = [
+            asyncio.create_task(
+                self.apis[n % len(self.apis)].get(f"/api/v1/items/{self.items[n % len(self.apis)]}/decision", params={"wait": 30})
+            )
+            for n in range(LONG_POLLS)
+        ]
         await self._open_wait()
 
     async def _open_wait(self, timeout: float = 60) -> None:
-        staff = [httpx.AsyncClient(base_url=f"http://{host}", cookies=self.staff.cookies(), timeout=30)
-                 for host in self.hosts]
+        staff = [httpx.AsyncClient(base_url=f"http://{host}", cookies=self.staff.cookies(), timeout=30) for host in self.hosts]
         deadline = time.perf_counter() + timeout
         try:
             while sum([(await s.get("/healthz")).json()["longpoll"]["waits"] for s in staff]) < LONG_POLLS:
@@ -407,8 +458,12 @@ class _LongPolls(_Burst):
                 await s.aclose()
 
     async def stop(self) -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=f"http://{self.servers.host(0)}", cookies=self.moderator.cookies(),
-                                     headers={"X-CSRFToken": self.moderator.csrftoken}, timeout=60) as moderator:
+        async with httpx.AsyncClient(
+            base_url=f"http://{self.servers.host(0)}",
+            cookies=self.moderator.cookies(),
+            headers={"X-CSRFToken": self.moderator.csrftoken},
+            timeout=60,
+        ) as moderator:
             for item in self.items:
                 await moderator.post(f"/api/items/{item}/decision", json={"decision": "approve"})
         for wait in asyncio.as_completed(self.waits):
@@ -424,8 +479,9 @@ class _Batches(_Burst):
     def prepare(self) -> None:
         from moderation.api.clients import apiclient_create
 
-        self.tokens = [apiclient_create(name=f"bench-noisy-{uuid.uuid4().hex[:8]}", scopes=["items:write"])[1]
-                       for _ in range(BATCH_CLIENTS)]
+        self.tokens = [
+            apiclient_create(name=f"bench-noisy-{uuid.uuid4().hex[:8]}", scopes=["items:write"])[1] for _ in range(BATCH_CLIENTS)
+        ]
 
     def traffic(self) -> _Traffic:
         return _Traffic(kind="batches", hosts=self.hosts, tokens=self.tokens)
@@ -441,8 +497,9 @@ class _HungReceiver(_Burst):
         from moderation.delivery.models import WebhookEndpoint
 
         self.receiver = _Socket(delay=None)
-        self.endpoint = WebhookEndpoint.objects.create(name=f"bench-hung-{uuid.uuid4().hex[:8]}", url=self.receiver.url,
-                                                       events=["item.decided"])
+        self.endpoint = WebhookEndpoint.objects.create(
+            name=f"bench-hung-{uuid.uuid4().hex[:8]}", url=self.receiver.url, events=["item.decided"]
+        )
 
     def finish(self) -> dict[str, Any]:
         from moderation.delivery.models import WebhookDelivery
@@ -462,14 +519,19 @@ def _settle(*, timeout: float) -> None:
     from django_tasks_db.models import DBTaskResult, get_date_max
 
     deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline and DBTaskResult.objects.filter(
-            Q(run_after=get_date_max()) | Q(run_after__lte=timezone.now()), status=TaskResultStatus.READY).exists():
+    while (
+        time.perf_counter() < deadline
+        and DBTaskResult.objects.filter(
+            Q(run_after=get_date_max()) | Q(run_after__lte=timezone.now()), status=TaskResultStatus.READY
+        ).exists()
+    ):
         time.sleep(0.2)
     time.sleep(1.0)
 
 
-def bench_noisy_neighbours(servers: Servers, outside: Servers, logins: list[Login], staff: Login, items: list[str], *,
-                           seconds: float, process_note: str) -> list[Metric]:
+def bench_noisy_neighbours(
+    servers: Servers, outside: Servers, logins: list[Login], staff: Login, items: list[str], *, seconds: float, process_note: str
+) -> list[Metric]:
     """Measure 26: for each burst, a quiet window then the same window under the burst, and for a burst of traffic
     the same again with the burst sent to ``outside`` (``SERVE_ROUTES=outside``); three lines each."""
     kinds: list[tuple[Callable[[list[str] | None], _Burst], bool]] = [
@@ -497,23 +559,59 @@ def bench_noisy_neighbours(servers: Servers, outside: Servers, logins: list[Logi
         q, b = quiet.summary(), loud.summary()
         detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS, "burst_hosts": burst.hosts}
         where = split_note if split else f"same {process_note}"
-        log(f"26. {burst.label}, {where}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 "
+        log(
+            f"26. {burst.label}, {where}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 "
             f"{q['page_p50_ms']:.0f} → {b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → "
             f"{b['decision_p99_ms']:.0f} ms, the bench's loop late p99 {q['client_loop_lag_p99_ms']:.0f} → "
             f"{b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → {b['load']:.1f}, CPU % of a core "
-            f"{q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}")
+            f"{q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}"
+        )
         key = f"noisy_{burst.key}{'_split' if split else ''}"
         if split:
-            name, quiet_name = f"26. {burst.label}, {where}: moderators' queue page p99", "p99 quiet, before the same-process burst"
+            name, quiet_name = (
+                f"26. {burst.label}, {where}: moderators' queue page p99",
+                "p99 quiet, before the same-process burst",
+            )
         else:
-            name, quiet_name = f"26. {burst.label} ({process_note}): moderators' queue page p99", "p99 quiet, same moderators, just before"
+            name, quiet_name = (
+                f"26. {burst.label} ({process_note}): moderators' queue page p99",
+                "p99 quiet, same moderators, just before",
+            )
         return [
-            Metric(f"{key}_page", name, b["page_p99_ms"], "ms", q["page_p99_ms"], quiet_name, target=1.5, check="ratio",
-                   op="<=", detail=detail),
-            Metric(f"{key}_decision", "26.   ... moderators' decision p99", b["decision_p99_ms"], "ms",
-                   q["decision_p99_ms"], quiet_name, target=1.5, check="ratio", op="<="),
-            Metric(f"{key}_5xx", "26.   ... moderators' answers 5xx or none", loud.failed, "answers",
-                   quiet.failed, "the same, quiet", target=0, check="value", op="<="),
+            Metric(
+                f"{key}_page",
+                name,
+                b["page_p99_ms"],
+                "ms",
+                q["page_p99_ms"],
+                quiet_name,
+                target=1.5,
+                check="ratio",
+                op="<=",
+                detail=detail,
+            ),
+            Metric(
+                f"{key}_decision",
+                "26.   ... moderators' decision p99",
+                b["decision_p99_ms"],
+                "ms",
+                q["decision_p99_ms"],
+                quiet_name,
+                target=1.5,
+                check="ratio",
+                op="<=",
+            ),
+            Metric(
+                f"{key}_5xx",
+                "26.   ... moderators' answers 5xx or none",
+                loud.failed,
+                "answers",
+                quiet.failed,
+                "the same, quiet",
+                target=0,
+                check="value",
+                op="<=",
+            ),
         ]
 
     def finished(burst: _Burst, seen: dict[str, Any]) -> dict[str, Any]:

@@ -32,16 +32,23 @@ def table(result: dict[str, Any]) -> str:
     rows = [("measure", "value", "unit", "baseline", "ratio", "target", "result")]
     for metric in result["metrics"]:
         passed = metric["passed"]
-        rows.append((
-            metric["name"], _num(metric["value"]), metric["unit"],
-            _num(metric["baseline"]) + (f" ({metric['baseline_name']})" if metric["baseline_name"] else ""),
-            "-" if metric["ratio"] is None else f"{metric['ratio']:.2f}",
-            metric["target_text"], "info" if passed is None else ("PASS" if passed else "MISS"),
-        ))
+        rows.append(
+            (
+                metric["name"],
+                _num(metric["value"]),
+                metric["unit"],
+                _num(metric["baseline"]) + (f" ({metric['baseline_name']})" if metric["baseline_name"] else ""),
+                "-" if metric["ratio"] is None else f"{metric['ratio']:.2f}",
+                metric["target_text"],
+                "info" if passed is None else ("PASS" if passed else "MISS"),
+            )
+        )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = [head, ""]
     for n, row in enumerate(rows):
-        cells = [str(c).ljust(w) if i in (0, 2, 3, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
+        cells = [
+            str(c).ljust(w) if i in (0, 2, 3, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))
+        ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))

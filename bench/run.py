@@ -41,10 +41,14 @@ def _out_dir() -> Path:
 def _base_env(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP}
     env.update(
-        DJANGO_SETTINGS_MODULE="bench.settings", DECISION_RATE_LIMIT="0", PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        DECISION_RATE_LIMIT="0",
+        PYTHONUNBUFFERED="1",
         # Production mode, as measured: DEBUG would log every query and slow the DB-heavy
         # decisions more than the ping they are compared with. Plain HTTP on loopback.
-        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(50), AUDIT_KEY=secrets.token_urlsafe(50),
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        AUDIT_KEY=secrets.token_urlsafe(50),
         ALLOWED_HOSTS="127.0.0.1,localhost",
         SECURE_SSL_REDIRECT="false",
         REVIEWQUEUE_VAR_DIR=str(workdir),
@@ -99,10 +103,25 @@ def backend_run(name: str, *, scale: float, stamp: str, queue_rows: int | None, 
     result_path = out / f"{stamp}-{name}.json"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "bench.suite", "--backend", name, "--json", str(result_path), "--workdir", str(workdir),
-             "--scale", str(scale), "--servers", str(servers), *(["--queue-rows", str(queue_rows)] if queue_rows else []),
-             *(arg for n in only for arg in ("--only", str(n)))],
-            cwd=ROOT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "bench.suite",
+                "--backend",
+                name,
+                "--json",
+                str(result_path),
+                "--workdir",
+                str(workdir),
+                "--scale",
+                str(scale),
+                "--servers",
+                str(servers),
+                *(["--queue-rows", str(queue_rows)] if queue_rows else []),
+                *(arg for n in only for arg in ("--only", str(n))),
+            ],
+            cwd=ROOT,
+            env=env,
         )
     finally:
         if dbname:

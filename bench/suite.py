@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True, type=Path)
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every timed window (0.3 for a smoke run)")
     parser.add_argument("--servers", type=int, default=1)
-    parser.add_argument("--queue-rows", type=int, default=None,
-                        help="pending items for the queue-size benches (default 1,000,000 times the scale, at most 1,000,000)")
+    parser.add_argument(
+        "--queue-rows",
+        type=int,
+        default=None,
+        help="pending items for the queue-size benches (default 1,000,000 times the scale, at most 1,000,000)",
+    )
     parser.add_argument("--only", type=int, action="append", default=[], help="run this measure (repeatable); all by default")
     args = parser.parse_args(argv)
     only = set(args.only)
@@ -166,15 +170,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if wanted(1, 4, 7):
                 log(f"{args.backend}: 1, 4, 7. decisions, notices, memory")
-                metrics += bench_served(servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s),
-                                        process_note=note)
+                metrics += bench_served(
+                    servers, logins, pool, seconds=max(1.5, 4 * s), notice_seconds=max(2.0, 4 * s), process_note=note
+                )
             if wanted(15):
                 log(f"{args.backend}: 15. memory per socket")
                 metrics += bench_socket_memory(servers, watch_logins, sockets=max(200, int(1000 * s)))
             if many and wanted(4):
                 log(f"{args.backend}: 4. notice latency, {many} watchers")
-                metrics += bench_many_watchers(servers, watch_logins, pool, watchers=many, rate=many_rate,
-                                               seconds=many_seconds, process_note=note)
+                metrics += bench_many_watchers(
+                    servers, watch_logins, pool, watchers=many, rate=many_rate, seconds=many_seconds, process_note=note
+                )
             if wanted(18):
                 log(f"{args.backend}: 18. a moderator's page during 200 long-poll waits")
                 _, ops = moderators_login(1, prefix="bench-ops", staff=True)
@@ -216,15 +222,20 @@ def main(argv: list[str] | None = None) -> int:
                 noisy_items = items_make(decisions_needed(seconds=noisy_seconds))  # its own: 23 counts on the pool
                 # The process split's outside process(es): only /api/v1/ (SERVE_ROUTES), same database, layer, worker.
                 log(f"{args.backend}: 26. starting the outside's daphne process (SERVE_ROUTES=outside)")
-                outside = Servers(count=int(os.environ.get("BENCH_OUTSIDE_SERVERS", "1")),
-                                  env={**os.environ, "SERVE_ROUTES": "outside"}, logdir=args.workdir, name="outside",
-                                  health_path="/healthz")
+                outside = Servers(
+                    count=int(os.environ.get("BENCH_OUTSIDE_SERVERS", "1")),
+                    env={**os.environ, "SERVE_ROUTES": "outside"},
+                    logdir=args.workdir,
+                    name="outside",
+                    health_path="/healthz",
+                )
                 try:
                     if nice := int(os.environ.get("BENCH_OUTSIDE_NICE", "0")):
                         log(f"{args.backend}: 26. the outside's daphne process at nice {nice}")
                         servers_renice(outside, nice)
-                    metrics += bench_noisy_neighbours(servers, outside, logins, noisy_ops[0], noisy_items,
-                                                      seconds=noisy_seconds, process_note=note)
+                    metrics += bench_noisy_neighbours(
+                        servers, outside, logins, noisy_ops[0], noisy_items, seconds=noisy_seconds, process_note=note
+                    )
                 finally:
                     outside.stop()
             if wanted(23):  # last: its second worker would change the one-worker measures above
@@ -239,11 +250,23 @@ def main(argv: list[str] | None = None) -> int:
             servers.stop()
 
     if wanted(17):
-        metrics += bench_duplicate_reading(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
-                                           items=max(9, int(30 * s)), process_note=note)
+        metrics += bench_duplicate_reading(
+            env=dict(os.environ),
+            logdir=args.workdir,
+            count=args.servers,
+            logins=logins,
+            items=max(9, int(30 * s)),
+            process_note=note,
+        )
     if wanted(19):
-        metrics += bench_loser_other_tab(env=dict(os.environ), logdir=args.workdir, count=args.servers, logins=logins,
-                                         rounds=max(10, int(20 * s)), process_note=note)
+        metrics += bench_loser_other_tab(
+            env=dict(os.environ),
+            logdir=args.workdir,
+            count=args.servers,
+            logins=logins,
+            rounds=max(10, int(20 * s)),
+            process_note=note,
+        )
 
     # Every decision since the repair above went through the product, concurrently (8 reviewers,
     # races, the worker applying, API submits): the counters must equal a real COUNT.
@@ -251,11 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     if wanted(16):
         drifts = counts_recount()
         log(f"{args.backend}: 16. counts after the concurrent run: {len(drifts)} counters drifted {[str(d) for d in drifts]}")
-        metrics.append(Metric(
-            "counts_drift", "16. counts after the concurrent run: |counter - COUNT| summed over counters",
-            sum(abs(d.counter - d.actual) for d in drifts), "items", target=0, check="value", op="<=",
-            detail={"drifts": [str(d) for d in drifts]},
-        ))
+        metrics.append(
+            Metric(
+                "counts_drift",
+                "16. counts after the concurrent run: |counter - COUNT| summed over counters",
+                sum(abs(d.counter - d.actual) for d in drifts),
+                "items",
+                target=0,
+                check="value",
+                op="<=",
+                detail={"drifts": [str(d) for d in drifts]},
+            )
+        )
 
     if wanted(6, 13):
         rows = args.queue_rows or int(1_000_000 * min(1.0, s))

@@ -60,8 +60,10 @@ def bench_two_workers(servers: Servers, logins: list[Login], items: list[str], *
     after = [at for at in applied.values() if at >= both_polling]
     applied_rate = len(after) / (max(after) - both_polling) if after else float("nan")
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
-    log(f"two workers: {len(runs)} decisions answered at {http_rate:.1f}/s with no worker running; their backlog "
-        f"applied at {applied_rate:.1f}/s once both polled ({len(after)} of {len(applied)}) {statuses}")
+    log(
+        f"two workers: {len(runs)} decisions answered at {http_rate:.1f}/s with no worker running; their backlog "
+        f"applied at {applied_rate:.1f}/s once both polled ({len(after)} of {len(applied)}) {statuses}"
+    )
 
     beside = [items.pop() for _ in range(count)]
     start = time.time()
@@ -69,31 +71,68 @@ def bench_two_workers(servers: Servers, logins: list[Login], items: list[str], *
     applied_beside = applied_wait(beside, timeout=120)
     http_beside, applied_rate_beside = _rates(runs_beside, applied_beside, start)
     trail = max(applied_beside.values(), default=float("nan")) - max(r["done"] for r in runs_beside)
-    log(f"two workers beside the burst: {len(runs_beside)} answered at {http_beside:.1f}/s, {len(applied_beside)} "
-        f"applied at {applied_rate_beside:.1f}/s, the last {trail:.2f} s after the last answer")
+    log(
+        f"two workers beside the burst: {len(runs_beside)} answered at {http_beside:.1f}/s, {len(applied_beside)} "
+        f"applied at {applied_rate_beside:.1f}/s, the last {trail:.2f} s after the last answer"
+    )
 
     paced = [items.pop() for _ in range(int(SUSTAINED_RATE * seconds))]
     sent = asyncio.run(_open_loop(servers, logins, paced, rate=SUSTAINED_RATE))
     applied_wait(paced, timeout=120)
-    lags = [(a - d).total_seconds() * 1000 for d, a in ReviewAsk.objects.filter(
-        item__public_id__in=paced, applied_at__isnull=False).values_list("decided_at", "applied_at")]
+    lags = [
+        (a - d).total_seconds() * 1000
+        for d, a in ReviewAsk.objects.filter(item__public_id__in=paced, applied_at__isnull=False).values_list(
+            "decided_at", "applied_at"
+        )
+    ]
     decided_rate = sum(sent["statuses"].values()) / sent["seconds"]
-    log(f"two workers at {SUSTAINED_RATE:.0f}/s asked ({decided_rate:.1f}/s sent): decision → applied p50 {median(lags):.0f} / "
-        f"p99 {percentile(lags, 99):.0f} ms over {len(lags)} of {len(paced)} {dict(sent['statuses'])}")
+    log(
+        f"two workers at {SUSTAINED_RATE:.0f}/s asked ({decided_rate:.1f}/s sent): decision → applied p50 {median(lags):.0f} / "
+        f"p99 {percentile(lags, 99):.0f} ms over {len(lags)} of {len(paced)} {dict(sent['statuses'])}"
+    )
     return [
-        Metric("applied_rate_two_workers", f"23. decisions applied/s, two workers ({lanes} apply lanes each), on a "
-               f"backlog of {count}", applied_rate, "dec/s", http_rate, "HTTP decisions/s, 8 reviewers, no worker running",
-               target=1.0, check="ratio", op=">=",
-               detail={"decisions": count, "applied": len(applied), "timed": len(after), "statuses": statuses,
-                       "apply_lanes": lanes,
-                       # Side by side in one burst (information): the last apply trails the last answer.
-                       "beside_burst": {"http_per_s": http_beside, "applied_per_s": applied_rate_beside,
-                                        "applied_after_last_answer_s": trail}}),
-        Metric("applied_p99_sustained", f"23. decision → applied p99, two workers, {SUSTAINED_RATE:.0f} decisions/s "
-               f"for {seconds:g} s", percentile(lags, 99), "ms", median(lags), "p50, same run",
-               target=APPLIED_P99_MS, check="value", op="<=",
-               detail={"decisions": len(paced), "applied": len(lags), "sent_per_s": decided_rate,
-                       "statuses": dict(sent["statuses"]), "apply_lanes": lanes}),
+        Metric(
+            "applied_rate_two_workers",
+            f"23. decisions applied/s, two workers ({lanes} apply lanes each), on a backlog of {count}",
+            applied_rate,
+            "dec/s",
+            http_rate,
+            "HTTP decisions/s, 8 reviewers, no worker running",
+            target=1.0,
+            check="ratio",
+            op=">=",
+            detail={
+                "decisions": count,
+                "applied": len(applied),
+                "timed": len(after),
+                "statuses": statuses,
+                "apply_lanes": lanes,
+                # Side by side in one burst (information): the last apply trails the last answer.
+                "beside_burst": {
+                    "http_per_s": http_beside,
+                    "applied_per_s": applied_rate_beside,
+                    "applied_after_last_answer_s": trail,
+                },
+            },
+        ),
+        Metric(
+            "applied_p99_sustained",
+            f"23. decision → applied p99, two workers, {SUSTAINED_RATE:.0f} decisions/s for {seconds:g} s",
+            percentile(lags, 99),
+            "ms",
+            median(lags),
+            "p50, same run",
+            target=APPLIED_P99_MS,
+            check="value",
+            op="<=",
+            detail={
+                "decisions": len(paced),
+                "applied": len(lags),
+                "sent_per_s": decided_rate,
+                "statuses": dict(sent["statuses"]),
+                "apply_lanes": lanes,
+            },
+        ),
     ]
 
 
@@ -155,8 +194,17 @@ def bench_worker_time(*, items: list[str], reviewer, count: int) -> list[Metric]
     with override_settings(REVIEWQUEUE_APPLY_INLINE=False):
         for _ in range(count + 1):
             _decide_as_a_request(item=_pop(items), reviewer_pk=reviewer.pk)
-    lane = QueueLane(wake=TaskWake(), queue_names=[APPLY_QUEUE], excluded_queue_names=[], batch=True, interval=0,
-                     backend_name="default", startup_delay=False, max_tasks=1, worker_id="bench-attribution")
+    lane = QueueLane(
+        wake=TaskWake(),
+        queue_names=[APPLY_QUEUE],
+        excluded_queue_names=[],
+        batch=True,
+        interval=0,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=1,
+        worker_id="bench-attribution",
+    )
     lane.run()  # the first apply compiles the graph: not timed
     lane.max_tasks = None
     totals: dict[str, float] = {}
@@ -167,8 +215,9 @@ def bench_worker_time(*, items: list[str], reviewer, count: int) -> list[Metric]
             target = importlib.import_module(module)
             stack.enter_context(mock.patch.object(target, name, _timed(getattr(target, name), label, totals)))
         stack.enter_context(mock.patch.object(lane, "_claim", _timed(lane._claim, "task claimed (poll, claim, commit)", totals)))
-        stack.enter_context(mock.patch.object(DBTaskResult, "set_successful", _timed(
-            DBTaskResult.set_successful, "task row marked done", totals)))
+        stack.enter_context(
+            mock.patch.object(DBTaskResult, "set_successful", _timed(DBTaskResult.set_successful, "task row marked done", totals))
+        )
         calls = {"n": 0}
         for method in ("get_tuple", "put", "put_writes"):
             stack.enter_context(mock.patch.object(saver, method, _counted(getattr(saver, method), calls)))
@@ -185,19 +234,38 @@ def bench_worker_time(*, items: list[str], reviewer, count: int) -> list[Metric]
     inner = sum(v for k, v in per.items() if k not in ("task claimed (poll, claim, commit)", "task row marked done"))
     per["the apply's own reads (item, asks, end of round) and the rest"] = wall_ms - sum(per.values())
     statements = sum(1 for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT")))
-    log(f"worker time: {applies} applies, {wall_ms:.1f} ms each ({cpu_ms:.1f} ms CPU), {statements / applies:.1f} SQL "
-        f"statements and {calls['n'] / applies:.1f} checkpointer calls each; "
-        + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
+    log(
+        f"worker time: {applies} applies, {wall_ms:.1f} ms each ({cpu_ms:.1f} ms CPU), {statements / applies:.1f} SQL "
+        f"statements and {calls['n'] / applies:.1f} checkpointer calls each; " + ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+    )
     detail = {"applies": applies, "phases_ms": per, "apply_inner_ms": inner}
     return [
-        Metric("worker_apply_ms", "24. (attribution) one apply by one lane, in-process: wall ms", wall_ms, "ms", cpu_ms,
-               "the worker process's CPU ms for it", detail=detail),
-        *(Metric(f"worker_phase_{n}", f"24. (attribution)   {label}", ms, "ms", wall_ms, "the whole apply")
-          for n, (label, ms) in enumerate(per.items())),
-        Metric("worker_apply_statements", "24. (attribution) SQL statements per apply, Django's (task row included)",
-               statements / applies, "stmts", detail={"checkpointer_calls_per_apply": calls["n"] / applies}),
-        Metric("worker_apply_checkpointer", "24. (attribution) checkpointer calls per apply (read, put, writes)",
-               calls["n"] / applies, "calls"),
+        Metric(
+            "worker_apply_ms",
+            "24. (attribution) one apply by one lane, in-process: wall ms",
+            wall_ms,
+            "ms",
+            cpu_ms,
+            "the worker process's CPU ms for it",
+            detail=detail,
+        ),
+        *(
+            Metric(f"worker_phase_{n}", f"24. (attribution)   {label}", ms, "ms", wall_ms, "the whole apply")
+            for n, (label, ms) in enumerate(per.items())
+        ),
+        Metric(
+            "worker_apply_statements",
+            "24. (attribution) SQL statements per apply, Django's (task row included)",
+            statements / applies,
+            "stmts",
+            detail={"checkpointer_calls_per_apply": calls["n"] / applies},
+        ),
+        Metric(
+            "worker_apply_checkpointer",
+            "24. (attribution) checkpointer calls per apply (read, put, writes)",
+            calls["n"] / applies,
+            "calls",
+        ),
     ]
 
 

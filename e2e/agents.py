@@ -26,18 +26,48 @@ class AgentProcess:
     a program that does: the TypeScript client's agent service, run in ``cwd`` with ``env`` added) on
     ``workdir`` (replicas share one), answering webhooks on ``port``."""
 
-    def __init__(self, *, server: LiveServer, workdir: Path, port: int, token: str, secret: str,
-                 thread: str = "support-thread-1", flags: tuple[str, ...] = (), script: str = "remote_agent.py",
-                 command: tuple[str, ...] | None = None, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
-               "REVIEWQUEUE_WEBHOOK_SECRET": secret, "PYTHONPATH": f"{ROOT / 'reviewqueue-client'}{os.pathsep}{ROOT}",
-               **(env or {})}
+    def __init__(
+        self,
+        *,
+        server: LiveServer,
+        workdir: Path,
+        port: int,
+        token: str,
+        secret: str,
+        thread: str = "support-thread-1",
+        flags: tuple[str, ...] = (),
+        script: str = "remote_agent.py",
+        command: tuple[str, ...] | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        env = {
+            **os.environ,
+            "REVIEWQUEUE_URL": server.url,
+            "REVIEWQUEUE_TOKEN": token,
+            "REVIEWQUEUE_WEBHOOK_SECRET": secret,
+            "PYTHONPATH": f"{ROOT / 'reviewqueue-client'}{os.pathsep}{ROOT}",
+            **(env or {}),
+        }
         self.workdir = workdir
         self.port = port
         self.process = subprocess.Popen(
-            [*(command or (sys.executable, str(ROOT / "e2e" / script))), "--port", str(port), "--dir", str(workdir),
-             "--thread", thread, *flags],
-            env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            [
+                *(command or (sys.executable, str(ROOT / "e2e" / script))),
+                "--port",
+                str(port),
+                "--dir",
+                str(workdir),
+                "--thread",
+                thread,
+                *flags,
+            ],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         children_adopt(self.process)
         self.output: list[str] = []
@@ -68,8 +98,11 @@ class AgentProcess:
 
     def resumes(self, *, at_least: int) -> list[bool]:
         """Each webhook and long-poll it acted on so far (at least ``at_least`` of them): did it resume."""
-        said = progress_wait(lambda: [line for line in self.output if line.startswith("resumed")],
-                             done=lambda lines: len(lines) >= at_least, stall=60)
+        said = progress_wait(
+            lambda: [line for line in self.output if line.startswith("resumed")],
+            done=lambda lines: len(lines) >= at_least,
+            stall=60,
+        )
         assert len(said) >= at_least, "".join(self.output)
         return [line.split()[1] == "true" for line in said]
 

@@ -47,7 +47,9 @@ def _say(line: str) -> None:
         if _pipe is None or _owner != os.getpid():
             read, write = os.pipe()
             subprocess.Popen(
-                [sys.executable, "-I", str(Path(__file__).resolve())], stdin=read, stdout=subprocess.DEVNULL,
+                [sys.executable, "-I", str(Path(__file__).resolve())],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
                 start_new_session=True,  # beyond the terminal's Ctrl-C, which is for pytest
             )
             os.close(read)

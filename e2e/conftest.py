@@ -47,9 +47,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
     if report.failed and report.when in ("setup", "call") and "crowd" in getattr(item, "fixturenames", ()):
-        report.sections.append(
-            ("e2e artifacts", f"screenshots of every open page and the server log: {_artifact_dir(item)}/")
-        )
+        report.sections.append(("e2e artifacts", f"screenshots of every open page and the server log: {_artifact_dir(item)}/"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -57,8 +57,9 @@ def cmd_users(args: argparse.Namespace) -> dict:
 def cmd_items(args: argparse.Namespace) -> list[dict]:
     from e2e.seed import site_seed
 
-    return site_seed(items=args.count, prefix=args.prefix, source=args.source, graph=args.graph or None,
-                     team=args.team or None).items
+    return site_seed(
+        items=args.count, prefix=args.prefix, source=args.source, graph=args.graph or None, team=args.team or None
+    ).items
 
 
 def cmd_state(args: argparse.Namespace) -> dict:
@@ -123,8 +124,14 @@ def cmd_apiclient(args: argparse.Namespace) -> str:
 
 
 COMMANDS = {
-    "ping": lambda args: "pong", "seed": cmd_seed, "users": cmd_users, "items": cmd_items, "state": cmd_state,
-    "decide": cmd_decide, "hook": cmd_hook, "apiclient": cmd_apiclient,
+    "ping": lambda args: "pong",
+    "seed": cmd_seed,
+    "users": cmd_users,
+    "items": cmd_items,
+    "state": cmd_state,
+    "decide": cmd_decide,
+    "hook": cmd_hook,
+    "apiclient": cmd_apiclient,
 }
 
 
@@ -157,7 +164,9 @@ def parser_build() -> argparse.ArgumentParser:
     items.add_argument("--count", type=int, default=1)
     items.add_argument("--prefix", default="E2E item")
     items.add_argument("--source", default="e2e")
-    items.add_argument("--graph", default="", help="a REVIEWQUEUE_GRAPHS name (the server's env may add some); moderation by default")
+    items.add_argument(
+        "--graph", default="", help="a REVIEWQUEUE_GRAPHS name (the server's env may add some); moderation by default"
+    )
     items.add_argument("--team", default="", help="a team's slug (manage.py team): the items are its, by its policy")
     state = sub.add_parser("state")
     state.add_argument("ids", nargs="+")

@@ -82,7 +82,11 @@ def round_report(n: int, title: str, subs: list[Submission], status: str, winner
         took = f"{sub.shown_at - sub.clicked_at:.0f} ms after the click" if sub.shown_at and sub.clicked_at else "timing unknown"
         lines.append(f"  {sub.user} was told (HTTP {sub.http_status}, {took}): “{sub.headline}”")
         if pushed.get("text"):
-            took = f"{pushed['at'] - sub.clicked_at:.0f} ms after the click" if pushed.get("at") and sub.clicked_at else "timing unknown"
+            took = (
+                f"{pushed['at'] - sub.clicked_at:.0f} ms after the click"
+                if pushed.get("at") and sub.clicked_at
+                else "timing unknown"
+            )
             lines.append(f"  {sub.user}'s other tab on the item was told live ({took}): “{pushed['text']}”")
         else:
             lines.append(f"  {sub.user}'s other tab on the item was NOT told within 10 s")

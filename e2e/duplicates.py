@@ -58,7 +58,8 @@ def duplicate_reading(opened: Sequence[tuple[str, str, float]]) -> DuplicateRead
     for user, item, at in opened:
         by_item.setdefault(item, []).append((user, at))
     twice = sum(
-        1 for opens in by_item.values()
+        1
+        for opens in by_item.values()
         if any(u1 != u2 and abs(t1 - t2) <= DUPLICATE_WINDOW_S for u1, t1 in opens for u2, t2 in opens)
     )
     return DuplicateReading(twice=twice, opened=len(by_item))

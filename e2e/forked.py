@@ -26,11 +26,29 @@ import tempfile
 from pathlib import Path
 
 PRELOAD = [
-    "django.db.models", "django.test", "django.forms", "django.template.defaulttags", "channels.generic.websocket",
-    "twisted.internet.asyncioreactor", "twisted.web.http", "autobahn.twisted.websocket", "langgraph.graph", "langgraph.types",
-    "langgraph.checkpoint.sqlite", "langgraph.checkpoint.postgres", "langchain_core.messages", "langchain.agents",
-    "langgraph_sdk", "psycopg", "psycopg_pool", "pydantic", "httpx", "jsonschema", "prometheus_client",
-    "standardwebhooks", "django_tasks",
+    "django.db.models",
+    "django.test",
+    "django.forms",
+    "django.template.defaulttags",
+    "channels.generic.websocket",
+    "twisted.internet.asyncioreactor",
+    "twisted.web.http",
+    "autobahn.twisted.websocket",
+    "langgraph.graph",
+    "langgraph.types",
+    "langgraph.checkpoint.sqlite",
+    "langgraph.checkpoint.postgres",
+    "langchain_core.messages",
+    "langchain.agents",
+    "langgraph_sdk",
+    "psycopg",
+    "psycopg_pool",
+    "pydantic",
+    "httpx",
+    "jsonschema",
+    "prometheus_client",
+    "standardwebhooks",
+    "django_tasks",
 ]
 
 _context = multiprocessing.get_context("forkserver")
@@ -38,7 +56,12 @@ _context.set_forkserver_preload(PRELOAD)
 
 
 def _child_main(
-    argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, new_session: bool,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: str,
+    stderr: str,
+    new_session: bool,
     channel: socket.socket | None = None,
 ) -> None:
     if new_session:
@@ -79,7 +102,13 @@ class ForkedProcess:
     """A forked process, answering like the parts of ``subprocess.Popen`` the tests use."""
 
     def __init__(
-        self, argv: list[str], *, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path | None = None,
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        stdout: Path,
+        stderr: Path | None = None,
         new_session: bool = True,
         channel: socket.socket | None = None,
     ) -> None:
@@ -122,7 +151,11 @@ class ForkedProcess:
 
 
 def forked_run(
-    argv: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(..., capture_output=True, text=True)`` for ``argv`` (as ``ForkedProcess`` takes
     it), forked: its exit status, stdout and stderr; killed and ``TimeoutExpired`` after ``timeout``."""
@@ -136,5 +169,8 @@ def forked_run(
             proc.wait(30)
             raise
         return subprocess.CompletedProcess(
-            argv, code, out.read_text(errors="replace"), err.read_text(errors="replace"),
+            argv,
+            code,
+            out.read_text(errors="replace"),
+            err.read_text(errors="replace"),
         )

@@ -41,8 +41,15 @@ def node_modules_ready() -> None:
 
 def node_run(args: list[str], *, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     """``args`` (``npx``, ``node``...) in clients/typescript, its output captured; killed with its group on a timeout."""
-    process = subprocess.Popen(args, cwd=CLIENT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        args,
+        cwd=CLIENT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     children_adopt(process)
     try:
         out, _ = process.communicate(timeout=timeout)
@@ -86,11 +93,29 @@ def postgres_database() -> Iterator[str]:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
 
-def ts_agent(*, server, workdir, port: int, token: str, secret: str, postgres_url: str, thread: str = "support-thread-1",
-             flags: tuple[str, ...] = ()):
+def ts_agent(
+    *,
+    server,
+    workdir,
+    port: int,
+    token: str,
+    secret: str,
+    postgres_url: str,
+    thread: str = "support-thread-1",
+    flags: tuple[str, ...] = (),
+):
     """The TypeScript client's agent service (clients/typescript/test/agent-service.ts) in its own Node process."""
     from e2e.agents import AgentProcess
 
-    return AgentProcess(server=server, workdir=workdir, port=port, token=token, secret=secret, thread=thread, flags=flags,
-                        command=("node", "--import", "tsx", "test/agent-service.ts"), cwd=CLIENT,
-                        env={"RQ_POSTGRES_URL": postgres_url})
+    return AgentProcess(
+        server=server,
+        workdir=workdir,
+        port=port,
+        token=token,
+        secret=secret,
+        thread=thread,
+        flags=flags,
+        command=("node", "--import", "tsx", "test/agent-service.ts"),
+        cwd=CLIENT,
+        env={"RQ_POSTGRES_URL": postgres_url},
+    )

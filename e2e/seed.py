@@ -32,10 +32,20 @@ class SeedResult:
 
 
 def site_seed(
-    *, migrate: bool = False, moderators: Sequence[str] = (), viewers: Sequence[str] = (),
-    superusers: Sequence[str] = (), staff: Sequence[str] = (), password: str | None = None, sessions: bool = False,
-    items: int = 0, prefix: str = "Item", source: str = "seed", decisions: Sequence[tuple[int, str, str]] = (),
-    graph: str | None = None, team: str | None = None,
+    *,
+    migrate: bool = False,
+    moderators: Sequence[str] = (),
+    viewers: Sequence[str] = (),
+    superusers: Sequence[str] = (),
+    staff: Sequence[str] = (),
+    password: str | None = None,
+    sessions: bool = False,
+    items: int = 0,
+    prefix: str = "Item",
+    source: str = "seed",
+    decisions: Sequence[tuple[int, str, str]] = (),
+    graph: str | None = None,
+    team: str | None = None,
 ) -> SeedResult:
     """Users, items and decisions made through the product's own functions.
 
@@ -82,8 +92,9 @@ def site_seed(
             session.save()
             result.sessions[name] = session.session_key
     for n in range(1, items + 1):
-        item = item_create(title=f"{prefix} {n}", body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=source, graph=graph,
-                           team=team)
+        item = item_create(
+            title=f"{prefix} {n}", body=ITEM_BODIES[(n - 1) % len(ITEM_BODIES)], source=source, graph=graph, team=team
+        )
         result.items.append({"id": str(item.public_id), "title": item.title})
     for index, name, decision in decisions:
         item = result.items[index]["id"]

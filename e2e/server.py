@@ -43,8 +43,15 @@ ROOT = Path(__file__).resolve().parent.parent
 DBTOOL = Path(__file__).resolve().parent / "dbtool.py"
 # Environment the server must not inherit from whoever runs the tests.
 _SCRUBBED_ENV = (
-    "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_PREFIX", "DJANGO_ALLOW_ASYNC_UNSAFE", "REVIEWQUEUE_BACKEND_PASS",
-    "REVIEWQUEUE_FAULTS", "REVIEWQUEUE_LAB", "SECRET_KEY", "ALLOWED_HOSTS",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CHANNEL_LAYER_PREFIX",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+    "REVIEWQUEUE_BACKEND_PASS",
+    "REVIEWQUEUE_FAULTS",
+    "REVIEWQUEUE_LAB",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
 )
 
 
@@ -107,9 +114,16 @@ class LiveServer:
     """One server process (restartable), its workers, and the database they serve."""
 
     def __init__(
-        self, workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, db_name: str = "e2e",
-        database_url: str | None = None, settings: str = "reviewqueue.settings",
-        extra_env: dict[str, str] | None = None, health_path: str = "/accounts/login/",
+        self,
+        workdir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        db_name: str = "e2e",
+        database_url: str | None = None,
+        settings: str = "reviewqueue.settings",
+        extra_env: dict[str, str] | None = None,
+        health_path: str = "/accounts/login/",
         daphne_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = Path(workdir)
@@ -176,20 +190,35 @@ class LiveServer:
         self._run([str(DBTOOL), "users", "--migrate"])
 
     def seed(
-        self, *, users: list[str] = (), items: int = 0, decisions: list[tuple[int, str, str]] = (),
-        prefix: str = "Item", staff: list[str] = (), password: str | None = None, sessions: bool = True,
+        self,
+        *,
+        users: list[str] = (),
+        items: int = 0,
+        decisions: list[tuple[int, str, str]] = (),
+        prefix: str = "Item",
+        staff: list[str] = (),
+        password: str | None = None,
+        sessions: bool = True,
     ) -> Seeded:
         """Migrate, then moderators (``staff`` among them also staff), items, decisions made in order, and
         (unless told otherwise) one ready session per moderator: ``e2e.seed.site_seed`` in one process."""
         self._migrated_copy()
         spec = {
-            "migrate": True, "moderators": list(users), "staff": list(staff), "password": password,
-            "sessions": sessions, "items": items, "prefix": prefix, "decisions": [list(d) for d in decisions],
+            "migrate": True,
+            "moderators": list(users),
+            "staff": list(staff),
+            "password": password,
+            "sessions": sessions,
+            "items": items,
+            "prefix": prefix,
+            "decisions": [list(d) for d in decisions],
         }
         out = json.loads(self._run([str(DBTOOL), "seed", json.dumps(spec)]).strip().splitlines()[-1])
         return Seeded(
-            items=[i["id"] for i in out["items"]], titles=[i["title"] for i in out["items"]],
-            sessions=out["sessions"], decided=out["decided"],
+            items=[i["id"] for i in out["items"]],
+            titles=[i["title"] for i in out["items"]],
+            sessions=out["sessions"],
+            decided=out["decided"],
         )
 
     def _migrated_copy(self) -> None:
@@ -233,8 +262,12 @@ class LiveServer:
             if self._tool is None or self._tool.poll() is not None:
                 ours, its = socket.socketpair()
                 self._tool = ForkedProcess(
-                    [str(DBTOOL), "serve"], env=self.env(), cwd=ROOT, stdout=self.workdir / "dbtool.log",
-                    new_session=False, channel=its,
+                    [str(DBTOOL), "serve"],
+                    env=self.env(),
+                    cwd=ROOT,
+                    stdout=self.workdir / "dbtool.log",
+                    new_session=False,
+                    channel=its,
                 )
                 self._tool_io = ours.makefile("rw", encoding="utf-8", newline="\n")
                 ours.close()  # the file holds the socket open
@@ -286,7 +319,8 @@ class LiveServer:
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
         try:
             return conn.execute(
-                f"{_ROWS_SELECT} WHERE q.public_id IN ({','.join('?' * len(ids))})", [uuid.UUID(i).hex for i in ids],
+                f"{_ROWS_SELECT} WHERE q.public_id IN ({','.join('?' * len(ids))})",
+                [uuid.UUID(i).hex for i in ids],
             ).fetchall()
         finally:
             conn.close()
@@ -296,7 +330,8 @@ class LiveServer:
 
         with psycopg.connect(self.database_url, connect_timeout=10) as conn:
             return conn.execute(
-                f"{_ROWS_SELECT} WHERE q.public_id = ANY(%s::uuid[])", [[str(uuid.UUID(i)) for i in ids]],
+                f"{_ROWS_SELECT} WHERE q.public_id = ANY(%s::uuid[])",
+                [[str(uuid.UUID(i)) for i in ids]],
             ).fetchall()
 
     async def arows(self, ids: list[str]) -> dict[str, ItemRow]:
@@ -322,7 +357,9 @@ class LiveServer:
         try:
             self.process = ForkedProcess(
                 ["-m", "daphne", *self.daphne_args, "-b", self.host, "-p", str(self.port), "reviewqueue.asgi:application"],
-                cwd=ROOT, env=self.env(), stdout=self.log_path,
+                cwd=ROOT,
+                env=self.env(),
+                stdout=self.log_path,
             )
         finally:
             self.faults = ""
@@ -348,8 +385,7 @@ class LiveServer:
             time.sleep(0.15)
         self.stop()
         raise ServerError(
-            f"daphne did not answer {self.health_path} on {self.url} with 200 within {timeout:.0f} s "
-            f"({last}):\n{self.log_tail()}"
+            f"daphne did not answer {self.health_path} on {self.url} with 200 within {timeout:.0f} s ({last}):\n{self.log_tail()}"
         )
 
     def stop(self, *, timeout: float | None = None) -> None:
@@ -372,7 +408,12 @@ class LiveServer:
         self.start()
 
     def worker_start(
-        self, *, interval: float = 0.2, faults: str = "", worker_id: str = "", delivery_lane: bool = True,
+        self,
+        *,
+        interval: float = 0.2,
+        faults: str = "",
+        worker_id: str = "",
+        delivery_lane: bool = True,
         extra_env: dict[str, str] | None = None,
     ) -> ForkedProcess:
         """A ``manage.py db_worker`` on this server's database and environment, logging to worker.log.
@@ -394,7 +435,9 @@ class LiveServer:
             named.append("--no-delivery-lane")
         worker = ForkedProcess(
             [str(ROOT / "manage.py"), "db_worker", "--no-reload", "--no-startup-delay", "--interval", str(interval), *named],
-            cwd=ROOT, env=env, stdout=self.worker_log_path,
+            cwd=ROOT,
+            env=env,
+            stdout=self.worker_log_path,
         )
         children_adopt(worker)
         self.workers.append(worker)

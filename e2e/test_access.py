@@ -45,8 +45,10 @@ async def test_anonymous_visitor_is_sent_to_login(server, crowd):
         await expect(page.locator("#decide-form")).to_have_count(0)
     # A POST without a session (the login form's CSRF token borrowed) decides nothing either.
     response = await page.request.post(
-        f"{server.url}/api/items/{item['id']}/decision", data={"decision": "approve"},
-        headers={"Content-Type": "application/json"}, fail_on_status_code=False,
+        f"{server.url}/api/items/{item['id']}/decision",
+        data={"decision": "approve"},
+        headers={"Content-Type": "application/json"},
+        fail_on_status_code=False,
     )
     assert response.status in (401, 403), response.status
     await _untouched(server, item["id"])

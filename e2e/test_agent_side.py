@@ -84,8 +84,10 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
-    server = LiveServer(tmp_path_factory.mktemp("agent-races"), extra_env={
-        "REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"})
+    server = LiveServer(
+        tmp_path_factory.mktemp("agent-races"),
+        extra_env={"REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"},
+    )
     seeded = server.seed(users=["alice", "bob"])
     token = server.tool("apiclient", "agents")
     capture = Receiver(SECRET).start()
@@ -115,8 +117,15 @@ def hooks(site) -> Iterator[Callable[[str, int], None]]:
 
 
 def _agent(site: Site, workdir: Path, port: int, *, thread: str, naive: bool, flags: tuple[str, ...] = ()) -> AgentProcess:
-    return AgentProcess(server=site.server, workdir=workdir, port=port, token=site.token, secret=SECRET, thread=thread,
-                        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())))
+    return AgentProcess(
+        server=site.server,
+        workdir=workdir,
+        port=port,
+        token=site.token,
+        secret=SECRET,
+        thread=thread,
+        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())),
+    )
 
 
 def _items_of(site: Site, thread: str) -> list[Item]:
@@ -135,9 +144,12 @@ def _approve(site: Site, history: HistoryRecorder, item: str) -> None:
 
 def _delivery(site: Site, item: str) -> tuple[bytes, dict[str, str]]:
     """The worker's signed ``item.decided`` for ``item``, as it reached the capturing receiver."""
+
     def found():
         with site.capture._lock:
-            return next((raw for got, raw in zip(site.capture.received, site.capture.raw, strict=False) if got.data["id"] == item), None)
+            return next(
+                (raw for got, raw in zip(site.capture.received, site.capture.raw, strict=False) if got.data["id"] == item), None
+            )
 
     raw = progress_wait(found, done=lambda r: r is not None, stall=60, poll=0.05)
     assert raw is not None, f"no item.decided for {item} reached the receiver"
@@ -181,7 +193,9 @@ def _judge(site: Site, history: HistoryRecorder, item: str, workdir: Path) -> li
     """The history checker's verdict on the server's final state and the agent's tool runs."""
     progress_wait(lambda: site.server.tool("state", item)[item]["apply_state"], done=lambda s: s != "applying", stall=60)
     final = site.server.tool("state", item)[item]["final"]
-    finals = {item: FinalItem(**{**final, "ineligible": tuple(final["ineligible"]), "agent_resumes": len(agent_effects(workdir))})}
+    finals = {
+        item: FinalItem(**{**final, "ineligible": tuple(final["ineligible"]), "agent_resumes": len(agent_effects(workdir))})
+    }
     return [a.kind for a in history_check(ops=history.ops, final=finals)]
 
 
@@ -291,27 +305,44 @@ def test_two_moderators_the_agents_cancel_and_the_deadline_race_on_a_remote_ask_
     negative control: moderation/tests/review/test_remote_ask_races.py)."""
     history, items = HistoryRecorder(), []
     with ReviewQueue(site.server.url, site.token) as client:
+
         def before(n: int) -> None:  # a fresh ask due in a second; release the racers about then
-            item = client.submit(title=f"race {n}", body="An agent asks.", source="support-agent", ask={"ship": n},
-                                 external={"thread_id": f"race-{n}", "interrupt_id": "i-1"},
-                                 policy={"deadline_seconds": 1, "on_deadline": "reject"})
+            item = client.submit(
+                title=f"race {n}",
+                body="An agent asks.",
+                source="support-agent",
+                ask={"ship": n},
+                external={"thread_id": f"race-{n}", "interrupt_id": "i-1"},
+                policy={"deadline_seconds": 1, "on_deadline": "reject"},
+            )
             items.append(item.id)
             due = datetime.fromisoformat(item.raw["deadline_at"]).timestamp()
             time.sleep(max(0.0, due - time.time() + random.uniform(-0.3, 0.2)))
 
-        race_rounds(RACE_ROUNDS, lambda n: site.alice.decide_recorded(history, items[n], "approve"),
-                    lambda n: site.bob.decide_recorded(history, items[n], "reject"),
-                    lambda n: _cancel_recorded(history, client, "api.agents", items[n]), before=before)
-    progress_wait(lambda: [s["apply_state"] for s in site.server.tool("state", *items).values()],
-                  done=lambda states: "applying" not in states, stall=60)
+        race_rounds(
+            RACE_ROUNDS,
+            lambda n: site.alice.decide_recorded(history, items[n], "approve"),
+            lambda n: site.bob.decide_recorded(history, items[n], "reject"),
+            lambda n: _cancel_recorded(history, client, "api.agents", items[n]),
+            before=before,
+        )
+    progress_wait(
+        lambda: [s["apply_state"] for s in site.server.tool("state", *items).values()],
+        done=lambda states: "applying" not in states,
+        stall=60,
+    )
     state = site.server.tool("state", *items)
     for item in items:  # the sweep's attempts, as the attempts log recorded them
         if "deadline" in state[item]["won_attempts"]:
-            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="ok",
-                             told_winner="deadline")
+            history.complete(
+                history.invoke(reviewer="deadline", item=item, decision="reject"), completion="ok", told_winner="deadline"
+            )
         for lost in (a for a in state[item]["lost_attempts"] if a["reviewer"] == "deadline"):
-            history.complete(history.invoke(reviewer="deadline", item=item, decision="reject"), completion="fail",
-                             told_winner=lost["told_winner"])
+            history.complete(
+                history.invoke(reviewer="deadline", item=item, decision="reject"),
+                completion="fail",
+                told_winner=lost["told_winner"],
+            )
     finals = {i: FinalItem(**{**state[i]["final"], "ineligible": tuple(state[i]["final"]["ineligible"])}) for i in items}
     assert [op for op in history.ops if op.completion == "unknown"] == []
     assert [str(a) for a in history_check(ops=history.ops, final=finals)] == []
@@ -392,8 +423,11 @@ def _blocking_run(site: Site, workdir: Path, thread: str, **options) -> tuple[th
 
     def run() -> None:
         with ReviewQueue(site.server.url, site.token) as client:
-            final.update(BlockingAgent(agent, client, source="notebook", **options).invoke(
-                {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": thread}}))
+            final.update(
+                BlockingAgent(agent, client, source="notebook", **options).invoke(
+                    {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": thread}}
+                )
+            )
 
     runner = threading.Thread(target=run)
     runner.start()
@@ -425,15 +459,23 @@ def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with
     agent = agent_build(checkpoints=str(tmp_path / "approve.db"), effects=str(tmp_path / "approve.jsonl"))
     with ReviewQueue(site.server.url, site.token) as client, pytest.raises(ReviewQueueError) as refused:
         BlockingAgent(agent, client, timeout=1, on_timeout="approve").invoke(
-            {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": "blocking-approve-1"}})
+            {"messages": [("user", "Please delete customer C-7.")]}, {"configurable": {"thread_id": "blocking-approve-1"}}
+        )
     assert refused.value.code == "invalid" and "policy.on_deadline" in refused.value.message
 
 
 def test_the_guarantees_pages_blocking_example_runs_as_written(site, tmp_path):
     script = tmp_path / "agent.py"
-    script.write_text(block_find("integrators/agent-guarantees.md", "import os\n\nfrom langchain.agents import create_agent").code)
-    env = {**os.environ, "REVIEWQUEUE_URL": site.server.url, "REVIEWQUEUE_TOKEN": site.token, "ASK_TIMEOUT": "1",
-           "PYTHONPATH": str(ROOT / "reviewqueue-client")}
+    script.write_text(
+        block_find("integrators/agent-guarantees.md", "import os\n\nfrom langchain.agents import create_agent").code
+    )
+    env = {
+        **os.environ,
+        "REVIEWQUEUE_URL": site.server.url,
+        "REVIEWQUEUE_TOKEN": site.token,
+        "ASK_TIMEOUT": "1",
+        "PYTHONPATH": str(ROOT / "reviewqueue-client"),
+    }
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "no decision before the deadline" in done.stdout  # nobody decided: the deadline's reject reached the agent

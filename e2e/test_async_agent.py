@@ -40,17 +40,35 @@ EDITED = {"customer_id": "C-7", "grace_days": 14}
 
 
 def _async_agent(site: Site, workdir, port: int, *, thread: str, naive: bool, hold: bool = False) -> AgentProcess:
-    flags = ("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *(("--naive",) if naive else ()),
-             *(("--hold",) if hold else ()))
-    return AgentProcess(server=site.server, workdir=workdir, port=port, token=site.token, secret=SECRET, thread=thread,
-                        flags=flags, script="async_agent.py")
+    flags = (
+        "--slow-resume",
+        SLOW_RESUME,
+        "--tool-seconds",
+        TOOL_SECONDS,
+        *(("--naive",) if naive else ()),
+        *(("--hold",) if hold else ()),
+    )
+    return AgentProcess(
+        server=site.server,
+        workdir=workdir,
+        port=port,
+        token=site.token,
+        secret=SECRET,
+        thread=thread,
+        flags=flags,
+        script="async_agent.py",
+    )
 
 
 def _edit(site: Site, item: str) -> None:
     """alice edits the call's ``grace_days`` to 14 and approves it (her session's decision endpoint)."""
     decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": EDITED}}]
-    answer = httpx.post(f"{site.server.url}/api/items/{item}/decision", json={"decisions": decisions}, timeout=60,
-                        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie})
+    answer = httpx.post(
+        f"{site.server.url}/api/items/{item}/decision",
+        json={"decisions": decisions},
+        timeout=60,
+        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie},
+    )
     assert answer.status_code == 200 and answer.json()["outcome"] == "won", answer.text
 
 

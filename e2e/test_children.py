@@ -16,7 +16,7 @@ from moderation.lab.waits import progress_wait
 # A test that starts a real server and task worker the one way tests do, plus (the negative
 # control) a process group started as every test started them before: in a session of its own,
 # not adopted. It writes the three ids, then waits to be killed.
-INNER = textwrap.dedent('''
+INNER = textwrap.dedent("""
     import subprocess, time
     from pathlib import Path
     from e2e.server import LiveServer
@@ -29,7 +29,7 @@ INNER = textwrap.dedent('''
         bare = subprocess.Popen(["sleep", "600"], start_new_session=True)
         Path({pids!r}).write_text(f"{{server.process.pid}} {{worker.pid}} {{bare.pid}}")
         time.sleep(600)
-''')
+""")
 
 
 def _alive(pid: int) -> bool:
@@ -47,7 +47,11 @@ def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
     env.pop("PYTEST_XDIST_WORKER", None)
     run = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-c", os.devnull, "-p", "no:cacheprovider", "-q", str(tmp_path / "test_inner.py")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         started = progress_wait(lambda: pids_file.exists() or run.poll() is not None, done=bool, stall=300)

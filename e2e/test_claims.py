@@ -85,7 +85,9 @@ async def test_duplicate_reading_rate_with_and_without_claims(e2e_template, tmp_
             try:
                 items = await live.items_create(ITEMS, label)
                 pages = await asyncio.gather(*(people.login(user, label=f"{user}-{label}") for user in MODERATORS))
-                readings[label] = await duplicate_reading_run(list(zip(MODERATORS, pages, strict=False)), start_path="/", items=ITEMS)
+                readings[label] = await duplicate_reading_run(
+                    list(zip(MODERATORS, pages, strict=False)), start_path="/", items=ITEMS
+                )
                 rows = await live.arows([i["id"] for i in items])
                 assert {r.status for r in rows.values()} == {"approved"}, "every item was decided"
             finally:

@@ -40,8 +40,7 @@ async def cluster(tmp_path_factory):
     with fresh_database(admin_url, "e2e") as database_url:
         env = cluster_env(redis_url=redis_url, prefix=channel_prefix("e2e"))
         one, two = (
-            LiveServer(tmp_path_factory.mktemp(f"e2e-cluster-{n}"), database_url=database_url, extra_env=env)
-            for n in (1, 2)
+            LiveServer(tmp_path_factory.mktemp(f"e2e-cluster-{n}"), database_url=database_url, extra_env=env) for n in (1, 2)
         )
         try:
             began = time.monotonic()
@@ -95,8 +94,10 @@ async def test_two_servers_race_in_browsers(cluster, crowd, crowd2):
     for n, item in enumerate(items):
         path = item_path(item["id"])
         await asyncio.gather(
-            alice_main.goto(decide_on["alice"] + path), bob_main.goto(decide_on["bob"] + path),
-            alice_watch.goto(watch_on["alice"] + path), bob_watch.goto(watch_on["bob"] + path),
+            alice_main.goto(decide_on["alice"] + path),
+            bob_main.goto(decide_on["bob"] + path),
+            alice_watch.goto(watch_on["alice"] + path),
+            bob_watch.goto(watch_on["bob"] + path),
         )
         await asyncio.gather(item_ready(alice_watch, ["bob"]), item_ready(bob_watch, ["alice"]))
         subs = await race([(alice_main, "alice", WANTS[n % 2]["alice"]), (bob_main, "bob", WANTS[n % 2]["bob"])])
@@ -114,8 +115,7 @@ async def test_two_servers_race_in_browsers(cluster, crowd, crowd2):
         # The loser's other tab is on the other server: told live, through Redis.
         loser = lost[0].user
         notice = watch[loser].locator("#lost-live-notice")
-        await expect(notice).to_contain_text(f"was not applied: {row.winner} {row.status} it first",
-                                             timeout=LIVE_TIMEOUT_MS)
+        await expect(notice).to_contain_text(f"was not applied: {row.winner} {row.status} it first", timeout=LIVE_TIMEOUT_MS)
         told_at = await watch[loser].evaluate("() => window.__e2e.lostLiveAt || 0")
         if told_at and lost[0].clicked_at:
             told_after.append(told_at - lost[0].clicked_at)
@@ -132,7 +132,12 @@ async def test_two_servers_race_in_browsers(cluster, crowd, crowd2):
         assert [lost["told_winner"] for lost in item["lost_attempts"]] == [winner], item
         assert item["resume_count"] == 1 and not item["graph_paused"], item
     tally = {name: sum(1 for _, w in winners.values() if w == name) for name in ("alice", "bob")}
-    print(f"\nbrowser cluster race: {ROUNDS} items, wins {tally}; loser's other-server tab told "
-          + (f"median {statistics.median(told_after):.0f} ms, max {max(told_after):.0f} ms after the loser's click"
-             if told_after else "(no timings)")
-          + f"; {(time.monotonic() - began) / ROUNDS:.1f} s per round")
+    print(
+        f"\nbrowser cluster race: {ROUNDS} items, wins {tally}; loser's other-server tab told "
+        + (
+            f"median {statistics.median(told_after):.0f} ms, max {max(told_after):.0f} ms after the loser's click"
+            if told_after
+            else "(no timings)"
+        )
+        + f"; {(time.monotonic() - began) / ROUNDS:.1f} s per round"
+    )

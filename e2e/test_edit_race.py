@@ -23,8 +23,7 @@ MAX_TABS = 30
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
     """The usual server, which also runs the test graphs (its dbtool too)."""
-    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-edit-race"),
-                                  env=TEST_GRAPHS_ENV) as live:
+    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-edit-race"), env=TEST_GRAPHS_ENV) as live:
         yield live
 
 

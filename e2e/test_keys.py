@@ -24,9 +24,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(e2e_template, tmp_path_factory):
-    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-keys"),
-                                  env={"REJECT_REASON_REQUIRED": "1"}) as live:
+    async with e2e_server_running(e2e_template, tmp_path_factory.mktemp("e2e-keys"), env={"REJECT_REASON_REQUIRED": "1"}) as live:
         yield live
+
 
 APPROVE = "Change the key for approve"
 

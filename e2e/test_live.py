@@ -99,6 +99,7 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
             if route.request.headers.get("x-live-refresh"):
                 counting[user, "second"] = False
             await route.continue_()
+
         return fetched
 
     def counter(user: str, kind: str):
@@ -108,6 +109,7 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
             # under way when it does: the case where one read must serve both.
             await asyncio.wait_for(lost_sent.wait(), LIVE_TIMEOUT_MS / 1000)
             await route.continue_()
+
         return read
 
     for user in users:
@@ -118,15 +120,21 @@ async def test_a_race_costs_each_other_tab_one_read_and_the_racing_pages_none(se
     await asyncio.gather(*(page.goto(path) for page in [*racing.values(), *second.values()]))
     await asyncio.gather(*(item_ready(tab, [other]) for tab, other in zip(second.values(), reversed(users), strict=False)))
     for user in users:  # from here on, a navigation is the answer to the click
-        racing[user].on("framenavigated", lambda frame, user=user: frame.parent_frame or counting.update({(user, "racing"): False}))
+        racing[user].on(
+            "framenavigated", lambda frame, user=user: frame.parent_frame or counting.update({(user, "racing"): False})
+        )
 
     subs = await race([(racing["alice"], "alice", "approve"), (racing["bob"], "bob", "reject")])
     [loser] = [s for s in subs if s.kind == "lost"]
     [winner] = [s for s in subs if s.won]
     await expect(second[loser.user].locator("#lost-live-notice")).to_contain_text("was not applied")
     await expect(second[winner.user].locator("#decided-banner")).to_be_visible()
-    assert reads == {(loser.user, "second"): 1, (winner.user, "second"): 1,
-                     (loser.user, "racing"): 0, (winner.user, "racing"): 0}, reads
+    assert reads == {
+        (loser.user, "second"): 1,
+        (winner.user, "second"): 1,
+        (loser.user, "racing"): 0,
+        (winner.user, "racing"): 0,
+    }, reads
 
 
 async def test_slow_reviewer_holds_nothing(server, crowd):

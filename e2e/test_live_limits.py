@@ -69,7 +69,9 @@ async def test_a_flooding_page_is_closed_backs_off_and_comes_back(server, crowd)
     await page.reload()
     await live_wait(page)
 
-    await page.evaluate("() => { const ws = window.__sockets.at(-1); for (let i = 0; i < 200; i++) ws.send('{\"type\": \"heartbeat\"}'); }")
+    await page.evaluate(
+        '() => { const ws = window.__sockets.at(-1); for (let i = 0; i < 200; i++) ws.send(\'{"type": "heartbeat"}\'); }'
+    )
     await live_wait(page, "reconnecting", timeout=5_000)
     assert await page.evaluate("() => window.__closes") == [4429]
     await asyncio.sleep(4)  # the backoff after 4429 is at least 8 s

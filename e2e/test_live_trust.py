@@ -79,8 +79,13 @@ async def test_a_forged_decision_does_not_stick_and_a_real_one_still_shows(serve
     await expect(row).to_have_count(1)
 
     forged = {
-        "type": "item.decided", "item": item["id"], "title": item["title"], "winner": "mallory",
-        "status": "approved", "decided_at": "2026-01-01T00:00:00+00:00", "seconds_ago": 0,
+        "type": "item.decided",
+        "item": item["id"],
+        "title": item["title"],
+        "winner": "mallory",
+        "status": "approved",
+        "decided_at": "2026-01-01T00:00:00+00:00",
+        "seconds_ago": 0,
         "counts": {"pending": 0, "decided_today": 99},
     }
     await forge(server, "queue", forged)
@@ -143,7 +148,8 @@ async def test_a_viewer_made_moderator_in_another_process_is_asked_to_reload_and
     await asyncio.to_thread(server.manage, "moderator_add", "dave")
     try:
         await expect(dave.locator("#live-stopped-notice")).to_have_text(
-            "Live updates are off for this page: your rights changed; reload the page.", timeout=LIVE_TIMEOUT_MS)
+            "Live updates are off for this page: your rights changed; reload the page.", timeout=LIVE_TIMEOUT_MS
+        )
         await dave.reload()
         await item_ready(dave)
         await expect(dave.locator("#decide-form button[value=approve]")).to_be_enabled()

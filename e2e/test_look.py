@@ -47,8 +47,10 @@ async def test_the_decision_buttons_are_on_screen_at_phone_width_without_scrolli
     box = await approve.bounding_box()
     assert box and box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"], box
     # Nothing lies over it, and the end of the form scrolls clear of it.
-    assert await approve.evaluate("b => { const r = b.getBoundingClientRect();"
-                                  " return b.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)); }")
+    assert await approve.evaluate(
+        "b => { const r = b.getBoundingClientRect();"
+        " return b.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)); }"
+    )
     await alice.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
     note = await alice.locator("#decide-form textarea[name=note]").bounding_box()
     bar = await alice.locator("#decide-form .buttons").bounding_box()
@@ -97,8 +99,10 @@ async def test_the_team_page_reads_at_a_glance(server, crowd):
     await expect(alice.locator(".chart").nth(3).locator(".chart-label")).to_have_text(["bob"])
     assert min(await alice.evaluate(LABEL_SIZES_JS)) >= 12
     # Full width: each chart spans the page's content, one a row.
-    content = await alice.evaluate("(() => { const m = document.querySelector('main'), s = getComputedStyle(m);"
-                                   " return m.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight); })()")
+    content = await alice.evaluate(
+        "(() => { const m = document.querySelector('main'), s = getComputedStyle(m);"
+        " return m.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight); })()"
+    )
     for n in range(4):
         box = await alice.locator(".chart-svg").nth(n).bounding_box()
         assert box["width"] >= content - 1, (n, box, content)
@@ -144,8 +148,11 @@ async def test_the_pages_pass_an_accessibility_check(server, crowd):
         page = await crowd.login(user)
         await live_wait(page)
         found[f"{user} queue"] = await _serious_violations(page)
-        for name, path in (("item", item_path(pending["id"])), ("decided item", item_path(decided["id"])),
-                           ("decided", "/decided/")):
+        for name, path in (
+            ("item", item_path(pending["id"])),
+            ("decided item", item_path(decided["id"])),
+            ("decided", "/decided/"),
+        ):
             await page.goto(path)
             await live_wait(page)
             found[f"{user} {name}"] = await _serious_violations(page)

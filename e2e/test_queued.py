@@ -39,9 +39,13 @@ async def test_a_queued_batch_enters_open_queues_once_started_and_is_not_decidab
     await live_wait(alice)
 
     async with httpx.AsyncClient(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}) as api:
-        answer = await api.post("/items:batch", json={"start": "queued", "items": [
-            {"title": f"Queued {name}", "body": "Some harmless text.", "source": "e2e-pipeline"} for name in "AB"
-        ]})
+        answer = await api.post(
+            "/items:batch",
+            json={
+                "start": "queued",
+                "items": [{"title": f"Queued {name}", "body": "Some harmless text.", "source": "e2e-pipeline"} for name in "AB"],
+            },
+        )
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
     assert [(r["outcome"], r["item"]["status"]) for r in results] == [("accepted", "starting")] * 2

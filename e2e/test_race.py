@@ -38,6 +38,7 @@ async def server(e2e_template, tmp_path_factory):
     async with e2e_server_running(e2e_template, workdir, env={"LIVE_QUEUE_RESYNC_SECONDS": "60"}) as live:
         yield live
 
+
 # Every round is a real race (the median click skew is asserted under 100 ms; it runs near 1 ms)
 # and each is checked on its own: one winner, the loser's page naming it. What this adds to the
 # guard's races with negative controls (moderation/tests/test_concurrency.py, the HTTP ones) is
@@ -187,9 +188,7 @@ async def test_three_moderators_several_items_at_once(server, crowd):
     history = HistoryRecorder()
     for b, batch in enumerate(batches):
         if b:  # the first batch's pages were opened by the login itself
-            await asyncio.gather(
-                *(tabs[user][i].goto(item_path(item["id"])) for user in users for i, item in enumerate(batch))
-            )
+            await asyncio.gather(*(tabs[user][i].goto(item_path(item["id"])) for user in users for i, item in enumerate(batch)))
         entries = {
             item["id"]: [(tabs[user][i], user, DECISIONS[(u + i + b) % 2]) for u, user in enumerate(users)]
             for i, item in enumerate(batch)

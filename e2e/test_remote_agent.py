@@ -41,11 +41,19 @@ def _outcome(server, token: str, item_id: str) -> dict | None:
 async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs_once(server, crowd, tmp_path):
     token = (await asyncio.to_thread(server.manage, "apiclient_create", "e2e-agent")).strip()
     port = free_port()
-    secret = (await asyncio.to_thread(
-        server.manage, "shell", "-c",
-        "from moderation.delivery.models import WebhookEndpoint as E; "
-        f"print(E.objects.create(name='agent', url='http://127.0.0.1:{port}/hooks', events=['item.decided']).secret)",
-    )).strip().splitlines()[-1]
+    secret = (
+        (
+            await asyncio.to_thread(
+                server.manage,
+                "shell",
+                "-c",
+                "from moderation.delivery.models import WebhookEndpoint as E; "
+                f"print(E.objects.create(name='agent', url='http://127.0.0.1:{port}/hooks', events=['item.decided']).secret)",
+            )
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     agent = AgentProcess(server=server, workdir=tmp_path, port=port, token=token, secret=secret)
     try:
         assert await asyncio.to_thread(agent.ready) == []  # forwarded; nothing decided yet
@@ -77,11 +85,13 @@ async def test_a_remote_agent_resumes_with_the_moderators_edit_and_its_tool_runs
         assert decision["edited_action"]["args"] == {"customer_id": "C-7", "grace_days": 14}
         assert type(decision["edited_action"]["args"]["grace_days"]) is int
         assert decided["asks"][0]["edits"][0]["changes"] == [
-            {"arg": "grace_days", "change": "changed", "before": 30, "after": 14}]
+            {"arg": "grace_days", "change": "changed", "before": 30, "after": 14}
+        ]
 
         # The agent reports its outcome right after its resume: wait for it while it is on its way, then look.
-        reported = await asyncio.to_thread(progress_wait, lambda: _outcome(server, token, item["id"]),
-                                           done=lambda outcome: outcome is not None, stall=60)
+        reported = await asyncio.to_thread(
+            progress_wait, lambda: _outcome(server, token, item["id"]), done=lambda outcome: outcome is not None, stall=60
+        )
         assert reported is not None and reported["status"] == "done", reported
         await alice.reload()
         await expect(alice.locator("#agent-outcome")).to_contain_text("The agent reports: done")

@@ -36,11 +36,19 @@ async def server(e2e_template, tmp_path_factory):
 async def test_a_node_agent_resumes_with_the_moderators_edit_and_its_tool_runs_once(server, crowd, tmp_path):
     token = (await asyncio.to_thread(server.manage, "apiclient_create", "e2e-ts-agent")).strip()
     port = free_port()
-    secret = (await asyncio.to_thread(
-        server.manage, "shell", "-c",
-        "from moderation.delivery.models import WebhookEndpoint as E; "
-        f"print(E.objects.create(name='ts-agent', url='http://127.0.0.1:{port}/hooks', events=['item.decided']).secret)",
-    )).strip().splitlines()[-1]
+    secret = (
+        (
+            await asyncio.to_thread(
+                server.manage,
+                "shell",
+                "-c",
+                "from moderation.delivery.models import WebhookEndpoint as E; "
+                f"print(E.objects.create(name='ts-agent', url='http://127.0.0.1:{port}/hooks', events=['item.decided']).secret)",
+            )
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     with postgres_database() as postgres_url:
         agent = ts_agent(server=server, workdir=tmp_path, port=port, token=token, secret=secret, postgres_url=postgres_url)
         try:
@@ -63,8 +71,9 @@ async def test_a_node_agent_resumes_with_the_moderators_edit_and_its_tool_runs_o
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1)  # room for a wrong second run to show
             assert agent_effects(tmp_path) == [{"customer_id": "C-7", "grace_days": 14}]
-            reported = await asyncio.to_thread(progress_wait, lambda: _outcome(server, token, item["id"]),
-                                               done=lambda outcome: outcome is not None, stall=60)
+            reported = await asyncio.to_thread(
+                progress_wait, lambda: _outcome(server, token, item["id"]), done=lambda outcome: outcome is not None, stall=60
+            )
             assert reported is not None and (reported["status"], reported["message"]) == ("done", "done"), reported
             await alice.reload()
             await expect(alice.locator("#agent-outcome")).to_contain_text("The agent reports: done")

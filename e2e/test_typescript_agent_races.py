@@ -46,8 +46,12 @@ def _edit_recorded(site: Site, history: HistoryRecorder, item: str) -> None:
     """alice edits the call's ``grace_days`` to 14 and approves it, as the item page posts it; in ``history``."""
     op = history.invoke(reviewer="alice", item=item, decision="edit")
     decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": EDITED}}]
-    answer = httpx.post(f"{site.server.url}/api/items/{item}/decision", json={"decisions": decisions}, timeout=60,
-                        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie})
+    answer = httpx.post(
+        f"{site.server.url}/api/items/{item}/decision",
+        json={"decisions": decisions},
+        timeout=60,
+        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie},
+    )
     history.complete_from_http(op, status=answer.status_code, body=answer.json())
 
 
@@ -59,9 +63,18 @@ def test_node_replicas_duplicate_deliveries_and_a_kill_mid_resume_run_the_tool_o
         hooks(f"ts-{n}-{naive}", port)
     flags = ("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *(("--naive",) if naive else ()))
     with postgres_database() as postgres_url:
+
         def agent(port: int, *extra: str):
-            return ts_agent(server=site.server, workdir=tmp_path, port=port, token=site.token, secret=SECRET,
-                            postgres_url=postgres_url, thread=thread, flags=(*flags, *extra))
+            return ts_agent(
+                server=site.server,
+                workdir=tmp_path,
+                port=port,
+                token=site.token,
+                secret=SECRET,
+                postgres_url=postgres_url,
+                thread=thread,
+                flags=(*flags, *extra),
+            )
 
         doomed = agent(ports[0], "--hold")
         survivor = restarted = None

@@ -37,7 +37,9 @@ EXAMPLES = [b for b in page_blocks(PAGE) if b.language == "ts" and not b.skip]
 @pytest.fixture(scope="module")
 def node_env(tmp_path_factory):
     node_modules_ready()
-    server = LiveServer(tmp_path_factory.mktemp("ts-client"), extra_env={"DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"})
+    server = LiveServer(
+        tmp_path_factory.mktemp("ts-client"), extra_env={"DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"}
+    )
     seeded = server.seed(users=["alice"])
     token = server.tool("apiclient", "ts-client")
     try:
@@ -46,7 +48,10 @@ def node_env(tmp_path_factory):
         server.worker_wait_ready("ts-client")
         with postgres_database() as postgres_url:
             yield {
-                "RQ_URL": server.url, "RQ_TOKEN": token, "RQ_CSRF": CSRF, "RQ_POSTGRES_URL": postgres_url,
+                "RQ_URL": server.url,
+                "RQ_TOKEN": token,
+                "RQ_CSRF": CSRF,
+                "RQ_POSTGRES_URL": postgres_url,
                 "RQ_COOKIE": f"sessionid={seeded.sessions['alice']}; csrftoken={CSRF}",
                 "RQ_ADVISORY_VECTORS": json.dumps({t: str(_advisory_key(t)) for t in THREADS}),
             }
@@ -70,7 +75,9 @@ def test_the_package_type_checks_and_builds_its_published_layout():
 
 @pytest.mark.parametrize("suite", ["client", "webhooks", "locks", "langgraph"])
 def test_node_suite(node_env, suite):
-    done = node_run(["node", "--import", "tsx", "--test", "--test-reporter=spec", f"test/{suite}.test.ts"], env=node_env, timeout=600)
+    done = node_run(
+        ["node", "--import", "tsx", "--test", "--test-reporter=spec", f"test/{suite}.test.ts"], env=node_env, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-12000:]
     assert "# fail 0" in done.stdout or "ℹ fail 0" in done.stdout, done.stdout[-6000:]
 
@@ -111,12 +118,20 @@ def test_a_python_replica_holding_a_threads_lock_holds_off_a_typescript_one(node
     script.write_text(LOCK_WAITER)
     with psycopg.connect(node_env["RQ_POSTGRES_URL"], autocommit=True) as python_replica:
         python_replica.execute("SELECT pg_advisory_lock(%s)", (_advisory_key("support-thread-1"),))
-        other = node_run(["node", "--import", "tsx", str(script.relative_to(CLIENT))],
-                         env={**node_env, "RQ_THREAD": "support-thread-2"}, timeout=120)
+        other = node_run(
+            ["node", "--import", "tsx", str(script.relative_to(CLIENT))],
+            env={**node_env, "RQ_THREAD": "support-thread-2"},
+            timeout=120,
+        )
         assert other.returncode == 0 and "got" in other.stdout, other.stdout
-        waiter = subprocess.Popen(["node", "--import", "tsx", str(script.relative_to(CLIENT))], cwd=CLIENT,
-                                  env={**os.environ, **node_env, "RQ_THREAD": "support-thread-1"},
-                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        waiter = subprocess.Popen(
+            ["node", "--import", "tsx", str(script.relative_to(CLIENT))],
+            cwd=CLIENT,
+            env={**os.environ, **node_env, "RQ_THREAD": "support-thread-1"},
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         children_adopt(waiter)
         try:
             assert waiter.stdout.readline().strip() == "trying"

@@ -21,8 +21,18 @@ COUNTED = re.compile(r"Your (approve|reject) vote on .* is counted")
 
 async def _team(server) -> None:
     await asyncio.to_thread(
-        server.manage, "team", "payments", "--approvals", "2", "--veto", "on", "--deadline", "600",
-        "--on-deadline", "reject", *(arg for name in VOTERS for arg in ("--add", name)),
+        server.manage,
+        "team",
+        "payments",
+        "--approvals",
+        "2",
+        "--veto",
+        "on",
+        "--deadline",
+        "600",
+        "--on-deadline",
+        "reject",
+        *(arg for name in VOTERS for arg in ("--add", name)),
     )
 
 
@@ -45,8 +55,11 @@ def _record(history: HistoryRecorder, item: str, sub: Submission) -> None:
         history.complete(op, completion="unknown", error=f"{sub.kind}: {sub.text[:120]}")
 
 
-@pytest.mark.parametrize("votes", [("approve", "approve", "approve"), ("approve", "approve", "reject")],
-                         ids=["three-approvals", "approvals-and-a-veto"])
+@pytest.mark.parametrize(
+    "votes",
+    [("approve", "approve", "approve"), ("approve", "approve", "reject")],
+    ids=["three-approvals", "approvals-and-a-veto"],
+)
 async def test_three_voters_at_the_same_instant_one_resolution_everyone_told(server, crowd, votes):
     await _team(server)
     item = await _item(server, f"Quorum {'-'.join(votes)}")
@@ -63,10 +76,23 @@ async def test_three_voters_at_the_same_instant_one_resolution_everyone_told(ser
         _record(history, item, sub)
     state = (await server.state([item]))[item]
     final = state["final"]
-    assert [str(a) for a in history_check(ops=history.ops, final={item: FinalItem(
-        winner=final["winner"], winning_attempts=final["winning_attempts"], resumes=final["resumes"],
-        decision=final["decision"], votes=final["votes"], tally=final["tally"], ineligible=tuple(final["ineligible"]),
-    )})] == [], described
+    assert [
+        str(a)
+        for a in history_check(
+            ops=history.ops,
+            final={
+                item: FinalItem(
+                    winner=final["winner"],
+                    winning_attempts=final["winning_attempts"],
+                    resumes=final["resumes"],
+                    decision=final["decision"],
+                    votes=final["votes"],
+                    tally=final["tally"],
+                    ineligible=tuple(final["ineligible"]),
+                )
+            },
+        )
+    ] == [], described
     summary = state["tally"]["summary"]
     assert re.fullmatch(r"2 of 2 approvals: \w+, \w+ — approved", summary) or summary.endswith("— vetoed"), summary
     assert state["winner"] == resolved[0].user and len(state["won_attempts"]) == 1
@@ -75,7 +101,8 @@ async def test_three_voters_at_the_same_instant_one_resolution_everyone_told(ser
     for page, name in zip(pages, VOTERS, strict=False):
         words = "your vote counted" if name in counted else "your vote was not counted: the item was already resolved"
         await expect(page.locator("#vote-outcome")).to_have_text(
-            f"Resolved: {state['status']} — {words}", timeout=LIVE_TIMEOUT_MS)
+            f"Resolved: {state['status']} — {words}", timeout=LIVE_TIMEOUT_MS
+        )
         await expect(page.locator("#vote-tally")).to_have_text(summary)
 
 

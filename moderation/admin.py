@@ -52,10 +52,24 @@ class QueueItemAdmin(admin.ModelAdmin):
     search_fields = ["title", "body", "public_id"]
     # The audit chain's head is written only by moderation.records.audit; never by hand.
     readonly_fields = [
-        "public_id", "thread_id", "status", "decided_by", "decided_at", "decision_note", "review_request", "created_at",
-        "attention", "attempt_count", "audit_head", "admin_edits",
+        "public_id",
+        "thread_id",
+        "status",
+        "decided_by",
+        "decided_at",
+        "decision_note",
+        "review_request",
+        "created_at",
+        "attention",
+        "attempt_count",
+        "audit_head",
+        "admin_edits",
         # What an API client submitted, and idempotent retries compare against: its own.
-        "external_id", "metadata", "priority", "submitted_by", "idempotency_key",
+        "external_id",
+        "metadata",
+        "priority",
+        "submitted_by",
+        "idempotency_key",
     ]
 
     def has_change_permission(self, request, obj=None):
@@ -89,9 +103,11 @@ class QueueItemAdmin(admin.ModelAdmin):
     def admin_edits(self, obj):
         if obj.pk is None:
             return "-"
-        entries = LogEntry.objects.filter(
-            content_type=ContentType.objects.get_for_model(QueueItem), object_id=str(obj.pk)
-        ).select_related("user").order_by("action_time")
+        entries = (
+            LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(QueueItem), object_id=str(obj.pk))
+            .select_related("user")
+            .order_by("action_time")
+        )
         rows = [(e.action_time.isoformat(timespec="seconds"), e.user.get_username(), e.get_change_message()) for e in entries]
         return format_html_join("", "<div>{} {}: {}</div>", rows) or "none"
 
@@ -128,11 +144,14 @@ class AuditLedgerEntryAdmin(_ReadOnlyAdmin):
 
 
 class WebhookEndpointForm(forms.ModelForm):
-    url = forms.URLField(max_length=2000, assume_scheme="https",
-                         help_text="http:// or https:// URL that receives POSTed events; a public address, "
-                                   "or one in WEBHOOK_ALLOWED_NETWORKS")
+    url = forms.URLField(
+        max_length=2000,
+        assume_scheme="https",
+        help_text="http:// or https:// URL that receives POSTed events; a public address, or one in WEBHOOK_ALLOWED_NETWORKS",
+    )
     events = forms.MultipleChoiceField(
-        choices=[(e.value, e.label) for e in SUBSCRIBABLE_EVENTS], widget=forms.CheckboxSelectMultiple,
+        choices=[(e.value, e.label) for e in SUBSCRIBABLE_EVENTS],
+        widget=forms.CheckboxSelectMultiple,
     )
 
     class Meta:
@@ -147,7 +166,9 @@ class WebhookEndpointForm(forms.ModelForm):
     def clean_owner(self):
         owner = self.cleaned_data.get("owner")
         if owner is not None and owner.pk != self.instance.owner_id and client_endpoints_full(client=owner):
-            raise forms.ValidationError(f"{owner} already has {CLIENT_ENDPOINTS_MAX} webhook endpoints, the most a client may have")
+            raise forms.ValidationError(
+                f"{owner} already has {CLIENT_ENDPOINTS_MAX} webhook endpoints, the most a client may have"
+            )
         return owner
 
 
@@ -169,16 +190,24 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         if obj is not None:
             return super().get_fieldsets(request, obj)
-        return [(None, {"fields": ["name", "owner", "url", "events", "active"],
-                        "description": "The signing secret is made when you save, and shown then. With an owner, "
-                                       "the endpoint receives only the events of the items that API client submitted; "
-                                       "without, every item's."})]
+        return [
+            (
+                None,
+                {
+                    "fields": ["name", "owner", "url", "events", "active"],
+                    "description": "The signing secret is made when you save, and shown then. With an owner, "
+                    "the endpoint receives only the events of the items that API client submitted; "
+                    "without, every item's.",
+                },
+            )
+        ]
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if not change:
             self.message_user(
-                request, f"Endpoint “{obj.name}” created. Its signing secret (give it to the receiver): {obj.secret}",
+                request,
+                f"Endpoint “{obj.name}” created. Its signing secret (give it to the receiver): {obj.secret}",
                 messages.SUCCESS,
             )
 
@@ -202,8 +231,17 @@ class DeliveryAttemptInline(admin.TabularInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(_ReadOnlyAdmin):
-    list_display = ["created_at", "event", "endpoint", "item_public_id", "sequence", "status", "attempts",
-                    "next_attempt_at", "last_error"]
+    list_display = [
+        "created_at",
+        "event",
+        "endpoint",
+        "item_public_id",
+        "sequence",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+    ]
     list_filter = ["status", "event", "endpoint"]
     search_fields = ["msg_id", "item_public_id"]
     inlines = [DeliveryAttemptInline]
@@ -217,9 +255,12 @@ class WebhookDeliveryAdmin(_ReadOnlyAdmin):
         queued = sum(delivery_redeliver(delivery=d) for d in queryset)
         skipped = queryset.count() - queued
         self.message_user(
-            request, f"Queued {queued} delivery(ies) again" + (f"; {skipped} still pending, left as they are." if skipped else "."),
+            request,
+            f"Queued {queued} delivery(ies) again" + (f"; {skipped} still pending, left as they are." if skipped else "."),
             messages.SUCCESS,
         )
+
+
 # --- Service clients (/api/v1) ---------------------------------------------------------
 
 
@@ -261,13 +302,17 @@ class ApiClientAdmin(admin.ModelAdmin):
     @admin.action(description="Issue a new token (shown once)")
     def token_issue_action(self, request, queryset):
         for client in queryset:
-            self.message_user(request, f"New token for {client.name}, shown only now: {token_issue(client=client)}",
-                              messages.WARNING)
+            self.message_user(
+                request, f"New token for {client.name}, shown only now: {token_issue(client=client)}", messages.WARNING
+            )
 
 
 class ReasonRuleForm(forms.ModelForm):
-    codes = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
-                                      help_text="With \u201conly the codes listed\u201d: the codes offered.")
+    codes = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="With \u201conly the codes listed\u201d: the codes offered.",
+    )
 
     class Meta:
         model = ReasonRule
@@ -281,8 +326,9 @@ class ReasonRuleForm(forms.ModelForm):
         cleaned = super().clean()
         if "offer" in cleaned:
             try:
-                cleaned["codes"] = reason_rule_check(offer=cleaned["offer"], codes=cleaned.get("codes") or [],
-                                                     required=cleaned.get("required", False))
+                cleaned["codes"] = reason_rule_check(
+                    offer=cleaned["offer"], codes=cleaned.get("codes") or [], required=cleaned.get("required", False)
+                )
             except ReasonInvalid as exc:
                 self.add_error(exc.field or None, str(exc))
         return cleaned
@@ -316,8 +362,19 @@ class ReasonCodeAdmin(admin.ModelAdmin):
 class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
-        fields = ["slug", "name", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
-                  "sources", "graphs", "allow_weaker_policies"]
+        fields = [
+            "slug",
+            "name",
+            "approvals",
+            "majority",
+            "veto",
+            "deadline_seconds",
+            "on_deadline",
+            "escalate_to",
+            "sources",
+            "graphs",
+            "allow_weaker_policies",
+        ]
 
     def clean(self):
         cleaned = super().clean()
@@ -379,8 +436,17 @@ class TeamMembershipInline(admin.TabularInline):
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
     form = TeamForm
-    list_display = ["name", "slug", "approvals", "majority", "veto", "deadline_seconds", "on_deadline", "escalate_to",
-                    "member_names"]
+    list_display = [
+        "name",
+        "slug",
+        "approvals",
+        "majority",
+        "veto",
+        "deadline_seconds",
+        "on_deadline",
+        "escalate_to",
+        "member_names",
+    ]
     inlines = [TeamMembershipInline]
 
     @admin.display(description="members")
@@ -410,10 +476,14 @@ class DeploymentAddForm(forms.ModelForm):
     one is a form error and nothing is created. The API key is write-only: never rendered back."""
 
     url = forms.URLField(assume_scheme="https", max_length=500)
-    api_key = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
-                              help_text="Sent as x-api-key; leave empty for a deployment without one.")
+    api_key = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Sent as x-api-key; leave empty for a deployment without one.",
+    )
     routes = forms.CharField(
-        label="Graphs", widget=forms.Textarea(attrs={"rows": 3}),
+        label="Graphs",
+        widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One graph id or assistant id a line, optionally with the team that decides it: hitl=support",
     )
     policy = forms.JSONField(required=False, help_text='The approval policy of its items, e.g. {"approvals": 2}')
@@ -432,8 +502,7 @@ class DeploymentAddForm(forms.ModelForm):
             graph, _, team = line.partition("=")
             routes.append(GraphRoute(graph=graph.strip(), team=team.strip() or None, policy=data.get("policy") or None))
         try:
-            self.registered = deployment_register(name=data["name"], url=data["url"], api_key=data["api_key"],
-                                                  routes=routes)
+            self.registered = deployment_register(name=data["name"], url=data["url"], api_key=data["api_key"], routes=routes)
         except DeploymentInvalid as exc:
             self.add_error(None, str(exc))
 
@@ -472,5 +541,9 @@ class DeploymentAdmin(admin.ModelAdmin):
         deployment, secret = form.registered  # made by the form's checks, after the deployment said yes
         obj.pk = deployment.pk
         path = deployment_webhook_path(deployment=deployment, secret=secret)
-        self.message_user(request, f"Connected {deployment.name}. Its webhook URL for the agent's runs (webhook=...), "
-                                   f"shown only now: {request.build_absolute_uri(path)}", messages.WARNING)
+        self.message_user(
+            request,
+            f"Connected {deployment.name}. Its webhook URL for the agent's runs (webhook=...), "
+            f"shown only now: {request.build_absolute_uri(path)}",
+            messages.WARNING,
+        )

@@ -27,14 +27,20 @@ DEMO_ITEMS = [
     ("Recipe: lentil soup", "Onion, carrot, celery, red lentils, cumin. Simmer 25 minutes. Lemon at the end."),
     ("You are all idiots", "I hate this forum and everyone on it. Total scam, the mods are useless."),
     ("Meetup in Lisbon next month", "We are planning a small meetup near Cais do Sodré. Reply if you want to join."),
-    ("Crypto winner announcement", "Congratulations winner! Claim your crypto at www.example.test/claim, contact prize@example.test"),
+    (
+        "Crypto winner announcement",
+        "Congratulations winner! Claim your crypto at www.example.test/claim, contact prize@example.test",
+    ),
     ("Bug report: export button", "The CSV export button does nothing on Firefox 140. Console shows a CSP error."),
     ("Book recommendation thread", "Just finished The Dispossessed. Looking for more utopian sci-fi with real trade-offs."),
     ("Selling my old bike", "Steel frame, 56cm, new chain. Pickup only. Message me here, not by email."),
     ("Review of the new cafe on Main St", "Coffee was excellent, pastries stale. Service friendly but slow at lunch."),
     ("PLEASE READ THIS IMPORTANT", "THE SERVERS WILL BE DOWN TONIGHT AND NOBODY TOLD US ANYTHING ABOUT IT AT ALL"),
     ("Tips for learning Rust", "Start with the book, then rustlings, then write a small CLI that you actually use."),
-    ("Guaranteed followers", "Get 10k followers guaranteed, click here: https://example.test/f https://example.test/g https://example.test/h"),
+    (
+        "Guaranteed followers",
+        "Get 10k followers guaranteed, click here: https://example.test/f https://example.test/g https://example.test/h",
+    ),
     ("Local election debate notes", "Summary of both candidates' positions on transit and housing, with links to sources."),
     ("Lost cat near the park", "Grey tabby, answers to Miso, last seen Tuesday evening near the north gate."),
     ("Gardening: tomato blight", "Lower leaves are yellowing with brown spots. Is it too late to save the plants?"),
@@ -48,16 +54,30 @@ REFUND_AGENT = "refund_agent"
 # one rejection vetoes, and an item nobody settles within the hour goes to the leads.
 DEMO_TEAMS = [
     ("leads", TeamSpec(name="Leads", add=("alice",))),
-    ("payments", TeamSpec(name="Payments", approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate",
-                          escalate_to="leads", graphs=[REFUND_AGENT], add=DEMO_MODERATORS)),
+    (
+        "payments",
+        TeamSpec(
+            name="Payments",
+            approvals=2,
+            veto=True,
+            deadline_seconds=3600,
+            on_deadline="escalate",
+            escalate_to="leads",
+            graphs=[REFUND_AGENT],
+            add=DEMO_MODERATORS,
+        ),
+    ),
 ]
 # Customer messages for the example agent (examples/refund_agent), with how many rounds
 # of asks each makes: one refund to decide; a refund and an email in one ask; a refund,
 # then (a second round) the email saying what was actually refunded.
 DEMO_AGENT_ITEMS = [
     ("Refund: broken mug (A-17)", "Hi, order A-17 arrived broken. Please refund 120 EUR.", 1),
-    ("Refund: parcel never came (B-9)",
-     "Order B-9 never arrived. Refund the full amount and email me a confirmation at ben@home.example.", 1),
+    (
+        "Refund: parcel never came (B-9)",
+        "Order B-9 never arrived. Refund the full amount and email me a confirmation at ben@home.example.",
+        1,
+    ),
     ("Refund: lost in transit (C-3)", "Order C-3 was lost. Please refund $250, then email me once it's done.", 2),
 ]
 

@@ -20,9 +20,7 @@ logger = logging.getLogger(__name__)
 
 def body_refusal(max_bytes: int) -> bytes:
     """The 413 body, the same from daphne's request and from the middleware."""
-    return json.dumps(
-        {"error": "request_too_large", "message": f"the request body is larger than {max_bytes} bytes"}
-    ).encode()
+    return json.dumps({"error": "request_too_large", "message": f"the request body is larger than {max_bytes} bytes"}).encode()
 
 
 class BodyLimitMiddleware:

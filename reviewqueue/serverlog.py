@@ -43,13 +43,23 @@ def url_scrubbed(path: str) -> str:
 
 def _access_line(self, protocol: str, action: str, details: dict) -> None:
     """daphne's ``AccessLogGenerator.__call__``: the same entries, logged, the path scrubbed."""
-    verb = {("http", "complete"): details.get("method"), ("websocket", "connecting"): "WSCONNECTING",
-            ("websocket", "rejected"): "WSREJECT", ("websocket", "connected"): "WSCONNECT",
-            ("websocket", "disconnected"): "WSDISCONNECT"}.get((protocol, action))
+    verb = {
+        ("http", "complete"): details.get("method"),
+        ("websocket", "connecting"): "WSCONNECTING",
+        ("websocket", "rejected"): "WSREJECT",
+        ("websocket", "connected"): "WSCONNECT",
+        ("websocket", "disconnected"): "WSDISCONNECT",
+    }.get((protocol, action))
     if verb is None:
         return
-    access_logger.info('%s "%s %s" %s %s', details.get("client") or "-", verb, url_scrubbed(details.get("path", "")),
-                       details.get("status") or "-", details.get("size") or "-")
+    access_logger.info(
+        '%s "%s %s" %s %s',
+        details.get("client") or "-",
+        verb,
+        url_scrubbed(details.get("path", "")),
+        details.get("status") or "-",
+        details.get("size") or "-",
+    )
 
 
 def daphne_access_log_install() -> None:
@@ -66,8 +76,11 @@ def _excepthook(exc_type, exc, tb) -> None:
 def _thread_excepthook(args: threading.ExceptHookArgs) -> None:
     if args.exc_type is SystemExit:
         return
-    _uncaught.error("uncaught exception in thread %s", getattr(args.thread, "name", "?"),
-                    exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+    _uncaught.error(
+        "uncaught exception in thread %s",
+        getattr(args.thread, "name", "?"),
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
 
 
 def logging_configure(config: dict) -> None:

@@ -42,11 +42,7 @@ if AUDIT_KEY == SECRET_KEY and not DEBUG:
     raise ImproperlyConfigured("AUDIT_KEY must differ from SECRET_KEY")
 AUDIT_KEYS = [k.strip() for k in env.str("AUDIT_KEYS", "").split(",") if k.strip()]
 
-ALLOWED_HOSTS = [
-    h.strip()
-    for h in env.str("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",")
-    if h.strip()
-]
+ALLOWED_HOSTS = [h.strip() for h in env.str("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "").split(",") if h.strip()]
 if not DEBUG:
     # Production: HTTPS only, behind a proxy that sets X-Forwarded-Proto (see README).
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", True)
@@ -61,9 +57,7 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = True
 X_FRAME_OPTIONS = "DENY"
 
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in env.str("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env.str("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 # The API answers JSON even when the CSRF check refuses a request.
 CSRF_FAILURE_VIEW = "moderation.web.views.csrf_failure"
 
@@ -89,9 +83,23 @@ CONTENT_SECURITY_POLICY = {
 PERMISSIONS_POLICY = {
     feature: []
     for feature in (
-        "accelerometer", "autoplay", "camera", "display-capture", "encrypted-media", "fullscreen",
-        "geolocation", "gyroscope", "magnetometer", "microphone", "midi", "payment", "publickey-credentials-get",
-        "screen-wake-lock", "serial", "usb", "xr-spatial-tracking",
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "encrypted-media",
+        "fullscreen",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "serial",
+        "usb",
+        "xr-spatial-tracking",
     )
 }
 
@@ -195,12 +203,8 @@ else:
 # connections keep nothing past a transaction; its server-side cursors would, so they are off).
 SESSION_DATABASE_URL = env.str("SESSION_DATABASE_URL", "")
 if SESSION_DATABASE_URL:
-    if _db["ENGINE"] != "django.db.backends.postgresql" or not SESSION_DATABASE_URL.startswith(
-        ("postgres://", "postgresql://")
-    ):
-        raise ImproperlyConfigured(
-            "SESSION_DATABASE_URL is for PostgreSQL: a postgres:// URL beside a postgres:// DATABASE_URL"
-        )
+    if _db["ENGINE"] != "django.db.backends.postgresql" or not SESSION_DATABASE_URL.startswith(("postgres://", "postgresql://")):
+        raise ImproperlyConfigured("SESSION_DATABASE_URL is for PostgreSQL: a postgres:// URL beside a postgres:// DATABASE_URL")
     _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -418,15 +422,19 @@ WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", 10.0)
 from ipaddress import ip_network  # noqa: E402
 
 try:
-    WEBHOOK_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
-                                for entry in env.str("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+    WEBHOOK_ALLOWED_NETWORKS = [
+        ip_network(entry.strip(), strict=False) for entry in env.str("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if entry.strip()
+    ]
 except ValueError as exc:
     raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
 # LangGraph deployments are reached at public addresses only too; these networks may be reached
 # as well, for a deployment inside the installation's network (moderation.graphs.remote).
 try:
-    DEPLOYMENT_ALLOWED_NETWORKS = [ip_network(entry.strip(), strict=False)
-                                   for entry in env.str("DEPLOYMENT_ALLOWED_NETWORKS", "").split(",") if entry.strip()]
+    DEPLOYMENT_ALLOWED_NETWORKS = [
+        ip_network(entry.strip(), strict=False)
+        for entry in env.str("DEPLOYMENT_ALLOWED_NETWORKS", "").split(",")
+        if entry.strip()
+    ]
 except ValueError as exc:
     raise ImproperlyConfigured(f"DEPLOYMENT_ALLOWED_NETWORKS: {exc}") from None
 # Each worker runs this many delivery lanes (threads that take webhook deliveries only); one
@@ -494,10 +502,17 @@ LOGGING = {
         # LOG_FORMAT=json: one JSON object per line, fields in moderation.core.requestid and the README.
         "json": {"()": "moderation.core.requestid.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"],
-                             "formatter": env.choice("LOG_FORMAT", "plain", ("plain", "json"))}},
-    "filters": {"no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
-                "request_id": {"()": "moderation.core.requestid.RequestIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": env.choice("LOG_FORMAT", "plain", ("plain", "json")),
+        }
+    },
+    "filters": {
+        "no_conflicts": {"()": "moderation.web.requestlog.ConflictFilter"},
+        "request_id": {"()": "moderation.core.requestid.RequestIdFilter"},
+    },
     # The root's level is left as it is: INFO under daphne (its command line sets it), WARNING elsewhere.
     "root": {"handlers": ["console"]},
     "loggers": {

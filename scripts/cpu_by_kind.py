@@ -50,7 +50,7 @@ def _sample() -> dict[tuple[int, str], tuple[float, str, str]]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1: stat.rindex(")")]
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat.rsplit(")", 1)[1].split()
         seen[(int(entry.name), fields[19])] = ((int(fields[11]) + int(fields[12])) / TICKS, cmd, comm)
     return seen
@@ -61,7 +61,7 @@ def _kind(cmd: str, comm: str) -> str:
 
 
 def main() -> int:
-    command = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:]
+    command = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else sys.argv[1:]
     if not command:
         print(__doc__, file=sys.stderr)
         return 2

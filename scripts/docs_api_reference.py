@@ -28,7 +28,11 @@ def schema_export() -> dict[str, Any]:
     env = {**os.environ, "DEBUG": "true", "DJANGO_SETTINGS_MODULE": "reviewqueue.settings"}
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "export_openapi_schema", "--api", API],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if done.returncode != 0:
         raise RuntimeError(f"export_openapi_schema failed:\n{done.stderr[-3000:]}")
@@ -84,8 +88,13 @@ def _type(spec: dict[str, Any]) -> str:
 
 
 _LIMITS = {
-    "minLength": "length ≥ {}", "maxLength": "length ≤ {}", "minimum": "≥ {}",
-    "maximum": "≤ {}", "exclusiveMinimum": "> {}", "exclusiveMaximum": "< {}", "minItems": "items ≥ {}",
+    "minLength": "length ≥ {}",
+    "maxLength": "length ≤ {}",
+    "minimum": "≥ {}",
+    "maximum": "≤ {}",
+    "exclusiveMinimum": "> {}",
+    "exclusiveMaximum": "< {}",
+    "minItems": "items ≥ {}",
     "maxItems": "items ≤ {}",
 }
 

@@ -51,7 +51,9 @@ class ScriptedChatModel(BaseChatModel):
         # The script knows the refund agent's tools by name; nothing to send anywhere.
         return self
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=reply_next(messages))])
 
 
@@ -78,17 +80,24 @@ def reply_next(messages: list[BaseMessage]) -> AIMessage:
         calls.append(("refund_payment", {"order_id": order_id, "amount": amount, "currency": currency}))
     email_waits = wants_refund and "refund_payment" not in results and bool(_EMAIL_AFTER.search(text))
     if wants_email and "send_email" not in results and not email_waits:
-        calls.append(("send_email", _email(text, order=order, refund=calls[0][1] if calls else None,
-                                           refunded=results.get("refund_payment"))))
+        calls.append(
+            (
+                "send_email",
+                _email(text, order=order, refund=calls[0][1] if calls else None, refunded=results.get("refund_payment")),
+            )
+        )
     if calls:
         return _calls(turn, calls)
     return AIMessage(content=_summary(results))
 
 
 def _calls(turn: int, calls: list[tuple[str, dict[str, Any]]]) -> AIMessage:
-    return AIMessage(content="", tool_calls=[
-        {"name": name, "args": args, "id": f"call-{turn}-{i}", "type": "tool_call"} for i, (name, args) in enumerate(calls)
-    ])
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {"name": name, "args": args, "id": f"call-{turn}-{i}", "type": "tool_call"} for i, (name, args) in enumerate(calls)
+        ],
+    )
 
 
 def _order_id(text: str) -> str | None:
@@ -110,8 +119,11 @@ def _email(text: str, *, order: dict | None, refund: dict | None, refunded: Tool
     address = _ADDRESS.search(text)
     to = address.group(0) if address else order["customer"] if order else FALLBACK_RECIPIENT
     if order is None:
-        return {"to": to, "subject": "Your request",
-                "body": "Thank you for writing. Which order is this about (for example A-17), and what should we do?"}
+        return {
+            "to": to,
+            "subject": "Your request",
+            "body": "Thank you for writing. Which order is this about (for example A-17), and what should we do?",
+        }
     subject = f"Your order {order['order_id']}"
     if refund is not None:
         body = f"We are refunding {refund['amount']:g} {refund['currency']} for order {order['order_id']}."
@@ -129,6 +141,9 @@ def _result_line(message: ToolMessage) -> str:
 
 
 def _summary(results: dict[str, ToolMessage]) -> str:
-    lines = [_result_line(m) if m.status != "error" else f"{name} was not run ({_result_line(m)})"
-             for name, m in results.items() if name != "lookup_order"]
+    lines = [
+        _result_line(m) if m.status != "error" else f"{name} was not run ({_result_line(m)})"
+        for name, m in results.items()
+        if name != "lookup_order"
+    ]
     return "Done: " + "; ".join(lines) + "."

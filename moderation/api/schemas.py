@@ -58,14 +58,21 @@ class PolicyIn(Strict):
     the team's, naming the first weakened field (``policy_weakenings``), unless the team allows weaker policies.
     """
 
-    approvals: StrictInt | None = Field(default=None, description="distinct moderators who must approve",
-                                        json_schema_extra={"minimum": 1, "maximum": APPROVALS_MAX})
+    approvals: StrictInt | None = Field(
+        default=None,
+        description="distinct moderators who must approve",
+        json_schema_extra={"minimum": 1, "maximum": APPROVALS_MAX},
+    )
     majority: StrictBool | None = Field(default=None, description="approve with more than half of the moderators who may vote")
     veto: StrictBool | None = Field(default=None, description="one rejection ends the vote as rejected")
-    deadline_seconds: StrictInt | None = Field(default=None, description="how long each ask may wait for its decision",
-                                               json_schema_extra={"minimum": 1, "maximum": DEADLINE_MAX_SECONDS})
+    deadline_seconds: StrictInt | None = Field(
+        default=None,
+        description="how long each ask may wait for its decision",
+        json_schema_extra={"minimum": 1, "maximum": DEADLINE_MAX_SECONDS},
+    )
     on_deadline: Literal["", "approve", "reject", "escalate"] | None = Field(
-        default=None, description='at the deadline: resolved as "deadline", or escalated to the team\'s supervisor team; "" waits',
+        default=None,
+        description='at the deadline: resolved as "deadline", or escalated to the team\'s supervisor team; "" waits',
     )
 
     @field_validator("*", mode="before")
@@ -103,10 +110,8 @@ class ContextIn(Strict):
     the messages as plain text. Control characters other than tab and line breaks are refused.
     """
 
-    summary: str = Field(default="", max_length=CONTEXT_SUMMARY_MAX_LENGTH,
-                         description="Markdown (raw HTML is shown as text)")
-    messages: list[ContextMessageIn] = Field(default_factory=list, max_length=CONTEXT_MESSAGES_MAX,
-                                             description="oldest first")
+    summary: str = Field(default="", max_length=CONTEXT_SUMMARY_MAX_LENGTH, description="Markdown (raw HTML is shown as text)")
+    messages: list[ContextMessageIn] = Field(default_factory=list, max_length=CONTEXT_MESSAGES_MAX, description="oldest first")
 
 
 class ItemIn(Strict):
@@ -172,8 +177,9 @@ class TallyOut(Schema):
 
 # How an ask was resolved: its tally's why (the guard's TallyWhy, every one of them), one
 # moderator's decision, or its submitter's withdrawal.
-AskResolution = StrEnum("AskResolution", {**{why.name: why.value for why in TallyWhy},
-                                          "DECISION": "decision", "WITHDRAWN": "withdrawn"})
+AskResolution = StrEnum(
+    "AskResolution", {**{why.name: why.value for why in TallyWhy}, "DECISION": "decision", "WITHDRAWN": "withdrawn"}
+)
 
 
 class ArgChangeOut(Schema):
@@ -221,12 +227,20 @@ class AskOut(Schema):
         decided = ask.status != AskStatus.PENDING
         tally = ask_tally_read(item=item, ask=ask)
         return cls(
-            id=ask.interrupt_id, round=ask.round, status=ask.status,
-            action_requests=ask.payload["action_requests"], review_configs=ask.payload["review_configs"],
-            decided_by=ask.decided_by.get_username() if decided else None, decided_at=ask.decided_at,
-            decisions=ask.decisions, what=ask_what(ask) if decided else "", edits=ask_edits(ask) if decided else [],
+            id=ask.interrupt_id,
+            round=ask.round,
+            status=ask.status,
+            action_requests=ask.payload["action_requests"],
+            review_configs=ask.payload["review_configs"],
+            decided_by=ask.decided_by.get_username() if decided else None,
+            decided_at=ask.decided_at,
+            decisions=ask.decisions,
+            what=ask_what(ask) if decided else "",
+            edits=ask_edits(ask) if decided else [],
             reason=ask.reason,
-            applied=ask.applied_at is not None, deadline_at=ask.deadline_at, tally=tally,
+            applied=ask.applied_at is not None,
+            deadline_at=ask.deadline_at,
+            tally=tally,
             resolution=_resolution(ask, tally=tally) if decided else None,
             resume=_resume(ask) if decided else None,
         )
@@ -251,14 +265,28 @@ APPLIED_RESULT_SCHEMA = {
     "title": "AppliedResult",
     "description": "What the item's graph did after its latest decision ({} before any). docs/integrators/outcomes.md",
     "properties": {
-        "state": {"type": "string", "enum": [s.value for s in AppliedState],
-                  "description": '"finished with errors": it ran to its end but a tool or the graph reported errors'},
-        "summary": {"type": "string", "maxLength": SUMMARY_MAX_CHARS,
-                    "description": "the graph's own words: an agent's last answer, or its result's status"},
-        "errors": {"type": "array", "maxItems": ERRORS_MAX, "items": {
-            "type": "object", "required": ["where", "message"],
-            "properties": {"where": {"type": "string", "description": '"tool <name>", "graph", or the graph\'s own'},
-                           "message": {"type": "string"}}}},
+        "state": {
+            "type": "string",
+            "enum": [s.value for s in AppliedState],
+            "description": '"finished with errors": it ran to its end but a tool or the graph reported errors',
+        },
+        "summary": {
+            "type": "string",
+            "maxLength": SUMMARY_MAX_CHARS,
+            "description": "the graph's own words: an agent's last answer, or its result's status",
+        },
+        "errors": {
+            "type": "array",
+            "maxItems": ERRORS_MAX,
+            "items": {
+                "type": "object",
+                "required": ["where", "message"],
+                "properties": {
+                    "where": {"type": "string", "description": '"tool <name>", "graph", or the graph\'s own'},
+                    "message": {"type": "string"},
+                },
+            },
+        },
         "decisions": {"description": "pass-through (ask) items: the decisions as the agent's Command(resume=...) takes them"},
         "result": {"type": "object", "description": "the graph's own result key, as it left it"},
         "error": {"type": "string", "description": "failed or refused: the exception"},
@@ -312,21 +340,30 @@ class ItemOut(Schema):
     def of(cls, item: QueueItem) -> ItemOut:
         decision = None
         if item.decided_by_id is not None:
-            decision = DecisionOut(
-                status=item.status, by=item.decided_by.username, at=item.decided_at, note=item.decision_note
-            )
+            decision = DecisionOut(status=item.status, by=item.decided_by.username, at=item.decided_at, note=item.decision_note)
         asks = list(item.asks.all())
         first_open = next((a for a in asks if a.status == AskStatus.PENDING), None)
         outs = [AskOut.of(a, item=item) for a in asks]
         return cls(
-            id=item.public_id, title=item.title, source=item.source, status=item.status,
-            external_id=item.external_id, metadata=item.metadata, priority=item.priority,
-            created_at=item.created_at, decided_at=item.decided_at, decision=decision,
-            graph=item.graph, asks=outs, apply_state=item.apply_state,
+            id=item.public_id,
+            title=item.title,
+            source=item.source,
+            status=item.status,
+            external_id=item.external_id,
+            metadata=item.metadata,
+            priority=item.priority,
+            created_at=item.created_at,
+            decided_at=item.decided_at,
+            decision=decision,
+            graph=item.graph,
+            asks=outs,
+            apply_state=item.apply_state,
             applied_result=item.applied_result,
-            team=item.team.slug if item.team_id else None, policy=item.policy,
+            team=item.team.slug if item.team_id else None,
+            policy=item.policy,
             requested_by=item.requested_by.get_username() if item.requested_by_id else None,
-            deadline_at=first_open.deadline_at if first_open else None, escalated_at=item.escalated_at,
+            deadline_at=first_open.deadline_at if first_open else None,
+            escalated_at=item.escalated_at,
             external=ask_external(graph=item.graph, graph_input=item.graph_input),
             resume=outs[-1].resume if outs and first_open is None else None,
             outcome=_outcome(item),

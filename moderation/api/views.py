@@ -63,9 +63,16 @@ from moderation.review.submissions import (
 LONGPOLL_MAX_SECONDS = 60
 PAGE_MAX = 200
 ERRORS: dict[int | str, Any] = {
-    400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut,
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
     503: ErrorOut,
 }
+
 
 class _Parser(Parser):
     """Bodies read as every JSON the product reads: ``NaN`` or ``1e999`` is a 400, not a 500 at the database."""
@@ -184,10 +191,18 @@ def _django_message(exc: DjangoValidationError) -> str:
 
 def _submission(data: ItemIn) -> Submission:
     return Submission(
-        title=data.title, body=data.body, source=data.source, external_id=data.external_id,
-        metadata=data.metadata, priority=data.priority, graph=data.graph, graph_input=data.input,
-        team=data.team, policy=data.policy.model_dump(exclude_unset=True) if data.policy else None,
-        requested_by=data.requested_by, ask=data.ask,
+        title=data.title,
+        body=data.body,
+        source=data.source,
+        external_id=data.external_id,
+        metadata=data.metadata,
+        priority=data.priority,
+        graph=data.graph,
+        graph_input=data.input,
+        team=data.team,
+        policy=data.policy.model_dump(exclude_unset=True) if data.policy else None,
+        requested_by=data.requested_by,
+        ask=data.ask,
         external=data.external.model_dump(exclude_none=True) if data.external else None,
         context=data.context.model_dump(exclude_none=True) if data.context else None,
     )
@@ -195,7 +210,8 @@ def _submission(data: ItemIn) -> Submission:
 
 @api.post("/items", auth=write_auth, response={200: ItemOut, 201: ItemOut, 202: ItemOut, **ERRORS}, tags=["items"])
 def items_submit(
-    request: HttpRequest, data: ItemSubmitIn,
+    request: HttpRequest,
+    data: ItemSubmitIn,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", min_length=1, max_length=KEY_MAX_LENGTH),
 ):
     """Submit an item; with an Idempotency-Key (or an external_id) a retry answers 200 with the same item.
@@ -222,9 +238,7 @@ def items_submit_batch(request: HttpRequest, data: BatchIn):
     if data.start == "now":
         return BatchOut(results=[_batch_submit_one(request.auth, index, entry) for index, entry in enumerate(parsed)])
     valid = [(index, entry) for index, entry in enumerate(parsed) if isinstance(entry, BatchItemIn)]
-    accepted = items_accept(
-        client=request.auth, entries=[(_submission(entry), entry.idempotency_key) for _, entry in valid]
-    )
+    accepted = items_accept(client=request.auth, entries=[(_submission(entry), entry.idempotency_key) for _, entry in valid])
     client_items_prefetch(items=[a.item for a in accepted if a.item is not None])
     outcomes = {index: _accepted_outcome(index, result) for (index, _), result in zip(valid, accepted, strict=True)}
     return BatchOut(results=[outcomes.get(index) or entry for index, entry in enumerate(parsed)])
@@ -246,9 +260,7 @@ def _batch_submit_one(client, index: int, entry: BatchItemIn | BatchOutcome) -> 
         result = item_submit(client=client, submission=_submission(entry), idempotency_key=entry.idempotency_key)
     except (DjangoValidationError, IdempotencyConflict) as exc:
         return _refused_outcome(index, exc)
-    return BatchOutcome(
-        index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item)
-    )
+    return BatchOutcome(index=index, outcome="created" if result.created else "existing", item=ItemOut.of(result.item))
 
 
 def _accepted_outcome(index: int, result: Accepted) -> BatchOutcome:
@@ -263,9 +275,7 @@ def _refused_outcome(index: int, exc: DjangoValidationError | IdempotencyConflic
     return BatchOutcome(index=index, outcome="invalid", error="invalid", message=_django_message(exc))
 
 
-@api.post(
-    "/items/{item_id}/cancel", auth=write_auth, response={200: ItemOut, **ERRORS, 409: CancelLost}, tags=["items"]
-)
+@api.post("/items/{item_id}/cancel", auth=write_auth, response={200: ItemOut, **ERRORS, 409: CancelLost}, tags=["items"])
 def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn | None = None):
     """Withdraw a pending item this client submitted, through the same guard as a moderator's decision.
 
@@ -277,7 +287,10 @@ def item_cancel(request: HttpRequest, item_id: UUID, data: CancelIn | None = Non
     if item is None:
         raise Http404("no such item")
     outcome = item_withdraw(
-        item_public_id=item.public_id, by=request.auth.user, reason=data.reason if data else "", origin=AttemptOrigin.API,
+        item_public_id=item.public_id,
+        by=request.auth.user,
+        reason=data.reason if data else "",
+        origin=AttemptOrigin.API,
     )
     if not outcome.won and outcome.winner != request.auth.user.get_username():
         return Status(409, CancelLost(error="already_decided", message=outcome.message(), **_lost_fields(outcome)))
@@ -340,14 +353,22 @@ def items_list(
 ):
     """The client's items oldest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
     items, last_id = client_items_page(
-        client_id=request.auth.pk, after_id=_cursor_decode(cursor) if cursor else 0, limit=limit,
-        status=status, source=source, external_id=external_id, decided_after=decided_after, graph=graph,
+        client_id=request.auth.pk,
+        after_id=_cursor_decode(cursor) if cursor else 0,
+        limit=limit,
+        status=status,
+        source=source,
+        external_id=external_id,
+        decided_after=decided_after,
+        graph=graph,
     )
     return ItemPage(items=[ItemOut.of(i) for i in items], next_cursor=_cursor_encode(last_id) if last_id else None)
 
 
 @api.get(
-    "/items/{item_id}/decision", auth=read_auth, response={200: ItemOut, 204: None, 429: ErrorOut, **ERRORS},
+    "/items/{item_id}/decision",
+    auth=read_auth,
+    response={200: ItemOut, 204: None, 429: ErrorOut, **ERRORS},
     tags=["items"],
 )
 async def item_decision(request: HttpRequest, item_id: UUID, wait: float = Query(0, ge=0)):

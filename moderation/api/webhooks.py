@@ -38,8 +38,14 @@ class WebhookEndpointOut(Schema):
 
     @classmethod
     def of(cls, endpoint: WebhookEndpoint) -> WebhookEndpointOut:
-        return cls(id=endpoint.pk, name=endpoint.name, url=endpoint.url, events=endpoint.events,
-                   active=endpoint.active, created_at=endpoint.created_at)
+        return cls(
+            id=endpoint.pk,
+            name=endpoint.name,
+            url=endpoint.url,
+            events=endpoint.events,
+            active=endpoint.active,
+            created_at=endpoint.created_at,
+        )
 
 
 class WebhookEndpointCreated(WebhookEndpointOut):

@@ -34,9 +34,7 @@ class EndpointRefused(Exception):
         self.field = field
 
 
-def client_endpoint_create(
-    *, client: ApiClient, name: str, url: str, events: list[str] | None = None
-) -> WebhookEndpoint:
+def client_endpoint_create(*, client: ApiClient, name: str, url: str, events: list[str] | None = None) -> WebhookEndpoint:
     """A new active endpoint of ``client`` for ``events`` (default: every subscribable one).
 
     Checks everything before writing; raises ``EndpointRefused`` (``name_invalid``,
@@ -51,17 +49,20 @@ def client_endpoint_create(
     with transaction.atomic():
         _client_lock(client=client)
         if client_endpoints_full(client=client):
-            raise EndpointRefused("endpoint_limit", f"a client has at most {CLIENT_ENDPOINTS_MAX} webhook endpoints; "
-                                  "remove one first", http_status=409)
+            raise EndpointRefused(
+                "endpoint_limit",
+                f"a client has at most {CLIENT_ENDPOINTS_MAX} webhook endpoints; remove one first",
+                http_status=409,
+            )
         if WebhookEndpoint.objects.filter(owner=client, name=name).exists():
-            raise EndpointRefused("name_taken", f"you already have an endpoint named {name!r}", http_status=409,
-                                  field="name")
+            raise EndpointRefused("name_taken", f"you already have an endpoint named {name!r}", http_status=409, field="name")
         try:
             with transaction.atomic():
                 return WebhookEndpoint.objects.create(owner=client, name=name, url=url, events=events)
         except IntegrityError:  # the constraint, should the check above ever be bypassed
-            raise EndpointRefused("name_taken", f"you already have an endpoint named {name!r}", http_status=409,
-                                  field="name") from None
+            raise EndpointRefused(
+                "name_taken", f"you already have an endpoint named {name!r}", http_status=409, field="name"
+            ) from None
 
 
 def client_endpoints_full(*, client: ApiClient) -> bool:
@@ -112,6 +113,9 @@ def _events_clean(events: object) -> list[str]:
         raise EndpointRefused("events_invalid", "events: a non-empty list of event types", field="events")
     unknown = sorted(set(events) - set(SUBSCRIBABLE_EVENTS))
     if unknown:
-        raise EndpointRefused("events_invalid", f"events: unknown event types {unknown}; choose from "
-                              f"{', '.join(SUBSCRIBABLE_EVENTS)}", field="events")
+        raise EndpointRefused(
+            "events_invalid",
+            f"events: unknown event types {unknown}; choose from {', '.join(SUBSCRIBABLE_EVENTS)}",
+            field="events",
+        )
     return list(dict.fromkeys(events))

@@ -31,8 +31,13 @@ class WebhookEvent(models.TextChoices):
 
 
 SUBSCRIBABLE_EVENTS = [
-    WebhookEvent.ITEM_CREATED, WebhookEvent.ITEM_DECIDED, WebhookEvent.ITEM_CANCELLED, WebhookEvent.ITEM_APPLIED,
-    WebhookEvent.ITEM_VOTED, WebhookEvent.ITEM_ESCALATED, WebhookEvent.ITEM_OUTCOME,
+    WebhookEvent.ITEM_CREATED,
+    WebhookEvent.ITEM_DECIDED,
+    WebhookEvent.ITEM_CANCELLED,
+    WebhookEvent.ITEM_APPLIED,
+    WebhookEvent.ITEM_VOTED,
+    WebhookEvent.ITEM_ESCALATED,
+    WebhookEvent.ITEM_OUTCOME,
 ]
 
 
@@ -50,9 +55,7 @@ def events_validate(value: object) -> None:
         raise ValidationError("events must be a non-empty list of event types")
     unknown = [e for e in value if e not in SUBSCRIBABLE_EVENTS]
     if unknown:
-        raise ValidationError(
-            f"unknown event types {unknown!r}; choose from {', '.join(SUBSCRIBABLE_EVENTS)}"
-        )
+        raise ValidationError(f"unknown event types {unknown!r}; choose from {', '.join(SUBSCRIBABLE_EVENTS)}")
 
 
 class WebhookEndpoint(models.Model):
@@ -60,15 +63,21 @@ class WebhookEndpoint(models.Model):
     client's own (``owner``, see ``moderation.delivery.endpoints``) only those of the items it submitted."""
 
     name = models.CharField(max_length=100)
-    url = models.URLField(max_length=2000, validators=[webhook_url_validate],
-                          help_text="http:// or https:// URL that receives POSTed events; a public address, "
-                                    "or one in WEBHOOK_ALLOWED_NETWORKS")
+    url = models.URLField(
+        max_length=2000,
+        validators=[webhook_url_validate],
+        help_text="http:// or https:// URL that receives POSTed events; a public address, or one in WEBHOOK_ALLOWED_NETWORKS",
+    )
     secret = models.CharField(max_length=100, default=webhook_secret_new, editable=False)
     events = models.JSONField(default=list, validators=[events_validate])
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     owner = models.ForeignKey(
-        "moderation.ApiClient", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_endpoints",
+        "moderation.ApiClient",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="webhook_endpoints",
         help_text="the API client whose items' events it receives; empty: an operator's endpoint, every item's events",
     )
 
@@ -76,8 +85,9 @@ class WebhookEndpoint(models.Model):
         constraints = [
             # A client names its endpoints in its own namespace: one client cannot learn another's names.
             models.UniqueConstraint(fields=["name"], condition=Q(owner__isnull=True), name="webhook_endpoint_name_unique"),
-            models.UniqueConstraint(fields=["owner", "name"], condition=Q(owner__isnull=False),
-                                    name="webhook_endpoint_name_unique_per_client"),
+            models.UniqueConstraint(
+                fields=["owner", "name"], condition=Q(owner__isnull=False), name="webhook_endpoint_name_unique_per_client"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -151,9 +161,7 @@ class ApiClient(models.Model):
 
     # A username's characters: the service account is named ``api.<name>``.
     name = models.CharField(max_length=100, unique=True, validators=[UnicodeUsernameValidator()])
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_client", editable=False
-    )
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_client", editable=False)
     scopes = models.JSONField(default=list)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

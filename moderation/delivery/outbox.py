@@ -53,10 +53,15 @@ def item_payload(*, item: QueueItem, ask: ReviewAsk | None = None) -> dict:
             "note": item.decision_note,
         }
         if ask is not None:
-            data["decision"].update(ask=ask.interrupt_id, decisions=ask.decisions, what=ask_what(ask), edits=ask_edits(ask),
-                                    reason=ask.reason,
-                                    resume=ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
-                                    **({"tally": ask.tally} if ask.tally else {}))
+            data["decision"].update(
+                ask=ask.interrupt_id,
+                decisions=ask.decisions,
+                what=ask_what(ask),
+                edits=ask_edits(ask),
+                reason=ask.reason,
+                resume=ask_resume_langchain(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions),
+                **({"tally": ask.tally} if ask.tally else {}),
+            )
     return data
 
 
@@ -80,8 +85,13 @@ def delivery_record(*, event: str, item: QueueItem, payload: dict) -> list[Webho
     last = WebhookDelivery.objects.filter(item_public_id=item.public_id).aggregate(last=Max("sequence"))["last"]
     sequence = (last or 0) + 1
     return [
-        _delivery_write(endpoint=endpoint, event=event, item_public_id=item.public_id, sequence=sequence,
-                        data={**payload, "sequence": sequence})
+        _delivery_write(
+            endpoint=endpoint,
+            event=event,
+            item_public_id=item.public_id,
+            sequence=sequence,
+            data={**payload, "sequence": sequence},
+        )
         for endpoint in endpoints
     ]
 
@@ -128,7 +138,10 @@ def item_outcome_record(*, item: QueueItem, report: OutcomeReport) -> list[Webho
 def endpoint_ping(*, endpoint: WebhookEndpoint) -> WebhookDelivery:
     """A ``webhook.ping`` for one endpoint (active or not), delivered like any event."""
     return _delivery_write(
-        endpoint=endpoint, event=WebhookEvent.PING, item_public_id=None, sequence=0,
+        endpoint=endpoint,
+        event=WebhookEvent.PING,
+        item_public_id=None,
+        sequence=0,
         data={"endpoint": endpoint.name},
     )
 
@@ -148,15 +161,17 @@ def delivery_redeliver(*, delivery: WebhookDelivery) -> bool:
     return True
 
 
-def _delivery_write(
-    *, endpoint: WebhookEndpoint, event: str, item_public_id, sequence: int, data: dict
-) -> WebhookDelivery:
+def _delivery_write(*, endpoint: WebhookEndpoint, event: str, item_public_id, sequence: int, data: dict) -> WebhookDelivery:
     now = timezone.now()
     with transaction.atomic():
         delivery = WebhookDelivery.objects.create(
-            endpoint=endpoint, event=event, item_public_id=item_public_id, sequence=sequence,
+            endpoint=endpoint,
+            event=event,
+            item_public_id=item_public_id,
+            sequence=sequence,
             payload={"type": event, "timestamp": now.isoformat(), "data": data},
-            next_attempt_at=now, retry_until=now + timedelta(seconds=settings.WEBHOOK_RETRY_FOR),
+            next_attempt_at=now,
+            retry_until=now + timedelta(seconds=settings.WEBHOOK_RETRY_FOR),
         )
         # The task row is in the same transaction: it exists exactly when the delivery does.
         delivery_send.enqueue(delivery.pk)

@@ -49,7 +49,9 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str], timeout: flo
     try:
         with (
             httpcore.ConnectionPool(ssl_context=_ssl_context(), network_backend=_GuardedBackend(deadline)) as pool,
-            pool.stream("POST", url, headers=list(headers.items()), content=body, extensions={"timeout": per_operation}) as response,
+            pool.stream(
+                "POST", url, headers=list(headers.items()), content=body, extensions={"timeout": per_operation}
+            ) as response,
         ):
             if 200 <= response.status < 300:
                 return response.status, ""
@@ -89,7 +91,7 @@ def _secret_values_redacted(text: str) -> str:
             continue
         value = _VALUE[name["quote"]].match(text, name.end())
         if value is not None:
-            kept += [text[done:name.end()], REDACTED]
+            kept += [text[done : name.end()], REDACTED]
             done = value.end()
     return "".join(kept) + text[done:]
 
@@ -128,8 +130,13 @@ class _GuardedBackend(GuardedBackend):
         self._deadline = deadline
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        stream = super().connect_tcp(host, port, timeout=_left(self._deadline, httpcore.ConnectTimeout),
-                                     local_address=local_address, socket_options=socket_options)
+        stream = super().connect_tcp(
+            host,
+            port,
+            timeout=_left(self._deadline, httpcore.ConnectTimeout),
+            local_address=local_address,
+            socket_options=socket_options,
+        )
         return _DeadlineStream(stream, self._deadline)
 
 

@@ -37,11 +37,27 @@ SCHEMA_MAX_NODES = 2_000
 # Keyword evaluations one edit's check may take: the schema's size times the arguments', bounded. A
 # tool's edit takes tens to a few thousand; 1,990 anyOf branches over 3,900 array items took minutes.
 CHECK_MAX_STEPS = 20_000
-_DRAFTS = (jsonschema.Draft202012Validator, jsonschema.Draft201909Validator, jsonschema.Draft7Validator,
-           jsonschema.Draft6Validator)
+_DRAFTS = (
+    jsonschema.Draft202012Validator,
+    jsonschema.Draft201909Validator,
+    jsonschema.Draft7Validator,
+    jsonschema.Draft6Validator,
+)
 # Where a schema holds subschemas: one, a list of them, or a map of names to them.
-_ONE = ("additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not", "if", "then", "else",
-        "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_ONE = (
+    "additionalProperties",
+    "additionalItems",
+    "items",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 _DYNAMIC = ("$dynamicRef", "$recursiveRef")
@@ -95,8 +111,7 @@ def _schema_checked(text: str) -> type:
     _depth_check(schema, depth=1)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     if cls not in _DRAFTS:
-        raise SchemaInvalid("$schema must be JSON Schema draft 2020-12, 2019-09, 7 or 6 (or left out: 2020-12)",
-                            path="$schema")
+        raise SchemaInvalid("$schema must be JSON Schema draft 2020-12, 2019-09, 7 or 6 (or left out: 2020-12)", path="$schema")
     try:
         cls.check_schema(schema, format_checker=None)  # patterns are ECMA-262, checked below, not Python's re
     except SchemaError as exc:
@@ -148,8 +163,9 @@ def _nodes_check(root: dict[str, Any]) -> None:
         if "$ref" in node:
             target = _ref_target(root, node["$ref"], path=path)
             if isinstance(target, dict) and id(target) not in children:
-                raise SchemaInvalid(f"$ref {node['$ref']!r} points at something that is not a subschema",
-                                    path=_dotted([*path, "$ref"]))
+                raise SchemaInvalid(
+                    f"$ref {node['$ref']!r} points at something that is not a subschema", path=_dotted([*path, "$ref"])
+                )
             children[node_id].append(target)
     _expanded_count(root, children=children, paths=paths)
 
@@ -173,8 +189,11 @@ def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool) -> 
 def _ref_target(root: dict[str, Any], ref: str, *, path: list[Any]) -> Any:
     where = _dotted([*path, "$ref"])
     if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
-        raise SchemaInvalid(f"$ref {ref!r} is not a JSON pointer inside this schema (#/$defs/...): "
-                            "the server fetches nothing and resolves no anchor", path=where)
+        raise SchemaInvalid(
+            f"$ref {ref!r} is not a JSON pointer inside this schema (#/$defs/...): "
+            "the server fetches nothing and resolves no anchor",
+            path=where,
+        )
     node: Any = root
     for part in ref[2:].split("/") if len(ref) > 1 else []:
         part = unquote(part).replace("~1", "/").replace("~0", "~")
@@ -201,14 +220,17 @@ def _expanded_count(root: dict[str, Any], *, children: dict[int, list[Any]], pat
             on_path.discard(key)
             counts[key] = 1 + sum(counts.get(id(c), 1) for c in children[key])
             if counts[key] > SCHEMA_MAX_NODES:
-                raise SchemaInvalid(f"args_schema expands to more than {SCHEMA_MAX_NODES:,} subschemas once its $refs "
-                                    "are followed: checking an edit against it would cost too much")
+                raise SchemaInvalid(
+                    f"args_schema expands to more than {SCHEMA_MAX_NODES:,} subschemas once its $refs "
+                    "are followed: checking an edit against it would cost too much"
+                )
             continue
         if key in counts:
             continue
         if key in on_path:
-            raise SchemaInvalid("args_schema refers to itself in a loop through $ref: recursive schemas are not taken",
-                                path=_dotted(paths[key]))
+            raise SchemaInvalid(
+                "args_schema refers to itself in a loop through $ref: recursive schemas are not taken", path=_dotted(paths[key])
+            )
         on_path.add(key)
         stack.append((node, True))
         stack += [(child, False) for child in children[key] if isinstance(child, dict) and id(child) not in counts]
@@ -240,20 +262,24 @@ def args_check(*, args: dict[str, Any], schema: dict[str, Any] | None, proposed:
         validator = _schema_checked(json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     except SchemaInvalid as exc:
         where = f" (at {exc.path})" if exc.path else ""
-        raise ArgsInvalid(f"this ask's args_schema cannot check an edit: {exc}{where}; approve, reject or respond "
-                          "instead") from None
+        raise ArgsInvalid(
+            f"this ask's args_schema cannot check an edit: {exc}{where}; approve, reject or respond instead"
+        ) from None
     if props and not any(schema.get(key, False) is not False for key in _EXTRA_ALLOWED):
         for key in args:
             if key not in props and not (key in proposed and proposed[key] == args[key]):
-                raise ArgsInvalid(f"{key!r} is not an argument this action takes; it takes {', '.join(props)}",
-                                  path=_path([key]))
+                raise ArgsInvalid(f"{key!r} is not an argument this action takes; it takes {', '.join(props)}", path=_path([key]))
     _steps.left = CHECK_MAX_STEPS
     try:
-        errors = sorted(validator(schema, registry=_REGISTRY, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
-                        key=lambda e: list(e.path))
+        errors = sorted(
+            validator(schema, registry=_REGISTRY, format_checker=validator.FORMAT_CHECKER).iter_errors(args),
+            key=lambda e: list(e.path),
+        )
     except _Overspent:
-        raise ArgsInvalid(f"these arguments take more than {CHECK_MAX_STEPS:,} steps to check against this ask's "
-                          "args_schema; send fewer of them") from None
+        raise ArgsInvalid(
+            f"these arguments take more than {CHECK_MAX_STEPS:,} steps to check against this ask's "
+            "args_schema; send fewer of them"
+        ) from None
     if errors:
         raise ArgsInvalid(errors[0].message, path=_path(errors[0].path))
 
@@ -285,8 +311,9 @@ def _walk(value: Any, *, path: list[Any], controls: re.Pattern[str]) -> None:
 
 def _key_check(key: Any, *, path: list[Any]) -> None:
     if isinstance(key, str) and (found := _ANY_CONTROL.search(key)):
-        raise ArgsInvalid(f"an argument's name must not contain the control character U+{ord(found.group()):04X}",
-                          path=_path(path))
+        raise ArgsInvalid(
+            f"an argument's name must not contain the control character U+{ord(found.group()):04X}", path=_path(path)
+        )
 
 
 def _path(parts: Any) -> str:

@@ -77,8 +77,12 @@ class AskSpec:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> AskSpec:
-        return cls(kind=payload["kind"], actions=payload["action_requests"], configs=payload["review_configs"],
-                   deadline_seconds=payload.get("deadline_seconds"))
+        return cls(
+            kind=payload["kind"],
+            actions=payload["action_requests"],
+            configs=payload["review_configs"],
+            deadline_seconds=payload.get("deadline_seconds"),
+        )
 
 
 def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSpec:
@@ -90,8 +94,12 @@ def ask_spec_from_interrupt(*, value: Any, response_schema: Any = None) -> AskSp
     if isinstance(value, dict) and value.get("type") == "tool_approval":
         action = _action(value)
         allowed = _allowed_from_schema(response_schema) or list(DECISION_TYPES)
-        return AskSpec(kind="per_call", actions=[action], configs=[{"action_name": action["name"], "allowed_decisions": allowed}],
-                       deadline_seconds=_deadline(value))
+        return AskSpec(
+            kind="per_call",
+            actions=[action],
+            configs=[{"action_name": action["name"], "allowed_decisions": allowed}],
+            deadline_seconds=_deadline(value),
+        )
     args = value if isinstance(value, dict) else {"value": value}
     action = {"name": PLAIN_ACTION, "args": _jsonable(args), "description": ""}
     return AskSpec(kind="plain", actions=[action], configs=[{"action_name": PLAIN_ACTION, "allowed_decisions": PLAIN_ALLOWED}])
@@ -143,9 +151,13 @@ def ask_decisions_validate(*, spec: AskSpec, decisions: object) -> list[dict[str
     if not isinstance(decisions, list):
         raise AskDecisionInvalid("decisions must be a list, one per proposed action")
     if len(decisions) != len(spec.actions):
-        raise AskDecisionInvalid(f"this ask proposes {len(spec.actions)} action(s); send exactly {len(spec.actions)} decision(s), in order")
-    return [_decision_clean(d, action=a, config=c, where=f"decisions[{i}]")
-            for i, (d, a, c) in enumerate(zip(decisions, spec.actions, spec.configs, strict=False))]
+        raise AskDecisionInvalid(
+            f"this ask proposes {len(spec.actions)} action(s); send exactly {len(spec.actions)} decision(s), in order"
+        )
+    return [
+        _decision_clean(d, action=a, config=c, where=f"decisions[{i}]")
+        for i, (d, a, c) in enumerate(zip(decisions, spec.actions, spec.configs, strict=False))
+    ]
 
 
 def _decision_clean(decision: object, *, action: dict, config: dict, where: str) -> dict[str, Any]:
@@ -167,7 +179,10 @@ def _decision_clean(decision: object, *, action: dict, config: dict, where: str)
         if not message:
             raise AskDecisionInvalid("a response needs a message to send in place of the action", field=f"{where}.message")
         return {"type": "respond", "message": message}
-    return {"type": "edit", "edited_action": _edit_clean(decision.get("edited_action"), action=action, config=config, where=where)}
+    return {
+        "type": "edit",
+        "edited_action": _edit_clean(decision.get("edited_action"), action=action, config=config, where=where),
+    }
 
 
 def _edit_clean(edited: object, *, action: dict, config: dict, where: str) -> dict[str, Any]:
@@ -181,7 +196,9 @@ def _edit_clean(edited: object, *, action: dict, config: dict, where: str) -> di
     args = edited["args"]
     _texts_check(args, field=f"{field}.args")
     if len(json.dumps(args)) > settings.DECISION_ARGS_MAX_LENGTH:
-        raise AskDecisionInvalid(f"edited arguments are longer than {settings.DECISION_ARGS_MAX_LENGTH} characters", field=f"{field}.args")
+        raise AskDecisionInvalid(
+            f"edited arguments are longer than {settings.DECISION_ARGS_MAX_LENGTH} characters", field=f"{field}.args"
+        )
     try:
         args_check(args=args, schema=config.get("args_schema"), proposed=action["args"])
     except ArgsInvalid as exc:
@@ -299,9 +316,13 @@ def ask_edits_diff(*, spec: AskSpec, decisions: list[dict[str, Any]]) -> list[Ac
         if decision.get("type") != "edit":
             continue
         before, after = action["args"], decision["edited_action"]["args"]
-        changes = [ArgChange(arg=k, kind=ArgChangeKind.REMOVED, before=v) if k not in after
-                   else ArgChange(arg=k, kind=ArgChangeKind.CHANGED, before=v, after=after[k])
-                   for k, v in before.items() if k not in after or not _same(v, after[k])]
+        changes = [
+            ArgChange(arg=k, kind=ArgChangeKind.REMOVED, before=v)
+            if k not in after
+            else ArgChange(arg=k, kind=ArgChangeKind.CHANGED, before=v, after=after[k])
+            for k, v in before.items()
+            if k not in after or not _same(v, after[k])
+        ]
         changes += [ArgChange(arg=k, kind=ArgChangeKind.ADDED, after=v) for k, v in after.items() if k not in before]
         edits.append(ActionEdit(index=index, action=action["name"], changes=tuple(changes)))
     return edits

@@ -55,15 +55,24 @@ def _prescreen(state: ReviewState) -> dict[str, Any]:
 
 
 def _request_review(state: ReviewState) -> dict[str, Any]:
-    answer = interrupt({
-        "action_requests": [{
-            "name": ACTION,
-            "args": {"title": state["title"], "excerpt": text_excerpt(text=state["body"], length=EXCERPT_LENGTH), "source": state["source"],
-                     "flags": state["flags"], "risk": state["risk"]},
-            "description": "Publish this post?",
-        }],
-        "review_configs": [{"action_name": ACTION, "allowed_decisions": ["approve", "reject"]}],
-    })
+    answer = interrupt(
+        {
+            "action_requests": [
+                {
+                    "name": ACTION,
+                    "args": {
+                        "title": state["title"],
+                        "excerpt": text_excerpt(text=state["body"], length=EXCERPT_LENGTH),
+                        "source": state["source"],
+                        "flags": state["flags"],
+                        "risk": state["risk"],
+                    },
+                    "description": "Publish this post?",
+                }
+            ],
+            "review_configs": [{"action_name": ACTION, "allowed_decisions": ["approve", "reject"]}],
+        }
+    )
     fault_point("in_review_node", item_key=state["item_id"])
     # The guard validates before anything is resumed; this keeps a hand-made resume honest.
     decisions = answer.get("decisions") if isinstance(answer, dict) else None

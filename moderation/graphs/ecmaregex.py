@@ -24,8 +24,18 @@ _OPTIONS.log_errors = False  # a refused pattern is the caller's answer, not a s
 _MAX = 0x10FFFF
 _REPEAT_MAX = 1000
 # ECMA's WhiteSpace and LineTerminator, as code point ranges.
-_SPACE = [(0x9, 0xD), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-          (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
+_SPACE = [
+    (0x9, 0xD),
+    (0x20, 0x20),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF),
+]
 _CONTROL_ESCAPES = {"t": 0x9, "n": 0xA, "v": 0xB, "f": 0xC, "r": 0xD}
 _GENERAL_CATEGORY = re.compile(r"(?:General_Category=|gc=)?([A-Z][a-z]?)")
 _SCRIPT = re.compile(r"(?:Script|sc)=([A-Za-z_]+)")
@@ -67,7 +77,7 @@ class _Translator:
         return self.src[j] if j < len(self.src) else ""
 
     def take(self, n: int = 1) -> str:
-        text = self.src[self.i:self.i + n]
+        text = self.src[self.i : self.i + n]
         self.i += n
         return text
 
@@ -109,7 +119,7 @@ class _Translator:
         if self.peek(1) == "<" and self.peek(2) not in ("=", "!"):
             self.i = self.src.index(">", self.i) + 1
             return "(?:"
-        if self.peek(1) in "=!" or self.src[self.i + 1:self.i + 3] in ("<=", "<!"):
+        if self.peek(1) in "=!" or self.src[self.i + 1 : self.i + 3] in ("<=", "<!"):
             raise PatternRefused("lookahead and lookbehind cannot be matched in linear time")
         raise PatternRefused("a group's flags (such as (?i:...)) are not matched by this server")
 
@@ -146,12 +156,12 @@ class _Translator:
     def unicode_escape(self) -> int:
         if self.peek() == "{":
             end = self.src.index("}", self.i)
-            code = int(self.src[self.i + 1:end], 16)
+            code = int(self.src[self.i + 1 : end], 16)
             self.i = end + 1
         else:
             code = int(self.take(4), 16)
-            if 0xD800 <= code <= 0xDBFF and self.src[self.i:self.i + 2] == "\\u":
-                low = int(self.src[self.i + 2:self.i + 6], 16) if len(self.src) >= self.i + 6 else 0
+            if 0xD800 <= code <= 0xDBFF and self.src[self.i : self.i + 2] == "\\u":
+                low = int(self.src[self.i + 2 : self.i + 6], 16) if len(self.src) >= self.i + 6 else 0
                 if 0xDC00 <= low <= 0xDFFF:
                     self.i += 6
                     return 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
@@ -161,14 +171,16 @@ class _Translator:
 
     def property(self, *, negated: bool) -> str:
         end = self.src.index("}", self.i)
-        name = self.src[self.i + 1:end]
+        name = self.src[self.i + 1 : end]
         self.i = end + 1
         found = _SCRIPT.fullmatch(name) or _GENERAL_CATEGORY.fullmatch(name)
         if found:
             name = found.group(1)
         else:
-            raise PatternRefused(f"the Unicode property \\p{{{name}}} is not one this server matches "
-                                 "(a general category such as L or Nd, or Script=Name)")
+            raise PatternRefused(
+                f"the Unicode property \\p{{{name}}} is not one this server matches "
+                "(a general category such as L or Nd, or Script=Name)"
+            )
         return f"\\{'P' if negated else 'p'}{{{name}}}"
 
     def klass(self) -> str:

@@ -82,12 +82,17 @@ def graph_outcome_read(*, values: dict[str, Any] | None, error: str | None = Non
     summary = exposed.get("summary") if isinstance(exposed.get("summary"), str) else None
     if summary is None:
         summary = _last_answer(values.get("messages")) or _result_summary(values.get("result"))
-    return GraphOutcome(summary=_bounded(summary, SUMMARY_MAX_CHARS), errors=errors[:ERRORS_MAX],
-                        decisions=exposed.get("decisions"), has_decisions="decisions" in exposed)
+    return GraphOutcome(
+        summary=_bounded(summary, SUMMARY_MAX_CHARS),
+        errors=errors[:ERRORS_MAX],
+        decisions=exposed.get("decisions"),
+        has_decisions="decisions" in exposed,
+    )
 
 
-def applied_result_build(*, state: AppliedState, values: dict[str, Any] | None = None, error: str | None = None,
-                         **extra: Any) -> dict[str, Any]:
+def applied_result_build(
+    *, state: AppliedState, values: dict[str, Any] | None = None, error: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """An item's ``applied_result``: ``state``, ``summary``, ``errors`` (``[{where, message}]``), the
     pass-through's ``decisions``, the graph's ``result`` if it has one, ``error`` (failed or
     refused, or applying: why not yet) and ``extra`` (``asks``: how many it asks now; ``tries``: how
@@ -98,8 +103,13 @@ def applied_result_build(*, state: AppliedState, values: dict[str, Any] | None =
     if state == AppliedState.FINISHED and outcome.errors:
         state = AppliedState.FINISHED_WITH_ERRORS
     result = values.get("result") if isinstance(values.get("result"), dict) else {}
-    return {"state": state.value, **outcome.as_dict(), **({"result": result} if result else {}),
-            **({"error": error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]} if error else {}), **extra}
+    return {
+        "state": state.value,
+        **outcome.as_dict(),
+        **({"result": result} if result else {}),
+        **({"error": error.replace("\x00", "\\x00")[:ERROR_MAX_CHARS]} if error else {}),
+        **extra,
+    }
 
 
 def _bounded(text: Any, limit: int) -> str:
@@ -111,7 +121,8 @@ def _exposed_errors(exposed: dict[str, Any]) -> list[GraphError]:
     raw = exposed.get("errors")
     return [
         GraphError(where=_bounded(e.get("where", ""), WHERE_MAX_CHARS), message=_bounded(e.get("message", ""), ERROR_MAX_CHARS))
-        for e in (raw if isinstance(raw, list) else []) if isinstance(e, dict)
+        for e in (raw if isinstance(raw, list) else [])
+        if isinstance(e, dict)
     ]
 
 
@@ -131,8 +142,12 @@ def _tool_errors(messages: Any) -> list[GraphError]:
         text = _text(m.content)
         if text.startswith(_REJECTED.format(name=m.name)):
             continue
-        errors.append(GraphError(where=_bounded(f"tool {m.name or '?'}", WHERE_MAX_CHARS),
-                                 message=_bounded(text.rpartition(_TOOL_RESPONSE)[2], ERROR_MAX_CHARS)))
+        errors.append(
+            GraphError(
+                where=_bounded(f"tool {m.name or '?'}", WHERE_MAX_CHARS),
+                message=_bounded(text.rpartition(_TOOL_RESPONSE)[2], ERROR_MAX_CHARS),
+            )
+        )
     return errors
 
 

@@ -55,8 +55,7 @@ def ask_external(*, graph: str, graph_input: dict[str, Any]) -> dict[str, str] |
     if graph != NAME or not (graph_input or {}).get("external"):
         return None
     external = graph_input["external"]
-    return {**external, "interrupt_id": " ".join(ask_interrupts(graph_input=graph_input))} \
-        if "asks" in graph_input else external
+    return {**external, "interrupt_id": " ".join(ask_interrupts(graph_input=graph_input))} if "asks" in graph_input else external
 
 
 def ask_context(*, graph: str, graph_input: dict[str, Any]) -> dict[str, Any] | None:
@@ -124,13 +123,17 @@ def _finish(state: AskState) -> dict[str, Any]:
         decisions = {interrupt_id: _decisions(a) for interrupt_id, a in answers.items()}
         listed = [one for d in decisions.values() for one in (d.get("decisions", [d]) if isinstance(d, dict) else [])]
         summary = _summary({"decisions": listed}, withdrawn=withdrawn)
-        return {"result": {"status": "withdrawn" if withdrawn else "decided", "answers": answers},
-                OUTCOME_KEY: {"summary": summary, "errors": [], "decisions": decisions}}
+        return {
+            "result": {"status": "withdrawn" if withdrawn else "decided", "answers": answers},
+            OUTCOME_KEY: {"summary": summary, "errors": [], "decisions": decisions},
+        }
     answer = state["answer"]
     withdrawn = _withdrawn(answer)
     decisions = _decisions(answer)
-    return {"result": {"status": "withdrawn" if withdrawn else "decided", "answer": answer},
-            OUTCOME_KEY: {"summary": _summary(decisions, withdrawn=withdrawn), "errors": [], "decisions": decisions}}
+    return {
+        "result": {"status": "withdrawn" if withdrawn else "decided", "answer": answer},
+        OUTCOME_KEY: {"summary": _summary(decisions, withdrawn=withdrawn), "errors": [], "decisions": decisions},
+    }
 
 
 def _summary(decisions: Any, *, withdrawn: bool) -> str:

@@ -22,8 +22,16 @@ LINK_RE = re.compile(r"\b(?:https?://|www\.)\S+", re.IGNORECASE)
 # character, a domain label, a dot, and a tail that holds a word character.
 EMAIL_RE = re.compile(r"(?<![\w.+-])[.+-]*+\w[\w.+-]*+@[\w-]++\.\.*+\w")
 WATCH_WORDS = (
-    "buy now", "click here", "free money", "guaranteed", "limited offer",
-    "crypto", "winner", "idiot", "hate", "scam",
+    "buy now",
+    "click here",
+    "free money",
+    "guaranteed",
+    "limited offer",
+    "crypto",
+    "winner",
+    "idiot",
+    "hate",
+    "scam",
 )
 
 

@@ -69,7 +69,9 @@ def _import(name: str, path: str) -> GraphFactory:
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ImproperlyConfigured(f"REVIEWQUEUE_GRAPHS[{name!r}] = {path!r} cannot be imported: {type(exc).__name__}: {exc}") from exc
+        raise ImproperlyConfigured(
+            f"REVIEWQUEUE_GRAPHS[{name!r}] = {path!r} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(factory):
         raise ImproperlyConfigured(f"REVIEWQUEUE_GRAPHS[{name!r}] = {path!r} is not callable")
     return factory

@@ -84,16 +84,23 @@ class Connection:
     def client(self, *, timeout: float = RUN_TIMEOUT) -> Any:
         """The SDK's client, as ``get_sync_client`` makes it but for its transport: one connection retry, not
         five with backoff (8 s per call against a deployment that is down); the apply's own backoff retries."""
-        return SyncLangGraphClient(httpx.Client(
-            base_url=self.url, headers=_headers(self.api_key), transport=_GuardedTransport(), trust_env=False,
-            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
-        ))
+        return SyncLangGraphClient(
+            httpx.Client(
+                base_url=self.url,
+                headers=_headers(self.api_key),
+                transport=_GuardedTransport(),
+                trust_env=False,
+                timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
+            )
+        )
 
 
 def deployment_address_refusal(address: IPAddress) -> str | None:
     """Why a deployment may not be reached at ``address``, or None when it may."""
     refusal = address_refusal(address=address, allowed=settings.DEPLOYMENT_ALLOWED_NETWORKS)
-    return refusal and f"{refusal}; deployments are reached at public addresses only, unless DEPLOYMENT_ALLOWED_NETWORKS allows it"
+    return (
+        refusal and f"{refusal}; deployments are reached at public addresses only, unless DEPLOYMENT_ALLOWED_NETWORKS allows it"
+    )
 
 
 # Made once per process: every call to a deployment makes a client, and making a TLS context (the CA
@@ -118,8 +125,9 @@ class _GuardedTransport(httpx.HTTPTransport):
     def __init__(self) -> None:
         super().__init__(verify=_tls(), retries=CONNECT_RETRIES)
         # httpx takes no network backend of its own: its pool is made again with the one that checks addresses.
-        self._pool = httpcore.ConnectionPool(ssl_context=_tls(), retries=CONNECT_RETRIES,
-                                             network_backend=GuardedBackend(refusal=deployment_address_refusal))
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=_tls(), retries=CONNECT_RETRIES, network_backend=GuardedBackend(refusal=deployment_address_refusal)
+        )
 
 
 @contextmanager
@@ -177,8 +185,7 @@ def remote_interrupted(*, connection: Connection, match: dict[str, str]) -> list
     with connection.client(timeout=60.0) as client, _calling("searching interrupted threads"):
         offset = 0
         while True:
-            page = client.threads.search(status="interrupted", metadata=match,
-                                         limit=SEARCH_PAGE, offset=offset)
+            page = client.threads.search(status="interrupted", metadata=match, limit=SEARCH_PAGE, offset=offset)
             threads += [_thread(t) for t in page]
             if len(page) < SEARCH_PAGE:
                 return threads
@@ -201,12 +208,20 @@ def remote_thread_read(*, connection: Connection, thread_id: str) -> RemoteThrea
 
 
 def _thread(thread: dict[str, Any], *, error: str | None = None) -> RemoteThread:
-    interrupts = [RemoteInterrupt(interrupt_id=i["id"], value=i["value"])
-                  for task in (thread.get("interrupts") or {}).values() for i in task]
+    interrupts = [
+        RemoteInterrupt(interrupt_id=i["id"], value=i["value"])
+        for task in (thread.get("interrupts") or {}).values()
+        for i in task
+    ]
     metadata = thread.get("metadata") or {}
-    return RemoteThread(thread_id=str(thread["thread_id"]), status=thread["status"],
-                        graph_id=str(metadata.get("graph_id", "")), metadata=metadata,
-                        interrupts=interrupts, error=error)
+    return RemoteThread(
+        thread_id=str(thread["thread_id"]),
+        status=thread["status"],
+        graph_id=str(metadata.get("graph_id", "")),
+        metadata=metadata,
+        interrupts=interrupts,
+        error=error,
+    )
 
 
 def remote_resume(*, connection: Connection, thread: RemoteThread, answers: dict[str, Any]) -> None:
@@ -218,8 +233,7 @@ def remote_resume(*, connection: Connection, thread: RemoteThread, answers: dict
     """
     assistant = str(thread.metadata.get("assistant_id") or thread.graph_id)
     with connection.client() as client, _calling("resuming the thread"):
-        client.runs.wait(thread.thread_id, assistant, command={"resume": answers}, multitask_strategy="reject",
-                         raise_error=False)
+        client.runs.wait(thread.thread_id, assistant, command={"resume": answers}, multitask_strategy="reject", raise_error=False)
 
 
 def remote_thread_start(*, connection: Connection, assistant: str, graph_input: dict[str, Any]) -> str:

@@ -96,7 +96,9 @@ def graph_state_read(*, name: str, thread_id: str) -> GraphState:
 
 def _asks(state: Any) -> list[PendingAsk]:
     return [
-        PendingAsk(interrupt_id=i.id, spec=ask_spec_from_interrupt(value=i.value, response_schema=getattr(i, "response_schema", None)))
+        PendingAsk(
+            interrupt_id=i.id, spec=ask_spec_from_interrupt(value=i.value, response_schema=getattr(i, "response_schema", None))
+        )
         for i in state.interrupts
     ]
 
@@ -111,8 +113,13 @@ START_JOIN_SECONDS = 10.0
 _STORAGE_ERRORS = (DjangoDatabaseError, psycopg.Error, sqlite3.Error, MemoryError)
 # Of those, a connection the database ended (a terminated backend, a failover) or a database busy for too long:
 # the same run, tried again on a new connection, goes through.
-STORAGE_LOST = (psycopg.OperationalError, psycopg.InterfaceError, DjangoOperationalError, DjangoInterfaceError,
-                sqlite3.OperationalError)
+STORAGE_LOST = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    DjangoOperationalError,
+    DjangoInterfaceError,
+    sqlite3.OperationalError,
+)
 START_ERROR_MAX_CHARS = 500
 
 
@@ -262,7 +269,8 @@ def graph_run_counts(*, name: str, thread_id: str) -> RunCounts:
         settled=now.finished or bool(now.asks),
         starts=sum(1 for s in history if _is_start(s)),
         resumes=sum(
-            1 for s in history
+            1
+            for s in history
             if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] in asking and not _is_start(s)
         ),
     )

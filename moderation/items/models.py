@@ -48,7 +48,11 @@ class ItemStatus(models.TextChoices):
 
 # Settled: the item has a winner and a time, and every later attempt loses to it.
 DECIDED_STATUSES = (
-    ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.WITHDRAWN, ItemStatus.EDITED, ItemStatus.ANSWERED,
+    ItemStatus.APPROVED,
+    ItemStatus.REJECTED,
+    ItemStatus.WITHDRAWN,
+    ItemStatus.EDITED,
+    ItemStatus.ANSWERED,
     ItemStatus.DECIDED,
 )
 
@@ -90,9 +94,7 @@ class QueueRankField(models.BigIntegerField):
     path that writes an item's priority or risk can leave its place in the queue stale."""
 
     def pre_save(self, model_instance: models.Model, add: bool) -> int:
-        value = queue_rank(
-            priority=model_instance.priority, risk=model_instance.risk, created_at=model_instance.created_at
-        )
+        value = queue_rank(priority=model_instance.priority, risk=model_instance.risk, created_at=model_instance.created_at)
         setattr(model_instance, self.attname, value)
         return value
 
@@ -101,9 +103,14 @@ class QueueRankField(models.BigIntegerField):
         name, _, args, kwargs = super().deconstruct()
         return name, "django.db.models.BigIntegerField", args, kwargs
 
+
 STATUS_FOR_DECISION: dict[str, ItemStatus] = {
-    Requested.APPROVE: ItemStatus.APPROVED, Requested.REJECT: ItemStatus.REJECTED, Requested.WITHDRAW: ItemStatus.WITHDRAWN,
-    Requested.EDIT: ItemStatus.EDITED, Requested.RESPOND: ItemStatus.ANSWERED, Requested.MIXED: ItemStatus.DECIDED,
+    Requested.APPROVE: ItemStatus.APPROVED,
+    Requested.REJECT: ItemStatus.REJECTED,
+    Requested.WITHDRAW: ItemStatus.WITHDRAWN,
+    Requested.EDIT: ItemStatus.EDITED,
+    Requested.RESPOND: ItemStatus.ANSWERED,
+    Requested.MIXED: ItemStatus.DECIDED,
 }
 DECISION_FOR_STATUS = {status: requested for requested, status in STATUS_FOR_DECISION.items()}
 
@@ -149,9 +156,7 @@ class QueueItem(models.Model):
     # Copied from the graph's state at start (the moderation pre-screen), for the queue.
     risk = models.SmallIntegerField(default=0, editable=False)
     flags = models.JSONField(default=list, blank=True, editable=False)
-    apply_state = models.CharField(
-        max_length=16, choices=ApplyState.choices, blank=True, default=ApplyState.IDLE, editable=False
-    )
+    apply_state = models.CharField(max_length=16, choices=ApplyState.choices, blank=True, default=ApplyState.IDLE, editable=False)
     # What the graph did after the latest decision: finished, asked again, or failed.
     applied_result = models.JSONField(default=dict, blank=True, editable=False)
     attention = models.TextField(blank=True, default="")
@@ -180,7 +185,11 @@ class QueueItem(models.Model):
     team = models.ForeignKey("Team", null=True, blank=True, on_delete=models.PROTECT, related_name="items", editable=False)
     policy = models.JSONField(default=dict, blank=True, editable=False)
     requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_items",
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="requested_items",
         editable=False,
     )
     escalated_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -195,8 +204,9 @@ class QueueItem(models.Model):
             # The queue's default (priority) order, walked by cursor; oldest/newest-first walk the first one.
             models.Index(fields=["status", "is_lab", "rank", "id"], name="item_status_lab_rank_idx"),
             # /metrics' oldest pending item of each team: one seek per team; pending rows only.
-            models.Index(fields=["team", "created_at"], condition=Q(status="pending", is_lab=False),
-                         name="item_pending_team_age_idx"),
+            models.Index(
+                fields=["team", "created_at"], condition=Q(status="pending", is_lab=False), name="item_pending_team_age_idx"
+            ),
         ]
         permissions = [
             ("decide_item", "Can approve or reject queue items"),
@@ -210,18 +220,19 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(status__in=[*UNDECIDED_STATUSES, ItemStatus.REFUSED], decided_by__isnull=True,
-                      decided_at__isnull=True)
+                    Q(status__in=[*UNDECIDED_STATUSES, ItemStatus.REFUSED], decided_by__isnull=True, decided_at__isnull=True)
                     | Q(status__in=DECIDED_STATUSES, decided_by__isnull=False, decided_at__isnull=False)
                 ),
                 name="item_decided_iff_winner",
             ),
             models.UniqueConstraint(
-                fields=["submitted_by", "external_id"], condition=Q(external_id__isnull=False),
+                fields=["submitted_by", "external_id"],
+                condition=Q(external_id__isnull=False),
                 name="item_external_id_unique_per_client",
             ),
             models.UniqueConstraint(
-                fields=["submitted_by", "idempotency_key"], condition=Q(idempotency_key__isnull=False),
+                fields=["submitted_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
                 name="item_idempotency_key_unique_per_client",
             ),
             models.CheckConstraint(
@@ -235,7 +246,8 @@ class QueueItem(models.Model):
     @property
     def risk_band(self) -> str:
         return next(
-            name for name, (low, high) in RISK_BANDS.items()
+            name
+            for name, (low, high) in RISK_BANDS.items()
             if (low is None or self.risk >= low) and (high is None or self.risk < high)
         )
 

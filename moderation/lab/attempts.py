@@ -36,7 +36,13 @@ class Attempt:
 
 
 def attempt_run(
-    strategy: Callable[..., Any], *, item: str, user, decision: str, delay: float, at_deadline: bool = False,
+    strategy: Callable[..., Any],
+    *,
+    item: str,
+    user,
+    decision: str,
+    delay: float,
+    at_deadline: bool = False,
 ) -> Attempt:
     if at_deadline:
         deadline_wait(item=item)
@@ -54,14 +60,21 @@ def attempt_run(
     except Exception as exc:  # the harness counts every failure instead of stopping
         won, told, error = None, None, f"{type(exc).__name__}: {exc}"
     return Attempt(
-        item=item, reviewer=user.get_username(), decision=decision, won=won, told_winner=told, error=error,
-        latency_ms=(time.perf_counter() - start) * 1000, started_at=started_at, counted=counted, judged=judged,
+        item=item,
+        reviewer=user.get_username(),
+        decision=decision,
+        won=won,
+        told_winner=told,
+        error=error,
+        latency_ms=(time.perf_counter() - start) * 1000,
+        started_at=started_at,
+        counted=counted,
+        judged=judged,
     )
 
 
 def deadline_wait(*, item: str) -> None:
     """Sleep until the item's open ask is due (at once if it has none, or is overdue already)."""
-    due = ReviewAsk.objects.filter(item__public_id=item, status=AskStatus.PENDING).values_list(
-        "deadline_at", flat=True).first()
+    due = ReviewAsk.objects.filter(item__public_id=item, status=AskStatus.PENDING).values_list("deadline_at", flat=True).first()
     if due is not None:
         time.sleep(max(0.0, (due - timezone.now()).total_seconds() + DEADLINE_SLACK_S))

@@ -136,8 +136,13 @@ def decisions_for(usernames: Sequence[str], decisions: Sequence[str] | None) -> 
 
 
 def race_threads(
-    *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
-    on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
+    *,
+    strategy: str,
+    items: Sequence[str],
+    usernames: Sequence[str],
+    delay: float,
+    on_attempt: Callable[[Attempt], None] | None = None,
+    decisions: Sequence[str] | None = None,
     at_deadline: bool = False,
 ) -> RaceReport:
     decide = STRATEGIES[strategy]
@@ -151,8 +156,9 @@ def race_threads(
         try:
             for item in items:
                 barrier.wait(timeout=BARRIER_TIMEOUT)
-                result = attempt_run(decide, item=item, user=users[username], decision=chosen[index], delay=delay,
-                                     at_deadline=at_deadline)
+                result = attempt_run(
+                    decide, item=item, user=users[username], decision=chosen[index], delay=delay, at_deadline=at_deadline
+                )
                 with attempts_lock:
                     attempts.append(result)
                     if on_attempt is not None:
@@ -170,8 +176,13 @@ def race_threads(
 
 
 def race_processes(
-    *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
-    on_attempt: Callable[[Attempt], None] | None = None, extra_env: dict[str, str] | None = None,
+    *,
+    strategy: str,
+    items: Sequence[str],
+    usernames: Sequence[str],
+    delay: float,
+    on_attempt: Callable[[Attempt], None] | None = None,
+    extra_env: dict[str, str] | None = None,
     decisions: Sequence[str] | None = None,
 ) -> RaceReport:
     """One race in fresh reviewer processes (see ``reviewer_processes`` to race many times)."""
@@ -188,8 +199,16 @@ def race_processes(
 # opens a connection (the fork server would carry it into every child), nor daphne.server, whose
 # event loop (an epoll descriptor, made on import) every child would share (e2e/forked.py).
 _REVIEWER_PRELOAD = [
-    "django.db.models", "django.test", "twisted.internet.asyncioreactor", "langgraph.graph", "langgraph.types",
-    "langgraph.checkpoint.sqlite", "langchain_core.messages", "langchain.agents", "psycopg", "psycopg_pool",
+    "django.db.models",
+    "django.test",
+    "twisted.internet.asyncioreactor",
+    "langgraph.graph",
+    "langgraph.types",
+    "langgraph.checkpoint.sqlite",
+    "langchain_core.messages",
+    "langchain.agents",
+    "psycopg",
+    "psycopg_pool",
 ]
 
 
@@ -210,8 +229,12 @@ class ReviewerProcesses:
         self._inboxes = [ctx.Queue() for _ in range(size)]
         # This process's environment as it is now, as a spawned child would have had it (the
         # fork server's is the one it started with); reviewer_main makes it the child's whole.
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
-               "DATABASE_URL": database_url_current(), **(extra_env or {})}
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "reviewqueue.settings"),
+            "DATABASE_URL": database_url_current(),
+            **(extra_env or {}),
+        }
         # Children must not inherit open connections; they open their own.
         connections.close_all()
         self._procs = [
@@ -221,8 +244,14 @@ class ReviewerProcesses:
             p.start()
 
     def race(
-        self, *, strategy: str, items: Sequence[str], usernames: Sequence[str], delay: float,
-        on_attempt: Callable[[Attempt], None] | None = None, decisions: Sequence[str] | None = None,
+        self,
+        *,
+        strategy: str,
+        items: Sequence[str],
+        usernames: Sequence[str],
+        delay: float,
+        on_attempt: Callable[[Attempt], None] | None = None,
+        decisions: Sequence[str] | None = None,
         at_deadline: bool = False,
     ) -> RaceReport:
         if len(usernames) != self.size:
@@ -250,8 +279,15 @@ class ReviewerProcesses:
         if len(attempts) < expected:
             self.close()
             attempts.extend(
-                Attempt(item="?", reviewer="?", decision="?", won=None, told_winner=None,
-                        error="worker process died before reporting", latency_ms=0.0)
+                Attempt(
+                    item="?",
+                    reviewer="?",
+                    decision="?",
+                    won=None,
+                    told_winner=None,
+                    error="worker process died before reporting",
+                    latency_ms=0.0,
+                )
                 for _ in range(expected - len(attempts))
             )
         return race_judge(attempts=attempts, items=items, seconds=seconds)
@@ -327,8 +363,13 @@ def _votes_lost(*, item: str, state: FinalItem, anomalies: Sequence[Anomaly]) ->
 
 
 def _op_from(attempt: Attempt) -> Op:
-    op = Op(reviewer=attempt.reviewer, item=attempt.item, decision=attempt.decision, invoked_at=attempt.started_at,
-            completed_at=attempt.started_at + attempt.latency_ms / 1000)
+    op = Op(
+        reviewer=attempt.reviewer,
+        item=attempt.item,
+        decision=attempt.decision,
+        invoked_at=attempt.started_at,
+        completed_at=attempt.started_at + attempt.latency_ms / 1000,
+    )
     if attempt.won is None:
         op.completion, op.error = "unknown", attempt.error
     else:

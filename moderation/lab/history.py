@@ -68,8 +68,17 @@ class FinalItem:
 @dataclass(frozen=True)
 class Anomaly:
     kind: Literal[
-        "multiple_winners", "lost_decision", "misinformed_loser", "double_resume", "never_resumed", "incomplete",
-        "vote_lost", "tally_incomplete", "ineligible_vote", "double_start", "graph_unsettled",
+        "multiple_winners",
+        "lost_decision",
+        "misinformed_loser",
+        "double_resume",
+        "never_resumed",
+        "incomplete",
+        "vote_lost",
+        "tally_incomplete",
+        "ineligible_vote",
+        "double_start",
+        "graph_unsettled",
     ]
     item: str
     detail: str
@@ -124,21 +133,31 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
         item_ops = by_item.get(item, [])
         acknowledged = [op.reviewer for op in item_ops if op.completion == "ok" and not op.voted]
         if state.winning_attempts > 1 or len(set(acknowledged)) > 1:
-            anomalies.append(Anomaly("multiple_winners", item,
-                                     f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"))
+            anomalies.append(
+                Anomaly(
+                    "multiple_winners", item, f"told success: {acknowledged}; winning attempts recorded: {state.winning_attempts}"
+                )
+            )
         if state.votes is not None:
             anomalies += _votes_check(item=item, item_ops=item_ops, state=state)
         for op in item_ops:
             if op.completion != "ok" or op.voted:
                 continue
             if op.reviewer != state.winner:
-                anomalies.append(Anomaly("lost_decision", item, f"{op.reviewer} was told they won but the decision is {state.winner}'s"))
+                anomalies.append(
+                    Anomaly("lost_decision", item, f"{op.reviewer} was told they won but the decision is {state.winner}'s")
+                )
             elif state.decision is not None and op.decision != state.decision:
-                anomalies.append(Anomaly("lost_decision", item, f"{op.reviewer} was told their {op.decision} won but {state.decision} did"))
+                anomalies.append(
+                    Anomaly("lost_decision", item, f"{op.reviewer} was told their {op.decision} won but {state.decision} did")
+                )
         for op in item_ops:
             if op.completion == "fail" and op.told_winner != state.winner:
-                anomalies.append(Anomaly("misinformed_loser", item,
-                                         f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"))
+                anomalies.append(
+                    Anomaly(
+                        "misinformed_loser", item, f"{op.reviewer} was told {op.told_winner} won; stored winner is {state.winner}"
+                    )
+                )
             if op.completion is None:
                 anomalies.append(Anomaly("incomplete", item, f"{op.reviewer}'s attempt never completed"))
         if state.starts > 1:
@@ -150,8 +169,13 @@ def history_check(*, ops: Iterable[Op], final: Mapping[str, FinalItem]) -> list[
         if state.agent_resumes is not None:
             anomalies += _agent_check(item=item, state=state)
         if state.winner is not None and not state.settled:
-            anomalies.append(Anomaly("graph_unsettled", item, f"decided by {state.winner} but its graph neither "
-                                                              "reached its end nor its next interrupt"))
+            anomalies.append(
+                Anomaly(
+                    "graph_unsettled",
+                    item,
+                    f"decided by {state.winner} but its graph neither reached its end nor its next interrupt",
+                )
+            )
     return anomalies
 
 
@@ -173,8 +197,13 @@ def _votes_check(*, item: str, item_ops: list[Op], state: FinalItem) -> list[Ano
         last[op.reviewer] = op
     for reviewer, op in last.items():
         if votes.get(reviewer) != op.decision:
-            anomalies.append(Anomaly("vote_lost", item, f"{reviewer} was told their {op.decision} vote counted; "
-                                                        f"the final votes say {votes.get(reviewer)}"))
+            anomalies.append(
+                Anomaly(
+                    "vote_lost",
+                    item,
+                    f"{reviewer} was told their {op.decision} vote counted; the final votes say {votes.get(reviewer)}",
+                )
+            )
     if state.tally is not None and state.tally != votes:
         anomalies.append(Anomaly("tally_incomplete", item, f"resolved with {state.tally}; votes counted {votes}"))
     for voter in state.ineligible:
@@ -209,6 +238,7 @@ def history_final_read(*, items: Iterable[str]) -> dict[str, FinalItem]:
         .select_related("decided_by")
         .annotate(won=Count("attempts", filter=Q(attempts__outcome=AttemptOutcome.WON)))
     )
+
     def final(row: QueueItem) -> FinalItem:
         runs = graph_run_counts(name=row.graph, thread_id=row.thread_id)
         return FinalItem(
@@ -243,7 +273,9 @@ def _votes_read(item: object) -> dict:
             and not voter.has_perm(SUPERVISE_PERMISSION)
             and not TeamMembership.objects.filter(
                 Q(removed_at__isnull=True) | Q(removed_at__gt=vote.cast_at),
-                team_id=vote.team_id, user=voter, added_at__lte=vote.cast_at,
+                team_id=vote.team_id,
+                user=voter,
+                added_at__lte=vote.cast_at,
             ).exists()
         ):
             ineligible.append(voter.get_username())

@@ -51,9 +51,11 @@ class RemoteRaceReport:
 
     def summary(self) -> str:
         told = ", ".join(self.told_won) or "nobody"
-        return (f"{self.mode}: told they won: {told}; the thread's outcome is {self.winner}'s; "
-                f"{self.runs} runs, {self.resumes} resume(s) took effect; anomalies: "
-                + ("; ".join(map(str, self.anomalies)) or "none"))
+        return (
+            f"{self.mode}: told they won: {told}; the thread's outcome is {self.winner}'s; "
+            f"{self.runs} runs, {self.resumes} resume(s) took effect; anomalies: "
+            + ("; ".join(map(str, self.anomalies)) or "none")
+        )
 
 
 def naive_resume(*, connection: Connection, thread_id: str, interrupt_id: str, value: Any) -> bool:
@@ -85,8 +87,9 @@ def remote_race(*, url: str, assistant: str, reviewers: list[str], mode: str) ->
             if mode == "naive":
                 won = naive_resume(connection=connection, thread_id=thread_id, interrupt_id=interrupt_id, value=value)
             else:
-                _, resumed = remote_resume_once(connection=connection, lock="racelab", thread_id=thread_id,
-                                                answers={interrupt_id: value})
+                _, resumed = remote_resume_once(
+                    connection=connection, lock="racelab", thread_id=thread_id, answers={interrupt_id: value}
+                )
                 won = bool(resumed)
         except Exception as exc:  # noqa: BLE001 - the reviewer does not know what came of it
             history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
@@ -100,10 +103,15 @@ def remote_race(*, url: str, assistant: str, reviewers: list[str], mode: str) ->
         t.join()
     runs, checkpoints = remote_counts(connection=connection, thread_id=thread_id)
     winner = _winner(connection, thread_id)
-    final = FinalItem(winner=winner, winning_attempts=1 if winner else 0,
-                      resumes=checkpoints - CHECKPOINTS_AT_INTERRUPT, decision="reject")
+    final = FinalItem(
+        winner=winner, winning_attempts=1 if winner else 0, resumes=checkpoints - CHECKPOINTS_AT_INTERRUPT, decision="reject"
+    )
     return RemoteRaceReport(
-        mode=mode, thread_id=thread_id, winner=winner, runs=runs, resumes=final.resumes,
+        mode=mode,
+        thread_id=thread_id,
+        winner=winner,
+        runs=runs,
+        resumes=final.resumes,
         told_won=sorted(op.reviewer for op in history.ops if op.completion == "ok"),
         anomalies=history_check(ops=history.ops, final={thread_id: final}),
     )

@@ -95,9 +95,19 @@ ON_DEADLINE = (OnDeadline.REJECT.value, OnDeadline.APPROVE.value, OnDeadline.ESC
 
 
 def lab_config_build(
-    *, strategies: Sequence[str] | None, mode: str, trials: int, reviewers: int, delay_ms: float, hold_s: float,
-    seed: int | None, time_limit: float | None, graph: str = DEFAULT_GRAPH, policies: Sequence[str] | None = None,
-    deadline: str | None = None, on_deadline: str | None = None,
+    *,
+    strategies: Sequence[str] | None,
+    mode: str,
+    trials: int,
+    reviewers: int,
+    delay_ms: float,
+    hold_s: float,
+    seed: int | None,
+    time_limit: float | None,
+    graph: str = DEFAULT_GRAPH,
+    policies: Sequence[str] | None = None,
+    deadline: str | None = None,
+    on_deadline: str | None = None,
 ) -> LabConfig:
     """Check every option; raise LabConfigError naming the first bad one."""
     chosen = tuple(dict.fromkeys(strategies or STRATEGIES))
@@ -118,17 +128,29 @@ def lab_config_build(
         graph_name_validate(name=graph)
     except ValueError as exc:
         raise LabConfigError(f"--graph: {exc}") from None
-    policy, deadline_s = lab_policy_build(specs=policies or (), deadline=deadline, on_deadline=on_deadline,
-                                          reviewers=reviewers)
+    policy, deadline_s = lab_policy_build(specs=policies or (), deadline=deadline, on_deadline=on_deadline, reviewers=reviewers)
     return LabConfig(
-        strategies=chosen, modes=MODES if mode == "both" else (mode,), trials=trials, reviewers=reviewers,
-        delay=delay_ms / 1000, hold=hold_s, seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
-        time_limit=time_limit, graph=graph, policies=tuple(policies or ()), policy=policy, deadline_s=deadline_s,
+        strategies=chosen,
+        modes=MODES if mode == "both" else (mode,),
+        trials=trials,
+        reviewers=reviewers,
+        delay=delay_ms / 1000,
+        hold=hold_s,
+        seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
+        time_limit=time_limit,
+        graph=graph,
+        policies=tuple(policies or ()),
+        policy=policy,
+        deadline_s=deadline_s,
     )
 
 
 def lab_policy_build(
-    *, specs: Sequence[str], deadline: str | None, on_deadline: str | None, reviewers: int,
+    *,
+    specs: Sequence[str],
+    deadline: str | None,
+    on_deadline: str | None,
+    reviewers: int,
 ) -> tuple[dict[str, Any] | None, int | None]:
     """The raced items' policy from ``--policy`` (quorum:N, veto, majority; repeatable),
     ``--deadline`` (whole seconds: 1s) and ``--on-deadline``; None when none is given.
@@ -138,8 +160,9 @@ def lab_policy_build(
         name, colon, arg = spec.partition(":")
         if name == "quorum" and colon:
             if not (arg.isascii() and arg.isdigit()) or not 2 <= int(arg) <= APPROVALS_MAX:
-                raise LabConfigError(f"--policy quorum:N needs N, the approvals, a whole number from 2 to "
-                                     f"{APPROVALS_MAX}, not {arg!r}")
+                raise LabConfigError(
+                    f"--policy quorum:N needs N, the approvals, a whole number from 2 to {APPROVALS_MAX}, not {arg!r}"
+                )
             approvals = int(arg)
         elif spec == "veto":
             veto = True
@@ -150,8 +173,9 @@ def lab_policy_build(
     if majority and approvals > 1:
         raise LabConfigError("--policy majority and quorum:N do not combine; choose one")
     if approvals > reviewers:
-        raise LabConfigError(f"--policy quorum:{approvals} can never be reached by {reviewers} reviewers; "
-                             f"give --reviewers {approvals} or more")
+        raise LabConfigError(
+            f"--policy quorum:{approvals} can never be reached by {reviewers} reviewers; give --reviewers {approvals} or more"
+        )
     deadline_s = None
     if deadline is not None:
         number = deadline.removesuffix("s")
@@ -165,8 +189,13 @@ def lab_policy_build(
             raise LabConfigError(f"--on-deadline must be {', '.join(ON_DEADLINE)}, not {on_deadline!r}")
     if not specs and deadline_s is None:
         return None, None
-    policy = Policy(approvals=approvals, majority=majority, veto=veto, deadline_seconds=deadline_s,
-                    on_deadline=(on_deadline or OnDeadline.REJECT.value) if deadline_s else OnDeadline.NOTHING.value)
+    policy = Policy(
+        approvals=approvals,
+        majority=majority,
+        veto=veto,
+        deadline_seconds=deadline_s,
+        on_deadline=(on_deadline or OnDeadline.REJECT.value) if deadline_s else OnDeadline.NOTHING.value,
+    )
     try:
         return policy_parse(policy.as_json()).as_json(), deadline_s
     except PolicyInvalid as exc:  # the product's own rules, should the lab's ever drift from them
@@ -204,17 +233,32 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
                             skipped.append({"strategy": strategy, "mode": mode})
                             ticker.advance(config.trials * config.racers, f"{strategy}/{mode} skipped (time limit)")
                             continue
-                        results.append(race_cell(
-                            strategy=strategy, mode=mode, config=config, usernames=usernames, rng=rng, ticker=ticker,
-                            pool=pool, team=teams.racers,
-                        ))
+                        results.append(
+                            race_cell(
+                                strategy=strategy,
+                                mode=mode,
+                                config=config,
+                                usernames=usernames,
+                                rng=rng,
+                                ticker=ticker,
+                                pool=pool,
+                                team=teams.racers,
+                            )
+                        )
             results.sort(key=lambda r: cells.index((r["strategy"], r["mode"])))
             slow = []
             for strategy in config.strategies:
-                slow.append(slow_reviewer_measure(
-                    strategy=strategy, hold=config.hold, delay=config.delay, usernames=usernames, rng=rng,
-                    graph=config.graph, team=teams.everyone,
-                ))
+                slow.append(
+                    slow_reviewer_measure(
+                        strategy=strategy,
+                        hold=config.hold,
+                        delay=config.delay,
+                        usernames=usernames,
+                        rng=rng,
+                        graph=config.graph,
+                        team=teams.everyone,
+                    )
+                )
                 ticker.advance(1, f"slow reviewer: {strategy}")
             isolation = isolation_check(username=usernames[0], rng=rng, graph=config.graph, team=teams.everyone)
             ticker.advance(1, "isolation check")
@@ -225,8 +269,12 @@ def lab_run(*, config: LabConfig, progress: Progress | None = None) -> dict[str,
         "seconds": round(time.monotonic() - clock, 2),
         "database": connection.vendor,
         "checkpointer": type(checkpointer_get()).__name__,
-        "config": {**asdict(config), "delay_ms": config.delay * 1000, "strategies": list(config.strategies),
-                   "modes": list(config.modes)},
+        "config": {
+            **asdict(config),
+            "delay_ms": config.delay * 1000,
+            "strategies": list(config.strategies),
+            "modes": list(config.modes),
+        },
         "results": results,
         "skipped": skipped,
         "slow_reviewer": slow,
@@ -249,14 +297,23 @@ class _Ticker:
 
 
 def race_cell(
-    *, strategy: str, mode: str, config: LabConfig, usernames: Sequence[str], rng: random.Random, ticker: _Ticker,
-    pool: ReviewerProcesses | None, team: str,
+    *,
+    strategy: str,
+    mode: str,
+    config: LabConfig,
+    usernames: Sequence[str],
+    rng: random.Random,
+    ticker: _Ticker,
+    pool: ReviewerProcesses | None,
+    team: str,
 ) -> dict[str, Any]:
     """``config.trials`` fresh items of ``team``, each raced by ``config.reviewers`` reviewers
     at once (threads of this process, or the processes of ``pool``), and by the deadline
     when the items have one, everyone acting at the item's deadline."""
-    items = [str(item.public_id) for item in lab_items_create(count=config.trials, rng=rng, graph=config.graph,
-                                                                 team=team, policy=config.policy)]
+    items = [
+        str(item.public_id)
+        for item in lab_items_create(count=config.trials, rng=rng, graph=config.graph, team=team, policy=config.policy)
+    ]
     # The shuffle decides who approves, who rejects and who starts first.
     names = rng.sample(list(usernames[: config.reviewers]), config.reviewers)
     decisions = [decision_for(i) for i in range(config.reviewers)]
@@ -269,8 +326,15 @@ def race_cell(
         ticker.advance(1, label)
 
     race = race_threads if pool is None else pool.race
-    report = race(strategy=strategy, items=items, usernames=names, delay=config.delay, on_attempt=tick,
-                  decisions=decisions, at_deadline=bool(config.deadline_s))
+    report = race(
+        strategy=strategy,
+        items=items,
+        usernames=names,
+        delay=config.delay,
+        on_attempt=tick,
+        decisions=decisions,
+        at_deadline=bool(config.deadline_s),
+    )
     lab_items_remove()
     errors = report.errors
     return {
@@ -294,7 +358,13 @@ def race_cell(
 
 
 def slow_reviewer_measure(
-    *, strategy: str, hold: float, delay: float, usernames: Sequence[str], rng: random.Random, graph: str = DEFAULT_GRAPH,
+    *,
+    strategy: str,
+    hold: float,
+    delay: float,
+    usernames: Sequence[str],
+    rng: random.Random,
+    graph: str = DEFAULT_GRAPH,
     team: str | None = None,
 ) -> dict[str, Any]:
     """One reviewer holds item X for ``hold`` seconds inside the strategy's exclusion while
@@ -370,14 +440,19 @@ def _decide_together(decide, *, items: Sequence[QueueItem], users: Sequence[Abst
 
 
 def isolation_check(
-    *, username: str, rng: random.Random, graph: str = DEFAULT_GRAPH, team: str | None = None,
+    *,
+    username: str,
+    rng: random.Random,
+    graph: str = DEFAULT_GRAPH,
+    team: str | None = None,
 ) -> dict[str, Any]:
     """The seed's third section on the product: A and C decided, B never resumed."""
     reviewer = _users_get([username])[0]
     a, b, c = lab_items_create(count=3, rng=rng, titles=("A", "B", "C"), graph=graph, team=team)
     item_decide(item_public_id=a.public_id, reviewer=reviewer, decision="approve", origin=AttemptOrigin.LAB)
-    item_decide(item_public_id=c.public_id, reviewer=reviewer, decision="reject", reason=lab_reason("reject"),
-                origin=AttemptOrigin.LAB)
+    item_decide(
+        item_public_id=c.public_id, reviewer=reviewer, decision="reject", reason=lab_reason("reject"), origin=AttemptOrigin.LAB
+    )
     report = {}
     for name, item in (("A", a), ("B", b), ("C", c)):
         item.refresh_from_db()
@@ -428,8 +503,7 @@ def lab_teams_create(*, usernames: Sequence[str], racers: int) -> LabTeams:
     with transaction.atomic():
         everyone = Team.objects.create(slug=slugs.everyone, name="race lab: all reviewers")
         # The lab's items carry the run's policy, whatever it is (a deadline that approves, say).
-        racing = Team.objects.create(slug=slugs.racers, name="race lab: racers", escalate_to=everyone,
-                                     allow_weaker_policies=True)
+        racing = Team.objects.create(slug=slugs.racers, name="race lab: racers", escalate_to=everyone, allow_weaker_policies=True)
         for n, user in enumerate(users):
             team_member_add(team=everyone, user=user)
             if n < racers:
@@ -452,8 +526,13 @@ LAB_AGENT_ITEMS = [(title, body) for title, body, rounds in DEMO_AGENT_ITEMS if 
 
 
 def lab_items_create(
-    *, count: int, rng: random.Random, titles: Sequence[str] | None = None, graph: str = DEFAULT_GRAPH,
-    team: str | None = None, policy: dict[str, Any] | None = None,
+    *,
+    count: int,
+    rng: random.Random,
+    titles: Sequence[str] | None = None,
+    graph: str = DEFAULT_GRAPH,
+    team: str | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> list[QueueItem]:
     """Fresh lab items paused at review (lab runs turn the channel layer off, so no page hears of them)."""
     texts = LAB_AGENT_ITEMS if graph == REFUND_AGENT else DEMO_ITEMS
@@ -463,8 +542,9 @@ def lab_items_create(
         if titles is not None:
             title = titles[n]
         graph_input = demo_agent_input(message=body) if graph == REFUND_AGENT else None
-        items.append(lab_item_create(title=f"[racelab] {title}", body=body, graph=graph, graph_input=graph_input,
-                                     team=team, policy=policy))
+        items.append(
+            lab_item_create(title=f"[racelab] {title}", body=body, graph=graph, graph_input=graph_input, team=team, policy=policy)
+        )
     return items
 
 

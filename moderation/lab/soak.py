@@ -86,13 +86,22 @@ def soak_judge(facts: SoakFacts) -> list[Finding]:
     findings = [Finding("history", a.item, f"{a.kind}: {a.detail}") for a in history_check(ops=facts.ops, final=facts.final)]
     findings += _submits_check(facts)
     findings += _deliveries_check(facts.deliveries)
-    findings += [Finding("counters", key, f"counter says {counter}, COUNT says {actual}")
-                 for key, (counter, actual) in sorted(facts.counters.items()) if counter != actual]
+    findings += [
+        Finding("counters", key, f"counter says {counter}, COUNT says {actual}")
+        for key, (counter, actual) in sorted(facts.counters.items())
+        if counter != actual
+    ]
     findings += [Finding("presence", row, "still counted as a viewer after every page closed") for row in facts.live_presence]
     findings += [Finding("groups", name, "still subscribed after every client left") for name in facts.leaked_groups]
-    findings += [Finding("memory", m.server, f"RSS {m.end_kb // 1024} MiB at the end, bound "
-                                             f"{_rss_bound(m.warm_kb) // 1024} MiB (warm {m.warm_kb // 1024} MiB)")
-                 for m in facts.memory if m.end_kb > _rss_bound(m.warm_kb)]
+    findings += [
+        Finding(
+            "memory",
+            m.server,
+            f"RSS {m.end_kb // 1024} MiB at the end, bound {_rss_bound(m.warm_kb) // 1024} MiB (warm {m.warm_kb // 1024} MiB)",
+        )
+        for m in facts.memory
+        if m.end_kb > _rss_bound(m.warm_kb)
+    ]
     if facts.audit_status != 0:
         findings.append(Finding("audit", "verify_audit", f"exit {facts.audit_status}: {facts.audit_output.strip()[-500:]}"))
     return findings
@@ -108,8 +117,11 @@ def _submits_check(facts: SoakFacts) -> list[Finding]:
         stored = facts.rows_by_key.get(key, [])
         if stored != [item]:
             findings.append(Finding("submits", key, f"answered item {item}; stored under the key: {stored or 'nothing'}"))
-    findings += [Finding("submits", key, f"never accepted: sent again once every fault was healed, answered {status or 'nothing'}")
-                 for key, status in sorted(facts.resent.items()) if status not in (200, 201)]
+    findings += [
+        Finding("submits", key, f"never accepted: sent again once every fault was healed, answered {status or 'nothing'}")
+        for key, status in sorted(facts.resent.items())
+        if status not in (200, 201)
+    ]
     return findings
 
 
@@ -124,7 +136,11 @@ def _deliveries_check(deliveries: list[Delivery]) -> list[Finding]:
                 findings.append(Finding("webhooks", subject, f"marked delivered, but the receiver never verified {d.msg_id}"))
         elif d.status == "failed":
             if d.last_attempt_at is None or d.last_attempt_at < d.retry_until - FAILED_SLACK:
-                last = "no attempt" if d.last_attempt_at is None else f"its last attempt {d.retry_until - d.last_attempt_at:.1f} s before"
+                last = (
+                    "no attempt"
+                    if d.last_attempt_at is None
+                    else f"its last attempt {d.retry_until - d.last_attempt_at:.1f} s before"
+                )
                 findings.append(Finding("webhooks", subject, f"marked failed before its retry window ended ({last})"))
         else:
             findings.append(Finding("webhooks", subject, f"still {d.status} after the run settled"))
@@ -170,7 +186,11 @@ def p99(values: list[float]) -> float | None:
 
 
 def soak_report(
-    *, requests: list[Request], faults: list[Fault], applied: list[tuple[float, float]], config: dict[str, Any],
+    *,
+    requests: list[Request],
+    faults: list[Fault],
+    applied: list[tuple[float, float]],
+    config: dict[str, Any],
     findings: list[Finding],
 ) -> dict[str, Any]:
     """Availability and p99 latency per phase, recovery after each fault, decision -> applied p99 in the quiet phase.
@@ -186,8 +206,11 @@ def soak_report(
         failures = Counter("timeout" if r.status is None else str(r.status) for r in rows if not r.answered)
         latency = p99([r.latency for r in rows if r.answered and r.kind not in UNTIMED])
         phases[phase] = {
-            "requests": len(rows), "answered": answered, "failed": len(rows) - answered,
-            "failures": dict(sorted(failures.items())), "availability": round(answered / len(rows), 4),
+            "requests": len(rows),
+            "answered": answered,
+            "failed": len(rows) - answered,
+            "failures": dict(sorted(failures.items())),
+            "availability": round(answered / len(rows), 4),
             "p99_ms": None if latency is None else round(latency * 1000, 1),
         }
     ordered = sorted(faults, key=lambda f: f.start)
@@ -199,10 +222,15 @@ def soak_report(
     quiet_applied = [done - decided for decided, done in applied if phase_of(decided, faults) == QUIET]
     to_applied = p99(quiet_applied)
     return {
-        "config": config, "phases": phases, "faults": recoveries,
-        "decision_to_applied": {"quiet_decisions": len(quiet_applied),
-                                "p99_ms": None if to_applied is None else round(to_applied * 1000, 1)},
-        "findings": [str(f) for f in findings], "verdict": "pass" if not findings else "fail",
+        "config": config,
+        "phases": phases,
+        "faults": recoveries,
+        "decision_to_applied": {
+            "quiet_decisions": len(quiet_applied),
+            "p99_ms": None if to_applied is None else round(to_applied * 1000, 1),
+        },
+        "findings": [str(f) for f in findings],
+        "verdict": "pass" if not findings else "fail",
     }
 
 
@@ -211,14 +239,18 @@ def soak_table(report: dict[str, Any]) -> str:
     lines = [f"{'phase':<16}{'requests':>9}{'2xx/4xx':>9}{'5xx/t-o':>9}{'avail':>9}{'p99 ms':>9}  failures"]
     for phase, row in report["phases"].items():
         p = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.0f}"
-        lines.append(f"{phase:<16}{row['requests']:>9}{row['answered']:>9}{row['failed']:>9}"
-                     f"{row['availability']:>9.2%}{p:>9}  {_words(row['failures'])}")
+        lines.append(
+            f"{phase:<16}{row['requests']:>9}{row['answered']:>9}{row['failed']:>9}"
+            f"{row['availability']:>9.2%}{p:>9}  {_words(row['failures'])}"
+        )
     lines.append("")
     lines.append(f"{'fault':<16}{'target':<14}{'at s':>8}{'lasted s':>10}{'recovery s':>12}")
     began = report["config"].get("began", 0)
     for fault in report["faults"]:
-        lines.append(f"{fault['kind']:<16}{fault['target']:<14}{fault['start'] - began:>8.0f}"
-                     f"{fault['end'] - fault['start']:>10.1f}{fault['recovery_s']:>12.1f}")
+        lines.append(
+            f"{fault['kind']:<16}{fault['target']:<14}{fault['start'] - began:>8.0f}"
+            f"{fault['end'] - fault['start']:>10.1f}{fault['recovery_s']:>12.1f}"
+        )
     applied = report["decision_to_applied"]
     lines.append("")
     lines.append(f"decision -> applied p99 in the quiet phase: {applied['p99_ms']} ms ({applied['quiet_decisions']} decisions)")
@@ -240,8 +272,12 @@ def soak_save(*, report: dict[str, Any], requests: list[Request], faults: list[F
 
 
 _FAULT_COLOURS = {
-    "kill_server": "#b3261e", "kill_worker": "#e07b00", "redis_pause": "#2c5cc5", "redis_blackhole": "#6a3fb5",
-    "pg_terminate": "#00796b", "webhook_down": "#8a5a00",
+    "kill_server": "#b3261e",
+    "kill_worker": "#e07b00",
+    "redis_pause": "#2c5cc5",
+    "redis_blackhole": "#6a3fb5",
+    "pg_terminate": "#00796b",
+    "webhook_down": "#8a5a00",
 }
 
 
@@ -254,13 +290,15 @@ def _chart(*, requests: list[Request], faults: list[Fault], began: float, path: 
     FigureCanvasAgg(figure)
     axes = figure.subplots()
     for fault in faults:
-        axes.axvspan(fault.start - began, fault.end - began, color=_FAULT_COLOURS.get(fault.kind, "#687083"), alpha=0.18,
-                     label=fault.kind)
+        axes.axvspan(
+            fault.start - began, fault.end - began, color=_FAULT_COLOURS.get(fault.kind, "#687083"), alpha=0.18, label=fault.kind
+        )
     ok = [r for r in requests if r.answered and r.kind not in UNTIMED]
     bad = [r for r in requests if not r.answered]
     axes.scatter([r.at - began for r in ok], [r.latency * 1000 for r in ok], s=2, color="#2c5cc5", label="answered")
-    axes.scatter([r.at - began for r in bad], [r.latency * 1000 for r in bad], s=8, color="#b3261e", marker="x",
-                 label="5xx / timeout")
+    axes.scatter(
+        [r.at - began for r in bad], [r.latency * 1000 for r in bad], s=8, color="#b3261e", marker="x", label="5xx / timeout"
+    )
     axes.set_yscale("log")
     axes.set_xlabel("seconds into the soak")
     axes.set_ylabel("latency (ms, log)")

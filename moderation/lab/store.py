@@ -99,8 +99,14 @@ def lab_run_recorded(*, config: LabConfig, progress: Progress | None = None, cha
         try:
             report = lab_run(config=config, progress=tick)
         except Exception as exc:
-            _status_write({"state": "failed", "error": f"{type(exc).__name__}: {exc}", "started_at": started_at,
-                           "finished_at": timezone.now().isoformat()})
+            _status_write(
+                {
+                    "state": "failed",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "started_at": started_at,
+                    "finished_at": timezone.now().isoformat(),
+                }
+            )
             raise
         _json_write(lab_dir() / "latest.json", report)
         _atomic_chart(report, lab_dir() / "latest.svg")
@@ -137,13 +143,23 @@ def lab_start_background(*, requested_by: str) -> None:
     with lab_lock():
         if _starting_recently(_json_read(lab_dir() / "status.json") or {}):
             raise LabBusy("a lab run is starting")
-        _status_write({"state": "starting", "requested_by": requested_by, "requested_ts": time.time(),
-                       "started_at": timezone.now().isoformat()})
+        _status_write(
+            {
+                "state": "starting",
+                "requested_by": requested_by,
+                "requested_ts": time.time(),
+                "started_at": timezone.now().isoformat(),
+            }
+        )
     env = {**os.environ, "DATABASE_URL": database_url_current(), "REVIEWQUEUE_VAR_DIR": str(settings.VAR_DIR)}
     with open(lab_dir() / "run.log", "wb") as log:
         process = subprocess.Popen(
             [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "racelab", "--json", *PAGE_RUN_ARGS],
-            stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=settings.BASE_DIR, start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env,
+            cwd=settings.BASE_DIR,
+            start_new_session=True,
         )
     # Reap the child when it exits so it never lingers as a zombie of the web server.
     threading.Thread(target=process.wait, daemon=True).start()

@@ -91,8 +91,14 @@ def guarded_decide(
     """The product's own guard, unchanged (``delay`` is the naive window; the guard has none)."""
     if decision == Requested.WITHDRAW:
         return item_withdraw(item_public_id=item_public_id, by=reviewer, reason=note)
-    return item_decide(item_public_id=item_public_id, reviewer=reviewer, decision=decision, note=note,
-                       reason=lab_reason(decision), origin=AttemptOrigin.LAB)
+    return item_decide(
+        item_public_id=item_public_id,
+        reviewer=reviewer,
+        decision=decision,
+        note=note,
+        reason=lab_reason(decision),
+        origin=AttemptOrigin.LAB,
+    )
 
 
 def naive_tally_decide(
@@ -112,17 +118,28 @@ def naive_tally_decide(
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, (_, kind) in votes.items()}, eligible=eligible)
     now = timezone.now()
-    tally = {"votes": [{"voter": name, "vote": kind} for name, (_, kind) in votes.items()],
-             "resolution": resolution.outcome if resolution else None}
+    tally = {
+        "votes": [{"voter": name, "vote": kind} for name, (_, kind) in votes.items()],
+        "resolution": resolution.outcome if resolution else None,
+    }
     with transaction.atomic():
         Vote.objects.filter(ask=ask).delete()
         # A row another writer inserted meanwhile is kept, as an upsert-less rewrite would.
-        Vote.objects.bulk_create([Vote(ask=ask, voter_id=pk, vote=kind, cast_at=now) for pk, kind in votes.values()],
-                                 ignore_conflicts=True)
+        Vote.objects.bulk_create(
+            [Vote(ask=ask, voter_id=pk, vote=kind, cast_at=now) for pk, kind in votes.values()], ignore_conflicts=True
+        )
     if resolution is None:
         return DecisionOutcome(
-            won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision, winner="",
-            winner_status="pending", decided_at=now, attempt_seq=0, counted=True, tally=tally,
+            won=False,
+            item_public_id=str(item.public_id),
+            item_title=item.title,
+            requested=decision,
+            winner="",
+            winner_status="pending",
+            decided_at=now,
+            attempt_seq=0,
+            counted=True,
+            tally=tally,
         )
     ReviewAsk.objects.filter(pk=ask.pk).update(tally=tally)
     return _act(item=item, reviewer=reviewer, decision=resolution.outcome, note=note)
@@ -142,16 +159,21 @@ class Fired:
 def deadline_fire(*, item_public_id: UUID | str) -> Fired:
     """The deadline as a racer: the item's open ask fired through ``moderation.review.deadlines``,
     as every worker's sweep fires it."""
-    ask_pk = ReviewAsk.objects.filter(item__public_id=item_public_id, status=AskStatus.PENDING).values_list(
-        "pk", flat=True).first()
+    ask_pk = (
+        ReviewAsk.objects.filter(item__public_id=item_public_id, status=AskStatus.PENDING).values_list("pk", flat=True).first()
+    )
     if ask_pk is None:
         return Fired(won=None, winner=None, said="already decided")
     fired = ask_deadline_fire(ask_pk=ask_pk)
     if fired.outcome is None:
         return Fired(won=None, winner=None, said=fired.said)
     won = fired.outcome.won
-    return Fired(won=won, winner=DEADLINE_USERNAME if won else fired.outcome.winner, said=fired.said,
-                 decision=fired.outcome.requested if won else "deadline")
+    return Fired(
+        won=won,
+        winner=DEADLINE_USERNAME if won else fired.outcome.winner,
+        said=fired.said,
+        decision=fired.outcome.requested if won else "deadline",
+    )
 
 
 def lab_reason(decision: str) -> str | None:
@@ -186,15 +208,27 @@ def _act(*, item: QueueItem, reviewer: AbstractBaseUser, decision: str, note: st
     status = STATUS_FOR_DECISION[decision]
     QueueItem.objects.filter(pk=item.pk).update(status=status, decided_by=reviewer, decided_at=decided_at, decision_note=note)
     return DecisionOutcome(
-        won=True, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-        winner=reviewer.get_username(), winner_status=status, decided_at=decided_at, attempt_seq=0,
+        won=True,
+        item_public_id=str(item.public_id),
+        item_title=item.title,
+        requested=decision,
+        winner=reviewer.get_username(),
+        winner_status=status,
+        decided_at=decided_at,
+        attempt_seq=0,
     )
 
 
 def _outcome_lost(*, item: QueueItem, decision: str) -> DecisionOutcome:
     return DecisionOutcome(
-        won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-        winner=item.decided_by.get_username(), winner_status=item.status, decided_at=item.decided_at, attempt_seq=0,
+        won=False,
+        item_public_id=str(item.public_id),
+        item_title=item.title,
+        requested=decision,
+        winner=item.decided_by.get_username(),
+        winner_status=item.status,
+        decided_at=item.decided_at,
+        attempt_seq=0,
     )
 
 

@@ -37,8 +37,17 @@ def reviewer_main(env, inbox, barrier, results) -> None:
             try:
                 barrier.wait(timeout=BARRIER_TIMEOUT)
             except threading.BrokenBarrierError:
-                results.put(Attempt(item=item, reviewer=username, decision=decision, won=None, told_winner=None,
-                                    error="barrier broken: " + traceback.format_exc(limit=1), latency_ms=0.0))
+                results.put(
+                    Attempt(
+                        item=item,
+                        reviewer=username,
+                        decision=decision,
+                        won=None,
+                        told_winner=None,
+                        error="barrier broken: " + traceback.format_exc(limit=1),
+                        latency_ms=0.0,
+                    )
+                )
                 continue
             results.put(attempt_run(decide, item=item, user=user, decision=decision, delay=delay, at_deadline=at_deadline))
         # Idle between jobs without holding a database connection.

@@ -63,10 +63,19 @@ from moderation.records.metrics import metrics_open_track
 logger = logging.getLogger(__name__)
 
 # Events passed to the browser as they are (their fields are the frame).
-RELAYED = frozenset({
-    "item.created", "item.decided", "item.voted", "item.escalated", "item.applied",
-    "decision.lost", "presence.changed", "item.claimed", "item.released",
-})
+RELAYED = frozenset(
+    {
+        "item.created",
+        "item.decided",
+        "item.voted",
+        "item.escalated",
+        "item.applied",
+        "decision.lost",
+        "presence.changed",
+        "item.claimed",
+        "item.released",
+    }
+)
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -152,7 +161,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         # Join before reading the state, so nothing can fall between the snapshot and the first event.
         self.groups = await database_sync_to_async(live_groups)(
-            user=user, session_key=self.session_key, item_public_id=self.item_public_id)
+            user=user, session_key=self.session_key, item_public_id=self.item_public_id
+        )
         await live_groups_join(layer=self.channel_layer, channel_name=self.channel_name, groups=self.groups)
         await self.accept()
         if self.item_public_id and self.can_decide:
@@ -177,8 +187,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(live_error_frame(code=exc.code, message=str(exc)))
             return
         state = await database_sync_to_async(live_heartbeat)(
-            session_key=self.session_key, user_id=self.user_id, username=self.username,
-            item_public_id=self.item_public_id, channel_name=self.channel_name, can_decide=self.can_decide,
+            session_key=self.session_key,
+            user_id=self.user_id,
+            username=self.username,
+            item_public_id=self.item_public_id,
+            channel_name=self.channel_name,
+            can_decide=self.can_decide,
             groups=self.groups,
         )
         if state is None:
@@ -203,8 +217,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.ended:
             return
         rights = await database_sync_to_async(live_rights_read)(
-            session_key=self.session_key, user_id=self.user_id, can_decide=self.can_decide,
-            item_public_id=self.item_public_id, groups=self.groups,
+            session_key=self.session_key,
+            user_id=self.user_id,
+            can_decide=self.can_decide,
+            item_public_id=self.item_public_id,
+            groups=self.groups,
         )
         self.rights_checked_at = time.monotonic()
         if rights.lost is not None:
@@ -212,9 +229,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self._end(frame={"type": "session.ended", "message": rights.lost}, code=CLOSE_UNAUTHENTICATED)
         elif rights.can_decide and not self.can_decide:
             # Promoted: the page has no decision forms; a state saying so now, not at its next heartbeat.
-            await self.send_json(await database_sync_to_async(live_state_read)(
-                username=self.username, item_public_id=self.item_public_id, can_decide=True
-            ))
+            await self.send_json(
+                await database_sync_to_async(live_state_read)(
+                    username=self.username, item_public_id=self.item_public_id, can_decide=True
+                )
+            )
 
     # A logout shows up as its session row being deleted (moderation.live.rights). A
     # "session.ended" someone published to the shared layer claims no more than that:

@@ -51,7 +51,9 @@ def presence_join(*, user_id: int, item_public_id: str, channel_name: str, now: 
         Presence.objects.filter(last_seen__lt=now - presence_ttl()).delete()
         Presence.objects.bulk_create(
             [Presence(channel_name=channel_name, item_id=item_id, user_id=user_id, last_seen=now)],
-            update_conflicts=True, unique_fields=["channel_name"], update_fields=["last_seen"],
+            update_conflicts=True,
+            unique_fields=["channel_name"],
+            update_fields=["last_seen"],
         )
         events.presence_broadcast(item_public_id=item_public_id, viewers=presence_viewers(item_public_id=item_public_id, now=now))
 
@@ -81,8 +83,9 @@ def presence_viewers(*, item_public_id: str, now: datetime | None = None) -> lis
     now = now or timezone.now()
     return sorted(
         set(
-            Presence.objects.filter(item__public_id=item_public_id, last_seen__gte=now - presence_ttl())
-            .values_list("user__username", flat=True)
+            Presence.objects.filter(item__public_id=item_public_id, last_seen__gte=now - presence_ttl()).values_list(
+                "user__username", flat=True
+            )
         )
     )
 

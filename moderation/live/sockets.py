@@ -92,7 +92,12 @@ class LiveRights:
 
 
 def live_rights_read(
-    *, session_key: str | None, user_id: int, can_decide: bool, item_public_id: str | None, groups: Sequence[str],
+    *,
+    session_key: str | None,
+    user_id: int,
+    can_decide: bool,
+    item_public_id: str | None,
+    groups: Sequence[str],
 ) -> LiveRights:
     """The socket's user's rights, read fresh from the stores.
 
@@ -269,10 +274,7 @@ def live_socket_release(*, session_key: str, channel_name: str) -> None:
 
 
 def too_many_sockets_message() -> str:
-    return (
-        f"this login already has {settings.LIVE_SOCKETS_PER_SESSION} live pages open; "
-        "close some tabs and reload this one"
-    )
+    return f"this login already has {settings.LIVE_SOCKETS_PER_SESSION} live pages open; close some tabs and reload this one"
 
 
 # This process's sockets and the groups each has joined. /healthz reports the totals, so a
@@ -303,7 +305,13 @@ def live_sockets_stats() -> dict[str, int]:
 
 
 def live_heartbeat(
-    *, session_key: str, user_id: int, username: str, item_public_id: str | None, channel_name: str, can_decide: bool,
+    *,
+    session_key: str,
+    user_id: int,
+    username: str,
+    item_public_id: str | None,
+    channel_name: str,
+    can_decide: bool,
     groups: Sequence[str],
 ) -> dict[str, Any] | None:
     """An admitted heartbeat: the fresh state, or None if the socket's rights are gone.
@@ -311,8 +319,9 @@ def live_heartbeat(
     Only a moderator's heartbeat marks them as viewing the item: presence tells moderators
     who else may be about to decide it, which a viewer never is.
     """
-    rights = live_rights_read(session_key=session_key, user_id=user_id, can_decide=can_decide,
-                              item_public_id=item_public_id, groups=groups)
+    rights = live_rights_read(
+        session_key=session_key, user_id=user_id, can_decide=can_decide, item_public_id=item_public_id, groups=groups
+    )
     if rights.lost is not None:
         return None
     live_socket_hold(session_key=session_key, channel_name=channel_name)
@@ -337,7 +346,10 @@ def live_state_read(*, username: str, item_public_id: str | None, can_decide: bo
     ``can_decide`` lets a page rendered for a moderator notice that it no longer may.
     """
     state: dict[str, Any] = {
-        "type": "state", "you": username, "can_decide": can_decide, "heartbeat_seconds": settings.LIVE_HEARTBEAT_SECONDS,
+        "type": "state",
+        "you": username,
+        "can_decide": can_decide,
+        "heartbeat_seconds": settings.LIVE_HEARTBEAT_SECONDS,
     }
     if item_public_id is None:
         state["counts"] = queue_counts().as_dict()
@@ -356,7 +368,8 @@ def _item_state(item: QueueItem) -> dict[str, Any]:
         state["apply_state"] = item.apply_state
     if item.decided_by is not None:
         state.update(
-            winner=item.decided_by.get_username(), decided_at=item.decided_at.isoformat(),
+            winner=item.decided_by.get_username(),
+            decided_at=item.decided_at.isoformat(),
             seconds_ago=seconds_since(item.decided_at),
         )
         # A quorum item: the votes it resolved with, so each voter's page can say whether theirs counted.

@@ -45,13 +45,14 @@ def wait_slot_hold(*, client_id: int) -> Iterator[None]:
     per_client, per_process = settings.LONGPOLL_WAITS_PER_CLIENT, settings.LONGPOLL_WAITS_PER_PROCESS
     if per_client and _OPEN[client_id] >= per_client:
         raise WaitRefused(
-            status=429, code="too_many_waits",
-            message=f"this client already has {per_client} waits open (LONGPOLL_WAITS_PER_CLIENT); "
-            "retry once one has ended",
+            status=429,
+            code="too_many_waits",
+            message=f"this client already has {per_client} waits open (LONGPOLL_WAITS_PER_CLIENT); retry once one has ended",
         )
     if per_process and sum(_OPEN.values()) >= per_process:
         raise WaitRefused(
-            status=503, code="busy",
+            status=503,
+            code="busy",
             message=f"this server already holds {per_process} waits (LONGPOLL_WAITS_PER_PROCESS); retry later",
         )
     _OPEN[client_id] += 1

@@ -93,70 +93,85 @@ def item_content_digest(*, title: str, body: str, source: str) -> str:
 
 
 def attempt_digest(*, attempt: DecisionAttempt, item_public_id: str, key: bytes) -> str:
-    return _mac(key, {
-        "item": item_public_id,
-        "seq": attempt.seq,
-        "prev": attempt.prev_hash,
-        "key_id": attempt.key_id,
-        "content": attempt.content_digest,
-        "reviewer": attempt.reviewer_id,
-        "requested": attempt.requested,
-        "note": attempt.note,
-        "outcome": attempt.outcome,
-        "winner": attempt.winner_id,
-        "winner_status": attempt.winner_status,
-        "winner_decided_at": _iso(attempt.winner_decided_at),
-        "detail": attempt.detail,
-        "requested_at": _iso(attempt.requested_at),
-        "recorded_at": _iso(attempt.recorded_at),
-        # Signed only where set: an attempt may have no ask, reason or origin.
-        **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
-        **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name))},
-    })
+    return _mac(
+        key,
+        {
+            "item": item_public_id,
+            "seq": attempt.seq,
+            "prev": attempt.prev_hash,
+            "key_id": attempt.key_id,
+            "content": attempt.content_digest,
+            "reviewer": attempt.reviewer_id,
+            "requested": attempt.requested,
+            "note": attempt.note,
+            "outcome": attempt.outcome,
+            "winner": attempt.winner_id,
+            "winner_status": attempt.winner_status,
+            "winner_decided_at": _iso(attempt.winner_decided_at),
+            "detail": attempt.detail,
+            "requested_at": _iso(attempt.requested_at),
+            "recorded_at": _iso(attempt.recorded_at),
+            # Signed only where set: an attempt may have no ask, reason or origin.
+            **({"ask": attempt.ask_id, "decisions": attempt.decisions} if attempt.ask_id else {}),
+            **{name: value for name in ("reason", "origin") if (value := getattr(attempt, name))},
+        },
+    )
 
 
 def ledger_digest(*, entry: AuditLedgerEntry, key: bytes) -> str:
-    return _mac(key, {
-        "seq": entry.seq,
-        "kind": entry.kind,
-        "item": str(entry.item_public_id),
-        "attempt_seq": entry.attempt_seq,
-        "entry_hash": entry.entry_hash,
-        "recorded_at": _iso(entry.recorded_at),
-        "prev": entry.prev_mac,
-        "key_id": entry.key_id,
-    })
+    return _mac(
+        key,
+        {
+            "seq": entry.seq,
+            "kind": entry.kind,
+            "item": str(entry.item_public_id),
+            "attempt_seq": entry.attempt_seq,
+            "entry_hash": entry.entry_hash,
+            "recorded_at": _iso(entry.recorded_at),
+            "prev": entry.prev_mac,
+            "key_id": entry.key_id,
+        },
+    )
 
 
 def attempt_append(*, item: QueueItem, **fields: Any) -> DecisionAttempt:
     """Append an attempt to ``item``'s chain and the global ledger. The caller holds the item's row lock."""
     key_id, key = _key_current()
     attempt = DecisionAttempt(
-        item=item, seq=item.attempt_count + 1, prev_hash=item.audit_head, recorded_at=timezone.now(), key_id=key_id,
-        content_digest=item_content_digest(title=item.title, body=item.body, source=item.source), **fields
+        item=item,
+        seq=item.attempt_count + 1,
+        prev_hash=item.audit_head,
+        recorded_at=timezone.now(),
+        key_id=key_id,
+        content_digest=item_content_digest(title=item.title, body=item.body, source=item.source),
+        **fields,
     )
     attempt.entry_hash = attempt_digest(attempt=attempt, item_public_id=str(item.public_id), key=key)
     attempt.save(force_insert=True)
     item.attempt_count = attempt.seq
     item.audit_head = attempt.entry_hash
     item.save(update_fields=["attempt_count", "audit_head"])
-    _ledger_append(kind=LedgerKind.ATTEMPT, item_public_id=str(item.public_id), attempt_seq=attempt.seq,
-                   entry_hash=attempt.entry_hash)
+    _ledger_append(
+        kind=LedgerKind.ATTEMPT, item_public_id=str(item.public_id), attempt_seq=attempt.seq, entry_hash=attempt.entry_hash
+    )
     metrics_attempt_record(attempt=attempt, item_created_at=item.created_at)
     teamstats_attempt_record(attempt=attempt, item=item)
     return attempt
 
 
 def outcome_digest(*, report: OutcomeReport, item_public_id: str, key: bytes) -> str:
-    return _mac(key, {
-        "item": item_public_id,
-        "kind": LedgerKind.OUTCOME.value,
-        "status": report.status,
-        "message": report.message,
-        "by": report.reported_by_id,
-        "reported_at": _iso(report.reported_at),
-        "key_id": report.key_id,
-    })
+    return _mac(
+        key,
+        {
+            "item": item_public_id,
+            "kind": LedgerKind.OUTCOME.value,
+            "status": report.status,
+            "message": report.message,
+            "by": report.reported_by_id,
+            "reported_at": _iso(report.reported_at),
+            "key_id": report.key_id,
+        },
+    )
 
 
 def outcome_append(*, item: QueueItem, report: OutcomeReport) -> OutcomeReport:
@@ -181,8 +196,14 @@ def _ledger_append(*, kind: str, item_public_id: str, attempt_seq: int = 0, entr
     last = AuditLedgerEntry.objects.order_by("-seq").values_list("seq", "mac").first()
     seq, prev = last if last else (0, "")
     entry = AuditLedgerEntry(
-        seq=seq + 1, kind=kind, item_public_id=item_public_id, attempt_seq=attempt_seq, entry_hash=entry_hash,
-        recorded_at=timezone.now(), prev_mac=prev, key_id=key_id,
+        seq=seq + 1,
+        kind=kind,
+        item_public_id=item_public_id,
+        attempt_seq=attempt_seq,
+        entry_hash=entry_hash,
+        recorded_at=timezone.now(),
+        prev_mac=prev,
+        key_id=key_id,
     )
     entry.mac = ledger_digest(entry=entry, key=key)
     entry.save(force_insert=True)
@@ -213,9 +234,7 @@ def audit_guard_lifted(*, using: str = "default") -> Iterator[None]:
 
 def audit_sqlite_function_install(*, wrapper: Any) -> None:
     """Give a new SQLite connection the function the append-only triggers ask (``connection_created``)."""
-    wrapper.connection.create_function(
-        SQLITE_GUARD_FUNCTION, 0, lambda: int(getattr(wrapper, "audit_guard_lifted", False))
-    )
+    wrapper.connection.create_function(SQLITE_GUARD_FUNCTION, 0, lambda: int(getattr(wrapper, "audit_guard_lifted", False)))
 
 
 def audit_items_purge(*, items: QuerySet[QueueItem]) -> list[str]:
@@ -300,7 +319,11 @@ def _verify(*, anchor: str | None) -> Iterator[AuditProblem]:
 
 
 def _ledger_verify(
-    *, keys: dict[str, bytes], expected: dict[tuple[str, int], str], outcomes: dict[str, str], anchor: str | None,
+    *,
+    keys: dict[str, bytes],
+    expected: dict[tuple[str, int], str],
+    outcomes: dict[str, str],
+    anchor: str | None,
 ) -> Iterator[AuditProblem]:
     prev, expected_seq = "", 1
     anchor_seq, _, anchor_mac = (anchor or "").partition(":")
@@ -392,7 +415,10 @@ def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator
     for pk, ask in asks.items():
         entries = by_ask.get(pk, [])
         if ask.status == AskStatus.WITHDRAWN:
-            if len(withdrawals) != 1 or (ask.decided_by_id, ask.decided_at) != (withdrawals[0].winner_id, withdrawals[0].winner_decided_at):
+            if len(withdrawals) != 1 or (ask.decided_by_id, ask.decided_at) != (
+                withdrawals[0].winner_id,
+                withdrawals[0].winner_decided_at,
+            ):
                 yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is withdrawn but its log has no matching withdrawal")
             continue
         if ask.is_pending:
@@ -400,11 +426,16 @@ def _item_row_verify(*, item: QueueItem, won: list[DecisionAttempt]) -> Iterator
                 yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is pending but its log has a winning entry")
             continue
         if len(entries) != 1:
-            yield AuditProblem(item_id, None, f"ask {ask.interrupt_id} is {ask.status} but its log has {len(entries)} winning entries")
+            yield AuditProblem(
+                item_id, None, f"ask {ask.interrupt_id} is {ask.status} but its log has {len(entries)} winning entries"
+            )
             continue
         entry = entries[0]
         if (ask.decided_by_id, ask.decided_at, ask.decisions or entry.decisions, ask.reason) != (
-            entry.winner_id, entry.winner_decided_at, entry.decisions, entry.reason
+            entry.winner_id,
+            entry.winner_decided_at,
+            entry.decisions,
+            entry.reason,
         ):
             yield AuditProblem(item_id, entry.seq, f"ask {ask.interrupt_id}'s decision differs from its log's winning entry")
     if item.is_decided:

@@ -53,8 +53,7 @@ class Claim:
 
 
 def _claim_of(row: ItemClaim, item_public_id: str) -> Claim:
-    return Claim(item_public_id=item_public_id, holder=row.user.get_username(), holder_id=row.user_id,
-                 expires_at=row.expires_at)
+    return Claim(item_public_id=item_public_id, holder=row.user.get_username(), holder_id=row.user_id, expires_at=row.expires_at)
 
 
 def claim_live(*, item, now: datetime | None = None) -> Claim | None:
@@ -92,13 +91,13 @@ def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> 
     if not claim_allowed(item=item, user=user):
         return claim_live(item=item, now=now)
     expires_at = now + timedelta(seconds=settings.CLAIM_SECONDS)
-    if ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now).update(
-        taken_at=now, expires_at=expires_at
-    ):
+    if ItemClaim.objects.filter(item_id=item.pk, user_id=user.pk, expires_at__gt=now).update(taken_at=now, expires_at=expires_at):
         return claim_live(item=item, now=now)  # renewed: nobody else's view of it changed
     # Free or expired: one conditional statement, so of two takers only one matches the row.
-    taken = ItemClaim.objects.filter(item_id=item.pk).filter(Q(user_id=user.pk) | Q(expires_at__lte=now)).update(
-        user_id=user.pk, taken_at=now, expires_at=expires_at
+    taken = (
+        ItemClaim.objects.filter(item_id=item.pk)
+        .filter(Q(user_id=user.pk) | Q(expires_at__lte=now))
+        .update(user_id=user.pk, taken_at=now, expires_at=expires_at)
     )
     if not taken:
         try:
@@ -109,8 +108,11 @@ def claim_take(*, item, user: AbstractBaseUser, now: datetime | None = None) -> 
             pass  # someone else claimed it first (or holds it live)
     claim = claim_live(item=item, now=now)
     if taken and claim is not None:
-        events.after_commit(lambda: events.claim_broadcast(
-            item_public_id=claim.item_public_id, holder=claim.holder, seconds_left=claim.seconds_left()))
+        events.after_commit(
+            lambda: events.claim_broadcast(
+                item_public_id=claim.item_public_id, holder=claim.holder, seconds_left=claim.seconds_left()
+            )
+        )
     return claim
 
 

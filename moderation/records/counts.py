@@ -59,8 +59,13 @@ def item_counted(item: QueueItem) -> Counted | None:
     """What ``item`` counts towards as it is now; None for a race-lab item (never counted)."""
     if item.is_lab:
         return None
-    return Counted(graph=item.graph, status=item.status, decided_day=counted_day(item.decided_at) if item.decided_at else None,
-                   team_key=item.team_id or NO_TEAM, band=priority_band(item.priority))
+    return Counted(
+        graph=item.graph,
+        status=item.status,
+        decided_day=counted_day(item.decided_at) if item.decided_at else None,
+        team_key=item.team_id or NO_TEAM,
+        band=priority_band(item.priority),
+    )
 
 
 def counts_apply(*, before: Counted | None, after: Counted | None) -> None:
@@ -103,14 +108,15 @@ def counts_forget(*, items: QuerySet[QueueItem]) -> None:
 
 
 def _add(
-    *, statuses: Counter[tuple[str, str]], days: Counter[tuple[date, str]], pending: Counter[tuple[int, str, str]],
+    *,
+    statuses: Counter[tuple[str, str]],
+    days: Counter[tuple[date, str]],
+    pending: Counter[tuple[int, str, str]],
 ) -> None:
     shard = random.randrange(SHARDS)
     # Sorted: two transactions touching the same rows lock them in the same order (no deadlock).
     status_rows = sorted((graph, status, shard, n) for (graph, status), n in statuses.items() if n)
-    day_rows = sorted(
-        (connection.ops.adapt_datefield_value(day), graph, shard, n) for (day, graph), n in days.items() if n
-    )
+    day_rows = sorted((connection.ops.adapt_datefield_value(day), graph, shard, n) for (day, graph), n in days.items() if n)
     counter_rows_add(QueueCounter, ("graph", "status", "shard"), status_rows)
     counter_rows_add(DecidedDayCounter, ("day", "graph", "shard"), day_rows)
     pending_rows = sorted((team, graph, band, shard, n) for (team, graph, band), n in pending.items() if n)
@@ -218,7 +224,8 @@ def counts_actual() -> dict[tuple, int]:
     days = (
         items.filter(decided_at__isnull=False)
         .annotate(day=TruncDate("decided_at", tzinfo=timezone.get_default_timezone()))
-        .values("day", "graph").annotate(total=Count("id"))
+        .values("day", "graph")
+        .annotate(total=Count("id"))
     )
     actual.update({("day", row["day"], row["graph"]): row["total"] for row in days})
     pending: Counter[tuple] = Counter()

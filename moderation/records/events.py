@@ -48,6 +48,7 @@ SEND_TIMEOUT_SECONDS = 2.0
 # memory stays bounded however long the layer hangs, and clients resync anyway.
 MAX_PUSHES_IN_FLIGHT = 1000
 
+
 def item_group(public_id: str) -> str:
     return f"item.{public_id}"
 
@@ -126,7 +127,9 @@ def _relay_follower_start() -> None:
         if _relay_follower is not None or layer is None:
             return
         _relay_follower = threading.Thread(
-            target=relay_follow, name="live-relay", daemon=True,
+            target=relay_follow,
+            name="live-relay",
+            daemon=True,
             kwargs={"deliver": _relayed_send, "listening": lambda: bool(layer.groups)},
         )
         _relay_follower.start()
@@ -203,7 +206,8 @@ def _send_in_background(loop: asyncio.AbstractEventLoop, layer: Any, sends: list
         if len(_in_flight) >= MAX_PUSHES_IN_FLIGHT:
             logger.error(
                 "dropped %s: %d pushes are still waiting on the channel layer",
-                ", ".join(str(message.get("type")) for _, message in sends), len(_in_flight),
+                ", ".join(str(message.get("type")) for _, message in sends),
+                len(_in_flight),
             )
             return
         future = asyncio.run_coroutine_threadsafe(_group_send_all_logged(layer, sends), loop)
@@ -264,7 +268,10 @@ def decision_broadcast(*, outcome: DecisionOutcome) -> None:
     if get_channel_layer() is None:  # nobody to tell: skip counting the queue
         return
     message = {
-        "type": "item.decided", **outcome.winner_payload(), "seconds_ago": outcome.seconds_ago(), "counts": _counts(),
+        "type": "item.decided",
+        **outcome.winner_payload(),
+        "seconds_ago": outcome.seconds_ago(),
+        "counts": _counts(),
     }
     _outcome_send(outcome, message)
 
@@ -287,8 +294,7 @@ def item_escalated_broadcast(*, item_public_id: str, title: str, team: str, team
     _send_all([(group, message) for group in [*groups, item_group(item_public_id)]])
 
 
-def item_applied_broadcast(*, item_public_id: str, team_id: int | None, title: str, status: str,
-                           applied: dict[str, Any]) -> None:
+def item_applied_broadcast(*, item_public_id: str, team_id: int | None, title: str, status: str, applied: dict[str, Any]) -> None:
     """Tell everyone the worker ran an item's graph on from its decision (finished, asked again, failed).
 
     ``team_id``: read from the row the record locked, as a decision's push does, so the push
@@ -301,8 +307,13 @@ def item_applied_broadcast(*, item_public_id: str, team_id: int | None, title: s
 def item_applied_after_commit(*, item: QueueItem) -> None:
     """``item_applied_broadcast`` once the transaction commits, from the row as the caller locked and
     saved it (so the push reads nothing more, and every caller sends the same fields)."""
-    snapshot = {"item_public_id": str(item.public_id), "team_id": item.team_id, "title": item.title,
-                "status": item.status, "applied": dict(item.applied_result)}
+    snapshot = {
+        "item_public_id": str(item.public_id),
+        "team_id": item.team_id,
+        "title": item.title,
+        "status": item.status,
+        "applied": dict(item.applied_result),
+    }
     after_commit(lambda: item_applied_broadcast(**snapshot))
 
 
@@ -312,8 +323,11 @@ def loser_notify(*, outcome: DecisionOutcome, reviewer_id: int) -> None:
     _send(
         user_group(reviewer_id),
         {
-            "type": "decision.lost", **outcome.winner_payload(), "requested": outcome.requested,
-            "seconds_ago": outcome.seconds_ago(), "message": message,
+            "type": "decision.lost",
+            **outcome.winner_payload(),
+            "requested": outcome.requested,
+            "seconds_ago": outcome.seconds_ago(),
+            "message": message,
         },
     )
 
@@ -341,4 +355,3 @@ def rights_changed_broadcast(*, user_ids: Iterable[int] = (), session_key: str |
     if session_key:
         groups.append(session_group(session_key))
     _send_all([(group, {"type": "rights.changed"}) for group in groups])
-

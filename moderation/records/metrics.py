@@ -48,22 +48,31 @@ _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 360
 _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 DECISIONS = Counter("reviewqueue_decisions", "Judged decision attempts, by outcome (won, lost, refused, voted)", ["outcome"])
-LOST_RACES = Counter("reviewqueue_lost_races", "Lost attempts asked before the winner was recorded (a real race, not a stale page)")
-TIME_TO_DECISION = Histogram("reviewqueue_time_to_decision_seconds", "From an item's creation to its winning decision",
-                             buckets=_WAIT_BUCKETS)
-APPLY_LAG = Histogram("reviewqueue_apply_lag_seconds", "From a decision to the worker having run the graph on from it",
-                      buckets=_LAG_BUCKETS)
+LOST_RACES = Counter(
+    "reviewqueue_lost_races", "Lost attempts asked before the winner was recorded (a real race, not a stale page)"
+)
+TIME_TO_DECISION = Histogram(
+    "reviewqueue_time_to_decision_seconds", "From an item's creation to its winning decision", buckets=_WAIT_BUCKETS
+)
+APPLY_LAG = Histogram(
+    "reviewqueue_apply_lag_seconds", "From a decision to the worker having run the graph on from it", buckets=_LAG_BUCKETS
+)
 APPLY_FAILURES = Counter("reviewqueue_apply_failures", "Applies whose graph failed (the item is marked failed)")
 WEBHOOK_ATTEMPTS = Counter("reviewqueue_webhook_attempts", "Webhook POSTs made, by endpoint id", ["endpoint"])
-WEBHOOK_FAILURES = Counter("reviewqueue_webhook_failures", "Webhook POSTs that failed (error or non-2xx), by endpoint id",
-                           ["endpoint"])
+WEBHOOK_FAILURES = Counter(
+    "reviewqueue_webhook_failures", "Webhook POSTs that failed (error or non-2xx), by endpoint id", ["endpoint"]
+)
 OPEN = Gauge("reviewqueue_open_connections", "Live connections open in this process, by kind (socket, long_poll)", ["kind"])
 DEADLINE_FIRES = Counter("reviewqueue_deadline_fires", "Asks settled or escalated by their deadline, by action", ["action"])
 ESCALATIONS = Counter("reviewqueue_escalations", "Overdue items handed to their team's escalation team")
 LOCKOUTS = Counter("reviewqueue_login_lockouts", "Logins locked out after too many failures (django-axes)")
 
-_OUTCOME_WORDS = {AttemptOutcome.WON: "won", AttemptOutcome.LOST: "lost", AttemptOutcome.INVALID: "refused",
-                  AttemptOutcome.VOTED: "voted"}
+_OUTCOME_WORDS = {
+    AttemptOutcome.WON: "won",
+    AttemptOutcome.LOST: "lost",
+    AttemptOutcome.INVALID: "refused",
+    AttemptOutcome.VOTED: "voted",
+}
 for _kind in ("socket", "long_poll"):
     OPEN.labels(kind=_kind)  # reported as 0 before the first one opens
 for _outcome in _OUTCOME_WORDS.values():
@@ -73,10 +82,16 @@ for _outcome in _OUTCOME_WORDS.values():
 def metrics_attempt_record(*, attempt: DecisionAttempt, item_created_at: datetime) -> None:
     """Count a judged attempt once its transaction commits. Call in that transaction."""
     outcome = _OUTCOME_WORDS.get(attempt.outcome, attempt.outcome)
-    raced = attempt.outcome == AttemptOutcome.LOST and attempt.winner_decided_at is not None \
+    raced = (
+        attempt.outcome == AttemptOutcome.LOST
+        and attempt.winner_decided_at is not None
         and attempt.requested_at <= attempt.winner_decided_at
-    waited = (attempt.winner_decided_at - item_created_at).total_seconds() \
-        if attempt.outcome == AttemptOutcome.WON and attempt.winner_decided_at else None
+    )
+    waited = (
+        (attempt.winner_decided_at - item_created_at).total_seconds()
+        if attempt.outcome == AttemptOutcome.WON and attempt.winner_decided_at
+        else None
+    )
 
     def count() -> None:
         DECISIONS.labels(outcome=outcome).inc()
@@ -140,14 +155,18 @@ class QueueCollector:
     def collect(self):
         now = timezone.now()
         slugs = dict(Team.objects.values_list("pk", "slug"))
-        pending = GaugeMetricFamily("reviewqueue_pending_items", "Items waiting for a decision (from the counter rows)",
-                                    labels=["team", "graph", "band"])
+        pending = GaugeMetricFamily(
+            "reviewqueue_pending_items", "Items waiting for a decision (from the counter rows)", labels=["team", "graph", "band"]
+        )
         rows = PendingCounter.objects.values("team_key", "graph", "band").annotate(n=Sum("n")).order_by()
         for row in rows:
             pending.add_metric([slugs.get(row["team_key"], ""), row["graph"], row["band"]], int(row["n"]))
         yield pending
-        oldest = GaugeMetricFamily("reviewqueue_oldest_pending_age_seconds",
-                                   "Age of the oldest pending item, by team (absent: none pending)", labels=["team"])
+        oldest = GaugeMetricFamily(
+            "reviewqueue_oldest_pending_age_seconds",
+            "Age of the oldest pending item, by team (absent: none pending)",
+            labels=["team"],
+        )
         for team_key in (NO_TEAM, *slugs):
             created = _oldest_pending(team_id=team_key or None)
             if created is not None:
@@ -159,8 +178,9 @@ class QueueCollector:
             "How long the most overdue open ask has been past its deadline (0: none); the worker fires deadlines",
             value=max(0.0, (now - overdue).total_seconds()) if overdue else 0.0,
         )
-        backlog = GaugeMetricFamily("reviewqueue_webhook_backlog", "Webhook deliveries not yet delivered or failed, by endpoint id",
-                                    labels=["endpoint"])
+        backlog = GaugeMetricFamily(
+            "reviewqueue_webhook_backlog", "Webhook deliveries not yet delivered or failed, by endpoint id", labels=["endpoint"]
+        )
         # By name, with "pending" for DeliveryStatus.PENDING: the model is moderation.delivery's, a layer above this one.
         deliveries = apps.get_model("moderation", "WebhookDelivery").objects
         waiting = deliveries.filter(status="pending").values("endpoint_id").annotate(n=Count("id"))

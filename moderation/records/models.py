@@ -48,20 +48,27 @@ class ReasonRule(models.Model):
 
     team = models.ForeignKey("Team", on_delete=models.CASCADE, related_name="reason_rules")
     graph = models.CharField(
-        max_length=64, blank=True, default="",
-        help_text="A graph name (asks submitted over the API run under \"ask\"); empty: the team's other graphs.",
+        max_length=64,
+        blank=True,
+        default="",
+        help_text='A graph name (asks submitted over the API run under "ask"); empty: the team\'s other graphs.',
     )
-    offer = models.CharField(max_length=8, choices=ReasonOffer.choices, default=ReasonOffer.ALL,
-                             help_text="The codes the reject form offers and a reject may name.")
-    codes = models.JSONField(default=list, blank=True, help_text="With \"only the codes listed\": those codes.")
-    required = models.BooleanField(default=False, help_text="A reject must name one of the codes; its code then "
-                                                            "goes in front of the message the graph receives.")
+    offer = models.CharField(
+        max_length=8,
+        choices=ReasonOffer.choices,
+        default=ReasonOffer.ALL,
+        help_text="The codes the reject form offers and a reject may name.",
+    )
+    codes = models.JSONField(default=list, blank=True, help_text='With "only the codes listed": those codes.')
+    required = models.BooleanField(
+        default=False,
+        help_text="A reject must name one of the codes; its code then goes in front of the message the graph receives.",
+    )
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["team", "graph"], name="reason_rule_one_per_team_graph"),
-            models.CheckConstraint(condition=~Q(offer=ReasonOffer.NONE, required=True),
-                                   name="reason_rule_none_not_required"),
+            models.CheckConstraint(condition=~Q(offer=ReasonOffer.NONE, required=True), name="reason_rule_none_not_required"),
             models.CheckConstraint(condition=Q(offer__in=ReasonOffer.values), name="reason_rule_offer_valid"),
         ]
 
@@ -142,9 +149,7 @@ class DecisionAttempt(AppendOnlyModel):
     note = models.TextField(blank=True, default="", validators=[NO_NUL])
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
     # The item's winner at the moment this attempt was judged (the reviewer, if it won).
-    winner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
+    winner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     winner_status = models.CharField(max_length=16, choices=ItemStatus.choices, blank=True, default="")
     winner_decided_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=300, blank=True, default="")
@@ -165,12 +170,11 @@ class DecisionAttempt(AppendOnlyModel):
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["item", "seq"], name="attempt_seq_unique_per_item"),
-            models.UniqueConstraint(
-                fields=["ask"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_ask"
-            ),
+            models.UniqueConstraint(fields=["ask"], condition=Q(outcome=AttemptOutcome.WON), name="one_winning_attempt_per_ask"),
             # Attempts from before asks existed (ask is null): still one winner per item.
             models.UniqueConstraint(
-                fields=["item"], condition=Q(outcome=AttemptOutcome.WON, ask__isnull=True),
+                fields=["item"],
+                condition=Q(outcome=AttemptOutcome.WON, ask__isnull=True),
                 name="one_winning_legacy_attempt_per_item",
             ),
             models.CheckConstraint(

@@ -17,8 +17,12 @@ from moderation.items.models import AskStatus, ItemStatus, QueueItem, Requested,
 from moderation.records.models import DecisionAttempt
 
 REQUESTED_NOUN = {
-    Requested.APPROVE: "approval", Requested.REJECT: "rejection", Requested.WITHDRAW: "withdrawal",
-    Requested.EDIT: "edit", Requested.RESPOND: "response", Requested.MIXED: "decision",
+    Requested.APPROVE: "approval",
+    Requested.REJECT: "rejection",
+    Requested.WITHDRAW: "withdrawal",
+    Requested.EDIT: "edit",
+    Requested.RESPOND: "response",
+    Requested.MIXED: "decision",
 }
 # Statuses whose plain verb says too little: the winner's decisions are described instead.
 _DESCRIBED = (ItemStatus.EDITED, ItemStatus.ANSWERED, ItemStatus.DECIDED)
@@ -77,8 +81,10 @@ class DecisionOutcome:
 
     def message(self, *, now: datetime | None = None) -> str:
         if self.counted and not self.won:
-            return (f"Your {self.requested} vote on “{self.item_title}” is counted: {self.tally.get('summary', '')}. "
-                    "You can change it until the item resolves.")
+            return (
+                f"Your {self.requested} vote on “{self.item_title}” is counted: {self.tally.get('summary', '')}. "
+                "You can change it until the item resolves."
+            )
         if self.won:
             if self.winner_status == ItemStatus.WITHDRAWN:
                 return f"You withdrew “{self.item_title}”."
@@ -87,8 +93,10 @@ class DecisionOutcome:
             return f"You {self.winner_status} “{self.item_title}”."
         if self.tally and self.requested != Requested.WITHDRAW:
             settled = self.settled_by(now=now)
-            return (f"Your vote was not counted: the item was already resolved — {settled[0].lower()}{settled[1:]}; "
-                    f"{self.tally.get('summary', '')}")
+            return (
+                f"Your vote was not counted: the item was already resolved — {settled[0].lower()}{settled[1:]}; "
+                f"{self.tally.get('summary', '')}"
+            )
         what = "withdrawal" if self.requested == Requested.WITHDRAW else "decision"
         return f"{self.settled_by(now=now)} — your {what} was not applied"
 
@@ -121,8 +129,14 @@ class DecisionOutcome:
 
     def winner_payload(self) -> dict[str, Any]:
         if not self.resolved:  # a counted vote on a still open ask: nobody has won yet
-            return {"item": self.item_public_id, "title": self.item_title, "winner": "", "status": "pending",
-                    "ask": self.ask, "tally": self.tally}
+            return {
+                "item": self.item_public_id,
+                "title": self.item_title,
+                "winner": "",
+                "status": "pending",
+                "ask": self.ask,
+                "tally": self.tally,
+            }
         return {
             **({"tally": self.tally} if self.tally else {}),
             "item": self.item_public_id,
@@ -164,22 +178,49 @@ def ask_edits(ask: ReviewAsk) -> list[dict[str, Any]]:
 
 
 def outcome_for(
-    *, item: QueueItem, ask: ReviewAsk, won: bool, requested: str, attempt: DecisionAttempt, counted: bool = False,
+    *,
+    item: QueueItem,
+    ask: ReviewAsk,
+    won: bool,
+    requested: str,
+    attempt: DecisionAttempt,
+    counted: bool = False,
 ) -> DecisionOutcome:
     """The outcome of ``attempt`` on ``ask``, whose winner (read from the ask's row) has decided it."""
     what = ask_what(ask)
     return DecisionOutcome(
-        won=won, item_public_id=str(item.public_id), item_title=item.title, requested=requested,
-        winner=ask.decided_by.get_username(), winner_status=attempt.winner_status, decided_at=ask.decided_at,
-        attempt_seq=attempt.seq, ask=ask.interrupt_id, what=what, applying=ask.applied_at is None, reason=ask.reason,
-        counted=counted or won, tally=dict(ask.tally), team_id=item.team_id, edits=ask_edits(ask),
+        won=won,
+        item_public_id=str(item.public_id),
+        item_title=item.title,
+        requested=requested,
+        winner=ask.decided_by.get_username(),
+        winner_status=attempt.winner_status,
+        decided_at=ask.decided_at,
+        attempt_seq=attempt.seq,
+        ask=ask.interrupt_id,
+        what=what,
+        applying=ask.applied_at is None,
+        reason=ask.reason,
+        counted=counted or won,
+        tally=dict(ask.tally),
+        team_id=item.team_id,
+        edits=ask_edits(ask),
     )
 
 
 def vote_outcome(*, item: QueueItem, ask: ReviewAsk, requested: str, attempt: DecisionAttempt, tally: dict) -> DecisionOutcome:
     """A vote counted on an ask that is still open."""
     return DecisionOutcome(
-        won=False, item_public_id=str(item.public_id), item_title=item.title, requested=requested, winner="",
-        winner_status="pending", decided_at=attempt.recorded_at, attempt_seq=attempt.seq, ask=ask.interrupt_id,
-        counted=True, tally=tally, team_id=item.team_id,
+        won=False,
+        item_public_id=str(item.public_id),
+        item_title=item.title,
+        requested=requested,
+        winner="",
+        winner_status="pending",
+        decided_at=attempt.recorded_at,
+        attempt_seq=attempt.seq,
+        ask=ask.interrupt_id,
+        counted=True,
+        tally=tally,
+        team_id=item.team_id,
     )

@@ -71,18 +71,20 @@ def reason_labels() -> dict[str, str]:
 def reason_rule(*, team_id: int | None, graph: str = "") -> ReasonRuleResolved:
     """The rule for a reject of an item of team ``team_id`` (None: no team) and graph ``graph``; see the module docstring."""
     if team_id is not None:
-        rules = {r.graph: r for r in ReasonRule.objects.filter(team_id=team_id, graph__in={graph, ""})
-                 .select_related("team")}
+        rules = {r.graph: r for r in ReasonRule.objects.filter(team_id=team_id, graph__in={graph, ""}).select_related("team")}
         rule = rules.get(graph) if graph else None
         rule = rule or rules.get("")
         if rule is not None:
             return _rule_resolve(rule, graph=graph)
     if graph in settings.REJECT_REASON_REQUIRED_BY_GRAPH:
-        return ReasonRuleResolved(codes=reason_codes_fitting(graph=graph),
-                                  required=bool(settings.REJECT_REASON_REQUIRED_BY_GRAPH[graph]),
-                                  source=f"REJECT_REASON_REQUIRED_BY_GRAPH[{graph!r}]")
-    return ReasonRuleResolved(codes=reason_codes_fitting(graph=graph), required=bool(settings.REJECT_REASON_REQUIRED),
-                              source="REJECT_REASON_REQUIRED")
+        return ReasonRuleResolved(
+            codes=reason_codes_fitting(graph=graph),
+            required=bool(settings.REJECT_REASON_REQUIRED_BY_GRAPH[graph]),
+            source=f"REJECT_REASON_REQUIRED_BY_GRAPH[{graph!r}]",
+        )
+    return ReasonRuleResolved(
+        codes=reason_codes_fitting(graph=graph), required=bool(settings.REJECT_REASON_REQUIRED), source="REJECT_REASON_REQUIRED"
+    )
 
 
 def reason_required(*, team_id: int | None = None, graph: str = "") -> bool:
@@ -114,7 +116,12 @@ def reason_check(*, reason: Any, rejecting: bool, rule: ReasonRuleResolved) -> s
 
 
 def reason_rule_save(
-    *, team: Team, graph: str = "", offer: str | None = None, codes: list[str] | None = None, required: bool | None = None,
+    *,
+    team: Team,
+    graph: str = "",
+    offer: str | None = None,
+    codes: list[str] | None = None,
+    required: bool | None = None,
 ) -> ReasonRule:
     """Create or change ``team``'s rule for ``graph`` ("" for the team's own); a value left None keeps
     the rule's (a new rule: every active code, none required). ``ReasonInvalid``, nothing changed, for

@@ -67,7 +67,10 @@ def relay_read(*, after: int, made_since: datetime | None = None) -> tuple[int, 
 
 
 def relay_follow(
-    *, deliver: Callable[[Sends], None], listening: Callable[[], bool], stop: threading.Event | None = None,
+    *,
+    deliver: Callable[[Sends], None],
+    listening: Callable[[], bool],
+    stop: threading.Event | None = None,
 ) -> None:
     """Pass every row recorded from now on to ``deliver``, while ``listening()`` (a page is open).
 

@@ -94,8 +94,14 @@ class QueueFilters:
 
     def as_query(self) -> dict[str, str]:
         """The query parameters that give these filters back (defaults left out)."""
-        values = {"order": "" if self.order == QUEUE_ORDER_DEFAULT else self.order, "source": self.source,
-                  "flag": self.flag, "risk": self.risk, "graph": self.graph, "q": self.q}
+        values = {
+            "order": "" if self.order == QUEUE_ORDER_DEFAULT else self.order,
+            "source": self.source,
+            "flag": self.flag,
+            "risk": self.risk,
+            "graph": self.graph,
+            "q": self.q,
+        }
         return {name: value for name, value in values.items() if value}
 
     @property
@@ -190,8 +196,9 @@ def _has_flag(items: QuerySet[QueueItem], flag: str) -> QuerySet[QueueItem]:
         return items.filter(flags__contains=[flag])
     # SQLite has no JSON containment lookup: look for the flag among the list's elements.
     table = QueueItem._meta.db_table
-    in_list = RawSQL(f'EXISTS (SELECT 1 FROM json_each("{table}"."flags") WHERE json_each.value = %s)', [flag],
-                     output_field=BooleanField())
+    in_list = RawSQL(
+        f'EXISTS (SELECT 1 FROM json_each("{table}"."flags") WHERE json_each.value = %s)', [flag], output_field=BooleanField()
+    )
     return items.filter(in_list)
 
 
@@ -213,7 +220,9 @@ def _queue_filtered(filters: QueueFilters, *, viewer: AbstractBaseUser | None = 
         items = _has_flag(items, filters.flag)
     if filters.risk:
         low, high = RISK_BANDS[filters.risk]
-        items = items.filter(**({"risk__gte": low} if low is not None else {}), **({"risk__lt": high} if high is not None else {}))
+        items = items.filter(
+            **({"risk__gte": low} if low is not None else {}), **({"risk__lt": high} if high is not None else {})
+        )
     if filters.graph:
         items = items.filter(graph=filters.graph)
     if filters.q:
@@ -249,7 +258,11 @@ QUEUE_EXCERPT_CHARS = 120
 
 
 def queue_pending(
-    *, filters: QueueFilters, cursor: QueueCursor | None, per_page: int, viewer: AbstractBaseUser | None = None,
+    *,
+    filters: QueueFilters,
+    cursor: QueueCursor | None,
+    per_page: int,
+    viewer: AbstractBaseUser | None = None,
 ) -> QueuePage:
     """A page of pending items in ``filters.order`` starting at ``cursor`` (None: the first page), of those ``viewer`` may see.
 
@@ -319,8 +332,11 @@ def queue_counts(*, now: datetime | None = None) -> QueueCounts:
 def item_get(*, public_id: UUID | str, viewer: AbstractBaseUser | None = None) -> QueueItem | None:
     """The item, or None if there is none or ``viewer`` may not see it (another team's: as if it did not exist)."""
     try:
-        return QueueItem.objects.select_related("decided_by", "team", "requested_by").filter(
-            items_visible_q(viewer=viewer)).get(public_id=UUID(str(public_id)))
+        return (
+            QueueItem.objects.select_related("decided_by", "team", "requested_by")
+            .filter(items_visible_q(viewer=viewer))
+            .get(public_id=UUID(str(public_id)))
+        )
     except (QueueItem.DoesNotExist, ValueError):
         return None
 
@@ -359,11 +375,14 @@ def item_asks_settled(*, item: QueueItem, messages: bool) -> list[SettledAsk]:
     return [
         SettledAsk(
             by=ask.decided_by.get_username(),
-            what="withdrew the item" if ask.status == AskStatus.WITHDRAWN
+            what="withdrew the item"
+            if ask.status == AskStatus.WITHDRAWN
             else decisions_describe(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions, messages=messages),
-            at=ask.decided_at, applied=ask.applied_at is not None,
+            at=ask.decided_at,
+            applied=ask.applied_at is not None,
             edits=ask_edits_diff(spec=AskSpec.from_payload(ask.payload), decisions=ask.decisions)
-            if ask.status != AskStatus.WITHDRAWN and ask.decisions else [],
+            if ask.status != AskStatus.WITHDRAWN and ask.decisions
+            else [],
         )
         for ask in asks
     ]
@@ -427,11 +446,19 @@ def item_vote_panel(*, item: QueueItem, viewer: AbstractBaseUser) -> VotePanel |
     if on_deadline == OnDeadline.ESCALATE and item.team is not None and item.team.escalate_to is not None:
         then = f"escalated to {item.team.escalate_to.name}"
     return VotePanel(
-        policy=policy.describe(), quorum=policy.is_quorum, team=item.team.name if item.team else "",
-        requested_by=item.requested_by.get_username() if item.requested_by else "", tally=tally,
-        may_still_vote=may_vote, your_vote=yours, you_requested=item.requested_by_id == viewer.pk,
-        deadline_at=ask.deadline_at if ask is not None and not settled else None, then=then,
-        escalated_at=item.escalated_at, open=not settled, voted_late=late,
+        policy=policy.describe(),
+        quorum=policy.is_quorum,
+        team=item.team.name if item.team else "",
+        requested_by=item.requested_by.get_username() if item.requested_by else "",
+        tally=tally,
+        may_still_vote=may_vote,
+        your_vote=yours,
+        you_requested=item.requested_by_id == viewer.pk,
+        deadline_at=ask.deadline_at if ask is not None and not settled else None,
+        then=then,
+        escalated_at=item.escalated_at,
+        open=not settled,
+        voted_late=late,
         # From the tally itself, not the item row read before it: the page never pairs a
         # resolved tally with a status from the instant before.
         outcome=PAST.get((ask.tally.get("resolution") or "") if settled and ask is not None else "", ""),
@@ -471,7 +498,11 @@ def items_recently_decided(*, limit: int = 10, viewer: AbstractBaseUser | None =
 
 
 def items_needing_attention(*, limit: int = 50, viewer: AbstractBaseUser | None = None) -> QuerySet[QueueItem]:
-    return _queue_items().filter(items_visible_q(viewer=viewer), status=ItemStatus.NEEDS_ATTENTION).order_by("created_at", "id")[:limit]
+    return (
+        _queue_items()
+        .filter(items_visible_q(viewer=viewer), status=ItemStatus.NEEDS_ATTENTION)
+        .order_by("created_at", "id")[:limit]
+    )
 
 
 # --- Service clients (/api/v1) -------------------------------------------------------
@@ -490,16 +521,25 @@ def client_items_prefetch(*, items: list[QueueItem]) -> None:
 def client_item_get(*, client_id: int, public_id: UUID | str) -> QueueItem | None:
     """One of the client's own items; a client never sees another's (or a moderator-made) item."""
     try:
-        return QueueItem.objects.select_related(*_API_ITEM_RELATED).prefetch_related(_ASKS).get(
-            public_id=UUID(str(public_id)), submitted_by_id=client_id
+        return (
+            QueueItem.objects.select_related(*_API_ITEM_RELATED)
+            .prefetch_related(_ASKS)
+            .get(public_id=UUID(str(public_id)), submitted_by_id=client_id)
         )
     except (QueueItem.DoesNotExist, ValueError):
         return None
 
 
 def client_items_page(
-    *, client_id: int, after_id: int, limit: int, status: str | None = None, source: str | None = None,
-    external_id: str | None = None, decided_after: datetime | None = None, graph: str | None = None,
+    *,
+    client_id: int,
+    after_id: int,
+    limit: int,
+    status: str | None = None,
+    source: str | None = None,
+    external_id: str | None = None,
+    decided_after: datetime | None = None,
+    graph: str | None = None,
 ) -> tuple[list[QueueItem], int | None]:
     """A page of the client's items in id order after ``after_id``, and the id to continue after.
 

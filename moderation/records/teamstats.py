@@ -57,7 +57,9 @@ def teamstats_attempt_record(*, attempt: DecisionAttempt, item: QueueItem) -> No
         rows[("wait", str(wait_bucket(waited)))] += 1
         if attempt.origin == AttemptOrigin.DEADLINE:
             rows[("deadline_miss", "")] += 1
-    elif attempt.outcome == AttemptOutcome.LOST and attempt.winner_decided_at and attempt.requested_at <= attempt.winner_decided_at:
+    elif (
+        attempt.outcome == AttemptOutcome.LOST and attempt.winner_decided_at and attempt.requested_at <= attempt.winner_decided_at
+    ):
         # Per loser: a moderator who only lost races still did the work, and shows on the page.
         rows[("lost_race", str(attempt.reviewer_id))] += 1
     _add(team_key=item.team_id or NO_TEAM, day=day, rows=rows)
@@ -70,8 +72,9 @@ def teamstats_escalation_record(*, team_id: int | None, at: datetime) -> None:
 
 def _add(*, team_key: int, day: date, rows: Counter[tuple[str, str]]) -> None:
     shard = random.randrange(SHARDS)
-    values = sorted((team_key, connection.ops.adapt_datefield_value(day), kind, key, shard, n)
-                    for (kind, key), n in rows.items() if n)
+    values = sorted(
+        (team_key, connection.ops.adapt_datefield_value(day), kind, key, shard, n) for (kind, key), n in rows.items() if n
+    )
     counter_rows_add(TeamDayCounter, ("team_key", "day", "kind", "key", "shard"), values)
 
 
@@ -145,7 +148,9 @@ def team_stats_read(*, team: Team | None, days: int, today: date) -> TeamStats:
     team_key = team.pk if team else NO_TEAM
     rows = (
         TeamDayCounter.objects.filter(team_key=team_key, day__gte=since, day__lte=today)
-        .values("day", "kind", "key").annotate(n=Sum("n")).order_by()
+        .values("day", "kind", "key")
+        .annotate(n=Sum("n"))
+        .order_by()
     )
     by_day = {since + timedelta(days=i): DayRow(day=since + timedelta(days=i)) for i in range(days)}
     per_moderator: Counter[int] = Counter()
@@ -169,14 +174,21 @@ def team_stats_read(*, team: Team | None, days: int, today: date) -> TeamStats:
         day.p50, day.p90 = wait_quantile(day.waits, 0.5), wait_quantile(day.waits, 0.9)
     people = {pk for pk, n in (per_moderator + lost_by).items() if n}
     names = dict(get_user_model().objects.filter(pk__in=people).values_list("pk", "username"))
-    moderators = sorted((ModeratorRow(name=names.get(pk, f"#{pk}"), decided=per_moderator[pk], lost_races=lost_by[pk])
-                         for pk in people), key=lambda m: (-m.decided, -m.lost_races, m.name))
+    moderators = sorted(
+        (ModeratorRow(name=names.get(pk, f"#{pk}"), decided=per_moderator[pk], lost_races=lost_by[pk]) for pk in people),
+        key=lambda m: (-m.decided, -m.lost_races, m.name),
+    )
     quorum = team is not None and team_policy(team=team).is_quorum
     pending, oldest = _backlog(team_id=team.pk if team else None)
     return TeamStats(
-        team=team, since=since, until=today, days=list(by_day.values()), moderators=moderators,
+        team=team,
+        since=since,
+        until=today,
+        days=list(by_day.values()),
+        moderators=moderators,
         agreement=team_agreement(team=team, since=since, until=today) if quorum else None,
-        pending=pending, oldest_pending_seconds=oldest,
+        pending=pending,
+        oldest_pending_seconds=oldest,
     )
 
 
@@ -184,7 +196,9 @@ def _backlog(*, team_id: int | None) -> tuple[int, float | None]:
     pending = PendingCounter.objects.filter(team_key=team_id or NO_TEAM).aggregate(n=Sum("n"))["n"] or 0
     oldest = (
         QueueItem.objects.filter(status=ItemStatus.PENDING, is_lab=False, team_id=team_id)
-        .order_by("created_at").values_list("created_at", flat=True).first()
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
     )
     return int(pending), (timezone.now() - oldest).total_seconds() if oldest else None
 
@@ -193,7 +207,8 @@ def team_agreement(*, team: Team, since: date, until: date) -> Agreement:
     """Fleiss' kappa (approve/reject) over the asks of the period with at least two votes by the team."""
     votes = (
         Vote.objects.filter(team=team, cast_at__gte=_day_start(since), cast_at__lt=_day_start(until + timedelta(days=1)))
-        .order_by("-cast_at").values_list("ask_id", "vote")[: KAPPA_MAX_ASKS * 10]
+        .order_by("-cast_at")
+        .values_list("ask_id", "vote")[: KAPPA_MAX_ASKS * 10]
     )
     per_ask: dict[int, Counter] = defaultdict(Counter)
     for ask_id, vote in votes:
@@ -216,8 +231,9 @@ def fleiss_kappa(items: list[Counter]) -> float | None:
     """
     if len(items) < 2:
         return None
-    agreement = sum((sum(n * n for n in c.values()) - sum(c.values())) / (sum(c.values()) * (sum(c.values()) - 1))
-                    for c in items) / len(items)
+    agreement = sum(
+        (sum(n * n for n in c.values()) - sum(c.values())) / (sum(c.values()) * (sum(c.values()) - 1)) for c in items
+    ) / len(items)
     totals: Counter = Counter()
     for c in items:
         totals.update(c)
@@ -280,7 +296,15 @@ def team_csv_rows(*, stats: TeamStats):
     Values as they are (numbers as numbers): the writer (``moderation.core.csvsafe``) makes them cells."""
     yield ["day", "decisions", "p50_seconds", "p90_seconds", "lost_races", "deadline_misses", "escalations"]
     for row in stats.days:
-        yield [row.day.isoformat(), row.decided, _num(row.p50), _num(row.p90), row.lost_races, row.deadline_misses, row.escalations]
+        yield [
+            row.day.isoformat(),
+            row.decided,
+            _num(row.p50),
+            _num(row.p90),
+            row.lost_races,
+            row.deadline_misses,
+            row.escalations,
+        ]
     yield []
     yield ["moderator", "decisions", "lost_races"]
     yield from ([m.name, m.decided, m.lost_races] for m in stats.moderators)

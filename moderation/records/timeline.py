@@ -118,7 +118,11 @@ class DecidedPage:
 
 
 def decided_page(
-    *, filters: DecidedFilters, per_page: int, after: str | None = None, before: str | None = None,
+    *,
+    filters: DecidedFilters,
+    per_page: int,
+    after: str | None = None,
+    before: str | None = None,
     viewer: AbstractBaseUser | None = None,
 ) -> DecidedPage:
     """One page of decided items ``viewer`` may see, newest first: after ``after`` (older) or before ``before`` (newer).
@@ -128,20 +132,29 @@ def decided_page(
     items = decided_items(filters=filters).filter(items_visible_q(viewer=viewer))
     if before:
         decided_at, pk = cursor_decode(before)
-        rows = list(_with_reasons(items.filter(Q(decided_at__gt=decided_at) | Q(decided_at=decided_at, pk__gt=pk))
-                                  .order_by("decided_at", "id"))[: per_page + 1])
+        rows = list(
+            _with_reasons(
+                items.filter(Q(decided_at__gt=decided_at) | Q(decided_at=decided_at, pk__gt=pk)).order_by("decided_at", "id")
+            )[: per_page + 1]
+        )
         more_newer = len(rows) > per_page
         rows = rows[:per_page][::-1]
-        return DecidedPage(items=rows, older=cursor_encode(rows[-1]) if rows else None,
-                           newer=cursor_encode(rows[0]) if rows and more_newer else None)
+        return DecidedPage(
+            items=rows,
+            older=cursor_encode(rows[-1]) if rows else None,
+            newer=cursor_encode(rows[0]) if rows and more_newer else None,
+        )
     if after:
         decided_at, pk = cursor_decode(after)
         items = items.filter(Q(decided_at__lt=decided_at) | Q(decided_at=decided_at, pk__lt=pk))
     rows = list(_with_reasons(items.order_by("-decided_at", "-id"))[: per_page + 1])
     more_older = len(rows) > per_page
     rows = rows[:per_page]
-    return DecidedPage(items=rows, older=cursor_encode(rows[-1]) if more_older else None,
-                       newer=cursor_encode(rows[0]) if after and rows else None)
+    return DecidedPage(
+        items=rows,
+        older=cursor_encode(rows[-1]) if more_older else None,
+        newer=cursor_encode(rows[0]) if after and rows else None,
+    )
 
 
 def _with_reasons(items: QuerySet[QueueItem]) -> QuerySet[QueueItem]:
@@ -200,18 +213,37 @@ def item_timeline(*, item: QueueItem) -> list[TimelineEntry]:
     for attempt in attempts:
         entries.append(_attempt_entry(attempt, created=created))
     if item.escalated_at is not None:
-        entries.append(TimelineEntry(kind="escalated", at=item.escalated_at,
-                                     after_created=_seconds(created, item.escalated_at),
-                                     who=item.team.name if item.team_id else ""))
+        entries.append(
+            TimelineEntry(
+                kind="escalated",
+                at=item.escalated_at,
+                after_created=_seconds(created, item.escalated_at),
+                who=item.team.name if item.team_id else "",
+            )
+        )
     for ask in item.asks.exclude(applied_at=None).order_by("applied_at", "id"):
-        entries.append(TimelineEntry(
-            kind="applied", at=ask.applied_at, after_created=_seconds(created, ask.applied_at), who="worker",
-            ask=ask.interrupt_id, round=ask.round,
-        ))
+        entries.append(
+            TimelineEntry(
+                kind="applied",
+                at=ask.applied_at,
+                after_created=_seconds(created, ask.applied_at),
+                who="worker",
+                ask=ask.interrupt_id,
+                round=ask.round,
+            )
+        )
     report = OutcomeReport.objects.filter(item=item).select_related("reported_by").first()
     if report is not None:
-        entries.append(TimelineEntry(kind="outcome", at=report.reported_at, after_created=_seconds(created, report.reported_at),
-                                     who=report.reported_by.name, outcome=report.status, note=report.message))
+        entries.append(
+            TimelineEntry(
+                kind="outcome",
+                at=report.reported_at,
+                after_created=_seconds(created, report.reported_at),
+                who=report.reported_by.name,
+                outcome=report.status,
+                note=report.message,
+            )
+        )
     # Stable: an attempt and its own apply keep their order when recorded in the same instant.
     return sorted(entries, key=lambda e: e.at)
 
@@ -221,15 +253,26 @@ def _attempt_entry(attempt: DecisionAttempt, *, created: datetime) -> TimelineEn
     if attempt.outcome == AttemptOutcome.LOST and attempt.winner_decided_at is not None:
         after_winner = _seconds(attempt.winner_decided_at, attempt.requested_at)
     return TimelineEntry(
-        kind="attempt", at=attempt.requested_at, after_created=_seconds(created, attempt.requested_at),
-        who=attempt.reviewer.get_username(), requested=attempt.requested, what=attempt_what(attempt),
-        outcome=attempt.outcome, winner=attempt.winner.get_username() if attempt.winner_id else "",
-        after_winner=after_winner, reason=attempt.reason, note=attempt.note, detail=attempt.detail,
-        origin=AttemptOrigin(attempt.origin).label if attempt.origin else "", ask=attempt.ask.interrupt_id if attempt.ask_id else "",
-        round=attempt.ask.round if attempt.ask_id else None, seq=attempt.seq,
+        kind="attempt",
+        at=attempt.requested_at,
+        after_created=_seconds(created, attempt.requested_at),
+        who=attempt.reviewer.get_username(),
+        requested=attempt.requested,
+        what=attempt_what(attempt),
+        outcome=attempt.outcome,
+        winner=attempt.winner.get_username() if attempt.winner_id else "",
+        after_winner=after_winner,
+        reason=attempt.reason,
+        note=attempt.note,
+        detail=attempt.detail,
+        origin=AttemptOrigin(attempt.origin).label if attempt.origin else "",
+        ask=attempt.ask.interrupt_id if attempt.ask_id else "",
+        round=attempt.ask.round if attempt.ask_id else None,
+        seq=attempt.seq,
         tally=attempt.ask.tally.get("summary", "") if attempt.outcome == AttemptOutcome.WON and attempt.ask_id else "",
         edits=tuple(ask_edits_diff(spec=AskSpec.from_payload(attempt.ask.payload), decisions=attempt.decisions))
-        if attempt.ask_id and attempt.decisions and attempt.requested != Requested.WITHDRAW else (),
+        if attempt.ask_id and attempt.decisions and attempt.requested != Requested.WITHDRAW
+        else (),
     )
 
 
@@ -261,8 +304,26 @@ def duration_words(seconds: float) -> str:
 # --- CSV export ---------------------------------------------------------------------------------
 
 CSV_HEADER = [
-    "item", "title", "source", "graph", "item_status", "item_created_at", "item_decided_at", "attempt", "ask", "round",
-    "reviewer", "requested", "what", "reason", "note", "outcome", "winner", "detail", "origin", "requested_at",
+    "item",
+    "title",
+    "source",
+    "graph",
+    "item_status",
+    "item_created_at",
+    "item_decided_at",
+    "attempt",
+    "ask",
+    "round",
+    "reviewer",
+    "requested",
+    "what",
+    "reason",
+    "note",
+    "outcome",
+    "winner",
+    "detail",
+    "origin",
+    "requested_at",
     "recorded_at",
 ]
 
@@ -282,10 +343,25 @@ def decided_csv_rows(*, filters: DecidedFilters, viewer: AbstractBaseUser | None
     for attempt in attempts.iterator(chunk_size=500):
         item = attempt.item
         yield [
-            item.public_id, item.title, item.source, item.graph, item.status, item.created_at, item.decided_at,
-            attempt.seq, attempt.ask.interrupt_id if attempt.ask_id else "", attempt.ask.round if attempt.ask_id else "",
-            attempt.reviewer.get_username(), attempt.requested, attempt_what(attempt), attempt.reason, attempt.note,
-            attempt.outcome, attempt.winner.get_username() if attempt.winner_id else "", attempt.detail, attempt.origin,
-            attempt.requested_at, attempt.recorded_at,
+            item.public_id,
+            item.title,
+            item.source,
+            item.graph,
+            item.status,
+            item.created_at,
+            item.decided_at,
+            attempt.seq,
+            attempt.ask.interrupt_id if attempt.ask_id else "",
+            attempt.ask.round if attempt.ask_id else "",
+            attempt.reviewer.get_username(),
+            attempt.requested,
+            attempt_what(attempt),
+            attempt.reason,
+            attempt.note,
+            attempt.outcome,
+            attempt.winner.get_username() if attempt.winner_id else "",
+            attempt.detail,
+            attempt.origin,
+            attempt.requested_at,
+            attempt.recorded_at,
         ]
-

@@ -80,8 +80,11 @@ def work_wait(*, state: WorkState) -> WorkWait | None:
     if state.workers_ok and not late:
         return None
     silent = state.last_beat_seconds
-    return WorkWait(no_worker=not state.workers_ok, silent_minutes=None if silent is None else wait_minutes(silent),
-                    oldest_minutes=wait_minutes(oldest) if late else None)
+    return WorkWait(
+        no_worker=not state.workers_ok,
+        silent_minutes=None if silent is None else wait_minutes(silent),
+        oldest_minutes=wait_minutes(oldest) if late else None,
+    )
 
 
 def wait_minutes(seconds: float) -> int:
@@ -98,8 +101,13 @@ def worker_beat(*, worker_id: str, metrics_port: int, started_at: datetime) -> N
     now = timezone.now()
     WorkerBeat.objects.update_or_create(
         worker_id=worker_id,
-        defaults={"host": socket.gethostname(), "pid": os.getpid(), "metrics_port": metrics_port,
-                  "started_at": started_at, "beat_at": now},
+        defaults={
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "metrics_port": metrics_port,
+            "started_at": started_at,
+            "beat_at": now,
+        },
     )
     WorkerBeat.objects.filter(beat_at__lt=now - GONE_KEPT).delete()
 
@@ -127,8 +135,9 @@ def item_apply_wait(*, item: QueueItem) -> float | None:
     """Seconds the oldest of ``item``'s decisions has waited to be applied (None: the item is not applying)."""
     if item.apply_state != ApplyState.APPLYING:
         return None
-    first = (ReviewAsk.objects.filter(status__in=_SETTLED, item=item, applied_at__isnull=True)
-             .aggregate(first=Min("decided_at"))["first"])
+    first = ReviewAsk.objects.filter(status__in=_SETTLED, item=item, applied_at__isnull=True).aggregate(first=Min("decided_at"))[
+        "first"
+    ]
     return max(0.0, (timezone.now() - first).total_seconds()) if first else None
 
 
@@ -138,11 +147,16 @@ def work_state() -> WorkState:
     grace = settings.WORKER_HEARTBEAT_GRACE
     beats = WorkerBeat.objects.filter(beat_at__gte=now - GONE_KEPT).order_by("-beat_at")
     workers = [
-        WorkerSeen(worker_id=beat.worker_id, host=beat.host, pid=beat.pid, metrics_port=beat.metrics_port,
-                   started_at=beat.started_at, beat_age_seconds=max(0.0, (now - beat.beat_at).total_seconds()),
-                   alive=(now - beat.beat_at).total_seconds() <= grace)
+        WorkerSeen(
+            worker_id=beat.worker_id,
+            host=beat.host,
+            pid=beat.pid,
+            metrics_port=beat.metrics_port,
+            started_at=beat.started_at,
+            beat_age_seconds=max(0.0, (now - beat.beat_at).total_seconds()),
+            alive=(now - beat.beat_at).total_seconds() <= grace,
+        )
         for beat in beats
     ]
     oldest = unapplied_oldest(now=now)
-    return WorkState(workers=workers,
-                     unapplied_oldest_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else None)
+    return WorkState(workers=workers, unapplied_oldest_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else None)

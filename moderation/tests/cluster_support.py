@@ -149,13 +149,16 @@ def channel_prefix(label: str) -> str:
 def cluster_env(*, redis_url: str, prefix: str) -> dict[str, str]:
     """What every server (and set-up process) of one cluster adds to ``LiveServer``'s environment."""
     return {
-        "REDIS_URL": redis_url, "CHANNEL_LAYER_PREFIX": prefix,
+        "REDIS_URL": redis_url,
+        "CHANNEL_LAYER_PREFIX": prefix,
         # Two reviewers on one item must end as a winner and a loser, never "busy, try again",
         # even on a loaded machine; and the per-reviewer rate limit would throttle the race.
-        "DECISION_LOCK_TIMEOUT": "30", "DECISION_RATE_LIMIT": "0",
+        "DECISION_LOCK_TIMEOUT": "30",
+        "DECISION_RATE_LIMIT": "0",
         # The PostgreSQL server's max_connections (100 by default) is shared by the pass's other
         # tests, a soak's cluster among them: each server and worker of a cluster takes at most 10.
-        "CHECKPOINT_POOL_SIZE": "4", "DB_POOL_SIZE": "10",
+        "CHECKPOINT_POOL_SIZE": "4",
+        "DB_POOL_SIZE": "10",
     }
 
 
@@ -172,11 +175,14 @@ def work_unsettled(database_url: str, *, failed_settles: bool = False) -> dict[s
     """What still waits for a worker: items starting or applying, decided asks unapplied, deliveries not delivered
     (``failed_settles``: or failed, past their retry window)."""
     unsent = "status = 'pending'" if failed_settles else "status <> 'delivered'"
-    (starting, applying, unapplied, undelivered), = database_query(database_url, f"""
+    ((starting, applying, unapplied, undelivered),) = database_query(
+        database_url,
+        f"""
         SELECT (SELECT count(*) FROM moderation_queueitem WHERE status = 'starting'),
                (SELECT count(*) FROM moderation_queueitem WHERE apply_state <> ''),
                (SELECT count(*) FROM moderation_reviewask WHERE status <> 'pending' AND applied_at IS NULL),
-               (SELECT count(*) FROM moderation_webhookdelivery WHERE {unsent})""")
+               (SELECT count(*) FROM moderation_webhookdelivery WHERE {unsent})""",
+    )
     return {"starting": starting, "applying": applying, "unapplied": unapplied, "undelivered": undelivered}
 
 

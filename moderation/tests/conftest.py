@@ -86,8 +86,7 @@ def test_graphs(settings):
 @pytest.fixture
 def make_asking_item(db, test_graphs):
     def make(graph: str = "t_hitl", title: str = "An agent's action", graph_input: dict | None = None):
-        return item_create(title=title, body="The agent wants to act.", source="agent", graph=graph,
-                           graph_input=graph_input)
+        return item_create(title=title, body="The agent wants to act.", source="agent", graph=graph, graph_input=graph_input)
 
     return make
 

@@ -53,8 +53,9 @@ def register(url: str, *, server_url: str | None = None, **route) -> Agents:
     """Connect ``url`` (the server, or a gate in front of it) with a new assistant of each graph."""
     client = sdk(server_url or url)
     hitl, fanout = (client.assistants.create(graph_id=g)["assistant_id"] for g in ("hitl", "fanout"))
-    deployment, secret = deployment_register(name=f"agents{next(_names)}", url=url, api_key="",
-                                             routes=[GraphRoute(graph=hitl, **route), GraphRoute(graph=fanout)])
+    deployment, secret = deployment_register(
+        name=f"agents{next(_names)}", url=url, api_key="", routes=[GraphRoute(graph=hitl, **route), GraphRoute(graph=fanout)]
+    )
     return Agents(deployment=deployment, secret=secret, hitl=hitl, fanout=fanout)
 
 
@@ -67,8 +68,13 @@ def process_env() -> dict[str, str]:
     else:
         auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
         url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    return {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "reviewqueue.settings", "DEBUG": "true",
-            "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "reviewqueue.settings",
+        "DEBUG": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def discovery_processes(*, roles: list[str], deployment: Deployment, thread_ids: list[str], workdir: Path) -> None:
@@ -76,9 +82,16 @@ def discovery_processes(*, roles: list[str], deployment: Deployment, thread_ids:
     process's output if one fails."""
     env = process_env()
     logs = [workdir / f"discovery-{n}-{role}.log" for n, role in enumerate(roles)]
-    processes = [ForkedProcess(["-m", "moderation.tests.discovery_process", role, str(workdir), deployment.name, *thread_ids],
-                               env=env, cwd=settings.BASE_DIR, stdout=log, new_session=False)
-                 for role, log in zip(roles, logs, strict=True)]
+    processes = [
+        ForkedProcess(
+            ["-m", "moderation.tests.discovery_process", role, str(workdir), deployment.name, *thread_ids],
+            env=env,
+            cwd=settings.BASE_DIR,
+            stdout=log,
+            new_session=False,
+        )
+        for role, log in zip(roles, logs, strict=True)
+    ]
     for role, process, log in zip(roles, processes, logs, strict=True):
         try:
             code = process.wait(120)
@@ -94,7 +107,9 @@ def db_worker(*, log: Path, **env: str) -> Iterator[ForkedProcess]:
     over it (a short ``LANGGRAPH_SWEEP_INTERVAL``); stopped (SIGTERM, then SIGKILL) on the way out."""
     worker = ForkedProcess(
         ["manage.py", "db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1"],
-        env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env}, cwd=settings.BASE_DIR, stdout=log,
+        env={**process_env(), "REVIEWQUEUE_APPLY_INLINE": "0", **env},
+        cwd=settings.BASE_DIR,
+        stdout=log,
     )
     children_adopt(worker)
     try:

@@ -40,14 +40,20 @@ def naive_discover(*, deployment, thread_id: str, directory: Path) -> None:
     connection_release()  # naive about the key only: it holds no connection while the deployment answers
     thread = remote_thread_read(connection=deployment_connection(deployment), thread_id=thread_id)
     ids = {i.interrupt_id for i in thread.interrupts}
-    known = any(ids & {a["interrupt_id"] for a in row.get("asks", [])}
-                for row in QueueItem.objects.filter(graph_input__external__thread_id=thread_id)
-                .values_list("graph_input", flat=True))
+    known = any(
+        ids & {a["interrupt_id"] for a in row.get("asks", [])}
+        for row in QueueItem.objects.filter(graph_input__external__thread_id=thread_id).values_list("graph_input", flat=True)
+    )
     barrier(directory, f"checked-{thread_id}")
     if not known:
         asks = [{"interrupt_id": i.interrupt_id, "value": i.value} for i in thread.interrupts]
-        item_create(title="naive", body="naive", source="naive", graph="ask",
-                    graph_input={"asks": asks, "external": {"thread_id": thread_id}})
+        item_create(
+            title="naive",
+            body="naive",
+            source="naive",
+            graph="ask",
+            graph_input={"asks": asks, "external": {"thread_id": thread_id}},
+        )
 
 
 def main(role: str, directory: str, name: str, thread_ids: list[str]) -> None:

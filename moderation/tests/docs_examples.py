@@ -74,7 +74,7 @@ def page_blocks(page: str) -> list[Block]:
         end = i + 1
         while end < len(lines) and lines[end].strip() != "```":
             end += 1
-        code = "\n".join(line[len(indent):] for line in lines[i + 1:end]) + "\n"
+        code = "\n".join(line[len(indent) :] for line in lines[i + 1 : end]) + "\n"
         block = Block(page=page, line=i + 1, language=RUN_LANGUAGES.get(word, word or "text"), code=code)
         _markers_apply(block, lines, i)
         blocks.append(block)

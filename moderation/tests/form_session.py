@@ -29,7 +29,8 @@ class FormSession:
     def decide(self, host: str, item: str, decision: str) -> tuple[int, dict]:
         """POST the JSON decision; (status, body) for every HTTP answer, error pages included."""
         request = urllib.request.Request(
-            f"http://{host}/api/items/{item}/decision", data=json.dumps({"decision": decision}).encode(),
+            f"http://{host}/api/items/{item}/decision",
+            data=json.dumps({"decision": decision}).encode(),
             headers={"Content-Type": "application/json", "X-CSRFToken": self.cookie("csrftoken")},
         )
         try:

@@ -91,8 +91,12 @@ def _asker(label: str, *, name: str = REFUND):
 
 
 def _finish(state: AskState) -> dict[str, Any]:
-    return {"result": {"answers": len(state.get("answers", [])),
-                       "types": [d["type"] for a in state.get("answers", []) for d in a["value"]["decisions"]]}}
+    return {
+        "result": {
+            "answers": len(state.get("answers", [])),
+            "types": [d["type"] for a in state.get("answers", []) for d in a["value"]["decisions"]],
+        }
+    }
 
 
 def _fail(state: AskState) -> dict[str, Any]:
@@ -143,18 +147,24 @@ def _propose_refund(state: AskState) -> dict[str, Any]:
     config: dict[str, Any] = {"action_name": REFUND, "allowed_decisions": state.get("allowed") or ALL_TYPES}
     if state.get("schema", True):
         config["args_schema"] = ORDER_SCHEMA
-    answer = interrupt({
-        "action_requests": [
-            {"name": REFUND, "args": {**ORDER_ARGS, "order_id": f"A-{1001 + n}"}, "description": "Refund the order?"}
-            for n in range(state.get("actions", 1))
-        ],
-        "review_configs": [config],
-    })
+    answer = interrupt(
+        {
+            "action_requests": [
+                {"name": REFUND, "args": {**ORDER_ARGS, "order_id": f"A-{1001 + n}"}, "description": "Refund the order?"}
+                for n in range(state.get("actions", 1))
+            ],
+            "review_configs": [config],
+        }
+    )
     decisions = answer["decisions"]
-    return {"rounds": state.get("rounds", 0) + 1, "result": {
-        "decisions": ", ".join(d["type"] for d in decisions), "reviewer": answer.get("reviewer", ""),
-        "args": [d["edited_action"]["args"] for d in decisions if d["type"] == "edit"],
-    }}
+    return {
+        "rounds": state.get("rounds", 0) + 1,
+        "result": {
+            "decisions": ", ".join(d["type"] for d in decisions),
+            "reviewer": answer.get("reviewer", ""),
+            "args": [d["edited_action"]["args"] for d in decisions if d["type"] == "edit"],
+        },
+    }
 
 
 def _after_refund(state: AskState) -> str:
@@ -176,19 +186,29 @@ def build_refund(checkpointer: Any) -> Any:
 # args_schema): the queue then takes any edit, and the tool is what refuses a wrong type.
 # Registered per test (with the pass-through ``ask``: ``AGENT_GRAPHS``), not in TEST_GRAPHS, whose list tests name.
 PLAIN_AGENT = "t_plain_agent"
-AGENT_GRAPHS = {**TEST_GRAPHS, "ask": "moderation.graphs.passthrough:build",
-                PLAIN_AGENT: "moderation.tests.graphs_support:build_plain_agent"}
+AGENT_GRAPHS = {
+    **TEST_GRAPHS,
+    "ask": "moderation.graphs.passthrough:build",
+    PLAIN_AGENT: "moderation.tests.graphs_support:build_plain_agent",
+}
 
 
 def build_plain_agent(checkpointer: Any) -> Any:
-    return create_agent(model=ScriptedChatModel(), tools=TOOLS, state_schema=RefundAgentState, checkpointer=checkpointer,
-                        middleware=[HumanInTheLoopMiddleware(interrupt_on=INTERRUPT_ON), QueueItemAdapter()])
+    return create_agent(
+        model=ScriptedChatModel(),
+        tools=TOOLS,
+        state_schema=RefundAgentState,
+        checkpointer=checkpointer,
+        middleware=[HumanInTheLoopMiddleware(interrupt_on=INTERRUPT_ON), QueueItemAdapter()],
+    )
 
 
 def wrong_type_edit(*, order_id: str = "A-17") -> dict[str, Any]:
     """An edit of the refund whose amount is not a number: the refund tool refuses it."""
-    return {"type": "edit", "edited_action": {"name": "refund_payment",
-                                              "args": {"order_id": order_id, "amount": "lots", "currency": "EUR"}}}
+    return {
+        "type": "edit",
+        "edited_action": {"name": "refund_payment", "args": {"order_id": order_id, "amount": "lots", "currency": "EUR"}},
+    }
 
 
 def item_resumes(item: Any) -> int:
@@ -215,13 +235,15 @@ def one_start_index_dropped() -> Iterator[None]:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [START_INDEX])
-        (definition,), = cursor.fetchall()
+        ((definition,),) = cursor.fetchall()
         cursor.execute(f"DROP INDEX {START_INDEX}")
     try:
         yield
     finally:
         with connection.cursor() as cursor:
             # The control's doubly started threads go (the checkpoints outlive a test's rows), or the index could not return.
-            cursor.execute("DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM checkpoints WHERE "
-                           "metadata->>'reviewqueue_run' = 'start' GROUP BY thread_id, checkpoint_ns HAVING count(*) > 1)")
+            cursor.execute(
+                "DELETE FROM checkpoints WHERE thread_id IN (SELECT thread_id FROM checkpoints WHERE "
+                "metadata->>'reviewqueue_run' = 'start' GROUP BY thread_id, checkpoint_ns HAVING count(*) > 1)"
+            )
             cursor.execute(definition)

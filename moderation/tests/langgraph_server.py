@@ -57,9 +57,12 @@ class LangGraphServer:
         env["LANGSMITH_TRACING"] = "false"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [str(LANGGRAPH_BIN), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
-                 "--port", str(free_port())],
-                cwd=app, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                [str(LANGGRAPH_BIN), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(free_port())],
+                cwd=app,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         children_adopt(self.process)
         # It moves to another port, silently but for its log, when the one asked for got taken meanwhile.
@@ -152,4 +155,3 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
         for s in (source, sink):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-

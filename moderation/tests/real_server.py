@@ -63,7 +63,9 @@ class Reviewer:
         conn = http.client.HTTPConnection(self.server.host, self.server.port, timeout=timeout)
         try:
             conn.request(
-                "POST", f"/api/items/{item}/decision", body=json.dumps({"decision": decision}),
+                "POST",
+                f"/api/items/{item}/decision",
+                body=json.dumps({"decision": decision}),
                 headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": self.cookie},
             )
             response = conn.getresponse()

@@ -79,12 +79,20 @@ SETTLE_STALL = 90  # the end waits give up once nothing moved for this long
 SERVER_ENV = {
     # The suite's conftest sets "1" (apply in the deciding process); in a cluster the workers apply.
     "REVIEWQUEUE_APPLY_INLINE": "",
-    "APPLY_SWEEP_GRACE": "5", "WEBHOOK_SWEEP_INTERVAL": "1", "WEBHOOK_LEASE_GRACE": "5",
-    "WEBHOOK_TIMEOUT": "2", "WEBHOOK_RETRY_BASE": "0.5", "WEBHOOK_RETRY_MAX": "4", "WEBHOOK_RETRY_FOR": str(RETRY_FOR),
-    "LIVE_SILENT_SECONDS": str(PRESENCE_TTL), "LIVE_HEARTBEAT_SECONDS": str(HEARTBEAT),
+    "APPLY_SWEEP_GRACE": "5",
+    "WEBHOOK_SWEEP_INTERVAL": "1",
+    "WEBHOOK_LEASE_GRACE": "5",
+    "WEBHOOK_TIMEOUT": "2",
+    "WEBHOOK_RETRY_BASE": "0.5",
+    "WEBHOOK_RETRY_MAX": "4",
+    "WEBHOOK_RETRY_FOR": str(RETRY_FOR),
+    "LIVE_SILENT_SECONDS": str(PRESENCE_TTL),
+    "LIVE_HEARTBEAT_SECONDS": str(HEARTBEAT),
     # Small pools: the PostgreSQL server (max_connections 100 by default) is shared with whatever else runs.
     # A worker's start or resume holds a checkpointer connection for its run: 4 lets its 4 apply lanes run at once.
-    "DB_POOL_SIZE": "10", "CHECKPOINT_POOL_SIZE": "4", "WEBHOOK_LANES": "2",
+    "DB_POOL_SIZE": "10",
+    "CHECKPOINT_POOL_SIZE": "4",
+    "WEBHOOK_LANES": "2",
 }
 # One Django start-up for the rest of the set-up: the quorum team, the API client, the webhook endpoints.
 _SETUP = """
@@ -130,9 +138,22 @@ class RedisUnderTest:
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)],
-            stdout=open(workdir / "redis.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,  # noqa: SIM115
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+            ],
+            stdout=open(workdir / "redis.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         children_adopt(self.process)
         import redis
@@ -242,14 +263,28 @@ def cluster_start(*, workdir: Path, database_url: str) -> Cluster:
     log("database seeded; starting the servers and workers")
     steady, flaky = Receiver().start(), Receiver().start()
     dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens: every attempt is refused
-    endpoints = [("steady", steady.url, DECISION_EVENTS), ("flaky", flaky.url, DECISION_EVENTS), ("dead", dead, ["item.cancelled"])]
-    cluster = Cluster(servers=servers, database_url=database_url, redis=redis_server, proxy=proxy, prefix=prefix,
-                      token="", sessions=seeded.sessions, steady=steady, flaky=flaky)
+    endpoints = [
+        ("steady", steady.url, DECISION_EVENTS),
+        ("flaky", flaky.url, DECISION_EVENTS),
+        ("dead", dead, ["item.cancelled"]),
+    ]
+    cluster = Cluster(
+        servers=servers,
+        database_url=database_url,
+        redis=redis_server,
+        proxy=proxy,
+        prefix=prefix,
+        token="",
+        sessions=seeded.sessions,
+        steady=steady,
+        flaky=flaky,
+    )
     for server in servers:
         cluster.worker_start(server)
     with ThreadPoolExecutor(3) as pool:
-        setup = pool.submit(servers[0].manage, "shell", "-c",
-                            _SETUP.format(moderators=MODERATORS, client=CLIENT, endpoints=endpoints))
+        setup = pool.submit(
+            servers[0].manage, "shell", "-c", _SETUP.format(moderators=MODERATORS, client=CLIENT, endpoints=endpoints)
+        )
         list(pool.map(lambda s: s.start(timeout=180), servers))
         out = setup.result()
     cluster.token = next(line.split()[1] for line in out.splitlines() if line.startswith("TOKEN "))
@@ -336,8 +371,9 @@ class Load:
         for client in self._clients:
             await client.aclose()
 
-    async def send(self, client: httpx.AsyncClient, kind: str, method: str, path: str, *, primary: int,
-                   wait: float = 0.0, **kwargs) -> httpx.Response | None:
+    async def send(
+        self, client: httpx.AsyncClient, kind: str, method: str, path: str, *, primary: int, wait: float = 0.0, **kwargs
+    ) -> httpx.Response | None:
         """One request to server ``primary``, or to the other one when ``primary`` refuses the connection
         (a load balancer's retry: nothing was sent); recorded for the report. None: no answer."""
         began = time.time()
@@ -354,16 +390,22 @@ class Load:
         if response is not None and response.status_code >= 500:
             self.errors[_error_words(response)] += 1
         latency = time.time() - began - (wait if response is not None and response.status_code == 204 else 0.0)
-        self.requests.append(Request(at=began, latency=max(latency, 0.0), kind=kind,
-                                     status=None if response is None else response.status_code))
+        self.requests.append(
+            Request(at=began, latency=max(latency, 0.0), kind=kind, status=None if response is None else response.status_code)
+        )
         return response
 
     # --- moderators
 
     def moderator(self, n: int) -> httpx.AsyncClient:
         name = MODERATORS[n]
-        return self._client({"Cookie": f"sessionid={self.cluster.sessions[name]}; csrftoken={CSRF}",
-                             "X-CSRFToken": CSRF, "Content-Type": "application/json"})
+        return self._client(
+            {
+                "Cookie": f"sessionid={self.cluster.sessions[name]}; csrftoken={CSRF}",
+                "X-CSRFToken": CSRF,
+                "Content-Type": "application/json",
+            }
+        )
 
     async def socket_keep(self, n: int) -> None:
         """Moderator ``n``'s queue page: a websocket open all along (heartbeating as the page does),
@@ -373,15 +415,21 @@ class Load:
         while not self.stopping.is_set():
             host = self.cluster.servers[server].netloc
             try:
-                async with connect(f"ws://{host}/ws/queue/", origin=f"http://{host}", open_timeout=30,
-                                   additional_headers={"Cookie": cookie}, ping_interval=None) as ws:
+                async with connect(
+                    f"ws://{host}/ws/queue/",
+                    origin=f"http://{host}",
+                    open_timeout=30,
+                    additional_headers={"Cookie": cookie},
+                    ping_interval=None,
+                ) as ws:
                     self.sockets_open += 1
                     reader = asyncio.create_task(self._frames_drain(ws))
                     try:
                         while not self.stopping.is_set() and not reader.done():
                             await ws.send(json.dumps({"type": "heartbeat"}))
-                            await asyncio.wait({reader, asyncio.create_task(asyncio.sleep(HEARTBEAT))},
-                                               return_when=asyncio.FIRST_COMPLETED)
+                            await asyncio.wait(
+                                {reader, asyncio.create_task(asyncio.sleep(HEARTBEAT))}, return_when=asyncio.FIRST_COMPLETED
+                            )
                     finally:
                         self.sockets_open -= 1
                         reader.cancel()
@@ -399,8 +447,9 @@ class Load:
 
     async def decide(self, client: httpx.AsyncClient, n: int, item: str, decision: str, *, server: int) -> None:
         op = self.history.invoke(reviewer=MODERATORS[n], item=item, decision=decision)
-        response = await self.send(client, "decide", "POST", f"/api/items/{item}/decision", primary=server,
-                                   content=json.dumps({"decision": decision}))
+        response = await self.send(
+            client, "decide", "POST", f"/api/items/{item}/decision", primary=server, content=json.dumps({"decision": decision})
+        )
         if response is None:
             self.history.complete(op, completion="unknown", error="no answer")
             return
@@ -421,8 +470,15 @@ class Load:
         elif kind == "deadline":
             body["policy"] = {"deadline_seconds": DEADLINE_SECONDS, "on_deadline": "reject"}
         for attempt in range(4):
-            response = await self.send(api, "submit" if attempt == 0 else "resubmit", "POST", "/api/v1/items",
-                                       primary=n % 2, json=body, headers={"Idempotency-Key": key})
+            response = await self.send(
+                api,
+                "submit" if attempt == 0 else "resubmit",
+                "POST",
+                "/api/v1/items",
+                primary=n % 2,
+                json=body,
+                headers={"Idempotency-Key": key},
+            )
             if response is not None and response.status_code in (200, 201):
                 item = response.json()["id"]
                 self.answered_by_key.setdefault(key, set()).add(item)
@@ -435,12 +491,12 @@ class Load:
     async def given_up_resend(self) -> None:
         """Send each submit the API never accepted once more, the cluster healed and settled: a key that is
         refused even now is stuck (the soak once found one, its thread holding a start that asked nothing)."""
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {self.cluster.token}"},
-                                     timeout=HTTP_TIMEOUT) as api:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {self.cluster.token}"}, timeout=HTTP_TIMEOUT) as api:
             for key, body in sorted(self.given_up.items()):
                 try:
-                    response = await api.post(f"{self.cluster.servers[0].url}/api/v1/items", json=body,
-                                              headers={"Idempotency-Key": key})
+                    response = await api.post(
+                        f"{self.cluster.servers[0].url}/api/v1/items", json=body, headers={"Idempotency-Key": key}
+                    )
                 except httpx.HTTPError:
                     self.resent[key] = 0
                     continue
@@ -486,17 +542,23 @@ class Load:
             jobs.append(self.long_poll(api, item, n % 2))
         if kind == "plain":
             # Two moderators on different servers, opposite decisions; the client's cancel may join them.
-            jobs += [self.decide(moderators[deciders[0]], deciders[0], item, "approve", server=0),
-                     self.decide(moderators[deciders[1]], deciders[1], item, "reject", server=1)]
+            jobs += [
+                self.decide(moderators[deciders[0]], deciders[0], item, "approve", server=0),
+                self.decide(moderators[deciders[1]], deciders[1], item, "reject", server=1),
+            ]
             if cancel:
                 jobs.append(self.cancel(api, item, n % 2))
         elif kind == "quorum":
-            jobs += [self.decide(moderators[d], d, item, rng.choice(["approve", "approve", "reject"]), server=k % 2)
-                     for k, d in enumerate(deciders)]
+            jobs += [
+                self.decide(moderators[d], d, item, rng.choice(["approve", "approve", "reject"]), server=k % 2)
+                for k, d in enumerate(deciders)
+            ]
         elif race_deadline:
+
             async def late() -> None:
                 await asyncio.sleep(racers_at)
                 await self.decide(moderators[deciders[0]], deciders[0], item, "approve", server=n % 2)
+
             jobs.append(late())
         await asyncio.gather(*jobs)
 
@@ -593,8 +655,9 @@ class Nemesis:
         for server in self.cluster.servers:
             for worker in [w for w in server.workers if w.poll() is not None and w.returncode != -signal.SIGKILL]:
                 server.workers.remove(worker)
-                self._crash(worker.args[worker.args.index("--worker-id") + 1], worker.returncode,
-                            server.log_tail(120, worker=True))
+                self._crash(
+                    worker.args[worker.args.index("--worker-id") + 1], worker.returncode, server.log_tail(120, worker=True)
+                )
         while len(self.cluster.workers_alive()) < 2:
             self.cluster.worker_start(self.cluster.servers[len(self.cluster.workers_alive()) % 2])
 
@@ -644,8 +707,13 @@ class Nemesis:
         killed, ends = 0, time.time() + lasting
         while time.time() < ends:
             try:
-                killed += len(database_query(admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                                    "WHERE datname = %s AND pid <> pg_backend_pid()", [name]))
+                killed += len(
+                    database_query(
+                        admin,
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                        [name],
+                    )
+                )
             except psycopg.OperationalError as exc:  # the server full of others' connections: try again
                 log(f"pg_terminate could not connect: {str(exc).strip()[-80:]}")
             time.sleep(1.5)
@@ -682,8 +750,9 @@ def memory_read(cluster: Cluster, *, warm_after: float = 20.0) -> list[Memory]:
 
 
 def _open_deadlines(database_url: str) -> dict[str, int]:
-    (left,), = database_query(database_url, "SELECT count(*) FROM moderation_reviewask WHERE status = 'pending' "
-                                            "AND deadline_at IS NOT NULL")
+    ((left,),) = database_query(
+        database_url, "SELECT count(*) FROM moderation_reviewask WHERE status = 'pending' AND deadline_at IS NOT NULL"
+    )
     return {"open_deadlines": left}
 
 
@@ -695,18 +764,30 @@ def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], mem
     items = sorted(set(load.items))
     final: dict[str, FinalItem] = {}
     for chunk in range(0, len(items), 200):
-        state = cluster.servers[0].tool("state", *items[chunk:chunk + 200])
+        state = cluster.servers[0].tool("state", *items[chunk : chunk + 200])
         final.update({item: FinalItem(**row["final"]) for item, row in state.items()})
     keys = sorted(load.answered_by_key)
     rows_by_key: dict[str, list[str]] = {}
-    for key, item in database_query(url, "SELECT idempotency_key, public_id::text FROM moderation_queueitem "
-                                         "WHERE idempotency_key = ANY(%s) ORDER BY id", [keys]):
+    for key, item in database_query(
+        url,
+        "SELECT idempotency_key, public_id::text FROM moderation_queueitem WHERE idempotency_key = ANY(%s) ORDER BY id",
+        [keys],
+    ):
         rows_by_key.setdefault(key, []).append(item)
     received = {"steady": set(cluster.steady.unique()), "flaky": set(cluster.flaky.unique())}
     deliveries = [
-        Delivery(item=item, endpoint=endpoint, status=status, msg_id=msg_id or "", retry_until=retry_until or 0.0,
-                 last_attempt_at=last, received=(msg_id in received[endpoint]) if endpoint in received and msg_id else None)
-        for item, endpoint, status, msg_id, retry_until, last in database_query(url, """
+        Delivery(
+            item=item,
+            endpoint=endpoint,
+            status=status,
+            msg_id=msg_id or "",
+            retry_until=retry_until or 0.0,
+            last_attempt_at=last,
+            received=(msg_id in received[endpoint]) if endpoint in received and msg_id else None,
+        )
+        for item, endpoint, status, msg_id, retry_until, last in database_query(
+            url,
+            """
             SELECT q.public_id::text, e.name, d.status, d.msg_id, EXTRACT(EPOCH FROM d.retry_until)::float,
                    (SELECT EXTRACT(EPOCH FROM max(a.at))::float FROM moderation_deliveryattempt a WHERE a.delivery_id = d.id)
             FROM moderation_queueitem q
@@ -714,15 +795,28 @@ def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], mem
               ON e.events @> to_jsonb(CASE WHEN q.status = 'withdrawn' THEN 'item.cancelled' ELSE 'item.decided' END)
             LEFT JOIN moderation_webhookdelivery d
               ON d.item_public_id = q.public_id AND d.endpoint_id = e.id AND d.event IN ('item.decided', 'item.cancelled')
-            WHERE q.status NOT IN ('pending', 'starting', 'refused') AND NOT q.is_lab""")
+            WHERE q.status NOT IN ('pending', 'starting', 'refused') AND NOT q.is_lab""",
+        )
     ]
-    counters = {f"{graph}/{status}": (counter, actual) for graph, status, counter, actual in database_query(url, """
+    counters = {
+        f"{graph}/{status}": (counter, actual)
+        for graph, status, counter, actual in database_query(
+            url,
+            """
         SELECT coalesce(c.graph, a.graph), coalesce(c.status, a.status), coalesce(c.n, 0), coalesce(a.n, 0)
         FROM (SELECT graph, status, sum(n)::bigint AS n FROM moderation_queuecounter GROUP BY graph, status) c
         FULL JOIN (SELECT graph, status, count(*) AS n FROM moderation_queueitem WHERE NOT is_lab GROUP BY graph, status) a
-          ON a.graph = c.graph AND a.status = c.status""")}
-    live_presence = [row[0] for row in database_query(
-        url, "SELECT channel_name FROM moderation_presence WHERE last_seen >= now() - make_interval(secs => %s)", [PRESENCE_TTL])]
+          ON a.graph = c.graph AND a.status = c.status""",
+        )
+    }
+    live_presence = [
+        row[0]
+        for row in database_query(
+            url,
+            "SELECT channel_name FROM moderation_presence WHERE last_seen >= now() - make_interval(secs => %s)",
+            [PRESENCE_TTL],
+        )
+    ]
     import redis
 
     subscribed = {c.decode() for c in redis.Redis(port=cluster.redis.port).pubsub_channels(f"{cluster.prefix}__group__*")}
@@ -734,17 +828,28 @@ def facts_gather(cluster: Cluster, load: Load, *, baseline_groups: set[str], mem
     finally:
         auditor.shutdown()
     return SoakFacts(
-        ops=list(load.history.ops), final=final,
+        ops=list(load.history.ops),
+        final=final,
         accepted={key: sorted(ids)[0] if len(ids) == 1 else ",".join(sorted(ids)) for key, ids in load.answered_by_key.items()},
-        rows_by_key=rows_by_key, resent=dict(load.resent), deliveries=deliveries, counters=counters, live_presence=live_presence,
-        leaked_groups=sorted(subscribed - baseline_groups), memory=memory, audit_status=audit_status, audit_output=audit_output,
+        rows_by_key=rows_by_key,
+        resent=dict(load.resent),
+        deliveries=deliveries,
+        counters=counters,
+        live_presence=live_presence,
+        leaked_groups=sorted(subscribed - baseline_groups),
+        memory=memory,
+        audit_status=audit_status,
+        audit_output=audit_output,
     )
 
 
 def applied_times(database_url: str) -> list[tuple[float, float]]:
-    return database_query(database_url, """
+    return database_query(
+        database_url,
+        """
         SELECT EXTRACT(EPOCH FROM decided_at)::float, EXTRACT(EPOCH FROM applied_at)::float FROM moderation_reviewask
-        WHERE decided_at IS NOT NULL AND applied_at IS NOT NULL""")
+        WHERE decided_at IS NOT NULL AND applied_at IS NOT NULL""",
+    )
 
 
 @dataclass
@@ -771,8 +876,10 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
         while time.time() < until:
             await asyncio.sleep(20)
             bad = sum(not r.answered for r in load.requests)
-            log(f"{max(0.0, until - time.time()) / 60:.1f} min left: {len(load.items)} items, {len(load.requests)} "
-                f"requests ({bad} unanswered), {len(nemesis.faults)} faults, {load.sockets_open} sockets open")
+            log(
+                f"{max(0.0, until - time.time()) / 60:.1f} min left: {len(load.items)} items, {len(load.requests)} "
+                f"requests ({bad} unanswered), {len(nemesis.faults)} faults, {load.sockets_open} sockets open"
+            )
 
     reporter = asyncio.create_task(progress())
     stop_supervising = asyncio.Event()
@@ -794,8 +901,9 @@ async def _soak(cluster: Cluster, config: SoakConfig) -> tuple[Load, Nemesis, se
         await load.close()
     log("healing and settling (applies, starts, deadlines, webhooks until delivered or past their retry window)")
     await asyncio.to_thread(nemesis.everything_up)
-    left = await asyncio.to_thread(work_settled_wait, cluster.database_url, stall=SETTLE_STALL, failed_settles=True,
-                                   extra=_open_deadlines)
+    left = await asyncio.to_thread(
+        work_settled_wait, cluster.database_url, stall=SETTLE_STALL, failed_settles=True, extra=_open_deadlines
+    )
     if any(left.values()):
         log(f"not settled (nothing moved for {SETTLE_STALL} s): {left}")
     if load.given_up:
@@ -819,25 +927,36 @@ def soak_run(config: SoakConfig, *, keep: Callable[[SoakResult], None] | None = 
             log(f"database copied from a migrated template in {time.time() - began:.0f} s")
             cluster = cluster_start(workdir=workdir, database_url=database_url)
             try:
-                log(f"two servers ({', '.join(s.url for s in cluster.servers)}) and two workers up in "
-                    f"{time.time() - began:.0f} s; redis on {cluster.redis.port} behind proxy {cluster.proxy.port}")
+                log(
+                    f"two servers ({', '.join(s.url for s in cluster.servers)}) and two workers up in "
+                    f"{time.time() - began:.0f} s; redis on {cluster.redis.port} behind proxy {cluster.proxy.port}"
+                )
                 load, nemesis, baseline, memory = asyncio.run(_soak(cluster, config))
                 log("gathering facts and judging")
                 facts = facts_gather(cluster, load, baseline_groups=baseline, memory=memory)
                 findings = soak_judge(facts)
                 log(f"judged: {len(findings)} finding(s)")
                 report = soak_report(
-                    requests=load.requests, faults=nemesis.faults, applied=applied_times(database_url), findings=findings,
-                    config={"seed": config.seed, "minutes": config.minutes, "rate": config.rate, "began": began,
-                            "items": len(load.items), "ops": len(facts.ops),
-                            "memory": [m.__dict__ for m in facts.memory],
-                            "load_average": os.getloadavg(), "socket_drops": dict(load.socket_drops),
-                            "errors": dict(load.errors.most_common(10)),
-                            "crashes": nemesis.crashes},
+                    requests=load.requests,
+                    faults=nemesis.faults,
+                    applied=applied_times(database_url),
+                    findings=findings,
+                    config={
+                        "seed": config.seed,
+                        "minutes": config.minutes,
+                        "rate": config.rate,
+                        "began": began,
+                        "items": len(load.items),
+                        "ops": len(facts.ops),
+                        "memory": [m.__dict__ for m in facts.memory],
+                        "load_average": os.getloadavg(),
+                        "socket_drops": dict(load.socket_drops),
+                        "errors": dict(load.errors.most_common(10)),
+                        "crashes": nemesis.crashes,
+                    },
                 )
                 paths = soak_save(report=report, requests=load.requests, faults=nemesis.faults, directory=config.out)
-                result = SoakResult(report=report, facts=facts, cluster=cluster, load=load, baseline_groups=baseline,
-                                    paths=paths)
+                result = SoakResult(report=report, facts=facts, cluster=cluster, load=load, baseline_groups=baseline, paths=paths)
                 if keep is not None:
                     keep(result)
                 return result

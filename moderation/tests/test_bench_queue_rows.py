@@ -15,8 +15,21 @@ from moderation.records.selectors import queue_counts
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_variant]
 
 # What differs between any two items by nature, not by how they were written.
-_OWN = {"id", "public_id", "title", "body", "source", "created_at", "thread_id", "review_request", "rank", "risk", "flags",
-        "submission_digest", "audit_head"}
+_OWN = {
+    "id",
+    "public_id",
+    "title",
+    "body",
+    "source",
+    "created_at",
+    "thread_id",
+    "review_request",
+    "rank",
+    "risk",
+    "flags",
+    "submission_digest",
+    "audit_head",
+}
 
 
 def test_the_shortcut_rows_are_pending_items_like_those_item_create_makes(make_item, alice, client):

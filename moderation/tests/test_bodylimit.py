@@ -105,10 +105,18 @@ def test_a_body_within_the_limit_reaches_django(server):
 
 def _scope(headers: list[tuple[bytes, bytes]]) -> dict:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": f"/api/items/{uuid.uuid4()}/decision", "raw_path": b"", "root_path": "", "query_string": b"",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/api/items/{uuid.uuid4()}/decision",
+        "raw_path": b"",
+        "root_path": "",
+        "query_string": b"",
         "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), *headers],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
     }
 
 

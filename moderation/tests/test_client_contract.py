@@ -166,9 +166,18 @@ def _python_client_checked(schema: dict[str, Any], run) -> tuple[list[str], list
 
 
 def _python_client_everything(client: ReviewQueue) -> None:
-    client.submit(title="t", body="b", source="s", ask={"action_requests": []}, idempotency_key="k",
-                  external={"thread_id": "t", "interrupt_id": "i", "run_id": "r"}, team="ops", priority=1,
-                  requested_by="agent", context={"summary": "why", "messages": [{"role": "human", "content": "hi"}]})
+    client.submit(
+        title="t",
+        body="b",
+        source="s",
+        ask={"action_requests": []},
+        idempotency_key="k",
+        external={"thread_id": "t", "interrupt_id": "i", "run_id": "r"},
+        team="ops",
+        priority=1,
+        requested_by="agent",
+        context={"summary": "why", "messages": [{"role": "human", "content": "hi"}]},
+    )
     list(client.list(status="pending", source="s", external_id="t:i", graph="ask"))
     client.read("00000000-0000-0000-0000-000000000000").outcome  # noqa: B018 - the read is what is checked
     client.wait("00000000-0000-0000-0000-000000000000", timeout=1)
@@ -218,8 +227,12 @@ def _python_codes() -> set[str]:
     codes: set[str] = set()
     for module in (python_client, python_glue):
         codes |= set(re.findall(r"""code\s*==\s*["']([a-z_]+)["']""", inspect.getsource(module)))
-    for documented in (python_client.ReviewQueueError, python_client.ReviewQueue.cancel, python_client.ReviewQueue.report_outcome,
-                       python_client.ReviewQueue.create_webhook):
+    for documented in (
+        python_client.ReviewQueueError,
+        python_client.ReviewQueue.cancel,
+        python_client.ReviewQueue.report_outcome,
+        python_client.ReviewQueue.create_webhook,
+    ):
         codes |= set(re.findall(r"``([a-z][a-z_]+)``", documented.__doc__ or "")) - {"status", "retry_after", "code", "secret"}
     return codes
 

@@ -86,21 +86,23 @@ def cluster(tmp_path_factory):
     with fresh_database(admin_url, "api") as database_url:
         env = cluster_env(redis_url=redis_url, prefix=channel_prefix("api"))
         servers = [
-            LiveServer(tmp_path_factory.mktemp(f"cluster-{n}"), database_url=database_url, extra_env=env,
-                       health_path="/healthz")
+            LiveServer(tmp_path_factory.mktemp(f"cluster-{n}"), database_url=database_url, extra_env=env, health_path="/healthz")
             for n in range(2)
         ]
         started = time.monotonic()
         # alice is staff too: /healthz shows its backends to staff only.
-        seeded = servers[0].seed(users=["alice", "bob"], staff=["alice"], password=PASSWORD, sessions=False,
-                                 items=RACE_ITEMS + 2, prefix="Cluster")
+        seeded = servers[0].seed(
+            users=["alice", "bob"], staff=["alice"], password=PASSWORD, sessions=False, items=RACE_ITEMS + 2, prefix="Cluster"
+        )
         site = Cluster(servers=servers, items=seeded.items)
         seeded_at = time.monotonic()
         try:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(lambda server: server.start(timeout=90), servers))
-            print(f"\ncluster: migrated + seeded {len(site.items)} items in {seeded_at - started:.1f} s, "
-                  f"two servers healthy in {time.monotonic() - seeded_at:.1f} s ({', '.join(site.hosts)})")
+            print(
+                f"\ncluster: migrated + seeded {len(site.items)} items in {seeded_at - started:.1f} s, "
+                f"two servers healthy in {time.monotonic() - seeded_at:.1f} s ({', '.join(site.hosts)})"
+            )
             yield site
         finally:
             with ThreadPoolExecutor(2) as pool:
@@ -115,7 +117,10 @@ class Reviewer(FormSession):
 
     async def socket(self, host: str, path: str) -> Listener:
         ws = await connect(
-            f"ws://{host}/{path}", origin=f"http://{host}", ping_interval=None, open_timeout=30,
+            f"ws://{host}/{path}",
+            origin=f"http://{host}",
+            ping_interval=None,
+            open_timeout=30,
             additional_headers={"Cookie": f"sessionid={self.cookie('sessionid')}"},
         )
         listener = Listener(ws)
@@ -171,12 +176,21 @@ def test_every_server_reports_postgres_postgressaver_and_redis(cluster, people):
         assert health["ok"], (host, health)
         backends = {name: check["backend"] for name, check in health["checks"].items()}
         assert backends == {
-            "database": "postgresql", "checkpointer": "PostgresSaver", "channel_layer": "RedisPubSubChannelLayer",
+            "database": "postgresql",
+            "checkpointer": "PostgresSaver",
+            "channel_layer": "RedisPubSubChannelLayer",
         }, (host, health)
 
 
-def _attempt(recorder: HistoryRecorder, reviewer: Reviewer, host: str, item: str, decision: str,
-             start: threading.Barrier, latencies: list[float]) -> Op:
+def _attempt(
+    recorder: HistoryRecorder,
+    reviewer: Reviewer,
+    host: str,
+    item: str,
+    decision: str,
+    start: threading.Barrier,
+    latencies: list[float],
+) -> Op:
     start.wait()
     op = recorder.invoke(reviewer=reviewer.username, item=item, decision=decision)
     began = time.monotonic()
@@ -197,8 +211,7 @@ async def test_two_servers_race_one_winner_each_and_losers_told_across_servers(c
     items = cluster.items[:RACE_ITEMS]
     posts_to = {"alice": cluster.hosts[0], "bob": cluster.hosts[1]}
     # Each reviewer listens on the server they do NOT post to: every notice crosses through Redis.
-    listens = {"alice": await alice.socket(cluster.hosts[1], "ws/queue/"),
-               "bob": await bob.socket(cluster.hosts[0], "ws/queue/")}
+    listens = {"alice": await alice.socket(cluster.hosts[1], "ws/queue/"), "bob": await bob.socket(cluster.hosts[0], "ws/queue/")}
 
     recorder = HistoryRecorder()
     latencies: list[float] = []
@@ -211,19 +224,24 @@ async def test_two_servers_race_one_winner_each_and_losers_told_across_servers(c
             wants = {"alice": "approve", "bob": "reject"} if n % 2 == 0 else {"alice": "reject", "bob": "approve"}
             start = threading.Barrier(2, timeout=60)
             async with in_flight:
-                await asyncio.gather(*(
-                    loop.run_in_executor(pool, _attempt, recorder, who, posts_to[who.username], item,
-                                         wants[who.username], start, latencies)
-                    for who in (alice, bob)
-                ))
+                await asyncio.gather(
+                    *(
+                        loop.run_in_executor(
+                            pool, _attempt, recorder, who, posts_to[who.username], item, wants[who.username], start, latencies
+                        )
+                        for who in (alice, bob)
+                    )
+                )
 
         began = time.monotonic()
         await asyncio.gather(*(race(n, item) for n, item in enumerate(items)))
         race_seconds = time.monotonic() - began
 
     final_raw = await asyncio.to_thread(cluster.final_read, items)
-    final = {i: FinalItem(winner=f["winner"], winning_attempts=f["winning_attempts"], resumes=f["resumes"])
-             for i, f in final_raw.items()}
+    final = {
+        i: FinalItem(winner=f["winner"], winning_attempts=f["winning_attempts"], resumes=f["resumes"])
+        for i, f in final_raw.items()
+    }
     anomalies = history_check(ops=recorder.ops, final=final)
     assert not anomalies, "\n".join(map(str, anomalies))
 

@@ -78,7 +78,8 @@ class Sampler(threading.Thread):
                     rows = conn.execute(
                         """SELECT application_name, count(*) FROM pg_stat_activity
                            WHERE datname = %s AND backend_type = 'client backend' GROUP BY 1""",
-                        [self.database]).fetchall()
+                        [self.database],
+                    ).fetchall()
                     counts = Counter(dict(rows))
                     self.peak |= counts
                     self.peak_total = max(self.peak_total, sum(counts[name] for name in (*SERVERS, *WORKERS)))
@@ -97,8 +98,7 @@ class PgBouncer:
     """Debian's pgbouncer on a loopback port in ``mode``, every database forwarded to ``upstream`` (trust auth)."""
 
     def __init__(self, upstream: str, *, mode: str = "session", pool_size: int = 80) -> None:
-        path = shutil.which("pgbouncer") or next(
-            (p for p in ("/usr/sbin/pgbouncer",) if os.access(p, os.X_OK)), None)
+        path = shutil.which("pgbouncer") or next((p for p in ("/usr/sbin/pgbouncer",) if os.access(p, os.X_OK)), None)
         if path is None:
             reason = "pgbouncer not installed (make pgbouncer: Debian's pgbouncer package)"
             if os.environ.get("CI", "").lower() == "true":
@@ -116,7 +116,7 @@ class PgBouncer:
         users.write_text(f'"{parsed.username or "postgres"}" ""\n')
         ini = self.workdir / "pgbouncer.ini"
         ini.write_text(f"""[databases]
-* = host={parsed.hostname or '127.0.0.1'} port={parsed.port or 5432}
+* = host={parsed.hostname or "127.0.0.1"} port={parsed.port or 5432}
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {self.port}
@@ -133,8 +133,11 @@ logfile = {self.log}
             file.chmod(0o644)
         as_user = ["-u", "postgres"] if os.geteuid() == 0 else []
         self.process = subprocess.Popen(
-            [path, *as_user, str(ini)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [path, *as_user, str(ini)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         children_adopt(self.process)
         self._wait_listening(upstream)
@@ -162,8 +165,9 @@ logfile = {self.log}
         """Its clients connected to ``database`` now, counted by application_name (its admin console's SHOW CLIENTS)."""
         import psycopg
 
-        with psycopg.connect(self.url(urllib.parse.urlunsplit(
-                urllib.parse.urlsplit(self.upstream)._replace(path="/pgbouncer"))), autocommit=True) as conn:
+        with psycopg.connect(
+            self.url(urllib.parse.urlunsplit(urllib.parse.urlsplit(self.upstream)._replace(path="/pgbouncer"))), autocommit=True
+        ) as conn:
             cursor = conn.execute("SHOW CLIENTS")
             columns = [c.name for c in cursor.description]
             rows = [dict(zip(columns, row, strict=False)) for row in cursor.fetchall()]
@@ -186,8 +190,9 @@ logfile = {self.log}
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _cluster_race(tmp_path_factory, *, label: str, through=None, session_through=None,
-                  sample_from: str | None = None, at_end=None):
+def _cluster_race(
+    tmp_path_factory, *, label: str, through=None, session_through=None, sample_from: str | None = None, at_end=None
+):
     """Seed, start two servers and two workers (named by PGAPPNAME), race ITEMS items by pairs on both
     servers, wait until every apply is done; (the race's judgement, the sampler or None).
 
@@ -199,8 +204,12 @@ def _cluster_race(tmp_path_factory, *, label: str, through=None, session_through
         env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix(label)), **WORKER_ENV}
         if session_through:
             env["SESSION_DATABASE_URL"] = session_through(database_url)
-        servers = [LiveServer(tmp_path_factory.mktemp(f"{label}-{n}"), database_url=served_url,
-                              extra_env={**env, "PGAPPNAME": SERVERS[n]}) for n in range(2)]
+        servers = [
+            LiveServer(
+                tmp_path_factory.mktemp(f"{label}-{n}"), database_url=served_url, extra_env={**env, "PGAPPNAME": SERVERS[n]}
+            )
+            for n in range(2)
+        ]
         sampler = None
         try:
             seeded = servers[0].seed(users=MODERATORS, items=ITEMS, prefix="Budget")
@@ -255,9 +264,11 @@ def test_two_servers_and_two_workers_stay_within_the_documented_connection_budge
     documented = budget(db_pool=int(env["DB_POOL_SIZE"]), checkpoint_pool=int(env["CHECKPOINT_POOL_SIZE"]))
     total = 2 * documented["server"] + 2 * documented["worker"]
     peaks = {name: sampler.peak[name] for name in (*SERVERS, *WORKERS)}
-    print(f"\nconnection budget: {sampler.samples} samples of pg_stat_activity; peaks {peaks}, "
-          f"all four at once {sampler.peak_total} (documented: {documented['server']} a server, "
-          f"{documented['worker']} a worker, {total} the cluster)")
+    print(
+        f"\nconnection budget: {sampler.samples} samples of pg_stat_activity; peaks {peaks}, "
+        f"all four at once {sampler.peak_total} (documented: {documented['server']} a server, "
+        f"{documented['worker']} a worker, {total} the cluster)"
+    )
     assert sampler.samples >= 10
     for name in SERVERS:
         assert 1 <= peaks[name] <= documented["server"], (name, peaks)
@@ -277,8 +288,12 @@ def test_the_cluster_race_through_pgbouncer_in_session_mode_is_correct(tmp_path_
     bouncer = PgBouncer(admin_url, mode="session")
     seen: dict[str, Counter[str]] = {}
     try:
-        anomalies, _ = _cluster_race(tmp_path_factory, label="pgbouncer", through=bouncer.url,
-                                     at_end=lambda database: seen.update(session=bouncer.clients(database)))
+        anomalies, _ = _cluster_race(
+            tmp_path_factory,
+            label="pgbouncer",
+            through=bouncer.url,
+            at_end=lambda database: seen.update(session=bouncer.clients(database)),
+        )
     finally:
         bouncer.stop()
     assert not anomalies, "\n".join(map(str, anomalies))
@@ -299,14 +314,16 @@ def test_the_cluster_race_with_django_through_a_transaction_mode_pgbouncer_and_t
         seen.update(transaction=transaction.clients(database), session=session.clients(database))
 
     try:
-        anomalies, _ = _cluster_race(tmp_path_factory, label="pgbtx", through=transaction.url,
-                                     session_through=session.url, at_end=clients)
+        anomalies, _ = _cluster_race(
+            tmp_path_factory, label="pgbtx", through=transaction.url, session_through=session.url, at_end=clients
+        )
     finally:
         transaction.stop()
         session.stop()
     assert not anomalies, "\n".join(map(str, anomalies))
-    print(f"\npgbouncer split: transaction-mode clients {dict(seen['transaction'])}, "
-          f"session-mode clients {dict(seen['session'])}")
+    print(
+        f"\npgbouncer split: transaction-mode clients {dict(seen['transaction'])}, session-mode clients {dict(seen['session'])}"
+    )
     assert set(seen["transaction"]) >= {*SERVERS, *WORKERS}, seen
     # A worker's listener and its checkpointer pool (every apply ran under a resume lock) are session-mode clients.
     assert all(seen["session"][name] >= 2 for name in WORKERS), seen

@@ -58,8 +58,12 @@ WORKER_ENV = {
     "REVIEWQUEUE_APPLY_INLINE": "",
     # A killed worker's apply is queued again after 3 s, its lost delivery after its lease
     # (WEBHOOK_TIMEOUT + 2 s) and 5 s of grace; both sweeps run every 0.5 s.
-    "APPLY_SWEEP_GRACE": "3", "WEBHOOK_SWEEP_INTERVAL": "0.5", "WEBHOOK_LEASE_GRACE": "5",
-    "WEBHOOK_TIMEOUT": "2", "WEBHOOK_RETRY_BASE": "0.2", "WEBHOOK_RETRY_MAX": "1",
+    "APPLY_SWEEP_GRACE": "3",
+    "WEBHOOK_SWEEP_INTERVAL": "0.5",
+    "WEBHOOK_LEASE_GRACE": "5",
+    "WEBHOOK_TIMEOUT": "2",
+    "WEBHOOK_RETRY_BASE": "0.2",
+    "WEBHOOK_RETRY_MAX": "1",
 }
 EVENTS = ("item.decided", "item.applied")
 _ENDPOINT = """
@@ -77,17 +81,26 @@ _CLAIMED_BY = """EXISTS (SELECT 1 FROM jsonb_array_elements_text(worker_ids) AS 
 
 def _tasks(database_url: str, worker_id: str, status: str) -> list[tuple]:
     """(task path, args) of the task rows ``worker_id`` (or its lanes) claimed that are now in ``status``."""
-    return database_query(database_url, f"""
+    return database_query(
+        database_url,
+        f"""
         SELECT task_path, args_kwargs FROM django_tasks_database_dbtaskresult
-        WHERE status = %s AND {_CLAIMED_BY} ORDER BY started_at""", [status, worker_id])
+        WHERE status = %s AND {_CLAIMED_BY} ORDER BY started_at""",
+        [status, worker_id],
+    )
 
 
 def _applies_left(database_url: str, *, but: object | None) -> bool:
     """Whether an apply task (other than the task ``but``) is still queued or running."""
-    return bool(database_query(database_url, """
+    return bool(
+        database_query(
+            database_url,
+            """
         SELECT 1 FROM django_tasks_database_dbtaskresult
         WHERE status IN ('READY', 'RUNNING') AND task_path = %s AND id::text <> %s LIMIT 1""",
-        [APPLY_TASK, str(but or "")]))
+            [APPLY_TASK, str(but or "")],
+        )
+    )
 
 
 def _item_public_id(database_url: str, pk: int) -> str:
@@ -107,8 +120,7 @@ def site(tmp_path_factory):
     with fresh_database(admin_url, "workers") as database_url:
         env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("workers")), **WORKER_ENV}
         servers = [
-            LiveServer(tmp_path_factory.mktemp(f"workers-{n}"), database_url=database_url, extra_env=env)
-            for n in range(2)
+            LiveServer(tmp_path_factory.mktemp(f"workers-{n}"), database_url=database_url, extra_env=env) for n in range(2)
         ]
         try:
             began = time.monotonic()
@@ -121,9 +133,15 @@ def site(tmp_path_factory):
             print(f"\ncluster workers: {ITEMS + 1} items seeded and two servers up in {time.monotonic() - began:.1f} s")
             # Moderator n posts to server n % 2, so an item's two reviewers (n, n + 1) are on different servers.
             reviewers = [Reviewer(servers[n % 2], name, seeded.sessions[name]) for n, name in enumerate(MODERATORS)]
-            yield SimpleNamespace(servers=servers, database_url=database_url, receiver=receiver,
-                                  items=seeded.items[:ITEMS], spare=seeded.items[ITEMS],
-                                  in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1:], strict=False)), reviewers=reviewers)
+            yield SimpleNamespace(
+                servers=servers,
+                database_url=database_url,
+                receiver=receiver,
+                items=seeded.items[:ITEMS],
+                spare=seeded.items[ITEMS],
+                in_graph=dict(zip(GRAPH_KILL_POINTS, seeded.items[ITEMS + 1 :], strict=False)),
+                reviewers=reviewers,
+            )
         finally:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LiveServer.close, servers))
@@ -165,9 +183,13 @@ class Killer(threading.Thread):
         # while any apply is left to run, not only while decisions are being made.
         while time.monotonic() < deadline and not (self.burst_done.is_set() and not _applies_left(url, but=None)):
             applied = [t for t in _tasks(url, "doomed", "SUCCESSFUL") if t[0] == APPLY_TASK]
-            running = database_query(url, f"""
+            running = database_query(
+                url,
+                f"""
                 SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult
-                WHERE status = 'RUNNING' AND task_path = %s AND {_CLAIMED_BY}""", [APPLY_TASK, "doomed"])
+                WHERE status = 'RUNNING' AND task_path = %s AND {_CLAIMED_BY}""",
+                [APPLY_TASK, "doomed"],
+            )
             if len(applied) >= DOOMED_APPLIES_BEFORE_KILL and running:
                 task_id, args = running[0]
                 item = _item_public_id(url, args["args"][0])
@@ -177,11 +199,16 @@ class Killer(threading.Thread):
                     continue  # not resumed yet
                 # Resumed, and the hold cannot have ended yet: it began after the claim, and after the last
                 # look that still saw the graph paused (on a loaded machine a resume alone takes seconds).
-                claimed_ago = database_query(url, """
+                claimed_ago = database_query(
+                    url,
+                    """
                     SELECT EXTRACT(EPOCH FROM now() - started_at)::float FROM django_tasks_database_dbtaskresult
-                    WHERE id = %s AND status = 'RUNNING'""", [task_id])
-                hold_began_within = min(claimed_ago[0][0] if claimed_ago else DOOMED_HOLD,
-                                        looked - self.seen_paused.get(task_id, float("-inf")))
+                    WHERE id = %s AND status = 'RUNNING'""",
+                    [task_id],
+                )
+                hold_began_within = min(
+                    claimed_ago[0][0] if claimed_ago else DOOMED_HOLD, looked - self.seen_paused.get(task_id, float("-inf"))
+                )
                 if claimed_ago and hold_began_within < DOOMED_HOLD - KILL_MARGIN:
                     self.others_in_flight = _applies_left(url, but=task_id)
                     self.doomed.kill()
@@ -279,7 +306,9 @@ def test_a_worker_killed_mid_apply_during_a_burst_loses_nothing_and_applies_noth
     worked = Counter()
     for worker in ("doomed", "steady", "replacement"):
         worked[worker] = sum(1 for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == APPLY_TASK)
-    (apply_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK])
+    ((apply_tasks,),) = database_query(
+        url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [APPLY_TASK]
+    )
     wins = Counter(row["winner"] for row in state.values())
     print(
         f"\ncluster workers: {ITEMS} items x 2 moderators on 2 servers in {burst_end - began:.1f} s "
@@ -336,7 +365,8 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
     assert (killed["apply_state"], killed["graph_paused"]) == ("applying", point == "in_review_node"), killed
     if point == "in_apply_node":
         assert [str(a) for a in history_check(ops=recorder.ops, final={item: FinalItem(**killed["final"])})] == [
-            f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"]
+            f"graph_unsettled on {item}: decided by mod0 but its graph neither reached its end nor its next interrupt"
+        ]
 
     site.servers[1].worker_start(worker_id=f"graph-rescuer-{point}")
     left = work_settled_wait(url, stall=SETTLE_STALL)
@@ -347,7 +377,8 @@ def test_a_worker_killed_inside_the_graph_run_leaves_no_graph_short_of_its_end(s
     assert row["applied_result"]["result"]["status"] == "approved", row
     assert history_check(ops=recorder.ops, final={item: FinalItem(**row["final"])}) == []
     assert [args["args"] for path, args in _tasks(url, f"graph-doomed-{point}", "FAILED") if path == APPLY_TASK] == [
-        [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]]
+        [database_query(url, "SELECT id FROM moderation_queueitem WHERE public_id = %s", [item])[0][0]]
+    ]
 
 
 START_TASK = "moderation.review.starts.items_start_task"
@@ -356,11 +387,14 @@ START_TASK = "moderation.review.starts.items_start_task"
 def _accept(server, token: str, count: int) -> list[str]:
     """Submit ``count`` items in queued batches of 100 through the API; their public ids."""
     ids: list[str] = []
-    with httpx.Client(base_url=f"http://{server.host}:{server.port}/api/v1", timeout=60,
-                      headers={"Authorization": f"Bearer {token}"}) as api:
+    with httpx.Client(
+        base_url=f"http://{server.host}:{server.port}/api/v1", timeout=60, headers={"Authorization": f"Bearer {token}"}
+    ) as api:
         for first in range(0, count, 100):
-            batch = [{"title": f"Queued {n}", "body": "Some harmless text.", "source": "pipeline",
-                      "idempotency_key": f"queued-{n}"} for n in range(first, min(count, first + 100))]
+            batch = [
+                {"title": f"Queued {n}", "body": "Some harmless text.", "source": "pipeline", "idempotency_key": f"queued-{n}"}
+                for n in range(first, min(count, first + 100))
+            ]
             answer = api.post("/items:batch", json={"items": batch, "start": "queued"})
             assert answer.status_code == 200, answer.text
             results = answer.json()["results"]
@@ -390,8 +424,9 @@ class _StartsProgress:
             return now - self._moved_at >= SETTLE_STALL
 
 
-def _decide_once_started(recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str,
-                         start: threading.Barrier, starts: _StartsProgress) -> int:
+def _decide_once_started(
+    recorder: HistoryRecorder, reviewer: Reviewer, item: str, decision: str, start: threading.Barrier, starts: _StartsProgress
+) -> int:
     """Race the pair's other reviewer; an answer "still starting" records nothing, so try again
     while the workers are still starting items. Returns how many times the item was still starting."""
     start.wait()
@@ -467,10 +502,15 @@ def test_a_worker_killed_mid_start_of_a_queued_batch_leaves_every_item_started_o
         assert (row["resume_count"], row["forks"], row["apply_state"]) == (1, 0, ""), (item, row)
         ops = [op for op in recorder.ops if op.item == item]
         assert sorted(op.completion for op in ops) == ["fail", "ok"], (item, ops)
-    worked = Counter(worker for worker in ("start-doomed", "start-steady")
-                     for path, _ in _tasks(url, worker, "SUCCESSFUL") if path == START_TASK)
-    (start_tasks,), = database_query(url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s",
-                           [START_TASK])
+    worked = Counter(
+        worker
+        for worker in ("start-doomed", "start-steady")
+        for path, _ in _tasks(url, worker, "SUCCESSFUL")
+        if path == START_TASK
+    )
+    ((start_tasks,),) = database_query(
+        url, "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE task_path = %s", [START_TASK]
+    )
     print(
         f"\ncluster starts: {ITEMS} items accepted in {accepted_in:.2f} s; decided by pairs on 2 servers "
         f"{burst_end - began:.1f} s after the first submit; worker 'start-doomed' SIGKILLed holding the start "

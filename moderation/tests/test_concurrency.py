@@ -96,7 +96,10 @@ def test_slow_reviewer_on_one_item_does_not_delay_other_items(make_moderator, ma
 
     with fault_inject(point, slow.hold):
         reviewer = threading.Thread(
-            target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
+            target=lambda: (
+                item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"),
+                connection.close(),
+            )
         )
         reviewer.start()
         try:
@@ -123,7 +126,10 @@ def test_a_slow_graph_after_a_decision_holds_no_reviewer(make_moderator, make_it
 
     with fault_inject("in_apply_node", slow.hold):
         reviewer = threading.Thread(
-            target=lambda: (item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"), connection.close())
+            target=lambda: (
+                item_decide(item_public_id=slow_item.public_id, reviewer=slow_user, decision="approve"),
+                connection.close(),
+            )
         )
         reviewer.start()
         try:

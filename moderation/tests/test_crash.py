@@ -98,8 +98,11 @@ def _applied_wait(server: LiveServer, items: list[str]) -> dict:
     through the ORM, so not ``history_wait_applied``); the full state, which reads every
     item's checkpoint history, is read once at the end.
     """
-    progress_wait(lambda: {item: row.apply_state for item, row in server.rows(items).items()},
-                  done=lambda states: "applying" not in states.values(), stall=APPLY_STALL)
+    progress_wait(
+        lambda: {item: row.apply_state for item, row in server.rows(items).items()},
+        done=lambda states: "applying" not in states.values(),
+        stall=APPLY_STALL,
+    )
     return server.tool("state", *items)
 
 
@@ -165,9 +168,13 @@ def test_process_killed_at_point_loses_nothing_and_applies_once(scenarios, point
     if expect.process == "server":
         # alice does not know her outcome, and recover had nothing to repair: the graph
         # is only resumed after a commit, so a server crash never leaves it ahead.
-        assert isinstance(scenario.crash_response, Dropped), f"expected a dropped connection, got {scenario.crash_response}{context}"
+        assert isinstance(scenario.crash_response, Dropped), (
+            f"expected a dropped connection, got {scenario.crash_response}{context}"
+        )
         assert crash_op.completion == "unknown"
-        assert "could not be repaired." in scenario.recover_output and ", 0 could not" in scenario.recover_output, scenario.recover_output
+        assert "could not be repaired." in scenario.recover_output and ", 0 could not" in scenario.recover_output, (
+            scenario.recover_output
+        )
     else:
         # alice was told she won before any graph ran: the worker's death is not hers to see.
         status, body = scenario.crash_response

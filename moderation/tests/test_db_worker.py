@@ -47,8 +47,9 @@ def test_two_workers_with_one_port_base_both_serve_and_a_third_past_the_range_sa
             server.worker_start(worker_id=name)
         for name in ("one", "two"):
             server.worker_wait_ready(name)
-        log = progress_wait(lambda: server.log_tail(400, worker=True),
-                            done=lambda text: text.count("metrics served on") == 2, stall=60)
+        log = progress_wait(
+            lambda: server.log_tail(400, worker=True), done=lambda text: text.count("metrics served on") == 2, stall=60
+        )
         assert f"metrics served on 127.0.0.1:{base}\n" in log + "\n" and f"metrics served on 127.0.0.1:{base + 1}" in log
         assert "Traceback" not in log and all(worker.poll() is None for worker in server.workers)
         for port in (base, base + 1):
@@ -56,7 +57,11 @@ def test_two_workers_with_one_port_base_both_serve_and_a_third_past_the_range_sa
 
         third = subprocess.run(
             [sys.executable, str(ROOT / "manage.py"), "db_worker", "--no-reload", "--worker-id", "three"],
-            cwd=ROOT, env=server.env(), capture_output=True, text=True, timeout=300,
+            cwd=ROOT,
+            env=server.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert third.returncode == 1
         assert third.stderr.strip().splitlines()[-1] == (

@@ -47,8 +47,11 @@ def docs_env(tmp_path_factory):
     server.start(timeout=300)  # a hang guard: start-ups take minutes on a loaded machine
     server.worker_start()
     env = {
-        **server.env(), "REVIEWQUEUE_URL": server.url, "REVIEWQUEUE_TOKEN": token,
-        "REVIEWQUEUE_SESSION": seeded.sessions["alice"], "REVIEWQUEUE_CSRF": CSRF,
+        **server.env(),
+        "REVIEWQUEUE_URL": server.url,
+        "REVIEWQUEUE_TOKEN": token,
+        "REVIEWQUEUE_SESSION": seeded.sessions["alice"],
+        "REVIEWQUEUE_CSRF": CSRF,
         # The client package of this checkout, whichever one .venv's editable install points at.
         "PYTHONPATH": str(ROOT / "reviewqueue-client"),
     }
@@ -84,8 +87,11 @@ def test_the_readmes_tour_submits_an_item_as_written(docs_env):
     written but at the test server's address instead of ``make run``'s port 8000."""
     block = block_find("../README.md", "export REVIEWQUEUE_URL=")
     assert "http://127.0.0.1:8000" in block.code
-    tour = replace(block, code=block.code.replace("http://127.0.0.1:8000", docs_env["REVIEWQUEUE_URL"]),
-                   expect=['"title": "Hello"', '"status": "pending"'])
+    tour = replace(
+        block,
+        code=block.code.replace("http://127.0.0.1:8000", docs_env["REVIEWQUEUE_URL"]),
+        expect=['"title": "Hello"', '"status": "pending"'],
+    )
     problems = block_problems(tour, docs_env)
     assert not problems, "\n".join(problems)
 
@@ -104,21 +110,28 @@ def test_the_agents_page_registers_its_endpoint_and_its_service_resumes_once_and
     service = block_find("integrators/agents.md", "import os, sqlite3\n")
     (tmp_path / "register.py").write_text(register.code)
     (tmp_path / "service.py").write_text(service.code)
-    registered = subprocess.run([sys.executable, "register.py"], cwd=tmp_path, env=env, capture_output=True,
-                                text=True, timeout=120)
+    registered = subprocess.run(
+        [sys.executable, "register.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert registered.returncode == 0, registered.stderr
     env["REVIEWQUEUE_WEBHOOK_SECRET"] = registered.stdout.strip().splitlines()[-1]
-    agent = subprocess.Popen([sys.executable, "service.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    agent = subprocess.Popen(
+        [sys.executable, "service.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     reviews = ReviewQueue(env["REVIEWQUEUE_URL"], env["REVIEWQUEUE_TOKEN"])
     try:
         asked = agent.stdout.readline()
         assert asked.startswith("asked: "), asked + agent.stdout.read()
         item = asked.split()[-1]
-        decided = httpx.post(f"{env['REVIEWQUEUE_URL']}/api/items/{item}/decision", json={"decision": "approve"},
-                             headers={"X-CSRFToken": env["REVIEWQUEUE_CSRF"],
-                                      "Cookie": f"sessionid={env['REVIEWQUEUE_SESSION']}; csrftoken={env['REVIEWQUEUE_CSRF']}"},
-                             timeout=60)
+        decided = httpx.post(
+            f"{env['REVIEWQUEUE_URL']}/api/items/{item}/decision",
+            json={"decision": "approve"},
+            headers={
+                "X-CSRFToken": env["REVIEWQUEUE_CSRF"],
+                "Cookie": f"sessionid={env['REVIEWQUEUE_SESSION']}; csrftoken={env['REVIEWQUEUE_CSRF']}",
+            },
+            timeout=60,
+        )
         assert decided.status_code == 200, decided.text
         output = agent.communicate(timeout=240)[0]
         assert agent.returncode == 0 and "resumed; outcome reported: True" in output, output

@@ -43,7 +43,9 @@ def test_a_file_adds_every_good_line_and_reports_each_bad_one(tmp_path, settings
     assert error == "3 lines refused: 2, 4, 6"
 
     assert list(QueueItem.objects.values_list("title", "source")) == [
-        ("First", "import"), ("Second", "feed"), ("Third", "import"),
+        ("First", "import"),
+        ("Second", "feed"),
+        ("Third", "import"),
     ]
     second = QueueItem.objects.get(title="Second")
     assert f"line 3: added {second.public_id} (risk 25, flags: 1 link, watch words: buy now)" in out
@@ -61,7 +63,8 @@ def test_csv_on_stdin(monkeypatch):
     out, err, error = _add("--file", "-", "--format", "csv")
     assert err == error == ""
     assert list(QueueItem.objects.values_list("title", "body", "source")) == [
-        ("One", "Multi\r\nline", "cli"), ("Two", "Plain", "cli"),
+        ("One", "Multi\r\nline", "cli"),
+        ("Two", "Plain", "cli"),
     ]
     assert out.count("added") == 2
 
@@ -82,27 +85,41 @@ def test_single_item_and_wrong_combinations(tmp_path, monkeypatch):
 
 
 def test_team_policy_and_requester_for_one_item_and_as_defaults_of_a_file(tmp_path, payments):
-    out, _, error = _add("--title", "Refund", "--body", "Order 7.", "--team", "payments",
-                         "--policy", '{"approvals": 2, "veto": true}', "--requested-by", "carol")
+    out, _, error = _add(
+        "--title",
+        "Refund",
+        "--body",
+        "Order 7.",
+        "--team",
+        "payments",
+        "--policy",
+        '{"approvals": 2, "veto": true}',
+        "--requested-by",
+        "carol",
+    )
     assert error == ""
     item = QueueItem.objects.get()
     assert (item.team, item.requested_by.username, item.policy["approvals"], item.policy["veto"]) == (payments, "carol", 2, True)
 
     path = tmp_path / "items.csv"
-    path.write_text('title,body,policy,requested_by\r\n'
-                    'Own,a,"{""approvals"": 1}",alice\r\n'          # its own policy and requester
-                    'Default,b,,\r\n'                              # the options' policy and requester
-                    'Unreachable,c,"{""approvals"": 3}",alice\r\n'  # alice cannot vote on her own request
-                    'Stranger,d,,nobody\r\n', encoding="utf-8")
-    out, err, error = _add("--file", str(path), "--team", "payments", "--policy", '{"approvals": 2}',
-                           "--requested-by", "bob")
+    path.write_text(
+        "title,body,policy,requested_by\r\n"
+        'Own,a,"{""approvals"": 1}",alice\r\n'  # its own policy and requester
+        "Default,b,,\r\n"  # the options' policy and requester
+        'Unreachable,c,"{""approvals"": 3}",alice\r\n'  # alice cannot vote on her own request
+        "Stranger,d,,nobody\r\n",
+        encoding="utf-8",
+    )
+    out, err, error = _add("--file", str(path), "--team", "payments", "--policy", '{"approvals": 2}', "--requested-by", "bob")
     assert error == "2 lines refused: 4, 5"
     assert err.splitlines() == [
         "line 4: refused: policy.approvals: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote",
         "line 5: refused: requested_by: no user named 'nobody' on this server",
     ]
-    added = {i.title: (i.team.slug, i.policy["approvals"], i.requested_by and i.requested_by.username)
-             for i in QueueItem.objects.exclude(pk=item.pk)}
+    added = {
+        i.title: (i.team.slug, i.policy["approvals"], i.requested_by and i.requested_by.username)
+        for i in QueueItem.objects.exclude(pk=item.pk)
+    }
     assert added == {"Own": ("payments", 1, "alice"), "Default": ("payments", 2, "bob")}
 
 
@@ -113,12 +130,16 @@ def test_team_policy_and_requester_for_one_item_and_as_defaults_of_a_file(tmp_pa
         (["--team", "nosuch"], "--team: no team 'nosuch'"),
         (["--policy", "{approvals"], "--policy is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
         (["--policy", "[2]"], "--policy must be a JSON object, not list"),
-        (["--team", "payments", "--policy", '{"approvals": 4}'],
-         "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote"),
+        (
+            ["--team", "payments", "--policy", '{"approvals": 4}'],
+            "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote",
+        ),
         (["--policy", '{"on_deadline": "approve"}'], "policy.deadline_seconds: on_deadline needs deadline_seconds"),
-        (["--team", "payments", "--policy", '{"deadline_seconds": 1, "on_deadline": "approve"}'],
-         "policy.on_deadline: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
-         "stricter, never weaker: on_deadline approve approves without a moderator; it has no deadline action"),
+        (
+            ["--team", "payments", "--policy", '{"deadline_seconds": 1, "on_deadline": "approve"}'],
+            "policy.on_deadline: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
+            "stricter, never weaker: on_deadline approve approves without a moderator; it has no deadline action",
+        ),
     ],
 )
 def test_a_bad_team_policy_or_requester_adds_nothing(tmp_path, payments, args, message):
@@ -140,7 +161,11 @@ def test_starting_item_add_does_not_import_matplotlib():
         "print('matplotlib' in sys.modules)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "reviewqueue.settings"},
     )
     assert result.returncode == 0, result.stderr

@@ -19,15 +19,27 @@ BEFORE, AFTER = ("moderation", "0006_lab_marker"), ("moderation", "0007_audit_ke
 
 def _unsigned_log_write(apps):
     """One attempt on one item, as the code before 0007 wrote it (unsigned; no release did)."""
-    User, Item, Attempt = (apps.get_model(*m) for m in (("auth", "User"), ("moderation", "QueueItem"), ("moderation", "DecisionAttempt")))
+    User, Item, Attempt = (
+        apps.get_model(*m) for m in (("auth", "User"), ("moderation", "QueueItem"), ("moderation", "DecisionAttempt"))
+    )
     alice = User.objects.create(username="alice")
     now = timezone.now()
     item = Item.objects.create(
         title="t", body="b", source="s", thread_id="item-x", status="approved", decided_by=alice, decided_at=now
     )
     Attempt.objects.create(
-        item=item, reviewer=alice, requested="approve", outcome="won", winner=alice, winner_status="approved",
-        winner_decided_at=now, requested_at=now, recorded_at=now, seq=1, prev_hash="", entry_hash="0" * 64,
+        item=item,
+        reviewer=alice,
+        requested="approve",
+        outcome="won",
+        winner=alice,
+        winner_status="approved",
+        winner_decided_at=now,
+        requested_at=now,
+        recorded_at=now,
+        seq=1,
+        prev_hash="",
+        entry_hash="0" * 64,
     )
 
 
@@ -66,8 +78,11 @@ def test_0031_names_the_threads_already_started_twice_and_builds_no_index():
     with one_start_index_dropped():  # as a database from before 0031 is
         with connection.cursor() as cursor:
             for thread, checkpoint in (("started-twice", "1"), ("started-twice", "2"), ("started-once", "1")):
-                cursor.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
-                               "VALUES (%s, '', %s, '{}', %s)", [thread, checkpoint, start])
+                cursor.execute(
+                    "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
+                    "VALUES (%s, '', %s, '{}', %s)",
+                    [thread, checkpoint, start],
+                )
         with (
             connection.schema_editor(atomic=False) as editor,
             pytest.raises(RuntimeError, match=r"already started more than once: started-twice \(2 starts\)\. "),

@@ -51,8 +51,10 @@ JITTER = 0.1
 
 def _costs_nothing(outage: list[float], healthy: list[float]) -> bool:
     """The median answer during the outage within twice the median of the same requests without one."""
-    print(f"\nmedian answer {statistics.median(outage):.3f} s during the outage, {statistics.median(healthy):.3f} s without "
-          f"(slowest {max(outage):.3f} s and {max(healthy):.3f} s)")
+    print(
+        f"\nmedian answer {statistics.median(outage):.3f} s during the outage, {statistics.median(healthy):.3f} s without "
+        f"(slowest {max(outage):.3f} s and {max(healthy):.3f} s)"
+    )
     return statistics.median(outage) < 2 * statistics.median(healthy) + JITTER
 
 
@@ -70,9 +72,22 @@ class RedisProcess:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         port_wait(self.port)
 
@@ -106,8 +121,11 @@ class Tab:
     @classmethod
     async def open(cls, server: LiveServer, reviewer: Reviewer) -> Tab:
         ws = await connect(
-            f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
-            additional_headers=reviewer.ws_headers(), open_timeout=FRAME_WAIT, ping_interval=None,
+            f"ws://127.0.0.1:{server.port}/ws/queue/",
+            origin=f"http://127.0.0.1:{server.port}",
+            additional_headers=reviewer.ws_headers(),
+            open_timeout=FRAME_WAIT,
+            ping_interval=None,
         )
         tab = cls(ws)
         assert (await tab.frame("state", timeout=FRAME_WAIT))["type"] == "state"
@@ -135,8 +153,9 @@ def _timed_decide(history: HistoryRecorder, reviewer: Reviewer, item: str, decis
     return status, body, took
 
 
-def _in_turn_and_at_once(history: HistoryRecorder, alice: Reviewer, bob: Reviewer, items: Iterator[str], *,
-                         races: int) -> list[float]:
+def _in_turn_and_at_once(
+    history: HistoryRecorder, alice: Reviewer, bob: Reviewer, items: Iterator[str], *, races: int
+) -> list[float]:
     """alice decides an item and bob after her (told who won, by name); then both at once on
     ``races`` more items (one winner each, the loser told who). Every answer's seconds."""
     item = next(items)
@@ -233,7 +252,9 @@ async def test_redis_dies_while_people_work_and_comes_back(own_redis, tmp_path):
             for key, row in state.items()
         }
         assert history_check(ops=history.ops, final=final) == []
-        assert all(op.completion in {"ok", "fail"} for op in history.ops), [op for op in history.ops if op.completion == "unknown"]
+        assert all(op.completion in {"ok", "fail"} for op in history.ops), [
+            op for op in history.ops if op.completion == "unknown"
+        ]
     finally:
         await server.aclose()
 

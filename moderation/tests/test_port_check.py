@@ -50,8 +50,13 @@ def test_make_run_on_a_taken_port_fails_before_migrating(taken_port, tmp_path):
 def test_run_cluster_on_a_taken_port_fails_before_touching_anything(taken_port, tmp_path):
     # Nothing listens on port 1: reaching the database or Redis would fail differently.
     done = _run(
-        ["bash", "scripts/run_cluster.sh"], tmp_path, PY=str(PY), PORT1=str(free_port()), PORT2=str(taken_port),
-        DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing", REDIS_URL="redis://127.0.0.1:1/0",
+        ["bash", "scripts/run_cluster.sh"],
+        tmp_path,
+        PY=str(PY),
+        PORT1=str(free_port()),
+        PORT2=str(taken_port),
+        DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing",
+        REDIS_URL="redis://127.0.0.1:1/0",
     )
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert f"cannot serve on 127.0.0.1:{taken_port}" in done.stderr

@@ -25,7 +25,9 @@ THEN = "Order C-3 was lost. Please refund $250, then email me once it's done."
 
 
 def _agent_item(message: str) -> QueueItem:
-    return item_create(title="Refund", body=message, source="test", graph=REFUND_AGENT, graph_input=demo_agent_input(message=message))
+    return item_create(
+        title="Refund", body=message, source="test", graph=REFUND_AGENT, graph_input=demo_agent_input(message=message)
+    )
 
 
 def _tool_results(item: QueueItem) -> dict[str, ToolMessage]:
@@ -55,21 +57,37 @@ def _open_asks(item: QueueItem) -> list[ReviewAsk]:
 def test_the_script_proposes_the_same_calls_for_the_same_conversation():
     conversation = [HumanMessage(content=SINGLE)]
     first, again = reply_next(conversation), reply_next(conversation)
-    assert first.tool_calls == again.tool_calls == [
-        {"name": "lookup_order", "args": {"order_id": "A-17"}, "id": "call-0-0", "type": "tool_call"},
+    assert (
+        first.tool_calls
+        == again.tool_calls
+        == [
+            {"name": "lookup_order", "args": {"order_id": "A-17"}, "id": "call-0-0", "type": "tool_call"},
+        ]
+    )
+    looked_up = [
+        *conversation,
+        first,
+        ToolMessage(
+            content=json.dumps(
+                {"order_id": "A-17", "customer": "a@x.example", "total": 120.0, "currency": "EUR", "status": "delivered"}
+            ),
+            name="lookup_order",
+            tool_call_id="call-0-0",
+        ),
     ]
-    looked_up = [*conversation, first, ToolMessage(content=json.dumps({"order_id": "A-17", "customer": "a@x.example",
-                 "total": 120.0, "currency": "EUR", "status": "delivered"}), name="lookup_order", tool_call_id="call-0-0")]
     assert [(c["name"], c["args"]) for c in reply_next(looked_up).tool_calls] == [
         ("refund_payment", {"order_id": "A-17", "amount": 120.0, "currency": "EUR"}),
     ]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("refund €80 for order a-17", ("A-17", 80.0, "EUR")),
-    ("order B-9: refund 12.50 dollars please", ("B-9", 12.5, "USD")),
-    ("refund order C-3", ("C-3", 300.0, "USD")),  # no amount: the order's total, in its currency
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("refund €80 for order a-17", ("A-17", 80.0, "EUR")),
+        ("order B-9: refund 12.50 dollars please", ("B-9", 12.5, "USD")),
+        ("refund order C-3", ("C-3", 300.0, "USD")),  # no amount: the order's total, in its currency
+    ],
+)
 def test_the_script_reads_order_amount_and_currency(text, expected):
     lookup = reply_next([HumanMessage(content=text)])
     order_id = lookup.tool_calls[0]["args"]["order_id"]
@@ -85,7 +103,10 @@ def test_an_ask_carries_each_tools_argument_schema():
     assert [c["action_name"] for c in configs] == ["refund_payment", "send_email"]
     assert configs[0]["allowed_decisions"] == ["approve", "edit", "reject"]
     assert configs[0]["args_schema"]["properties"]["amount"] == {
-        "exclusiveMinimum": 0, "maximum": 10000, "title": "Amount", "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 10000,
+        "title": "Amount",
+        "type": "number",
     }
     assert configs[1]["args_schema"]["required"] == ["to", "subject", "body"]
 
@@ -99,14 +120,21 @@ def test_approve_runs_the_refund_and_the_agent_answers(alice, decide):
 
     assert item.status == ItemStatus.APPROVED
     assert _tool_results(item)["refund_payment"].content == "refunded 120 EUR for order A-17"
-    assert item.applied_result == {"state": "finished", "summary": "Done: refunded 120 EUR for order A-17.", "errors": [],
-                                   "result": {"status": "answered", "answer": "Done: refunded 120 EUR for order A-17."}}
+    assert item.applied_result == {
+        "state": "finished",
+        "summary": "Done: refunded 120 EUR for order A-17.",
+        "errors": [],
+        "result": {"status": "answered", "answer": "Done: refunded 120 EUR for order A-17."},
+    }
 
 
 @pytest.mark.django_db
 def test_edit_runs_the_refund_with_the_edited_amount(alice, decide):
     item = _agent_item(SINGLE)
-    edit = {"type": "edit", "edited_action": {"name": "refund_payment", "args": {"order_id": "A-17", "amount": 80, "currency": "EUR"}}}
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "refund_payment", "args": {"order_id": "A-17", "amount": 80, "currency": "EUR"}},
+    }
 
     decide(item, alice, [edit])
 
@@ -119,7 +147,10 @@ def test_edit_runs_the_refund_with_the_edited_amount(alice, decide):
 @pytest.mark.django_db
 def test_an_edit_breaking_the_tools_schema_changes_nothing(alice):
     item = _agent_item(SINGLE)
-    edit = {"type": "edit", "edited_action": {"name": "refund_payment", "args": {"order_id": "A-17", "amount": -5, "currency": "EUR"}}}
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "refund_payment", "args": {"order_id": "A-17", "amount": -5, "currency": "EUR"}},
+    }
 
     with pytest.raises(InvalidDecision) as refused:
         item_decide(item_public_id=item.public_id, reviewer=alice, decisions=[edit])
@@ -136,20 +167,24 @@ EDIT_TEXT = '[{"type": "edit", "edited_action": {"name": "refund_payment", "args
 @pytest.mark.postgres_variant
 @pytest.mark.django_db
 @pytest.mark.parametrize("via", ["json", "form"])
-@pytest.mark.parametrize(("args", "field"), [
-    ('"order_id": "A-17", "amount": NaN, "currency": "EUR"', None),  # was a 500 at the write; not JSON at all
-    ('"order_id": "A-17", "amount": 1e999, "currency": "EUR"', None),
-    ('"order_id": "A-17", "amount": 80, "currency": "EUR\\n"', "decisions[0].edited_action.args.currency"),
-    ('"order_id": "A-17", "amount": 80, "currency": "EUR", "extra": 1', "decisions[0].edited_action.args.extra"),
-    ('"order_id": "A-17\\u001b[2J", "amount": 80, "currency": "EUR"', "decisions[0].edited_action.args.order_id"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ('"order_id": "A-17", "amount": NaN, "currency": "EUR"', None),  # was a 500 at the write; not JSON at all
+        ('"order_id": "A-17", "amount": 1e999, "currency": "EUR"', None),
+        ('"order_id": "A-17", "amount": 80, "currency": "EUR\\n"', "decisions[0].edited_action.args.currency"),
+        ('"order_id": "A-17", "amount": 80, "currency": "EUR", "extra": 1', "decisions[0].edited_action.args.extra"),
+        ('"order_id": "A-17\\u001b[2J", "amount": 80, "currency": "EUR"', "decisions[0].edited_action.args.order_id"),
+    ],
+)
 def test_an_edit_the_tool_would_not_take_is_refused_on_every_path_and_changes_nothing(client, alice, via, args, field):
     item = _agent_item(SINGLE)
     client.force_login(alice)
     text = EDIT_TEXT % args
     if via == "json":
-        refused = client.post(f"/api/items/{item.public_id}/decision", f'{{"decisions": {text}}}',
-                              content_type="application/json")
+        refused = client.post(
+            f"/api/items/{item.public_id}/decision", f'{{"decisions": {text}}}', content_type="application/json"
+        )
     else:
         refused = client.post(f"/items/{item.public_id}/", {"decisions": text}, headers={"Accept": "application/json"})
     assert refused.status_code == 400, refused.content
@@ -191,7 +226,10 @@ def test_one_ask_with_two_actions_takes_mixed_decisions(alice, decide):
     (ask,) = _open_asks(item)
     assert [(a["name"], a["args"]) for a in ask.payload["action_requests"]] == [
         ("refund_payment", {"order_id": "B-9", "amount": 45.5, "currency": "EUR"}),
-        ("send_email", {"to": "ben@home.example", "subject": "Your order B-9", "body": "We are refunding 45.5 EUR for order B-9."}),
+        (
+            "send_email",
+            {"to": "ben@home.example", "subject": "Your order B-9", "body": "We are refunding 45.5 EUR for order B-9."},
+        ),
     ]
 
     decide(item, alice, [{"type": "approve"}, {"type": "reject", "message": "we call, not email"}])
@@ -205,15 +243,25 @@ def test_one_ask_with_two_actions_takes_mixed_decisions(alice, decide):
 @pytest.mark.django_db
 def test_the_email_after_the_refund_is_a_second_round_saying_what_was_refunded(alice, bob, decide):
     item = _agent_item(THEN)
-    edit = {"type": "edit", "edited_action": {"name": "refund_payment", "args": {"order_id": "C-3", "amount": 200, "currency": "USD"}}}
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "refund_payment", "args": {"order_id": "C-3", "amount": 200, "currency": "USD"}},
+    }
 
     decide(item, alice, [edit])
 
-    assert item.status == ItemStatus.PENDING and item.applied_result == {"state": "asked again", "asks": 1, "summary": "", "errors": []}
+    assert item.status == ItemStatus.PENDING and item.applied_result == {
+        "state": "asked again",
+        "asks": 1,
+        "summary": "",
+        "errors": [],
+    }
     (email,) = _open_asks(item)
     assert email.round == 2
     assert email.payload["action_requests"][0]["args"] == {
-        "to": "chloe@customers.example", "subject": "Your order C-3", "body": "We have refunded 200 USD for order C-3.",
+        "to": "chloe@customers.example",
+        "subject": "Your order C-3",
+        "body": "We have refunded 200 USD for order C-3.",
     }
 
     decide(item, bob, [{"type": "approve"}])
@@ -252,7 +300,9 @@ def _item_add(*args: str) -> tuple[str, str]:
 def test_item_add_names_the_graph_and_its_input():
     message = {"messages": [{"role": "user", "content": TOGETHER}]}
 
-    out, error = _item_add("--title", "Parcel", "--body", "see the conversation", "--graph", REFUND_AGENT, "--input", json.dumps(message))
+    out, error = _item_add(
+        "--title", "Parcel", "--body", "see the conversation", "--graph", REFUND_AGENT, "--input", json.dumps(message)
+    )
 
     assert error == ""
     item = QueueItem.objects.get()
@@ -262,13 +312,18 @@ def test_item_add_names_the_graph_and_its_input():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("args", "message"), [
-    (["--graph", "refund_agnt"], "--graph: unknown graph 'refund_agnt'; this server runs ask, moderation, refund_agent"),
-    (["--graph", REFUND_AGENT, "--input", "{messages: 1}"],
-     "--input is not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
-    (["--graph", REFUND_AGENT, "--input", "[1, 2]"], "--input must be a JSON object, not list"),
-    (["--file", "-", "--input", "{}"], "--input is for a single item (--title/--body), not --file"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--graph", "refund_agnt"], "--graph: unknown graph 'refund_agnt'; this server runs ask, moderation, refund_agent"),
+        (
+            ["--graph", REFUND_AGENT, "--input", "{messages: 1}"],
+            "--input is not valid JSON: Expecting property name enclosed in double quotes (column 2)",
+        ),
+        (["--graph", REFUND_AGENT, "--input", "[1, 2]"], "--input must be a JSON object, not list"),
+        (["--file", "-", "--input", "{}"], "--input is for a single item (--title/--body), not --file"),
+    ],
+)
 def test_item_add_refuses_a_bad_graph_or_input_and_creates_nothing(args, message):
     single = [] if "--file" in args else ["--title", "T", "--body", SINGLE]
     assert _item_add(*single, *args) == ("", message)
@@ -303,8 +358,24 @@ def test_the_race_lab_races_the_agents_items(settings, tmp_path):
     settings.VAR_DIR = tmp_path
     settings.REVIEWQUEUE_APPLY_INLINE = True  # no worker runs here: see the decide fixture
     out = io.StringIO()
-    call_command("racelab", "--json", "--graph", REFUND_AGENT, "--strategy", "guarded", "--mode", "threads",
-                 "--trials", "2", "--reviewers", "3", "--hold", "0.05", stdout=out, stderr=io.StringIO())
+    call_command(
+        "racelab",
+        "--json",
+        "--graph",
+        REFUND_AGENT,
+        "--strategy",
+        "guarded",
+        "--mode",
+        "threads",
+        "--trials",
+        "2",
+        "--reviewers",
+        "3",
+        "--hold",
+        "0.05",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
     report = json.loads(out.getvalue())
 
     assert report["config"]["graph"] == REFUND_AGENT

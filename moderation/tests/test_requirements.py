@@ -51,16 +51,22 @@ def test_every_package_of_a_lock_is_pinned_with_hashes_and_matches_its_source(se
     lock = _lock(set_name)
     assert lock, f"{set_name}.txt holds no package"
     assert [name for name, (_, hashes) in lock.items() if hashes == 0] == []
-    stale = {name: (version, lock.get(name, ("missing", 0))[0]) for name, version in _sources(set_name).items()
-             if lock.get(name, ("", 0))[0] != version}
+    stale = {
+        name: (version, lock.get(name, ("missing", 0))[0])
+        for name, version in _sources(set_name).items()
+        if lock.get(name, ("", 0))[0] != version
+    }
     assert stale == {}, f"{set_name}.in and {set_name}.txt disagree (source, lock): run `make requirements`"
 
 
 def test_the_development_sets_agree_with_the_runtime_lock():
     runtime = _lock("runtime")
     for set_name in ("test", "docs"):
-        differ = {name: (version, runtime[name][0]) for name, (version, _) in _lock(set_name).items()
-                  if name in runtime and runtime[name][0] != version}
+        differ = {
+            name: (version, runtime[name][0])
+            for name, (version, _) in _lock(set_name).items()
+            if name in runtime and runtime[name][0] != version
+        }
         assert differ == {}, set_name
 
 

@@ -46,14 +46,14 @@ class _Broken(recover.Command):
 @pytest.mark.django_db
 @pytest.mark.parametrize(("command", "starts"), [(_Unrepaired, True), (_Broken, False)])
 def test_items_recover_could_not_repair_do_not_stop_the_start_but_a_crash_does(
-        command, starts, monkeypatch, settings, tmp_path, capsys):
+    command, starts, monkeypatch, settings, tmp_path, capsys
+):
     """recover's exit status 2 (items marked needs attention) starts anyway, as `make run` always did."""
     settings.STATIC_ROOT, settings.DEBUG = tmp_path, True  # seed_demo runs in development only
     from django.core import management
 
     real = management.load_command_class
-    monkeypatch.setattr(management, "load_command_class",
-                        lambda app, name: command() if name == "recover" else real(app, name))
+    monkeypatch.setattr(management, "load_command_class", lambda app, name: command() if name == "recover" else real(app, name))
     if starts:
         call_command("run_prepare", "--port", "8011")
         out, err = capsys.readouterr()

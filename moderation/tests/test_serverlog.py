@@ -53,9 +53,11 @@ def _post(url: str) -> int:
 def _websocket_unrouted(server: LiveServer) -> None:
     """A same-origin websocket to a path no route takes (daphne logs its handshake and rejection)."""
     key = base64.b64encode(os.urandom(16)).decode()
-    head = (f"GET /ws/no-such-route/ HTTP/1.1\r\nHost: {server.netloc}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            f"Origin: {server.url}\r\n\r\n")
+    head = (
+        f"GET /ws/no-such-route/ HTTP/1.1\r\nHost: {server.netloc}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        f"Origin: {server.url}\r\n\r\n"
+    )
     with socket.create_connection((server.host, server.port), timeout=30) as conn:
         conn.sendall(head.encode())
         try:
@@ -128,14 +130,25 @@ def test_the_access_log_keeps_no_query_string_secret_in_plain_format_either(tmp_
 
 
 def test_a_command_logs_an_uncaught_exception_and_a_warning_as_one_json_line_each(tmp_path):
-    code = ("import threading, warnings; t = threading.Thread(target=lambda: 1 / 0, name='boom'); t.start(); t.join(); "
-            "warnings.warn('careful'); raise RuntimeError('the end')")
+    code = (
+        "import threading, warnings; t = threading.Thread(target=lambda: 1 / 0, name='boom'); t.start(); t.join(); "
+        "warnings.warn('careful'); raise RuntimeError('the end')"
+    )
     env = {**os.environ, "LOG_FORMAT": "json", "REVIEWQUEUE_VAR_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "manage.py", "shell", "-v", "0", "-c", code], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     records = [json.loads(line) for line in result.stderr.splitlines()]  # each line one object
     assert [(r["logger"], r["level"]) for r in records] == [
-        ("reviewqueue.uncaught", "ERROR"), ("py.warnings", "WARNING"), ("reviewqueue.uncaught", "CRITICAL")], records
+        ("reviewqueue.uncaught", "ERROR"),
+        ("py.warnings", "WARNING"),
+        ("reviewqueue.uncaught", "CRITICAL"),
+    ], records
     assert "ZeroDivisionError" in records[0]["exc"] and records[0]["thread"] == "boom"
     assert "RuntimeError: the end" in records[2]["exc"]

@@ -22,8 +22,13 @@ def _manage(*args, **env):
 
 def test_check_deploy_reports_nothing_in_production_mode():
     result = _manage(
-        "check", "--deploy", "--fail-level", "WARNING",
-        DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(64),
+        AUDIT_KEY=secrets.token_urlsafe(64),
         ALLOWED_HOSTS="reviews.example.org",
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -38,8 +43,14 @@ def test_debug_is_off_unless_asked_for_so_forgetting_both_variables_does_not_sta
     assert "or DEBUG=true for development" in result.stderr, result.stderr
     # Keys of its own and DEBUG still unset: production mode.
     result = _manage(
-        "shell", "-v", "0", "-c", "from django.conf import settings; print(settings.DEBUG)",
-        SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="reviews.example.org",
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings; print(settings.DEBUG)",
+        SECRET_KEY=secrets.token_urlsafe(64),
+        AUDIT_KEY=secrets.token_urlsafe(64),
+        ALLOWED_HOSTS="reviews.example.org",
     )
     assert result.returncode == 0 and result.stdout.split() == ["False"], result.stdout + result.stderr
 
@@ -82,7 +93,10 @@ def test_a_silence_no_longer_than_a_heartbeat_is_a_clear_error():
 
 def test_seed_demo_refuses_to_run_in_production():
     result = _manage(
-        "seed_demo", DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64), AUDIT_KEY=secrets.token_urlsafe(64),
+        "seed_demo",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(64),
+        AUDIT_KEY=secrets.token_urlsafe(64),
         ALLOWED_HOSTS="reviews.example.org",
         DATABASE_URL="sqlite:////tmp/reviewqueue-never-created.sqlite3",
     )
@@ -95,11 +109,17 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
 
     from e2e.server import LiveServer
 
-    server = LiveServer(tmp_path, extra_env={
-        "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(64), "AUDIT_KEY": secrets.token_urlsafe(64),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "SECURE_SSL_REDIRECT": "false", "SECURE_COOKIES": "false",
-    })
+    server = LiveServer(
+        tmp_path,
+        extra_env={
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(64),
+            "AUDIT_KEY": secrets.token_urlsafe(64),
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "SECURE_SSL_REDIRECT": "false",
+            "SECURE_COOKIES": "false",
+        },
+    )
     server.start()  # waits for the login page to answer 200 over http, not a redirect to https
     try:
         with urllib.request.urlopen(f"{server.url}/accounts/login/", timeout=10) as response:
@@ -107,6 +127,7 @@ def test_production_settings_serve_plain_http_locally_when_told(tmp_path):
         assert "csrftoken=" in cookie and "secure" not in cookie.lower(), cookie
     finally:
         server.close()
+
 
 def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision(tmp_path):
     """docs/operators/configuration.md "Production settings on plain HTTP, locally", its commands
@@ -124,19 +145,37 @@ def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision
     recipe = block_find("operators/configuration.md", "export DEBUG=false").code
     recipe = recipe.replace("createsuperuser", "createsuperuser --no-input").replace("<that user>", "ann")
     port, password = free_port(), secrets.token_urlsafe(16)
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"SECRET_KEY", "AUDIT_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL",
-                        "REVIEWQUEUE_APPLY_INLINE", "CHANNEL_LAYER_PREFIX"}}
-    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", REVIEWQUEUE_VAR_DIR=str(tmp_path), PORT=str(port),
-               DJANGO_SUPERUSER_USERNAME="ann", DJANGO_SUPERUSER_PASSWORD=password,
-               DJANGO_SUPERUSER_EMAIL="ann@example.org")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "SECRET_KEY",
+            "AUDIT_KEY",
+            "DEBUG",
+            "ALLOWED_HOSTS",
+            "DATABASE_URL",
+            "REDIS_URL",
+            "REVIEWQUEUE_APPLY_INLINE",
+            "CHANNEL_LAYER_PREFIX",
+        }
+    }
+    env.update(
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+        REVIEWQUEUE_VAR_DIR=str(tmp_path),
+        PORT=str(port),
+        DJANGO_SUPERUSER_USERNAME="ann",
+        DJANGO_SUPERUSER_PASSWORD=password,
+        DJANGO_SUPERUSER_EMAIL="ann@example.org",
+    )
     item = ".venv/bin/python manage.py item_add --title 'Recipe item' --body 'Some harmless text.'"
     # The item is added after the set-up and before the last line, which serves until stopped.
     *setup, serve = recipe.strip().splitlines()
     script = "\n".join([*setup, item, serve])
     log = open(tmp_path / "recipe.log", "w")  # noqa: SIM115 - the child's
-    proc = subprocess.Popen(["bash", "-euc", script], cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-euc", script], cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     children_adopt(proc)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -152,14 +191,26 @@ def test_the_docs_production_recipe_run_as_written_serves_and_applies_a_decision
             except OSError:
                 time.sleep(0.5)
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        opener.open(urllib.request.Request(f"{base}/accounts/login/", headers={"Referer": f"{base}/accounts/login/"},
-                    data=urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "ann",
-                                                 "password": password}).encode()), timeout=30)
+        opener.open(
+            urllib.request.Request(
+                f"{base}/accounts/login/",
+                headers={"Referer": f"{base}/accounts/login/"},
+                data=urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": "ann", "password": password}).encode(),
+            ),
+            timeout=30,
+        )
         item_id = re.search(r"Added ([0-9a-f-]{36})", (tmp_path / "recipe.log").read_text()).group(1)
         csrf = next(c.value for c in jar if c.name == "csrftoken")
-        decided = json.loads(opener.open(urllib.request.Request(
-            f"{base}/api/items/{item_id}/decision", data=json.dumps({"decision": "approve"}).encode(),
-            headers={"Content-Type": "application/json", "X-CSRFToken": csrf, "Referer": f"{base}/"}), timeout=30).read())
+        decided = json.loads(
+            opener.open(
+                urllib.request.Request(
+                    f"{base}/api/items/{item_id}/decision",
+                    data=json.dumps({"decision": "approve"}).encode(),
+                    headers={"Content-Type": "application/json", "X-CSRFToken": csrf, "Referer": f"{base}/"},
+                ),
+                timeout=30,
+            ).read()
+        )
         assert decided["outcome"] == "won", decided
         # The task worker the recipe starts applies it: the item page says Done.
         while 'data-state="finished"' not in opener.open(f"{base}/items/{item_id}/", timeout=30).read().decode():
@@ -243,9 +294,12 @@ def test_a_spelling_the_settings_do_not_know_is_refused_naming_the_variable_and_
 
 def test_a_value_is_what_it_says_and_an_empty_number_is_its_default():
     # A generated key may start with "$", which django-environ would read as another variable's name.
-    assert _settings_shown(["SECRET_KEY", "METRICS_WORKER_PORT", "CLAIM_SECONDS"],
-                           SECRET_KEY="$HOME-not-a-reference", METRICS_WORKER_PORT="", CLAIM_SECONDS="") == [
-        "$HOME-not-a-reference", "0", "300"]
+    assert _settings_shown(
+        ["SECRET_KEY", "METRICS_WORKER_PORT", "CLAIM_SECONDS"],
+        SECRET_KEY="$HOME-not-a-reference",
+        METRICS_WORKER_PORT="",
+        CLAIM_SECONDS="",
+    ) == ["$HOME-not-a-reference", "0", "300"]
 
 
 def _variables_read(path: Path) -> set[str]:
@@ -254,8 +308,12 @@ def _variables_read(path: Path) -> set[str]:
 
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "env"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "env"
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -272,21 +330,35 @@ def test_every_variable_the_settings_read_is_read_through_env_and_documented():
 
 
 def test_a_session_database_url_takes_the_session_bound_connections_and_turns_server_side_cursors_off():
-    show = ("from django.db import connection; from moderation.core.checkpointer import checkpointer_target; "
-            "print(checkpointer_target().replace(' ', ','), connection.settings_dict['DISABLE_SERVER_SIDE_CURSORS'])")
+    show = (
+        "from django.db import connection; from moderation.core.checkpointer import checkpointer_target; "
+        "print(checkpointer_target().replace(' ', ','), connection.settings_dict['DISABLE_SERVER_SIDE_CURSORS'])"
+    )
     direct = "postgres://rq@db.internal:5432/reviewqueue"
     by_default = _manage("shell", "-v", "0", "-c", show, DEBUG="true", DATABASE_URL=direct)
     assert by_default.returncode == 0, by_default.stderr
     assert by_default.stdout.split() == ["host=db.internal,port=5432,dbname=reviewqueue,user=rq,password=''", "False"]
-    split = _manage("shell", "-v", "0", "-c", show, DEBUG="true", DATABASE_URL="postgres://rq@pooler:6432/reviewqueue_tx",
-                    SESSION_DATABASE_URL=direct)
+    split = _manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        show,
+        DEBUG="true",
+        DATABASE_URL="postgres://rq@pooler:6432/reviewqueue_tx",
+        SESSION_DATABASE_URL=direct,
+    )
     assert split.returncode == 0, split.stderr
     assert split.stdout.split() == ["host=db.internal,port=5432,dbname=reviewqueue,user=rq,password=''", "True"]
 
 
 def test_a_session_database_url_beside_sqlite_is_a_clear_error():
-    result = _manage("check", DEBUG="true", DATABASE_URL="sqlite:///tmp/x.sqlite3",
-                     SESSION_DATABASE_URL="postgres://rq@db.internal/reviewqueue")
+    result = _manage(
+        "check",
+        DEBUG="true",
+        DATABASE_URL="sqlite:///tmp/x.sqlite3",
+        SESSION_DATABASE_URL="postgres://rq@db.internal/reviewqueue",
+    )
     assert result.returncode != 0
     assert "SESSION_DATABASE_URL is for PostgreSQL" in result.stderr, result.stderr
 

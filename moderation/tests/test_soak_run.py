@@ -42,8 +42,10 @@ _TAMPER = [
     "SELECT 'specific.ghost!1', min(id), (SELECT min(id) FROM auth_user), now() + interval '1 hour' FROM moderation_queueitem",
 ]
 # The audit log's triggers refuse UPDATE; a superuser with replication role skips them, as an intruder with the database might.
-_AUDIT_TAMPER = ("SET session_replication_role = replica; UPDATE moderation_decisionattempt SET note = 'tampered' "
-                 "WHERE id = (SELECT min(id) FROM moderation_decisionattempt)")
+_AUDIT_TAMPER = (
+    "SET session_replication_role = replica; UPDATE moderation_decisionattempt SET note = 'tampered' "
+    "WHERE id = (SELECT min(id) FROM moderation_decisionattempt)"
+)
 
 
 def _tampered_checks(result: SoakResult) -> list[str]:

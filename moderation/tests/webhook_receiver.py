@@ -115,8 +115,9 @@ class Receiver:
 
             def _trickle(self) -> None:
                 raw = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
-                self._send_recorded(Answer("trickle", len(raw)), [raw[n:n + 1] for n in range(len(raw))],
-                                    pause=receiver.trickle_interval)
+                self._send_recorded(
+                    Answer("trickle", len(raw)), [raw[n : n + 1] for n in range(len(raw))], pause=receiver.trickle_interval
+                )
 
             def _fail_with_body(self) -> None:
                 body, times = receiver.fail_body, receiver.fail_body_times
@@ -168,5 +169,7 @@ class Receiver:
         """The first arrival per webhook-id once ``count`` have arrived; fails once none arrived for ``stall`` seconds."""
         arrived = progress_wait(lambda: len(self.unique()), done=lambda n: n >= count, stall=stall, poll=0.02)
         if arrived < count:
-            raise AssertionError(f"{arrived} distinct webhooks arrived, expected {count}: {json.dumps([r.type for r in self.received])}")
+            raise AssertionError(
+                f"{arrived} distinct webhooks arrived, expected {count}: {json.dumps([r.type for r in self.received])}"
+            )
         return self.unique()

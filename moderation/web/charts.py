@@ -38,7 +38,12 @@ class Chart:
 
 
 def bar_chart(
-    *, title: str, labels: list[str], series: list[tuple[str, str, list[float | None]]], unit=str, every_label: bool = False,
+    *,
+    title: str,
+    labels: list[str],
+    series: list[tuple[str, str, list[float | None]]],
+    unit=str,
+    every_label: bool = False,
 ) -> Chart:
     """Grouped bars: ``series`` is (name, css class, one value per label; None draws nothing); ``unit`` formats values.
 
@@ -55,8 +60,16 @@ def bar_chart(
             if not value:
                 continue
             h = plot_h * value / top
-            bars.append(Bar(x=round(LEFT + i * slot + slot * 0.1 + s * width, 1), y=round(HEIGHT - BOTTOM - h, 1),
-                            width=round(width, 1), height=round(h, 1), css=css, title=f"{label}: {name} {unit(value)}"))
+            bars.append(
+                Bar(
+                    x=round(LEFT + i * slot + slot * 0.1 + s * width, 1),
+                    y=round(HEIGHT - BOTTOM - h, 1),
+                    width=round(width, 1),
+                    height=round(h, 1),
+                    css=css,
+                    title=f"{label}: {name} {unit(value)}",
+                )
+            )
     ticks = [(round(HEIGHT - BOTTOM - plot_h * f, 1), unit(top * f)) for f in (0, 0.5, 1)]
     every = 1 if every_label else -(-len(labels) // LABELS_MAX)
     shown = [(round(LEFT + i * slot + slot / 2, 1), label) for i, label in enumerate(labels) if i % every == 0]

@@ -39,26 +39,35 @@ def decided(request: HttpRequest) -> HttpResponse:
     filters, errors = decided_filters_read(data=request.GET)
     query = filters.as_query()
     try:
-        page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE, viewer=request.user,
-                            after=request.GET.get("after") or None, before=request.GET.get("before") or None)
+        page = decided_page(
+            filters=filters,
+            per_page=settings.DECIDED_PAGE_SIZE,
+            viewer=request.user,
+            after=request.GET.get("after") or None,
+            before=request.GET.get("before") or None,
+        )
     except CursorInvalid as exc:
         errors["page"] = str(exc)
         page = decided_page(filters=filters, per_page=settings.DECIDED_PAGE_SIZE, viewer=request.user)
     labels = reason_labels()
     for item in page.items:
         item.reason_words = [(ask.reason, labels.get(ask.reason, ask.reason)) for ask in item.reasoned_asks]
-    return render(request, "moderation/decided.html", {
-        "page": page,
-        "filters": filters,
-        "errors": errors,
-        "statuses": [(s.value, s.label) for s in ItemStatus if s in DECIDED_STATUSES],
-        "graphs": sorted(settings.REVIEWQUEUE_GRAPHS),
-        "reasons": labels,
-        "older_url": "?" + urlencode({**query, "after": page.older}) if page.older else "",
-        "newer_url": "?" + urlencode({**query, "before": page.newer}) if page.newer else "",
-        "export_url": "export.csv?" + urlencode(query),
-        "can_export": _user_is_staff(request.user),
-    })
+    return render(
+        request,
+        "moderation/decided.html",
+        {
+            "page": page,
+            "filters": filters,
+            "errors": errors,
+            "statuses": [(s.value, s.label) for s in ItemStatus if s in DECIDED_STATUSES],
+            "graphs": sorted(settings.REVIEWQUEUE_GRAPHS),
+            "reasons": labels,
+            "older_url": "?" + urlencode({**query, "after": page.older}) if page.older else "",
+            "newer_url": "?" + urlencode({**query, "before": page.newer}) if page.newer else "",
+            "export_url": "export.csv?" + urlencode(query),
+            "can_export": _user_is_staff(request.user),
+        },
+    )
 
 
 @login_required
@@ -68,13 +77,19 @@ def item_history(request: HttpRequest, public_id: str) -> HttpResponse:
     if item is None:
         raise Http404("No such item")
     labels = reason_labels()
-    return render(request, "moderation/item_history.html", {
-        "item": item,
-        # Notes are the moderators' own words: a view-only account (can_decide, moderation.web.context)
-        # sees who did what, not what they wrote.
-        "entries": [(entry, labels.get(entry.reason, entry.reason), edits_display(edits=entry.edits))
-                    for entry in item_timeline(item=item)],
-    })
+    return render(
+        request,
+        "moderation/item_history.html",
+        {
+            "item": item,
+            # Notes are the moderators' own words: a view-only account (can_decide, moderation.web.context)
+            # sees who did what, not what they wrote.
+            "entries": [
+                (entry, labels.get(entry.reason, entry.reason), edits_display(edits=entry.edits))
+                for entry in item_timeline(item=item)
+            ],
+        },
+    )
 
 
 class _Echo:

@@ -148,8 +148,12 @@ class AskForm:
 
 
 def ask_forms_build(
-    *, asks: list[ReviewAsk], posted: Mapping[str, str] | None = None, errors: dict[str, str] | None = None,
-    reasons: list[ReasonCode] | None = None, vote: bool = False,
+    *,
+    asks: list[ReviewAsk],
+    posted: Mapping[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+    reasons: list[ReasonCode] | None = None,
+    vote: bool = False,
 ) -> list[AskForm]:
     """A form per open ask; the posted ask's form is refilled with ``posted`` and shows ``errors``.
 
@@ -160,14 +164,26 @@ def ask_forms_build(
     for n, ask in enumerate(asks):
         # A post naming no ask was for the only one open (the guard's own default).
         mine = posted is not None and posted.get("ask", ask.interrupt_id if len(asks) == 1 else None) == ask.interrupt_id
-        forms.append(_ask_form(ask, form_id="decide-form" if n == 0 else f"decide-form-{n + 1}",
-                               posted=posted if mine else None, errors=(errors or {}) if mine else {},
-                               reasons=reasons or [], vote=vote))
+        forms.append(
+            _ask_form(
+                ask,
+                form_id="decide-form" if n == 0 else f"decide-form-{n + 1}",
+                posted=posted if mine else None,
+                errors=(errors or {}) if mine else {},
+                reasons=reasons or [],
+                vote=vote,
+            )
+        )
     return forms
 
 
 def _ask_form(
-    ask: ReviewAsk, *, form_id: str, posted: Mapping[str, str] | None, errors: dict[str, str], reasons: list[ReasonCode],
+    ask: ReviewAsk,
+    *,
+    form_id: str,
+    posted: Mapping[str, str] | None,
+    errors: dict[str, str],
+    reasons: list[ReasonCode],
     vote: bool = False,
 ) -> AskForm:
     spec = AskSpec.from_payload(ask.payload)
@@ -177,20 +193,36 @@ def _ask_form(
     actions = []
     for i, (action, config) in enumerate(zip(spec.actions, spec.configs, strict=False)):
         inputs = _edit_inputs(i, action=action, config=config, posted=posted, errors=errors)
-        actions.append(ActionForm(
-            index=i, name=action["name"],
-            description=tool_description_display(name=action["name"], description=action.get("description", "")),
-            args=[] if repeats_item else [(key, value_display(value)) for key, value in action["args"].items()],
-            allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS], type_field=f"action-{i}-type",
-            message_field=f"action-{i}-message", edit_inputs=inputs,
-            chosen=(posted or {}).get(f"action-{i}-type", ""), message=(posted or {}).get(f"action-{i}-message", ""),
-            errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
-        ))
-    return AskForm(ask=ask, form_id=form_id, actions=actions, note=(posted or {}).get("note", ""), errors=errors,
-                   reasons=reasons, reason=(posted or {}).get("reason", ""), vote=vote)
+        actions.append(
+            ActionForm(
+                index=i,
+                name=action["name"],
+                description=tool_description_display(name=action["name"], description=action.get("description", "")),
+                args=[] if repeats_item else [(key, value_display(value)) for key, value in action["args"].items()],
+                allowed=[k for k in config["allowed_decisions"] if not vote or k in VOTE_KINDS],
+                type_field=f"action-{i}-type",
+                message_field=f"action-{i}-message",
+                edit_inputs=inputs,
+                chosen=(posted or {}).get(f"action-{i}-type", ""),
+                message=(posted or {}).get(f"action-{i}-message", ""),
+                errors={k: v for k, v in errors.items() if k in (f"action-{i}-type", f"action-{i}-message", f"action-{i}-edit")},
+            )
+        )
+    return AskForm(
+        ask=ask,
+        form_id=form_id,
+        actions=actions,
+        note=(posted or {}).get("note", ""),
+        errors=errors,
+        reasons=reasons,
+        reason=(posted or {}).get("reason", ""),
+        vote=vote,
+    )
 
 
-def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]) -> list[ArgInput]:
+def _edit_inputs(
+    i: int, *, action: dict, config: dict, posted: Mapping[str, str] | None, errors: dict[str, str]
+) -> list[ArgInput]:
     if "edit" not in config["allowed_decisions"]:
         return []
     args = action["args"]
@@ -200,8 +232,15 @@ def _edit_inputs(i: int, *, action: dict, config: dict, posted: Mapping[str, str
         name = f"action-{i}-arg-{key}"
         current = args.get(key)
         widget = _widget(prop, current=current)
-        one = ArgInput(name=name, key=key, label=str(prop.get("title") or key), widget=widget, required=key in required,
-                       help=str(prop.get("description") or ""), error=errors.get(name, ""))
+        one = ArgInput(
+            name=name,
+            key=key,
+            label=str(prop.get("title") or key),
+            widget=widget,
+            required=key in required,
+            help=str(prop.get("description") or ""),
+            error=errors.get(name, ""),
+        )
         if widget == "checkbox":
             one.required = False  # an unchecked box is a value (false), not a missing one
             one.checked = (name in posted) if posted is not None else bool(current)
@@ -299,7 +338,10 @@ def _decision_read(i: int, *, action: dict, config: dict, data: Mapping[str, str
     if kind in ("reject", "respond"):
         return {"type": kind, **({"message": message} if message else {})}
     if kind == "edit":
-        return {"type": "edit", "edited_action": {"name": action["name"], "args": _args_read(i, action=action, config=config, data=data)}}
+        return {
+            "type": "edit",
+            "edited_action": {"name": action["name"], "args": _args_read(i, action=action, config=config, data=data)},
+        }
     return {"type": kind}
 
 

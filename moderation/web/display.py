@@ -87,8 +87,9 @@ def ask_context_display(*, context: dict[str, Any] | None) -> AskContext | None:
     summary = context.get("summary") or ""
     return AskContext(
         summary_html=mark_safe(_MARKDOWN.render(summary)) if summary else SafeString(""),  # noqa: S308 - raw HTML is off
-        messages=[ContextMessage(role=m["role"], content=m["content"], name=m.get("name") or "")
-                  for m in context.get("messages") or []],
+        messages=[
+            ContextMessage(role=m["role"], content=m["content"], name=m.get("name") or "") for m in context.get("messages") or []
+        ],
     )
 
 
@@ -109,7 +110,18 @@ class EditShown:
 
 
 def edits_display(*, edits: list[ActionEdit] | tuple[ActionEdit, ...]) -> list[EditShown]:
-    return [EditShown(action=edit.action, changes=[
-        ChangeShown(arg=c.arg, kind=c.kind.value, before="" if c.kind == "added" else value_display(c.before),
-                    after="" if c.kind == "removed" else value_display(c.after))
-        for c in edit.changes]) for edit in edits]
+    return [
+        EditShown(
+            action=edit.action,
+            changes=[
+                ChangeShown(
+                    arg=c.arg,
+                    kind=c.kind.value,
+                    before="" if c.kind == "added" else value_display(c.before),
+                    after="" if c.kind == "removed" else value_display(c.after),
+                )
+                for c in edit.changes
+            ],
+        )
+        for edit in edits
+    ]

@@ -115,10 +115,17 @@ def readiness_report() -> tuple[bool, HealthChecks, WorkState | None]:
     if state is None:
         checks["workers"] = checks["unapplied"] = {"ok": False, "error": "database unavailable"}
         return False, checks, None
-    checks["workers"] = {"ok": state.workers_ok, "alive": state.alive, "last_beat_seconds": _rounded(state.last_beat_seconds),
-                         "grace_seconds": settings.WORKER_HEARTBEAT_GRACE}
-    checks["unapplied"] = {"ok": state.unapplied_ok, "oldest_seconds": _rounded(state.unapplied_oldest_seconds),
-                           "max_seconds": settings.READY_UNAPPLIED_MAX}
+    checks["workers"] = {
+        "ok": state.workers_ok,
+        "alive": state.alive,
+        "last_beat_seconds": _rounded(state.last_beat_seconds),
+        "grace_seconds": settings.WORKER_HEARTBEAT_GRACE,
+    }
+    checks["unapplied"] = {
+        "ok": state.unapplied_ok,
+        "oldest_seconds": _rounded(state.unapplied_oldest_seconds),
+        "max_seconds": settings.READY_UNAPPLIED_MAX,
+    }
     return ok and state.workers_ok and state.unapplied_ok, checks, state
 
 

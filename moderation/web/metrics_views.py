@@ -13,9 +13,11 @@ _REFUSALS = {401: "send Authorization: Bearer <METRICS_TOKEN>\n", 403: "this tok
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    status = metrics_access(remote_addr=request.META.get("REMOTE_ADDR", ""),
-                            forwarded=any(name in request.headers for name in _FORWARDING_HEADERS),
-                            authorization=request.headers.get("Authorization", ""))
+    status = metrics_access(
+        remote_addr=request.META.get("REMOTE_ADDR", ""),
+        forwarded=any(name in request.headers for name in _FORWARDING_HEADERS),
+        authorization=request.headers.get("Authorization", ""),
+    )
     if status != 200:
         response = HttpResponse(_REFUSALS[status], status=status, content_type="text/plain; charset=utf-8")
         if status == 401:

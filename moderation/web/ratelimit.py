@@ -46,7 +46,9 @@ def reviewer_rate_check(*, user_id: int) -> int | None:
             _cache_down_until = time.monotonic() + CACHE_RETRY_SECONDS
             logger.warning(
                 "decision rate limit counted in this process only for %.0f s: the cache is unreachable (%s: %s)",
-                CACHE_RETRY_SECONDS, type(exc).__name__, exc,
+                CACHE_RETRY_SECONDS,
+                type(exc).__name__,
+                exc,
             )
             count = _count_local(user_id=user_id, window_start=window_start)
     if count > limit:

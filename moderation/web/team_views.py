@@ -38,27 +38,61 @@ def team(request: HttpRequest) -> HttpResponse:
     teams, no_team, filters, errors, stats = _read(request)
     days = [row.day.strftime("%d %b") for row in stats.days]
     charts = [
-        bar_chart(title="Time to decision (p50, p90)", labels=days, unit=duration_words, series=[
-            ("p50", "bar-a", [r.p50 for r in stats.days]), ("p90", "bar-b", [r.p90 for r in stats.days])]),
-        bar_chart(title="Decisions", labels=days, unit=lambda v: f"{v:.0f}",
-                  series=[("decisions", "bar-a", [r.decided for r in stats.days])]),
-        bar_chart(title="Lost races, deadline misses and escalations", labels=days, unit=lambda v: f"{v:.0f}", series=[
-            ("lost races", "bar-a", [r.lost_races for r in stats.days]),
-            ("deadline misses", "bar-b", [r.deadline_misses for r in stats.days]),
-            ("escalations", "bar-c", [r.escalations for r in stats.days])]),
+        bar_chart(
+            title="Time to decision (p50, p90)",
+            labels=days,
+            unit=duration_words,
+            series=[("p50", "bar-a", [r.p50 for r in stats.days]), ("p90", "bar-b", [r.p90 for r in stats.days])],
+        ),
+        bar_chart(
+            title="Decisions",
+            labels=days,
+            unit=lambda v: f"{v:.0f}",
+            series=[("decisions", "bar-a", [r.decided for r in stats.days])],
+        ),
+        bar_chart(
+            title="Lost races, deadline misses and escalations",
+            labels=days,
+            unit=lambda v: f"{v:.0f}",
+            series=[
+                ("lost races", "bar-a", [r.lost_races for r in stats.days]),
+                ("deadline misses", "bar-b", [r.deadline_misses for r in stats.days]),
+                ("escalations", "bar-c", [r.escalations for r in stats.days]),
+            ],
+        ),
     ]
     if stats.moderators:
-        charts.append(bar_chart(
-            title="Decisions per moderator", labels=[m.name for m in stats.moderators], unit=lambda v: f"{v:.0f}",
-            every_label=True, series=[("decisions", "bar-a", [m.decided for m in stats.moderators]),
-                                      ("lost races", "bar-b", [m.lost_races for m in stats.moderators])]))
-    return render(request, "moderation/team.html", {
-        "stats": stats, "totals": stats.totals, "charts": charts, "teams": teams, "no_team": no_team,
-        "team_none": TEAM_NONE, "filters": filters, "errors": errors, "periods": PERIODS,
-        "oldest": duration_words(stats.oldest_pending_seconds),
-        "p50": duration_words(stats.totals.p50), "p90": duration_words(stats.totals.p90),
-        "export_url": "export.csv?" + urlencode(filters.as_query()),
-    })
+        charts.append(
+            bar_chart(
+                title="Decisions per moderator",
+                labels=[m.name for m in stats.moderators],
+                unit=lambda v: f"{v:.0f}",
+                every_label=True,
+                series=[
+                    ("decisions", "bar-a", [m.decided for m in stats.moderators]),
+                    ("lost races", "bar-b", [m.lost_races for m in stats.moderators]),
+                ],
+            )
+        )
+    return render(
+        request,
+        "moderation/team.html",
+        {
+            "stats": stats,
+            "totals": stats.totals,
+            "charts": charts,
+            "teams": teams,
+            "no_team": no_team,
+            "team_none": TEAM_NONE,
+            "filters": filters,
+            "errors": errors,
+            "periods": PERIODS,
+            "oldest": duration_words(stats.oldest_pending_seconds),
+            "p50": duration_words(stats.totals.p50),
+            "p90": duration_words(stats.totals.p90),
+            "export_url": "export.csv?" + urlencode(filters.as_query()),
+        },
+    )
 
 
 @login_required

@@ -142,8 +142,12 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
         items += request.POST.getlist("page_items")
     try:
         results = items_decide_bulk(
-            item_public_ids=items, reviewer=request.user, decision=request.POST.get("decision", ""),
-            note=request.POST.get("note", ""), reason=request.POST.get("reason") or None, origin=AttemptOrigin.DASHBOARD,
+            item_public_ids=items,
+            reviewer=request.user,
+            decision=request.POST.get("decision", ""),
+            note=request.POST.get("note", ""),
+            reason=request.POST.get("reason") or None,
+            origin=AttemptOrigin.DASHBOARD,
         )
     except DecisionError as exc:
         return _bulk_page(request, back=back, error=f"Nothing was decided: {exc}", status=exc.http_status)
@@ -151,10 +155,14 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
 
 
 def _bulk_page(
-    request: HttpRequest, *, back: str, results: list[BulkResult] | None = None, error: str = "", status: int = 200,
+    request: HttpRequest,
+    *,
+    back: str,
+    results: list[BulkResult] | None = None,
+    error: str = "",
+    status: int = 200,
 ) -> HttpResponse:
-    return render(request, "moderation/bulk_result.html", {"results": results or [], "error": error, "back": back},
-                  status=status)
+    return render(request, "moderation/bulk_result.html", {"results": results or [], "error": error, "back": back}, status=status)
 
 
 @login_required
@@ -177,8 +185,14 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     try:
         posted = form_decision_read(spec=spec, data=request.POST)
         outcome = item_decide(
-            item_public_id=item.public_id, reviewer=request.user, ask=ask_id, decision=posted.decision,
-            decisions=posted.decisions, note=posted.note, reason=posted.reason, origin=AttemptOrigin.DASHBOARD,
+            item_public_id=item.public_id,
+            reviewer=request.user,
+            ask=ask_id,
+            decision=posted.decision,
+            decisions=posted.decisions,
+            note=posted.note,
+            reason=posted.reason,
+            origin=AttemptOrigin.DASHBOARD,
         )
     except FormInvalid as exc:
         if wants_json:
@@ -188,8 +202,14 @@ def item_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         if wants_json:
             return _error_json(exc)
         mark = form_field_for(spec=spec, guard_field=exc.field)
-        return _item_page(request, item=item, error=_NOT_RECORDED if mark else str(exc), posted=request.POST,
-                          errors={mark: str(exc).removeprefix(f"{exc.field}: ")} if mark else {}, status=exc.http_status)
+        return _item_page(
+            request,
+            item=item,
+            error=_NOT_RECORDED if mark else str(exc),
+            posted=request.POST,
+            errors={mark: str(exc).removeprefix(f"{exc.field}: ")} if mark else {},
+            status=exc.http_status,
+        )
     if wants_json:
         return _outcome_json(outcome)
     fault_point("before_response", item_key=outcome.item_public_id)
@@ -220,8 +240,16 @@ def _posted_spec(*, item, ask_id: str | None) -> AskSpec | None:
 
 
 def _item_page(
-    request: HttpRequest, *, item, status: int = 200, error: str = "", lost: DecisionOutcome | None = None,
-    lost_note: str = "", lost_reason: str = "", posted=None, errors: dict[str, str] | None = None,
+    request: HttpRequest,
+    *,
+    item,
+    status: int = 200,
+    error: str = "",
+    lost: DecisionOutcome | None = None,
+    lost_note: str = "",
+    lost_reason: str = "",
+    posted=None,
+    errors: dict[str, str] | None = None,
     claim: Claim | None = None,
 ) -> HttpResponse:
     panel = item_vote_panel(item=item, viewer=request.user)
@@ -237,8 +265,9 @@ def _item_page(
             "panel": panel,
             "body": _body_shown(item, asks=open_asks),
             "context": ask_context_display(context=ask_context(graph=item.graph, graph_input=item.graph_input)),
-            "forms": ask_forms_build(asks=open_asks, posted=posted, errors=errors,
-                                     reasons=rule.codes, vote=bool(panel and panel.quorum)),
+            "forms": ask_forms_build(
+                asks=open_asks, posted=posted, errors=errors, reasons=rule.codes, vote=bool(panel and panel.quorum)
+            ),
             "settled": settled,
             "settled_edits": [(one, edits_display(edits=one.edits)) for one in settled],
             # Why this viewer gets no decision form (the guard's own reasons); "": they may decide.
@@ -296,8 +325,7 @@ def next_item(request: HttpRequest) -> HttpResponse:
     def candidates():
         cursor = None
         while True:
-            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE,
-                                 viewer=request.user)
+            page = queue_pending(filters=filters, cursor=cursor, per_page=settings.QUEUE_PAGE_SIZE, viewer=request.user)
             yield from page.object_list
             if page.next_cursor is None:
                 return
@@ -322,8 +350,14 @@ def item_claim(request: HttpRequest, public_id: str) -> JsonResponse:
     claim = claim_take(item=item, user=request.user) if item.is_pending else None
     if claim is None:
         return JsonResponse({"claimed": False})
-    return JsonResponse({"claimed": True, "holder": claim.holder, "mine": claim.holder_id == request.user.pk,
-                         "seconds_left": claim.seconds_left()})
+    return JsonResponse(
+        {
+            "claimed": True,
+            "holder": claim.holder,
+            "mine": claim.holder_id == request.user.pk,
+            "seconds_left": claim.seconds_left(),
+        }
+    )
 
 
 _REFUSED = {
@@ -346,10 +380,13 @@ def live_state(request: HttpRequest, public_id: UUID | None = None) -> JsonRespo
     refusal = live_socket_admit(user=request.user, item_public_id=item_public_id)
     if refusal is not None:
         return _json_error(*_REFUSED[refusal])
-    return JsonResponse(live_state_read(
-        username=request.user.get_username(), item_public_id=item_public_id,
-        can_decide=user_can_decide(user=request.user),
-    ))
+    return JsonResponse(
+        live_state_read(
+            username=request.user.get_username(),
+            item_public_id=item_public_id,
+            can_decide=user_can_decide(user=request.user),
+        )
+    )
 
 
 @require_POST
@@ -370,8 +407,14 @@ def api_decide(request: HttpRequest, public_id: str) -> JsonResponse:
         return _json_error(400, "malformed_json", "the body must be a JSON object")
     try:
         outcome = item_decide(
-            item_public_id=public_id, reviewer=request.user, decision=body.get("decision"), note=body.get("note", ""),
-            ask=body.get("ask"), decisions=body.get("decisions"), reason=body.get("reason"), origin=AttemptOrigin.API,
+            item_public_id=public_id,
+            reviewer=request.user,
+            decision=body.get("decision"),
+            note=body.get("note", ""),
+            ask=body.get("ask"),
+            decisions=body.get("decisions"),
+            reason=body.get("reason"),
+            origin=AttemptOrigin.API,
         )
     except DecisionError as exc:
         return _error_json(exc)
@@ -441,8 +484,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if not (request.user.is_active and request.user.is_staff):
         return JsonResponse({"ok": ok, "checks": health_redact(checks)}, status=200 if ok else 503)
     return JsonResponse(
-        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats(),
-         "bulkhead": bulkhead_stats()}, status=200 if ok else 503
+        {"ok": ok, "checks": checks, "live": live_sockets_stats(), "longpoll": waits_stats(), "bulkhead": bulkhead_stats()},
+        status=200 if ok else 503,
     )
 
 
@@ -461,8 +504,15 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if not (request.user.is_active and request.user.is_staff):
         return JsonResponse({"ok": ok, "checks": {**health_redact(checks), **work}}, status=status)
     seen = [
-        {"worker_id": w.worker_id, "host": w.host, "pid": w.pid, "metrics_port": w.metrics_port,
-         "started_at": w.started_at.isoformat(), "beat_age_seconds": round(w.beat_age_seconds, 1), "alive": w.alive}
+        {
+            "worker_id": w.worker_id,
+            "host": w.host,
+            "pid": w.pid,
+            "metrics_port": w.metrics_port,
+            "started_at": w.started_at.isoformat(),
+            "beat_age_seconds": round(w.beat_age_seconds, 1),
+            "alive": w.alive,
+        }
         for w in (state.workers if state else [])
     ]
     return JsonResponse({"ok": ok, "checks": {**checks, **work}, "workers": seen}, status=status)

@@ -28,14 +28,24 @@ def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter, interrupt_m
         runs[customer_id] += 1
         return f"deleted {customer_id}"
 
-    model = ScriptedModel(messages=iter([
-        AIMessage(content="", tool_calls=[{"name": "delete_customer", "args": {"customer_id": "C-7"}, "id": "call-1"}]),
-        AIMessage(content="done"),
-    ]))
+    model = ScriptedModel(
+        messages=iter(
+            [
+                AIMessage(content="", tool_calls=[{"name": "delete_customer", "args": {"customer_id": "C-7"}, "id": "call-1"}]),
+                AIMessage(content="done"),
+            ]
+        )
+    )
     return create_agent(
-        model=model, tools=[delete_customer], checkpointer=checkpointer,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}},
-                                             interrupt_mode=interrupt_mode)],
+        model=model,
+        tools=[delete_customer],
+        checkpointer=checkpointer,
+        middleware=[
+            HumanInTheLoopMiddleware(
+                interrupt_on={"delete_customer": {"allowed_decisions": ["approve", "edit", "reject"]}},
+                interrupt_mode=interrupt_mode,
+            )
+        ],
     )
 
 

@@ -14,8 +14,16 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-ITEM = {"id": "it-1", "status": "edited", "graph": "ask", "external_id": None, "external": None, "resume": None,
-        "asks": [], "applied_result": {}}
+ITEM = {
+    "id": "it-1",
+    "status": "edited",
+    "graph": "ask",
+    "external_id": None,
+    "external": None,
+    "resume": None,
+    "asks": [],
+    "applied_result": {},
+}
 
 
 class OutcomeServer:
@@ -41,8 +49,11 @@ class OutcomeServer:
                     return
                 if fault is not None:
                     code, _, retry_after = fault.partition(" retry-after ")
-                    self._answer(int(code), {"error": "http_error", "message": "not now"},
-                                 {"Retry-After": retry_after} if retry_after else {})
+                    self._answer(
+                        int(code),
+                        {"error": "http_error", "message": "not now"},
+                        {"Retry-After": retry_after} if retry_after else {},
+                    )
                 elif status == 409:
                     self._answer(409, {"error": "outcome_already_reported", "message": "another report stands"})
                 else:

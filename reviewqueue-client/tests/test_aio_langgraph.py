@@ -68,8 +68,15 @@ async def _interrupt_id(agent) -> str:
 
 def _fake_api(calls: Counter, *, resume=None) -> AsyncReviewQueue:
     """A fake reviewqueue: submits answer one item keyed by its external ids (decided with ``resume``), outcomes are counted."""
-    item = {"id": "it-1", "status": "edited" if resume else "pending", "graph": "ask", "external_id": None,
-            "resume": resume, "asks": [], "applied_result": {}}
+    item = {
+        "id": "it-1",
+        "status": "edited" if resume else "pending",
+        "graph": "ask",
+        "external_id": None,
+        "resume": resume,
+        "asks": [],
+        "applied_result": {},
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -87,8 +94,11 @@ def _fake_api(calls: Counter, *, resume=None) -> AsyncReviewQueue:
 def _signed(event: dict, msg_id: str = "msg_1") -> tuple[dict, str]:
     body = json.dumps(event)
     now = datetime.now(tz=UTC)
-    return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
-            "webhook-signature": Webhook(SECRET).sign(msg_id, now, body)}, body
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign(msg_id, now, body),
+    }, body
 
 
 async def test_forward_submits_the_interrupt_keyed_by_thread_and_interrupt_with_the_sync_glues_ask():
@@ -97,8 +107,19 @@ async def test_forward_submits_the_interrupt_keyed_by_thread_and_interrupt_with_
 
     def handler(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
-        return httpx.Response(201, json={"id": "it-1", "status": "pending", "graph": "ask", "external_id": None,
-                                         "external": sent[-1]["external"], "resume": None, "asks": [], "applied_result": {}})
+        return httpx.Response(
+            201,
+            json={
+                "id": "it-1",
+                "status": "pending",
+                "graph": "ask",
+                "external_id": None,
+                "external": sent[-1]["external"],
+                "resume": None,
+                "asks": [],
+                "applied_result": {},
+            },
+        )
 
     client = AsyncReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
     [item] = await ainterrupts_forward(client, agent, thread_id="th-1", source="support-agent", team="payments")
@@ -115,8 +136,14 @@ async def test_duplicate_deliveries_and_a_long_poll_at_once_run_the_tool_once_wi
     slow = SlowStart(agent)
     client = _fake_api(calls, resume=EDIT)
     resumer = AsyncWebhookResumer(slow, client=client, secret=SECRET, thread_lock=_no_lock if naive else None)
-    event = {"type": "item.decided", "data": {"id": "it-1", "external": {"thread_id": "th-1",
-             "interrupt_id": await _interrupt_id(agent)}, "decision": {"resume": EDIT}}}
+    event = {
+        "type": "item.decided",
+        "data": {
+            "id": "it-1",
+            "external": {"thread_id": "th-1", "interrupt_id": await _interrupt_id(agent)},
+            "decision": {"resume": EDIT},
+        },
+    }
     await ainterrupts_forward(client, agent, thread_id="th-1", source="support-agent")
     deliveries = [resumer(*_signed(event)) for _ in range(3)]
     polled = adecision_wait_resume(client, slow, item_id="it-1", timeout=5, thread_lock=_no_lock if naive else None)
@@ -156,9 +183,15 @@ async def test_two_replicas_on_one_sqlite_file_resume_once(tmp_path, naive):
     async with AsyncSqliteSaver.from_conn_string(db) as mine, AsyncSqliteSaver.from_conn_string(db) as theirs:
         replicas = [SlowStart(await _started(mine, runs)), SlowStart(agent_build(checkpointer=theirs, runs=runs))]
         interrupt_id = await _interrupt_id(replicas[0])
-        resumed = await asyncio.gather(*(adecision_resume(r, thread_id="th-1", interrupt_id=interrupt_id, resume=EDIT,
-                                                          thread_lock=_no_lock if naive else None) for r in replicas),
-                                       return_exceptions=True)
+        resumed = await asyncio.gather(
+            *(
+                adecision_resume(
+                    r, thread_id="th-1", interrupt_id=interrupt_id, resume=EDIT, thread_lock=_no_lock if naive else None
+                )
+                for r in replicas
+            ),
+            return_exceptions=True,
+        )
     if naive:
         assert runs["C-8"] > 1
     else:
@@ -180,8 +213,12 @@ with checkpointer_thread_lock(SqliteSaver(sqlite3.connect(sys.argv[1], check_sam
 
 async def test_an_async_sqlite_lock_excludes_a_sync_process_on_the_same_file_and_leaves_the_loop_running(tmp_path):
     db, released = str(tmp_path / "agent.db"), tmp_path / "released"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, db, str(released)], stdout=subprocess.PIPE, text=True,
-                              env={"PYTHONPATH": ":".join(sys.path)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, db, str(released)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )
     try:
         assert (await asyncio.to_thread(holder.stdout.readline)).strip() == "held"
         ticks = 0

@@ -10,8 +10,16 @@ from api_support import OutcomeServer
 
 from reviewqueue_client import ReviewQueue, ReviewQueueError
 
-ITEM = {"id": "5b0f7a52-0000-4000-8000-000000000001", "status": "pending", "graph": "ask", "external_id": "t:i",
-        "external": {"thread_id": "t", "interrupt_id": "i"}, "resume": None, "asks": [], "applied_result": {}}
+ITEM = {
+    "id": "5b0f7a52-0000-4000-8000-000000000001",
+    "status": "pending",
+    "graph": "ask",
+    "external_id": "t:i",
+    "external": {"thread_id": "t", "interrupt_id": "i"},
+    "resume": None,
+    "asks": [],
+    "applied_result": {},
+}
 
 
 def _client(handler) -> ReviewQueue:
@@ -25,13 +33,20 @@ def test_submit_sends_the_ask_with_the_token_and_answers_a_typed_item():
         seen.append(request)
         return httpx.Response(201, json=ITEM)
 
-    item = _client(handler).submit(title="T", body="B", source="agent", ask={"q": 1}, external=ITEM["external"],
-                                   team="payments", idempotency_key="k")
+    item = _client(handler).submit(
+        title="T", body="B", source="agent", ask={"q": 1}, external=ITEM["external"], team="payments", idempotency_key="k"
+    )
     [request] = seen
     assert (request.method, str(request.url)) == ("POST", "http://rq.test/api/v1/items")
     assert request.headers["Authorization"] == "Bearer tok" and request.headers["Idempotency-Key"] == "k"
-    assert json.loads(request.content) == {"title": "T", "body": "B", "source": "agent", "ask": {"q": 1},
-                                           "external": ITEM["external"], "team": "payments"}
+    assert json.loads(request.content) == {
+        "title": "T",
+        "body": "B",
+        "source": "agent",
+        "ask": {"q": 1},
+        "external": ITEM["external"],
+        "team": "payments",
+    }
     assert (item.id, item.external, item.decided) == (ITEM["id"], ITEM["external"], False)
 
 
@@ -64,7 +79,11 @@ def test_wait_long_polls_until_decided_and_list_follows_cursors():
 
 def test_report_outcome_posts_status_and_message_and_raises_the_apis_codes():
     seen = []
-    reported = {**ITEM, "status": "approved", "outcome": {"status": "failed", "message": "CRM down", "reported_at": "2026-01-01T00:00:00Z"}}
+    reported = {
+        **ITEM,
+        "status": "approved",
+        "outcome": {"status": "failed", "message": "CRM down", "reported_at": "2026-01-01T00:00:00Z"},
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
@@ -100,7 +119,11 @@ def test_a_stored_report_sent_again_after_its_answer_was_lost_is_a_success_and_a
 
 
 def test_retries_are_bounded_and_a_retry_after_beyond_the_bound_ends_them():
-    with OutcomeServer(faults=["500"] * 5) as api, ReviewQueue(api.url, "tok") as client, pytest.raises(ReviewQueueError) as failed:
+    with (
+        OutcomeServer(faults=["500"] * 5) as api,
+        ReviewQueue(api.url, "tok") as client,
+        pytest.raises(ReviewQueueError) as failed,
+    ):
         client.report_outcome("it-1", status="done", attempts=3)
     assert failed.value.status == 500 and len(api.arrivals) == 3 and api.stored is None
     with (
@@ -112,8 +135,14 @@ def test_retries_are_bounded_and_a_retry_after_beyond_the_bound_ends_them():
     assert (busy.value.status, busy.value.retry_after, len(api.arrivals)) == (503, 3600.0, 1)
 
 
-ENDPOINT = {"id": 7, "name": "prod", "url": "https://agent.example.com/hooks", "events": ["item.decided"],
-            "active": True, "created_at": "2026-12-02T03:00:00Z"}
+ENDPOINT = {
+    "id": 7,
+    "name": "prod",
+    "url": "https://agent.example.com/hooks",
+    "events": ["item.decided"],
+    "active": True,
+    "created_at": "2026-12-02T03:00:00Z",
+}
 
 
 def test_create_webhook_sends_name_url_events_and_keeps_the_secret_it_answers_once():
@@ -139,8 +168,11 @@ def test_webhooks_lists_without_secrets_and_delete_webhook_sends_delete():
     def handler(request: httpx.Request) -> httpx.Response:
         requests.append((request.method, request.url.path))
         if request.method == "DELETE":
-            return httpx.Response(204) if request.url.path.endswith("/7") else httpx.Response(
-                404, json={"error": "not_found", "message": "no such webhook endpoint"})
+            return (
+                httpx.Response(204)
+                if request.url.path.endswith("/7")
+                else httpx.Response(404, json={"error": "not_found", "message": "no such webhook endpoint"})
+            )
         return httpx.Response(200, json={"endpoints": [ENDPOINT]})
 
     client = _client(handler)

@@ -13,8 +13,16 @@ from reviewqueue_client import AsyncReviewQueue, ReviewQueueError, ReviewQueueUn
 
 pytestmark = pytest.mark.asyncio
 
-ITEM = {"id": "5b0f7a52-0000-4000-8000-000000000001", "status": "pending", "graph": "ask", "external_id": "t:i",
-        "external": {"thread_id": "t", "interrupt_id": "i"}, "resume": None, "asks": [], "applied_result": {}}
+ITEM = {
+    "id": "5b0f7a52-0000-4000-8000-000000000001",
+    "status": "pending",
+    "graph": "ask",
+    "external_id": "t:i",
+    "external": {"thread_id": "t", "interrupt_id": "i"},
+    "resume": None,
+    "asks": [],
+    "applied_result": {},
+}
 DECIDED = {**ITEM, "status": "edited", "resume": {"decisions": [{"type": "approve"}]}}
 
 
@@ -46,19 +54,29 @@ async def test_it_sends_what_the_sync_client_sends_and_answers_typed_items():
         if request.url.path.endswith("/decision"):
             return httpx.Response(200, json=DECIDED)
         pages = {None: {"items": [ITEM], "next_cursor": "c2"}, "c2": {"items": [{**ITEM, "id": "two"}], "next_cursor": None}}
-        return httpx.Response(200, json=pages[request.url.params.get("cursor")]) if request.method == "GET" \
+        return (
+            httpx.Response(200, json=pages[request.url.params.get("cursor")])
+            if request.method == "GET"
             else httpx.Response(201, json=ITEM)
+        )
 
     async with _client(handler) as client:
-        item = await client.submit(title="T", body="B", source="agent", ask={"q": 1}, external=ITEM["external"],
-                                   team="payments", idempotency_key="k")
+        item = await client.submit(
+            title="T", body="B", source="agent", ask={"q": 1}, external=ITEM["external"], team="payments", idempotency_key="k"
+        )
         listed = [i.id async for i in client.list(graph="ask", status=None)]
         decided = await client.wait(ITEM["id"], timeout=3600)
     submit = seen[0]
     assert (submit.method, str(submit.url)) == ("POST", "http://rq.test/api/v1/items")
     assert submit.headers["Authorization"] == "Bearer tok" and submit.headers["Idempotency-Key"] == "k"
-    assert json.loads(submit.content) == {"title": "T", "body": "B", "source": "agent", "ask": {"q": 1},
-                                          "external": ITEM["external"], "team": "payments"}
+    assert json.loads(submit.content) == {
+        "title": "T",
+        "body": "B",
+        "source": "agent",
+        "ask": {"q": 1},
+        "external": ITEM["external"],
+        "team": "payments",
+    }
     assert (item.id, item.decided) == (ITEM["id"], False)
     assert listed == [ITEM["id"], "two"] and [r.url.params.get("cursor") for r in seen[1:3]] == [None, "c2"]
     assert "status" not in seen[1].url.params
@@ -84,8 +102,10 @@ async def test_a_transport_error_is_wrapped_in_the_clients_exception_after_bound
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_busy_answer_is_retried_no_sooner_than_its_retry_after(status):
-    handler = _scripted(httpx.Response(status, headers={"Retry-After": "1"}, json={"error": "busy", "message": "later"}),
-                        httpx.Response(200, json=DECIDED))
+    handler = _scripted(
+        httpx.Response(status, headers={"Retry-After": "1"}, json={"error": "busy", "message": "later"}),
+        httpx.Response(200, json=DECIDED),
+    )
     item = await _client(handler).read(ITEM["id"])
     assert item.status == "edited" and len(handler.seen) == 2
     assert handler.seen[1][0] - handler.seen[0][0] >= 1.0
@@ -113,7 +133,8 @@ async def test_a_submit_without_a_key_is_given_one_so_its_retry_is_the_same_requ
 async def test_webhook_endpoints_are_managed_and_their_changes_sent_once():
     endpoint = {"id": 7, "name": "prod", "url": "https://agent.example.com/hooks", "events": ["item.decided"], "active": True}
     created = await _client(lambda r: httpx.Response(201, json={**endpoint, "secret": "whsec_abc"})).create_webhook(
-        name="prod", url=endpoint["url"], events=["item.decided"])
+        name="prod", url=endpoint["url"], events=["item.decided"]
+    )
     assert (created.id, created.secret) == (7, "whsec_abc")
     [listed] = await _client(lambda r: httpx.Response(200, json={"endpoints": [endpoint]})).webhooks()
     assert listed.secret is None

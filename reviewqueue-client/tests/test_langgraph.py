@@ -49,8 +49,11 @@ def _interrupt_id(agent) -> str:
 def _signed(event: dict, msg_id: str = "msg_1") -> tuple[dict, str]:
     body = json.dumps(event)
     now = datetime.now(tz=UTC)
-    return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
-            "webhook-signature": Webhook(SECRET).sign(msg_id, now, body)}, body
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign(msg_id, now, body),
+    }, body
 
 
 def _decided(agent, resume=EDIT) -> dict:
@@ -63,23 +66,46 @@ def test_forward_submits_each_pending_interrupt_as_an_ask_keyed_by_thread_and_in
 
     def handler(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
-        return httpx.Response(201, json={"id": "it-1", "status": "pending", "graph": "ask", "external_id": None,
-                                         "external": sent[-1]["external"], "resume": None, "asks": [], "applied_result": {}})
+        return httpx.Response(
+            201,
+            json={
+                "id": "it-1",
+                "status": "pending",
+                "graph": "ask",
+                "external_id": None,
+                "external": sent[-1]["external"],
+                "resume": None,
+                "asks": [],
+                "applied_result": {},
+            },
+        )
 
     client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
     [item] = interrupts_forward(client, agent, thread_id="th-1", source="support-agent", team="payments")
     [payload] = sent
     assert payload["external"] == {"thread_id": "th-1", "interrupt_id": _interrupt_id(agent)} == item.external
-    assert payload["ask"]["action_requests"] == [{"name": "delete_customer", "args": {"customer_id": "C-7"},
-                                                 "description": payload["ask"]["action_requests"][0]["description"]}]
+    assert payload["ask"]["action_requests"] == [
+        {
+            "name": "delete_customer",
+            "args": {"customer_id": "C-7"},
+            "description": payload["ask"]["action_requests"][0]["description"],
+        }
+    ]
     assert payload["ask"]["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
     assert payload["title"] == "Approve delete_customer" and payload["team"] == "payments"
 
 
 def _recording_client(sent: list, *, refuse: bool = False) -> ReviewQueue:
     """A fake reviewqueue recording each submit; ``refuse``: as if an older client had sent the ask otherwise."""
-    item = {"id": "it-1", "status": "pending", "graph": "ask", "external_id": None, "resume": None, "asks": [],
-            "applied_result": {}}
+    item = {
+        "id": "it-1",
+        "status": "pending",
+        "graph": "ask",
+        "external_id": None,
+        "resume": None,
+        "asks": [],
+        "applied_result": {},
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
@@ -102,8 +128,9 @@ def test_forward_titles_each_ask_with_its_tool_and_sends_the_threads_last_messag
     assert payload["title"] == "Approve delete_customer"
     # LangChain's own description, without the call it repeats (the page shows the call beside it).
     assert payload["body"] == "delete_customer: Tool execution requires approval"
-    assert payload["context"] == {"messages": [{"role": "human", "content": "delete C-7"},
-                                               {"role": "ai", "content": "calls delete_customer"}]}
+    assert payload["context"] == {
+        "messages": [{"role": "human", "content": "delete C-7"}, {"role": "ai", "content": "calls delete_customer"}]
+    }
     assert (payload["ask"].get("type") == "tool_approval") is (mode == "per_call")
 
 
@@ -119,7 +146,10 @@ def test_forward_sends_a_given_context_or_none():
 
 def test_context_from_messages_keeps_the_last_ones_within_reviewqueues_bounds():
     messages = [HumanMessage(content=f"m{n}") for n in range(10)] + [
-        ToolMessage(content="ok\x07", name="crm", tool_call_id="c1"), AIMessage(content=""), HumanMessage(content="x" * 5000)]
+        ToolMessage(content="ok\x07", name="crm", tool_call_id="c1"),
+        AIMessage(content=""),
+        HumanMessage(content="x" * 5000),
+    ]
     context = context_from_messages(messages)
     assert [m["content"][:3] for m in context["messages"]] == ["m6", "m7", "m8", "m9", "ok ", "xxx"]
     assert context["messages"][4] == {"role": "tool", "content": "ok ", "name": "crm"}
@@ -149,8 +179,16 @@ def test_concurrent_deliveries_and_a_racing_long_poll_run_the_tool_once(agent, r
     lock = file_thread_lock(str(tmp_path))
     event = _decided(agent)
     resumer = WebhookResumer(agent, client=_reporting_client([]), secret=SECRET, thread_lock=lock)
-    decided = {"id": "it-1", "status": "edited", "graph": "ask", "external_id": None, "external": event["data"]["external"],
-               "resume": EDIT, "asks": [], "applied_result": {}}
+    decided = {
+        "id": "it-1",
+        "status": "edited",
+        "graph": "ask",
+        "external_id": None,
+        "external": event["data"]["external"],
+        "resume": EDIT,
+        "asks": [],
+        "applied_result": {},
+    }
     client = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=decided)))
     barrier = threading.Barrier(5)
     outcomes = []
@@ -178,20 +216,43 @@ def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_a_no_op(ag
 
 def _reporting_client(reports: list) -> ReviewQueue:
     """A fake reviewqueue that records each outcome report (and answers it as accepted)."""
+
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/api/v1/items/it-1/outcome"
         reports.append(json.loads(request.content))
-        return httpx.Response(201, json={"id": "it-1", "status": "edited", "graph": "ask", "external_id": None,
-                                         "external": None, "resume": None, "asks": [], "applied_result": {}})
+        return httpx.Response(
+            201,
+            json={
+                "id": "it-1",
+                "status": "edited",
+                "graph": "ask",
+                "external_id": None,
+                "external": None,
+                "resume": None,
+                "asks": [],
+                "applied_result": {},
+            },
+        )
+
     return ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(handler))
 
 
-@pytest.mark.parametrize(("resume", "status", "message"), [
-    (EDIT, "done", "done"),
-    ({"decisions": [{"type": "reject", "message": "keep C-7"}]}, "done", "done"),  # a rejection is the decision, not a failure
-    ({"decisions": [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer_id": 5}}}]},
-     "failed", "delete_customer: Error invoking tool 'delete_customer'"),
-])
+@pytest.mark.parametrize(
+    ("resume", "status", "message"),
+    [
+        (EDIT, "done", "done"),
+        (
+            {"decisions": [{"type": "reject", "message": "keep C-7"}]},
+            "done",
+            "done",
+        ),  # a rejection is the decision, not a failure
+        (
+            {"decisions": [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer_id": 5}}}]},
+            "failed",
+            "delete_customer: Error invoking tool 'delete_customer'",
+        ),
+    ],
+)
 def test_after_resuming_the_glue_reports_done_or_the_tools_failure_once(agent, runs, resume, status, message):
     reports = []
     resumer = WebhookResumer(agent, client=_reporting_client(reports), secret=SECRET)
@@ -207,8 +268,13 @@ def test_after_resuming_the_glue_reports_done_or_the_tools_failure_once(agent, r
 
 
 def test_a_report_that_could_not_be_sent_leaves_the_resume_done(agent, runs):
-    down = ReviewQueue("http://rq.test", "tok", transport=httpx.MockTransport(lambda r: httpx.Response(503, json={
-        "error": "busy", "message": "try later"}, headers={"Retry-After": "86400"})))
+    down = ReviewQueue(
+        "http://rq.test",
+        "tok",
+        transport=httpx.MockTransport(
+            lambda r: httpx.Response(503, json={"error": "busy", "message": "try later"}, headers={"Retry-After": "86400"})
+        ),
+    )
     resumed = WebhookResumer(agent, client=down, secret=SECRET)(*_signed(_decided(agent)))
     assert (resumed.resumed, resumed.reported) == (True, False) and runs == Counter({"C-8": 1})
 

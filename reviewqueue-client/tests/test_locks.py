@@ -44,8 +44,12 @@ def test_a_sqlite_checkpointers_lock_excludes_another_process_on_the_same_file(t
     db = str(tmp_path / "agent.db")
     lock = checkpointer_thread_lock(SqliteSaver(sqlite3.connect(db, check_same_thread=False)))
     released = tmp_path / "released"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, db, str(released)], stdout=subprocess.PIPE, text=True,
-                              env={"PYTHONPATH": ":".join(sys.path)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, db, str(released)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )
     assert holder.stdout.readline().strip() == "held"
     with lock("th-1"):
         assert released.exists()  # it had to let go first
@@ -80,8 +84,16 @@ def test_reconcile_resumes_a_decision_already_made_once_and_forwards_what_is_und
     agent = agent_build(checkpointer=InMemorySaver(), runs=runs)
     agent_start(agent, thread_id="th-1")
     decided = Counter()
-    item = {"id": "it-1", "status": "approved", "graph": "ask", "external_id": None, "resume": APPROVE, "asks": [],
-            "applied_result": {}, "outcome": None}
+    item = {
+        "id": "it-1",
+        "status": "approved",
+        "graph": "ask",
+        "external_id": None,
+        "resume": APPROVE,
+        "asks": [],
+        "applied_result": {},
+        "outcome": None,
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         sent = json.loads(request.content)
@@ -130,8 +142,9 @@ def _closing(stack: ExitStack, saver: Any) -> Iterator[Any]:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("set_up", ["connection_tuple_row", "connection_dict_row", "from_conn_string",
-                                    "from_conn_string_pipeline", "pool_dict_row"])
+@pytest.mark.parametrize(
+    "set_up", ["connection_tuple_row", "connection_dict_row", "from_conn_string", "from_conn_string_pipeline", "pool_dict_row"]
+)
 def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees(postgres_url, set_up):
     with _postgres_saver(set_up, postgres_url) as mine, _postgres_saver(set_up, postgres_url) as theirs:
         lock = checkpointer_thread_lock(mine)
@@ -159,8 +172,7 @@ def test_a_postgres_checkpointers_lock_is_an_advisory_lock_every_session_sees(po
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("set_up", ["connection_dict_row", "from_conn_string", "from_conn_string_pipeline",
-                                    "pool_dict_row"])
+@pytest.mark.parametrize("set_up", ["connection_dict_row", "from_conn_string", "from_conn_string_pipeline", "pool_dict_row"])
 def test_replicas_on_each_documented_postgres_saver_resume_a_decision_once(postgres_url, set_up):
     runs = Counter()
     with _postgres_saver("from_conn_string", postgres_url) as saver:
@@ -200,14 +212,19 @@ def _async_postgres_saver(set_up: str, url: str) -> Any:
             elif set_up == "from_conn_string_pipeline":
                 yield await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(url, pipeline=True))
             elif set_up == "connection_dict_row":
-                yield AsyncPostgresSaver(await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, **documented)))
+                yield AsyncPostgresSaver(
+                    await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, **documented))
+                )
             elif set_up == "pool_dict_row":
-                pool = await stack.enter_async_context(AsyncConnectionPool(url, min_size=1, max_size=4, kwargs=documented,
-                                                                           open=False))
+                pool = await stack.enter_async_context(
+                    AsyncConnectionPool(url, min_size=1, max_size=4, kwargs=documented, open=False)
+                )
                 await pool.open(wait=True)
                 yield AsyncPostgresSaver(pool)
             else:
-                yield AsyncPostgresSaver(await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True)))
+                yield AsyncPostgresSaver(
+                    await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
+                )
 
     return made()
 
@@ -310,8 +327,17 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
                 await agent.ainvoke({"messages": [("user", "delete C-7")]}, {"configurable": {"thread_id": "th-1"}})
             await asyncio.to_thread(start.wait)
             [pending] = (await agent.aget_state({"configurable": {"thread_id": "th-1"}})).interrupts
-            resumed.append((await adecision_resume(_Slow(agent), thread_id="th-1", interrupt_id=pending.id, resume=APPROVE,
-                                                   thread_lock=no_lock if naive else None)).resumed)
+            resumed.append(
+                (
+                    await adecision_resume(
+                        _Slow(agent),
+                        thread_id="th-1",
+                        interrupt_id=pending.id,
+                        resume=APPROVE,
+                        thread_lock=no_lock if naive else None,
+                    )
+                ).resumed
+            )
 
     def run(first: bool) -> None:
         with contextlib.suppress(RuntimeError):  # a naive second run may ask the scripted model past its script

@@ -17,8 +17,11 @@ BODY = json.dumps({"type": "item.decided", "timestamp": "2026-12-04T00:00:00+00:
 
 def _headers(body: str = BODY, *, msg_id: str = "msg_1", at: datetime | None = None) -> dict[str, str]:
     at = at or datetime.now(tz=UTC)
-    return {"Webhook-Id": msg_id, "Webhook-Timestamp": str(int(at.timestamp())),
-            "Webhook-Signature": Webhook(SECRET).sign(msg_id, at, body)}
+    return {
+        "Webhook-Id": msg_id,
+        "Webhook-Timestamp": str(int(at.timestamp())),
+        "Webhook-Signature": Webhook(SECRET).sign(msg_id, at, body),
+    }
 
 
 def test_a_signed_event_comes_back_typed_with_its_delivery_id_and_a_tampered_one_is_refused():
@@ -34,19 +37,21 @@ def test_a_replay_within_five_minutes_verifies_again_with_the_same_delivery_id_a
     first, replayed = (webhook_verify(secret=SECRET, headers=headers, body=BODY) for _ in range(2))
     assert first.delivery_id == replayed.delivery_id == "msg_1"  # what a handler de-duplicates on
     with pytest.raises(WebhookInvalid, match="too old"):
-        webhook_verify(secret=SECRET, headers=_headers(at=datetime.now(tz=UTC) - timedelta(minutes=6)),
-                       body=BODY)
+        webhook_verify(secret=SECRET, headers=_headers(at=datetime.now(tz=UTC) - timedelta(minutes=6)), body=BODY)
 
 
-@pytest.mark.parametrize("signature", [
-    "v1,!!!notbase64",      # not base64: binascii.Error in the library
-    "v1,QUJD=",             # base64 with bad padding
-    "v1",                   # no comma
-    "v1,a,b",               # two commas
-    "v1,ÿÿÿÿ",              # not ASCII
-    "v2,AAAA v1,%%%%",      # a later malformed one
-    "",                     # empty
-])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "v1,!!!notbase64",  # not base64: binascii.Error in the library
+        "v1,QUJD=",  # base64 with bad padding
+        "v1",  # no comma
+        "v1,a,b",  # two commas
+        "v1,ÿÿÿÿ",  # not ASCII
+        "v2,AAAA v1,%%%%",  # a later malformed one
+        "",  # empty
+    ],
+)
 def test_a_malformed_signature_header_is_webhook_invalid(signature):
     headers = {**_headers(), "Webhook-Signature": signature}
     with pytest.raises(WebhookInvalid):

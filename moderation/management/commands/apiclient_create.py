@@ -11,7 +11,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("name")
         parser.add_argument(
-            "--scope", action="append", choices=ApiScope.values, dest="scopes",
+            "--scope",
+            action="append",
+            choices=ApiScope.values,
+            dest="scopes",
             help="repeat for several; default: items:write and items:read",
         )
 

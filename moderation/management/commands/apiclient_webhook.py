@@ -21,8 +21,13 @@ class Command(BaseCommand):
         add.add_argument("client", help="the API client's name")
         add.add_argument("name", help="the endpoint's name, unique among the client's")
         add.add_argument("url", help="http(s) URL on a public address (or in WEBHOOK_ALLOWED_NETWORKS)")
-        add.add_argument("--event", action="append", dest="events", metavar="EVENT",
-                         help=f"repeat for several; default: all of {', '.join(SUBSCRIBABLE_EVENTS)}")
+        add.add_argument(
+            "--event",
+            action="append",
+            dest="events",
+            metavar="EVENT",
+            help=f"repeat for several; default: all of {', '.join(SUBSCRIBABLE_EVENTS)}",
+        )
         listing = actions.add_parser("list", help="the client's endpoints (never their secrets)")
         listing.add_argument("client")
         remove = actions.add_parser("remove", help="remove one of the client's endpoints, by id")
@@ -35,12 +40,15 @@ class Command(BaseCommand):
             raise CommandError(f"no API client named {options['client']!r}")
         if options["action"] == "add":
             try:
-                endpoint = client_endpoint_create(client=client, name=options["name"], url=options["url"],
-                                                  events=options["events"])
+                endpoint = client_endpoint_create(
+                    client=client, name=options["name"], url=options["url"], events=options["events"]
+                )
             except EndpointRefused as exc:
                 raise CommandError(f"{exc.code}: {exc}; nothing changed") from None
-            self.stderr.write(f"Endpoint {endpoint.pk} ({endpoint.name}) of {client.name} for "
-                              f"{', '.join(endpoint.events)}. Its signing secret, shown only now:")
+            self.stderr.write(
+                f"Endpoint {endpoint.pk} ({endpoint.name}) of {client.name} for "
+                f"{', '.join(endpoint.events)}. Its signing secret, shown only now:"
+            )
             self.stdout.write(endpoint.secret)
         elif options["action"] == "list":
             for endpoint in client_endpoints(client=client):

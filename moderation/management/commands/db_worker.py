@@ -56,14 +56,18 @@ class Command(DbWorkerCommand):
         super().add_arguments(parser)
         parser.set_defaults(queue_name="*")
         parser.add_argument(
-            "--delivery-lane", action=BooleanOptionalAction, default=True,
+            "--delivery-lane",
+            action=BooleanOptionalAction,
+            default=True,
             help="Also run WEBHOOK_LANES loops that take webhook deliveries only, so none waits behind graph work "
-                 "(when this worker serves deliveries and other queues; default: on)",
+            "(when this worker serves deliveries and other queues; default: on)",
         )
         parser.add_argument(
-            "--metrics-port", type=int, default=settings.METRICS_WORKER_PORT,
+            "--metrics-port",
+            type=int,
+            default=settings.METRICS_WORKER_PORT,
             help="Serve this worker's Prometheus series on METRICS_WORKER_ADDR (loopback) at this port "
-                 "(default: METRICS_WORKER_PORT; 0: not served)",
+            "(default: METRICS_WORKER_PORT; 0: not served)",
         )
 
     def handle(self, *args, **options):
@@ -76,15 +80,25 @@ class Command(DbWorkerCommand):
         metrics_port = self._metrics_serve(options["metrics_port"])
         worker_id = options["worker_id"]
         beats_stop = threading.Event()
-        beats = threading.Thread(target=_beat_until, name="worker-beat", daemon=True,
-                                 args=(beats_stop, worker_id, metrics_port, timezone.now()))
+        beats = threading.Thread(
+            target=_beat_until, name="worker-beat", daemon=True, args=(beats_stop, worker_id, metrics_port, timezone.now())
+        )
         beats.start()
-        threading.Thread(target=_sweep_forever, name="worker-sweep", daemon=True,
-                         args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL)).start()
-        threading.Thread(target=_sweep_forever, name="deadline-sweep", daemon=True,
-                         args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)).start()
-        threading.Thread(target=_sweep_forever, name="langgraph-sweep", daemon=True,
-                         args=((deployments_sweep,), settings.LANGGRAPH_SWEEP_INTERVAL)).start()
+        threading.Thread(
+            target=_sweep_forever,
+            name="worker-sweep",
+            daemon=True,
+            args=((applies_sweep, starts_sweep, deliveries_sweep), settings.WEBHOOK_SWEEP_INTERVAL),
+        ).start()
+        threading.Thread(
+            target=_sweep_forever, name="deadline-sweep", daemon=True, args=((deadlines_sweep,), settings.DEADLINE_SWEEP_INTERVAL)
+        ).start()
+        threading.Thread(
+            target=_sweep_forever,
+            name="langgraph-sweep",
+            daemon=True,
+            args=((deployments_sweep,), settings.LANGGRAPH_SWEEP_INTERVAL),
+        ).start()
         self.configure_logging(options["verbosity"])  # before the lane starts, so its start is logged too
         if not settings.LIVE_RELAY:
             push_loop_start()
@@ -136,8 +150,12 @@ def _main_loop(options: dict, wake: TaskWake) -> SteadyWorker:
     if excluded and "*" not in queue_names:
         raise CommandError("--exclude-queues can only be used with --queue-name=*")
     loop = dict(
-        queue_names=queue_names, batch=options["batch"], backend_name=options["backend_name"],
-        startup_delay=options["startup_delay"], max_tasks=options["max_tasks"], worker_id=options["worker_id"],
+        queue_names=queue_names,
+        batch=options["batch"],
+        backend_name=options["backend_name"],
+        startup_delay=options["startup_delay"],
+        max_tasks=options["max_tasks"],
+        worker_id=options["worker_id"],
         excluded_queue_names=excluded,
     )
     if not wake.listening or options["batch"]:
@@ -174,10 +192,16 @@ def _apply_lanes_start(options: dict, wake: TaskWake) -> list[SteadyWorker]:
         return []
     lanes = [
         QueueLane(
-            wake=wake, queue_names=[APPLY_QUEUE], excluded_queue_names=[], batch=False,
+            wake=wake,
+            queue_names=[APPLY_QUEUE],
+            excluded_queue_names=[],
+            batch=False,
             # On SQLite (no wake-ups), a second at most, however short the main loop's interval.
-            interval=_idle_poll(options, wake, at_least=1.0), backend_name=options["backend_name"], startup_delay=False,
-            max_tasks=None, worker_id=f"{options['worker_id']}-applies-{n}",
+            interval=_idle_poll(options, wake, at_least=1.0),
+            backend_name=options["backend_name"],
+            startup_delay=False,
+            max_tasks=None,
+            worker_id=f"{options['worker_id']}-applies-{n}",
         )
         for n in range(settings.APPLY_LANES)
     ]
@@ -191,9 +215,14 @@ def _delivery_lanes_start(options: dict, wake: TaskWake) -> list[SteadyWorker]:
     # the main loop, the others (needed only while it is busy) less often.
     lanes = [
         QueueLane(
-            wake=wake, queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False,
+            wake=wake,
+            queue_names=[DELIVERY_QUEUE],
+            excluded_queue_names=[],
+            batch=False,
             interval=_idle_poll(options, wake, at_least=0.0 if n == 0 else SPARE_LANE_INTERVAL),
-            backend_name=options["backend_name"], startup_delay=False, max_tasks=None,
+            backend_name=options["backend_name"],
+            startup_delay=False,
+            max_tasks=None,
             worker_id=f"{options['worker_id']}-deliveries-{n}",  # a JSON list entry: no column limits its length
         )
         for n in range(settings.WEBHOOK_LANES)

@@ -12,5 +12,7 @@ class Command(BaseCommand):
             state = "active" if d.is_active else "inactive"
             swept = d.swept_at.isoformat(timespec="seconds") if d.swept_at else "never"
             key = "key set" if d.api_key else "no key"
-            self.stdout.write(f"{d.name}\t{d.url}\t{state}\t{key}\tgraphs: {graphs}\tswept: {swept}"
-                              + (f"\tsweep error: {d.sweep_error}" if d.sweep_error else ""))
+            self.stdout.write(
+                f"{d.name}\t{d.url}\t{state}\t{key}\tgraphs: {graphs}\tswept: {swept}"
+                + (f"\tsweep error: {d.sweep_error}" if d.sweep_error else "")
+            )

@@ -48,17 +48,22 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=FORMATS, help="default: csv for a .csv file name, else jsonl")
         parser.add_argument("--graph", help="the graph the items run, a REVIEWQUEUE_GRAPHS name (default: moderation)")
         parser.add_argument(
-            "--input", metavar="JSON",
+            "--input",
+            metavar="JSON",
             help='a JSON object merged over the item\'s start state, e.g. \'{"messages": [{"role": "user", "content": "..."}]}\'',
         )
-        parser.add_argument("--team", help="the team (slug) whose moderators decide; default: the team owning the source or graph")
         parser.add_argument(
-            "--policy", metavar="JSON",
-            help='the approval policy over the team\'s, e.g. \'{"approvals": 2, "veto": true, "deadline_seconds": 3600, '
-                 '"on_deadline": "escalate"}\'',
+            "--team", help="the team (slug) whose moderators decide; default: the team owning the source or graph"
         )
-        parser.add_argument("--requested-by", metavar="USERNAME",
-                            help="who asks for the decision, and so may never make it (four eyes)")
+        parser.add_argument(
+            "--policy",
+            metavar="JSON",
+            help='the approval policy over the team\'s, e.g. \'{"approvals": 2, "veto": true, "deadline_seconds": 3600, '
+            '"on_deadline": "escalate"}\'',
+        )
+        parser.add_argument(
+            "--requested-by", metavar="USERNAME", help="who asks for the decision, and so may never make it (four eyes)"
+        )
 
     def handle(self, *args, **options):
         single = options["title"] is not None or options["body"] is not None
@@ -85,8 +90,7 @@ class Command(BaseCommand):
             raise CommandError("give --title and --body for one item, or --file for many")
         graph_input = _object_parse(options["input"], option="--input")
         try:
-            item = self._item_create({"title": options["title"], "body": options["body"]}, options,
-                                     graph_input=graph_input)
+            item = self._item_create({"title": options["title"], "body": options["body"]}, options, graph_input=graph_input)
         except ValidationError as exc:
             raise CommandError(_errors_text(exc)) from None
         self.stdout.write(f"Added {item.public_id} ({self._screen_text(item)})")
@@ -130,8 +134,13 @@ class Command(BaseCommand):
     @staticmethod
     def _item_create(fields: dict, options: dict, *, graph_input: dict | None = None):
         """One item: its own fields over the options' defaults (source, team, policy, requested_by)."""
-        fields = {"source": options["source"], "team": options["team"], "policy": options["policy"],
-                  "requested_by": options["requested_by"], **fields}
+        fields = {
+            "source": options["source"],
+            "team": options["team"],
+            "policy": options["policy"],
+            "requested_by": options["requested_by"],
+            **fields,
+        }
         requester = item_requester_get(username=fields.pop("requested_by"))
         return item_create(**fields, graph=options["graph"], graph_input=graph_input, requested_by=requester)
 

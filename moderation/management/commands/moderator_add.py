@@ -30,11 +30,16 @@ class Command(BaseCommand):
         parser.add_argument("--remove", action="store_true", help="take the users out of the moderators group")
         password = parser.add_mutually_exclusive_group()
         # Never the password itself: a command line is seen by every user of the host (ps) and kept in shell history.
-        password.add_argument("--password-from-env", metavar="VARIABLE",
-                              help="create the user if missing, with the password held in this environment variable")
-        password.add_argument("--password-file", metavar="PATH",
-                              help="create the user if missing, with the password on this file's first line "
-                                   "(- for standard input)")
+        password.add_argument(
+            "--password-from-env",
+            metavar="VARIABLE",
+            help="create the user if missing, with the password held in this environment variable",
+        )
+        password.add_argument(
+            "--password-file",
+            metavar="PATH",
+            help="create the user if missing, with the password on this file's first line (- for standard input)",
+        )
 
     def handle(self, *args, **options):
         if options["password_from_env"] or options["password_file"]:

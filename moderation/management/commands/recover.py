@@ -16,10 +16,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--all", action="store_true",
-                            help="also check decided items, and report (not change) rows that disagree with their graphs (slower)")
         parser.add_argument(
-            "--counts", action="store_true",
+            "--all",
+            action="store_true",
+            help="also check decided items, and report (not change) rows that disagree with their graphs (slower)",
+        )
+        parser.add_argument(
+            "--counts",
+            action="store_true",
             help="only compare the queue's counters with real COUNTs and repair any that drifted (items are not checked)",
         )
 
@@ -30,8 +34,10 @@ class Command(BaseCommand):
         report = items_recover(include_decided=options["all"], progress=self._progress)
         self.stdout.write("")
         for graph, count in report.skipped.items():
-            self.stderr.write(f"recover: skipped {count} item(s) of {graph_not_loaded_text(name=graph)}; "
-                              "they are left as they are, and carry on once it is back")
+            self.stderr.write(
+                f"recover: skipped {count} item(s) of {graph_not_loaded_text(name=graph)}; "
+                "they are left as they are, and carry on once it is back"
+            )
         for action in report.actions:
             self.stdout.write(f"{action.item} “{action.title}”: {action.action}")
         changed = len(report.actions) - report.failed
@@ -47,8 +53,11 @@ class Command(BaseCommand):
         drifts = counts_recount()
         for drift in drifts:
             self.stdout.write(f"{drift} — repaired")
-        self.stdout.write(f"recover --counts: {len(drifts)} counter(s) repaired." if drifts
-                          else "recover --counts: every counter matches a real COUNT.")
+        self.stdout.write(
+            f"recover --counts: {len(drifts)} counter(s) repaired."
+            if drifts
+            else "recover --counts: every counter matches a real COUNT."
+        )
 
     def _progress(self, done: int, total: int) -> None:
         if done == total or done % 100 == 0:

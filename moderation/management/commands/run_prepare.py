@@ -6,9 +6,11 @@ from moderation.management.commands.recover import EXIT_ITEMS_FAILED
 
 
 class Command(BaseCommand):
-    help = ("`make run`'s preparation in one Django start-up (each costs seconds on a busy machine): migrate, the "
-            "demo data (seed_demo), recover, collectstatic; then the banner with the address and the demo password. "
-            "Development only, like seed_demo.")
+    help = (
+        "`make run`'s preparation in one Django start-up (each costs seconds on a busy machine): migrate, the "
+        "demo data (seed_demo), recover, collectstatic; then the banner with the address and the demo password. "
+        "Development only, like seed_demo."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="the address the server will listen on (for the banner)")
@@ -25,11 +27,15 @@ class Command(BaseCommand):
                 raise
             self.stderr.write(str(exc))
         call_command("collectstatic", interactive=False, verbosity=0)
-        self.stdout.write("\n".join([
-            "",
-            f"  reviewqueue is running at http://{options['host']}:{options['port']}/",
-            "  log in as alice, bob or carol (moderators) or dave (view only)",
-            f"  demo password: {settings.DEMO_PASSWORD}",
-            "  the task worker (manage.py db_worker: applies decisions, sends webhooks) runs beside it; Ctrl-C stops both",
-            "",
-        ]))
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    f"  reviewqueue is running at http://{options['host']}:{options['port']}/",
+                    "  log in as alice, bob or carol (moderators) or dave (view only)",
+                    f"  demo password: {settings.DEMO_PASSWORD}",
+                    "  the task worker (manage.py db_worker: applies decisions, sends webhooks) runs beside it; Ctrl-C stops both",
+                    "",
+                ]
+            )
+        )

@@ -5,8 +5,10 @@ from moderation.demo import DEMO_MODERATORS, DEMO_VIEWER, demo_seed
 
 
 class Command(BaseCommand):
-    help = ("Create demo moderators (alice, bob, carol), a viewer (dave), the teams payments (the refund agent's "
-            "items: 2 approvals, veto) and leads, and demo items. Development only.")
+    help = (
+        "Create demo moderators (alice, bob, carol), a viewer (dave), the teams payments (the refund agent's "
+        "items: 2 approvals, veto) and leads, and demo items. Development only."
+    )
 
     def handle(self, *args, **options):
         if not settings.DEBUG:
@@ -18,8 +20,10 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Moderators: {', '.join(DEMO_MODERATORS)}; view-only: {DEMO_VIEWER}; password: {settings.DEMO_PASSWORD}"
         )
-        self.stdout.write("Teams: payments (refund agent items: 2 approvals, one rejection vetoes; escalated to leads "
-                          "after an hour; reasons that fit tool calls), leads (alice).")
+        self.stdout.write(
+            "Teams: payments (refund agent items: 2 approvals, one rejection vetoes; escalated to leads "
+            "after an hour; reasons that fit tool calls), leads (alice)."
+        )
 
     def _progress(self, done: int, total: int) -> None:
         self.stdout.write(f"\r  creating demo items: {done}/{total}", ending="")

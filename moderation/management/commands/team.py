@@ -21,34 +21,56 @@ class Command(BaseCommand):
         parser.add_argument("--majority", choices=["on", "off"], help="approve with more than half the team instead")
         parser.add_argument("--veto", choices=["on", "off"], help="one rejection ends the vote")
         parser.add_argument("--deadline", type=int, metavar="SECONDS", help="how long an ask may wait (0: no deadline)")
-        parser.add_argument("--on-deadline", choices=[v or "nothing" for v in OnDeadline.values],
-                            help="what the deadline does: approve, reject, escalate, or nothing (wait)")
+        parser.add_argument(
+            "--on-deadline",
+            choices=[v or "nothing" for v in OnDeadline.values],
+            help="what the deadline does: approve, reject, escalate, or nothing (wait)",
+        )
         parser.add_argument("--escalate-to", metavar="SLUG", help="the team overdue items go to ('' for none)")
-        parser.add_argument("--source", action="append", default=None, help="an item source of this team (repeatable; replaces the list)")
+        parser.add_argument(
+            "--source", action="append", default=None, help="an item source of this team (repeatable; replaces the list)"
+        )
         parser.add_argument("--graph", action="append", default=None, help="a graph of this team (repeatable; replaces the list)")
-        parser.add_argument("--allow-weaker-policies", choices=["on", "off"],
-                            help="let a submitter's policy be weaker than the team's (off: only stricter; "
-                                 "docs/integrators/policies.md)")
-        parser.add_argument("--reason-codes", metavar="CODES",
-                            help="the reason codes a reject may name: all (every active code), none, or a comma-separated "
-                                 "list; for --reason-graph's items, else for the team's")
+        parser.add_argument(
+            "--allow-weaker-policies",
+            choices=["on", "off"],
+            help="let a submitter's policy be weaker than the team's (off: only stricter; docs/integrators/policies.md)",
+        )
+        parser.add_argument(
+            "--reason-codes",
+            metavar="CODES",
+            help="the reason codes a reject may name: all (every active code), none, or a comma-separated "
+            "list; for --reason-graph's items, else for the team's",
+        )
         parser.add_argument("--reason-required", choices=["on", "off"], help="a reject must name one of those codes")
-        parser.add_argument("--reason-graph", metavar="GRAPH", default="",
-                            help="the graph the --reason-* options are for (e.g. ask); default: the team's own rule")
-        parser.add_argument("--reason-clear", action="store_true",
-                            help="remove the rule for --reason-graph (or the team's own): the next level applies")
+        parser.add_argument(
+            "--reason-graph",
+            metavar="GRAPH",
+            default="",
+            help="the graph the --reason-* options are for (e.g. ask); default: the team's own rule",
+        )
+        parser.add_argument(
+            "--reason-clear",
+            action="store_true",
+            help="remove the rule for --reason-graph (or the team's own): the next level applies",
+        )
         parser.add_argument("--add", action="append", default=[], metavar="USER", help="a username to add")
         parser.add_argument("--remove", action="append", default=[], metavar="USER", help="a username to remove")
 
     def handle(self, *args, **options):
-        flags = {name: options[name] == "on" if options[name] else None
-                 for name in ("majority", "veto", "allow_weaker_policies")}
+        flags = {name: options[name] == "on" if options[name] else None for name in ("majority", "veto", "allow_weaker_policies")}
         on_deadline = options["on_deadline"]
         spec = TeamSpec(
-            name=options["name"], approvals=options["approvals"], **flags,
-            deadline_seconds=options["deadline"], on_deadline=None if on_deadline is None else on_deadline.replace("nothing", ""),
-            escalate_to=options["escalate_to"], sources=options["source"], graphs=options["graph"],
-            add=options["add"], remove=options["remove"],
+            name=options["name"],
+            approvals=options["approvals"],
+            **flags,
+            deadline_seconds=options["deadline"],
+            on_deadline=None if on_deadline is None else on_deadline.replace("nothing", ""),
+            escalate_to=options["escalate_to"],
+            sources=options["source"],
+            graphs=options["graph"],
+            add=options["add"],
+            remove=options["remove"],
         )
         try:
             with transaction.atomic():
@@ -57,8 +79,10 @@ class Command(BaseCommand):
         except (PolicyInvalid, ValidationError, ReasonInvalid) as exc:
             raise CommandError(f"nothing changed: {_words(exc)}") from None
         members = ", ".join(sorted(team.memberships.filter(removed_at=None).values_list("user__username", flat=True)))
-        self.stdout.write(f"{'Created' if created else 'Updated'} team {team.slug} ({team.name}): {team_describe(team)}; "
-                          f"members: {members or 'none'}")
+        self.stdout.write(
+            f"{'Created' if created else 'Updated'} team {team.slug} ({team.name}): {team_describe(team)}; "
+            f"members: {members or 'none'}"
+        )
 
 
 def _reason_rule(team: Team, options: dict) -> None:

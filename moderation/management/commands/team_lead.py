@@ -29,12 +29,16 @@ class Command(BaseCommand):
         teams, no_team = teams_visible(user=user)
         names = ", ".join(team.name for team in teams) + (", items of no team" if no_team else "")
         if removed:
-            self.stdout.write(f"{username} is no longer a team lead."
-                              + (f" They still see the team page of {names} (a supervisor or a superuser)." if names else ""))
+            self.stdout.write(
+                f"{username} is no longer a team lead."
+                + (f" They still see the team page of {names} (a supervisor or a superuser)." if names else "")
+            )
         elif names:
             self.stdout.write(f"{username} is a team lead: they see the team page (/team/) of {names}.")
         else:
-            self.stdout.write(f"{username} is a team lead, but a member of no team: add them to one "
-                              f"(manage.py team <slug> --add {username}) for the team page to show it.")
+            self.stdout.write(
+                f"{username} is a team lead, but a member of no team: add them to one "
+                f"(manage.py team <slug> --add {username}) for the team page to show it."
+            )
         if not user.is_active:
             self.stdout.write(f"note: {username} is inactive and cannot log in.")

@@ -11,7 +11,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--anchor", metavar="SEQ:MAC",
+            "--anchor",
+            metavar="SEQ:MAC",
             help="a ledger head printed by an earlier run and kept outside the database; it must still be there",
         )
 

@@ -37,9 +37,7 @@ def test_submit_to_a_named_graph_starts_it_with_the_input(api):
     body = response.json()
     [ask] = body["asks"]
     assert body["graph"] == REFUND_GRAPH and body["status"] == "pending" and body["apply_state"] == ""
-    assert ask["action_requests"] == [
-        {"name": "refund", "args": ORDER_ARGS, "description": "Refund the order?"}
-    ]
+    assert ask["action_requests"] == [{"name": "refund", "args": ORDER_ARGS, "description": "Refund the order?"}]
     assert ask["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
     assert ask["review_configs"][0]["args_schema"]["properties"]["amount"]["maximum"] == 150
     assert (ask["status"], ask["decided_by"], ask["decisions"], ask["applied"]) == ("pending", None, [], False)
@@ -52,7 +50,8 @@ def test_an_unknown_graph_is_refused_listing_the_registered_ones_and_creates_not
     response = api.post("/items", {**REFUND, "graph": "refnud"}, **{"Idempotency-Key": "typo"})
     assert response.status_code == 422, response.content
     assert response.json()["message"] == (
-        "graph: unknown graph 'refnud'; this server runs moderation, t_failing, t_hitl, t_parallel, t_refund")
+        "graph: unknown graph 'refnud'; this server runs moderation, t_failing, t_hitl, t_parallel, t_refund"
+    )
     assert not QueueItem.objects.exists() and not ReviewAsk.objects.exists()
 
 
@@ -110,8 +109,12 @@ def test_the_item_shows_an_edit_its_decider_and_what_the_graph_did_with_it(api, 
     [ask] = body["asks"]
     assert (ask["status"], ask["decided_by"], ask["applied"]) == ("decided", "alice", True)
     assert ask["decisions"] == _edit(80) and ask["what"] == "edited refund (amount 120 → 80)"
-    assert body["apply_state"] == "" and body["applied_result"] == {"state": "finished", "summary": "", "errors": [], "result": {
-        "decisions": "edit", "reviewer": "alice", "args": [{**ORDER_ARGS, "amount": 80}]}}
+    assert body["apply_state"] == "" and body["applied_result"] == {
+        "state": "finished",
+        "summary": "",
+        "errors": [],
+        "result": {"decisions": "edit", "reviewer": "alice", "args": [{**ORDER_ARGS, "amount": 80}]},
+    }
     assert body["decision"]["by"] == "alice"
 
 
@@ -140,8 +143,9 @@ def test_the_session_endpoint_decides_an_edit_as_the_readme_shows(api, alice):
     browser.force_login(alice)
 
     def decide(decisions):
-        return browser.post(f"/api/items/{item_id}/decision", {"ask": ask_id, "decisions": decisions},
-                            content_type="application/json")
+        return browser.post(
+            f"/api/items/{item_id}/decision", {"ask": ask_id, "decisions": decisions}, content_type="application/json"
+        )
 
     bad = decide(_edit(-1))
     assert bad.status_code == 400, bad.content

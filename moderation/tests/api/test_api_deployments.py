@@ -47,16 +47,23 @@ def refusing_deployment():
 
 @pytest.mark.django_db
 def test_a_deployments_error_is_logged_and_never_reaches_the_caller(
-        refusing_deployment, client, django_user_model, caplog, django_capture_on_commit_callbacks):
+    refusing_deployment, client, django_user_model, caplog, django_capture_on_commit_callbacks
+):
     user = django_user_model.objects.create_user("langgraph.agents")
     deployment = Deployment.objects.create(
-        name="agents", url=refusing_deployment, graphs={"hitl": {"match": "graph_id"}},
-        client=ApiClient.objects.create(name="langgraph.agents", user=user, scopes=[]), webhook_digest=_digest("s3cret"),
+        name="agents",
+        url=refusing_deployment,
+        graphs={"hitl": {"match": "graph_id"}},
+        client=ApiClient.objects.create(name="langgraph.agents", user=user, scopes=[]),
+        webhook_digest=_digest("s3cret"),
     )
-    with caplog.at_level(logging.WARNING, logger="moderation.review.deployments"), \
-            django_capture_on_commit_callbacks(execute=True):  # the discovery, run inline after the commit here
-        answer = client.post(deployment_webhook_path(deployment=deployment, secret="s3cret"), {"thread_id": "t-1"},
-                             content_type="application/json")
+    with (
+        caplog.at_level(logging.WARNING, logger="moderation.review.deployments"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):  # the discovery, run inline after the commit here
+        answer = client.post(
+            deployment_webhook_path(deployment=deployment, secret="s3cret"), {"thread_id": "t-1"}, content_type="application/json"
+        )
     # The webhook only queues the thread: its caller hears nothing of the deployment, whatever it answers.
     assert answer.status_code == 202 and answer.json() == {"thread_id": "t-1"}
     assert INTERNAL in caplog.text and "agents" in caplog.text  # the operator sees what went wrong

@@ -45,8 +45,9 @@ def test_the_tutorial_submits_waits_and_receives_the_decision(tmp_path, capsys, 
         curl = block_find(PAGE, "ID=$(curl").code
         submit = curl.split("\n  | jq")[0].removeprefix("ID=$(").rstrip(" \\")
         answers = [
-            json.loads(subprocess.run(["bash", "-c", submit], env=env, capture_output=True, text=True, check=True,
-                                      timeout=30).stdout)
+            json.loads(
+                subprocess.run(["bash", "-c", submit], env=env, capture_output=True, text=True, check=True, timeout=30).stdout
+            )
             for _ in range(2)
         ]
         assert answers[0]["status"] == "pending" and answers[0]["id"] == answers[1]["id"]
@@ -84,8 +85,9 @@ def _item_wait(server: LiveServer, token: str) -> str:
     """The id of the item the Python example submitted, once it exists."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        found = httpx.get(f"{server.url}/api/v1/items", params={"source": "agent"},
-                          headers={"Authorization": f"Bearer {token}"}).json()["items"]
+        found = httpx.get(
+            f"{server.url}/api/v1/items", params={"source": "agent"}, headers={"Authorization": f"Bearer {token}"}
+        ).json()["items"]
         python_item = [item for item in found if item["title"] == "Refund 120 EUR" and item["metadata"] == {}]
         if python_item:
             return python_item[0]["id"]

@@ -203,7 +203,8 @@ def test_wrong_scope_is_403():
     reader = Api(apiclient_create(name="reader", scopes=["items:read"])[1])
     response = reader.post("/items", ITEM)
     assert response.status_code == 403 and response.json() == {
-        "error": "scope_missing", "message": "this token's client lacks the items:write scope",
+        "error": "scope_missing",
+        "message": "this token's client lacks the items:write scope",
     }
     writer = Api(apiclient_create(name="writer", scopes=["items:write"])[1])
     assert writer.get("/items").status_code == 403
@@ -282,8 +283,13 @@ def test_batch_gives_each_item_its_outcome(api):
     assert response.status_code == 200, response.content
     outcomes = [(r["index"], r["outcome"], r["error"]) for r in response.json()["results"]]
     assert outcomes == [
-        (0, "created", None), (1, "existing", None), (2, "invalid", "invalid"), (3, "invalid", "invalid"),
-        (4, "invalid", "idempotency_key_reused"), (5, "created", None), (6, "invalid", "invalid"),
+        (0, "created", None),
+        (1, "existing", None),
+        (2, "invalid", "invalid"),
+        (3, "invalid", "invalid"),
+        (4, "invalid", "idempotency_key_reused"),
+        (5, "created", None),
+        (6, "invalid", "invalid"),
     ]
     assert QueueItem.objects.count() == 3
     retry = api.post("/items:batch", {"items": items})
@@ -341,14 +347,19 @@ def test_queued_batch_answers_starting_items_that_enter_the_queue_once_started(a
     settings.REVIEWQUEUE_APPLY_INLINE = False  # the worker's start runs when the test says
     key = uuid.uuid4().hex
     items = [
-        {**ITEM, "idempotency_key": f"{key}-1"}, {**ITEM, "priority": 5000}, {**ITEM, "unknown": 1},
+        {**ITEM, "idempotency_key": f"{key}-1"},
+        {**ITEM, "priority": 5000},
+        {**ITEM, "unknown": 1},
         {**ITEM, "idempotency_key": f"{key}-2", "metadata": {"n": 2}},
     ]
     response = api.post("/items:batch", {"items": items, "start": "queued"})
     assert response.status_code == 200, response.content
     results = response.json()["results"]
     assert [(r["index"], r["outcome"], r["error"]) for r in results] == [
-        (0, "accepted", None), (1, "invalid", "invalid"), (2, "invalid", "invalid"), (3, "accepted", None),
+        (0, "accepted", None),
+        (1, "invalid", "invalid"),
+        (2, "invalid", "invalid"),
+        (3, "accepted", None),
     ]
     assert "priority" in results[1]["message"] and "unknown" in results[2]["message"]
     first = results[0]["item"]
@@ -458,8 +469,7 @@ def test_negative_wait_is_422(api):
 def test_admin_creates_a_client_with_its_service_account_and_shows_the_token_once(admin_client):
     response = admin_client.post(
         "/admin/moderation/apiclient/add/",
-        {"name": "agent", "scopes": ["items:read"], "is_active": "on",
-         "tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"},
+        {"name": "agent", "scopes": ["items:read"], "is_active": "on", "tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"},
         follow=True,
     )
     assert response.status_code == 200
@@ -502,8 +512,12 @@ def test_cancel_after_a_moderator_decided_is_409_naming_them(api, alice):
 
 @pytest.mark.parametrize(
     ("payload", "status", "error"),
-    [({"reason": "x\u0000"}, 400, "invalid_decision"), ({"reason": "x" * 2001}, 400, "invalid_decision"),
-     ({"why": "typo"}, 422, "invalid"), ("not json", 400, "malformed_request")],
+    [
+        ({"reason": "x\u0000"}, 400, "invalid_decision"),
+        ({"reason": "x" * 2001}, 400, "invalid_decision"),
+        ({"why": "typo"}, 422, "invalid"),
+        ("not json", 400, "malformed_request"),
+    ],
 )
 def test_cancel_bad_input_changes_nothing(api, payload, status, error):
     item_id = api.post("/items", ITEM).json()["id"]
@@ -536,18 +550,28 @@ def test_a_digest_without_policy_fields_is_what_it_was_before_them():
 
 
 def test_submit_with_a_policy_shows_team_requester_and_the_tally_as_it_grows(api, payments, alice, bob):
-    payload = {**ITEM, "team": "payments", "requested_by": "carol",
-               "policy": {"approvals": 2, "deadline_seconds": 600, "on_deadline": "reject"}}
+    payload = {
+        **ITEM,
+        "team": "payments",
+        "requested_by": "carol",
+        "policy": {"approvals": 2, "deadline_seconds": 600, "on_deadline": "reject"},
+    }
     created = api.post("/items", payload, **{"Idempotency-Key": "p1"})
     assert created.status_code == 201, created.content
     body = created.json()
     assert (body["team"], body["requested_by"], body["escalated_at"]) == ("payments", "carol", None)
-    assert body["policy"] == {"approvals": 2, "majority": False, "veto": False, "deadline_seconds": 600,
-                              "on_deadline": "reject"}
+    assert body["policy"] == {"approvals": 2, "majority": False, "veto": False, "deadline_seconds": 600, "on_deadline": "reject"}
     [ask] = body["asks"]
     assert body["deadline_at"] == ask["deadline_at"] is not None
-    assert ask["tally"] == {"needed": 2, "eligible": 2, "veto": False, "votes": [], "resolution": None, "why": None,
-                            "summary": "0 of 2 approvals"}
+    assert ask["tally"] == {
+        "needed": 2,
+        "eligible": 2,
+        "veto": False,
+        "votes": [],
+        "resolution": None,
+        "why": None,
+        "summary": "0 of 2 approvals",
+    }
     assert ask["resolution"] is None
     assert api.post("/items", payload, **{"Idempotency-Key": "p1"}).status_code == 200
     assert api.post("/items", {**payload, "requested_by": "bob"}, **{"Idempotency-Key": "p1"}).status_code == 409
@@ -575,17 +599,23 @@ def test_a_deadline_and_an_escalation_show_in_the_item(api, payments, make_moder
     payments.escalate_to = leads
     payments.allow_weaker_policies = True  # its items bring their own deadlines
     payments.save()
-    escalating = api.post("/items", {**ITEM, "team": "payments",
-                                     "policy": {"deadline_seconds": 60, "on_deadline": "escalate"}}).json()
-    settling = api.post("/items", {**ITEM, "team": "payments",
-                                   "policy": {"deadline_seconds": 60, "on_deadline": "approve"}}).json()
+    escalating = api.post(
+        "/items", {**ITEM, "team": "payments", "policy": {"deadline_seconds": 60, "on_deadline": "escalate"}}
+    ).json()
+    settling = api.post(
+        "/items", {**ITEM, "team": "payments", "policy": {"deadline_seconds": 60, "on_deadline": "approve"}}
+    ).json()
     ReviewAsk.objects.update(deadline_at=timezone.now() - timedelta(seconds=1))
     assert deadlines_sweep() == 2
     moved = api.get(f"/items/{escalating['id']}").json()
     assert (moved["team"], moved["priority"], moved["status"]) == ("leads", 10, "pending")
     assert moved["escalated_at"] is not None and moved["deadline_at"] is None
     settled = api.get(f"/items/{settling['id']}").json()
-    assert (settled["status"], settled["decision"]["by"], settled["asks"][0]["resolution"]) == ("approved", "deadline", "deadline")
+    assert (settled["status"], settled["decision"]["by"], settled["asks"][0]["resolution"]) == (
+        "approved",
+        "deadline",
+        "deadline",
+    )
     assert settled["asks"][0]["tally"] is None  # one decision settles it: no votes counted
 
 
@@ -594,11 +624,15 @@ def test_a_deadline_and_an_escalation_show_in_the_item(api, payments, make_moder
     [
         ({"requested_by": "nobody"}, "requested_by: no user named 'nobody' on this server"),
         ({"team": "nosuch"}, "team: no team 'nosuch'"),
-        ({"team": "payments", "policy": {"approvals": 4}},
-         "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote"),
+        (
+            {"team": "payments", "policy": {"approvals": 4}},
+            "policy.approvals: 4 approvals can never be reached: team Payments has 3 moderator(s) who may vote",
+        ),
         # Four eyes: the requester is not one of the moderators who may vote.
-        ({"team": "payments", "requested_by": "alice", "policy": {"approvals": 3}},
-         "policy.approvals: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote"),
+        (
+            {"team": "payments", "requested_by": "alice", "policy": {"approvals": 3}},
+            "policy.approvals: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote",
+        ),
         ({"policy": {"approvals": 0}}, "policy.approvals"),
         ({"policy": {"approvals": True}}, "policy.approvals"),
         ({"policy": {"quorum": 2}}, "policy.quorum"),
@@ -619,26 +653,37 @@ def test_a_bad_policy_is_422_naming_its_field_and_creates_nothing(api, payments,
 def test_a_submitter_may_make_a_teams_policy_stricter_never_weaker(api, payments, make_moderator):
     leads = Team.objects.create(slug="leads", name="Leads")
     team_member_add(team=leads, user=make_moderator("boss"))
-    Team.objects.filter(pk=payments.pk).update(approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate",
-                                               escalate_to=leads)
+    Team.objects.filter(pk=payments.pk).update(
+        approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate", escalate_to=leads
+    )
     # The probe's item: one approval, no veto, approved by a one-second deadline, no human involved.
-    weaker = {**ITEM, "team": "payments",
-              "policy": {"approvals": 1, "veto": False, "deadline_seconds": 1, "on_deadline": "approve"}}
+    weaker = {
+        **ITEM,
+        "team": "payments",
+        "policy": {"approvals": 1, "veto": False, "deadline_seconds": 1, "on_deadline": "approve"},
+    }
     refused = api.post("/items", weaker)
     assert refused.status_code == 422, refused.content
     assert refused.json()["message"] == (
         "policy.approvals: a submitter may make the policy of team Payments (unless the team allows weaker policies) "
         "stricter, never weaker: approvals 1 is fewer than its 2; its veto cannot be turned off; on_deadline approve "
-        "approves without a moderator; it has escalate after 3600 s")
+        "approves without a moderator; it has escalate after 3600 s"
+    )
     [outcome] = api.post("/items:batch", {"items": [weaker]}).json()["results"]
     assert (outcome["outcome"], outcome["message"]) == ("invalid", refused.json()["message"])
     assert not QueueItem.objects.exists()
 
-    stricter = api.post("/items", {**ITEM, "team": "payments", "policy": {"approvals": 3, "deadline_seconds": 60,
-                                                                          "on_deadline": "reject"}})
+    stricter = api.post(
+        "/items", {**ITEM, "team": "payments", "policy": {"approvals": 3, "deadline_seconds": 60, "on_deadline": "reject"}}
+    )
     assert stricter.status_code == 201, stricter.content
-    assert stricter.json()["policy"] == {"approvals": 3, "majority": False, "veto": True, "deadline_seconds": 60,
-                                         "on_deadline": "reject"}
+    assert stricter.json()["policy"] == {
+        "approvals": 3,
+        "majority": False,
+        "veto": True,
+        "deadline_seconds": 60,
+        "on_deadline": "reject",
+    }
     Team.objects.filter(pk=payments.pk).update(allow_weaker_policies=True)
     allowed = api.post("/items", weaker)
     assert allowed.status_code == 201 and allowed.json()["policy"]["on_deadline"] == "approve"

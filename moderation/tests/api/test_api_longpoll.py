@@ -123,8 +123,12 @@ def _waits_open(server, staff, count: int) -> None:
 
 
 def _waits_beyond_the_pool(tmp_path, *, extra_env: dict[str, str], database_url: str | None = None) -> None:
-    env = {**extra_env, "DB_POOL_SIZE": str(POOL), "LONGPOLL_WAITS_PER_CLIENT": str(PER_CLIENT),
-           "LONGPOLL_WAITS_PER_PROCESS": str(PER_PROCESS)}
+    env = {
+        **extra_env,
+        "DB_POOL_SIZE": str(POOL),
+        "LONGPOLL_WAITS_PER_CLIENT": str(PER_CLIENT),
+        "LONGPOLL_WAITS_PER_PROCESS": str(PER_PROCESS),
+    }
     server = LiveServer(tmp_path, database_url=database_url, extra_env=env)
     seeded = server.seed(users=["alice"], staff=["alice"])
     tokens = [server.manage("apiclient_create", name).strip() for name in ("client-a", "client-b")]

@@ -34,8 +34,11 @@ def decided(api, alice):
 
 def _recorded() -> tuple[int, int, int]:
     """What a report writes: reports, ledger entries, item.outcome deliveries."""
-    return (OutcomeReport.objects.count(), AuditLedgerEntry.objects.count(),
-            WebhookDelivery.objects.filter(event="item.outcome").count())
+    return (
+        OutcomeReport.objects.count(),
+        AuditLedgerEntry.objects.count(),
+        WebhookDelivery.objects.filter(event="item.outcome").count(),
+    )
 
 
 def test_a_report_is_stored_audited_read_back_sent_and_in_the_history(api, decided):
@@ -52,7 +55,11 @@ def test_a_report_is_stored_audited_read_back_sent_and_in_the_history(api, decid
     assert AuditLedgerEntry.objects.count() == ledger + 1 and audit_verify().problems == []
     (delivery,) = WebhookDelivery.objects.filter(event="item.outcome")
     sent = delivery.payload["data"]
-    assert (sent["outcome"]["status"], sent["outcome"]["message"], sent["external"]) == ("failed", "refund API timed out", EXTERNAL)
+    assert (sent["outcome"]["status"], sent["outcome"]["message"], sent["external"]) == (
+        "failed",
+        "refund API timed out",
+        EXTERNAL,
+    )
     entry = item_timeline(item=QueueItem.objects.get(public_id=decided))[-1]
     assert (entry.kind, entry.who, entry.outcome, entry.note) == ("outcome", "agent", "failed", "refund API timed out")
 
@@ -73,17 +80,20 @@ def test_the_first_report_stands(api, decided):
     assert api.get(f"/items/{decided}").json()["outcome"]["status"] == "done"
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    ({"status": "ok"}, 422, "invalid"),
-    ({"message": "no status"}, 422, "invalid"),
-    ({"status": "done", "message": "x" * 501}, 422, "invalid"),
-    ({"status": "done", "message": "nul\u0000"}, 422, "invalid"),
-    ({"status": "done", "message": "clear\u001b[2J"}, 422, "invalid"),
-    ({"status": "done", "message": 5}, 422, "invalid"),
-    ({"status": "done", "extra": 1}, 422, "invalid"),
-    ("{not json", 400, "malformed_request"),
-    ("[]", 422, "invalid"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"status": "ok"}, 422, "invalid"),
+        ({"message": "no status"}, 422, "invalid"),
+        ({"status": "done", "message": "x" * 501}, 422, "invalid"),
+        ({"status": "done", "message": "nul\u0000"}, 422, "invalid"),
+        ({"status": "done", "message": "clear\u001b[2J"}, 422, "invalid"),
+        ({"status": "done", "message": 5}, 422, "invalid"),
+        ({"status": "done", "extra": 1}, 422, "invalid"),
+        ("{not json", 400, "malformed_request"),
+        ("[]", 422, "invalid"),
+    ],
+)
 def test_a_bad_report_is_refused_and_changes_nothing(api, decided, body, status, code):
     before = _recorded()
 

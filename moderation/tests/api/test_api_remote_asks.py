@@ -25,12 +25,27 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 
 # A JSON Schema as a tool's pydantic model gives it: nested objects under $defs, anyOf.
 ARGS_SCHEMA = {
-    "type": "object", "required": ["customer"],
+    "type": "object",
+    "required": ["customer"],
     "properties": {"customer": {"$ref": "#/$defs/Customer"}, "reason": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
-    "$defs": {"Customer": {"type": "object", "required": ["id"], "properties": {
-        "id": {"type": "string"},
-        "address": {"type": "object", "properties": {"lines": {"type": "array", "items": {"type": "object", "properties": {
-            "text": {"type": "string", "maxLength": 80}}}}}}}}},
+    "$defs": {
+        "Customer": {
+            "type": "object",
+            "required": ["id"],
+            "properties": {
+                "id": {"type": "string"},
+                "address": {
+                    "type": "object",
+                    "properties": {
+                        "lines": {
+                            "type": "array",
+                            "items": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 80}}},
+                        }
+                    },
+                },
+            },
+        }
+    },
 }
 HITL = {
     "action_requests": [
@@ -43,8 +58,13 @@ HITL = {
     ],
 }
 EXTERNAL = {"thread_id": "support-thread-9", "interrupt_id": "a" * 32, "run_id": "run-1"}
-ASK = {"title": "Agent: delete customer C-7", "body": "The support agent proposes two actions.", "source": "support-agent",
-       "ask": HITL, "external": EXTERNAL}
+ASK = {
+    "title": "Agent: delete customer C-7",
+    "body": "The support agent proposes two actions.",
+    "source": "support-agent",
+    "ask": HITL,
+    "external": EXTERNAL,
+}
 
 
 @pytest.fixture
@@ -66,8 +86,11 @@ def test_a_hitl_ask_renders_as_in_process_asks_do_and_its_natural_key_is_thread_
     [ask] = body["asks"]
     assert body["graph"] == "ask" and body["status"] == "pending" and body["external"] == EXTERNAL
     assert [a["name"] for a in ask["action_requests"]] == ["delete_customer", "send_email"]
-    assert ask["review_configs"][0] == {"action_name": "delete_customer", "allowed_decisions": ["approve", "edit", "reject"],
-                                        "args_schema": ARGS_SCHEMA}
+    assert ask["review_configs"][0] == {
+        "action_name": "delete_customer",
+        "allowed_decisions": ["approve", "edit", "reject"],
+        "args_schema": ARGS_SCHEMA,
+    }
     assert body["external_id"] == f"support-thread-9:{'a' * 32}" and body["resume"] is None and ask["resume"] is None
     again = api.post("/items", ASK)
     assert again.status_code == 200 and again.json()["id"] == body["id"]
@@ -76,8 +99,10 @@ def test_a_hitl_ask_renders_as_in_process_asks_do_and_its_natural_key_is_thread_
 
 def test_the_decision_comes_back_in_langchains_resume_format_with_the_reject_note_unmangled(api, alice, reasons):
     item_id = api.post("/items", ASK).json()["id"]
-    decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
-                 {"type": "reject", "message": "do not delete paying customers"}]
+    decisions = [
+        {"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
+        {"type": "reject", "message": "do not delete paying customers"},
+    ]
     assert item_decide(item_public_id=item_id, reviewer=alice, decisions=decisions).won
     body = api.get(f"/items/{item_id}").json()
     assert body["resume"] == {"decisions": decisions} and body["asks"][0]["resume"] == {"decisions": decisions}
@@ -97,8 +122,7 @@ def test_any_other_json_is_the_generic_review_ask_resumed_with_the_decision(api,
 
 def test_an_edit_failing_the_asks_own_schema_is_refused_before_any_lock(api, alice):
     item_id = api.post("/items", ASK).json()["id"]
-    bad = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": 7}}}},
-           {"type": "approve"}]
+    bad = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": 7}}}}, {"type": "approve"}]
     with pytest.raises(InvalidDecision) as refused:
         item_decide(item_public_id=item_id, reviewer=alice, decisions=bad)
     assert refused.value.field == "decisions[0].edited_action.args.customer.id"
@@ -112,15 +136,18 @@ def test_an_ask_may_nest_32_levels_not_33(api):
     assert QueueItem.objects.count() == 1
 
 
-@pytest.mark.parametrize(("change", "needle"), [
-    ({"ask": {"x": "y" * 70_000}}, "ask: ask is 70,008 bytes as JSON; the limit is 65,536"),
-    ({"ask": {"x": "nul\u0000"}}, "ask: ask strings must not contain NUL (\\u0000) characters"),
-    ({"graph": "moderation"}, "graph: an ask runs under the built-in 'ask' graph; leave graph out"),
-    ({"input": {"a": 1}}, "input: an ask is its graph's whole input; leave input out"),
-    ({"ask": None}, "external: external names the agent behind an ask; send it with ask"),
-    ({"external": {"thread_id": "t", "interrupt_id": "i" * 65}}, "external.interrupt_id"),
-    ({"external": {"thread": "t"}}, "external.thread"),
-])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"ask": {"x": "y" * 70_000}}, "ask: ask is 70,008 bytes as JSON; the limit is 65,536"),
+        ({"ask": {"x": "nul\u0000"}}, "ask: ask strings must not contain NUL (\\u0000) characters"),
+        ({"graph": "moderation"}, "graph: an ask runs under the built-in 'ask' graph; leave graph out"),
+        ({"input": {"a": 1}}, "input: an ask is its graph's whole input; leave input out"),
+        ({"ask": None}, "external: external names the agent behind an ask; send it with ask"),
+        ({"external": {"thread_id": "t", "interrupt_id": "i" * 65}}, "external.interrupt_id"),
+        ({"external": {"thread": "t"}}, "external.thread"),
+    ],
+)
 def test_bad_asks_are_422_naming_the_field_and_create_nothing(api, change, needle):
     response = api.post("/items", {**ASK, **change})
     assert response.status_code == 422, response.content
@@ -159,11 +186,20 @@ def test_the_item_page_shows_the_agents_ids_and_needs_no_reason_for_a_reject(api
     assert "required to reject" not in page
 
 
-EDIT_C8 = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}, "reason": "dup"}}},
-           {"type": "approve"}]
-EDITS_C8 = [{"index": 0, "action": "delete_customer", "changes": [
-    {"arg": "customer", "change": "changed", "before": {"id": "C-7"}, "after": {"id": "C-8"}},
-    {"arg": "reason", "change": "added", "before": None, "after": "dup"}]}]
+EDIT_C8 = [
+    {"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}, "reason": "dup"}}},
+    {"type": "approve"},
+]
+EDITS_C8 = [
+    {
+        "index": 0,
+        "action": "delete_customer",
+        "changes": [
+            {"arg": "customer", "change": "changed", "before": {"id": "C-7"}, "after": {"id": "C-8"}},
+            {"arg": "reason", "change": "added", "before": None, "after": "dup"},
+        ],
+    }
+]
 
 
 def test_what_an_edit_changed_is_in_the_item_decided_webhook_and_the_ask(api, alice):
@@ -181,8 +217,10 @@ def test_what_an_edit_changed_is_in_the_item_decided_webhook_and_the_ask(api, al
 XSS = '<script>alert("x")</script>'
 CONTEXT = {
     "summary": f"The customer **asked twice**. {XSS}\n\n[pay](javascript:alert(1)) ![pixel](http://evil.test/p.png)",
-    "messages": [{"role": "human", "content": f"Delete my account\nplease {XSS}"},
-                 {"role": "tool", "name": "crm_lookup", "content": "C-7: 2 open orders"}],
+    "messages": [
+        {"role": "human", "content": f"Delete my account\nplease {XSS}"},
+        {"role": "tool", "name": "crm_lookup", "content": "C-7: 2 open orders"},
+    ],
 }
 
 
@@ -194,8 +232,8 @@ def test_an_ask_carries_the_agents_context_rendered_without_html(api, alice):
     browser = Client()
     browser.force_login(alice)
     page = browser.get(f"/items/{item.public_id}/").content.decode()
-    section = page[page.index('<section class="card agent-context" id="agent-context">'):]
-    section = section[:section.index("</section>")]
+    section = page[page.index('<section class="card agent-context" id="agent-context">') :]
+    section = section[: section.index("</section>")]
     assert XSS not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in section
     assert "<strong>asked twice</strong>" in section  # the Markdown, rendered
     assert 'href="javascript' not in section
@@ -204,18 +242,27 @@ def test_an_ask_carries_the_agents_context_rendered_without_html(api, alice):
     assert '<strong class="role">tool · crm_lookup</strong>' in section
 
 
-@pytest.mark.parametrize(("change", "needle"), [
-    ({"context": {"summary": "x" * 8001}}, "context.summary"),
-    ({"context": {"messages": [{"role": "ai", "content": "hi"}] * 21}}, "context.messages"),
-    ({"context": {"messages": [{"role": "ai", "content": "x" * 4001}]}}, "context.messages[0].content"),
-    ({"context": {"messages": [{"role": "ai"}]}}, "context.messages[0].content"),
-    ({"context": {"summary": "hi", "html": "<b>"}}, "context.html"),
-    ({"context": "a summary"}, "context"),
-    ({"context": {"summary": "bell \u0007"}}, "context.summary: context.summary must not contain the control character U+0007"),
-    ({"context": {"messages": [{"role": "ai", "content": "nul \u0000"}]}}, "context.messages[0].content"),
-    ({"context": {"summary": "hi"}, "ask": None, "external": None}, "context: context says why an agent asks; send it with ask"),
-    ({"context": {"messages": [{"role": "ai", "content": "y" * 4000}] * 9}}, "context: context is larger than 32768 bytes"),
-])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"context": {"summary": "x" * 8001}}, "context.summary"),
+        ({"context": {"messages": [{"role": "ai", "content": "hi"}] * 21}}, "context.messages"),
+        ({"context": {"messages": [{"role": "ai", "content": "x" * 4001}]}}, "context.messages[0].content"),
+        ({"context": {"messages": [{"role": "ai"}]}}, "context.messages[0].content"),
+        ({"context": {"summary": "hi", "html": "<b>"}}, "context.html"),
+        ({"context": "a summary"}, "context"),
+        (
+            {"context": {"summary": "bell \u0007"}},
+            "context.summary: context.summary must not contain the control character U+0007",
+        ),
+        ({"context": {"messages": [{"role": "ai", "content": "nul \u0000"}]}}, "context.messages[0].content"),
+        (
+            {"context": {"summary": "hi"}, "ask": None, "external": None},
+            "context: context says why an agent asks; send it with ask",
+        ),
+        ({"context": {"messages": [{"role": "ai", "content": "y" * 4000}] * 9}}, "context: context is larger than 32768 bytes"),
+    ],
+)
 def test_a_bad_context_is_422_naming_the_field_and_creates_nothing(api, change, needle):
     response = api.post("/items", {**ASK, **change})
     assert response.status_code == 422, response.content
@@ -223,20 +270,26 @@ def test_a_bad_context_is_422_naming_the_field_and_creates_nothing(api, change, 
     assert not QueueItem.objects.exists()
 
 
-@pytest.mark.parametrize(("context", "field"), [
-    ("a summary", "context"),
-    ({"summary": 3}, "context.summary"),
-    ({"messages": {"role": "ai"}}, "context.messages"),
-    ({"messages": [{"role": "ai", "content": 7}]}, "context.messages[0]"),
-    ({"messages": [{"role": "ai", "content": "hi", "html": "<b>"}]}, "context.messages[0]"),
-])
+@pytest.mark.parametrize(
+    ("context", "field"),
+    [
+        ("a summary", "context"),
+        ({"summary": 3}, "context.summary"),
+        ({"messages": {"role": "ai"}}, "context.messages"),
+        ({"messages": [{"role": "ai", "content": 7}]}, "context.messages[0]"),
+        ({"messages": [{"role": "ai", "content": "hi", "html": "<b>"}]}, "context.messages[0]"),
+    ],
+)
 def test_the_service_refuses_a_context_of_another_shape_whoever_submits_it(context, field):
     # The API's schema refuses these first; a submission from elsewhere meets the service's own check.
     submission = Submission(title="t", body="b", source="s", ask=HITL, context=context)
     with pytest.raises(DjangoValidationError) as refused:
         submission_check(submission=submission, idempotency_key=None)
     assert list(refused.value.message_dict) == [field]
+
+
 # --- issue 41: an outsider's args_schema, and an ask's own deadline -------------------------------
+
 
 def _with_schema(schema, **ask_fields) -> dict:
     configs = [{**HITL["review_configs"][0], "args_schema": schema}, HITL["review_configs"][1]]
@@ -245,22 +298,34 @@ def _with_schema(schema, **ask_fields) -> dict:
 
 def _nested_anyof(levels: int) -> dict:
     defs = {f"l{i}": {"anyOf": [{"$ref": f"#/$defs/l{i + 1}"}, {"$ref": f"#/$defs/l{i + 1}"}]} for i in range(levels)}
-    return {"type": "object", "$defs": {**defs, f"l{levels}": {"type": "string"}},
-            "properties": {"customer": {"$ref": "#/$defs/l0"}}}
+    return {
+        "type": "object",
+        "$defs": {**defs, f"l{levels}": {"type": "string"}},
+        "properties": {"customer": {"$ref": "#/$defs/l0"}},
+    }
 
 
-@pytest.mark.parametrize(("schema", "field", "needle"), [
-    ({"$ref": "#"}, "review_configs[0].args_schema", "refers to itself in a loop through $ref"),
-    ({"type": 5}, "review_configs[0].args_schema.type", "not a valid JSON Schema"),
-    ({"multipleOf": 0}, "review_configs[0].args_schema.multipleOf", "0 is less than or equal to the minimum of 0"),
-    ({"minimum": "x"}, "review_configs[0].args_schema.minimum", "'x' is not of type 'number'"),
-    ({"properties": {"customer": {"$ref": "http://127.0.0.1:8697/x.json"}}},
-     "review_configs[0].args_schema.properties.customer.$ref", "the server fetches nothing"),
-    ({"properties": {"memo": {"type": "string", "pattern": "^(?!admin)"}}},
-     "review_configs[0].args_schema.properties.memo.pattern", "lookahead and lookbehind cannot be matched in linear time"),
-    (_nested_anyof(16), "review_configs[0].args_schema", "expands to more than 2,000 subschemas"),
-    ("a string", "review_configs[0].args_schema", "args_schema must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("schema", "field", "needle"),
+    [
+        ({"$ref": "#"}, "review_configs[0].args_schema", "refers to itself in a loop through $ref"),
+        ({"type": 5}, "review_configs[0].args_schema.type", "not a valid JSON Schema"),
+        ({"multipleOf": 0}, "review_configs[0].args_schema.multipleOf", "0 is less than or equal to the minimum of 0"),
+        ({"minimum": "x"}, "review_configs[0].args_schema.minimum", "'x' is not of type 'number'"),
+        (
+            {"properties": {"customer": {"$ref": "http://127.0.0.1:8697/x.json"}}},
+            "review_configs[0].args_schema.properties.customer.$ref",
+            "the server fetches nothing",
+        ),
+        (
+            {"properties": {"memo": {"type": "string", "pattern": "^(?!admin)"}}},
+            "review_configs[0].args_schema.properties.memo.pattern",
+            "lookahead and lookbehind cannot be matched in linear time",
+        ),
+        (_nested_anyof(16), "review_configs[0].args_schema", "expands to more than 2,000 subschemas"),
+        ("a string", "review_configs[0].args_schema", "args_schema must be a JSON object"),
+    ],
+)
 def test_an_args_schema_the_server_will_not_run_is_422_at_submit_naming_where(api, schema, field, needle):
     response = api.post("/items", _with_schema(schema))
     assert response.status_code == 422, response.content
@@ -272,8 +337,10 @@ def test_an_args_schema_the_server_will_not_run_is_422_at_submit_naming_where(ap
 def test_a_pattern_that_backtracks_is_taken_at_submit_and_checked_in_linear_time(api, alice):
     schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": "^(a+)+$"}, "n": {"type": "integer"}}}
     memo = "a" * 40 + "!"  # a backtracking engine needs hours for this one
-    ask = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
-           "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"], "args_schema": schema}]}
+    ask = {
+        "action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
+        "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"], "args_schema": schema}],
+    }
     item_id = api.post("/items", {**ASK, "ask": ask}).json()["id"]
     edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"memo": memo, "n": 2}}}]
     with pytest.raises(InvalidDecision) as refused:
@@ -281,10 +348,16 @@ def test_a_pattern_that_backtracks_is_taken_at_submit_and_checked_in_linear_time
     assert refused.value.field == "decisions[0].edited_action.args.memo" and "does not match" in str(refused.value)
 
 
-@pytest.mark.parametrize("schema", [
-    {"$ref": "#"}, {"type": 5}, {"multipleOf": 0}, {"minimum": "x"},
-    {"type": "object", "properties": {"customer": {"$ref": "http://127.0.0.1:1/x.json"}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"type": 5},
+        {"multipleOf": 0},
+        {"minimum": "x"},
+        {"type": "object", "properties": {"customer": {"$ref": "http://127.0.0.1:1/x.json"}}},
+    ],
+)
 def test_an_item_stored_with_such_a_schema_refuses_an_edit_with_a_clear_400_not_a_500(api, alice, schema):
     """Items asked before the schema was checked at submit: an edit is refused saying why; approve still works."""
     item_id = api.post("/items", ASK).json()["id"]
@@ -293,8 +366,10 @@ def test_an_item_stored_with_such_a_schema_refuses_an_edit_with_a_clear_400_not_
     ask.save(update_fields=["payload"])
     browser = Client()
     browser.force_login(alice)
-    edit = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
-            {"type": "approve"}]
+    edit = [
+        {"type": "edit", "edited_action": {"name": "delete_customer", "args": {"customer": {"id": "C-8"}}}},
+        {"type": "approve"},
+    ]
     response = browser.post(f"/api/items/{item_id}/decision", {"decisions": edit}, content_type="application/json")
     assert response.status_code == 400, response.content
     assert response.json()["field"] == "decisions[0].edited_action.args"
@@ -317,7 +392,8 @@ def test_an_asks_own_deadline_obeys_the_rule_a_submitted_policy_does(api, approv
     assert sooner.status_code == 422, sooner.content
     assert sooner.json()["message"] == (
         "ask.deadline_seconds: an ask's own deadline may make its item's policy stricter, never weaker: "
-        "deadline_seconds 2 approves sooner than its approve after 3600 s")
+        "deadline_seconds 2 approves sooner than its approve after 3600 s"
+    )
     huge = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=10**15))
     assert huge.status_code == 422 and "deadline_seconds must be a whole number from 1 to" in huge.json()["message"]
     assert not QueueItem.objects.exists()
@@ -336,8 +412,9 @@ def test_an_interrupt_raised_later_with_a_weaker_deadline_keeps_the_policys(api,
     spec = AskSpec.from_payload({**ReviewAsk.objects.get().payload, "deadline_seconds": 2})
     before = timezone.now()
     [weaker] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later", spec=spec)], round=2)
-    [stricter] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))],
-                             round=3)
+    [stricter] = asks_create(
+        item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))], round=3
+    )
     after = timezone.now()
     # Bounded by the clock read around the calls, not by how long they took.
     assert before + timedelta(seconds=3600) <= weaker.deadline_at <= after + timedelta(seconds=3600)

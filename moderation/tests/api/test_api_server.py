@@ -59,7 +59,9 @@ class ApiHttp:
     def call(self, method: str, path: str, payload=None, **headers) -> tuple[int, dict]:
         body = json.dumps(payload) if payload is not None else None
         self.conn.request(
-            method, f"/api/v1{path}", body=body,
+            method,
+            f"/api/v1{path}",
+            body=body,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **headers},
         )
         response = self.conn.getresponse()
@@ -70,8 +72,12 @@ class ApiHttp:
 def _headers_only(server: LiveServer, token: str, path: str, *, length: int) -> tuple[int, dict]:
     """POST ``path`` announcing a body of ``length`` bytes but sending none of it; the answer."""
     with socket.create_connection((server.host, server.port), timeout=60) as raw:
-        raw.sendall((f"POST /api/v1{path} HTTP/1.1\r\nHost: {server.host}\r\nAuthorization: Bearer {token}\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode())
+        raw.sendall(
+            (
+                f"POST /api/v1{path} HTTP/1.1\r\nHost: {server.host}\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+            ).encode()
+        )
         response = http.client.HTTPResponse(raw)
         response.begin()
         return response.status, json.loads(response.read() or b"{}")
@@ -159,8 +165,12 @@ def test_concurrent_submits_of_the_same_keys_make_one_item_and_one_thread_each_s
 @pytest.mark.cluster
 def test_concurrent_submits_of_the_same_keys_make_one_item_and_one_thread_each_postgres(tmp_path):
     admin_url, _ = services_require()
-    with fresh_database(admin_url, "api") as database_url, _server(tmp_path, env={"DATABASE_URL": database_url}) as (
-        server, token,
+    with (
+        fresh_database(admin_url, "api") as database_url,
+        _server(tmp_path, env={"DATABASE_URL": database_url}) as (
+            server,
+            token,
+        ),
     ):
         _assert_one_item_and_one_thread_per_key(server, token)
 
@@ -236,15 +246,19 @@ def test_long_poll_wakes_on_the_decision_and_otherwise_answers_204_after_the_wai
         assert answer["at"] - decided_at < POLL_WAIT / 2, "the decision did not wake the poll: it waited its wait out"
 
 
-def _edit_post(server: LiveServer, session: str, item: str, decisions: list[dict], sent: threading.Event | None = None
-               ) -> tuple[int, dict, float, float]:
+def _edit_post(
+    server: LiveServer, session: str, item: str, decisions: list[dict], sent: threading.Event | None = None
+) -> tuple[int, dict, float, float]:
     """A moderator's edit through the page's JSON endpoint: (status, body, started, finished) on the monotonic clock."""
     conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
     try:
         started = time.monotonic()
-        conn.request("POST", f"/api/items/{item}/decision", body=json.dumps({"decisions": decisions}),
-                     headers={"Content-Type": "application/json", "X-CSRFToken": CSRF,
-                              "Cookie": f"sessionid={session}; csrftoken={CSRF}"})
+        conn.request(
+            "POST",
+            f"/api/items/{item}/decision",
+            body=json.dumps({"decisions": decisions}),
+            headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"sessionid={session}; csrftoken={CSRF}"},
+        )
         if sent is not None:
             sent.set()
         response = conn.getresponse()
@@ -277,13 +291,14 @@ def test_an_edit_against_a_catastrophic_pattern_is_as_cheap_as_a_benign_one_and_
     memo = "a" * 26 + "!"
 
     def ask(pattern: str, thread: str) -> str:
-        schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": pattern},
-                                                  "n": {"type": "integer"}}}
-        value = {"action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
-                 "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"],
-                                     "args_schema": schema}]}
-        status, body = http_.call("POST", "/items", {**ITEM, "ask": value,
-                                                     "external": {"thread_id": thread, "interrupt_id": "i"}})
+        schema = {"type": "object", "properties": {"memo": {"type": "string", "pattern": pattern}, "n": {"type": "integer"}}}
+        value = {
+            "action_requests": [{"name": "pay", "args": {"memo": memo, "n": 1}, "description": ""}],
+            "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"], "args_schema": schema}],
+        }
+        status, body = http_.call(
+            "POST", "/items", {**ITEM, "ask": value, "external": {"thread_id": thread, "interrupt_id": "i"}}
+        )
         assert status == 201, body
         return body["id"]
 
@@ -296,8 +311,11 @@ def test_an_edit_against_a_catastrophic_pattern_is_as_cheap_as_a_benign_one_and_
     benign_seconds = finished - started
 
     sent, answer = threading.Event(), {}
-    editor = threading.Thread(target=lambda: answer.update(zip(("status", "body", "started", "finished"),
-                                                               _edit_post(server, alice, evil, edit, sent), strict=False)))
+    editor = threading.Thread(
+        target=lambda: answer.update(
+            zip(("status", "body", "started", "finished"), _edit_post(server, alice, evil, edit, sent), strict=False)
+        )
+    )
     editor.start()
     assert sent.wait(60)
     page_during = _page_seconds(server, bob)  # asked while the evil edit is sent and being checked

@@ -43,20 +43,23 @@ def test_events_default_to_every_item_event(api):
     assert body["events"] == list(SUBSCRIBABLE_EVENTS)
 
 
-@pytest.mark.parametrize(("change", "status", "code"), [
-    ({"url": "not a url"}, 422, "url_invalid"),
-    ({"url": "ftp://hooks.example.com/"}, 422, "url_invalid"),
-    ({"url": "http://10.0.0.5/hook"}, 422, "url_refused"),
-    ({"url": "http://169.254.169.254/latest"}, 422, "url_refused"),
-    ({"url": "http://localhost:8000/hook"}, 422, "url_refused"),
-    ({"events": ["item.decided", "item.exploded"]}, 422, "events_invalid"),
-    ({"events": []}, 422, "events_invalid"),
-    ({"events": ["webhook.ping"]}, 422, "events_invalid"),
-    ({"name": "  "}, 422, "name_invalid"),
-    ({"name": "x" * 101}, 422, "name_invalid"),
-    ({"name": "a\x00b"}, 422, "name_invalid"),
-    ({"secret": "whsec_mine"}, 422, "invalid"),
-])
+@pytest.mark.parametrize(
+    ("change", "status", "code"),
+    [
+        ({"url": "not a url"}, 422, "url_invalid"),
+        ({"url": "ftp://hooks.example.com/"}, 422, "url_invalid"),
+        ({"url": "http://10.0.0.5/hook"}, 422, "url_refused"),
+        ({"url": "http://169.254.169.254/latest"}, 422, "url_refused"),
+        ({"url": "http://localhost:8000/hook"}, 422, "url_refused"),
+        ({"events": ["item.decided", "item.exploded"]}, 422, "events_invalid"),
+        ({"events": []}, 422, "events_invalid"),
+        ({"events": ["webhook.ping"]}, 422, "events_invalid"),
+        ({"name": "  "}, 422, "name_invalid"),
+        ({"name": "x" * 101}, 422, "name_invalid"),
+        ({"name": "a\x00b"}, 422, "name_invalid"),
+        ({"secret": "whsec_mine"}, 422, "invalid"),
+    ],
+)
 def test_a_bad_input_is_refused_with_its_code_and_nothing_is_made(api, change, status, code):
     answer = api.post("/webhooks", {**HOOK, **change})
     assert (answer.status_code, answer.json()["error"]) == (status, code), answer.content
@@ -102,14 +105,22 @@ def test_a_client_lists_only_its_own(api):
     assert [e["name"] for e in api.get("/webhooks").json()["endpoints"]] == ["prod"]
 
 
-@pytest.mark.parametrize(("scopes", "method", "status"), [
-    (["items:read"], "post", 403), (["items:read"], "delete", 403), (["items:write"], "get", 403),
-    (["items:read"], "get", 200),
-])
+@pytest.mark.parametrize(
+    ("scopes", "method", "status"),
+    [
+        (["items:read"], "post", 403),
+        (["items:read"], "delete", 403),
+        (["items:write"], "get", 403),
+        (["items:read"], "get", 200),
+    ],
+)
 def test_scopes(scopes, method, status):
     api = _client_api("narrow", scopes)
-    answer = {"post": lambda: api.post("/webhooks", HOOK), "get": lambda: api.get("/webhooks"),
-              "delete": lambda: api.delete("/webhooks/1")}[method]()
+    answer = {
+        "post": lambda: api.post("/webhooks", HOOK),
+        "get": lambda: api.get("/webhooks"),
+        "delete": lambda: api.delete("/webhooks/1"),
+    }[method]()
     assert answer.status_code == status
     assert not WebhookEndpoint.objects.exists()
 
@@ -125,8 +136,13 @@ def _django_transport() -> httpx.MockTransport:
 
     def answer(request: httpx.Request) -> httpx.Response:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in {"host", "content-length", "content-type"}}
-        response = django.generic(request.method, request.url.raw_path.decode(), request.content,
-                                  content_type=request.headers.get("content-type", ""), headers=headers)
+        response = django.generic(
+            request.method,
+            request.url.raw_path.decode(),
+            request.content,
+            content_type=request.headers.get("content-type", ""),
+            headers=headers,
+        )
         return httpx.Response(response.status_code, content=response.content, headers=dict(response.items()))
 
     return httpx.MockTransport(answer)

@@ -19,8 +19,12 @@ def test_a_token_sent_without_bearer_is_401_and_reaches_no_log_line(settings, ca
     settings.DEBUG = True
     _, token = apiclient_create(name="pipeline", scopes=["items:write", "items:read"])
     caplog.set_level(logging.DEBUG)
-    response = Client().post("/api/v1/items", {"title": "t", "body": "b", "source": "s"},
-                             content_type="application/json", headers={"Authorization": header.format(token=token)})
+    response = Client().post(
+        "/api/v1/items",
+        {"title": "t", "body": "b", "source": "s"},
+        content_type="application/json",
+        headers={"Authorization": header.format(token=token)},
+    )
     assert response.status_code == 401 and response.json()["error"] == "unauthenticated"
     assert token not in response.content.decode()
     logged = [record.getMessage() for record in caplog.records]

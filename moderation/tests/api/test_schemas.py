@@ -48,7 +48,8 @@ def _overdue_fire(item_id) -> None:
 
 
 def test_every_terminal_state_reads_back_through_each_read(
-        api, payments, alice, bob, carol, reasons, test_graphs, django_capture_on_commit_callbacks):
+    api, payments, alice, bob, carol, reasons, test_graphs, django_capture_on_commit_callbacks
+):
     """One item per way an item can end (and the states around it), read one by one, in the list and by the long-poll."""
     expected = {}  # item id -> (status, apply_state, applied state, the ask's resolution, the tally's why)
     with django_capture_on_commit_callbacks(execute=True):
@@ -78,8 +79,9 @@ def test_every_terminal_state_reads_back_through_each_read(
         _decide(impossible, alice, "reject", reason="spam")
         expected[impossible] = ("rejected", "", "finished", "impossible", "impossible")
 
-        rejected_by_deadline = _submit(api, team="payments",
-                                       policy={"approvals": 2, "deadline_seconds": 60, "on_deadline": "reject"})
+        rejected_by_deadline = _submit(
+            api, team="payments", policy={"approvals": 2, "deadline_seconds": 60, "on_deadline": "reject"}
+        )
         _decide(rejected_by_deadline, alice)
         _overdue_fire(rejected_by_deadline)
         expected[rejected_by_deadline] = ("rejected", "", "finished", "deadline", "deadline")
@@ -146,7 +148,12 @@ def test_every_terminal_state_reads_back_through_each_read(
         assert (one.status_code, waited.status_code) == (200, 204 if undecided else 200), (item_id, one.content)
         for body in (one.json(), listed[item_id], *([] if undecided else [waited.json()])):
             ask = body["asks"][-1]
-            read = (body["status"], body["apply_state"], body["applied_result"].get("state"), ask["resolution"],
-                    (ask["tally"] or {}).get("why"))
+            read = (
+                body["status"],
+                body["apply_state"],
+                body["applied_result"].get("state"),
+                ask["resolution"],
+                (ask["tally"] or {}).get("why"),
+            )
             assert read == (status, apply_state, applied, resolution, why), (item_id, body)
     assert QueueItem.objects.get(public_id=rejected_by_deadline).decided_by.username == "deadline"

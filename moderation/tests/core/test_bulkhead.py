@@ -37,16 +37,25 @@ def _request(server: LiveServer, method: str, path: str, *, headers: dict, body:
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
-        return response.status, response.getheader("Retry-After"), response.getheader("Content-Type", ""), \
-            response.read().decode(errors="replace")
+        return (
+            response.status,
+            response.getheader("Retry-After"),
+            response.getheader("Content-Type", ""),
+            response.read().decode(errors="replace"),
+        )
     finally:
         conn.close()
 
 
 def _filled(tmp_path, *, cap: int) -> dict:
     admin_url, redis_url = services_require()
-    env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("bulkhead")), "DB_POOL_SIZE": str(POOL),
-           "BULKHEAD_API": str(cap), "BULKHEAD_WEBHOOKS": "1", "BULKHEAD_WAIT": "0"}
+    env = {
+        **cluster_env(redis_url=redis_url, prefix=channel_prefix("bulkhead")),
+        "DB_POOL_SIZE": str(POOL),
+        "BULKHEAD_API": str(cap),
+        "BULKHEAD_WEBHOOKS": "1",
+        "BULKHEAD_WAIT": "0",
+    }
     with fresh_database(admin_url, "bulkhead") as database_url:
         server = LiveServer(tmp_path, database_url=database_url, extra_env=env)
         try:
@@ -57,24 +66,45 @@ def _filled(tmp_path, *, cap: int) -> dict:
             alice = Reviewer(server, "alice", seeded.sessions["alice"])
             reported = []
             for n in range(OUTSIDE):
-                status, _, _, body = _request(server, "POST", "/api/v1/items", headers=api, body=json.dumps(
-                    {"title": f"Reported {n}", "body": "b", "source": "bulkhead"}))
+                status, _, _, body = _request(
+                    server,
+                    "POST",
+                    "/api/v1/items",
+                    headers=api,
+                    body=json.dumps({"title": f"Reported {n}", "body": "b", "source": "bulkhead"}),
+                )
                 assert status == 201, body
                 reported.append(json.loads(body)["id"])
                 assert alice.decide(reported[-1], "approve")[0] == 200
             outside: dict[int, tuple] = {}
-            reports = [threading.Thread(target=lambda n=n, item=item: outside.__setitem__(n, _request(
-                server, "POST", f"/api/v1/items/{item}/outcome", headers=api,
-                body=json.dumps({"status": "done", "message": "refunded"})))) for n, item in enumerate(reported)]
+            reports = [
+                threading.Thread(
+                    target=lambda n=n, item=item: outside.__setitem__(
+                        n,
+                        _request(
+                            server,
+                            "POST",
+                            f"/api/v1/items/{item}/outcome",
+                            headers=api,
+                            body=json.dumps({"status": "done", "message": "refunded"}),
+                        ),
+                    )
+                )
+                for n, item in enumerate(reported)
+            ]
             for t in reports:
                 t.start()
             held = _held(database_url, at_least=min(cap or POOL, POOL))
             bob = f"sessionid={seeded.sessions['bob']}; csrftoken={CSRF}"
             moderator = {
                 "page": lambda: _request(server, "GET", "/", headers={"Cookie": bob}),
-                "decision": lambda: _request(server, "POST", f"/api/items/{seeded.items[0]}/decision",
-                                             body=json.dumps({"decision": "approve"}), headers={
-                                                 "Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": bob}),
+                "decision": lambda: _request(
+                    server,
+                    "POST",
+                    f"/api/items/{seeded.items[0]}/decision",
+                    body=json.dumps({"decision": "approve"}),
+                    headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": bob},
+                ),
             }
             answers: dict[str, tuple] = {}
             asks = [threading.Thread(target=lambda k=k, f=f: answers.__setitem__(k, f())) for k, f in moderator.items()]
@@ -83,8 +113,7 @@ def _filled(tmp_path, *, cap: int) -> dict:
             for t in asks + reports:
                 t.join()
             outcomes = database_query(database_url, "SELECT count(*) FROM moderation_outcomereport")[0][0]
-            return {"held": held, "moderator": answers, "outside": [outside[n] for n in range(OUTSIDE)],
-                    "outcomes": outcomes}
+            return {"held": held, "moderator": answers, "outside": [outside[n] for n in range(OUTSIDE)], "outcomes": outcomes}
         finally:
             server.close()
 
@@ -93,8 +122,11 @@ def _held(database_url: str, *, at_least: int) -> int:
     """Progress, not a clock: the admitted reports' transactions are open in the database (their locks taken)."""
 
     def open_transactions() -> int:
-        return database_query(database_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                            " AND state = 'idle in transaction'")[0][0]
+        return database_query(
+            database_url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+        )[0][0]
+
     held = progress_wait(open_transactions, done=lambda n: n >= at_least, stall=60)
     assert held >= at_least, held
     return held
@@ -127,31 +159,51 @@ def test_negative_control_without_the_cap_the_outside_starves_the_moderators(tmp
 
 def test_each_request_draws_on_its_class():
     item = "4f0b7f2e-0000-4000-8000-000000000000"
-    assert [route_class(method=m, path=p) for m, p in (
-        ("POST", "/api/v1/deployments/my-agents/webhook"), ("POST", "/api/v1/items:batch"), ("POST", "/api/v1/items"),
-        ("POST", f"/api/v1/items/{item}/outcome"), ("GET", f"/api/v1/items/{item}/decision"), ("GET", "/"),
-        ("POST", f"/api/items/{item}/decision"),
-        ("GET", "/healthz"),
-    )] == [WEBHOOKS, API, API, API, LONG_POLL, INSIDE, INSIDE, INSIDE]
+    assert [
+        route_class(method=m, path=p)
+        for m, p in (
+            ("POST", "/api/v1/deployments/my-agents/webhook"),
+            ("POST", "/api/v1/items:batch"),
+            ("POST", "/api/v1/items"),
+            ("POST", f"/api/v1/items/{item}/outcome"),
+            ("GET", f"/api/v1/items/{item}/decision"),
+            ("GET", "/"),
+            ("POST", f"/api/items/{item}/decision"),
+            ("GET", "/healthz"),
+        )
+    ] == [WEBHOOKS, API, API, API, LONG_POLL, INSIDE, INSIDE, INSIDE]
 
 
 def test_each_process_serves_its_routes_and_health_everywhere():
     item = "4f0b7f2e-0000-4000-8000-000000000000"
-    asks = (("POST", "/api/v1/items"), ("POST", "/api/v1/deployments/my-agents/webhook"),
-            ("GET", f"/api/v1/items/{item}/decision"), ("GET", "/"), ("POST", f"/api/items/{item}/decision"),
-            ("GET", "/ws/queue/"), ("GET", "/static/app.js"), ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"))
-    served = {serves: [route_served(serves=serves, method=m, path=p) for m, p in asks]
-              for serves in ("all", "outside", "moderators")}
-    assert served == {"all": [True] * 10,
-                      "outside": [True, True, True, False, False, False, False, True, True, True],
-                      "moderators": [False, False, False, True, True, True, True, True, True, True]}
+    asks = (
+        ("POST", "/api/v1/items"),
+        ("POST", "/api/v1/deployments/my-agents/webhook"),
+        ("GET", f"/api/v1/items/{item}/decision"),
+        ("GET", "/"),
+        ("POST", f"/api/items/{item}/decision"),
+        ("GET", "/ws/queue/"),
+        ("GET", "/static/app.js"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/metrics"),
+    )
+    served = {
+        serves: [route_served(serves=serves, method=m, path=p) for m, p in asks] for serves in ("all", "outside", "moderators")
+    }
+    assert served == {
+        "all": [True] * 10,
+        "outside": [True, True, True, False, False, False, False, True, True, True],
+        "moderators": [False, False, False, True, True, True, True, True, True, True],
+    }
 
 
 def _websocket_status(server: LiveServer, cookie: str) -> int:
     """101 if the queue page's socket opens, else the handshake's status."""
     try:
-        with connect(f"ws://{server.netloc}/ws/queue/", origin=server.url, additional_headers={"Cookie": cookie},
-                     open_timeout=30):
+        with connect(
+            f"ws://{server.netloc}/ws/queue/", origin=server.url, additional_headers={"Cookie": cookie}, open_timeout=30
+        ):
             return 101
     except InvalidStatus as refused:
         return refused.response.status_code

@@ -32,8 +32,10 @@ def _idle_connections_terminated() -> ConnectionPool:
     for conn in lent:
         pool.putconn(conn)
     with connection.cursor() as cursor:  # this thread's own connection is spared
-        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
         assert cursor.fetchone()[0] >= IDLE
     return pool
 

@@ -13,6 +13,7 @@ def item_lock_count() -> int:
     with locks._registry_lock:
         return len(locks._registry)
 
+
 # How long another thread holds a key at most; every wait in these tests is judged against it.
 HOLD = 5.0
 

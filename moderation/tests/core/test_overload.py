@@ -31,8 +31,12 @@ def _request(server: LiveServer, method: str, path: str, *, headers: dict, body:
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
-        return response.status, response.getheader("Retry-After"), response.getheader("Content-Type", ""), \
-            response.read().decode(errors="replace")
+        return (
+            response.status,
+            response.getheader("Retry-After"),
+            response.getheader("Content-Type", ""),
+            response.read().decode(errors="replace"),
+        )
     finally:
         conn.close()
 
@@ -50,22 +54,44 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
             carol = f"sessionid={seeded.sessions['carol']}; csrftoken={CSRF}"
             target = seeded.items[2]
             with ThreadPoolExecutor(2) as pool:
-                held = [pool.submit(r.decide, item, "approve", timeout=120) for r, item in zip(holders, seeded.items, strict=False)]
+                held = [
+                    pool.submit(r.decide, item, "approve", timeout=120) for r, item in zip(holders, seeded.items, strict=False)
+                ]
                 _both_held(database_url)
                 asks = {
-                    "api": lambda: _request(server, "POST", "/api/v1/items", body=json.dumps(
-                        {"title": TITLE, "body": "b", "source": "overload"}), headers={
-                        "Authorization": f"Bearer {token}", "Content-Type": "application/json"}),
-                    "decision_json": lambda: _request(server, "POST", f"/api/items/{target}/decision",
-                                                      body=json.dumps({"decision": "approve"}), headers={
-                        "Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": carol}),
-                    "item_post_json": lambda: _request(server, "POST", f"/items/{target}/", body="decision=approve",
-                                                       headers={"Content-Type": "application/x-www-form-urlencoded",
-                                                                "Accept": "application/json", "X-CSRFToken": CSRF,
-                                                                "Cookie": carol}),
-                    "item_post_page": lambda: _request(server, "POST", f"/items/{target}/", body="decision=approve",
-                                                       headers={"Content-Type": "application/x-www-form-urlencoded",
-                                                                "X-CSRFToken": CSRF, "Cookie": carol}),
+                    "api": lambda: _request(
+                        server,
+                        "POST",
+                        "/api/v1/items",
+                        body=json.dumps({"title": TITLE, "body": "b", "source": "overload"}),
+                        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                    ),
+                    "decision_json": lambda: _request(
+                        server,
+                        "POST",
+                        f"/api/items/{target}/decision",
+                        body=json.dumps({"decision": "approve"}),
+                        headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": carol},
+                    ),
+                    "item_post_json": lambda: _request(
+                        server,
+                        "POST",
+                        f"/items/{target}/",
+                        body="decision=approve",
+                        headers={
+                            "Content-Type": "application/x-www-form-urlencoded",
+                            "Accept": "application/json",
+                            "X-CSRFToken": CSRF,
+                            "Cookie": carol,
+                        },
+                    ),
+                    "item_post_page": lambda: _request(
+                        server,
+                        "POST",
+                        f"/items/{target}/",
+                        body="decision=approve",
+                        headers={"Content-Type": "application/x-www-form-urlencoded", "X-CSRFToken": CSRF, "Cookie": carol},
+                    ),
                     "page": lambda: _request(server, "GET", "/", headers={"Cookie": carol}),
                 }
                 answers = {}
@@ -80,7 +106,9 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
                 "SELECT (SELECT count(*) FROM moderation_queueitem WHERE title = %s),"
                 " (SELECT status FROM moderation_queueitem WHERE public_id = %s),"
                 " (SELECT count(*) FROM moderation_decisionattempt a JOIN moderation_queueitem q ON q.id = a.item_id"
-                "  WHERE q.public_id = %s)", [TITLE, target, target])[0]
+                "  WHERE q.public_id = %s)",
+                [TITLE, target, target],
+            )[0]
             after = _request(server, "GET", "/", headers={"Cookie": carol})[0]
             return {"answers": answers, "held": held_answers, "recorded": recorded, "after": after}
         finally:
@@ -92,8 +120,11 @@ def _both_held(database_url: str) -> None:
     from moderation.tests.real_server import progress_wait
 
     def open_transactions() -> int:
-        return database_query(database_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                            " AND state = 'idle in transaction'")[0][0]
+        return database_query(
+            database_url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+        )[0][0]
+
     assert progress_wait(open_transactions, done=lambda n: n >= 2, stall=60) >= 2
 
 

@@ -49,7 +49,8 @@ def test_moderator_add_takes_several_users_in_one_run_and_removes_them_too(make_
     call_command("moderator_add", "zoe", "yan", "xia")
     assert all(user_can_decide(user=_user(name)) for name in ("zoe", "yan", "xia"))
     assert capsys.readouterr().out.splitlines() == [
-        f"{name} is a moderator: they can approve and reject items." for name in ("zoe", "yan", "xia")]
+        f"{name} is a moderator: they can approve and reject items." for name in ("zoe", "yan", "xia")
+    ]
     call_command("moderator_add", "zoe", "xia", "--remove")
     assert [user_can_decide(user=_user(name)) for name in ("zoe", "yan", "xia")] == [False, True, False]
     assert capsys.readouterr().out.splitlines() == ["zoe is no longer a moderator.", "xia is no longer a moderator."]
@@ -69,8 +70,7 @@ PASSWORD = "a-long-provisioned-pass-2026"
 
 
 @pytest.mark.django_db
-def test_moderator_add_creates_a_moderator_with_a_password_from_the_environment_without_a_prompt(
-        client, monkeypatch, capsys):
+def test_moderator_add_creates_a_moderator_with_a_password_from_the_environment_without_a_prompt(client, monkeypatch, capsys):
     monkeypatch.setenv("ANN_PASSWORD", PASSWORD)
     call_command("moderator_add", "ann", "--password-from-env", "ANN_PASSWORD")
     assert "ann is a moderator" in capsys.readouterr().out
@@ -98,12 +98,15 @@ def test_moderator_add_takes_the_password_from_a_file_or_standard_input(source, 
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("args", "env", "error"), [
-    (["--password-from-env", "UNSET_PASSWORD"], {}, "--password-from-env: UNSET_PASSWORD is empty or not set"),
-    (["--password-from-env", "WEAK"], {"WEAK": "12345678"}, "This password is too common."),
-    (["--password-from-env", "WEAK"], {"WEAK": "cy"}, "This password is too short."),
-    (["--password-file", "/nonexistent/password"], {}, "--password-file: No such file or directory"),
-])
+@pytest.mark.parametrize(
+    ("args", "env", "error"),
+    [
+        (["--password-from-env", "UNSET_PASSWORD"], {}, "--password-from-env: UNSET_PASSWORD is empty or not set"),
+        (["--password-from-env", "WEAK"], {"WEAK": "12345678"}, "This password is too common."),
+        (["--password-from-env", "WEAK"], {"WEAK": "cy"}, "This password is too short."),
+        (["--password-file", "/nonexistent/password"], {}, "--password-file: No such file or directory"),
+    ],
+)
 def test_moderator_add_refuses_a_missing_or_weak_password_and_creates_nothing(args, env, error, monkeypatch):
     monkeypatch.delenv("UNSET_PASSWORD", raising=False)
     for name, value in env.items():
@@ -140,7 +143,8 @@ def test_team_lead_grants_the_team_page_of_the_leads_teams_and_remove_takes_it_a
     make_moderator("zed")
     call_command("team_lead", "zed")
     assert "zed is a team lead, but a member of no team: add them to one (manage.py team <slug> --add zed)" in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
     call_command("team_lead", "alice", "--remove")
     assert "alice is no longer a team lead." in capsys.readouterr().out
     assert client.get("/team/").status_code == 403

@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 def _claimed(task, first, *, seconds_ago: float, status=TaskResultStatus.RUNNING) -> None:
     task.enqueue(first)
     DBTaskResult.objects.filter(task_path=task.module_path, args_kwargs__args__0=first).update(
-        status=status, started_at=timezone.now() - timedelta(seconds=seconds_ago))
+        status=status, started_at=timezone.now() - timedelta(seconds=seconds_ago)
+    )
 
 
 def test_only_ids_no_waiting_or_live_task_will_run_are_orphaned():
@@ -70,6 +71,7 @@ def test_a_dead_workers_task_row_is_marked_failed_by_the_sweep_and_no_other_row_
 
 
 # --- lanes: woken when a task is queued -------------------------------------------------
+
 
 def _listening(wake: TaskWake) -> int:
     """The generation once the listener is up (it moves once as it starts listening)."""
@@ -123,14 +125,25 @@ def test_a_lane_waiting_sleeps_through_no_queued_task_and_wakes_for_one():
 def test_a_lane_runs_only_its_queues_tasks_each_once():
     delivery_send.enqueue(1)
     items_start_task.enqueue([2])
-    lane = QueueLane(wake=TaskWake(), queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=True, interval=0,
-                     backend_name="default", startup_delay=False, max_tasks=None, worker_id="lane-test")
+    lane = QueueLane(
+        wake=TaskWake(),
+        queue_names=[DELIVERY_QUEUE],
+        excluded_queue_names=[],
+        batch=True,
+        interval=0,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="lane-test",
+    )
     with mock.patch("moderation.delivery.sending.delivery_attempt") as sent:
         lane.run()
     sent.assert_called_once_with(delivery_id=1)
     statuses = dict(DBTaskResult.objects.values_list("task_path", "status"))
-    assert statuses == {delivery_send.module_path: TaskResultStatus.SUCCESSFUL,
-                        items_start_task.module_path: TaskResultStatus.READY}
+    assert statuses == {
+        delivery_send.module_path: TaskResultStatus.SUCCESSFUL,
+        items_start_task.module_path: TaskResultStatus.READY,
+    }
 
 
 def _worker_through_a_terminated_connection(worker_class) -> tuple[dict[int, str], BaseException | None]:
@@ -149,8 +162,16 @@ def _worker_through_a_terminated_connection(worker_class) -> tuple[dict[int, str
             running.set()
             assert terminated.wait(30)
 
-    worker = worker_class(queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False, interval=0.05,
-                          backend_name="default", startup_delay=False, max_tasks=None, worker_id="steady-test")
+    worker = worker_class(
+        queue_names=[DELIVERY_QUEUE],
+        excluded_queue_names=[],
+        batch=False,
+        interval=0.05,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="steady-test",
+    )
     raised: list[BaseException | None] = [None]
 
     def run() -> None:
@@ -175,12 +196,17 @@ def _worker_through_a_terminated_connection(worker_class) -> tuple[dict[int, str
             terminated.set()
             progress_wait(statuses, done=lambda s: s[1] != TaskResultStatus.RUNNING or not thread.is_alive(), stall=15)
             with connection.cursor() as cursor:  # every other backend of this database: the idle pool's too
-                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
             delivery_send.enqueue(2)
             # A reconnect waits on the database (shared with the pass's other tests): a minute of no change is stuck.
-            settled = progress_wait(statuses, stall=60, done=lambda s: s.get(2) in (
-                TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) or not thread.is_alive())
+            settled = progress_wait(
+                statuses,
+                stall=60,
+                done=lambda s: s.get(2) in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) or not thread.is_alive(),
+            )
         finally:
             worker.running = False
             terminated.set()
@@ -212,6 +238,7 @@ def test_negative_control_the_packages_worker_loop_ends_with_its_connection_and_
 
 # --- idle loops: asleep until a task is queued or a delayed one comes due ----------------
 
+
 def _lane_in_thread(lane) -> threading.Thread:
     def run() -> None:
         try:
@@ -233,8 +260,17 @@ def _statuses() -> dict[int, str]:
 def test_an_idle_lane_polling_hourly_runs_a_queued_task_and_a_delayed_one_when_it_comes_due():
     """Its poll an hour long: only the notification (a queued task) and the delayed task's own time wake it."""
     wake = TaskWake().start()
-    lane = QueueLane(wake=wake, queue_names=[DELIVERY_QUEUE], excluded_queue_names=[], batch=False, interval=3600,
-                     backend_name="default", startup_delay=False, max_tasks=None, worker_id="idle-lane")
+    lane = QueueLane(
+        wake=wake,
+        queue_names=[DELIVERY_QUEUE],
+        excluded_queue_names=[],
+        batch=False,
+        interval=3600,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="idle-lane",
+    )
     try:
         _listening(wake)
         with mock.patch("moderation.delivery.sending.delivery_attempt"):
@@ -258,8 +294,16 @@ def test_the_workers_main_loop_on_postgresql_sleeps_until_a_task_is_queued(setti
 
     settings.WORKER_IDLE_POLL = 3600
     wake = TaskWake().start()
-    options = {"queue_name": "*", "exclude_queues": "", "batch": False, "backend_name": "default", "interval": 3600,
-               "startup_delay": False, "max_tasks": None, "worker_id": "main-loop"}
+    options = {
+        "queue_name": "*",
+        "exclude_queues": "",
+        "batch": False,
+        "backend_name": "default",
+        "interval": 3600,
+        "startup_delay": False,
+        "max_tasks": None,
+        "worker_id": "main-loop",
+    }
     loop = _main_loop(options, wake)
     try:
         _listening(wake)

@@ -18,7 +18,14 @@ from moderation.core import tasksdb
 ROOT = Path(__file__).resolve().parents[3]
 # The keyword arguments our db_worker builds a Worker with (moderation/management/commands/db_worker.py).
 WORKER_ARGUMENTS = {
-    "queue_names", "excluded_queue_names", "interval", "batch", "backend_name", "startup_delay", "max_tasks", "worker_id",
+    "queue_names",
+    "excluded_queue_names",
+    "interval",
+    "batch",
+    "backend_name",
+    "startup_delay",
+    "max_tasks",
+    "worker_id",
 }
 
 
@@ -32,8 +39,14 @@ def test_the_installed_version_is_the_one_whose_internals_were_read():
 def test_a_worker_takes_the_arguments_and_has_the_attributes_the_lanes_use():
     assert set(inspect.signature(tasksdb.Worker.__init__).parameters) >= WORKER_ARGUMENTS
     worker = tasksdb.Worker(
-        queue_names=["*"], excluded_queue_names=[], interval=1.0, batch=True, backend_name="default",
-        startup_delay=False, max_tasks=None, worker_id="probe",
+        queue_names=["*"],
+        excluded_queue_names=[],
+        interval=1.0,
+        batch=True,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="probe",
     )
     for name in (*WORKER_ARGUMENTS, *tasksdb.WORKER_ATTRIBUTES):
         assert hasattr(worker, name), name
@@ -61,8 +74,14 @@ def test_only_the_wrapper_reaches_past_the_packages_models():
         if path == ROOT / "moderation/core/tasksdb.py" or "tests" in path.parts or "migrations" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            outside += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                        if n.startswith("django_tasks_db") and n != "django_tasks_db.models"]
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else ([a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            )
+            outside += [
+                f"{path.relative_to(ROOT)}: {n}"
+                for n in names
+                if n.startswith("django_tasks_db") and n != "django_tasks_db.models"
+            ]
     assert outside == []

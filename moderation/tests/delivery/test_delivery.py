@@ -49,8 +49,11 @@ def endpoint(db, receiver):
 
 def _queued(delivery: WebhookDelivery) -> list[DBTaskResult]:
     # Only delivery tasks: an apply task's argument is an item id, which may equal the delivery's.
-    return [t for t in DBTaskResult.objects.filter(task_path="moderation.delivery.sending.delivery_send")
-            if t.args_kwargs["args"] == [delivery.pk]]
+    return [
+        t
+        for t in DBTaskResult.objects.filter(task_path="moderation.delivery.sending.delivery_send")
+        if t.args_kwargs["args"] == [delivery.pk]
+    ]
 
 
 def _deliveries(item, event=None):
@@ -87,7 +90,11 @@ def test_a_withdrawn_item_is_announced_as_cancelled_not_decided(endpoint, bob, m
     item_withdraw(item_public_id=item.public_id, by=bob, reason="sent by mistake")
     assert [d.event for d in _deliveries(item)] == ["item.created", "item.cancelled"]
     decision = _deliveries(item, WebhookEvent.ITEM_CANCELLED)[0].payload["data"]["decision"]
-    assert (decision["status"], decision["what"], decision["ask"]) == ("withdrawn", "withdrew the item", item.asks.get().interrupt_id)
+    assert (decision["status"], decision["what"], decision["ask"]) == (
+        "withdrawn",
+        "withdrew the item",
+        item.asks.get().interrupt_id,
+    )
 
 
 def test_rolled_back_decision_records_nothing_and_the_next_one_is_delivered_once(endpoint, alice, bob, make_item):
@@ -118,7 +125,9 @@ def applied_by_hand(settings):
     settings.REVIEWQUEUE_APPLY_INLINE = False
 
 
-def test_an_inline_apply_is_announced_once_after_the_decision(applied_endpoint, alice, make_item, django_capture_on_commit_callbacks):
+def test_an_inline_apply_is_announced_once_after_the_decision(
+    applied_endpoint, alice, make_item, django_capture_on_commit_callbacks
+):
     item = make_item()
     with django_capture_on_commit_callbacks(execute=True):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
@@ -159,7 +168,9 @@ def test_a_failed_apply_is_announced_with_its_error(applied_endpoint, applied_by
     assert "the publisher is down" in failed.payload["data"]["applied_result"]["error"]
 
 
-def test_the_announcement_commits_with_the_apply_record_or_not_at_all(applied_endpoint, applied_by_hand, alice, make_item, monkeypatch):
+def test_the_announcement_commits_with_the_apply_record_or_not_at_all(
+    applied_endpoint, applied_by_hand, alice, make_item, monkeypatch
+):
     item = make_item()
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
 
@@ -375,15 +386,15 @@ def test_admin_create_shows_the_saved_secret_and_actions_queue_ping_and_redelive
     assert "whsec_" not in add_page and "The signing secret is made when you save" in add_page
     response = admin_client.post(
         "/admin/moderation/webhookendpoint/add/",
-        {"name": "hooks", "url": receiver.url, "events": ["item.created"], "active": "on"}, follow=True,
+        {"name": "hooks", "url": receiver.url, "events": ["item.created"], "active": "on"},
+        follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
     page = response.content.decode()
     assert endpoint.secret in page and page.count("whsec_") == 1  # the saved secret, and no other
     change_page = admin_client.get(f"/admin/moderation/webhookendpoint/{endpoint.pk}/change/").content.decode()
     assert endpoint.secret in change_page and change_page.count("whsec_") == 1
-    admin_client.post("/admin/moderation/webhookendpoint/",
-                      {"action": "send_test_ping", "_selected_action": [endpoint.pk]})
+    admin_client.post("/admin/moderation/webhookendpoint/", {"action": "send_test_ping", "_selected_action": [endpoint.pk]})
     ping = WebhookDelivery.objects.get(event="webhook.ping")
     receiver.secret = endpoint.secret
     delivery_attempt(delivery_id=ping.pk)
@@ -400,7 +411,9 @@ def test_admin_create_shows_the_saved_secret_and_actions_queue_ping_and_redelive
 @pytest.fixture
 def policy_endpoint(db, receiver):
     endpoint = WebhookEndpoint.objects.create(
-        name="policies", url=receiver.url, events=["item.voted", "item.decided", "item.escalated"],
+        name="policies",
+        url=receiver.url,
+        events=["item.voted", "item.decided", "item.escalated"],
     )
     receiver.secret = endpoint.secret
     return endpoint
@@ -417,20 +430,26 @@ def _sent(item, receiver) -> list[dict]:
 
 
 def test_the_policy_events_are_offered_by_the_admin_forms(admin_client):
-    form = WebhookEndpointForm(data={"name": "hooks", "url": "https://example.com/hook", "active": "on",
-                                     "events": ["item.voted", "item.escalated"]})
+    form = WebhookEndpointForm(
+        data={"name": "hooks", "url": "https://example.com/hook", "active": "on", "events": ["item.voted", "item.escalated"]}
+    )
     assert form.is_valid(), form.errors
     page = admin_client.get("/admin/moderation/webhookendpoint/add/").content.decode()
     assert 'value="item.voted"' in page and 'value="item.escalated"' in page
 
 
 def test_a_vote_that_does_not_resolve_sends_item_voted_and_the_resolving_one_item_decided_with_the_tally(
-        policy_endpoint, receiver, payments, alice, bob):
+    policy_endpoint, receiver, payments, alice, bob
+):
     item = item_create(title="Refund 120", body="Order 7.", source="shop", team="payments", policy={"approvals": 2})
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     [voted] = _sent(item, receiver)
     assert (voted["type"], voted["status"], voted["team"], voted["ask"]) == (
-        "item.voted", "pending", "payments", item.asks.get().interrupt_id)
+        "item.voted",
+        "pending",
+        "payments",
+        item.asks.get().interrupt_id,
+    )
     assert voted["tally"]["summary"] == "1 of 2 approvals: alice" and voted["tally"]["resolution"] is None
     assert [(v["voter"], v["vote"]) for v in voted["tally"]["votes"]] == [("alice", "approve")]
 
@@ -454,6 +473,10 @@ def test_an_escalation_sends_item_escalated_once(policy_endpoint, receiver, paym
     [escalated] = _sent(item, receiver)
     item.refresh_from_db()
     assert (escalated["type"], escalated["team"], escalated["priority"], escalated["status"]) == (
-        "item.escalated", "leads", 10, "pending")
+        "item.escalated",
+        "leads",
+        10,
+        "pending",
+    )
     assert escalated["escalated_at"] == item.escalated_at.isoformat()
     assert escalated["policy"]["on_deadline"] == "" and escalated["decision"] is None

@@ -28,8 +28,12 @@ pytestmark = [pytest.mark.timeout(180)]
 
 ITEMS = 60
 WEBHOOK_ENV = {
-    "WEBHOOK_TIMEOUT": "1", "WEBHOOK_RETRY_BASE": "0.2", "WEBHOOK_RETRY_MAX": "1",
-    "WEBHOOK_SWEEP_INTERVAL": "0.3", "WEBHOOK_LEASE_GRACE": "0.3", "DECISION_RATE_LIMIT": "0",
+    "WEBHOOK_TIMEOUT": "1",
+    "WEBHOOK_RETRY_BASE": "0.2",
+    "WEBHOOK_RETRY_MAX": "1",
+    "WEBHOOK_SWEEP_INTERVAL": "0.3",
+    "WEBHOOK_LEASE_GRACE": "0.3",
+    "DECISION_RATE_LIMIT": "0",
 }
 _ENDPOINT = """
 from moderation.delivery.models import WebhookEndpoint
@@ -47,8 +51,12 @@ def site(tmp_path_factory):
     seeded = server.seed(users=["alice", "bob"], items=ITEMS, prefix="Hook")
     server.start()
     site = SimpleNamespace(
-        server=server, receiver=receiver, items=seeded.items, worker=server.worker_start(),
-        alice=Reviewer(server, "alice", seeded.sessions["alice"]), bob=Reviewer(server, "bob", seeded.sessions["bob"]),
+        server=server,
+        receiver=receiver,
+        items=seeded.items,
+        worker=server.worker_start(),
+        alice=Reviewer(server, "alice", seeded.sessions["alice"]),
+        bob=Reviewer(server, "bob", seeded.sessions["bob"]),
     )
     try:
         receiver.wait_for(ITEMS)  # every seeded item's item.created
@@ -72,6 +80,7 @@ def _firsts(receiver: Receiver) -> list:
 
 def _decided_wait(receiver: Receiver, items: list[str], *, stall: float = 30) -> dict[str, object]:
     """Each item's first item.decided, once all arrived or none arrived for ``stall`` seconds."""
+
     def decided() -> dict[str, object]:
         return {r.data["id"]: r for r in _firsts(receiver) if r.type == "item.decided" and r.data["id"] in items}
 
@@ -101,9 +110,12 @@ def _delivery_rows(server: LiveServer, item: str) -> list[tuple]:
 def _rows_settled(server: LiveServer, items: list[str]) -> dict[str, list[tuple]]:
     """Each item's delivery rows once none is pending (the receiver answers before the worker
     records it), or once they stopped changing for a while."""
-    return progress_wait(lambda: {item: _delivery_rows(server, item) for item in items},
-                         done=lambda rows: all(row[1] != "pending" for found in rows.values() for row in found),
-                         stall=30, poll=0.05)
+    return progress_wait(
+        lambda: {item: _delivery_rows(server, item) for item in items},
+        done=lambda rows: all(row[1] != "pending" for found in rows.values() for row in found),
+        stall=30,
+        poll=0.05,
+    )
 
 
 def test_every_decision_arrives_once_in_order_through_failures_timeouts_and_downtime(site):
@@ -186,15 +198,17 @@ APPLY_HOLD = 3.0  # seconds every apply spends in the graph's apply node (a slow
 def slow_applies(tmp_path_factory):
     """A server whose decisions are applied by a worker (not inline); the receiver hears decisions and applies."""
     receiver = Receiver().start()
-    server = LiveServer(tmp_path_factory.mktemp("lane"), db_name="lane",
-                        extra_env={**WEBHOOK_ENV, "REVIEWQUEUE_APPLY_INLINE": ""})
+    server = LiveServer(
+        tmp_path_factory.mktemp("lane"), db_name="lane", extra_env={**WEBHOOK_ENV, "REVIEWQUEUE_APPLY_INLINE": ""}
+    )
     server.manage("migrate", "--no-input", "-v0")
     _subscribe(server, receiver, ["item.decided", "item.applied"])
     seeded = server.seed(users=["alice"], items=4, prefix="Lane")
     server.start()
     try:
-        yield SimpleNamespace(server=server, receiver=receiver, items=seeded.items,
-                              alice=Reviewer(server, "alice", seeded.sessions["alice"]))
+        yield SimpleNamespace(
+            server=server, receiver=receiver, items=seeded.items, alice=Reviewer(server, "alice", seeded.sessions["alice"])
+        )
     finally:
         server.close()
         receiver.stop()
@@ -205,9 +219,10 @@ def _applied_at(server: LiveServer, item: str) -> float:
     """When the worker recorded ``item``'s apply (its graph run, held APPLY_HOLD, over), as a Unix time."""
     conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
     try:
-        (at,), = conn.execute(
+        ((at,),) = conn.execute(
             "SELECT a.applied_at FROM moderation_reviewask a JOIN moderation_queueitem q ON q.id = a.item_id "
-            "WHERE q.public_id = ?", [item.replace("-", "")],
+            "WHERE q.public_id = ?",
+            [item.replace("-", "")],
         ).fetchall()
     finally:
         conn.close()
@@ -218,16 +233,21 @@ def _webhooks_behind_slow_applies(site, items: list[str], *, delivery_lane: bool
     """Decide ``items`` half a second apart while each apply is held APPLY_HOLD in the graph;
     when each item.decided webhook arrived, and when the first item's apply ended (Unix times)."""
     worker_id = f"lane-{'on' if delivery_lane else 'off'}"
-    worker = site.server.worker_start(worker_id=worker_id, faults=f"in_apply_node:sleep={APPLY_HOLD}",
-                                      delivery_lane=delivery_lane)
+    worker = site.server.worker_start(
+        worker_id=worker_id, faults=f"in_apply_node:sleep={APPLY_HOLD}", delivery_lane=delivery_lane
+    )
     try:
         site.server.worker_wait_ready(worker_id)
         for item in items:
             assert site.alice.decide(item, "approve")[0] == 200
             time.sleep(0.5)  # the first item's apply is under way when the next decision lands
         decided = _decided_wait(site.receiver, items)
-        applied = progress_wait(lambda: {r.data["id"] for r in _firsts(site.receiver) if r.type == "item.applied"},
-                                done=lambda found: found >= set(items), stall=30, poll=0.05)
+        applied = progress_wait(
+            lambda: {r.data["id"] for r in _firsts(site.receiver) if r.type == "item.applied"},
+            done=lambda found: found >= set(items),
+            stall=30,
+            poll=0.05,
+        )
         assert applied >= set(items), "an apply never finished"
     finally:
         worker.kill()
@@ -259,8 +279,9 @@ def hung_and_healthy(tmp_path_factory):
     burst of items already recorded when the worker starts."""
     hung, healthy = Receiver().start(), Receiver().start()
     hung.stall_next, hung.stall_seconds = 10**6, 2 * HUNG_TIMEOUT
-    server = LiveServer(tmp_path_factory.mktemp("hung"), db_name="hung",
-                        extra_env={**WEBHOOK_ENV, "WEBHOOK_TIMEOUT": str(HUNG_TIMEOUT)})
+    server = LiveServer(
+        tmp_path_factory.mktemp("hung"), db_name="hung", extra_env={**WEBHOOK_ENV, "WEBHOOK_TIMEOUT": str(HUNG_TIMEOUT)}
+    )
     server.manage("migrate", "--no-input", "-v0")
     _subscribe(server, hung, ["item.created"], name="hung")
     _subscribe(server, healthy, ["item.created"], name="healthy")
@@ -279,10 +300,13 @@ def _attempts_ended(server: LiveServer, endpoint: str) -> int:
     """Attempts to the endpoint that have ended (an attempt's row is written when it ends)."""
     conn = sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True, timeout=10)
     try:
-        return conn.execute("""
+        return conn.execute(
+            """
             SELECT count(*) FROM moderation_deliveryattempt a
             JOIN moderation_webhookdelivery d ON d.id = a.delivery_id
-            JOIN moderation_webhookendpoint e ON e.id = d.endpoint_id WHERE e.name = ?""", [endpoint]).fetchone()[0]
+            JOIN moderation_webhookendpoint e ON e.id = d.endpoint_id WHERE e.name = ?""",
+            [endpoint],
+        ).fetchone()[0]
     finally:
         conn.close()
 
@@ -297,6 +321,8 @@ def test_a_hung_endpoint_does_not_delay_another_endpoints_deliveries(hung_and_he
         assert time.monotonic() < deadline, "neither receiver saw any progress"
         time.sleep(0.1)
     arrived, hung_ended = len(site.healthy.unique()), _attempts_ended(site.server, "hung")
-    assert (arrived, hung_ended) == (HUNG_ITEMS, 0), f"{arrived} of {HUNG_ITEMS} arrived before {hung_ended} hung attempt(s) ended"
+    assert (arrived, hung_ended) == (HUNG_ITEMS, 0), (
+        f"{arrived} of {HUNG_ITEMS} arrived before {hung_ended} hung attempt(s) ended"
+    )
     assert 0 < site.hung.requests < HUNG_ITEMS  # it holds some lanes, never all of them
     assert site.healthy.bad_signatures == 0

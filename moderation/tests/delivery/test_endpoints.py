@@ -63,7 +63,8 @@ def test_each_client_receives_only_its_own_items_events_and_the_operators_endpoi
     for name in ("a", "b"):
         assert _seen(receivers[name]) == sorted([(items[name], "item.created"), (items[name], "item.decided")])
     assert _seen(receivers["ops"]) == sorted(
-        (public_id, event) for public_id in (*items.values(), in_house) for event in ("item.created", "item.decided"))
+        (public_id, event) for public_id in (*items.values(), in_house) for event in ("item.created", "item.decided")
+    )
     # Negative control: the filter is what keeps B's events from A. An endpoint of A's made
     # an operator's (owner cleared) receives B's next item like any operator's.
     WebhookEndpoint.objects.filter(owner__name="client-a").update(owner=None)
@@ -85,9 +86,17 @@ def test_an_inactive_client_endpoint_receives_nothing(receivers):
 
 def test_admin_creates_a_client_endpoint_showing_once_the_secret_that_signs_its_deliveries(admin_client, receivers):
     client, token = apiclient_create(name="client-a", scopes=["items:write"])
-    response = admin_client.post("/admin/moderation/webhookendpoint/add/", {
-        "name": "hook", "owner": client.pk, "url": receivers["a"].url, "events": ["item.created"], "active": "on",
-    }, follow=True)
+    response = admin_client.post(
+        "/admin/moderation/webhookendpoint/add/",
+        {
+            "name": "hook",
+            "owner": client.pk,
+            "url": receivers["a"].url,
+            "events": ["item.created"],
+            "active": "on",
+        },
+        follow=True,
+    )
     page = response.content.decode()
     [shown] = re.findall(r"whsec_[A-Za-z0-9+/=]+", page)
     endpoint = WebhookEndpoint.objects.get()
@@ -142,12 +151,15 @@ def test_command_adds_lists_and_removes_a_clients_endpoint(receivers):
     assert "Removed endpoint" in removed and not WebhookEndpoint.objects.exists()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["add", "nobody", "hook", "https://hooks.example.com/"], "no API client named 'nobody'"),
-    (["add", "client-a", "hook", "http://192.168.0.9/"], "url_refused: url: the URL's host 192.168.0.9 is refused"),
-    (["add", "client-a", "hook", "gopher://x/"], "url_invalid"),
-    (["add", "client-a", "hook", "https://hooks.example.com/", "--event", "item.nope"], "events_invalid"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["add", "nobody", "hook", "https://hooks.example.com/"], "no API client named 'nobody'"),
+        (["add", "client-a", "hook", "http://192.168.0.9/"], "url_refused: url: the URL's host 192.168.0.9 is refused"),
+        (["add", "client-a", "hook", "gopher://x/"], "url_invalid"),
+        (["add", "client-a", "hook", "https://hooks.example.com/", "--event", "item.nope"], "events_invalid"),
+    ],
+)
 def test_command_refuses_bad_input_and_changes_nothing(args, message):
     apiclient_create(name="client-a", scopes=["items:write"])
     with pytest.raises(CommandError, match=re.escape(message)):
@@ -185,7 +197,9 @@ def _bound_race(monkeypatch, *, guarded: bool) -> list[tuple[int, int]]:
     def before(n: int) -> None:
         WebhookEndpoint.objects.filter(owner=client).delete()
         for k in range(CLIENT_ENDPOINTS_MAX - 1):
-            WebhookEndpoint.objects.create(owner=client, name=f"base-{k}", url="https://hooks.example.com/", events=["item.created"])
+            WebhookEndpoint.objects.create(
+                owner=client, name=f"base-{k}", url="https://hooks.example.com/", events=["item.created"]
+            )
 
     def racer(index: int):
         def create(n: int) -> None:
@@ -195,6 +209,7 @@ def _bound_race(monkeypatch, *, guarded: bool) -> list[tuple[int, int]]:
                 assert exc.code == "endpoint_limit", exc
                 return
             made[n].append(f"r{n}-{index}")
+
         return create
 
     results = []

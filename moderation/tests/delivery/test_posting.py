@@ -67,22 +67,33 @@ def test_a_huge_error_answer_is_hardly_read_and_only_a_scrubbed_excerpt_kept(db,
     assert len(attempt.error) == len("HTTP 500: ") + EXCERPT_CHARS
 
 
-@pytest.mark.parametrize("head, kept", [
-    (b'{"error":"invalid signature"}', 'HTTP 502: {"error":"invalid signature"}'),
-    (b'{"detail":"down","api_key":"sk_live_51H8xYz","Token": "t0k3n"}',
-     'HTTP 502: {"detail":"down","api_key":"[redacted]","Token": "[redacted]"}'),
-    (b"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc\nsession=a1b2c3", "HTTP 502: Authorization: [redacted] session=[redacted]"),
-    (b"upstream 10.0.0.5 said AKIAIOSFODNN7EXAMPLE1234 nope", "HTTP 502: upstream 10.0.0.5 said [redacted] nope"),
-    # A pair inside another pair's value (the issue's own example), at any depth.
-    (b"ERROR: secret=s3cr3t-value", "HTTP 502: ERROR: secret=[redacted]"),
-    (b"ERROR:secret=s3cr3t-value; detail: note: password=hunter2", "HTTP 502: ERROR:secret=[redacted]; detail: note: password=[redacted]"),
-    (b"x=y=token=t0k", "HTTP 502: x=y=token=[redacted]"),
-    # A quoted value is redacted to its closing quote, spaces and escaped quotes included.
-    (b'{"password": "correct horse \\"battery\\" staple", "ok": 1}', 'HTTP 502: {"password": "[redacted]", "ok": 1}'),
-    (b"auth_header='Basic dXNlcjpwYXNz'", "HTTP 502: auth_header='[redacted]'"),
-    (b"line one\r\n\tline\x00two \x1b[31mred\xff", "HTTP 502: line one line two [31mred\ufffd"),
-    (b"", "HTTP 502"),
-])
+@pytest.mark.parametrize(
+    "head, kept",
+    [
+        (b'{"error":"invalid signature"}', 'HTTP 502: {"error":"invalid signature"}'),
+        (
+            b'{"detail":"down","api_key":"sk_live_51H8xYz","Token": "t0k3n"}',
+            'HTTP 502: {"detail":"down","api_key":"[redacted]","Token": "[redacted]"}',
+        ),
+        (
+            b"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc\nsession=a1b2c3",
+            "HTTP 502: Authorization: [redacted] session=[redacted]",
+        ),
+        (b"upstream 10.0.0.5 said AKIAIOSFODNN7EXAMPLE1234 nope", "HTTP 502: upstream 10.0.0.5 said [redacted] nope"),
+        # A pair inside another pair's value (the issue's own example), at any depth.
+        (b"ERROR: secret=s3cr3t-value", "HTTP 502: ERROR: secret=[redacted]"),
+        (
+            b"ERROR:secret=s3cr3t-value; detail: note: password=hunter2",
+            "HTTP 502: ERROR:secret=[redacted]; detail: note: password=[redacted]",
+        ),
+        (b"x=y=token=t0k", "HTTP 502: x=y=token=[redacted]"),
+        # A quoted value is redacted to its closing quote, spaces and escaped quotes included.
+        (b'{"password": "correct horse \\"battery\\" staple", "ok": 1}', 'HTTP 502: {"password": "[redacted]", "ok": 1}'),
+        (b"auth_header='Basic dXNlcjpwYXNz'", "HTTP 502: auth_header='[redacted]'"),
+        (b"line one\r\n\tline\x00two \x1b[31mred\xff", "HTTP 502: line one line two [31mred\ufffd"),
+        (b"", "HTTP 502"),
+    ],
+)
 def test_an_error_excerpt_is_one_short_printable_line_with_secrets_redacted(head, kept):
     assert error_excerpt(status=502, head=head) == kept
 
@@ -102,8 +113,10 @@ def test_a_refused_address_is_refused_at_send_time_too(db, receiver, make_item, 
     delivery = _attempted(endpoint, make_item)
     assert receiver.requests == 0
     assert delivery.status == DeliveryStatus.PENDING
-    assert delivery.last_error == ("refused: " + ("" if host == "127.0.0.1" else "localhost: ") + "127.0.0.1 is a loopback "
-                                   "address; webhooks go to public addresses only, unless WEBHOOK_ALLOWED_NETWORKS allows it")
+    assert delivery.last_error == (
+        "refused: " + ("" if host == "127.0.0.1" else "localhost: ") + "127.0.0.1 is a loopback "
+        "address; webhooks go to public addresses only, unless WEBHOOK_ALLOWED_NETWORKS allows it"
+    )
 
 
 def _dns(monkeypatch, answers: list[str]) -> list[str]:

@@ -96,15 +96,22 @@ def test_the_allow_list_lets_internal_receivers_through(db, settings):
     assert address_refusal(ip_address("::ffff:10.9.8.7")) is None  # the same host, IPv4-mapped
     assert address_refusal(ip_address("fd00::5")) is None
     assert "loopback" in address_refusal(ip_address("127.0.0.1"))  # only what is listed
-    form = WebhookEndpointForm(data={"name": "hooks", "url": "http://10.1.2.3:8080/hook", "events": ["item.decided"],
-                                     "active": "on"})
+    form = WebhookEndpointForm(
+        data={"name": "hooks", "url": "http://10.1.2.3:8080/hook", "events": ["item.decided"], "active": "on"}
+    )
     assert form.is_valid(), form.errors
 
 
 def test_the_admin_add_page_refuses_it_with_the_field_named(admin_client, nothing_allowed):
-    response = admin_client.post("/admin/moderation/webhookendpoint/add/", {
-        "name": "hooks", "url": "http://169.254.169.254/latest/meta-data/", "events": ["item.decided"], "active": "on",
-    })
+    response = admin_client.post(
+        "/admin/moderation/webhookendpoint/add/",
+        {
+            "name": "hooks",
+            "url": "http://169.254.169.254/latest/meta-data/",
+            "events": ["item.decided"],
+            "active": "on",
+        },
+    )
     assert response.status_code == 200  # the form again, with its error
     assert "169.254.169.254 is a link-local address" in response.content.decode()
     assert WebhookEndpoint.objects.count() == 0

@@ -46,12 +46,15 @@ def _refused(args: dict, schema: dict | None = REFUND, proposed: dict = PROPOSED
     return caught.value
 
 
-@pytest.mark.parametrize("args", [
-    {**PROPOSED, "amount": 80},
-    {**PROPOSED, "to": "ana@customers.example", "day": "2026-12-01", "kind": "partial"},
-    {**PROPOSED, "body": "Dear Ana,\r\n\n\tyour refund is on its way."},  # free text keeps its lines
-    {**PROPOSED, "lines": ["one", "two\nthree"]},
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {**PROPOSED, "amount": 80},
+        {**PROPOSED, "to": "ana@customers.example", "day": "2026-12-01", "kind": "partial"},
+        {**PROPOSED, "body": "Dear Ana,\r\n\n\tyour refund is on its way."},  # free text keeps its lines
+        {**PROPOSED, "lines": ["one", "two\nthree"]},
+    ],
+)
 def test_what_the_tool_takes_passes(args):
     args_check(args=args, schema=REFUND, proposed=PROPOSED)
 
@@ -85,29 +88,34 @@ def test_an_argument_the_schema_does_not_name_is_refused_naming_it():
 
 def test_extra_arguments_pass_where_the_schema_allows_them_or_the_agent_proposed_them_unchanged():
     args_check(args={**PROPOSED, "extra": 1}, schema={**REFUND, "additionalProperties": True}, proposed=PROPOSED)
-    args_check(args={**PROPOSED, "extra": 1}, schema={**REFUND, "additionalProperties": {"type": "integer"}},
-               proposed=PROPOSED)
+    args_check(args={**PROPOSED, "extra": 1}, schema={**REFUND, "additionalProperties": {"type": "integer"}}, proposed=PROPOSED)
     args_check(args={**PROPOSED, "trace": "t-1", "amount": 80}, schema=REFUND, proposed={**PROPOSED, "trace": "t-1"})
     assert _refused({**PROPOSED, "trace": "t-2"}, proposed={**PROPOSED, "trace": "t-1"}).path == ".trace"
 
 
-@pytest.mark.parametrize(("args", "path"), [
-    ({**PROPOSED, "amount": float("nan")}, ".amount"),
-    ({**PROPOSED, "amount": float("inf")}, ".amount"),
-    ({**PROPOSED, "lines": [float("-inf")]}, ".lines[0]"),
-])
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({**PROPOSED, "amount": float("nan")}, ".amount"),
+        ({**PROPOSED, "amount": float("inf")}, ".amount"),
+        ({**PROPOSED, "lines": [float("-inf")]}, ".lines[0]"),
+    ],
+)
 def test_a_non_finite_number_is_refused(args, path):
     assert _refused(args).path == path
 
 
-@pytest.mark.parametrize(("args", "path"), [
-    ({**PROPOSED, "order_id": "A-17\x1b[2J"}, ".order_id"),  # free text: no escape sequences
-    ({**PROPOSED, "body": "bell\x07"}, ".body"),
-    ({**PROPOSED, "to": "ana@customers.example\n"}, ".to"),  # a format takes no line break
-    ({**PROPOSED, "kind": "full\t"}, ".kind"),
-    ({**PROPOSED, "lines": ["ok", "\x85"]}, ".lines[1]"),  # C1 controls too
-    ({**PROPOSED, "ord\ner_id": "A-17"}, ""),
-])
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({**PROPOSED, "order_id": "A-17\x1b[2J"}, ".order_id"),  # free text: no escape sequences
+        ({**PROPOSED, "body": "bell\x07"}, ".body"),
+        ({**PROPOSED, "to": "ana@customers.example\n"}, ".to"),  # a format takes no line break
+        ({**PROPOSED, "kind": "full\t"}, ".kind"),
+        ({**PROPOSED, "lines": ["ok", "\x85"]}, ".lines[1]"),  # C1 controls too
+        ({**PROPOSED, "ord\ner_id": "A-17"}, ""),
+    ],
+)
 def test_control_characters_are_refused_unless_the_schema_allows_them(args, path):
     assert "control character" in str(refused := _refused(args)) and refused.path == path
 
@@ -130,6 +138,7 @@ def test_a_schema_pattern_that_is_not_ecma_refuses_the_edit_instead_of_passing_i
 
 # --- the schema itself, as an outsider sends it (issue 41) -----------------------------------------
 
+
 def _nested_anyof(levels: int) -> dict:
     """The probe's 1.2 KB schema: each level anyOf two $refs to the next, 2**levels paths."""
     defs = {f"l{i}": {"anyOf": [{"$ref": f"#/$defs/l{i + 1}"}, {"$ref": f"#/$defs/l{i + 1}"}]} for i in range(levels)}
@@ -137,52 +146,70 @@ def _nested_anyof(levels: int) -> dict:
     return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/l0"}}}
 
 
-@pytest.mark.parametrize(("schema", "needle", "path"), [
-    ({"$ref": "#"}, "refers to itself in a loop through $ref", ""),
-    ({"properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"items": {"$ref": "#/$defs/b"}}}},
-     "loop through $ref", "$defs.b"),
-    ({"type": 5}, "not a valid JSON Schema", "type"),
-    ({"multipleOf": 0}, "0 is less than or equal to the minimum of 0", "multipleOf"),
-    ({"minimum": "x"}, "'x' is not of type 'number'", "minimum"),
-    ({"properties": {"a": {"$ref": "http://127.0.0.1:8697/schema"}}}, "the server fetches nothing", "properties.a.$ref"),
-    ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "points nowhere", "properties.a.$ref"),
-    ({"properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef is not taken", "properties.a.$dynamicRef"),
-    ({"properties": {"a": {"$id": "http://evil.example/a", "type": "string"}}}, "$id is taken at the schema's root only",
-     "properties.a.$id"),
-    ({"$schema": "http://json-schema.org/draft-04/schema#"}, "draft 2020-12, 2019-09, 7 or 6", "$schema"),
-    ({"properties": {"a": {"pattern": "(?=a)"}}}, "lookahead", "properties.a.pattern"),
-    ({"properties": {"a": {"pattern": "(a)\\1"}}}, "backreference", "properties.a.pattern"),
-    ({"patternProperties": {"(?<!x)y": {}}}, "lookahead and lookbehind", "patternProperties"),
-    ({"properties": {"a": {"pattern": "(?P<n>x)"}}}, "not an ECMA-262 regular expression", "properties.a.pattern"),
-    (_nested_anyof(16), "expands to more than 2,000 subschemas", ""),
-    ({"description": "x" * (SCHEMA_MAX_BYTES + 1)}, "the limit is 32,768", ""),
-    (functools.reduce(lambda inner, _: {"not": inner}, range(SCHEMA_MAX_DEPTH), {}), "nests deeper than 24", ""),
-    ("not an object", "must be a JSON object", ""),
-])
+@pytest.mark.parametrize(
+    ("schema", "needle", "path"),
+    [
+        ({"$ref": "#"}, "refers to itself in a loop through $ref", ""),
+        (
+            {"properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"items": {"$ref": "#/$defs/b"}}}},
+            "loop through $ref",
+            "$defs.b",
+        ),
+        ({"type": 5}, "not a valid JSON Schema", "type"),
+        ({"multipleOf": 0}, "0 is less than or equal to the minimum of 0", "multipleOf"),
+        ({"minimum": "x"}, "'x' is not of type 'number'", "minimum"),
+        ({"properties": {"a": {"$ref": "http://127.0.0.1:8697/schema"}}}, "the server fetches nothing", "properties.a.$ref"),
+        ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "points nowhere", "properties.a.$ref"),
+        ({"properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef is not taken", "properties.a.$dynamicRef"),
+        (
+            {"properties": {"a": {"$id": "http://evil.example/a", "type": "string"}}},
+            "$id is taken at the schema's root only",
+            "properties.a.$id",
+        ),
+        ({"$schema": "http://json-schema.org/draft-04/schema#"}, "draft 2020-12, 2019-09, 7 or 6", "$schema"),
+        ({"properties": {"a": {"pattern": "(?=a)"}}}, "lookahead", "properties.a.pattern"),
+        ({"properties": {"a": {"pattern": "(a)\\1"}}}, "backreference", "properties.a.pattern"),
+        ({"patternProperties": {"(?<!x)y": {}}}, "lookahead and lookbehind", "patternProperties"),
+        ({"properties": {"a": {"pattern": "(?P<n>x)"}}}, "not an ECMA-262 regular expression", "properties.a.pattern"),
+        (_nested_anyof(16), "expands to more than 2,000 subschemas", ""),
+        ({"description": "x" * (SCHEMA_MAX_BYTES + 1)}, "the limit is 32,768", ""),
+        (functools.reduce(lambda inner, _: {"not": inner}, range(SCHEMA_MAX_DEPTH), {}), "nests deeper than 24", ""),
+        ("not an object", "must be a JSON object", ""),
+    ],
+)
 def test_a_schema_the_server_will_not_run_is_refused_naming_where(schema, needle, path):
     with pytest.raises(SchemaInvalid) as refused:
         args_schema_check(schema=schema)
     assert needle in str(refused.value) and refused.value.path == path
 
 
-@pytest.mark.parametrize("schema", [
-    REFUND,
-    {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"a": {"type": "string"}},
-     "properties": {"x": {"$ref": "#/definitions/a"}}},
-    _nested_anyof(8),  # 256 paths: within the bound
-    {"properties": {"x": {"$ref": "#/$defs/a~1b"}}, "$defs": {"a/b": {"type": "string"}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        REFUND,
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"a": {"type": "string"}},
+            "properties": {"x": {"$ref": "#/definitions/a"}},
+        },
+        _nested_anyof(8),  # 256 paths: within the bound
+        {"properties": {"x": {"$ref": "#/$defs/a~1b"}}, "$defs": {"a/b": {"type": "string"}}},
+    ],
+)
 def test_schemas_a_tool_writes_pass(schema):
     args_schema_check(schema=schema)
 
 
-@pytest.mark.parametrize("schema", [
-    {"$ref": "#"},
-    {"type": "object", "properties": {"n": {"type": 5}}},
-    {"type": "object", "properties": {"n": {"multipleOf": 0}}},
-    {"type": "object", "properties": {"n": {"minimum": "x"}}},
-    {"type": "object", "$defs": {"n": {"$ref": "#/$defs/n"}}, "properties": {"n": {"$ref": "#/$defs/n"}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"type": "object", "properties": {"n": {"type": 5}}},
+        {"type": "object", "properties": {"n": {"multipleOf": 0}}},
+        {"type": "object", "properties": {"n": {"minimum": "x"}}},
+        {"type": "object", "$defs": {"n": {"$ref": "#/$defs/n"}}, "properties": {"n": {"$ref": "#/$defs/n"}}},
+    ],
+)
 def test_an_item_stored_with_such_a_schema_refuses_an_edit_saying_why_instead_of_crashing(schema):
     refused = _refused({"n": 2}, schema=schema, proposed={"n": 1})
     assert str(refused).startswith("this ask's args_schema cannot check an edit: ") and refused.path == ""

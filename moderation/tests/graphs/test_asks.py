@@ -73,11 +73,17 @@ def test_json_endpoint_takes_langchain_decisions(client, alice, make_asking_item
     client.force_login(alice)
     ask = item.asks.get().interrupt_id
     with django_capture_on_commit_callbacks(execute=True):
-        answer = client.post(f"/api/items/{item.public_id}/decision", {"ask": ask, "decisions": [EDIT_80]},
-                             content_type="application/json")
+        answer = client.post(
+            f"/api/items/{item.public_id}/decision", {"ask": ask, "decisions": [EDIT_80]}, content_type="application/json"
+        )
     assert answer.status_code == 200
     body = answer.json()
-    assert (body["outcome"], body["status"], body["ask"], body["what"]) == ("won", "edited", ask, "edited refund (amount 120 → 80)")
+    assert (body["outcome"], body["status"], body["ask"], body["what"]) == (
+        "won",
+        "edited",
+        ask,
+        "edited refund (amount 120 → 80)",
+    )
     assert graph_values(name="t_hitl", thread_id=item.thread_id)["answers"][0]["value"]["decisions"] == [EDIT_80]
 
 
@@ -171,7 +177,9 @@ def test_a_response_needs_a_message(alice, make_asking_item):
 
 
 @pytest.mark.django_db
-def test_two_parallel_asks_are_decided_separately_and_applied_together(alice, bob, make_asking_item, django_capture_on_commit_callbacks):
+def test_two_parallel_asks_are_decided_separately_and_applied_together(
+    alice, bob, make_asking_item, django_capture_on_commit_callbacks
+):
     item = make_asking_item("t_parallel")
     left, right = item.asks.order_by("position")
     assert [a.payload["action_requests"][0]["name"] for a in (left, right)] == ["refund", "notify"]
@@ -196,7 +204,9 @@ def test_two_parallel_asks_are_decided_separately_and_applied_together(alice, bo
 
 
 @pytest.mark.django_db
-def test_a_second_round_reopens_the_item_and_the_first_stays_decided(alice, bob, make_asking_item, django_capture_on_commit_callbacks):
+def test_a_second_round_reopens_the_item_and_the_first_stays_decided(
+    alice, bob, make_asking_item, django_capture_on_commit_callbacks
+):
     item = make_asking_item(graph_input=TWO_ROUNDS)
     [first] = item.asks.all()
     with django_capture_on_commit_callbacks(execute=True):
@@ -214,13 +224,19 @@ def test_a_second_round_reopens_the_item_and_the_first_stays_decided(alice, bob,
         assert item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject").won
     item.refresh_from_db()
     assert (item.status, item.decided_by) == (ItemStatus.REJECTED, bob)
-    assert item.applied_result == {"state": "finished", "summary": "", "errors": [],
-                                   "result": {"answers": 2, "types": ["approve", "reject"]}}
+    assert item.applied_result == {
+        "state": "finished",
+        "summary": "",
+        "errors": [],
+        "result": {"answers": 2, "types": ["approve", "reject"]},
+    }
     assert item_resumes(item) == 2 and item_forks(item) == 0
 
 
 @pytest.mark.django_db
-def test_a_graph_that_raises_after_the_decision_is_failed_not_resumed_again(alice, make_asking_item, django_capture_on_commit_callbacks):
+def test_a_graph_that_raises_after_the_decision_is_failed_not_resumed_again(
+    alice, make_asking_item, django_capture_on_commit_callbacks
+):
     item = make_asking_item("t_failing")
     with django_capture_on_commit_callbacks(execute=True):
         assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
@@ -298,7 +314,9 @@ def test_reviewers_racing_approve_edit_reject_on_one_ask_have_one_winner(make_mo
             assert outcome.won == (username == winner)
             # A loser is told what the winner decided, in words, for this ask.
             assert outcome.ask == ask.interrupt_id and outcome.what == DECISIONS[won.requested][2]
-        assert [a["value"]["decisions"] for a in graph_values(name="t_hitl", thread_id=item.thread_id)["answers"]] == [ask.decisions]
+        assert [a["value"]["decisions"] for a in graph_values(name="t_hitl", thread_id=item.thread_id)["answers"]] == [
+            ask.decisions
+        ]
         assert item_resumes(item) == 1 and item_forks(item) == 0
         assert DecisionAttempt.objects.filter(item=item).count() == reviewers
     assert len(kinds_won) >= 2, f"every race was won by the same decision type: {kinds_won}"
@@ -420,17 +438,25 @@ def test_negative_control_naive_processes_fork_an_asking_graph(make_moderator, m
 
 
 def _refund_spec(**args):
-    return AskSpec(kind="batched", actions=[{"name": "refund", "args": args, "description": ""},
-                                            {"name": "notify", "args": {"to": "ann"}, "description": ""}],
-                   configs=[{"action_name": "refund", "allowed_decisions": ["edit"]},
-                            {"action_name": "notify", "allowed_decisions": ["approve", "edit"]}])
+    return AskSpec(
+        kind="batched",
+        actions=[
+            {"name": "refund", "args": args, "description": ""},
+            {"name": "notify", "args": {"to": "ann"}, "description": ""},
+        ],
+        configs=[
+            {"action_name": "refund", "allowed_decisions": ["edit"]},
+            {"action_name": "notify", "allowed_decisions": ["approve", "edit"]},
+        ],
+    )
 
 
 def test_the_diff_names_each_argument_changed_added_or_removed_per_edit():
     spec = _refund_spec(order_id="A-1", amount=120, memo="late", notify=True)
     edited = {"order_id": "A-1", "amount": 80, "notify": 1, "currency": "EUR"}
-    [edit] = ask_edits_diff(spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}},
-                                                  {"type": "approve"}])
+    [edit] = ask_edits_diff(
+        spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}}, {"type": "approve"}]
+    )
     assert (edit.index, edit.action) == (0, "refund")
     assert edit.changes == (
         ArgChange(arg="amount", kind=ArgChangeKind.CHANGED, before=120, after=80),
@@ -438,16 +464,22 @@ def test_the_diff_names_each_argument_changed_added_or_removed_per_edit():
         ArgChange(arg="notify", kind=ArgChangeKind.CHANGED, before=True, after=1),  # JSON's true is not 1
         ArgChange(arg="currency", kind=ArgChangeKind.ADDED, after="EUR"),
     )
-    assert edit.as_payload() == {"index": 0, "action": "refund", "changes": [
-        {"arg": "amount", "change": "changed", "before": 120, "after": 80},
-        {"arg": "memo", "change": "removed", "before": "late", "after": None},
-        {"arg": "notify", "change": "changed", "before": True, "after": 1},
-        {"arg": "currency", "change": "added", "before": None, "after": "EUR"},
-    ]}
-    described = decisions_describe(spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}},
-                                                         {"type": "approve"}])
-    assert described == ("edited refund (amount 120 → 80, memo removed (was late), notify true → 1, currency added: EUR); "
-                         "approved notify")
+    assert edit.as_payload() == {
+        "index": 0,
+        "action": "refund",
+        "changes": [
+            {"arg": "amount", "change": "changed", "before": 120, "after": 80},
+            {"arg": "memo", "change": "removed", "before": "late", "after": None},
+            {"arg": "notify", "change": "changed", "before": True, "after": 1},
+            {"arg": "currency", "change": "added", "before": None, "after": "EUR"},
+        ],
+    }
+    described = decisions_describe(
+        spec=spec, decisions=[{"type": "edit", "edited_action": {"name": "refund", "args": edited}}, {"type": "approve"}]
+    )
+    assert described == (
+        "edited refund (amount 120 → 80, memo removed (was late), notify true → 1, currency added: EUR); approved notify"
+    )
 
 
 def test_an_edit_that_changes_nothing_has_an_empty_diff_and_other_decisions_none():
@@ -456,6 +488,8 @@ def test_an_edit_that_changes_nothing_has_an_empty_diff_and_other_decisions_none
     second = {"type": "edit", "edited_action": {"name": "notify", "args": {"to": "bob"}}}
     assert ask_edits_diff(spec=spec, decisions=[same, second]) == [
         ActionEdit(index=0, action="refund", changes=()),
-        ActionEdit(index=1, action="notify", changes=(ArgChange(arg="to", kind=ArgChangeKind.CHANGED, before="ann", after="bob"),)),
+        ActionEdit(
+            index=1, action="notify", changes=(ArgChange(arg="to", kind=ArgChangeKind.CHANGED, before="ann", after="bob"),)
+        ),
     ]
     assert ask_edits_diff(spec=spec, decisions=[{"type": "reject"}, {"type": "approve"}]) == []

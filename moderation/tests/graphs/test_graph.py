@@ -28,7 +28,9 @@ DECIDED_AT = "2026-01-01T00:00:00+00:00"
 
 def _start(title="Hello", body="Plain text", thread_id=None):
     thread_id = thread_id or f"test-{uuid.uuid4()}"
-    asks = graph_start(name=NAME, thread_id=thread_id, state={"item_id": "item-1", "title": title, "body": body, "source": "unit"}).asks
+    asks = graph_start(
+        name=NAME, thread_id=thread_id, state={"item_id": "item-1", "title": title, "body": body, "source": "unit"}
+    ).asks
     return thread_id, asks
 
 
@@ -146,6 +148,7 @@ def test_start_count_tells_a_second_start_from_a_resume():
 def _start_cut_before_its_interrupts(thread_id: str, state: dict, monkeypatch) -> None:
     """A start whose connection ends between its checkpoint and its interrupts (as ``pg_terminate_backend`` did in
     the 30-minute soak): the checkpoint saved, start-marked, and nothing it asks."""
+
     def cut(*args, **kwargs):
         raise psycopg.OperationalError("the connection ended between the checkpoint and its interrupts")
 

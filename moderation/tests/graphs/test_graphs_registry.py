@@ -53,8 +53,10 @@ def test_a_bad_dotted_path_stops_start_up_naming_the_graph(settings, path, words
 
 @pytest.mark.parametrize(
     ("graphs", "words"),
-    [({"t_hitl": TEST_GRAPHS["t_hitl"]}, "must register the built-in 'moderation'"),
-     ({**TEST_GRAPHS, "Bad-Name": TEST_GRAPHS["t_hitl"]}, "'Bad-Name' is not a valid graph name")],
+    [
+        ({"t_hitl": TEST_GRAPHS["t_hitl"]}, "must register the built-in 'moderation'"),
+        ({**TEST_GRAPHS, "Bad-Name": TEST_GRAPHS["t_hitl"]}, "'Bad-Name' is not a valid graph name"),
+    ],
 )
 def test_registry_without_the_built_in_graph_or_with_a_bad_name_is_refused(settings, graphs, words):
     settings.REVIEWQUEUE_GRAPHS = graphs
@@ -69,8 +71,14 @@ def _manage(*args: str, **env: str):
 
     from django.conf import settings as django_settings
 
-    return subprocess.run([sys.executable, *args], cwd=django_settings.BASE_DIR, capture_output=True, text=True,
-                          env={**os.environ, "DEBUG": "true", **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=django_settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DEBUG": "true", **env},
+        timeout=300,
+    )
 
 
 @pytest.mark.processes

@@ -52,7 +52,9 @@ def test_a_wrong_type_edit_is_the_tools_error_and_not_done():
 
 
 def test_an_approved_call_finishes_with_the_agents_answer_and_no_error():
-    applied = applied_result_build(state=AppliedState.FINISHED, values=_decided(build_refund_agent, {"decisions": [{"type": "approve"}]}))
+    applied = applied_result_build(
+        state=AppliedState.FINISHED, values=_decided(build_refund_agent, {"decisions": [{"type": "approve"}]})
+    )
 
     assert (applied["state"], applied["summary"], applied["errors"]) == ("finished", "Done: refunded 120 EUR for order A-17.", [])
     assert "decisions" not in applied
@@ -71,8 +73,11 @@ def test_a_rejected_call_is_the_reviewers_decision_not_an_error():
 
 def test_a_state_that_exposes_its_outcome_is_read_first():
     failed_tool = ToolMessage(content="boom", name="send_email", tool_call_id="c", status="error")
-    values = {"outcome": {"summary": "sent 2 of 3", "errors": [{"where": "mailer", "message": "bounced"}, "not an error"]},
-              "messages": [failed_tool, AIMessage(content="all good")], "result": {"status": "answered"}}
+    values = {
+        "outcome": {"summary": "sent 2 of 3", "errors": [{"where": "mailer", "message": "bounced"}, "not an error"]},
+        "messages": [failed_tool, AIMessage(content="all good")],
+        "result": {"status": "answered"},
+    }
 
     outcome = graph_outcome_read(values=values)
 
@@ -103,23 +108,42 @@ def test_asking_again_keeps_its_state_with_the_errors_so_far():
 
     applied = applied_result_build(state=AppliedState.ASKED_AGAIN, values=values, asks=1)
 
-    assert applied == {"state": "asked again", "summary": "", "asks": 1,
-                       "errors": [{"where": "tool refund_payment", "message": "timeout"}]}
+    assert applied == {
+        "state": "asked again",
+        "summary": "",
+        "asks": 1,
+        "errors": [{"where": "tool refund_payment", "message": "timeout"}],
+    }
 
 
-HITL = {"action_requests": [{"name": "refund", "args": {"amount": 5}, "description": "Refund?"}],
-        "review_configs": [{"action_name": "refund", "allowed_decisions": ["approve", "reject"]}]}
+HITL = {
+    "action_requests": [{"name": "refund", "args": {"amount": 5}, "description": "Refund?"}],
+    "review_configs": [{"action_name": "refund", "allowed_decisions": ["approve", "reject"]}],
+}
 META = {"reviewer": "alice", "decided_at": "2026-01-01T00:00:00+00:00", "note": "ok"}
 
 
-@pytest.mark.parametrize(("answer", "decisions", "summary"), [
-    ({"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}], **META},
-     {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}]}, "returned to the agent: approved, rejected"),
-    ({"decisions": [{"type": "reject"}], **META, "withdrawn": True}, {"decisions": [{"type": "reject"}]},
-     "withdrawn by its submitter; the agent gets a rejection"),
-    ({"type": "respond", "message": "use the spare"}, {"type": "respond", "message": "use the spare"}, "returned to the agent: answered"),
-    ("yes", "yes", "returned to the agent"),
-])
+@pytest.mark.parametrize(
+    ("answer", "decisions", "summary"),
+    [
+        (
+            {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}], **META},
+            {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}]},
+            "returned to the agent: approved, rejected",
+        ),
+        (
+            {"decisions": [{"type": "reject"}], **META, "withdrawn": True},
+            {"decisions": [{"type": "reject"}]},
+            "withdrawn by its submitter; the agent gets a rejection",
+        ),
+        (
+            {"type": "respond", "message": "use the spare"},
+            {"type": "respond", "message": "use the spare"},
+            "returned to the agent: answered",
+        ),
+        ("yes", "yes", "returned to the agent"),
+    ],
+)
 def test_the_pass_through_outcome_is_the_decisions_the_agent_resumes_with(answer, decisions, summary):
     values = _decided(passthrough.build, answer, start={"ask": HITL, "item_id": "i", "title": "t", "body": "b", "source": "s"})
 

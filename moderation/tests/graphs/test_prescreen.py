@@ -54,8 +54,32 @@ def test_addresses_match_as_the_old_pattern_did(body):
 _OLD_LINK_RE = re.compile(r"\b(?:https?://|www\.)\S+", re.IGNORECASE)
 _OLD_EMAIL_RE = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.]+\b")
 _pieces = st.sampled_from(
-    ["a", "Z", "é", "Ω", "ω", "中", "_", "1", "²", ".", "+", "-", "@", " ", "\n", "!", "/", ":", "http://", "www.",
-     "HTTPS://", "com", "BUY NOW", "scam"]
+    [
+        "a",
+        "Z",
+        "é",
+        "Ω",
+        "ω",
+        "中",
+        "_",
+        "1",
+        "²",
+        ".",
+        "+",
+        "-",
+        "@",
+        " ",
+        "\n",
+        "!",
+        "/",
+        ":",
+        "http://",
+        "www.",
+        "HTTPS://",
+        "com",
+        "BUY NOW",
+        "scam",
+    ]
 )
 
 
@@ -116,8 +140,10 @@ def test_adversarial_bodies_are_screened_in_linear_time(shape):
         if before is not None:
             smaller, smaller_took = before
             limit = GROWTH_SLACK * size / smaller * max(smaller_took, FLOOR_S)
-            assert took < limit, (f"{shape}: {size:,} characters took {took * 1000:.1f} ms, "
-                                  f"{smaller:,} took {smaller_took * 1000:.2f} ms: more than linear")
+            assert took < limit, (
+                f"{shape}: {size:,} characters took {took * 1000:.1f} ms, "
+                f"{smaller:,} took {smaller_took * 1000:.2f} ms: more than linear"
+            )
         before = size, took
 
 

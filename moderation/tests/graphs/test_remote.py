@@ -63,10 +63,16 @@ def stub():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("host, kind", [
-    ("127.0.0.1", "a loopback address"), ("localhost", "a loopback address"), ("169.254.169.254", "a link-local address"),
-    ("10.1.2.3", "a private address"), ("[::ffff:127.0.0.1]", "a loopback address"),
-])
+@pytest.mark.parametrize(
+    "host, kind",
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("localhost", "a loopback address"),
+        ("169.254.169.254", "a link-local address"),
+        ("10.1.2.3", "a private address"),
+        ("[::ffff:127.0.0.1]", "a loopback address"),
+    ],
+)
 def test_registering_a_deployment_at_an_internal_address_is_refused_and_reaches_nothing(stub, settings, host, kind):
     settings.DEPLOYMENT_ALLOWED_NETWORKS = []
     with pytest.raises(DeploymentInvalid) as refused:
@@ -78,16 +84,18 @@ def test_registering_a_deployment_at_an_internal_address_is_refused_and_reaches_
 @pytest.mark.django_db
 def test_an_allowed_network_is_reached_the_control(stub, settings):
     settings.DEPLOYMENT_ALLOWED_NETWORKS = [ip_network("127.0.0.0/8")]
-    deployment, _ = deployment_register(name="agents", url=f"http://127.0.0.1:{stub.port}", api_key="",
-                                        routes=[GraphRoute(graph="hitl")])
+    deployment, _ = deployment_register(
+        name="agents", url=f"http://127.0.0.1:{stub.port}", api_key="", routes=[GraphRoute(graph="hitl")]
+    )
     assert deployment.graphs["hitl"]["match"] == "graph_id" and stub.requests[0].startswith("POST /assistants/search")
 
 
 @pytest.mark.django_db
 def test_every_call_is_checked_a_deployment_no_longer_allowed_is_refused_by_the_sweep(stub, settings):
     settings.DEPLOYMENT_ALLOWED_NETWORKS = [ip_network("127.0.0.1/32")]
-    deployment, _ = deployment_register(name="agents", url=f"http://127.0.0.1:{stub.port}", api_key="",
-                                        routes=[GraphRoute(graph="hitl")])
+    deployment, _ = deployment_register(
+        name="agents", url=f"http://127.0.0.1:{stub.port}", api_key="", routes=[GraphRoute(graph="hitl")]
+    )
     stub.requests.clear()
     settings.DEPLOYMENT_ALLOWED_NETWORKS = []
     assert deployments_sweep() == 0
@@ -111,7 +119,9 @@ def _dns(monkeypatch, answers: list[str]) -> list[str]:
 
 
 def test_a_name_rebound_to_an_internal_address_is_refused_and_an_allowed_one_connected_to_as_checked(
-    stub, settings, monkeypatch,
+    stub,
+    settings,
+    monkeypatch,
 ):
     settings.DEPLOYMENT_ALLOWED_NETWORKS = [ip_network("127.0.0.1/32")]
     lookups = _dns(monkeypatch, ["127.0.0.1", "10.9.9.9"])

@@ -35,11 +35,13 @@ def _run(**env: str) -> subprocess.CompletedProcess[str]:
     dropped = {"DEBUG", "SECRET_KEY", "AUDIT_KEY", "ALLOWED_HOSTS", "REVIEWQUEUE_LAB", "REVIEWQUEUE_FAULTS"}
     full_env = {k: v for k, v in os.environ.items() if k not in dropped}
     full_env.update(
-        DJANGO_SETTINGS_MODULE="reviewqueue.settings", SECRET_KEY=secrets.token_urlsafe(50),
-        AUDIT_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="testserver", **env,
+        DJANGO_SETTINGS_MODULE="reviewqueue.settings",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        AUDIT_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="testserver",
+        **env,
     )
-    return subprocess.run([sys.executable, "-c", PROBE], cwd=BASE_DIR, env=full_env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", PROBE], cwd=BASE_DIR, env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def test_with_debug_off_and_no_opt_in_there_is_no_lab_page_and_no_racelab_command():

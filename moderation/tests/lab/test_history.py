@@ -150,7 +150,10 @@ def test_http_answers_read_as_the_reviewer_reads_them():
     for status, body in answers:
         recorder.complete_from_http(recorder.invoke(reviewer="r", item="i1", decision="approve"), status=status, body=body)
     assert [(op.completion, op.told_winner) for op in recorder.ops] == [
-        ("ok", "alice"), ("fail", "alice"), ("unknown", None), ("unknown", None)
+        ("ok", "alice"),
+        ("fail", "alice"),
+        ("unknown", None),
+        ("unknown", None),
     ]
 
 

@@ -23,11 +23,30 @@ from moderation.review.decisions import item_decide
 from moderation.review.items import item_create
 
 RESULT_KEYS = {
-    "strategy", "mode", "trials", "reviewers", "lost_decisions", "false_successes", "double_resumes",
-    "double_resolutions", "votes_lost", "deadline_wins", "errors", "p50_ms", "p99_ms", "decisions_per_s",
+    "strategy",
+    "mode",
+    "trials",
+    "reviewers",
+    "lost_decisions",
+    "false_successes",
+    "double_resumes",
+    "double_resolutions",
+    "votes_lost",
+    "deadline_wins",
+    "errors",
+    "p50_ms",
+    "p99_ms",
+    "decisions_per_s",
 }
-ANOMALY_KEYS = ("lost_decisions", "false_successes", "double_resumes", "double_resolutions", "votes_lost",
-                "misinformed_losers", "errors")
+ANOMALY_KEYS = (
+    "lost_decisions",
+    "false_successes",
+    "double_resumes",
+    "double_resolutions",
+    "votes_lost",
+    "misinformed_losers",
+    "errors",
+)
 SLOW_KEYS = {"strategy", "hold_s", "others", "baseline_p50_ms", "during_p50_ms", "waited_ms", "errors"}
 HOLD_S = 1.0  # the lab's default: long beside a decision even on a busy machine, and the waits below are judged against it
 
@@ -56,9 +75,24 @@ def test_lab_shows_the_race_losing_decisions_and_the_guard_holding(make_item):
     lookalike = get_user_model().objects.create_user("lab-reviewer-99", password="a-real-password-1")
 
     report, stderr = _racelab_json(
-        "--trials", "3", "--reviewers", "2", "--hold", str(HOLD_S), "--seed", "7",
-        "--strategy", "naive", "--strategy", "global-lock", "--strategy", "item-lock", "--strategy", "row-lock",
-        "--strategy", "guarded",
+        "--trials",
+        "3",
+        "--reviewers",
+        "2",
+        "--hold",
+        str(HOLD_S),
+        "--seed",
+        "7",
+        "--strategy",
+        "naive",
+        "--strategy",
+        "global-lock",
+        "--strategy",
+        "item-lock",
+        "--strategy",
+        "row-lock",
+        "--strategy",
+        "guarded",
     )
 
     assert stderr == "", "--json turns the progress bar off"
@@ -116,12 +150,35 @@ def test_quorum_votes_and_the_deadline_race_the_guard_holds_and_a_naive_tally_lo
     naive tally (read the votes, add one, write them all back) loses votes and resolves
     twice on the same items."""
     report, _ = _racelab_json(
-        "--strategy", "naive-tally", "--strategy", "guarded", "--mode", "threads", "--trials", "4", "--reviewers", "4",
-        "--policy", "quorum:2", "--policy", "veto", "--deadline", "1s", "--hold", "0.05", "--seed", "3",
+        "--strategy",
+        "naive-tally",
+        "--strategy",
+        "guarded",
+        "--mode",
+        "threads",
+        "--trials",
+        "4",
+        "--reviewers",
+        "4",
+        "--policy",
+        "quorum:2",
+        "--policy",
+        "veto",
+        "--deadline",
+        "1s",
+        "--hold",
+        "0.05",
+        "--seed",
+        "3",
     )
 
-    assert report["config"]["policy"] == {"approvals": 2, "majority": False, "veto": True, "deadline_seconds": 1,
-                                          "on_deadline": "reject"}
+    assert report["config"]["policy"] == {
+        "approvals": 2,
+        "majority": False,
+        "veto": True,
+        "deadline_seconds": 1,
+        "on_deadline": "reject",
+    }
     cells = {r["strategy"]: r for r in report["results"]}
     guarded, naive = cells["guarded"], cells["naive-tally"]
     assert {key: guarded[key] for key in ANOMALY_KEYS} == dict.fromkeys(ANOMALY_KEYS, 0), guarded
@@ -177,7 +234,7 @@ def test_a_lab_run_leaves_every_other_row_as_it_was(make_item, make_moderator, m
     ledger_after = list(AuditLedgerEntry.objects.values())
     assert ledger_after[: len(ledger_before)] == ledger_before  # appended to, never changed
     real = set(QueueItem.objects.values_list("public_id", flat=True))
-    assert ledger_after[len(ledger_before):] and all(e["item_public_id"] not in real for e in ledger_after[len(ledger_before):])
+    assert ledger_after[len(ledger_before) :] and all(e["item_public_id"] not in real for e in ledger_after[len(ledger_before) :])
     assert not get_user_model().objects.get(pk=viewer.pk).has_perm("moderation.decide_item")
     assert not LabAccount.objects.exists() and not QueueItem.objects.filter(is_lab=True).exists()
 
@@ -193,8 +250,21 @@ def test_table_output_progress_bar_and_png_chart(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     chart = tmp_path / "lab.png"
     call_command(
-        "racelab", "--strategy", "row-lock", "--mode", "threads", "--trials", "2", "--reviewers", "2",
-        "--hold", "0.05", "--chart", str(chart), stdout=out, stderr=err,
+        "racelab",
+        "--strategy",
+        "row-lock",
+        "--mode",
+        "threads",
+        "--trials",
+        "2",
+        "--reviewers",
+        "2",
+        "--hold",
+        "0.05",
+        "--chart",
+        str(chart),
+        stdout=out,
+        stderr=err,
     )
     text = out.getvalue()
     assert "lost  false ok  2x resume" in text
@@ -277,7 +347,8 @@ def test_lab_page_is_for_staff_and_shows_the_latest_run(client, make_moderator):
 @pytest.mark.django_db(transaction=True)
 def test_page_starts_one_background_run_and_reports_its_progress(client, make_moderator, monkeypatch):
     monkeypatch.setattr(
-        store, "PAGE_RUN_ARGS",
+        store,
+        "PAGE_RUN_ARGS",
         ["--strategy", "guarded", "--mode", "threads", "--trials", "1", "--reviewers", "2", "--hold", "0.05"],
     )
     staff = make_moderator()

@@ -25,8 +25,10 @@ def _facts() -> SoakFacts:
     """What a clean run looks like: a plain item won by alice, a quorum item approved by two votes."""
     history = HistoryRecorder()
     for reviewer, item, decision, completion, told, voted in (
-        ("alice", "i1", "approve", "ok", "alice", False), ("bob", "i1", "reject", "fail", "alice", False),
-        ("carol", "q1", "approve", "ok", None, True), ("alice", "q1", "approve", "ok", "alice", False),
+        ("alice", "i1", "approve", "ok", "alice", False),
+        ("bob", "i1", "reject", "fail", "alice", False),
+        ("carol", "q1", "approve", "ok", None, True),
+        ("alice", "q1", "approve", "ok", "alice", False),
     ):
         op = history.invoke(reviewer=reviewer, item=item, decision=decision)
         history.complete(op, completion=completion, told_winner=told)
@@ -35,10 +37,17 @@ def _facts() -> SoakFacts:
         ops=history.ops,
         final={
             "i1": FinalItem(winner="alice", winning_attempts=1, resumes=1, decision="approve"),
-            "q1": FinalItem(winner="alice", winning_attempts=1, resumes=1, decision="approve",
-                            votes={"carol": "approve", "alice": "approve"}, tally={"carol": "approve", "alice": "approve"}),
+            "q1": FinalItem(
+                winner="alice",
+                winning_attempts=1,
+                resumes=1,
+                decision="approve",
+                votes={"carol": "approve", "alice": "approve"},
+                tally={"carol": "approve", "alice": "approve"},
+            ),
         },
-        accepted={"soak-1": "i1", "soak-2": "q1"}, rows_by_key={"soak-1": ["i1"], "soak-2": ["q1"]},
+        accepted={"soak-1": "i1", "soak-2": "q1"},
+        rows_by_key={"soak-1": ["i1"], "soak-2": ["q1"]},
         resent={"soak-4": 201},  # refused during the run, accepted once everything was healed
         deliveries=[
             Delivery(item="i1", endpoint="steady", status="delivered", msg_id="m1", received=True),
@@ -117,13 +126,26 @@ def _audit_broken(facts):
     facts.audit_status, facts.audit_output = 1, "attempt 7: entry hash mismatch"
 
 
-@pytest.mark.parametrize(("corrupt", "check"), [
-    (_lost_decision, "history"), (_double_resume, "history"), (_lost_vote, "history"),
-    (_submit_lost, "submits"), (_submit_twice, "submits"), (_submit_stuck, "submits"),
-    (_webhook_missing, "webhooks"), (_webhook_delivered_unseen, "webhooks"), (_webhook_failed_early, "webhooks"),
-    (_webhook_pending, "webhooks"), (_counter_drift, "counters"), (_ghost_presence, "presence"),
-    (_leaked_group, "groups"), (_memory_grown, "memory"), (_audit_broken, "audit"),
-])
+@pytest.mark.parametrize(
+    ("corrupt", "check"),
+    [
+        (_lost_decision, "history"),
+        (_double_resume, "history"),
+        (_lost_vote, "history"),
+        (_submit_lost, "submits"),
+        (_submit_twice, "submits"),
+        (_submit_stuck, "submits"),
+        (_webhook_missing, "webhooks"),
+        (_webhook_delivered_unseen, "webhooks"),
+        (_webhook_failed_early, "webhooks"),
+        (_webhook_pending, "webhooks"),
+        (_counter_drift, "counters"),
+        (_ghost_presence, "presence"),
+        (_leaked_group, "groups"),
+        (_memory_grown, "memory"),
+        (_audit_broken, "audit"),
+    ],
+)
 def test_each_broken_promise_is_found_by_its_check_alone(corrupt, check):
     facts = _facts()
     corrupt(facts)
@@ -134,7 +156,8 @@ def test_the_history_findings_name_the_anomaly():
     facts = _facts()
     _lost_vote(facts)
     assert [str(f) for f in soak_judge(facts)] == [
-        "[history] q1: vote_lost: carol was told their approve vote counted; the final votes say None"]
+        "[history] q1: vote_lost: carol was told their approve vote counted; the final votes say None"
+    ]
 
 
 def test_p99_is_the_value_below_which_99_percent_fall():
@@ -144,8 +167,10 @@ def test_p99_is_the_value_below_which_99_percent_fall():
 
 
 def test_the_report_splits_requests_by_phase_and_times_each_recovery(tmp_path):
-    faults = [Fault(kind="redis_pause", target="redis", start=100.0, end=110.0),
-              Fault(kind="kill_server", target="server1", start=200.0, end=230.0)]
+    faults = [
+        Fault(kind="redis_pause", target="redis", start=100.0, end=110.0),
+        Fault(kind="kill_server", target="server1", start=200.0, end=230.0),
+    ]
     requests = [
         Request(at=10.0, latency=0.05, kind="decide", status=200),
         Request(at=20.0, latency=0.07, kind="decide", status=409),
@@ -156,10 +181,17 @@ def test_the_report_splits_requests_by_phase_and_times_each_recovery(tmp_path):
         Request(at=150.0, latency=0.05, kind="decide", status=200),
         Request(at=210.0, latency=0.1, kind="cancel", status=200),
     ]
-    report = soak_report(requests=requests, faults=faults, applied=[(10.0, 10.2), (20.0, 20.4), (105.0, 140.0)],
-                         config={"began": 0.0}, findings=[])
-    assert report["phases"][QUIET] == {"requests": 5, "answered": 4, "failed": 1, "failures": {"503": 1},
-                                       "availability": 0.8, "p99_ms": 70.0}
+    report = soak_report(
+        requests=requests, faults=faults, applied=[(10.0, 10.2), (20.0, 20.4), (105.0, 140.0)], config={"began": 0.0}, findings=[]
+    )
+    assert report["phases"][QUIET] == {
+        "requests": 5,
+        "answered": 4,
+        "failed": 1,
+        "failures": {"503": 1},
+        "availability": 0.8,
+        "p99_ms": 70.0,
+    }
     assert report["phases"]["redis_pause"]["failures"] == {"timeout": 1}
     assert report["phases"]["kill_server"]["availability"] == 1.0
     assert [f["recovery_s"] for f in report["faults"]] == [3.5, 0.0]

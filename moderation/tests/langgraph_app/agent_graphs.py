@@ -22,11 +22,14 @@ class HitlState(TypedDict, total=False):
 
 
 def _propose(state: HitlState) -> dict[str, Any]:
-    answer = interrupt({
-        "action_requests": [{"name": "send_email", "args": {"to": state.get("to", "a@example.com")},
-                             "description": "Send the weekly report"}],
-        "review_configs": [{"action_name": "send_email", "allowed_decisions": ["approve", "edit", "reject"]}],
-    })
+    answer = interrupt(
+        {
+            "action_requests": [
+                {"name": "send_email", "args": {"to": state.get("to", "a@example.com")}, "description": "Send the weekly report"}
+            ],
+            "review_configs": [{"action_name": "send_email", "allowed_decisions": ["approve", "edit", "reject"]}],
+        }
+    )
     return {"outcome": answer}
 
 
@@ -41,6 +44,7 @@ class FanoutState(TypedDict, total=False):
 def _ask(topic: str):
     def node(state: FanoutState) -> dict[str, Any]:
         return {"answers": [{topic: interrupt({"question": f"Publish the {topic} post?"})}]}
+
     return node
 
 
@@ -50,8 +54,12 @@ def _confirm(state: FanoutState) -> dict[str, Any]:
 
 fanout = (
     StateGraph(FanoutState)
-    .add_node("news", _ask("news")).add_node("sports", _ask("sports")).add_node("confirm", _confirm)
-    .add_edge(START, "news").add_edge(START, "sports")
-    .add_edge(["news", "sports"], "confirm").add_edge("confirm", END)
+    .add_node("news", _ask("news"))
+    .add_node("sports", _ask("sports"))
+    .add_node("confirm", _confirm)
+    .add_edge(START, "news")
+    .add_edge(START, "sports")
+    .add_edge(["news", "sports"], "confirm")
+    .add_edge("confirm", END)
     .compile()
 )

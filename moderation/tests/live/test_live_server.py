@@ -55,8 +55,9 @@ def site(request, tmp_path_factory):
         LiveServer(tmp_path_factory.mktemp(f"live-{request.param}"), database_url=first.database_url, extra_env=env)
         for _ in range(processes - 1)
     ]
-    site = Site(servers=servers, items=first.seed(users=["alice", "bob"], password=PASSWORD, sessions=False, items=6,
-                                                  prefix="Live").items)
+    site = Site(
+        servers=servers, items=first.seed(users=["alice", "bob"], password=PASSWORD, sessions=False, items=6, prefix="Live").items
+    )
     try:
         for server in servers:
             server.start()
@@ -74,10 +75,15 @@ class Browser(FormSession):
 
     async def watch(self, host: str, item: str) -> Tab:
         """An item page's socket, past its state frame; no client pings, so it really idles."""
-        tab = Tab(await connect(
-            f"ws://{host}/ws/items/{item}/", origin=f"http://{host}", ping_interval=None, open_timeout=30,
-            additional_headers={"Cookie": f"sessionid={self.cookie('sessionid')}"},
-        ))
+        tab = Tab(
+            await connect(
+                f"ws://{host}/ws/items/{item}/",
+                origin=f"http://{host}",
+                ping_interval=None,
+                open_timeout=30,
+                additional_headers={"Cookie": f"sessionid={self.cookie('sessionid')}"},
+            )
+        )
         assert (await tab.frame("state", item))["item"]["status"] == "pending"
         return tab
 

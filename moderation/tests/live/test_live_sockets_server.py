@@ -47,8 +47,14 @@ async def _tab(server: LiveServer, reviewer: Reviewer, item: str, *, rcvbuf: int
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
     ws = await connect(
-        _ws_url(server, item), origin=f"http://127.0.0.1:{server.port}", additional_headers=reviewer.ws_headers(),
-        open_timeout=30, ping_interval=None, max_queue=None if sock is None else 1, close_timeout=2, sock=sock,
+        _ws_url(server, item),
+        origin=f"http://127.0.0.1:{server.port}",
+        additional_headers=reviewer.ws_headers(),
+        open_timeout=30,
+        ping_interval=None,
+        max_queue=None if sock is None else 1,
+        close_timeout=2,
+        sock=sock,
     )
     assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "state"
     return ws
@@ -115,8 +121,11 @@ async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
             assert sum(await asyncio.gather(*churning)) > 0
 
         live, rows = await asyncio.to_thread(
-            progress_wait, lambda: (_live(server, alice), _presence_rows(server)),
-            done=lambda seen: seen == ({"sockets": 0, "group_memberships": 0}, 0), stall=30, poll=0.2,
+            progress_wait,
+            lambda: (_live(server, alice), _presence_rows(server)),
+            done=lambda seen: seen == ({"sockets": 0, "group_memberships": 0}, 0),
+            stall=30,
+            poll=0.2,
         )
         log = server.log_path.read_text(errors="replace")
         assert "Exception inside application" not in log, server.log_tail(80)
@@ -214,14 +223,20 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
 
         flood_seconds = 6.0
         flood = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _FLOOD, _ws_url(server, flooded), f"http://127.0.0.1:{server.port}", alice.cookie,
-            str(flood_seconds), "3", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            _FLOOD,
+            _ws_url(server, flooded),
+            f"http://127.0.0.1:{server.port}",
+            alice.cookie,
+            str(flood_seconds),
+            "3",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         await asyncio.sleep(0.5)  # the flood is under way
         rss_during = [_rss_mib(pid)]
-        working = asyncio.create_task(
-            asyncio.to_thread(_bob_works, server, bob, items, time.monotonic() + flood_seconds - 1)
-        )
+        working = asyncio.create_task(asyncio.to_thread(_bob_works, server, bob, items, time.monotonic() + flood_seconds - 1))
         while not working.done():
             await asyncio.sleep(0.25)
             rss_during.append(_rss_mib(pid))
@@ -236,7 +251,8 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
         live = await asyncio.to_thread(_live, server, alice)
 
         report = {
-            "flood": {k: flooding[k] for k in ("frames", "opened")}, "close codes": sorted(set(flooding["codes"])),
+            "flood": {k: flooding[k] for k in ("frames", "opened")},
+            "close codes": sorted(set(flooding["codes"])),
             "longest socket life s": max(flooding["lifetimes"]),
             "page p50 ms before/during/after": [_p50_ms(s) for s in (before_pages, during_pages, after_pages)],
             "decision p50 ms before/during/after": [_p50_ms(s) for s in (before_decisions, during_decisions, after_decisions)],
@@ -273,8 +289,11 @@ async def test_the_socket_cap_holds_across_two_server_processes(tmp_path):
         item = seeded.items[0]
         tabs = [await _tab(first, alice, item), await _tab(first, alice, item)]
         refused = await connect(
-            _ws_url(second, item), origin=f"http://127.0.0.1:{second.port}", additional_headers=alice.ws_headers(),
-            open_timeout=30, ping_interval=None,
+            _ws_url(second, item),
+            origin=f"http://127.0.0.1:{second.port}",
+            additional_headers=alice.ws_headers(),
+            open_timeout=30,
+            ping_interval=None,
         )
         reply = json.loads(await asyncio.wait_for(refused.recv(), 30))
         assert (reply["type"], reply["error"]) == ("error", "too_many_sockets"), reply
@@ -306,8 +325,11 @@ async def _frame_of(ws, kind: str) -> dict:
 
 async def _refused(server: LiveServer, reviewer: Reviewer, item: str) -> bool:
     ws = await connect(
-        _ws_url(server, item), origin=f"http://127.0.0.1:{server.port}", additional_headers=reviewer.ws_headers(),
-        open_timeout=30, ping_interval=None,
+        _ws_url(server, item),
+        origin=f"http://127.0.0.1:{server.port}",
+        additional_headers=reviewer.ws_headers(),
+        open_timeout=30,
+        ping_interval=None,
     )
     frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
     await asyncio.wait_for(ws.wait_closed(), 30)

@@ -56,7 +56,9 @@ def test_a_silent_viewer_expires_and_a_heartbeat_keeps_one(alice, bob, make_item
 def test_joining_purges_expired_rows(alice, bob, make_item):
     item = make_item()
     presence_join(
-        user_id=alice.pk, item_public_id=_public_id(item), channel_name="dead-tab",
+        user_id=alice.pk,
+        item_public_id=_public_id(item),
+        channel_name="dead-tab",
         now=timezone.now() - presence_ttl() - timedelta(seconds=1),
     )
     presence_join(user_id=bob.pk, item_public_id=_public_id(item), channel_name="new-tab")
@@ -67,7 +69,9 @@ def test_joining_purges_expired_rows(alice, bob, make_item):
 def test_heartbeat_after_expiry_rejoins(alice, make_item):
     item = make_item()
     presence_join(
-        user_id=alice.pk, item_public_id=_public_id(item), channel_name="tab",
+        user_id=alice.pk,
+        item_public_id=_public_id(item),
+        channel_name="tab",
         now=timezone.now() - presence_ttl() - timedelta(seconds=1),
     )
     presence_touch(user_id=alice.pk, item_public_id=_public_id(item), channel_name="tab")

@@ -187,8 +187,11 @@ async def test_a_change_made_in_another_process_closes_the_socket_through_the_la
         for name in ("alice", "bob"):
             reviewer = Reviewer(server, name, seeded.sessions[name])
             tabs[name] = await connect(
-                f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
-                additional_headers=reviewer.ws_headers(), open_timeout=10, ping_interval=None,
+                f"ws://127.0.0.1:{server.port}/ws/queue/",
+                origin=f"http://127.0.0.1:{server.port}",
+                additional_headers=reviewer.ws_headers(),
+                open_timeout=10,
+                ping_interval=None,
             )
             assert json.loads(await asyncio.wait_for(tabs[name].recv(), 10))["type"] == "state"
         await asyncio.to_thread(server.manage, "moderator_add", "alice", "--remove")
@@ -295,8 +298,10 @@ async def test_a_team_removal_in_another_process_ends_the_socket_through_the_lay
         tabs = {}
         for name in ("alice", "bob"):
             tabs[name] = await connect(
-                f"ws://127.0.0.1:{server.port}/ws/queue/", origin=f"http://127.0.0.1:{server.port}",
-                additional_headers=Reviewer(server, name, seeded.sessions[name]).ws_headers(), open_timeout=10,
+                f"ws://127.0.0.1:{server.port}/ws/queue/",
+                origin=f"http://127.0.0.1:{server.port}",
+                additional_headers=Reviewer(server, name, seeded.sessions[name]).ws_headers(),
+                open_timeout=10,
                 ping_interval=None,
             )
             assert json.loads(await asyncio.wait_for(tabs[name].recv(), 10))["type"] == "state"
@@ -307,8 +312,9 @@ async def test_a_team_removal_in_another_process_ends_the_socket_through_the_lay
                 frames.append(json.loads(await asyncio.wait_for(tabs["alice"].recv(), 10)))
         assert tabs["alice"].close_code == CLOSE_UNAUTHENTICATED
         assert frames == [{"type": "session.ended", "message": LOST_TEAM_MESSAGE}]
-        await asyncio.to_thread(server.manage, "item_add", "--title", "Refund for the CEO", "--body", "Order 1234.",
-                                "--team", "payments")
+        await asyncio.to_thread(
+            server.manage, "item_add", "--title", "Refund for the CEO", "--body", "Order 1234.", "--team", "payments"
+        )
         created = json.loads(await asyncio.wait_for(tabs["bob"].recv(), 10))
         assert (created["type"], created["title"]) == ("item.created", "Refund for the CEO")
         await tabs["bob"].close()

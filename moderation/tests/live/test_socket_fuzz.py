@@ -35,11 +35,32 @@ json_values = st.recursive(
 )
 # Real frame types, near misses, and the names of the consumer's server-side handlers.
 frame_types = st.one_of(
-    st.sampled_from([
-        "heartbeat", "Heartbeat", "heartbeat ", " heartbeat", "HEARTBEAT", "", "decide", "decision", "state",
-        "error", "relay", "connect", "disconnect", "receive", "session.ended", "session_ended", "item.decided",
-        "item_decided", "decision.lost", "presence.changed", "websocket.close", "websocket.disconnect",
-    ]),
+    st.sampled_from(
+        [
+            "heartbeat",
+            "Heartbeat",
+            "heartbeat ",
+            " heartbeat",
+            "HEARTBEAT",
+            "",
+            "decide",
+            "decision",
+            "state",
+            "error",
+            "relay",
+            "connect",
+            "disconnect",
+            "receive",
+            "session.ended",
+            "session_ended",
+            "item.decided",
+            "item_decided",
+            "decision.lost",
+            "presence.changed",
+            "websocket.close",
+            "websocket.disconnect",
+        ]
+    ),
     json_values,
 )
 object_frames = st.builds(
@@ -47,12 +68,30 @@ object_frames = st.builds(
     st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     frame_types,
 )
-edge_texts = st.sampled_from([
-    "", " ", "null", "[]", "{}", '"heartbeat"', '{"type": "heartbeat"', '{"type": "heartbeat"}}',
-    '{"type": "decide", "type": "heartbeat"}', '{"type": "heartbeat", "type": "decide"}', "\ufeff{}", "NaN",
-    '{"type": NaN}', "1e999", "[" * 200 + "]" * 200, '{"type": "heartbeat", "item": "../../admin"}',
-    "[" * 3000, '{"a":' * 1500, "[" * 100_000 + "]" * 100_000, " " * 5000 + '{"type": "heartbeat"}',
-])
+edge_texts = st.sampled_from(
+    [
+        "",
+        " ",
+        "null",
+        "[]",
+        "{}",
+        '"heartbeat"',
+        '{"type": "heartbeat"',
+        '{"type": "heartbeat"}}',
+        '{"type": "decide", "type": "heartbeat"}',
+        '{"type": "heartbeat", "type": "decide"}',
+        "\ufeff{}",
+        "NaN",
+        '{"type": NaN}',
+        "1e999",
+        "[" * 200 + "]" * 200,
+        '{"type": "heartbeat", "item": "../../admin"}',
+        "[" * 3000,
+        '{"a":' * 1500,
+        "[" * 100_000 + "]" * 100_000,
+        " " * 5000 + '{"type": "heartbeat"}',
+    ]
+)
 text_frames = st.one_of(json_values.map(json.dumps), object_frames, st.text(max_size=300), edge_texts)
 frames = st.one_of(
     text_frames.map(lambda text: {"text_data": text}),
@@ -78,9 +117,11 @@ def _expected(frame: dict) -> str:
 @database_sync_to_async
 def _database_state() -> tuple:
     return (
-        list(QueueItem.objects.order_by("id").values_list(
-            "status", "decided_by_id", "decided_at", "decision_note", "attention", "attempt_count", "audit_head"
-        )),
+        list(
+            QueueItem.objects.order_by("id").values_list(
+                "status", "decided_by_id", "decided_at", "decision_note", "attention", "attempt_count", "audit_head"
+            )
+        ),
         DecisionAttempt.objects.count(),
         sorted(Session.objects.values_list("session_key", "expire_date")),
         # Presence rows, not their time: a heartbeat on an item page refreshes it, by design.

@@ -42,6 +42,7 @@ def test_no_caps(settings):
 
 def test_a_held_wait_is_an_open_long_poll_in_the_metrics_and_a_refused_one_is_not(settings):
     settings.LONGPOLL_WAITS_PER_CLIENT, settings.LONGPOLL_WAITS_PER_PROCESS = 1, 0
+
     def open_long_polls() -> float:
         return REGISTRY.get_sample_value("reviewqueue_open_connections", {"kind": "long_poll"}) or 0.0
 

@@ -58,8 +58,10 @@ def team(mods):
 
 def _items(n: int, policy: dict, *, first: tuple[AbstractBaseUser, str] | None = None) -> list[QueueItem]:
     """``n`` items of the team under ``policy``, each with ``first`` (voter, vote) already counted."""
-    items = [item_create(title=f"policy race {i}", body="Refund order 7.", source="shop", team="payments", policy=policy)
-             for i in range(n)]
+    items = [
+        item_create(title=f"policy race {i}", body="Refund order 7.", source="shop", team="payments", policy=policy)
+        for i in range(n)
+    ]
     if first:
         for item in items:
             assert item_decide(item_public_id=item.public_id, reviewer=first[0], decision=first[1]).counted
@@ -99,8 +101,11 @@ def _votes(item: QueueItem) -> dict[str, str]:
 def test_nth_approval_and_veto_at_once_resolve_once_and_the_first_committed_wins(team, mods):
     items = _items(ROUNDS, {"approvals": 2, "veto": True}, first=(mods["alice"], "approve"))
     history = HistoryRecorder()
-    race_rounds(ROUNDS, lambda n: _recorded(history, items[n], mods["bob"], "approve"),
-                lambda n: _recorded(history, items[n], mods["carol"], "reject"))
+    race_rounds(
+        ROUNDS,
+        lambda n: _recorded(history, items[n], mods["bob"], "approve"),
+        lambda n: _recorded(history, items[n], mods["carol"], "reject"),
+    )
     assert _judged(history, items) == []
     winners = []
     for item in items:
@@ -125,8 +130,11 @@ def test_nth_approval_and_veto_at_once_resolve_once_and_the_first_committed_wins
 def test_last_two_approvals_at_once_resume_the_graph_once_with_both_votes(team, mods):
     items = _items(ROUNDS, {"approvals": 3}, first=(mods["alice"], "approve"))
     history = HistoryRecorder()
-    race_rounds(ROUNDS, lambda n: _recorded(history, items[n], mods["bob"], "approve"),
-                lambda n: _recorded(history, items[n], mods["carol"], "approve"))
+    race_rounds(
+        ROUNDS,
+        lambda n: _recorded(history, items[n], mods["bob"], "approve"),
+        lambda n: _recorded(history, items[n], mods["carol"], "approve"),
+    )
     assert _judged(history, items) == []
     for item in items:
         ops = sorted((op for op in history.ops if op.item == str(item.public_id)), key=lambda op: op.voted)
@@ -151,12 +159,14 @@ def _deadline_recorded(history: HistoryRecorder, item: QueueItem) -> str:
 
 
 def test_deadline_firing_while_a_moderator_clicks_has_one_winner_and_the_other_is_told(team, mods):
-    items = _items(ROUNDS, {"approvals": 2, "deadline_seconds": 60, "on_deadline": "reject"},
-                   first=(mods["alice"], "approve"))
+    items = _items(ROUNDS, {"approvals": 2, "deadline_seconds": 60, "on_deadline": "reject"}, first=(mods["alice"], "approve"))
     ReviewAsk.objects.filter(item__in=items).update(deadline_at=timezone.now() - timedelta(seconds=1))
     history, said = HistoryRecorder(), {}
-    race_rounds(ROUNDS, lambda n: said.__setitem__(n, _deadline_recorded(history, items[n])),
-                lambda n: _recorded(history, items[n], mods["bob"], "approve"))
+    race_rounds(
+        ROUNDS,
+        lambda n: said.__setitem__(n, _deadline_recorded(history, items[n])),
+        lambda n: _recorded(history, items[n], mods["bob"], "approve"),
+    )
     assert _judged(history, items) == []
     tally = {"deadline": 0, "bob": 0}
     for n, item in enumerate(items):
@@ -184,9 +194,12 @@ def _removal_race(team, mods, items, remove, *, stagger: float = 0.0) -> History
     """bob votes on each item while he is removed from the team (re-added before each round);
     the removal starts ``stagger`` × (0 to 3) seconds after the vote, so both orders of commit come up."""
     history = HistoryRecorder()
-    race_rounds(len(items), lambda n: (time.sleep(n % 4 * stagger), remove(team=team, user=mods["bob"])),
-                lambda n: _recorded(history, items[n], mods["bob"], "approve"),
-                before=lambda n: team_member_add(team=team, user=mods["bob"]))
+    race_rounds(
+        len(items),
+        lambda n: (time.sleep(n % 4 * stagger), remove(team=team, user=mods["bob"])),
+        lambda n: _recorded(history, items[n], mods["bob"], "approve"),
+        before=lambda n: team_member_add(team=team, user=mods["bob"]),
+    )
     return history
 
 
@@ -202,8 +215,9 @@ def test_a_removal_while_voting_refuses_or_counts_the_vote_as_its_commit_says(te
         votes = list(Vote.objects.filter(ask__item=item))
         if op.completion == "ok":  # counted: cast while the membership was live, removed only after
             [vote] = votes
-            membership = TeamMembership.objects.get(team=team, user=mods["bob"], added_at__lte=vote.cast_at,
-                                                     removed_at__isnull=False, removed_at__gt=vote.cast_at)
+            membership = TeamMembership.objects.get(
+                team=team, user=mods["bob"], added_at__lte=vote.cast_at, removed_at__isnull=False, removed_at__gt=vote.cast_at
+            )
             assert membership.removed_at > vote.cast_at
             counted += 1
         else:  # refused: nothing half-applied
@@ -258,8 +272,11 @@ def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_hol
     history = HistoryRecorder()
     # Each thread votes as bob in one round and as alice in the next: neither starts first every time.
     voters = (mods["bob"], mods["alice"])
-    race_rounds(ROUNDS, lambda n: _recorded(history, items[n], voters[n % 2], "approve"),
-                lambda n: _recorded(history, items[n], voters[1 - n % 2], "approve"))
+    race_rounds(
+        ROUNDS,
+        lambda n: _recorded(history, items[n], voters[n % 2], "approve"),
+        lambda n: _recorded(history, items[n], voters[1 - n % 2], "approve"),
+    )
     assert _judged(history, items) == []
     counted = 0
     for item in items:
@@ -270,8 +287,7 @@ def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_hol
             counted += 1
         else:  # judged while bob held it: nothing of hers recorded
             assert alice.completion == "fail" and "alice" not in logged and _votes(item) == {"bob": "approve"}
-    print(f"\nrace 6: {ROUNDS} rounds, alice's vote counted after bob's {counted}, "
-          f"refused over his claim {ROUNDS - counted}")
+    print(f"\nrace 6: {ROUNDS} rounds, alice's vote counted after bob's {counted}, refused over his claim {ROUNDS - counted}")
 
 
 # --- negative control: the quorum without the guard ----------------------------------------
@@ -286,43 +302,83 @@ def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
     item = QueueItem.objects.get(public_id=item_public_id)
     ask = item.asks.get()
     if ask.status != AskStatus.PENDING:
-        return DecisionOutcome(won=False, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-                               winner=ask.decided_by.username, winner_status=item.status, decided_at=ask.decided_at,
-                               attempt_seq=0)
+        return DecisionOutcome(
+            won=False,
+            item_public_id=str(item.public_id),
+            item_title=item.title,
+            requested=decision,
+            winner=ask.decided_by.username,
+            winner_status=item.status,
+            decided_at=ask.decided_at,
+            attempt_seq=0,
+        )
     pending = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
     Vote.objects.update_or_create(ask=ask, voter=reviewer, defaults={"vote": decision, "cast_at": timezone.now()})
     time.sleep(NAIVE_DELAY)
     votes = dict(Vote.objects.filter(ask=ask).values_list("voter__username", "vote"))
-    resolution = tally_resolve(policy=policy_parse(item.policy), votes=votes,
-                               eligible=eligible_count(team_id=item.team_id, requester_id=None))
+    resolution = tally_resolve(
+        policy=policy_parse(item.policy), votes=votes, eligible=eligible_count(team_id=item.team_id, requester_id=None)
+    )
     now = timezone.now()
     if resolution is None:
-        return DecisionOutcome(won=False, counted=True, item_public_id=str(item.public_id), item_title=item.title,
-                               requested=decision, winner=None, winner_status="", decided_at=None, attempt_seq=0)
+        return DecisionOutcome(
+            won=False,
+            counted=True,
+            item_public_id=str(item.public_id),
+            item_title=item.title,
+            requested=decision,
+            winner=None,
+            winner_status="",
+            decided_at=None,
+            attempt_seq=0,
+        )
     decisions = [{"type": resolution.outcome} for _ in AskSpec.from_payload(ask.payload).actions]
     ReviewAsk.objects.filter(pk=ask.pk).update(
-        status=AskStatus.DECIDED, decisions=decisions, decided_by=reviewer, decided_at=now,
-        tally={"votes": [{"voter": v, "vote": k} for v, k in votes.items()]})
+        status=AskStatus.DECIDED,
+        decisions=decisions,
+        decided_by=reviewer,
+        decided_at=now,
+        tally={"votes": [{"voter": v, "vote": k} for v, k in votes.items()]},
+    )
     status = STATUS_FOR_DECISION[resolution.outcome]
     QueueItem.objects.filter(pk=item.pk).update(status=status, decided_by=reviewer, decided_at=now)
     spec = AskSpec.from_payload(ask.payload)
-    graph_resume(name=item.graph, thread_id=item.thread_id, answers={
-        p.interrupt_id: ask_resume_value(spec=spec, decisions=decisions, meta={"reviewer": reviewer.username})
-        for p in pending})
-    return DecisionOutcome(won=True, item_public_id=str(item.public_id), item_title=item.title, requested=decision,
-                           winner=reviewer.username, winner_status=status, decided_at=now, attempt_seq=0)
+    graph_resume(
+        name=item.graph,
+        thread_id=item.thread_id,
+        answers={
+            p.interrupt_id: ask_resume_value(spec=spec, decisions=decisions, meta={"reviewer": reviewer.username})
+            for p in pending
+        },
+    )
+    return DecisionOutcome(
+        won=True,
+        item_public_id=str(item.public_id),
+        item_title=item.title,
+        requested=decision,
+        winner=reviewer.username,
+        winner_status=status,
+        decided_at=now,
+        attempt_seq=0,
+    )
 
 
-@pytest.mark.parametrize(("race", "policy", "votes"), [
-    (1, {"approvals": 2, "veto": True}, ("approve", "reject")),
-    (2, {"approvals": 3}, ("approve", "approve")),
-])
+@pytest.mark.parametrize(
+    ("race", "policy", "votes"),
+    [
+        (1, {"approvals": 2, "veto": True}, ("approve", "reject")),
+        (2, {"approvals": 3}, ("approve", "approve")),
+    ],
+)
 def test_negative_control_an_unguarded_tally_resolves_twice(team, mods, race, policy, votes):
     rounds = 4
     items = _items(rounds, policy, first=(mods["alice"], "approve"))
     history = HistoryRecorder()
-    race_rounds(rounds, lambda n: _recorded(history, items[n], mods["bob"], votes[0], decide=_naive_vote),
-                lambda n: _recorded(history, items[n], mods["carol"], votes[1], decide=_naive_vote))
+    race_rounds(
+        rounds,
+        lambda n: _recorded(history, items[n], mods["bob"], votes[0], decide=_naive_vote),
+        lambda n: _recorded(history, items[n], mods["carol"], votes[1], decide=_naive_vote),
+    )
     anomalies = _judged(history, items)
     kinds = {a.split(" ")[0] for a in anomalies}
     print(f"\nnegative control, race {race}: {len(anomalies)} anomalies in {rounds} rounds: {sorted(kinds)}")

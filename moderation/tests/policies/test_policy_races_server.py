@@ -114,8 +114,11 @@ def _judge(server: LiveServer, history: HistoryRecorder, ids: list[str], *, dead
 
 
 def _pair_race(history: HistoryRecorder, items: list[str], first: tuple[Reviewer, str], second: tuple[Reviewer, str]) -> None:
-    race_rounds(len(items), lambda n: first[0].decide_recorded(history, items[n], first[1]),
-                lambda n: second[0].decide_recorded(history, items[n], second[1]))
+    race_rounds(
+        len(items),
+        lambda n: first[0].decide_recorded(history, items[n], first[1]),
+        lambda n: second[0].decide_recorded(history, items[n], second[1]),
+    )
 
 
 def _race_1_and_2_assert(judged: Judged, race1: list[str], race2: list[str]) -> dict[str, int]:
@@ -139,12 +142,15 @@ def _race_1_and_2_assert(judged: Judged, race1: list[str], race2: list[str]) -> 
 def test_races_1_2_5_over_http_against_a_server_and_its_worker(tmp_path):
     server = LiveServer(tmp_path / "site", extra_env=WORKER_ENV)
     seeded = server.seed(users=MODERATORS)
-    ids = _setup(server, {
-        "race1": [(VETO_2, [["alice", "approve"]])] * ROUNDS,
-        "race2": [(QUORUM_3, [["alice", "approve"]])] * ROUNDS,
-        # Half with bob's approval in: alice's first tab resolves, the other is told she did.
-        "race5": [(QUORUM_2, [])] * (ROUNDS // 2) + [(QUORUM_2, [["bob", "approve"]])] * (ROUNDS // 2),
-    })
+    ids = _setup(
+        server,
+        {
+            "race1": [(VETO_2, [["alice", "approve"]])] * ROUNDS,
+            "race2": [(QUORUM_3, [["alice", "approve"]])] * ROUNDS,
+            # Half with bob's approval in: alice's first tab resolves, the other is told she did.
+            "race5": [(QUORUM_2, [])] * (ROUNDS // 2) + [(QUORUM_2, [["bob", "approve"]])] * (ROUNDS // 2),
+        },
+    )
     try:
         began = time.monotonic()
         server.start()
@@ -169,8 +175,10 @@ def test_races_1_2_5_over_http_against_a_server_and_its_worker(tmp_path):
         else:
             assert outcomes == [("bob", "voted"), ("alice", "won"), ("alice", "lost")]
             assert judged.finals[item].resumes == 1
-    print(f"\npolicy races over HTTP: {3 * ROUNDS} rounds in {race_seconds:.1f} s ({time.monotonic() - began:.1f} s "
-          f"with start-up and final read); race 1 resolved by bob {wins['bob']}, by carol's veto {wins['carol']}")
+    print(
+        f"\npolicy races over HTTP: {3 * ROUNDS} rounds in {race_seconds:.1f} s ({time.monotonic() - began:.1f} s "
+        f"with start-up and final read); race 1 resolved by bob {wins['bob']}, by carol's veto {wins['carol']}"
+    )
 
 
 # --- the cluster pass -------------------------------------------------------------------
@@ -181,21 +189,28 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
     admin_url, redis_url = services_require()
     with fresh_database(admin_url, "policies") as database_url:
         env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("policies")), **WORKER_ENV}
-        servers = [LiveServer(tmp_path / f"s{n}", database_url=database_url, extra_env=env, health_path="/healthz")
-                   for n in range(2)]
+        servers = [
+            LiveServer(tmp_path / f"s{n}", database_url=database_url, extra_env=env, health_path="/healthz") for n in range(2)
+        ]
         try:
             seeded = servers[0].seed(users=MODERATORS)
-            ids = _setup(servers[0], {
-                "race1": [(VETO_2, [["alice", "approve"]])] * ROUNDS,
-                "race2": [(QUORUM_3, [["alice", "approve"]])] * ROUNDS,
-                "race3": [(DEADLINE_2, [["alice", "approve"]])] * (2 * ROUNDS),
-            })
+            ids = _setup(
+                servers[0],
+                {
+                    "race1": [(VETO_2, [["alice", "approve"]])] * ROUNDS,
+                    "race2": [(QUORUM_3, [["alice", "approve"]])] * ROUNDS,
+                    "race3": [(DEADLINE_2, [["alice", "approve"]])] * (2 * ROUNDS),
+                },
+            )
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(lambda server: server.start(timeout=90), servers))
             servers[0].worker_start(worker_id="sweeper")
             servers[0].worker_wait_ready("sweeper")  # it polls, and so sweeps deadlines
             # bob on server 1, carol on server 2.
-            bob, carol = Reviewer(servers[0], "bob", seeded.sessions["bob"]), Reviewer(servers[1], "carol", seeded.sessions["carol"])
+            bob, carol = (
+                Reviewer(servers[0], "bob", seeded.sessions["bob"]),
+                Reviewer(servers[1], "carol", seeded.sessions["carol"]),
+            )
             bob_2 = Reviewer(servers[1], "bob", seeded.sessions["bob"])
             history = HistoryRecorder()
             _pair_race(history, ids["race1"], (bob, "approve"), (carol, "reject"))
@@ -205,13 +220,22 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
             # so the first few are his, the rest the deadline's, and the ones between raced.
             lead = 1.0
             with psycopg.connect(database_url, autocommit=True) as conn:
-                conn.execute("UPDATE moderation_reviewask SET deadline_at = now() + make_interval(secs => %s) "
-                             "WHERE item_id IN (SELECT id FROM moderation_queueitem WHERE public_id = ANY(%s::uuid[]))",
-                             [lead, ids["race3"]])
+                conn.execute(
+                    "UPDATE moderation_reviewask SET deadline_at = now() + make_interval(secs => %s) "
+                    "WHERE item_id IN (SELECT id FROM moderation_queueitem WHERE public_id = ANY(%s::uuid[]))",
+                    [lead, ids["race3"]],
+                )
             time.sleep(lead)
             with ThreadPoolExecutor(4) as pool:
-                list(pool.map(lambda n: (time.sleep(n * 0.05), (bob, bob_2)[n % 2].decide_recorded(history, ids["race3"][n], "approve")),
-                              range(len(ids["race3"]))))
+                list(
+                    pool.map(
+                        lambda n: (
+                            time.sleep(n * 0.05),
+                            (bob, bob_2)[n % 2].decide_recorded(history, ids["race3"][n], "approve"),
+                        ),
+                        range(len(ids["race3"])),
+                    )
+                )
             judged = _judge(servers[0], history, [i for race in ids.values() for i in race], deadline_ops=True)
         finally:
             with ThreadPoolExecutor(2) as pool:
@@ -226,5 +250,7 @@ def test_policy_races_across_two_servers_with_the_workers_deadline_sweep(tmp_pat
         assert all(told == winner for who, outcome, told in log if outcome == "lost"), log
         assert judged.finals[item].resumes == 1 and judged.finals[item].winner == winner
         by[winner] += 1
-    print(f"\ncluster policy races: race 1 resolved by bob {wins['bob']} / carol {wins['carol']}; "
-          f"race 3 won by the worker's deadline {by['deadline']}, by bob {by['bob']}")
+    print(
+        f"\ncluster policy races: race 1 resolved by bob {wins['bob']} / carol {wins['carol']}; "
+        f"race 3 won by the worker's deadline {by['deadline']}, by bob {by['bob']}"
+    )

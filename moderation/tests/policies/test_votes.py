@@ -31,14 +31,18 @@ def _decide(item, user, decision="approve", **kwargs):
 
 
 def _snapshot():
-    return (list(QueueItem.objects.values_list("status", "decided_by", "team", "priority")),
-            list(ReviewAsk.objects.values_list("status", "decided_by")), list(Vote.objects.values_list("voter", "vote")),
-            DecisionAttempt.objects.count())
+    return (
+        list(QueueItem.objects.values_list("status", "decided_by", "team", "priority")),
+        list(ReviewAsk.objects.values_list("status", "decided_by")),
+        list(Vote.objects.values_list("voter", "vote")),
+        DecisionAttempt.objects.count(),
+    )
 
 
 @pytest.mark.django_db
 def test_quorum_resolves_on_the_nth_approval_and_resumes_the_graph_once_with_the_whole_tally(
-        payments, alice, bob, django_capture_on_commit_callbacks):
+    payments, alice, bob, django_capture_on_commit_callbacks
+):
     item = _item(team="payments", policy={"approvals": 2})
     with django_capture_on_commit_callbacks(execute=True):
         first = _decide(item, alice)
@@ -113,8 +117,11 @@ def test_only_votes_approve_or_reject_on_a_quorum_item(payments, alice, test_gra
     action = item.asks.get().payload["action_requests"][0]
     before = _snapshot()
     with pytest.raises(InvalidDecision, match="decided by vote"):
-        item_decide(item_public_id=item.public_id, reviewer=alice,
-                    decisions=[{"type": "edit", "edited_action": {"name": action["name"], "args": {**action["args"], "amount": 50}}}])
+        item_decide(
+            item_public_id=item.public_id,
+            reviewer=alice,
+            decisions=[{"type": "edit", "edited_action": {"name": action["name"], "args": {**action["args"], "amount": 50}}}],
+        )
     assert _snapshot() == before
 
 
@@ -231,17 +238,27 @@ def test_escalation_moves_the_item_to_the_supervisors_with_a_higher_priority(pay
 
 
 TWO_ACTIONS = {
-    "action_requests": [{"name": "refund_payment", "args": {"order": "A-17", "amount": 120}, "description": "Refund?"},
-                        {"name": "send_email", "args": {"to": "ann@home.example"}, "description": "Tell the customer."}],
-    "review_configs": [{"action_name": "refund_payment", "allowed_decisions": ["approve", "edit", "reject"]},
-                       {"action_name": "send_email", "allowed_decisions": ["approve", "reject"]}],
+    "action_requests": [
+        {"name": "refund_payment", "args": {"order": "A-17", "amount": 120}, "description": "Refund?"},
+        {"name": "send_email", "args": {"to": "ann@home.example"}, "description": "Tell the customer."},
+    ],
+    "review_configs": [
+        {"action_name": "refund_payment", "allowed_decisions": ["approve", "edit", "reject"]},
+        {"action_name": "send_email", "allowed_decisions": ["approve", "reject"]},
+    ],
 }
 
 
 def two_action_item(**kwargs):
     """An agent's ask of two tool calls, for a team whose policy is a vote."""
-    return item_create(title="Refund A-17", body="Two tool calls.", source="agent", graph="ask",
-                       graph_input={"ask": TWO_ACTIONS, "external": {}}, **kwargs)
+    return item_create(
+        title="Refund A-17",
+        body="Two tool calls.",
+        source="agent",
+        graph="ask",
+        graph_input={"ask": TWO_ACTIONS, "external": {}},
+        **kwargs,
+    )
 
 
 @pytest.mark.django_db
@@ -250,8 +267,11 @@ def test_a_mixed_vote_is_refused_saying_why_and_a_reject_vote_vetoes_every_actio
     item = two_action_item(team="payments", policy={"approvals": 2, "veto": True})
     before = _snapshot()
     mixed = [{"type": "reject", "message": "not this amount"}, {"type": "approve"}]
-    with pytest.raises(InvalidDecision, match="one vote covers all 2 actions of the request: you approved some and "
-                                              "rejected others. To reject any of them, vote reject") as refused:
+    with pytest.raises(
+        InvalidDecision,
+        match="one vote covers all 2 actions of the request: you approved some and "
+        "rejected others. To reject any of them, vote reject",
+    ) as refused:
         item_decide(item_public_id=item.public_id, reviewer=alice, decisions=mixed)
     assert refused.value.field == "decisions" and refused.value.http_status == 400
     assert _snapshot() == before  # nothing recorded

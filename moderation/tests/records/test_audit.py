@@ -46,10 +46,19 @@ def _plain_digest(attempt, item_public_id):
     """A forger without the key: an unkeyed SHA-256 over the attempt's fields, which anyone can recompute."""
     iso = lambda v: v.isoformat() if v else ""  # noqa: E731
     fields = {
-        "item": item_public_id, "seq": attempt.seq, "prev": attempt.prev_hash, "reviewer": attempt.reviewer_id,
-        "requested": attempt.requested, "note": attempt.note, "outcome": attempt.outcome, "winner": attempt.winner_id,
-        "winner_status": attempt.winner_status, "winner_decided_at": iso(attempt.winner_decided_at),
-        "detail": attempt.detail, "requested_at": iso(attempt.requested_at), "recorded_at": iso(attempt.recorded_at),
+        "item": item_public_id,
+        "seq": attempt.seq,
+        "prev": attempt.prev_hash,
+        "reviewer": attempt.reviewer_id,
+        "requested": attempt.requested,
+        "note": attempt.note,
+        "outcome": attempt.outcome,
+        "winner": attempt.winner_id,
+        "winner_status": attempt.winner_status,
+        "winner_decided_at": iso(attempt.winner_decided_at),
+        "detail": attempt.detail,
+        "requested_at": iso(attempt.requested_at),
+        "recorded_at": iso(attempt.recorded_at),
     }
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -77,7 +86,10 @@ def test_edited_entry_is_detected(history):
 @pytest.mark.django_db
 def test_edited_winner_is_detected(history, make_moderator):
     mallory = make_moderator("mallory")
-    _sql(f"UPDATE {ATTEMPTS} SET winner_id = %s, reviewer_id = %s WHERE item_id = %s AND seq = 1", [mallory.pk, mallory.pk, history.pk])
+    _sql(
+        f"UPDATE {ATTEMPTS} SET winner_id = %s, reviewer_id = %s WHERE item_id = %s AND seq = 1",
+        [mallory.pk, mallory.pk, history.pk],
+    )
     assert any("entry 1: content does not match" in p for p in _problems())
 
 
@@ -191,7 +203,7 @@ def test_anchor_catches_a_cut_of_the_newest_entries(history, alice, make_item):
     after = audit_head()
     # The newest decision erased everywhere: its attempt, its ledger entry, its asks, its item row.
     _sql(f"DELETE FROM {ATTEMPTS} WHERE item_id = %s", [item.pk])
-    _sql(f"DELETE FROM {LEDGER} WHERE seq = %s", [int(after.split(':')[0])])
+    _sql(f"DELETE FROM {LEDGER} WHERE seq = %s", [int(after.split(":")[0])])
     _sql(f"DELETE FROM {ASKS} WHERE item_id = %s", [item.pk])
     _sql(f"DELETE FROM {ITEMS} WHERE id = %s", [item.pk])
     assert _problems() == []  # the documented limit: only an anchor kept elsewhere shows it

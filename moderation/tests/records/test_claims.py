@@ -66,8 +66,7 @@ def test_a_page_leaving_releases_only_a_claim_taken_before_it_opened(alice, bob,
     claim_take(item=item, user=alice, now=opened + timedelta(seconds=1))
     assert not claim_release(item_public_id=str(item.public_id), user_id=alice.pk, taken_before=opened)
     assert not claim_release(item_public_id=str(item.public_id), user_id=bob.pk)
-    assert claim_release(item_public_id=str(item.public_id), user_id=alice.pk,
-                         taken_before=opened + timedelta(seconds=2))
+    assert claim_release(item_public_id=str(item.public_id), user_id=alice.pk, taken_before=opened + timedelta(seconds=2))
     assert not ItemClaim.objects.filter(item=item).exists()
 
 
@@ -109,8 +108,14 @@ def test_required_claims_let_the_holder_and_the_unclaimed_decide(settings, alice
 
 
 def _requested_by(requester, **policy):
-    return item_create(title="Refund for the requester", body="Order 7.", source="shop", team="payments",
-                       requested_by=requester, policy=policy or None)
+    return item_create(
+        title="Refund for the requester",
+        body="Order 7.",
+        source="shop",
+        team="payments",
+        requested_by=requester,
+        policy=policy or None,
+    )
 
 
 def test_nobody_who_may_not_decide_an_item_claims_it(payments, alice, carol, make_moderator, make_viewer):
@@ -144,8 +149,9 @@ def test_the_requester_opening_her_item_neither_claims_it_nor_blocks_the_team(se
     client.force_login(alice)
     assert client.get(reverse("moderation:next")).url == reverse("moderation:item", args=[item.public_id])
     assert ItemClaim.objects.get(item=item).user == alice
-    answer = client.post(reverse("moderation:api-decide", args=[item.public_id]), {"decision": "approve"},
-                         content_type="application/json")
+    answer = client.post(
+        reverse("moderation:api-decide", args=[item.public_id]), {"decision": "approve"}, content_type="application/json"
+    )
     assert answer.status_code == 200 and answer.json()["outcome"] == "won"
 
 
@@ -304,8 +310,9 @@ def test_a_decision_refused_over_a_claim_is_a_409_naming_the_holder(settings, cl
     item = make_item()
     claim_take(item=item, user=bob)
     client.force_login(alice)
-    answer = client.post(reverse("moderation:api-decide", args=[item.public_id]), {"decision": "approve"},
-                         content_type="application/json")
+    answer = client.post(
+        reverse("moderation:api-decide", args=[item.public_id]), {"decision": "approve"}, content_type="application/json"
+    )
     assert answer.status_code == 409
     assert answer.json()["error"] == "claimed" and answer.json()["message"].startswith("bob has claimed this item (5 min left)")
 

@@ -85,7 +85,9 @@ def test_a_decision_moves_the_item_from_pending_to_its_status_and_to_today(alice
 @pytest.mark.django_db
 def test_an_edit_counts_under_edited_in_its_own_queue(alice):
     item = item_create(title="Refund", body="Order A-1001.", source="shop", graph=REFUND_GRAPH)
-    edit = [{"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "A-1001", "amount": 80, "currency": "EUR"}}}]
+    edit = [
+        {"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "A-1001", "amount": 80, "currency": "EUR"}}}
+    ]
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=edit).won
     _exact()
     assert (_status(REFUND_GRAPH), _status(REFUND_GRAPH, ItemStatus.EDITED)) == (0, 1)
@@ -244,8 +246,13 @@ def test_eight_reviewers_racing_fifty_items_leave_no_drift_while_recount_runs_be
     recounter.start()
     try:
         # Every reviewer asks for something else where it can, so the winners spread over statuses.
-        report = race_threads(strategy="guarded", items=items, usernames=users, delay=0.0,
-                              decisions=["approve", "reject", "withdraw", "approve"] * 2)
+        report = race_threads(
+            strategy="guarded",
+            items=items,
+            usernames=users,
+            delay=0.0,
+            decisions=["approve", "reject", "withdraw", "approve"] * 2,
+        )
     finally:
         racing.clear()
         recounter.join()
@@ -266,12 +273,25 @@ def test_migration_0016_starts_the_counters_from_a_real_count():
     alice = apps.get_model("auth", "User").objects.create(username="alice")
     Item = apps.get_model("moderation", "QueueItem")
     yesterday = timezone.now() - timedelta(days=1)
-    for n, (status, decided_at, is_lab) in enumerate([
-        ("pending", None, False), ("pending", None, False), ("approved", timezone.now(), False),
-        ("rejected", yesterday, False), ("approved", timezone.now(), True),
-    ]):
-        Item.objects.create(title="t", body="b", source="s", thread_id=f"item-{n}", status=status, is_lab=is_lab,
-                            decided_by=alice if decided_at else None, decided_at=decided_at)
+    for n, (status, decided_at, is_lab) in enumerate(
+        [
+            ("pending", None, False),
+            ("pending", None, False),
+            ("approved", timezone.now(), False),
+            ("rejected", yesterday, False),
+            ("approved", timezone.now(), True),
+        ]
+    ):
+        Item.objects.create(
+            title="t",
+            body="b",
+            source="s",
+            thread_id=f"item-{n}",
+            status=status,
+            is_lab=is_lab,
+            decided_by=alice if decided_at else None,
+            decided_at=decided_at,
+        )
     MigrationExecutor(connection).migrate([after])
     call_command("migrate", "moderation", verbosity=0)  # leave the schema as the suite expects
     _exact()

@@ -139,8 +139,10 @@ def test_new_item_is_announced_to_the_queue_after_commit(recorded):
         item = item_create(title="New", body="Hello there.", source="test")
         assert recorded == []
     assert recorded == [
-        (events.QUEUE_GROUP, {"type": "item.created", "item": str(item.public_id), "title": "New",
-                              "counts": {"pending": 1, "decided_today": 0}})
+        (
+            events.QUEUE_GROUP,
+            {"type": "item.created", "item": str(item.public_id), "title": "New", "counts": {"pending": 1, "decided_today": 0}},
+        )
     ]
 
 
@@ -229,8 +231,11 @@ def test_the_next_reviewer_never_waits_for_a_hanging_push(hold_pushes, alice, bo
             racer.start()
         try:
             # Until both took the lock, or one gave up waiting for it ("busy", while the other's push hung).
-            progress_wait(lambda: (len(ended_at_lock), sum(not racer.is_alive() for racer in racers)),
-                          done=lambda seen: seen[0] == 2 or seen[1] > 0, stall=60)
+            progress_wait(
+                lambda: (len(ended_at_lock), sum(not racer.is_alive() for racer in racers)),
+                done=lambda seen: seen[0] == 2 or seen[1] > 0,
+                stall=60,
+            )
         finally:
             held_layer.release.set()
             for racer in racers:
@@ -245,8 +250,12 @@ def test_in_a_server_process_a_decision_does_not_wait_for_the_push(hold_pushes, 
     item = make_item()
     held_layer = hold_pushes()
     outcomes = []
-    decision = threading.Thread(target=lambda: (
-        outcomes.append(item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")), connection.close()))
+    decision = threading.Thread(
+        target=lambda: (
+            outcomes.append(item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")),
+            connection.close(),
+        )
+    )
     decision.start()
     # A decision that waited for its pushes would wait until they are released: nothing would move.
     progress_wait(decision.is_alive, done=lambda alive: not alive, stall=30)
@@ -286,6 +295,7 @@ def test_an_edits_decision_event_says_what_it_changed(recorded, alice):
     edit = {"type": "edit", "edited_action": {"name": "refund", "args": {**ORDER_ARGS, "amount": 80}}}
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=[edit]).won
     decided = next(message for _, message in recorded if message["type"] == "item.decided")
-    assert decided["edits"] == [{"index": 0, "action": "refund", "changes": [
-        {"arg": "amount", "change": "changed", "before": 120, "after": 80}]}]
+    assert decided["edits"] == [
+        {"index": 0, "action": "refund", "changes": [{"arg": "amount", "change": "changed", "before": 120, "after": 80}]}
+    ]
     assert decided["what"] == "edited refund (amount 120 → 80)"

@@ -154,8 +154,13 @@ def test_webhook_attempts_and_failures_are_counted_by_endpoint(make_item):
         receiver.secret = up.secret
         down = WebhookEndpoint.objects.create(name="down", url=f"http://127.0.0.1:{free_port()}/", events=["item.created"])
         item = make_item()
-        before = {e.pk: (_value("reviewqueue_webhook_attempts_total", endpoint=str(e.pk)),
-                         _value("reviewqueue_webhook_failures_total", endpoint=str(e.pk))) for e in (up, down)}
+        before = {
+            e.pk: (
+                _value("reviewqueue_webhook_attempts_total", endpoint=str(e.pk)),
+                _value("reviewqueue_webhook_failures_total", endpoint=str(e.pk)),
+            )
+            for e in (up, down)
+        }
         for delivery in WebhookDelivery.objects.filter(item_public_id=item.public_id):
             delivery_attempt(delivery_id=delivery.pk)
         backlog = _scraped()[("reviewqueue_webhook_backlog", (("endpoint", str(down.pk)),))]

@@ -119,19 +119,30 @@ class Prometheus:
     def __init__(self, workdir: Path, *, servers: list[str], worker: str) -> None:
         self.port = free_port()
         config = workdir / "prometheus.yml"
-        config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [
-                {"job_name": "reviewqueue", "static_configs": [{"targets": servers}]},
-                {"job_name": "reviewqueue-worker", "static_configs": [{"targets": [worker]}]},
-            ],
-        }))
+        config.write_text(
+            json.dumps(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(RULES)],
+                    "scrape_configs": [
+                        {"job_name": "reviewqueue", "static_configs": [{"targets": servers}]},
+                        {"job_name": "reviewqueue-worker", "static_configs": [{"targets": [worker]}]},
+                    ],
+                }
+            )
+        )
         self.log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [_tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                _tool("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         children_adopt(self.process)
 
@@ -198,7 +209,7 @@ def test_a_real_prometheus_adds_up_two_servers_and_a_worker(site):
     prometheus.wait('sum(reviewqueue_decisions_total{outcome="won"})', 2)
     prometheus.wait('sum(reviewqueue_decisions_total{outcome="lost"})', 1)
     prometheus.wait(f'reviewqueue_decisions_total{{outcome="won", instance="{one.netloc}"}}', 1)
-    prometheus.wait('sum(reviewqueue_time_to_decision_seconds_count)', 2)
+    prometheus.wait("sum(reviewqueue_time_to_decision_seconds_count)", 2)
     # Applies happen in the worker, and only it reports them.
     prometheus.wait('sum(reviewqueue_apply_lag_seconds_count{job="reviewqueue-worker"})', 2)
     prometheus.wait('sum(reviewqueue_apply_lag_seconds_count{job="reviewqueue"})', 0)
@@ -206,13 +217,17 @@ def test_a_real_prometheus_adds_up_two_servers_and_a_worker(site):
     prometheus.wait('count(reviewqueue_pending_items{team="", graph="moderation", band="normal"} == 1)', 2)
     prometheus.wait('count(reviewqueue_pending_items{job="reviewqueue-worker"}) or vector(0)', 0)
     # The workers' heartbeats, as every server reads them: one worker alive, every decision applied.
-    prometheus.wait('count(reviewqueue_workers_alive == 1)', 2)
-    prometheus.wait('max(reviewqueue_unapplied_oldest_seconds)', 0)
+    prometheus.wait("count(reviewqueue_workers_alive == 1)", 2)
+    prometheus.wait("max(reviewqueue_unapplied_oldest_seconds)", 0)
     # The rules loaded and evaluate (a worker is up: ReviewQueueNoWorker is not firing).
     rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
     assert {rule["name"] for rule in rules} == {
-        "ReviewQueueAgeingPastDeadline", "ReviewQueueApplyLag", "ReviewQueueApplyFailures",
-        "ReviewQueueWebhookFailures", "ReviewQueueNoWorker", "ReviewQueueUnappliedDecisions",
+        "ReviewQueueAgeingPastDeadline",
+        "ReviewQueueApplyLag",
+        "ReviewQueueApplyFailures",
+        "ReviewQueueWebhookFailures",
+        "ReviewQueueNoWorker",
+        "ReviewQueueUnappliedDecisions",
     }
     assert all(rule["health"] in ("ok", "unknown") for rule in rules), rules
     # Firing, not pending: on a busy machine one slow scrape of the worker makes it pending for a moment.

@@ -28,11 +28,16 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres_variant]
 T0 = timezone.now().replace(microsecond=0) - timedelta(days=2)
 
 
-def _row(*, title="A post", body="Some text.", source="test", priority=0, risk=0, flags=(), graph="moderation",
-         created=None):
+def _row(*, title="A post", body="Some text.", source="test", priority=0, risk=0, flags=(), graph="moderation", created=None):
     """A bare pending row (no graph thread): the queue page reads only rows and their open asks."""
     item = QueueItem.objects.create(
-        title=title, body=body, source=source, priority=priority, risk=risk, flags=list(flags), graph=graph,
+        title=title,
+        body=body,
+        source=source,
+        priority=priority,
+        risk=risk,
+        flags=list(flags),
+        graph=graph,
         thread_id=f"t-{uuid.uuid4()}",
     )
     if created is not None:
@@ -217,8 +222,14 @@ def _walk(*, order="priority", per_page=25, between=None):
 
 def _many(n, *, start=T0):
     QueueItem.objects.bulk_create(
-        QueueItem(title=f"bulk {i}", body="b", source="bulk", risk=(i * 37) % 101, priority=(i % 7) - 3,
-                  thread_id=f"t-many-{i}-{uuid.uuid4()}")
+        QueueItem(
+            title=f"bulk {i}",
+            body="b",
+            source="bulk",
+            risk=(i * 37) % 101,
+            priority=(i % 7) - 3,
+            thread_id=f"t-many-{i}-{uuid.uuid4()}",
+        )
         for i in range(n)
     )
 
@@ -238,8 +249,11 @@ def test_pages_at_1000_items_cost_the_same_queries_and_cover_the_queue_once(orde
         pages.append(page)
     ids = [item.id for p in pages for item in p.object_list]
     assert len(pages) == 40 and len(ids) == 1000 and len(set(ids)) == 1000
-    expected = list(QueueItem.objects.order_by(*{"priority": ("rank", "id"), "oldest": ("created_at", "id"),
-                                                  "newest": ("-created_at", "-id")}[order]).values_list("id", flat=True))
+    expected = list(
+        QueueItem.objects.order_by(
+            *{"priority": ("rank", "id"), "oldest": ("created_at", "id"), "newest": ("-created_at", "-id")}[order]
+        ).values_list("id", flat=True)
+    )
     assert ids == expected
 
 

@@ -74,14 +74,17 @@ def test_a_listed_rule_offers_only_its_active_codes_and_one_left_with_none_requi
     assert _resolved(payments.pk, "x")[:2] == ([], False)  # a reject is never made impossible
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"offer": "some"}, "offer must be one of"),
-    ({"offer": ReasonOffer.LISTED, "codes": ["spam", "nope"]}, "unknown or retired reason codes: 'nope'"),
-    ({"offer": ReasonOffer.LISTED, "codes": []}, "list the codes"),
-    ({"offer": ReasonOffer.NONE, "required": True}, "offers no codes cannot require one"),
-    ({"graph": "g" * 65, "offer": ReasonOffer.ALL}, "at most 64 characters"),
-    ({"graph": "a\x00", "offer": ReasonOffer.ALL}, "NUL"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"offer": "some"}, "offer must be one of"),
+        ({"offer": ReasonOffer.LISTED, "codes": ["spam", "nope"]}, "unknown or retired reason codes: 'nope'"),
+        ({"offer": ReasonOffer.LISTED, "codes": []}, "list the codes"),
+        ({"offer": ReasonOffer.NONE, "required": True}, "offers no codes cannot require one"),
+        ({"graph": "g" * 65, "offer": ReasonOffer.ALL}, "at most 64 characters"),
+        ({"graph": "a\x00", "offer": ReasonOffer.ALL}, "NUL"),
+    ],
+)
 def test_a_bad_rule_is_refused_and_nothing_is_saved(payments, kwargs, message):
     with pytest.raises(ReasonInvalid, match=message):
         reason_rule_save(team=payments, **kwargs)
@@ -109,8 +112,10 @@ def _unchanged(item) -> None:
 def test_the_guard_judges_a_reject_by_the_items_own_rule(payments, alice):
     reason_rule_save(team=payments, offer=ReasonOffer.LISTED, codes=["abuse"], required=True)
     item = _team_item()
-    for reason, needle in [(None, "choose a reason for the rejection: one of abuse"),
-                           ("spam", "'spam' does not apply to this item; choose from abuse")]:
+    for reason, needle in [
+        (None, "choose a reason for the rejection: one of abuse"),
+        ("spam", "'spam' does not apply to this item; choose from abuse"),
+    ]:
         with pytest.raises(InvalidDecision, match=needle) as caught:
             item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", reason=reason)
         assert caught.value.field == "reason"
@@ -139,9 +144,17 @@ def agent():
 
 
 def _ask(agent: Api, thread: str = "t1") -> str:
-    answer = agent.post("/items", {"title": "Agent: delete C-7", "body": "The agent asks.", "source": "agent",
-                                   "team": "payments", "ask": TOOL_CALL,
-                                   "external": {"thread_id": thread, "interrupt_id": "i" * 32}})
+    answer = agent.post(
+        "/items",
+        {
+            "title": "Agent: delete C-7",
+            "body": "The agent asks.",
+            "source": "agent",
+            "team": "payments",
+            "ask": TOOL_CALL,
+            "external": {"thread_id": thread, "interrupt_id": "i" * 32},
+        },
+    )
     assert answer.status_code == 201, answer.content
     return answer.json()["id"]
 
@@ -206,14 +219,18 @@ def test_the_json_api_refuses_a_code_the_rule_does_not_offer_with_its_field(paym
     item = _team_item()
     http = Client()
     http.force_login(alice)
-    response = http.post(f"/api/items/{item.public_id}/decision", json.dumps({"decision": "reject", "reason": "spam"}),
-                         content_type="application/json")
+    response = http.post(
+        f"/api/items/{item.public_id}/decision",
+        json.dumps({"decision": "reject", "reason": "spam"}),
+        content_type="application/json",
+    )
     body = response.json()
     assert (response.status_code, body["error"], body["field"]) == (400, "invalid_decision", "reason"), body
     assert "no reason codes apply" in body["message"]
     _unchanged(item)
-    response = http.post(f"/api/items/{item.public_id}/decision", json.dumps({"decision": "reject", "note": "no"}),
-                         content_type="application/json")
+    response = http.post(
+        f"/api/items/{item.public_id}/decision", json.dumps({"decision": "reject", "note": "no"}), content_type="application/json"
+    )
     assert response.status_code == 200 and response.json()["outcome"] == "won"
 
 
@@ -251,12 +268,15 @@ def test_the_team_command_sets_shows_and_clears_rules(payments):
     assert _resolved(payments.pk, "ask")[:2] == (FOR_TOOL_CALLS, False)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--reason-codes", "spam,nope"], "unknown or retired reason codes: 'nope'"),
-    (["--reason-codes", "none", "--reason-required", "on"], "offers no codes cannot require one"),
-    (["--reason-graph", "ask"], "--reason-graph needs"),
-    (["--reason-clear", "--reason-codes", "all"], "--reason-clear goes alone"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reason-codes", "spam,nope"], "unknown or retired reason codes: 'nope'"),
+        (["--reason-codes", "none", "--reason-required", "on"], "offers no codes cannot require one"),
+        (["--reason-graph", "ask"], "--reason-graph needs"),
+        (["--reason-clear", "--reason-codes", "all"], "--reason-clear goes alone"),
+    ],
+)
 def test_the_team_command_refuses_a_bad_rule_and_changes_nothing(payments, args, message):
     with pytest.raises(CommandError, match=f"nothing changed: .*{message}"):
         _team("payments", "--name", "Renamed", *args)

@@ -44,11 +44,19 @@ def test_an_agents_tool_call_is_offered_reasons_that_fit_tool_calls_and_content_
     reason_rule_save(team=payments, offer="all")
     assert reason_rule(team_id=payments.pk, graph="ask").code_names == ["other", *TOOL_CALLS]
     assert reason_rule(team_id=payments.pk, graph="moderation").code_names == SEEDED
-    item = item_create(title="Refund", body="b", source="agent", graph="ask",
-                       graph_input={"ask": {"action_requests": [{"name": "refund_payment", "args": {"amount": 120}}],
-                                            "review_configs": [{"action_name": "refund_payment",
-                                                                "allowed_decisions": ["approve", "reject"]}]},
-                                    "external": {}})
+    item = item_create(
+        title="Refund",
+        body="b",
+        source="agent",
+        graph="ask",
+        graph_input={
+            "ask": {
+                "action_requests": [{"name": "refund_payment", "args": {"amount": 120}}],
+                "review_configs": [{"action_name": "refund_payment", "allowed_decisions": ["approve", "reject"]}],
+            },
+            "external": {},
+        },
+    )
     client = Client()
     client.force_login(alice)
     page = client.get(f"/items/{item.public_id}/").content.decode()
@@ -62,11 +70,19 @@ def _unchanged(item) -> None:
     assert not DecisionAttempt.objects.filter(item=item).exists()
 
 
-@pytest.mark.parametrize("reason, needle", [
-    (None, "choose a reason"), ("", "choose a reason"), ("nonsense", "not one of the active"),
-    ("retired", "not one of the active"), (7, "must be a reason code"),
-])
-def test_a_reject_needs_an_active_reason_when_required_and_nothing_changes_without_one(required, alice, make_item, reason, needle):
+@pytest.mark.parametrize(
+    "reason, needle",
+    [
+        (None, "choose a reason"),
+        ("", "choose a reason"),
+        ("nonsense", "not one of the active"),
+        ("retired", "not one of the active"),
+        (7, "must be a reason code"),
+    ],
+)
+def test_a_reject_needs_an_active_reason_when_required_and_nothing_changes_without_one(
+    required, alice, make_item, reason, needle
+):
     item = make_item()
     with pytest.raises(InvalidDecision, match=needle) as caught:
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", reason=reason)
@@ -93,12 +109,21 @@ def test_an_unknown_reason_is_refused_even_when_reasons_are_optional(alice, make
 
 
 def test_the_reason_is_stored_signed_and_sent_to_the_graph_in_front_of_the_message(
-    required, alice, make_item, django_capture_on_commit_callbacks,
+    required,
+    alice,
+    make_item,
+    django_capture_on_commit_callbacks,
 ):
     item = make_item()
     with django_capture_on_commit_callbacks(execute=True):  # the graph is resumed after the commit
-        outcome = item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", note="link farm",
-                              reason="spam", origin=AttemptOrigin.DASHBOARD)
+        outcome = item_decide(
+            item_public_id=item.public_id,
+            reviewer=alice,
+            decision="reject",
+            note="link farm",
+            reason="spam",
+            origin=AttemptOrigin.DASHBOARD,
+        )
     assert outcome.won and outcome.reason == "spam"
     ask = item.asks.get()
     assert ask.reason == "spam" and ask.decisions == [{"type": "reject", "message": "spam: link farm"}]
@@ -149,9 +174,15 @@ def test_the_409_page_shows_the_losers_own_note_and_reason(required, alice, bob,
     http = Client()
     http.force_login(bob)
     ask = item.asks.get().interrupt_id
-    response = http.post(f"/items/{item.public_id}/", {
-        "ask": ask, "action-0-type": "reject", "reason": "spam", "note": "my own words",
-    })
+    response = http.post(
+        f"/items/{item.public_id}/",
+        {
+            "ask": ask,
+            "action-0-type": "reject",
+            "reason": "spam",
+            "note": "my own words",
+        },
+    )
     assert response.status_code == 409
     page = response.content.decode()
     assert "my own words" in page and 'id="lost-reason"' in page and "<code>spam</code>" in page
@@ -193,12 +224,15 @@ def test_the_api_item_and_the_webhook_carry_the_reason(required, alice):
     client, token = apiclient_create(name="pipeline", scopes=["items:write", "items:read"])
     WebhookEndpoint.objects.create(name="hook", url="http://127.0.0.1:9/", events=["item.decided"])
     auth = {"Authorization": f"Bearer {token}"}
-    submitted = Client().post("/api/v1/items", json.dumps({"title": "A post", "body": "Buy now", "source": "pipeline"}),
-                              content_type="application/json", headers=auth)
+    submitted = Client().post(
+        "/api/v1/items",
+        json.dumps({"title": "A post", "body": "Buy now", "source": "pipeline"}),
+        content_type="application/json",
+        headers=auth,
+    )
     item = QueueItem.objects.get(public_id=submitted.json()["id"])
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", reason="spam", note="ads")
     body = Client().get(f"/api/v1/items/{item.public_id}", headers=auth).json()
     assert [(a["reason"], a["decisions"]) for a in body["asks"]] == [("spam", [{"type": "reject", "message": "spam: ads"}])]
     [delivery] = WebhookDelivery.objects.filter(item_public_id=item.public_id, event=WebhookEvent.ITEM_DECIDED)
     assert delivery.payload["data"]["decision"]["reason"] == "spam"
-

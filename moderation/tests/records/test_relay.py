@@ -38,7 +38,8 @@ def test_a_process_without_sockets_records_its_events_for_the_server(worker_proc
     _, recorded = relay_read(after=start)
     both = sorted(["queue", events.item_group(str(item.public_id))])
     assert [(sends[0][1]["type"], sorted(group for group, _ in sends)) for sends in recorded] == [
-        ("item.decided", both), ("item.applied", both),
+        ("item.decided", both),
+        ("item.applied", both),
     ]
     applied = recorded[1][0][1]
     assert (applied["item"], applied["status"], applied["applied"]["state"]) == (str(item.public_id), "approved", "finished")
@@ -100,7 +101,10 @@ def test_the_server_passes_on_what_is_recorded_while_its_pages_listen(monkeypatc
         looked_twice()  # a look found no page, after the record: that event had nobody to reach
         pages_open.set()
         relay_record(sends=[("item.x", {"type": "item.applied"}), ("queue", {"type": "item.applied"})])
-        assert delivered.get(timeout=PATIENCE_SECONDS) == [("item.x", {"type": "item.applied"}), ("queue", {"type": "item.applied"})]
+        assert delivered.get(timeout=PATIENCE_SECONDS) == [
+            ("item.x", {"type": "item.applied"}),
+            ("queue", {"type": "item.applied"}),
+        ]
         relay_record(sends=[("queue", {"type": "item.created"})])
         assert delivered.get(timeout=PATIENCE_SECONDS) == [("queue", {"type": "item.created"})]
     finally:

@@ -61,7 +61,9 @@ def test_a_teams_day_tallies_decisions_waits_races_misses_escalations_and_agreem
     assert totals.p50 is not None and 0 <= totals.p50 <= 10
     assert totals.escalations == 1
     assert stats.agreement.items == 3
-    assert stats.agreement.kappa == pytest.approx(fleiss_kappa([Counter(approve=2), Counter(reject=2), Counter(approve=1, reject=1)]))
+    assert stats.agreement.kappa == pytest.approx(
+        fleiss_kappa([Counter(approve=2), Counter(reject=2), Counter(approve=1, reject=1)])
+    )
     assert len(stats.days) == 7 and stats.days[-1].day == today
     assert stats.pending == 1  # the split vote; the late item left for the leads
     assert team_stats_read(team=leads, days=7, today=today).pending == 1
@@ -82,6 +84,8 @@ def test_a_moderator_who_only_lost_races_is_counted_among_the_moderators(payment
     assert item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve").won
     race_lose(item=item, user=carol, monkeypatch=monkeypatch)
     stats = team_stats_read(team=payments, days=7, today=timezone.localdate())
-    assert stats.moderators == [teamstats.ModeratorRow(name="alice", decided=1, lost_races=0),
-                                teamstats.ModeratorRow(name="carol", decided=0, lost_races=1)]
+    assert stats.moderators == [
+        teamstats.ModeratorRow(name="alice", decided=1, lost_races=0),
+        teamstats.ModeratorRow(name="carol", decided=0, lost_races=1),
+    ]
     assert stats.totals.lost_races == 1

@@ -27,12 +27,26 @@ NOW = timezone.now().replace(microsecond=0)
 def _decided(*, by, status=ItemStatus.APPROVED, at=None, source="test", graph="moderation", title="", reason="", lab=False):
     """A decided row as the guard leaves it, without running a graph (the page reads only rows)."""
     item = QueueItem.objects.create(
-        title=title or f"item {uuid.uuid4().hex[:6]}", body="b", source=source, graph=graph, thread_id=uuid.uuid4().hex,
-        status=status, decided_by=by, decided_at=at or NOW, is_lab=lab,
+        title=title or f"item {uuid.uuid4().hex[:6]}",
+        body="b",
+        source=source,
+        graph=graph,
+        thread_id=uuid.uuid4().hex,
+        status=status,
+        decided_by=by,
+        decided_at=at or NOW,
+        is_lab=lab,
     )
     if reason:
-        ReviewAsk.objects.create(item=item, interrupt_id="i1", payload={}, status=AskStatus.DECIDED, decided_by=by,
-                                 decided_at=item.decided_at, reason=reason)
+        ReviewAsk.objects.create(
+            item=item,
+            interrupt_id="i1",
+            payload={},
+            status=AskStatus.DECIDED,
+            decided_by=by,
+            decided_at=item.decided_at,
+            reason=reason,
+        )
     return item
 
 
@@ -84,7 +98,10 @@ def test_keyset_pages_walk_every_item_once_in_constant_queries_without_count_or_
     settings.DECIDED_PAGE_SIZE = 3
     # Two pairs decided in the same instant: the id breaks the tie, so no page boundary loses one.
     moments = [NOW - timedelta(seconds=s) for s in (0, 5, 5, 9, 12, 12, 20, 30)]
-    items = [_decided(by=alice if n % 2 else bob, at=at, title=f"t{n}", reason="spam" if n == 3 else "") for n, at in enumerate(moments)]
+    items = [
+        _decided(by=alice if n % 2 else bob, at=at, title=f"t{n}", reason="spam" if n == 3 else "")
+        for n, at in enumerate(moments)
+    ]
     expected = [i.title for i in sorted(items, key=lambda i: (i.decided_at, i.pk), reverse=True)]
     http = Client()
     http.force_login(alice)
@@ -135,10 +152,22 @@ def _raced_item(make_item, alice, bob):
     ReasonCode.objects.get_or_create(code="spam", defaults={"label": "Spam or advertising"})
     ReasonCode.objects.update_or_create(code="abuse", defaults={"label": "Abusive", "active": True})
     item = make_item(title="Cheap watches")
-    item_decide(item_public_id=item.public_id, reviewer=alice, decision="reject", reason="spam", note="alice's words",
-                origin=AttemptOrigin.DASHBOARD)
-    item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject", reason="abuse", note="bob's words",
-                origin=AttemptOrigin.API)
+    item_decide(
+        item_public_id=item.public_id,
+        reviewer=alice,
+        decision="reject",
+        reason="spam",
+        note="alice's words",
+        origin=AttemptOrigin.DASHBOARD,
+    )
+    item_decide(
+        item_public_id=item.public_id,
+        reviewer=bob,
+        decision="reject",
+        reason="abuse",
+        note="bob's words",
+        origin=AttemptOrigin.API,
+    )
     return item
 
 
@@ -148,8 +177,8 @@ def test_the_timeline_shows_won_and_lost_attempts_with_notes_reasons_origin_and_
     http.force_login(bob)
     assert f'href="/items/{item.public_id}/history"' in http.get(f"/items/{item.public_id}/").content.decode()
     page = http.get(f"/items/{item.public_id}/history").content.decode()
-    won = page[page.index('id="attempt-1"'):page.index('id="attempt-2"')]
-    lost = page[page.index('id="attempt-2"'):]
+    won = page[page.index('id="attempt-1"') : page.index('id="attempt-2"')]
+    lost = page[page.index('id="attempt-2"') :]
     assert "<strong>alice</strong>: rejected publish" in won and "won" in won and "from the Dashboard" in won
     assert "Spam or advertising" in won and "alice&#x27;s words" in won and "after it was created" in won
     assert "lost</span> to <strong>alice</strong>" in lost and "after the winning decision" in lost
@@ -173,7 +202,7 @@ def _csv(response) -> list[dict[str, str]]:
 
 def test_staff_export_the_filtered_history_as_csv_one_row_per_attempt(alice, bob, make_item, make_moderator):
     raced = _raced_item(make_item, alice, bob)
-    approved = make_item(title="=HYPERLINK(\"http://evil\")")
+    approved = make_item(title='=HYPERLINK("http://evil")')
     item_decide(item_public_id=approved.public_id, reviewer=bob, decision="approve")
     staff = make_moderator("carol")
     staff.is_staff = True
@@ -192,7 +221,7 @@ def test_staff_export_the_filtered_history_as_csv_one_row_per_attempt(alice, bob
     everything = _csv(http.get("/decided/export.csv"))
     assert len(everything) == 3
     # A cell a spreadsheet would run as a formula is defused.
-    assert [r["title"] for r in everything if r["item"] == str(approved.public_id)] == ["'=HYPERLINK(\"http://evil\")"]
+    assert [r["title"] for r in everything if r["item"] == str(approved.public_id)] == ['\'=HYPERLINK("http://evil")']
 
 
 def test_staff_export_only_what_their_teams_may_see_unless_they_supervise(payments, alice, bob, make_item, make_moderator):
@@ -218,6 +247,8 @@ def test_only_staff_may_export(alice, client):
     assert "decided-export" not in client.get("/decided/").content.decode()
 
 
-@pytest.mark.parametrize("seconds, words", [(0.42, "0.4 s"), (12, "12 s"), (185, "3 min 5 s"), (7800, "2 h 10 min"), (90000, "1 d 1 h")])
+@pytest.mark.parametrize(
+    "seconds, words", [(0.42, "0.4 s"), (12, "12 s"), (185, "3 min 5 s"), (7800, "2 h 10 min"), (90000, "1 d 1 h")]
+)
 def test_duration_words(seconds, words):
     assert duration_words(seconds) == words

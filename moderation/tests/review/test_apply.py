@@ -77,8 +77,12 @@ def test_failed_apply_is_left_for_recover_which_finishes_it_once(alice, make_ite
         assert failed.outcome == ApplyOutcome.FAILED and failed.error.startswith("ConnectionError: tool service down")
     item.refresh_from_db()
     assert (item.status, item.apply_state) == (ItemStatus.APPROVED, ApplyState.FAILED)
-    assert item.applied_result == {"state": "failed", "summary": "", "error": "ConnectionError: tool service down",
-                                   "errors": [{"where": "graph", "message": "ConnectionError: tool service down"}]}
+    assert item.applied_result == {
+        "state": "failed",
+        "summary": "",
+        "error": "ConnectionError: tool service down",
+        "errors": [{"where": "graph", "message": "ConnectionError: tool service down"}],
+    }
     assert item.asks.get().applied_at is None
     # The worker's own retries and the sweep leave a failed item to the operator.
     assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.FAILED_EARLIER)]
@@ -139,8 +143,14 @@ def test_apply_killed_inside_the_graph_run_is_run_to_the_graphs_end_by_the_next_
     assert [r.state for r in item_apply(item_id=item.pk)] == [AppliedState.FINISHED]
     item.refresh_from_db()
     assert (item.apply_state, item.applied_result) == (
-        ApplyState.IDLE, {"state": "finished", "summary": "approved", "errors": [], "result": {"status": "approved", "reviewer": "alice",
-                                                          "decided_at": item.asks.get().decided_at.isoformat()}})
+        ApplyState.IDLE,
+        {
+            "state": "finished",
+            "summary": "approved",
+            "errors": [],
+            "result": {"status": "approved", "reviewer": "alice", "decided_at": item.asks.get().decided_at.isoformat()},
+        },
+    )
     assert graph_is_finished(name=item.graph, thread_id=item.thread_id)
     assert item_resumes(item) == 1 and item_forks(item) == 0
 
@@ -201,7 +211,8 @@ def test_sweep_queues_only_overdue_unapplied_decisions_no_task_will_run(alice, b
     assert applies_sweep(enqueue=lambda item_id: pytest.fail("queued again while its task waits")) == 0
     # A worker claimed it and died: the task stays RUNNING for good.
     _apply_tasks(overdue, TaskResultStatus.READY).update(
-        status=TaskResultStatus.RUNNING, started_at=timezone.now() - timedelta(seconds=1))
+        status=TaskResultStatus.RUNNING, started_at=timezone.now() - timedelta(seconds=1)
+    )
     assert applies_sweep() == 1
     assert _apply_tasks(overdue, TaskResultStatus.READY).count() == 1
     assert applies_sweep() == 0  # the task it queued waits: once, not once per sweep
@@ -237,7 +248,9 @@ def test_two_workers_applying_one_item_at_once_resume_it_once(alice, make_item):
 
 
 def test_a_decision_on_a_graph_not_loaded_waits_unapplied_and_the_sweep_queues_it_once_the_graph_is_back(
-    alice, make_asking_item, settings,
+    alice,
+    make_asking_item,
+    settings,
 ):
     item = _decided_unapplied(make_asking_item(), alice, decision="approve")
     graphs = dict(settings.REVIEWQUEUE_GRAPHS)
@@ -277,8 +290,17 @@ def _two_lanes_apply_a_duplicated_task(item, *, hold: float = HOLD) -> list[str]
         from django.db import connection
 
         try:
-            QueueLane(wake=TaskWake(), queue_names=[APPLY_QUEUE], excluded_queue_names=[], batch=True, interval=0,
-                      backend_name="default", startup_delay=False, max_tasks=1, worker_id=f"lane-{n}").run()
+            QueueLane(
+                wake=TaskWake(),
+                queue_names=[APPLY_QUEUE],
+                excluded_queue_names=[],
+                batch=True,
+                interval=0,
+                backend_name="default",
+                startup_delay=False,
+                max_tasks=1,
+                worker_id=f"lane-{n}",
+            ).run()
         finally:
             connection.close()
 
@@ -287,7 +309,6 @@ def _two_lanes_apply_a_duplicated_task(item, *, hold: float = HOLD) -> list[str]
         [t.start() for t in threads]
         [t.join() for t in threads]
     return sorted(DBTaskResult.objects.filter(task_path=item_apply_task.module_path).values_list("return_value", flat=True))
-
 
 
 @pytest.mark.postgres_variant
@@ -314,8 +335,10 @@ def _apply_after_the_checkpointers_connections_are_terminated(item) -> list[Appl
     """``item_apply`` once every other backend of the database has been terminated (``pg_terminate_backend``,
     as an operator or a failover does): the checkpointer's idle pooled connections among them."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         assert cursor.fetchone()[0] >= 1  # the checkpointer's pool keeps one connection at least
     return item_apply(item_id=item.pk)
 
@@ -372,7 +395,9 @@ def test_an_apply_whose_storage_connection_ends_under_it_is_tried_again_not_fail
 @pytest.mark.postgres_variant
 @_postgres_only
 def test_negative_control_without_telling_a_lost_connection_apart_the_apply_is_failed_and_never_resumed(
-    alice, make_item, monkeypatch,
+    alice,
+    make_item,
+    monkeypatch,
 ):
     """What the soak found with pg_terminate: decided items left FAILED, their graphs never resumed."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
@@ -407,8 +432,10 @@ def _lock_lost_under_a_run_then_taken_by_another_apply(
         finally:
             connection.close()
 
-    with fault_inject("in_review_node", hold), \
-            mock.patch("moderation.core.resumelock.item_lock", lambda key, timeout: nullcontext()):
+    with (
+        fault_inject("in_review_node", hold),
+        mock.patch("moderation.core.resumelock.item_lock", lambda key, timeout: nullcontext()),
+    ):
         worker = threading.Thread(target=first)
         worker.start()
         assert in_node.wait(60)

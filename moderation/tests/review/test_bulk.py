@@ -32,7 +32,10 @@ def _status(item) -> str:
 
 @pytest.mark.django_db
 def test_mixed_results_one_won_one_lost_naming_the_winner_and_refusals_each_on_its_own(
-    alice, bob, make_item, make_asking_item,
+    alice,
+    bob,
+    make_item,
+    make_asking_item,
 ):
     fresh, taken, broken = make_item("fresh"), make_item("taken"), make_item("broken")
     several = make_asking_item(graph="t_parallel", title="several")
@@ -40,12 +43,18 @@ def test_mixed_results_one_won_one_lost_naming_the_winner_and_refusals_each_on_i
     QueueItem.objects.filter(pk=broken.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="its graph is gone")
 
     results = items_decide_bulk(
-        item_public_ids=[str(i.public_id) for i in (fresh, taken, broken, several)], reviewer=alice, decision="approve",
-        note="", reason=None,
+        item_public_ids=[str(i.public_id) for i in (fresh, taken, broken, several)],
+        reviewer=alice,
+        decision="approve",
+        note="",
+        reason=None,
     )
 
     assert [(r.title, r.outcome) for r in results] == [
-        ("fresh", "won"), ("taken", "lost"), ("broken", "refused"), ("several", "refused"),
+        ("fresh", "won"),
+        ("taken", "lost"),
+        ("broken", "refused"),
+        ("several", "refused"),
     ]
     won, lost, attention, asks = results
     assert won.describe() == "approved" and won.winner == "alice"
@@ -54,7 +63,10 @@ def test_mixed_results_one_won_one_lost_naming_the_winner_and_refusals_each_on_i
     assert asks.error == "it has several open asks; decide it on its own page"
     # The refusals undid nothing: the won item stays approved, the others are as they were.
     assert [_status(i) for i in (fresh, taken, broken, several)] == [
-        ItemStatus.APPROVED, ItemStatus.REJECTED, ItemStatus.NEEDS_ATTENTION, ItemStatus.PENDING,
+        ItemStatus.APPROVED,
+        ItemStatus.REJECTED,
+        ItemStatus.NEEDS_ATTENTION,
+        ItemStatus.PENDING,
     ]
     assert QueueItem.objects.get(pk=taken.pk).decided_by == bob
 
@@ -62,8 +74,13 @@ def test_mixed_results_one_won_one_lost_naming_the_winner_and_refusals_each_on_i
 @pytest.mark.django_db
 def test_an_item_named_twice_or_unknown_is_judged_once_or_refused(alice, make_item):
     item = make_item("once")
-    results = items_decide_bulk(item_public_ids=[str(item.public_id), str(item.public_id), "not-an-id"],
-                                reviewer=alice, decision="approve", note="", reason=None)
+    results = items_decide_bulk(
+        item_public_ids=[str(item.public_id), str(item.public_id), "not-an-id"],
+        reviewer=alice,
+        decision="approve",
+        note="",
+        reason=None,
+    )
     assert [(r.outcome, r.title) for r in results] == [("won", "once"), ("refused", "not-an-id")]
     assert DecisionAttempt.objects.filter(item=item).count() == 1
 
@@ -88,23 +105,31 @@ def test_another_teams_item_is_refused_as_unknown_without_its_title(client, paym
 @pytest.mark.django_db
 def test_a_reject_carries_the_reason_to_every_item(alice, make_item):
     items = [make_item(f"spam {n}") for n in range(3)]
-    results = items_decide_bulk(item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision="reject",
-                                note="link farm", reason="spam")
+    results = items_decide_bulk(
+        item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision="reject", note="link farm", reason="spam"
+    )
     assert [r.describe() for r in results] == ["rejected"] * 3
     assert set(DecisionAttempt.objects.filter(item__in=items).values_list("reason", flat=True)) == {"spam"}
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("decision, reason, field", [
-    ("maybe", None, "decision"), ("", None, "decision"), ("reject", None, "reason"), ("approve", "spam", "reason"),
-    ("reject", "nonsense", "reason"),
-])
+@pytest.mark.parametrize(
+    "decision, reason, field",
+    [
+        ("maybe", None, "decision"),
+        ("", None, "decision"),
+        ("reject", None, "reason"),
+        ("approve", "spam", "reason"),
+        ("reject", "nonsense", "reason"),
+    ],
+)
 def test_a_bad_decision_or_reason_decides_nothing(alice, make_item, settings, decision, reason, field):
     settings.REJECT_REASON_REQUIRED = True
     items = [make_item(f"post {n}") for n in range(3)]
     with pytest.raises(BulkInvalid) as caught:
-        items_decide_bulk(item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision=decision,
-                          note="", reason=reason)
+        items_decide_bulk(
+            item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision=decision, note="", reason=reason
+        )
     assert caught.value.field == field
     assert DecisionAttempt.objects.count() == 0
     assert {_status(i) for i in items} == {ItemStatus.PENDING}
@@ -115,11 +140,18 @@ def test_more_items_than_the_cap_decides_nothing(alice, make_item, settings):
     settings.BULK_MAX_ITEMS = 2
     items = [make_item(f"post {n}") for n in range(3)]
     with pytest.raises(BulkInvalid, match="3 items selected; at most 2"):
-        items_decide_bulk(item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision="approve",
-                          note="", reason=None)
+        items_decide_bulk(
+            item_public_ids=[str(i.public_id) for i in items], reviewer=alice, decision="approve", note="", reason=None
+        )
     assert DecisionAttempt.objects.count() == 0
-    assert len(items_decide_bulk(item_public_ids=[str(i.public_id) for i in items[:2]], reviewer=alice,
-                                 decision="approve", note="", reason=None)) == 2
+    assert (
+        len(
+            items_decide_bulk(
+                item_public_ids=[str(i.public_id) for i in items[:2]], reviewer=alice, decision="approve", note="", reason=None
+            )
+        )
+        == 2
+    )
 
 
 @pytest.mark.django_db
@@ -128,8 +160,7 @@ def test_nothing_selected_or_not_a_moderator_decides_nothing(alice, make_viewer,
     with pytest.raises(BulkInvalid, match="select at least one"):
         items_decide_bulk(item_public_ids=[], reviewer=alice, decision="approve", note="", reason=None)
     with pytest.raises(NotAModerator):
-        items_decide_bulk(item_public_ids=[str(item.public_id)], reviewer=make_viewer(), decision="approve", note="",
-                          reason=None)
+        items_decide_bulk(item_public_ids=[str(item.public_id)], reviewer=make_viewer(), decision="approve", note="", reason=None)
     assert DecisionAttempt.objects.count() == 0
 
 
@@ -228,8 +259,9 @@ def test_the_bulk_view_lists_each_items_result_and_links_back_to_the_queue(clien
 def test_select_all_decides_every_item_the_page_showed(client, alice, make_item):
     items = [make_item(f"post {n}") for n in range(3)]
     client.force_login(alice)
-    response = client.post(BULK_URL, {"all_on_page": "1", "page_items": [i.public_id for i in items],
-                                      "decision": "reject", "reason": "spam"})
+    response = client.post(
+        BULK_URL, {"all_on_page": "1", "page_items": [i.public_id for i in items], "decision": "reject", "reason": "spam"}
+    )
     assert response.status_code == 200
     assert {_status(i) for i in items} == {ItemStatus.REJECTED}
     # Without the box ticked, the page's list alone decides nothing.

@@ -48,8 +48,12 @@ def test_winner_decides_the_ask_and_the_apply_resumes_the_graph_once(alice, make
     assert ask.applied_at is not None
     assert item_waiting_on(item) == [] and item_resumes(item) == 1
     assert item.apply_state == ApplyState.IDLE
-    assert item.applied_result == {"state": "finished", "summary": "approved", "errors": [],
-                                   "result": graph_values(name="moderation", thread_id=item.thread_id)["result"]}
+    assert item.applied_result == {
+        "state": "finished",
+        "summary": "approved",
+        "errors": [],
+        "result": graph_values(name="moderation", thread_id=item.thread_id)["result"],
+    }
     assert item.applied_result["result"]["status"] == "approved" and item.applied_result["result"]["reviewer"] == "alice"
     attempt = DecisionAttempt.objects.get(item=item, seq=outcome.attempt_seq)
     assert (attempt.outcome, attempt.winner, attempt.requested, attempt.ask) == (AttemptOutcome.WON, alice, "approve", ask)
@@ -85,7 +89,10 @@ def test_loser_is_told_who_won_and_nothing_of_theirs_is_applied(alice, bob, make
     assert graph_values(name="moderation", thread_id=item.thread_id)["result"]["reviewer"] == "alice"
     attempt = DecisionAttempt.objects.get(item=item, seq=lost.attempt_seq)
     assert (attempt.outcome, attempt.reviewer, attempt.winner, attempt.winner_status) == (
-        AttemptOutcome.LOST, bob, alice, "approved"
+        AttemptOutcome.LOST,
+        bob,
+        alice,
+        "approved",
     )
     assert attempt.decisions == [{"type": "reject", "message": "spam"}]
 
@@ -106,7 +113,9 @@ def test_oversized_or_non_text_note_changes_nothing(alice, make_item, settings):
     item = make_item()
     before = _snapshot()
     with pytest.raises(InvalidDecision, match="longer than"):
-        item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve", note="x" * (settings.DECISION_NOTE_MAX_LENGTH + 1))
+        item_decide(
+            item_public_id=item.public_id, reviewer=alice, decision="approve", note="x" * (settings.DECISION_NOTE_MAX_LENGTH + 1)
+        )
     with pytest.raises(InvalidDecision, match="text"):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve", note={"x": 1})
     assert _snapshot() == before
@@ -223,7 +232,9 @@ def test_commit_lost_decides_nothing_and_the_next_reviewer_wins(alice, bob, make
 @pytest.mark.django_db
 def test_needs_attention_item_refuses_decisions_and_records_them(alice, bob, make_item):
     item = make_item()
-    QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="its graph is not waiting for review")
+    QueueItem.objects.filter(pk=item.pk).update(
+        status=ItemStatus.NEEDS_ATTENTION, attention="its graph is not waiting for review"
+    )
     with pytest.raises(ItemNeedsAttention, match="not waiting for review"):
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     with pytest.raises(ItemNeedsAttention):
@@ -255,7 +266,9 @@ def test_transient_node_failure_is_retried_by_langgraph(alice, make_item, django
 
 
 @pytest.mark.django_db
-def test_node_that_keeps_failing_leaves_the_decision_and_a_visible_failed_apply(alice, bob, make_item, django_capture_on_commit_callbacks):
+def test_node_that_keeps_failing_leaves_the_decision_and_a_visible_failed_apply(
+    alice, bob, make_item, django_capture_on_commit_callbacks
+):
     item = make_item()
 
     def broken(key):
@@ -279,8 +292,12 @@ def test_events_are_sent_only_after_commit(alice, bob, make_item, monkeypatch, d
     item = make_item()
     sent = []
     monkeypatch.setattr("moderation.review.apply.item_apply", lambda *, item_id: sent.append(("applied", item_id)))
-    monkeypatch.setattr("moderation.records.events.decision_broadcast", lambda *, outcome: sent.append(("decided", outcome.winner)))
-    monkeypatch.setattr("moderation.records.events.loser_notify", lambda *, outcome, reviewer_id: sent.append(("lost", reviewer_id)))
+    monkeypatch.setattr(
+        "moderation.records.events.decision_broadcast", lambda *, outcome: sent.append(("decided", outcome.winner))
+    )
+    monkeypatch.setattr(
+        "moderation.records.events.loser_notify", lambda *, outcome, reviewer_id: sent.append(("lost", reviewer_id))
+    )
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
         item_decide(item_public_id=item.public_id, reviewer=bob, decision="reject")
@@ -306,9 +323,17 @@ def test_database_refuses_a_second_winning_attempt_on_an_ask(alice, bob, make_it
     item.refresh_from_db()
     with pytest.raises(IntegrityError), transaction.atomic():
         DecisionAttempt.objects.create(
-            item=item, ask=item.asks.get(), reviewer=bob, requested="reject", outcome=AttemptOutcome.WON, winner=bob,
-            winner_status="rejected", requested_at=timezone.now(), recorded_at=timezone.now(),
-            seq=item.attempt_count + 1, entry_hash="0" * 64,
+            item=item,
+            ask=item.asks.get(),
+            reviewer=bob,
+            requested="reject",
+            outcome=AttemptOutcome.WON,
+            winner=bob,
+            winner_status="rejected",
+            requested_at=timezone.now(),
+            recorded_at=timezone.now(),
+            seq=item.attempt_count + 1,
+            entry_hash="0" * 64,
         )
 
 

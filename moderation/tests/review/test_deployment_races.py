@@ -67,13 +67,18 @@ def test_three_moderators_racing_one_remote_decision_resume_its_thread_once(lang
             # The winner's apply (inline here) resumes the remote thread after the guard's commit.
             outcome = item_decide(item_public_id=item.public_id, reviewer=user, decisions=edit_to(user.username))
             history.complete(op, completion="ok" if outcome.won else "fail", told_winner=outcome.winner)
+
         return decide
 
     in_threads([moderator(user) for user in users])
     winner = remote_outcome(url, thread_id)["decisions"][0]["edited_action"]["args"]["to"].split("@")[0]
     runs, resumes = resumes_of(url, thread_id)
-    final = FinalItem(winner=winner, resumes=resumes, decision="edit",
-                      winning_attempts=DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count())
+    final = FinalItem(
+        winner=winner,
+        resumes=resumes,
+        decision="edit",
+        winning_attempts=DecisionAttempt.objects.filter(item=item, outcome=AttemptOutcome.WON).count(),
+    )
     assert history_check(ops=history.ops, final={thread_id: final}) == []
     assert (runs, resumes) == (1, 1)
 
@@ -104,8 +109,7 @@ def test_a_webhook_and_a_sweep_racing_in_two_worker_processes_make_one_item_per_
     url = langgraph_server.url
     agents = register(url)
     thread_ids = [agent_run(url, agents.hitl), agent_run(url, agents.hitl), agent_run(url, agents.fanout)]
-    discovery_processes(roles=["webhook", "sweep"], deployment=agents.deployment, thread_ids=thread_ids,
-                        workdir=tmp_path)
+    discovery_processes(roles=["webhook", "sweep"], deployment=agents.deployment, thread_ids=thread_ids, workdir=tmp_path)
     final = _discovery_final(thread_ids)
     assert len(final) == 4  # two HITL requests, two parallel interrupts
     assert history_check(ops=[], final=final) == []
@@ -118,8 +122,7 @@ def test_naive_discovery_racing_in_two_worker_processes_makes_two_items_of_one_i
     url = langgraph_server.url
     agents = register(url)
     thread_id = agent_run(url, agents.fanout)
-    discovery_processes(roles=["naive", "naive"], deployment=agents.deployment, thread_ids=[thread_id],
-                        workdir=tmp_path)
+    discovery_processes(roles=["naive", "naive"], deployment=agents.deployment, thread_ids=[thread_id], workdir=tmp_path)
     anomalies = history_check(ops=[], final=_discovery_final([thread_id]))
     assert [a.kind for a in anomalies] == ["double_start", "double_start"]  # each of the two parallel interrupts
 
@@ -175,14 +178,17 @@ def _round_race(url: str, monkeypatch, moderator) -> tuple[str, dict[str, FinalI
     asking: dict[str, int] = {}
     for interrupt_id in DeploymentInterrupt.objects.filter(thread_id=thread_id).values_list("interrupt_id", flat=True):
         asking[interrupt_id] = asking.get(interrupt_id, 0) + 1
-    return thread_id, {f"{thread_id}:{k}": FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n)
-                       for k, n in asking.items()}
+    return thread_id, {
+        f"{thread_id}:{k}": FinalItem(winner=None, winning_attempts=0, resumes=0, starts=n) for k, n in asking.items()
+    }
 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db(transaction=True)
 def test_a_sweep_and_the_apply_racing_for_a_later_rounds_interrupt_make_one_item_ask_it(
-    langgraph_server, monkeypatch, alice,
+    langgraph_server,
+    monkeypatch,
+    alice,
 ):
     thread_id, final = _round_race(langgraph_server.url, monkeypatch, alice)
     assert len(final) == 3  # the two parallel interrupts, the next question
@@ -193,7 +199,9 @@ def test_a_sweep_and_the_apply_racing_for_a_later_rounds_interrupt_make_one_item
 
 @pytest.mark.django_db(transaction=True)  # the schema is changed for the test
 def test_negative_control_without_one_item_per_interrupt_the_race_makes_two_items_ask_the_later_round(
-    langgraph_server, monkeypatch, alice,
+    langgraph_server,
+    monkeypatch,
+    alice,
 ):
     with interrupt_uniqueness_dropped(monkeypatch):
         thread_id, final = _round_race(langgraph_server.url, monkeypatch, alice)

@@ -77,24 +77,29 @@ def item_page(item: QueueItem) -> Iterator[dict]:
         while (message := await asyncio.wait_for(layer.receive(channel), 30))["type"] != "item.decided":
             pass
         return message
+
     told.update(async_to_sync(decided)())
 
 
 @pytest.fixture
 def decide(django_capture_on_commit_callbacks):
     """``item_decide``, then what its commit sets off (the apply) run, as the worker would."""
+
     def run(**kwargs):
         with django_capture_on_commit_callbacks(execute=True):
             return item_decide(**kwargs)
+
     return run
 
 
 @pytest.fixture
 def sweep(django_capture_on_commit_callbacks):
     """``deployments_sweep``, then what its commits set off (a withdrawal's apply)."""
+
     def run():
         with django_capture_on_commit_callbacks(execute=True):
             return deployments_sweep()
+
     return run
 
 
@@ -102,26 +107,31 @@ def sweep(django_capture_on_commit_callbacks):
 def test_a_bad_url_key_or_graph_is_a_clear_error_and_creates_nothing(langgraph_server):
     before = (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count())
     with pytest.raises(DeploymentInvalid, match="cannot reach the deployment"):
-        deployment_register(name="agents-bad", url=f"http://127.0.0.1:{free_port()}", api_key="",
-                            routes=[GraphRoute(graph="hitl")])
+        deployment_register(
+            name="agents-bad", url=f"http://127.0.0.1:{free_port()}", api_key="", routes=[GraphRoute(graph="hitl")]
+        )
     with pytest.raises(DeploymentInvalid, match=r"has no assistant or graph 'nope' \(its graphs: fanout, hitl\)"):
         deployment_register(name="agents-bad", url=langgraph_server.url, api_key="", routes=[GraphRoute(graph="nope")])
     with pytest.raises(DeploymentInvalid, match="url: Enter a valid URL"):
         deployment_register(name="agents-bad", url="ftp://x", api_key="", routes=[GraphRoute(graph="hitl")])
     with pytest.raises(DeploymentInvalid, match="team: no team 'ghosts'"):
-        deployment_register(name="agents-bad", url=langgraph_server.url, api_key="",
-                            routes=[GraphRoute(graph="hitl", team="ghosts")])
+        deployment_register(
+            name="agents-bad", url=langgraph_server.url, api_key="", routes=[GraphRoute(graph="hitl", team="ghosts")]
+        )
     assert (Deployment.objects.count(), ApiClient.objects.count(), get_user_model().objects.count()) == before
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("asks", "field"), [
-    ([], "asks"),
-    ([{"interrupt_id": "a", "value": 1}, {"interrupt_id": "a", "value": 2}], "asks"),
-    ([{"interrupt_id": "a"}], "asks[0]"),
-    ([{"interrupt_id": "x" * 65, "value": 1}], "asks[0].interrupt_id"),
-    ([{"interrupt_id": "a", "value": "\x00"}], "asks[0].value"),
-])
+@pytest.mark.parametrize(
+    ("asks", "field"),
+    [
+        ([], "asks"),
+        ([{"interrupt_id": "a", "value": 1}, {"interrupt_id": "a", "value": 2}], "asks"),
+        ([{"interrupt_id": "a"}], "asks[0]"),
+        ([{"interrupt_id": "x" * 65, "value": 1}], "asks[0].interrupt_id"),
+        ([{"interrupt_id": "a", "value": "\x00"}], "asks[0].value"),
+    ],
+)
 def test_a_bad_set_of_interrupts_is_a_clear_error_and_creates_nothing(asks, field):
     client = ApiClient.objects.create(name="langgraph.bad", user=get_user_model().objects.create(username="lg.bad"))
     submission = Submission(title="t", body="b", source="s", asks=asks, external={"thread_id": "t1"}, external_id="t1:k")
@@ -133,7 +143,11 @@ def test_a_bad_set_of_interrupts_is_a_clear_error_and_creates_nothing(asks, fiel
 
 @pytest.mark.django_db
 def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resumes_the_thread_once(
-    langgraph_server, alice, make_moderator, decide, sweep,
+    langgraph_server,
+    alice,
+    make_moderator,
+    decide,
+    sweep,
 ):
     url = langgraph_server.url
     bob = make_moderator("bob")
@@ -154,15 +168,22 @@ def test_sweep_makes_one_item_per_interrupt_with_four_eyes_and_the_decision_resu
     item.refresh_from_db()
     assert item.apply_state == ApplyState.IDLE
     interrupt_ids = ask_interrupts(graph_input=item.graph_input)
-    assert item.applied_result["remote"] == {"thread_id": thread_id, "interrupt_ids": interrupt_ids,
-                                             "thread_status": "idle", "resumed": interrupt_ids}
+    assert item.applied_result["remote"] == {
+        "thread_id": thread_id,
+        "interrupt_ids": interrupt_ids,
+        "thread_status": "idle",
+        "resumed": interrupt_ids,
+    }
     assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
     assert resumes_of(url, thread_id) == (1, 1)
 
 
 @pytest.mark.django_db
 def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_once_with_both_answers(
-    langgraph_server, alice, sweep, django_capture_on_commit_callbacks,
+    langgraph_server,
+    alice,
+    sweep,
+    django_capture_on_commit_callbacks,
 ):
     url = langgraph_server.url
     agents = register(url)
@@ -175,17 +196,21 @@ def test_parallel_interrupts_found_by_webhook_and_sweep_are_one_item_resumed_onc
     assert sorted(asks) == ["Publish the news post?", "Publish the sports post?"]
     assert item.external_id == interrupts_key(thread_id=thread_id, interrupt_ids=ask_interrupts(graph_input=item.graph_input))
     with django_capture_on_commit_callbacks(execute=False):  # both decided before the worker applies
-        item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the news post?"].interrupt_id,
-                    decision="approve")
-        item_decide(item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the sports post?"].interrupt_id,
-                    decision="reject")
+        item_decide(
+            item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the news post?"].interrupt_id, decision="approve"
+        )
+        item_decide(
+            item_public_id=item.public_id, reviewer=alice, ask=asks["Publish the sports post?"].interrupt_id, decision="reject"
+        )
     # The agent's next question: this item's round 2.
     assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.RECORDED, resumed=2, state=AppliedState.ASKED_AGAIN)]
     item.refresh_from_db()
     assert item.applied_result["remote"]["resumed"] == sorted(ask_interrupts(graph_input=item.graph_input))
     state = sdk(url).threads.get_state(thread_id)
     assert sorted((k, v["type"]) for d in state["values"]["answers"] for k, v in d.items()) == [
-        ("news", "approve"), ("sports", "reject")]
+        ("news", "approve"),
+        ("sports", "reject"),
+    ]
     assert len(sdk(url).runs.list(thread_id)) == 2  # the agent's run and one resume with both answers
 
 
@@ -200,7 +225,11 @@ def _runs(url: str, thread_id: str) -> int:
 
 @pytest.mark.django_db
 def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2_of_the_same_item(
-    langgraph_server, alice, decide, sweep, client,
+    langgraph_server,
+    alice,
+    decide,
+    sweep,
+    client,
 ):
     url = langgraph_server.url
     agents = register(url)
@@ -222,8 +251,10 @@ def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2
     item.refresh_from_db()
     asks = sorted(item.asks.all(), key=lambda a: (a.round, _question(a)))
     assert [(a.round, _question(a), a.status) for a in asks] == [
-        (1, "Publish the news post?", "decided"), (1, "Publish the sports post?", "decided"),
-        (2, "Send the newsletter now?", "pending")]
+        (1, "Publish the news post?", "decided"),
+        (1, "Publish the sports post?", "decided"),
+        (2, "Send the newsletter now?", "pending"),
+    ]
     assert item.status == ItemStatus.PENDING and item.applied_result["state"] == "asked again"
     [confirm] = remote_thread_read(connection=deployment_connection(agents.deployment), thread_id=thread_id).interrupts
     assert item.applied_result["remote"]["round"] == [confirm.interrupt_id]
@@ -244,7 +275,9 @@ def test_a_partial_decision_resumes_one_interrupt_and_the_later_round_is_round_2
 
 @pytest.mark.django_db
 def test_negative_control_discovery_not_holding_off_during_the_apply_makes_the_later_round_a_second_item(
-    langgraph_server, alice, monkeypatch,
+    langgraph_server,
+    alice,
+    monkeypatch,
 ):
     """What the sweep during the apply above would do if discovery did not leave a thread with a decision
     not yet applied to that apply: the round becomes an item of its own."""
@@ -270,7 +303,10 @@ class WorkerKilled(BaseException):
 @pytest.mark.django_db
 @pytest.mark.parametrize("point", ["after_remote_resume", "before_record"])
 def test_a_worker_killed_between_the_resume_and_the_round_leaves_it_to_the_retry_once(
-    langgraph_server, alice, point, django_capture_on_commit_callbacks,
+    langgraph_server,
+    alice,
+    point,
+    django_capture_on_commit_callbacks,
 ):
     url = langgraph_server.url
     agents = register(url)
@@ -297,7 +333,9 @@ def test_a_worker_killed_between_the_resume_and_the_round_leaves_it_to_the_retry
 
 
 @pytest.mark.django_db
-def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_moderator_is_told(langgraph_server, alice, decide, sweep):
+def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_moderator_is_told(
+    langgraph_server, alice, decide, sweep
+):
     url = langgraph_server.url
     agents = register(url)
     deployment = agents.deployment
@@ -311,8 +349,7 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
         sweep()
     assert (told_live["status"], told_live["winner"]) == ("withdrawn", deployment.client.user.username)
     item.refresh_from_db()
-    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user,
-                                                                  RESOLVED_OUTSIDE)
+    assert (item.status, item.decided_by, item.decision_note) == (ItemStatus.WITHDRAWN, deployment.client.user, RESOLVED_OUTSIDE)
     assert item.applied_result["remote"]["resolved"] == RESOLVED_OUTSIDE
     assert [i.status for i in items_of(deleted)] == [ItemStatus.WITHDRAWN]  # a deleted thread waits on nothing
     told = decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
@@ -323,7 +360,11 @@ def test_an_interrupt_resumed_elsewhere_leaves_the_queue_and_the_deciding_modera
 
 @pytest.mark.django_db
 def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_once_when_back(
-    langgraph_server, alice, decide, sweep, client,
+    langgraph_server,
+    alice,
+    decide,
+    sweep,
+    client,
 ):
     gate = PortGate(langgraph_server.url)
     agents = register(gate.url, server_url=langgraph_server.url)
@@ -359,7 +400,10 @@ def test_an_unreachable_deployment_mid_apply_keeps_the_decision_and_applies_it_o
 
 @pytest.mark.django_db(transaction=True)  # a worker process of its own reads what the test wrote
 def test_a_real_workers_sweep_queues_an_interrupted_thread_without_a_webhook_and_applies_its_decision(
-    langgraph_server, alice, tmp_path, settings,
+    langgraph_server,
+    alice,
+    tmp_path,
+    settings,
 ):
     url = langgraph_server.url
     agents = register(url)
@@ -372,8 +416,9 @@ def test_a_real_workers_sweep_queues_an_interrupted_thread_without_a_webhook_and
         assert found == 1 and worker.poll() is None, log.read_text()[-3000:]
         [item] = items_of(thread_id)
         assert item_decide(item_public_id=item.public_id, reviewer=alice, decisions=edit_to("alice")).won
-        applied = progress_wait(lambda: QueueItem.objects.get(pk=item.pk).apply_state, done=lambda s: s == ApplyState.IDLE,
-                                stall=60)
+        applied = progress_wait(
+            lambda: QueueItem.objects.get(pk=item.pk).apply_state, done=lambda s: s == ApplyState.IDLE, stall=60
+        )
         assert applied == ApplyState.IDLE, log.read_text()[-3000:]
     assert remote_outcome(url, thread_id) == {"decisions": edit_to("alice")}
     assert resumes_of(url, thread_id) == (1, 1)
@@ -389,7 +434,10 @@ def doc_agent_snippet(*, deployment_url: str, webhook_url: str) -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
-    langgraph_server, live_server, client, make_moderator,
+    langgraph_server,
+    live_server,
+    client,
+    make_moderator,
 ):
     url = langgraph_server.url
     bob = make_moderator("bob")
@@ -413,8 +461,13 @@ def test_the_runs_webhook_discovers_its_thread_and_a_wrong_secret_is_refused(
 
 @pytest.mark.django_db
 def test_the_admin_registers_a_deployment_checked_with_it_and_never_shows_its_key(langgraph_server, admin_client):
-    form = {"name": "support-agents", "url": f"http://127.0.0.1:{free_port()}", "api_key": "lsv2-secret-key",
-            "routes": "hitl\nfanout", "policy": ""}
+    form = {
+        "name": "support-agents",
+        "url": f"http://127.0.0.1:{free_port()}",
+        "api_key": "lsv2-secret-key",
+        "routes": "hitl\nfanout",
+        "policy": "",
+    }
     refused = admin_client.post("/admin/moderation/deployment/add/", form)
     assert refused.status_code == 200 and "cannot reach the deployment" in refused.content.decode()
     assert not Deployment.objects.exists()
@@ -433,8 +486,22 @@ def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(lang
         call_command("deployment_add", "cmd-agents", "--url", f"http://127.0.0.1:{free_port()}", "--graph", "hitl")
     assert not Deployment.objects.exists()
     out, err = io.StringIO(), io.StringIO()
-    call_command("deployment_add", "cmd-agents", "--url", langgraph_server.url, "--api-key-env", "AGENTS_KEY",
-                 "--graph", "hitl", "--graph", "fanout", "--base-url", "https://rq.example.com", stdout=out, stderr=err)
+    call_command(
+        "deployment_add",
+        "cmd-agents",
+        "--url",
+        langgraph_server.url,
+        "--api-key-env",
+        "AGENTS_KEY",
+        "--graph",
+        "hitl",
+        "--graph",
+        "fanout",
+        "--base-url",
+        "https://rq.example.com",
+        stdout=out,
+        stderr=err,
+    )
     assert out.getvalue().startswith("https://rq.example.com/api/v1/deployments/cmd-agents/webhook?token=")
     assert Deployment.objects.get(name="cmd-agents").api_key == "lsv2-command-key"
     listed = io.StringIO()
@@ -446,10 +513,12 @@ def test_the_commands_connect_and_list_a_deployment_without_showing_its_key(lang
 @pytest.mark.django_db
 def test_rotating_a_webhook_secret_refuses_the_old_url_and_prints_the_new_one_once(client, monkeypatch):
     """The run's webhook URL is in LangGraph Server's own logs: a leaked one is replaced, not lived with."""
-    monkeypatch.setattr(deployments, "remote_graphs_resolve",
-                        lambda *, connection, names: {name: {"graph_id": name} for name in names})
-    deployment, old = deployment_register(name="rot-agents", url="http://127.0.0.1:9", api_key="",
-                                          routes=[GraphRoute(graph="hitl")])
+    monkeypatch.setattr(
+        deployments, "remote_graphs_resolve", lambda *, connection, names: {name: {"graph_id": name} for name in names}
+    )
+    deployment, old = deployment_register(
+        name="rot-agents", url="http://127.0.0.1:9", api_key="", routes=[GraphRoute(graph="hitl")]
+    )
     out, err = io.StringIO(), io.StringIO()
     call_command("deployment_webhook_rotate", "rot-agents", "--base-url", "https://rq.example.org/", stdout=out, stderr=err)
     url = out.getvalue().strip()
@@ -458,16 +527,16 @@ def test_rotating_a_webhook_secret_refuses_the_old_url_and_prints_the_new_one_on
     assert "shown only now" in err.getvalue() and new not in err.getvalue()
     assert deployments.deployment_verify(name="rot-agents", token=old) is None
     assert deployments.deployment_verify(name="rot-agents", token=new) == deployment
-    answer = client.post(deployment_webhook_path(deployment=deployment, secret=old), {"thread_id": "t"},
-                         content_type="application/json")
+    answer = client.post(
+        deployment_webhook_path(deployment=deployment, secret=old), {"thread_id": "t"}, content_type="application/json"
+    )
     assert answer.status_code == 404 and answer.json()["error"] == "not_found"
     with pytest.raises(CommandError, match="no deployment 'nope'"):
         call_command("deployment_webhook_rotate", "nope", stdout=io.StringIO(), stderr=io.StringIO())
 
 
 @pytest.mark.django_db
-def test_with_a_worker_the_webhook_only_queues_its_thread_once_and_the_task_discovers_it(langgraph_server, client,
-                                                                                          settings):
+def test_with_a_worker_the_webhook_only_queues_its_thread_once_and_the_task_discovers_it(langgraph_server, client, settings):
     settings.REVIEWQUEUE_APPLY_INLINE = False  # a worker runs: the webhook calls nothing outside
     agents = register(langgraph_server.url)
     thread_id = agent_run(langgraph_server.url, agents.hitl)

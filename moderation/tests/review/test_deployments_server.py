@@ -65,8 +65,13 @@ def _get(server: LiveServer, path: str, session: str) -> int:
 
 def _burst(tmp_path, langgraph_server, *, settings: str, discovery: bool = True) -> Burst:
     admin_url, redis_url = services_require()
-    env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("hooks")), "DB_POOL_SIZE": str(POOL),
-           "REVIEWQUEUE_APPLY_INLINE": "0", "APPLY_LANES": "0", "LANGGRAPH_SWEEP_INTERVAL": "3600"}
+    env = {
+        **cluster_env(redis_url=redis_url, prefix=channel_prefix("hooks")),
+        "DB_POOL_SIZE": str(POOL),
+        "REVIEWQUEUE_APPLY_INLINE": "0",
+        "APPLY_LANES": "0",
+        "LANGGRAPH_SWEEP_INTERVAL": "3600",
+    }
     gate = PortGate(langgraph_server.url)
     burst = Burst()
     with fresh_database(admin_url, "hooks") as database_url:
@@ -74,8 +79,11 @@ def _burst(tmp_path, langgraph_server, *, settings: str, discovery: bool = True)
         try:
             seeded = server.seed(users=["alice"], items=2)
             assistant = sdk(langgraph_server.url).assistants.create(graph_id="hitl")["assistant_id"]
-            hook = urlsplit(server.manage("deployment_add", "agents", "--url", gate.url, "--graph", assistant,
-                                          "--base-url", server.url).strip())
+            hook = urlsplit(
+                server.manage(
+                    "deployment_add", "agents", "--url", gate.url, "--graph", assistant, "--base-url", server.url
+                ).strip()
+            )
             path = f"{hook.path}?{hook.query}"
             with ThreadPoolExecutor(8) as agents:
                 threads = list(agents.map(lambda _: agent_run(langgraph_server.url, assistant), range(THREADS)))
@@ -97,8 +105,9 @@ def _burst(tmp_path, langgraph_server, *, settings: str, discovery: bool = True)
                 m.start()
             with ThreadPoolExecutor(THREADS + FORGED) as senders:
                 hooks = [senders.submit(_post, server, path, {"thread_id": t}) for t in threads]
-                forged = [senders.submit(_post, server, path.replace("token=", "token=x"), {"thread_id": t})
-                          for t in threads[:FORGED]]
+                forged = [
+                    senders.submit(_post, server, path.replace("token=", "token=x"), {"thread_id": t}) for t in threads[:FORGED]
+                ]
                 burst.webhooks = [h.result() for h in hooks]
                 burst.forged = [f.result() for f in forged]
             done.set()
@@ -109,8 +118,10 @@ def _burst(tmp_path, langgraph_server, *, settings: str, discovery: bool = True)
                 return burst
 
             def discovered() -> int:
-                return database_query(database_url, "SELECT count(*) FROM moderation_queueitem WHERE source = %s",
-                                      ["langgraph:agents"])[0][0]
+                return database_query(
+                    database_url, "SELECT count(*) FROM moderation_queueitem WHERE source = %s", ["langgraph:agents"]
+                )[0][0]
+
             burst.discovered = progress_wait(discovered, done=lambda n: n == THREADS, stall=60)
         finally:
             server.close()
@@ -128,9 +139,9 @@ def test_a_burst_of_webhooks_against_a_slow_deployment_leaves_moderators_pages_a
 
 @pytest.mark.io_guard_expected  # and the guard reports the request's connection held across the read
 def test_negative_control_the_webhook_that_reads_the_deployment_in_the_request_fails_requests(
-    tmp_path, langgraph_server,
+    tmp_path,
+    langgraph_server,
 ):
-    burst = _burst(tmp_path, langgraph_server, settings="moderation.tests.naive_webhook_settings",
-                   discovery=False)
+    burst = _burst(tmp_path, langgraph_server, settings="moderation.tests.naive_webhook_settings", discovery=False)
     failed = [s for s in burst.webhooks + burst.forged + burst.pages if s >= 500]
     assert failed, (burst.webhooks, burst.forged, burst.pages)

@@ -12,17 +12,19 @@ def _rows(text: str, fmt: str) -> list[ItemRow]:
 
 
 def test_json_lines_give_each_line_its_fields_or_its_error():
-    text = "\n".join([
-        '{"title": "One", "body": "First."}',
-        "",
-        "{not json",
-        '["a list"]',
-        '{"title": "Two", "body": "Second.", "source": "feed", "tilte": "typo"}',
-        '{"title": "Three"}',
-        '{"title": "Four", "body": 4}',
-        '{"title": "Five", "body": "Fifth.", "source": "feed"}',
-        '{"title": "Six", "body": "Sixth.", "policy": {"approvals": NaN}}',
-    ])
+    text = "\n".join(
+        [
+            '{"title": "One", "body": "First."}',
+            "",
+            "{not json",
+            '["a list"]',
+            '{"title": "Two", "body": "Second.", "source": "feed", "tilte": "typo"}',
+            '{"title": "Three"}',
+            '{"title": "Four", "body": 4}',
+            '{"title": "Five", "body": "Fifth.", "source": "feed"}',
+            '{"title": "Six", "body": "Sixth.", "policy": {"approvals": NaN}}',
+        ]
+    )
     assert _rows(text, "jsonl") == [
         ItemRow(1, {"title": "One", "body": "First."}),
         ItemRow(3, {}, "not valid JSON: Expecting property name enclosed in double quotes (column 2)"),
@@ -46,22 +48,23 @@ def test_csv_rows_may_span_lines_and_bodies_may_exceed_csvs_own_field_limit():
 
 
 def test_policy_columns_json_objects_or_their_json_text_in_csv_and_blank_cells_unset():
-    jsonl = "\n".join([
-        '{"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}',
-        '{"title": "B", "body": "b", "policy": "{\\"veto\\": true}"}',
-        '{"title": "C", "body": "c", "policy": [2]}',
-        '{"title": "D", "body": "d", "team": 7}',
-    ])
+    jsonl = "\n".join(
+        [
+            '{"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}',
+            '{"title": "B", "body": "b", "policy": "{\\"veto\\": true}"}',
+            '{"title": "C", "body": "c", "policy": [2]}',
+            '{"title": "D", "body": "d", "team": 7}',
+        ]
+    )
     assert _rows(jsonl, "jsonl") == [
         ItemRow(1, {"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}),
         ItemRow(2, {"title": "B", "body": "b", "policy": {"veto": True}}),
         ItemRow(3, {}, "policy must be a JSON object, not list"),
         ItemRow(4, {}, "team must be text"),
     ]
-    csv_text = ('title,body,team,policy,requested_by\r\n'
-                'A,a,payments,"{""approvals"": 2}",carol\r\n'
-                'B,b,,,\r\n'
-                'C,c,payments,{approvals,\r\n')
+    csv_text = (
+        'title,body,team,policy,requested_by\r\nA,a,payments,"{""approvals"": 2}",carol\r\nB,b,,,\r\nC,c,payments,{approvals,\r\n'
+    )
     assert _rows(csv_text, "csv") == [
         ItemRow(2, {"title": "A", "body": "a", "team": "payments", "policy": {"approvals": 2}, "requested_by": "carol"}),
         ItemRow(3, {"title": "B", "body": "b"}),

@@ -65,10 +65,20 @@ def test_an_input_may_not_replace_what_moderators_read_and_creates_nothing(key, 
 
 def test_the_start_state_is_the_items_own_text_whatever_its_input_holds():
     # A row accepted before inputs were checked (queued, or recovered) starts from what moderators read too.
-    item = QueueItem(public_id=FIXED_ID, title="Offer", body="FREE MONEY", source="test",
-                     graph_input={"body": "harmless", "title": "hi", "messages": []})
-    assert item_start_state(item=item) == {"item_id": str(FIXED_ID), "title": "Offer", "body": "FREE MONEY",
-                                           "source": "test", "messages": []}
+    item = QueueItem(
+        public_id=FIXED_ID,
+        title="Offer",
+        body="FREE MONEY",
+        source="test",
+        graph_input={"body": "harmless", "title": "hi", "messages": []},
+    )
+    assert item_start_state(item=item) == {
+        "item_id": str(FIXED_ID),
+        "title": "Offer",
+        "body": "FREE MONEY",
+        "source": "test",
+        "messages": [],
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -111,9 +121,7 @@ def test_another_writer_is_not_blocked_while_an_item_is_prescreened():
 @pytest.mark.django_db
 def test_admin_refuses_a_body_over_the_limit_on_the_form(admin_client, settings):
     settings.ITEM_BODY_MAX_LENGTH = 50
-    response = admin_client.post(
-        "/admin/moderation/queueitem/add/", {"title": "Long", "body": "x" * 51, "source": "admin"}
-    )
+    response = admin_client.post("/admin/moderation/queueitem/add/", {"title": "Long", "body": "x" * 51, "source": "admin"})
     assert response.status_code == 200
     assert "body is 51 characters; the limit is 50 (ITEM_BODY_MAX_LENGTH)" in response.content.decode()
     assert not QueueItem.objects.exists()

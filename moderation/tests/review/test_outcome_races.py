@@ -97,20 +97,24 @@ def _service(client):
     def report(item: str, status: str, message: str) -> str:
         reported = item_outcome_report(client=client, item_public_id=item, status=status, message=message)
         return "recorded" if reported.created else "same"
+
     return report
 
 
 def _naive(client):
     """Check, then insert, without the item's lock (the guard removed)."""
+
     def report(item: str, status: str, message: str) -> str:
         row = QueueItem.objects.get(public_id=item)
         existing = OutcomeReport.objects.filter(item=row).first()
         if existing is not None:
             return "same" if (existing.status, existing.message) == (status, message) else "outcome_already_reported"
         time.sleep(0.05)
-        OutcomeReport.objects.create(item=row, status=status, message=message, reported_by=client,
-                                     reported_at=row.decided_at, key_id="naive", mac="naive")
+        OutcomeReport.objects.create(
+            item=row, status=status, message=message, reported_by=client, reported_at=row.decided_at, key_id="naive", mac="naive"
+        )
         return "recorded"
+
     return report
 
 

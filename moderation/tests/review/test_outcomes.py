@@ -21,11 +21,14 @@ def reported(alice):
     return item_outcome_report(client=client, item_public_id=str(item.public_id), status="done", message="sent").report
 
 
-@pytest.mark.parametrize("sql", [
-    "UPDATE moderation_outcomereport SET message = 'never sent'",
-    "UPDATE moderation_outcomereport SET status = 'failed'",
-    "DELETE FROM moderation_outcomereport",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE moderation_outcomereport SET message = 'never sent'",
+        "UPDATE moderation_outcomereport SET status = 'failed'",
+        "DELETE FROM moderation_outcomereport",
+    ],
+)
 def test_an_edited_or_deleted_report_is_found_by_the_audit(reported, sql):
     assert audit_verify().problems == []
 

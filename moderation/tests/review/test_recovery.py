@@ -96,8 +96,11 @@ def test_recover_leaves_healthy_items_alone_and_command_reports(alice, make_item
 def test_a_graph_resumed_behind_the_guard_is_flagged_not_decided(alice, bob, make_item):
     item = make_item()
     interrupt_id = item.asks.get().interrupt_id
-    graph_resume(name="moderation", thread_id=item.thread_id,
-                 answers={interrupt_id: {"decisions": [{"type": "approve"}], "reviewer": "mallory"}})
+    graph_resume(
+        name="moderation",
+        thread_id=item.thread_id,
+        answers={interrupt_id: {"decisions": [{"type": "approve"}], "reviewer": "mallory"}},
+    )
     [action] = items_recover().actions
     assert action.action.startswith("needs attention: its graph is not waiting for review")
     with pytest.raises(ItemNeedsAttention):
@@ -147,7 +150,13 @@ def test_a_nul_in_a_graph_error_is_stored_readably(alice, make_item, django_capt
 
 @pytest.mark.django_db
 def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back(
-    alice, bob, make_asking_item, settings, capsys, caplog, monkeypatch,
+    alice,
+    bob,
+    make_asking_item,
+    settings,
+    capsys,
+    caplog,
+    monkeypatch,
 ):
     """REVIEWQUEUE_EXTRA_GRAPHS forgotten on a restart: recover skips the graph's items with one
     line, no traceback, and marks none of them; a decision still wins and waits to be applied;
@@ -160,15 +169,19 @@ def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back
     monkeypatch.setattr(runtime, "_compiled", {})  # a restart: nothing compiled yet
 
     def rows():
-        return {title: (status, apply_state, attention, result.get("state"))
-                for title, status, apply_state, attention, result in QueueItem.objects.values_list(
-                    "title", "status", "apply_state", "attention", "applied_result")}
+        return {
+            title: (status, apply_state, attention, result.get("state"))
+            for title, status, apply_state, attention, result in QueueItem.objects.values_list(
+                "title", "status", "apply_state", "attention", "applied_result"
+            )
+        }
 
     call_command("recover")
     out, err = capsys.readouterr()
     assert err.splitlines() == [
         "recover: skipped 2 item(s) of graph 't_hitl' is not loaded in this process (add it to REVIEWQUEUE_GRAPHS "
-        "or REVIEWQUEUE_EXTRA_GRAPHS); they are left as they are, and carry on once it is back"]
+        "or REVIEWQUEUE_EXTRA_GRAPHS); they are left as they are, and carry on once it is back"
+    ]
     assert "checked 1 item(s); 1 changed or need attention, 0 could not be repaired" in out  # the builtin one
     assert rows() == {
         "waiting": (ItemStatus.PENDING, "", "", None),
@@ -183,10 +196,15 @@ def test_items_of_a_graph_not_loaded_are_left_alone_and_carry_on_once_it_is_back
 
     settings.REVIEWQUEUE_GRAPHS = graphs
     assert {a.title: a.action for a in items_recover().actions} == {
-        "waiting": "applied its decision: resumed 1, finished", "decided": "applied its decision: resumed 1, finished"}
+        "waiting": "applied its decision: resumed 1, finished",
+        "decided": "applied its decision: resumed 1, finished",
+    }
     assert {title: row[:2] + row[3:] for title, row in rows().items()} == {
-        title: (ItemStatus.APPROVED, "", "finished") for title in ("waiting", "decided", "builtin")}
+        title: (ItemStatus.APPROVED, "", "finished") for title in ("waiting", "decided", "builtin")
+    }
     assert item_resumes(waiting) == item_resumes(decided) == item_resumes(builtin) == 1
+
+
 def _decided_applied(item, reviewer, django_capture_on_commit_callbacks, decision="approve"):
     with django_capture_on_commit_callbacks(execute=True):
         assert item_decide(item_public_id=item.public_id, reviewer=reviewer, decision=decision).won
@@ -196,7 +214,8 @@ def _decided_applied(item, reviewer, django_capture_on_commit_callbacks, decisio
 @pytest.mark.parametrize("tampered", ["row and ask", "item row", "ask"])
 @pytest.mark.django_db
 def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph_and_leaves_it(
-        alice, bob, make_item, capsys, django_capture_on_commit_callbacks, tampered):
+    alice, bob, make_item, capsys, django_capture_on_commit_callbacks, tampered
+):
     item = _decided_applied(make_item(), alice, django_capture_on_commit_callbacks)
     healthy = _decided_applied(make_item(), alice, django_capture_on_commit_callbacks)
     # The graph holds alice's approval; the rows are changed behind the guard's back to say bob rejected.
@@ -215,11 +234,11 @@ def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph_and_lea
     [line] = [line for line in out.splitlines() if line.startswith(str(item.public_id))]
     reports = {
         "row and ask": f"ask {interrupt_id}: the row says bob rejected publish (“spam”); "
-                       "its graph was resumed with alice's: approved publish",
+        "its graph was resumed with alice's: approved publish",
         "ask": f"ask {interrupt_id}: the row says bob rejected publish (“spam”); "
-               "its graph was resumed with alice's: approved publish",
+        "its graph was resumed with alice's: approved publish",
         "item row": f"the item row says rejected by bob; the ask {interrupt_id} that decided it (its graph holds it) "
-                    "says approved by alice",
+        "says approved by alice",
     }
     assert line.endswith(f"decided row disagrees with its graph, left as it is (see verify_audit): {reports[tampered]}")
     assert str(healthy.public_id) not in out
@@ -229,16 +248,25 @@ def test_recover_all_reports_a_decided_row_that_disagrees_with_its_graph_and_lea
 
 @pytest.mark.django_db
 def test_recover_all_finds_every_kind_of_healthy_decision_in_agreement(
-        alice, bob, carol, payments, make_asking_item, make_item, make_viewer, django_capture_on_commit_callbacks):
+    alice, bob, carol, payments, make_asking_item, make_item, make_viewer, django_capture_on_commit_callbacks
+):
     edited = make_asking_item(graph="t_refund")
     both = make_asking_item(graph="t_parallel")
     quorum = item_create(title="Refund", body="Order 7.", source="shop", team="payments", policy={"approvals": 2})
     withdrawn = make_item()
     with django_capture_on_commit_callbacks(execute=True):
         ask = edited.asks.get()
-        item_decide(item_public_id=edited.public_id, reviewer=alice, ask=ask.interrupt_id, decisions=[
-            {"type": "edit", "edited_action": {"name": "refund", "args": {**ask.payload["action_requests"][0]["args"],
-                                                                          "amount": 80}}}])
+        item_decide(
+            item_public_id=edited.public_id,
+            reviewer=alice,
+            ask=ask.interrupt_id,
+            decisions=[
+                {
+                    "type": "edit",
+                    "edited_action": {"name": "refund", "args": {**ask.payload["action_requests"][0]["args"], "amount": 80}},
+                }
+            ],
+        )
         for ask in both.asks.all():
             item_decide(item_public_id=both.public_id, reviewer=bob, ask=ask.interrupt_id, decision="reject", note="no")
         item_decide(item_public_id=quorum.public_id, reviewer=alice, decision="approve")

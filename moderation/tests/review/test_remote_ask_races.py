@@ -23,19 +23,29 @@ pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=Tr
 
 ROUNDS = 6
 COMPETITORS = ["withdraw", "approve", "reject", "deadline"]
-ASK = {"action_requests": [{"name": "delete_customer", "args": {"customer_id": "C-7"}, "description": ""}],
-       "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "edit", "reject"]}]}
+ASK = {
+    "action_requests": [{"name": "delete_customer", "args": {"customer_id": "C-7"}, "description": ""}],
+    "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "edit", "reject"]}],
+}
 
 
 def _remote_asks(count: int, *, label: str) -> tuple[list[str], str]:
     """``count`` asks an agent submitted over the API, due in a second; their ids and the agent's account."""
     client, _ = apiclient_create(name=f"agent-{label}", scopes=["items:write", "items:read"])
     items = [
-        str(item_submit(client=client, submission=Submission(
-            title=f"Approve delete_customer {n}", body="An agent asks.", source="support-agent", ask=ASK,
-            external={"thread_id": f"{label}-{n}", "interrupt_id": "i-1"},
-            policy={"deadline_seconds": 1, "on_deadline": "reject"},
-        )).item.public_id)
+        str(
+            item_submit(
+                client=client,
+                submission=Submission(
+                    title=f"Approve delete_customer {n}",
+                    body="An agent asks.",
+                    source="support-agent",
+                    ask=ASK,
+                    external={"thread_id": f"{label}-{n}", "interrupt_id": "i-1"},
+                    policy={"deadline_seconds": 1, "on_deadline": "reject"},
+                ),
+            ).item.public_id
+        )
         for n in range(count)
     ]
     return items, client.user.username
@@ -44,8 +54,14 @@ def _remote_asks(count: int, *, label: str) -> tuple[list[str], str]:
 def _race(strategy: str, make_moderator, *, label: str):
     items, agent = _remote_asks(ROUNDS, label=label)
     usernames = [agent, make_moderator().username, make_moderator().username, deadline_account().username]
-    return items, race_threads(strategy=strategy, items=items, usernames=usernames, delay=0.05 if strategy == "naive" else 0.0,
-                               decisions=COMPETITORS, at_deadline=True)
+    return items, race_threads(
+        strategy=strategy,
+        items=items,
+        usernames=usernames,
+        delay=0.05 if strategy == "naive" else 0.0,
+        decisions=COMPETITORS,
+        at_deadline=True,
+    )
 
 
 def test_two_moderators_the_agents_cancel_and_the_deadline_on_one_remote_ask_one_wins(make_moderator):

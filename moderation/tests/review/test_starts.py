@@ -55,8 +55,10 @@ postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="Po
 def _entries(n: int, *, prefix: str = "", **extra) -> list[tuple[Submission, str | None]]:
     # Keys fix the items' thread ids, and the checkpointer outlives each test's database: fresh ones per call.
     prefix = prefix or f"s{uuid.uuid4().hex[:8]}"
-    return [(Submission(title=f"{prefix} {i}", body="Some harmless text.", source="pipeline", **extra), f"{prefix}-{i}")
-            for i in range(n)]
+    return [
+        (Submission(title=f"{prefix} {i}", body="Some harmless text.", source="pipeline", **extra), f"{prefix}-{i}")
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -117,12 +119,15 @@ def test_a_batch_keeps_its_order_and_refuses_bad_entries_alone(queued, client):
 def test_keys_already_used_answer_with_their_item_or_a_conflict_inside_one_batch_too(queued, client):
     prefix, dup = f"k{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     [first] = items_accept(client=client, entries=_entries(1, prefix=prefix))
-    same, twice_a, twice_b, other = items_accept(client=client, entries=[
-        *_entries(1, prefix=prefix),
-        (Submission(title="t", body="x", source="p"), dup),
-        (Submission(title="t", body="x", source="p"), dup),
-        (Submission(title="changed", body="x", source="p"), dup),
-    ])
+    same, twice_a, twice_b, other = items_accept(
+        client=client,
+        entries=[
+            *_entries(1, prefix=prefix),
+            (Submission(title="t", body="x", source="p"), dup),
+            (Submission(title="t", body="x", source="p"), dup),
+            (Submission(title="changed", body="x", source="p"), dup),
+        ],
+    )
     assert (same.created, same.item.pk) == (False, first.item.pk)
     assert twice_a.created and not twice_b.created and twice_b.item is twice_a.item
     assert isinstance(other.error, IdempotencyConflict)
@@ -195,8 +200,10 @@ def test_a_graph_that_raises_at_its_start_refuses_its_item_for_good_and_tells_th
     assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 0
     assert item_start(item_id=item.pk, retry_failed=True) == StartResult(StartOutcome.STARTED_EARLIER)
     assert item_reconcile(key=str(item.public_id))[1] == []
-    for attempt in (lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve"),
-                    lambda: item_withdraw(item_public_id=item.public_id, by=client.user)):
+    for attempt in (
+        lambda: item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve"),
+        lambda: item_withdraw(item_public_id=item.public_id, by=client.user),
+    ):
         with pytest.raises(ItemRefused):
             attempt()
     assert QueueItem.objects.get().status == ItemStatus.REFUSED and not DecisionAttempt.objects.exists()
@@ -210,7 +217,8 @@ def test_sweep_queues_again_only_items_no_task_will_start(queued, client, settin
     QueueItem.objects.filter(pk__in=[i.pk for i in waiting + lost]).update(created_at=past)
     # lost's task was claimed by a worker that died a minute ago; waiting's still waits; fresh is within the grace.
     DBTaskResult.objects.filter(args_kwargs__args__0=[i.pk for i in lost]).update(
-        status=TaskResultStatus.RUNNING, started_at=past)
+        status=TaskResultStatus.RUNNING, started_at=past
+    )
     enqueued: list[list[int]] = []
     assert starts_sweep(enqueue=enqueued.append) == 3
     assert enqueued == [[i.pk for i in lost]]
@@ -219,7 +227,10 @@ def test_sweep_queues_again_only_items_no_task_will_start(queued, client, settin
 
 @pytest.mark.django_db
 def test_an_item_of_a_graph_not_loaded_waits_starting_and_starts_once_the_graph_is_back(
-    queued, client, test_graphs, settings,
+    queued,
+    client,
+    test_graphs,
+    settings,
 ):
     [accepted] = items_accept(client=client, entries=_entries(1, graph="t_hitl"))
     settings.REVIEWQUEUE_GRAPHS = {name: path for name, path in test_graphs.items() if name != "t_hitl"}
@@ -250,8 +261,7 @@ def test_a_big_batch_is_started_by_several_tasks_of_start_chunk_items(queued, cl
 def test_race_starters_and_reviewers_on_each_item_one_start_one_winner(queued, client, make_moderator, starters):
     """Per round one fresh item: ``starters`` workers start it while two reviewers keep
     trying to decide it, all released together. Judged by the history checker."""
-    report = _start_race(client=client, reviewers=[make_moderator().username for _ in range(2)], starters=starters,
-                         rounds=12)
+    report = _start_race(client=client, reviewers=[make_moderator().username for _ in range(2)], starters=starters, rounds=12)
     assert report["errors"] == []
     assert report["anomalies"] == [] and report["unacknowledged"] == [] and report["unknown"] == []
     assert report["started"] == [1] * 12  # one starter per item was told it started it
@@ -262,8 +272,7 @@ def test_race_starters_and_reviewers_on_each_item_one_start_one_winner(queued, c
 
 
 @pytest.mark.django_db(transaction=True)
-def test_negative_control_without_the_resume_lock_starters_start_one_item_twice(queued, client, make_moderator,
-                                                                                 monkeypatch):
+def test_negative_control_without_the_resume_lock_starters_start_one_item_twice(queued, client, make_moderator, monkeypatch):
     monkeypatch.setattr(starts, "thread_resume_lock", lambda *a, **k: contextlib.nullcontext())
     with one_start_index_dropped():  # PostgreSQL's second line (below)
         report = _start_race(client=client, reviewers=[make_moderator().username], starters=2, rounds=8)
@@ -274,8 +283,7 @@ def test_negative_control_without_the_resume_lock_starters_start_one_item_twice(
 
 @postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_race_without_the_resume_lock_the_one_start_index_alone_keeps_one_start(queued, client, make_moderator,
-                                                                                 monkeypatch):
+def test_race_without_the_resume_lock_the_one_start_index_alone_keeps_one_start(queued, client, make_moderator, monkeypatch):
     """The race of the control above, with PostgreSQL's index: the second start's checkpoint is
     refused, and that start goes on with the first one's interrupts."""
     monkeypatch.setattr(starts, "thread_resume_lock", lambda *a, **k: contextlib.nullcontext())
@@ -323,8 +331,10 @@ def _start_under_a_terminated_lock(*, client, monkeypatch, pinned: bool = True) 
         try:
             assert in_graph.wait(60)
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
-                               "(SELECT oid FROM pg_database WHERE datname = current_database())")
+                cursor.execute(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
                 [(holder,)] = cursor.fetchall()
                 cursor.execute("SELECT pg_terminate_backend(%s)", [holder])
             assert item_start(item_id=accepted.item.pk) == StartResult(StartOutcome.STARTED, asks=1)
@@ -337,7 +347,9 @@ def _start_under_a_terminated_lock(*, client, monkeypatch, pinned: bool = True) 
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_start_whose_lock_is_terminated_under_it_writes_nothing_beside_the_start_that_took_the_lock(
-    queued, client, monkeypatch,
+    queued,
+    client,
+    monkeypatch,
 ):
     """Its checkpoints go over the lock's own connection (``moderation.core.resumelock``): gone with the lock."""
     with one_start_index_dropped():  # the lock's fence alone
@@ -354,7 +366,9 @@ def test_a_start_whose_lock_is_terminated_under_it_writes_nothing_beside_the_sta
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_start_whose_unfenced_lock_is_terminated_under_it_joins_the_start_that_took_the_lock(
-    queued, client, monkeypatch,
+    queued,
+    client,
+    monkeypatch,
 ):
     """The one-start index alone, behind a lock whose holder could still write: the second start's checkpoint
     is refused and it takes the first one's interrupts."""
@@ -369,7 +383,9 @@ def test_a_start_whose_unfenced_lock_is_terminated_under_it_joins_the_start_that
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_negative_control_without_the_fence_or_the_one_start_index_a_terminated_lock_starts_the_graph_twice(
-    queued, client, monkeypatch,
+    queued,
+    client,
+    monkeypatch,
 ):
     with one_start_index_dropped():
         item, _ = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch, pinned=False)
@@ -408,12 +424,14 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
                 except DecisionError as exc:  # in the locked race, never: asserted there (report["unknown"])
                     history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
                     return
-                history.complete(op, completion="ok" if outcome.won else "fail",
-                                 told_winner=None if outcome.won else outcome.winner)
+                history.complete(
+                    op, completion="ok" if outcome.won else "fail", told_winner=None if outcome.won else outcome.winner
+                )
                 with lock:
                     refused_then_decided += refused
                 return
             raise AssertionError(f"{name}: item {key} never became decidable")
+
         return decide
 
     errors: list[str] = []
@@ -427,9 +445,14 @@ def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> 
     acknowledged = {(op.item, op.reviewer) for op in history.ops if op.completion == "ok"}
     # A refusal that had in fact won would leave a winner nobody was told of.
     unacknowledged = [item for item, state in final.items() if (item, state.winner) not in acknowledged]
-    return {"errors": errors, "anomalies": [str(a) for a in history_check(ops=history.ops, final=final)],
-            "unknown": [op.error for op in history.ops if op.completion == "unknown"], "started": started,
-            "refused_then_decided": refused_then_decided, "unacknowledged": unacknowledged}
+    return {
+        "errors": errors,
+        "anomalies": [str(a) for a in history_check(ops=history.ops, final=final)],
+        "unknown": [op.error for op in history.ops if op.completion == "unknown"],
+        "started": started,
+        "refused_then_decided": refused_then_decided,
+        "unacknowledged": unacknowledged,
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -500,8 +523,18 @@ def test_recover_never_starts_again_a_graph_that_ran_and_waits_for_no_review(que
     item = accepted.item
     graph_start(name=item.graph, thread_id=item.thread_id, state=item_start_state(item=item))
     [ask] = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
-    graph_resume(name=item.graph, thread_id=item.thread_id, answers={ask.interrupt_id: {
-        "decisions": [{"type": "approve"}], "reviewer": "someone", "decided_at": "2026-01-01T00:00:00+00:00", "note": ""}})
+    graph_resume(
+        name=item.graph,
+        thread_id=item.thread_id,
+        answers={
+            ask.interrupt_id: {
+                "decisions": [{"type": "approve"}],
+                "reviewer": "someone",
+                "decided_at": "2026-01-01T00:00:00+00:00",
+                "note": "",
+            }
+        },
+    )
     QueueItem.objects.filter(pk=item.pk).update(status=ItemStatus.NEEDS_ATTENTION, attention="lost its rows")
     _, [done] = item_reconcile(key=str(item.public_id))
     assert done.startswith("needs attention: its graph is not waiting for review"), done

@@ -53,7 +53,10 @@ def test_withdraw_pending_item_settles_it_for_the_withdrawer(client_user, make_i
     assert item.applied_result["result"]["status"] == "withdrawn"
     [attempt] = DecisionAttempt.objects.filter(item=item)
     assert (attempt.requested, attempt.outcome, attempt.winner, attempt.winner_status) == (
-        "withdraw", AttemptOutcome.WON, client_user, "withdrawn",
+        "withdraw",
+        AttemptOutcome.WON,
+        client_user,
+        "withdrawn",
     )
     assert audit_verify().problems == []
 
@@ -77,7 +80,9 @@ def test_withdraw_of_a_decided_item_loses_naming_the_winner(alice, client_user, 
 
 
 @pytest.mark.django_db
-def test_decision_on_a_withdrawn_item_loses_saying_withdrawn_by(alice, client_user, make_item, django_capture_on_commit_callbacks):
+def test_decision_on_a_withdrawn_item_loses_saying_withdrawn_by(
+    alice, client_user, make_item, django_capture_on_commit_callbacks
+):
     item = make_item(title="Gone")
     with django_capture_on_commit_callbacks(execute=True):
         item_withdraw(item_public_id=item.public_id, by=client_user)
@@ -106,7 +111,9 @@ def test_moderator_losing_to_a_withdrawal_gets_409_page_and_json(client, alice, 
     assert "svc-client withdrew this item first" in text
     assert "Withdrawn by its submitter" in text and 'status-withdrawn">withdrawn</span> by <strong>svc-client' in text
     answer = client.post(
-        f"/api/items/{item.public_id}/decision", {"decision": "reject"}, content_type="application/json",
+        f"/api/items/{item.public_id}/decision",
+        {"decision": "reject"},
+        content_type="application/json",
     )
     assert answer.status_code == 409
     body = answer.json()
@@ -159,7 +166,11 @@ def test_a_withdrawal_whose_commit_was_lost_withdrew_nothing(client_user, alice,
     def crash(key):
         raise ConnectionResetError("server killed before commit")
 
-    with django_capture_on_commit_callbacks(execute=True), fault_inject("before_commit", crash), pytest.raises(ConnectionResetError):
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        fault_inject("before_commit", crash),
+        pytest.raises(ConnectionResetError),
+    ):
         item_withdraw(item_public_id=item.public_id, by=client_user, reason="oops")
     item.refresh_from_db()
     assert item.status == ItemStatus.PENDING and item.asks.get().status == AskStatus.PENDING

@@ -31,8 +31,9 @@ def _names(patterns=None, namespace: str = "") -> list[tuple[str, URLPattern]]:
 
 
 def _extending_base() -> set[str]:
-    return {str(p.relative_to(TEMPLATES)) for p in TEMPLATES.rglob("*.html")
-            if '{% extends "base.html" %}' in p.read_text()} - NOT_REACHED
+    return {
+        str(p.relative_to(TEMPLATES)) for p in TEMPLATES.rglob("*.html") if '{% extends "base.html" %}' in p.read_text()
+    } - NOT_REACHED
 
 
 def _url(name: str, pattern: URLPattern, item) -> str:

@@ -44,7 +44,8 @@ def test_healthz_tells_anyone_ok_per_check_and_staff_the_detail(client, staff_cl
     anonymous = Client().get(reverse("moderation:healthz"))
     assert anonymous.status_code == 200
     assert anonymous.json() == {
-        "ok": True, "checks": {name: {"ok": True} for name in ("database", "checkpointer", "channel_layer")}
+        "ok": True,
+        "checks": {name: {"ok": True} for name in ("database", "checkpointer", "channel_layer")},
     }
     staff = staff_client.get(reverse("moderation:healthz")).json()
     assert staff["ok"] is True

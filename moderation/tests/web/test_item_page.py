@@ -38,13 +38,15 @@ def _graphs():
 
 
 def _refund(**graph_input):
-    return item_create(title="Refund A-1001", body="The customer asks for a refund.", source="agent", graph=REFUND_GRAPH,
-                       graph_input=graph_input)
+    return item_create(
+        title="Refund A-1001", body="The customer asks for a refund.", source="agent", graph=REFUND_GRAPH, graph_input=graph_input
+    )
 
 
 @pytest.fixture
 def post(client, django_capture_on_commit_callbacks):
     """client.post, then what the commit set off (the inline apply: the test's transaction never commits)."""
+
     def send(url, data, **extra):
         with django_capture_on_commit_callbacks(execute=True):
             return client.post(url, data, **extra)
@@ -61,8 +63,14 @@ def _ask(item):
 
 
 def _edit(item, **fields):
-    return {"ask": _ask(item), "action-0-type": "edit", "action-0-arg-order_id": "A-1001", "action-0-arg-amount": "80",
-            "action-0-arg-currency": "EUR", **fields}
+    return {
+        "ask": _ask(item),
+        "action-0-type": "edit",
+        "action-0-arg-order_id": "A-1001",
+        "action-0-arg-amount": "80",
+        "action-0-arg-currency": "EUR",
+        **fields,
+    }
 
 
 def _buttons(html):
@@ -106,21 +114,31 @@ def test_edit_form_is_built_from_args_schema(client, alice):
     amount = re.search(r'<input type="number" id="decide-form-action-0-arg-amount"[^>]*>', html).group(0)
     assert all(part in amount for part in ('value="120"', "required", 'step="any"', 'min="0"', 'max="150"'))
     assert '<label for="decide-form-action-0-arg-amount">Amount' in html
-    assert re.search(r'<select id="decide-form-action-0-arg-currency" name="action-0-arg-currency" required>\s*'
-                     r'<option value="EUR" selected>EUR</option><option value="USD">USD</option>', html)
-    assert '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
+    assert re.search(
+        r'<select id="decide-form-action-0-arg-currency" name="action-0-arg-currency" required>\s*'
+        r'<option value="EUR" selected>EUR</option><option value="USD">USD</option>',
+        html,
+    )
+    assert (
+        '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
+    )
     assert '<input type="checkbox" id="decide-form-action-0-arg-notify" name="action-0-arg-notify">' in html
     # The edit's own submit button comes before every other: Enter in an input submits the edit.
     assert html.index('value="edit"') < html.index('value="approve"')
-    assert 'action-0-args' not in html
+    assert "action-0-args" not in html
 
 
 def test_without_args_schema_each_argument_has_its_own_input_typed_by_its_value(client, alice):
     item = _refund(schema=False)
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
-    assert '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
-    assert '<input type="number" id="decide-form-action-0-arg-amount" name="action-0-arg-amount" value="120" required step="any">' in html
+    assert (
+        '<input type="text" id="decide-form-action-0-arg-order_id" name="action-0-arg-order_id" value="A-1001" required>' in html
+    )
+    assert (
+        '<input type="number" id="decide-form-action-0-arg-amount" name="action-0-arg-amount" value="120" required step="any">'
+        in html
+    )
     assert '<input type="text" id="decide-form-action-0-arg-currency" name="action-0-arg-currency" value="EUR" required>' in html
     assert 'name="action-0-args"' not in html  # no editor of the whole arguments as JSON
 
@@ -128,16 +146,36 @@ def test_without_args_schema_each_argument_has_its_own_input_typed_by_its_value(
 def test_editing_one_argument_through_its_own_input_reaches_the_graph_typed(post, client, alice):
     item = _refund(schema=False)
     client.force_login(alice)
-    response = post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-arg-order_id": "A-1001",
-                                 "action-0-arg-amount": "80", "action-0-arg-currency": "EUR"})
+    response = post(
+        _url(item),
+        {
+            "ask": _ask(item),
+            "action-0-type": "edit",
+            "action-0-arg-order_id": "A-1001",
+            "action-0-arg-amount": "80",
+            "action-0-arg-currency": "EUR",
+        },
+    )
     assert response.status_code == 302
     assert graph_values(name=REFUND_GRAPH, thread_id=item.thread_id)["result"]["args"] == [
-        {"order_id": "A-1001", "amount": 80, "currency": "EUR"}]
+        {"order_id": "A-1001", "amount": 80, "currency": "EUR"}
+    ]
     bad = _refund(schema=False)
-    response = post(_url(bad), {"ask": _ask(bad), "action-0-type": "edit", "action-0-arg-order_id": "A-1001",
-                                "action-0-arg-amount": "eighty", "action-0-arg-currency": "EUR"})
+    response = post(
+        _url(bad),
+        {
+            "ask": _ask(bad),
+            "action-0-type": "edit",
+            "action-0-arg-order_id": "A-1001",
+            "action-0-arg-amount": "eighty",
+            "action-0-arg-currency": "EUR",
+        },
+    )
     assert response.status_code == 400
-    assert '<p class="field-error" id="decide-form-action-0-arg-amount-error" role="alert">enter a number</p>' in response.content.decode()
+    assert (
+        '<p class="field-error" id="decide-form-action-0-arg-amount-error" role="alert">enter a number</p>'
+        in response.content.decode()
+    )
 
 
 def test_a_script_may_still_post_the_whole_arguments_as_json(post, client, alice):
@@ -163,11 +201,14 @@ def test_what_an_edit_changed_is_shown_after_the_decision_and_in_the_history(pos
     assert _diff_rows(history) == expected
 
 
-@pytest.mark.parametrize(("fields", "field", "error"), [
-    ({"action-0-arg-amount": "200"}, "action-0-arg-amount", "200 is greater than the maximum of 150"),
-    ({"action-0-arg-amount": "lots"}, "action-0-arg-amount", "enter a number"),
-    ({"action-0-arg-order_id": ""}, "action-0-arg-order_id", "required"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "error"),
+    [
+        ({"action-0-arg-amount": "200"}, "action-0-arg-amount", "200 is greater than the maximum of 150"),
+        ({"action-0-arg-amount": "lots"}, "action-0-arg-amount", "enter a number"),
+        ({"action-0-arg-order_id": ""}, "action-0-arg-order_id", "required"),
+    ],
+)
 def test_a_bad_edit_is_400_next_to_its_field_and_changes_nothing(post, client, alice, fields, field, error):
     item = _refund()
     client.force_login(alice)
@@ -237,10 +278,18 @@ def test_an_ask_of_several_actions_posts_a_decision_each(post, client, alice):
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     assert html.count('type="radio" name="action-0-type"') == 4 and html.count('type="radio" name="action-1-type"') == 4
-    response = post(_url(item), {
-        "ask": _ask(item), "action-0-type": "reject", "action-0-message": "already refunded",
-        "action-1-type": "edit", "action-1-arg-order_id": "A-1002", "action-1-arg-amount": "10", "action-1-arg-currency": "USD",
-    })
+    response = post(
+        _url(item),
+        {
+            "ask": _ask(item),
+            "action-0-type": "reject",
+            "action-0-message": "already refunded",
+            "action-1-type": "edit",
+            "action-1-arg-order_id": "A-1002",
+            "action-1-arg-amount": "10",
+            "action-1-arg-currency": "USD",
+        },
+    )
     assert response.status_code == 302
     ask = ReviewAsk.objects.get(item=item)
     assert ask.decisions == [
@@ -268,7 +317,7 @@ def test_applying_then_the_result(post, client, alice):
     item_apply(item_id=item.pk)
     html = client.get(_url(item)).content.decode()
     assert 'id="applying"' not in html
-    assert 'id="applied-result" data-state="finished"' in html and "<th scope=\"row\">decisions</th><td>approve</td>" in html
+    assert 'id="applied-result" data-state="finished"' in html and '<th scope="row">decisions</th><td>approve</td>' in html
 
 
 def test_a_response_that_makes_the_graph_ask_again(post, client, alice):
@@ -300,7 +349,9 @@ def test_an_item_of_a_graph_not_loaded_says_so_and_can_still_be_decided(post, cl
     client.force_login(alice)
     with override_settings(REVIEWQUEUE_GRAPHS={k: v for k, v in TEST_GRAPHS.items() if k != REFUND_GRAPH}):
         html = client.get(_url(item)).content.decode()
-        assert 'id="graph-not-loaded"' in html and f"Graph not loaded: this server does not run <code>{REFUND_GRAPH}</code>" in html
+        assert (
+            'id="graph-not-loaded"' in html and f"Graph not loaded: this server does not run <code>{REFUND_GRAPH}</code>" in html
+        )
         post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
         assert item_apply(item_id=item.pk) == [ApplyResult(ApplyOutcome.GRAPH_NOT_LOADED)]
         html = client.get(_url(item)).content.decode()
@@ -330,16 +381,25 @@ def test_item_decide_by_another_moderator_shows_on_the_page(client, alice, bob):
 
 def test_the_page_shows_what_the_submitter_sent_escaped_and_readable(client, alice):
     item = _refund()
-    QueueItem.objects.filter(pk=item.pk).update(metadata={
-        "order": 4711, "customer": {"name": "<b>Ann</b>", "tags": ["vip"]}, "comment": "first line\nsecond line",
-    })
+    QueueItem.objects.filter(pk=item.pk).update(
+        metadata={
+            "order": 4711,
+            "customer": {"name": "<b>Ann</b>", "tags": ["vip"]},
+            "comment": "first line\nsecond line",
+        }
+    )
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
-    listed = re.search(r'<details class="metadata" id="item-metadata" open>\s*<summary>(.*?)</summary>\s*<dl>(.*?)</dl>', html, re.S)
+    listed = re.search(
+        r'<details class="metadata" id="item-metadata" open>\s*<summary>(.*?)</summary>\s*<dl>(.*?)</dl>', html, re.S
+    )
     assert listed and listed.group(1) == "Metadata from the submitter (3 fields)"
     assert re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", listed.group(2), re.S) == [
         ("order", "4711"),
-        ("customer", '{\n  &quot;name&quot;: &quot;&lt;b&gt;Ann&lt;/b&gt;&quot;,\n  &quot;tags&quot;: [\n    &quot;vip&quot;\n  ]\n}'),
+        (
+            "customer",
+            "{\n  &quot;name&quot;: &quot;&lt;b&gt;Ann&lt;/b&gt;&quot;,\n  &quot;tags&quot;: [\n    &quot;vip&quot;\n  ]\n}",
+        ),
         ("comment", "first line\nsecond line"),
     ]
     QueueItem.objects.filter(pk=item.pk).update(metadata={})
@@ -359,23 +419,29 @@ def test_an_agents_description_keeps_its_lines(client, alice):
 
 LANGCHAIN_DESCRIPTION = "Tool execution requires approval\n\nTool: refund_payment\nArgs: {'order_id': 'A-17', 'amount': 120}"
 LANGCHAIN_ASK = {
-    "action_requests": [{"name": "refund_payment", "args": {"order_id": "A-17", "amount": 120}, "description": LANGCHAIN_DESCRIPTION}],
+    "action_requests": [
+        {"name": "refund_payment", "args": {"order_id": "A-17", "amount": 120}, "description": LANGCHAIN_DESCRIPTION}
+    ],
     "review_configs": [{"action_name": "refund_payment", "allowed_decisions": ["approve", "edit", "reject"]}],
 }
 
 
 @override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS)
-@pytest.mark.parametrize(("body", "shown"), [
-    # What interrupts_forward sent before: the description (with LangChain's call in it), or a per-call ask as JSON.
-    (f"refund_payment: {LANGCHAIN_DESCRIPTION}", False),
-    ("refund_payment: Tool execution requires approval", False),
-    ("The customer wrote: it arrived broken.", True),
-])
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        # What interrupts_forward sent before: the description (with LangChain's call in it), or a per-call ask as JSON.
+        (f"refund_payment: {LANGCHAIN_DESCRIPTION}", False),
+        ("refund_payment: Tool execution requires approval", False),
+        ("The customer wrote: it arrived broken.", True),
+    ],
+)
 def test_an_agents_tool_call_is_shown_once(client, alice, body, shown):
     # LangChain's HumanInTheLoopMiddleware writes the call into the description it makes itself.
     api_client = apiclient_create(name="support-agent", scopes=["items:write"])[0]
-    item = item_submit(client=api_client, submission=Submission(title="Approve refund_payment", body=body, source="agent",
-                                                                ask=LANGCHAIN_ASK)).item
+    item = item_submit(
+        client=api_client, submission=Submission(title="Approve refund_payment", body=body, source="agent", ask=LANGCHAIN_ASK)
+    ).item
     client.force_login(alice)
     html = client.get(_url(item)).content.decode()
     assert "Tool: refund_payment" not in html and "Args: " not in html
@@ -394,16 +460,18 @@ def test_a_decided_item_says_when_it_was_decided_not_that_it_waits(client, alice
     client.force_login(alice)
     assert _meta_line(client, item) == "From test · waiting since 0 minutes ago"
     item_decide(item_public_id=item.public_id, reviewer=bob, decision="approve")
-    QueueItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - timedelta(hours=3),
-                                                decided_at=timezone.now() - timedelta(minutes=5))
+    QueueItem.objects.filter(pk=item.pk).update(
+        created_at=timezone.now() - timedelta(hours=3), decided_at=timezone.now() - timedelta(minutes=5)
+    )
     assert _meta_line(client, item) == "From test · submitted 3 hours ago, decided 5 minutes ago"
 
 
 def test_a_wrong_type_edit_the_tool_refused_shows_its_error_not_done(post, client, alice):
     # LangChain's middleware as it comes sends no args_schema: the page takes any JSON, the tool refuses it.
     with override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS):
-        item = item_create(title="Refund", body="Hi, order A-17 arrived broken. Please refund 120 EUR.", source="agent",
-                           graph=PLAIN_AGENT)
+        item = item_create(
+            title="Refund", body="Hi, order A-17 arrived broken. Please refund 120 EUR.", source="agent", graph=PLAIN_AGENT
+        )
         client.force_login(alice)
         edit = wrong_type_edit()
         post(_url(item), {"ask": _ask(item), "action-0-type": "edit", "action-0-args": json.dumps(edit["edited_action"]["args"])})
@@ -421,9 +489,18 @@ def test_a_wrong_type_edit_the_tool_refused_shows_its_error_not_done(post, clien
 @override_settings(REVIEWQUEUE_GRAPHS=AGENT_GRAPHS)
 def test_a_pass_through_item_shows_the_decisions_returned_and_the_agents_report(post, client, alice):
     api_client = apiclient_create(name="support-agent", scopes=["items:write"])[0]
-    item = item_submit(client=api_client, submission=Submission(title="Agent: delete C-7", body="b", source="agent", ask={
-        "action_requests": [{"name": "delete_customer", "args": {"id": "C-7"}, "description": ""}],
-        "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}]})).item
+    item = item_submit(
+        client=api_client,
+        submission=Submission(
+            title="Agent: delete C-7",
+            body="b",
+            source="agent",
+            ask={
+                "action_requests": [{"name": "delete_customer", "args": {"id": "C-7"}, "description": ""}],
+                "review_configs": [{"action_name": "delete_customer", "allowed_decisions": ["approve", "reject"]}],
+            },
+        ),
+    ).item
     client.force_login(alice)
     post(_url(item), {"ask": _ask(item), "action-0-type": "approve"})
 
@@ -437,4 +514,7 @@ def test_a_pass_through_item_shows_the_decisions_returned_and_the_agents_report(
     assert 'id="agent-outcome" data-status="failed" role="alert"' in html and "The agent reports: failed" in html
     assert '<blockquote id="agent-outcome-message">CRM &lt;down&gt;</blockquote>' in html
     history = client.get(reverse("moderation:item-history", args=[item.public_id])).content.decode()
-    assert "by its agent <strong>support-agent</strong>: <span class=\"outcome outcome-failed\">failed</span> — CRM &lt;down&gt;" in history
+    assert (
+        'by its agent <strong>support-agent</strong>: <span class="outcome outcome-failed">failed</span> — CRM &lt;down&gt;'
+        in history
+    )

@@ -34,8 +34,9 @@ def erin(make_moderator):
 @pytest.fixture
 def team(db, alice, bob, carol):
     leads = Team.objects.create(slug="leads", name="Leads")
-    team = Team.objects.create(slug="payments", name="Payments", approvals=2, veto=True, deadline_seconds=3600,
-                               on_deadline="escalate", escalate_to=leads)
+    team = Team.objects.create(
+        slug="payments", name="Payments", approvals=2, veto=True, deadline_seconds=3600, on_deadline="escalate", escalate_to=leads
+    )
     for user in (alice, bob, carol):
         team_member_add(team=team, user=user)
     return team
@@ -96,13 +97,13 @@ def test_the_item_page_shows_the_policy_tally_voters_your_vote_and_deadline(team
 def _offered(html: bytes) -> list[str]:
     """The decision buttons and the bulk boxes a page offers."""
     page = html.decode()
-    return (re.findall(r"<button[^>]*>((?:Vote )?(?:approve|reject|Approve|Reject))</button>", page)
-            + re.findall(r'class="bulk-pick"[^>]*aria-label="Select ([^"]+)"', page))
+    return re.findall(r"<button[^>]*>((?:Vote )?(?:approve|reject|Approve|Reject))</button>", page) + re.findall(
+        r'class="bulk-pick"[^>]*aria-label="Select ([^"]+)"', page
+    )
 
 
 @pytest.mark.django_db
-def test_each_viewer_is_offered_only_what_they_may_do_and_told_why(team, alice, bob, carol, erin, make_moderator,
-                                                                   make_viewer):
+def test_each_viewer_is_offered_only_what_they_may_do_and_told_why(team, alice, bob, carol, erin, make_moderator, make_viewer):
     dora, vic = make_moderator("dora"), make_viewer("vic")
     for user in (dora, vic):  # the requester, and a member without the right to decide
         team_member_add(team=team, user=user)
@@ -217,9 +218,13 @@ def test_the_history_shows_every_vote_and_the_resolution(team, alice, bob, carol
     item_decide(item_public_id=item.public_id, reviewer=alice, decision="approve")
     text = " ".join(re.sub(r"<[^>]+>", " ", _client(bob).get(f"/items/{item.public_id}/history").content.decode()).split())
     votes = re.findall(r"(\w+) : (approved|rejected) [^—]*— (vote counted|resolved|lost)", text)
-    assert votes == [("alice", "approved", "vote counted"), ("alice", "rejected", "vote counted"),
-                     ("bob", "approved", "vote counted"), ("carol", "approved", "resolved"),
-                     ("alice", "approved", "lost")]
+    assert votes == [
+        ("alice", "approved", "vote counted"),
+        ("alice", "rejected", "vote counted"),
+        ("bob", "approved", "vote counted"),
+        ("carol", "approved", "resolved"),
+        ("alice", "approved", "lost"),
+    ]
     assert "this vote settled it — 2 of 2 approvals: bob, carol · alice rejected — approved" in text
     assert "changed my mind" in text
 
@@ -239,10 +244,30 @@ def test_the_history_shows_an_escalation(team, alice):
 @pytest.mark.django_db
 def test_the_team_command_creates_updates_and_refuses_clearly(alice, bob, capsys):
     call_command("team", "leads")
-    call_command("team", "payments", "--approvals", "2", "--veto", "on", "--add", "alice", "--add", "bob",
-                 "--deadline", "60", "--on-deadline", "escalate", "--escalate-to", "leads", "--graph", "refund_agent")
-    assert "Created team payments (Payments): 2 approvals, one rejection vetoes; deadline 60 s, then escalate to leads; " \
-           "members: alice, bob" in capsys.readouterr().out
+    call_command(
+        "team",
+        "payments",
+        "--approvals",
+        "2",
+        "--veto",
+        "on",
+        "--add",
+        "alice",
+        "--add",
+        "bob",
+        "--deadline",
+        "60",
+        "--on-deadline",
+        "escalate",
+        "--escalate-to",
+        "leads",
+        "--graph",
+        "refund_agent",
+    )
+    assert (
+        "Created team payments (Payments): 2 approvals, one rejection vetoes; deadline 60 s, then escalate to leads; "
+        "members: alice, bob" in capsys.readouterr().out
+    )
     before = list(TeamMembership.objects.values_list("user__username", "removed_at"))
     for args, error in [
         (["--remove", "bob"], "2 approvals can never be reached: team Payments has 1 moderator(s) who may vote"),
@@ -264,21 +289,39 @@ def test_the_team_command_creates_updates_and_refuses_clearly(alice, bob, capsys
 @pytest.mark.django_db
 def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice, bob):
     data = {
-        "slug": "payments", "name": "Payments", "approvals": "3", "on_deadline": "", "sources": "[]", "graphs": "[]",
-        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "0", "memberships-MIN_NUM_FORMS": "0",
-        "memberships-MAX_NUM_FORMS": "1000", "memberships-0-user": str(alice.pk), "memberships-1-user": str(bob.pk),
+        "slug": "payments",
+        "name": "Payments",
+        "approvals": "3",
+        "on_deadline": "",
+        "sources": "[]",
+        "graphs": "[]",
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "0",
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+        "memberships-0-user": str(alice.pk),
+        "memberships-1-user": str(bob.pk),
     }
     refused = admin_client.post("/admin/moderation/team/add/", data)
     assert refused.status_code == 200 and not Team.objects.exists()
-    assert "Not saved: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote" in refused.content.decode()
+    assert (
+        "Not saved: 3 approvals can never be reached: team Payments has 2 moderator(s) who may vote" in refused.content.decode()
+    )
     data["approvals"] = "2"
     assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
     assert not Team.objects.get().allow_weaker_policies  # off unless asked for
     team = Team.objects.get()
     row = team.memberships.get(user=bob)
-    removal = {**data, "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "2",
-               "memberships-0-id": str(team.memberships.get(user=alice).pk), "memberships-0-team": str(team.pk),
-               "memberships-1-id": str(row.pk), "memberships-1-team": str(team.pk), "memberships-1-remove": "on"}
+    removal = {
+        **data,
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "2",
+        "memberships-0-id": str(team.memberships.get(user=alice).pk),
+        "memberships-0-team": str(team.pk),
+        "memberships-1-id": str(row.pk),
+        "memberships-1-team": str(team.pk),
+        "memberships-1-remove": "on",
+    }
     refused = admin_client.post(f"/admin/moderation/team/{team.pk}/change/", removal)
     assert "Not saved: 2 approvals can never be reached" in refused.content.decode()
     removal["approvals"] = "1"
@@ -291,16 +334,29 @@ def test_the_admin_refuses_a_team_its_members_cannot_satisfy(admin_client, alice
 def test_the_admin_and_the_team_command_let_a_team_allow_weaker_policies(admin_client, capsys):
     form = admin_client.get("/admin/moderation/team/add/").content.decode()
     assert 'name="allow_weaker_policies"' in form
-    data = {"slug": "payments", "name": "Payments", "approvals": "1", "on_deadline": "", "sources": "[]", "graphs": "[]",
-            "allow_weaker_policies": "on", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
-            "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000"}
+    data = {
+        "slug": "payments",
+        "name": "Payments",
+        "approvals": "1",
+        "on_deadline": "",
+        "sources": "[]",
+        "graphs": "[]",
+        "allow_weaker_policies": "on",
+        "memberships-TOTAL_FORMS": "0",
+        "memberships-INITIAL_FORMS": "0",
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+    }
     assert admin_client.post("/admin/moderation/team/add/", data).status_code == 302
     assert Team.objects.get(slug="payments").allow_weaker_policies
     call_command("team", "payments", "--allow-weaker-policies", "off")
     assert not Team.objects.get(slug="payments").allow_weaker_policies
     call_command("team", "payments", "--allow-weaker-policies", "on")
-    assert capsys.readouterr().out.splitlines()[-1].startswith(
-        "Updated team payments (Payments): one decision settles it; submitters may weaken it")
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith("Updated team payments (Payments): one decision settles it; submitters may weaken it")
+    )
 
 
 @pytest.mark.django_db
@@ -313,12 +369,15 @@ def test_a_quorum_ask_of_two_tool_calls_offers_one_vote_and_a_veto_through_the_p
     page = _client(alice).get(url).content.decode()
     assert 'type="radio"' not in page  # no choice per action
     assert re.findall(r'<button[^>]*name="decision" value="(\w+)"[^>]*>(Vote \w+)</button>', page) == [
-        ("approve", "Vote approve"), ("reject", "Vote reject")]
+        ("approve", "Vote approve"),
+        ("reject", "Vote reject"),
+    ]
     assert "One vote covers all 2 actions" in page
     ask = ReviewAsk.objects.get(item=item)
     # A per-action post (a page from before) that mixes votes: refused, saying why, nothing recorded.
-    mixed = _client(alice).post(url, {"ask": ask.interrupt_id, "action-0-type": "reject", "action-1-type": "approve",
-                                      "note": "wrong amount"})
+    mixed = _client(alice).post(
+        url, {"ask": ask.interrupt_id, "action-0-type": "reject", "action-1-type": "approve", "note": "wrong amount"}
+    )
     assert mixed.status_code == 400
     assert re.search(r'id="error-notice">[^<]*one vote covers all 2 actions of the request', mixed.content.decode())
     assert "wrong amount" in mixed.content.decode()  # the note is kept for the next try

@@ -31,8 +31,9 @@ def test_with_the_cache_down_decisions_work_and_each_process_still_limits(
     items = [make_item() for _ in range(4)]
     client.force_login(alice)
     statuses = [
-        client.post(reverse("moderation:api-decide", args=[item.public_id]), data={"decision": "approve"},
-                    content_type="application/json").status_code
+        client.post(
+            reverse("moderation:api-decide", args=[item.public_id]), data={"decision": "approve"}, content_type="application/json"
+        ).status_code
         for item in items
     ]
     assert statuses == [200, 200, 200, 429]

@@ -20,8 +20,10 @@ pytestmark = pytest.mark.timeout(600)
 PASSWORD = "readyz-test-pw-1"
 ENV = {
     "REVIEWQUEUE_APPLY_INLINE": "",  # the worker applies, as in production
-    "WORKER_HEARTBEAT_INTERVAL": "0.5", "WORKER_HEARTBEAT_GRACE": "10",
-    "READY_UNAPPLIED_MAX": "1", "APPLY_WAIT_NOTICE": "0",
+    "WORKER_HEARTBEAT_INTERVAL": "0.5",
+    "WORKER_HEARTBEAT_GRACE": "10",
+    "READY_UNAPPLIED_MAX": "1",
+    "APPLY_WAIT_NOTICE": "0",
 }
 
 
@@ -40,8 +42,7 @@ def _metric(body: str, name: str) -> float:
 @pytest.fixture
 def site(tmp_path):
     server = LiveServer(tmp_path / "s", health_path="/healthz", extra_env=ENV)
-    seeded = server.seed(users=["alice", "root"], staff=["root"], password=PASSWORD, sessions=False, items=2,
-                         prefix="Ready")
+    seeded = server.seed(users=["alice", "root"], staff=["root"], password=PASSWORD, sessions=False, items=2, prefix="Ready")
     try:
         server.start(timeout=120)
         yield server, seeded.items

@@ -97,9 +97,12 @@ def test_the_charts_have_a_key_every_moderator_and_a_week_by_default(payments, a
     assert page.context["filters"].days == 7 and len(page.context["stats"].days) == 7
     figures = re.findall(r'<figure class="chart">(.*?)</figure>', page.content.decode(), re.S)
     keys = [re.findall(r'<rect width="12" height="12" class="(bar-\w)"/></svg>([^<]+)</li>', f) for f in figures]
-    assert keys == [[("bar-a", "p50"), ("bar-b", "p90")], [("bar-a", "decisions")],
-                    [("bar-a", "lost races"), ("bar-b", "deadline misses"), ("bar-c", "escalations")],
-                    [("bar-a", "decisions"), ("bar-b", "lost races")]]
+    assert keys == [
+        [("bar-a", "p50"), ("bar-b", "p90")],
+        [("bar-a", "decisions")],
+        [("bar-a", "lost races"), ("bar-b", "deadline misses"), ("bar-c", "escalations")],
+        [("bar-a", "decisions"), ("bar-b", "lost races")],
+    ]
     per_moderator = figures[-1]
     assert re.findall(r'class="chart-label">(\w+)</text>', per_moderator) == ["alice", "carol"]
     assert "<title>carol: lost races 1</title>" in per_moderator

@@ -130,10 +130,18 @@ def test_a_nul_in_the_note_is_refused_before_anything_is_resumed(client, alice, 
 
 @pytest.mark.postgres_variant
 @pytest.mark.django_db
-@pytest.mark.parametrize(("via", "field"), [
-    ("api", "reason"), ("form", "reason"), ("form-json", "reason"), ("bulk", "reason"),
-    ("api", "ask"), ("form", "ask"), ("form-json", "ask"),  # bulk names no ask
-])
+@pytest.mark.parametrize(
+    ("via", "field"),
+    [
+        ("api", "reason"),
+        ("form", "reason"),
+        ("form-json", "reason"),
+        ("bulk", "reason"),
+        ("api", "ask"),
+        ("form", "ask"),
+        ("form-json", "ask"),  # bulk names no ask
+    ],
+)
 def test_a_nul_in_the_ask_or_the_reason_is_a_clear_400_on_every_path(client, alice, make_item, reasons, via, field):
     """Only notes were checked: PostgreSQL failed the ask's or the reason code's lookup with a 500."""
     posted = {"decision": "reject", "reason": "spam\x00"} if field == "reason" else {"decision": "approve", "ask": "9e5c\x00"}
@@ -191,7 +199,11 @@ def test_api_win_then_loss(client, alice, bob, make_item):
     assert lost.status_code == 409
     body = lost.json()
     assert (body["outcome"], body["applied"], body["winner"], body["status"], body["requested"]) == (
-        "lost", False, "alice", "rejected", "approve"
+        "lost",
+        False,
+        "alice",
+        "rejected",
+        "approve",
     )
     assert body["message"].startswith("Already reviewed by alice (rejected, ")
     assert body["decided_at"] and body["seconds_ago"] >= 0
@@ -217,7 +229,11 @@ def test_api_names_attempts_by_item_and_place_not_by_global_row_id(client, alice
         (lambda c, url: c.post(url, data="[1]", content_type="application/json"), 400, "malformed_json"),
         # Deeper than the JSON parser's recursion limit (it raises RecursionError, not ValueError).
         (lambda c, url: c.post(url, data="[" * 100_000 + "]" * 100_000, content_type="application/json"), 400, "malformed_json"),
-        (lambda c, url: c.post(url, data='{"a":' * 100_000 + "1" + "}" * 100_000, content_type="application/json"), 400, "malformed_json"),
+        (
+            lambda c, url: c.post(url, data='{"a":' * 100_000 + "1" + "}" * 100_000, content_type="application/json"),
+            400,
+            "malformed_json",
+        ),
         (lambda c, url: c.post(url, {"decision": "approve"}), 415, "unsupported_media_type"),
         (lambda c, url: _post_json(c, url, {}), 400, "invalid_decision"),
         (lambda c, url: _post_json(c, url, {"decision": "burn"}), 400, "invalid_decision"),
@@ -343,7 +359,6 @@ def test_race_lab_link_only_for_staff(client, alice):
     alice.is_staff = True
     alice.save()
     assert 'href="/lab/"' in client.get(reverse("moderation:queue")).content.decode()
-
 
 
 @pytest.mark.django_db

@@ -13,10 +13,20 @@ from moderation.lab.store import LabBusy, lab_run_recorded
 from moderation.lab.strategies import STRATEGIES
 
 TABLE_COLUMNS = [
-    ("strategy", "strategy", 12), ("mode", "mode", 10), ("trials", "trials", 6), ("reviewers", "reviewers", 9),
-    ("lost_decisions", "lost", 5), ("false_successes", "false ok", 8), ("double_resumes", "2x resume", 9),
-    ("double_resolutions", "2x resolve", 10), ("votes_lost", "votes lost", 10), ("deadline_wins", "deadline won", 12),
-    ("errors", "errors", 6), ("p50_ms", "p50 ms", 8), ("p99_ms", "p99 ms", 8), ("decisions_per_s", "dec/s", 7),
+    ("strategy", "strategy", 12),
+    ("mode", "mode", 10),
+    ("trials", "trials", 6),
+    ("reviewers", "reviewers", 9),
+    ("lost_decisions", "lost", 5),
+    ("false_successes", "false ok", 8),
+    ("double_resumes", "2x resume", 9),
+    ("double_resolutions", "2x resolve", 10),
+    ("votes_lost", "votes lost", 10),
+    ("deadline_wins", "deadline won", 12),
+    ("errors", "errors", 6),
+    ("p50_ms", "p50 ms", 8),
+    ("p99_ms", "p99 ms", 8),
+    ("decisions_per_s", "dec/s", 7),
 ]
 
 
@@ -32,7 +42,10 @@ class Command(BaseCommand):
         parser.add_argument("--trials", type=int, default=20, help="items raced per strategy and mode (default 20)")
         parser.add_argument("--reviewers", type=int, default=4, help="reviewers released onto each item (default 4)")
         parser.add_argument(
-            "--strategy", action="append", dest="strategies", metavar="NAME",
+            "--strategy",
+            action="append",
+            dest="strategies",
+            metavar="NAME",
             help=f"repeatable; one of {', '.join(STRATEGIES)} (default: all)",
         )
         parser.add_argument("--mode", default="both", help="threads, processes or both (default both)")
@@ -41,24 +54,34 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="seed for item texts and reviewer order (default: random, reported)")
         parser.add_argument("--time-limit", type=float, help="start no new strategy × mode after this many seconds")
         parser.add_argument(
-            "--graph", default=DEFAULT_GRAPH,
+            "--graph",
+            default=DEFAULT_GRAPH,
             help=f"the graph the lab's items run (default {DEFAULT_GRAPH}; refund_agent: the example agent)",
         )
         parser.add_argument(
-            "--policy", action="append", dest="policies", metavar="RULE",
+            "--policy",
+            action="append",
+            dest="policies",
+            metavar="RULE",
             help="the raced items' approval policy, repeatable: quorum:N (N approvals), veto, majority "
-                 "(e.g. --policy quorum:2 --policy veto); reviewers vote approve or reject",
+            "(e.g. --policy quorum:2 --policy veto); reviewers vote approve or reject",
         )
-        parser.add_argument("--deadline", metavar="SECONDS",
-                            help="the raced items' deadline, e.g. 1s; the deadline then races the reviewers")
+        parser.add_argument(
+            "--deadline", metavar="SECONDS", help="the raced items' deadline, e.g. 1s; the deadline then races the reviewers"
+        )
         parser.add_argument("--on-deadline", metavar="ACTION", help="approve, reject (default) or escalate")
         parser.add_argument(
-            "--langgraph-url", metavar="URL",
+            "--langgraph-url",
+            metavar="URL",
             help="instead: race the naive direct resume against this LangGraph Server beside the guarded path "
-                 "(moderation.lab.remote_race); its --langgraph-assistant keeps its resume value in 'outcome'",
+            "(moderation.lab.remote_race); its --langgraph-assistant keeps its resume value in 'outcome'",
         )
-        parser.add_argument("--langgraph-assistant", default="hitl", metavar="ID",
-                            help="the graph or assistant raced with --langgraph-url (default hitl)")
+        parser.add_argument(
+            "--langgraph-assistant",
+            default="hitl",
+            metavar="ID",
+            help="the graph or assistant raced with --langgraph-url (default hitl)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables; no progress bar")
         parser.add_argument("--chart", type=Path, metavar="PATH", help="also write the chart to PATH (.png or .svg)")
 
@@ -73,10 +96,18 @@ class Command(BaseCommand):
                 raise CommandError(f"--chart: directory {chart.parent} does not exist")
         try:
             config = lab_config_build(
-                strategies=options["strategies"], mode=options["mode"], trials=options["trials"],
-                reviewers=options["reviewers"], delay_ms=options["delay"], hold_s=options["hold"],
-                seed=options["seed"], time_limit=options["time_limit"], graph=options["graph"],
-                policies=options["policies"], deadline=options["deadline"], on_deadline=options["on_deadline"],
+                strategies=options["strategies"],
+                mode=options["mode"],
+                trials=options["trials"],
+                reviewers=options["reviewers"],
+                delay_ms=options["delay"],
+                hold_s=options["hold"],
+                seed=options["seed"],
+                time_limit=options["time_limit"],
+                graph=options["graph"],
+                policies=options["policies"],
+                deadline=options["deadline"],
+                on_deadline=options["on_deadline"],
             )
         except LabConfigError as exc:
             raise CommandError(str(exc)) from None
@@ -84,7 +115,9 @@ class Command(BaseCommand):
         try:
             report = lab_run_recorded(config=config, progress=progress, chart_path=chart)
         except LabBusy:
-            raise CommandError("another lab run is in progress (from the command line or the /lab page); try again later") from None
+            raise CommandError(
+                "another lab run is in progress (from the command line or the /lab page); try again later"
+            ) from None
         if options["json"]:
             self.stdout.write(json.dumps(report))
             return
@@ -105,15 +138,20 @@ class Command(BaseCommand):
         )
         policy = config.get("policy")
         if policy:
-            deadline = (f", deadline {policy['deadline_seconds']} s then {policy['on_deadline']} (the deadline races too)"
-                        if policy["deadline_seconds"] else "")
+            deadline = (
+                f", deadline {policy['deadline_seconds']} s then {policy['on_deadline']} (the deadline races too)"
+                if policy["deadline_seconds"]
+                else ""
+            )
             self.stdout.write(f"policy {' '.join(config['policies']) or '(one decision)'}{deadline}")
         self.stdout.write("")
-        self.stdout.write("  ".join(f"{title:>{w}}" if i > 1 else f"{title:<{w}}" for i, (_, title, w) in enumerate(TABLE_COLUMNS)))
+        self.stdout.write(
+            "  ".join(f"{title:>{w}}" if i > 1 else f"{title:<{w}}" for i, (_, title, w) in enumerate(TABLE_COLUMNS))
+        )
         for row in report["results"]:
-            self.stdout.write("  ".join(
-                f"{row[key]:>{w}}" if i > 1 else f"{row[key]:<{w}}" for i, (key, _, w) in enumerate(TABLE_COLUMNS)
-            ))
+            self.stdout.write(
+                "  ".join(f"{row[key]:>{w}}" if i > 1 else f"{row[key]:<{w}}" for i, (key, _, w) in enumerate(TABLE_COLUMNS))
+            )
         for row in report["results"]:
             if row["first_error"]:
                 self.stdout.write(f"  {row['strategy']}/{row['mode']} first error: {row['first_error']}")
@@ -124,7 +162,9 @@ class Command(BaseCommand):
             f"\nSlow reviewer: one reviewer holds item X for {config['hold']:g} s inside the strategy's lock "
             f"while others decide other items"
         )
-        self.stdout.write(f"{'strategy':<12}  {'others':>6}  {'baseline p50 ms':>15}  {'held p50 ms':>11}  {'waited ms':>9}  errors")
+        self.stdout.write(
+            f"{'strategy':<12}  {'others':>6}  {'baseline p50 ms':>15}  {'held p50 ms':>11}  {'waited ms':>9}  errors"
+        )
         for row in report["slow_reviewer"]:
             self.stdout.write(
                 f"{row['strategy']:<12}  {row['others']:>6}  {row['baseline_p50_ms']:>15}  {row['during_p50_ms']:>11}  "
@@ -144,8 +184,12 @@ class Command(BaseCommand):
     def _remote(self, options):
         reviewers = [f"reviewer{n + 1}" for n in range(options["reviewers"])]
         try:
-            reports = [remote_race(url=options["langgraph_url"], assistant=options["langgraph_assistant"],
-                                   reviewers=reviewers, mode=mode) for mode in MODES]
+            reports = [
+                remote_race(
+                    url=options["langgraph_url"], assistant=options["langgraph_assistant"], reviewers=reviewers, mode=mode
+                )
+                for mode in MODES
+            ]
         except (RemoteUnavailable, RemoteRefused) as exc:
             raise CommandError(str(exc)) from None
         if options["json"]:

@@ -48,7 +48,10 @@ ANOMALY_KEYS = (
     "errors",
 )
 SLOW_KEYS = {"strategy", "hold_s", "others", "baseline_p50_ms", "during_p50_ms", "waited_ms", "errors"}
-HOLD_S = 1.0  # the lab's default: long beside a decision even on a busy machine, and the waits below are judged against it
+# Long beside a decision: a fresh clone's CI run saw a guarded decision on another item take half a
+# second longer (the machine's noise, not a wait: quiet, it is 0 ms against global-lock's 1,066), so the
+# hold leaves that noise well under the half of it that the waits below are judged against.
+HOLD_S = 3.0
 
 
 @pytest.fixture(autouse=True)

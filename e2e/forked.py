@@ -16,6 +16,7 @@ when imported, which every child of the fork server would share.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import runpy
 import signal
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 PRELOAD = [
@@ -52,6 +54,12 @@ PRELOAD = [
 ]
 
 _context = multiprocessing.get_context("forkserver")
+# Threads start and wait for these processes at once (test_crash's scenarios), and multiprocessing is
+# not thread-safe there: Process.start() polls every other child, and when two polls of one child race,
+# both read its exit status from the fork server's pipe and the second, at end-of-file, overwrites it
+# with 255. A CI run saw a `recover` that had printed its whole report "fail (255)"; a quick try with 8
+# threads did not reproduce it, so this lock closes the one way found by reading multiprocessing.
+_POLLS = threading.Lock()
 _context.set_forkserver_preload(PRELOAD)
 
 
@@ -121,26 +129,29 @@ class ForkedProcess:
             target=_child_main,
             args=(argv, dict(env), str(cwd), str(stdout), str(stderr or stdout), new_session, channel),
         )
-        self._process.start()
+        with _POLLS:
+            self._process.start()
         if channel is not None:
             channel.close()  # the child has its own copy: its death is our end's end-of-file
         self.pid: int = self._process.pid  # type: ignore[assignment]
 
     @property
     def returncode(self) -> int | None:
-        return self._process.exitcode
+        return self.poll()
 
     def poll(self) -> int | None:
-        return self._process.exitcode
+        with _POLLS:
+            return self._process.exitcode
 
     def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        if self._process.exitcode is None:
+        multiprocessing.connection.wait([self._process.sentinel], timeout)
+        code = self.poll()
+        if code is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        return self._process.exitcode
+        return code
 
     def send_signal(self, sig: int) -> None:
-        if self._process.exitcode is None:
+        if self.poll() is None:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.test import Client
-from django.utils import timezone
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.models import WebhookDelivery, WebhookEndpoint
@@ -65,6 +65,9 @@ ASK = {
     "ask": HITL,
     "external": EXTERNAL,
 }
+
+# The clock the deadline tests read: a deadline is now + its seconds, exactly, however busy the machine.
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -398,24 +401,20 @@ def test_an_asks_own_deadline_obeys_the_rule_a_submitted_policy_does(api, approv
     assert huge.status_code == 422 and "deadline_seconds must be a whole number from 1 to" in huge.json()["message"]
     assert not QueueItem.objects.exists()
     # Later than the team's approval is stricter: taken.
-    before = timezone.now()
-    later = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=7200))
-    after = timezone.now()
+    with mock.patch("django.utils.timezone.now", return_value=NOW):
+        later = api.post("/items", _with_schema(ARGS_SCHEMA, deadline_seconds=7200))
     assert later.status_code == 201, later.content
-    ask = ReviewAsk.objects.get()
-    assert before + timedelta(seconds=7200) <= ask.deadline_at <= after + timedelta(seconds=7200)
+    assert ReviewAsk.objects.get().deadline_at == NOW + timedelta(seconds=7200)
 
 
 def test_an_interrupt_raised_later_with_a_weaker_deadline_keeps_the_policys(api, approve_after_an_hour):
     """A LangGraph deployment's or an in-process graph's interrupt never meets the submit check: asks_create holds it."""
     item = QueueItem.objects.get(public_id=api.post("/items", ASK).json()["id"])
     spec = AskSpec.from_payload({**ReviewAsk.objects.get().payload, "deadline_seconds": 2})
-    before = timezone.now()
-    [weaker] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later", spec=spec)], round=2)
-    [stricter] = asks_create(
-        item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))], round=3
-    )
-    after = timezone.now()
-    # Bounded by the clock read around the calls, not by how long they took.
-    assert before + timedelta(seconds=3600) <= weaker.deadline_at <= after + timedelta(seconds=3600)
-    assert before + timedelta(seconds=7200) <= stricter.deadline_at <= after + timedelta(seconds=7200)
+    with mock.patch("django.utils.timezone.now", return_value=NOW):
+        [weaker] = asks_create(item=item, asked=[PendingAsk(interrupt_id="later", spec=spec)], round=2)
+        [stricter] = asks_create(
+            item=item, asked=[PendingAsk(interrupt_id="later2", spec=replace(spec, deadline_seconds=7200))], round=3
+        )
+    assert weaker.deadline_at == NOW + timedelta(seconds=3600)
+    assert stricter.deadline_at == NOW + timedelta(seconds=7200)

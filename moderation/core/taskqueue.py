@@ -5,8 +5,9 @@ work again and mark the dead row FAILED; work whose task is still queued, or run
 live worker, is left alone (``tasks_orphaned``).
 
 Lanes: a ``QueueLane`` waits on ``TaskWake`` instead of sleeping its ``--interval``. On
-PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` at the enqueuing commit and
-one listening connection per process wakes every waiting lane; a delayed task's
+PostgreSQL a trigger on the task table NOTIFYs ``TASKS_CHANNEL`` at the enqueuing commit, naming
+the task's queue, and one listening connection per process wakes the waiting lanes that serve
+that queue (a burst of one queue's tasks costs the other lanes nothing); a delayed task's
 ``run_after`` times the wait, and the interval stays as the fallback. On SQLite a lane polls
 at its interval. Measurements: contributors/results.md.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -96,16 +98,19 @@ def _tasks_will_run(*, task: Any, started_since: datetime) -> Iterable[Any]:
 
 
 class TaskWake:
-    """Wakes waiting lanes when a task is queued (PostgreSQL's LISTEN); on SQLite, never (they poll).
+    """Wakes waiting lanes when a task of their queues is queued (PostgreSQL's LISTEN); on SQLite, never (they poll).
 
-    A lane reads ``generation`` before it looks for a task and, finding none, calls
-    ``wait(seen, ...)``: a task queued in between has already moved the generation, so
-    the lane does not sleep through it.
+    A lane reads ``count(...)`` for its queues before it looks for a task and, finding none,
+    calls ``wait(seen, ...)`` with the same queues: a task queued in between has already moved
+    the count, so the lane does not sleep through it. A wake-up naming no queue (the listener
+    starting, after which anything may have been missed) concerns every lane.
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self.generation = 0
+        self.generation = 0  # every wake-up
+        self._unnamed = 0  # wake-ups naming no queue
+        self._named: Counter[str] = Counter()  # wake-ups per queue named
         self.last_payload = ""
         self._listener: threading.Thread | None = None
 
@@ -126,13 +131,23 @@ class TaskWake:
         if listener is not None:
             listener.join()
 
-    def wait(self, seen: int, *, timeout: float) -> None:
+    def count(self, *, queues: Collection[str] | None = None, excluded: Collection[str] = ()) -> int:
+        """The wake-ups so far that concern a lane of ``queues`` (None: every queue but ``excluded``)."""
+        if queues is None:
+            return self.generation - sum(self._named[q] for q in excluded)
+        return self._unnamed + sum(self._named[q] for q in queues)
+
+    def wait(self, seen: int, *, timeout: float, queues: Collection[str] | None = None, excluded: Collection[str] = ()) -> None:
         with self._changed:
-            self._changed.wait_for(lambda: self.generation != seen, timeout=timeout)
+            self._changed.wait_for(lambda: self.count(queues=queues, excluded=excluded) != seen, timeout=timeout)
 
     def _bump(self, payload: str = "") -> None:
         with self._changed:
             self.generation += 1
+            if payload:
+                self._named[payload] += 1
+            else:
+                self._unnamed += 1
             self.last_payload = payload  # the queue named by the last notification
             self._changed.notify_all()
 
@@ -227,8 +242,9 @@ class QueueLane(SteadyWorker):
 
     def loop(self) -> None:
         logger.info("Starting lane worker_id=%s queues=%s", self.worker_id, ",".join(self.queue_names))
+        scope = self._scope()
         while self.running and (self.max_tasks is None or worker_tasks_run(self) < self.max_tasks):
-            seen = self.wake.generation
+            seen = self.wake.count(**scope)
             close_old_connections()
             task_result = self._claim()
             if task_result is not None:
@@ -238,7 +254,13 @@ class QueueLane(SteadyWorker):
             else:
                 timeout = self._idle_wait()
                 close_old_connections()
-                self.wake.wait(seen, timeout=timeout)
+                self.wake.wait(seen, timeout=timeout, **scope)
+
+    def _scope(self) -> dict[str, Any]:
+        """The queues whose wake-ups concern this lane, as ``TaskWake.count`` takes them."""
+        if self.process_all_queues:
+            return {"queues": None, "excluded": frozenset(self.excluded_queue_names)}
+        return {"queues": frozenset(self.queue_names)}
 
     def _tasks(self) -> Any:
         """This lane's queues' tasks, as the package's worker filters them (``*``: every queue but the excluded)."""

@@ -121,6 +121,42 @@ def test_a_lane_waiting_sleeps_through_no_queued_task_and_wakes_for_one():
     assert woken.is_set()
 
 
+def test_a_wake_up_concerns_the_lanes_of_its_queue_and_one_naming_none_concerns_every_lane():
+    wake = TaskWake()
+    deliveries, applies = {"queues": {DELIVERY_QUEUE}}, {"queues": {"applies"}}
+    every_but_deliveries = {"queues": None, "excluded": {DELIVERY_QUEUE}}
+    scopes = (deliveries, applies, every_but_deliveries, {})
+
+    def counts() -> list[int]:
+        return [wake.count(**scope) for scope in scopes]
+
+    before = counts()
+    wake._bump(DELIVERY_QUEUE)
+    assert [a - b for a, b in zip(counts(), before, strict=True)] == [1, 0, 0, 1]
+    wake._bump("deployments")
+    assert [a - b for a, b in zip(counts(), before, strict=True)] == [1, 0, 1, 2]
+    wake._bump()  # the listener (re)started: anything may have been missed
+    assert [a - b for a, b in zip(counts(), before, strict=True)] == [2, 1, 2, 3]
+
+
+def test_a_lane_waiting_sleeps_through_another_queues_wake_up_and_wakes_for_its_own():
+    wake = TaskWake()
+    woken = threading.Event()
+
+    def lane() -> None:
+        wake.wait(wake.count(queues={DELIVERY_QUEUE}), timeout=3600, queues={DELIVERY_QUEUE})
+        woken.set()
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    for _ in range(50):
+        wake._bump("applies")
+    assert not woken.wait(0.5)  # negative control of the wait itself: another queue's tasks
+    wake._bump(DELIVERY_QUEUE)
+    thread.join()
+    assert woken.is_set()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_lane_runs_only_its_queues_tasks_each_once():
     delivery_send.enqueue(1)
@@ -310,7 +346,7 @@ def test_the_workers_main_loop_on_postgresql_sleeps_until_a_task_is_queued(setti
         with mock.patch("moderation.delivery.sending.delivery_attempt"):
             idle = threading.Event()
             waits = wake.wait
-            wake.wait = lambda seen, *, timeout: (idle.set(), waits(seen, timeout=timeout))
+            wake.wait = lambda seen, **kwargs: (idle.set(), waits(seen, **kwargs))
             thread = _lane_in_thread(loop)
             assert idle.wait(60)  # it polled, found nothing, and sleeps: only a notification can wake it now
             delivery_send.enqueue(1)
@@ -321,3 +357,43 @@ def test_the_workers_main_loop_on_postgresql_sleeps_until_a_task_is_queued(setti
         wake._bump()
         thread.join(30)
         wake.stop()
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_one_queues_tasks_makes_the_other_queues_lanes_look_for_no_task():
+    """A lane polling hourly on PostgreSQL looks for a task only when one of its queue is queued: 20 tasks of
+    another queue (a burst of deployment webhooks, say) cost it nothing, one of its own wakes it."""
+    wake = TaskWake().start()
+    lane = QueueLane(
+        wake=wake,
+        queue_names=[DELIVERY_QUEUE],
+        excluded_queue_names=[],
+        batch=False,
+        interval=3600,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id="quiet-lane",
+    )
+    claims = mock.patch.object(lane, "_claim", wraps=lane._claim).start()
+    try:
+        _listening(wake)
+        with mock.patch("moderation.delivery.sending.delivery_attempt"):
+            thread = _lane_in_thread(lane)
+            progress_wait(lambda: claims.call_count, done=lambda n: n >= 1, stall=60)  # its first look: nothing
+            looked = claims.call_count
+            for n in range(20):
+                items_start_task.enqueue([n])
+            delivery_send.enqueue(1)  # after them: notifications arrive in commit order
+            delivered = DBTaskResult.objects.filter(task_path=delivery_send.module_path, status=TaskResultStatus.SUCCESSFUL)
+            progress_wait(delivered.exists, stall=60, done=bool)
+        assert wake.count() - wake.count(queues={DELIVERY_QUEUE}) >= 20  # every start was notified
+        # The delivery's look, and the one after it that found nothing more: none for the starts.
+        assert claims.call_count - looked <= 2
+    finally:
+        lane.running = False
+        wake._bump()
+        thread.join(30)
+        wake.stop()
+        mock.patch.stopall()

@@ -540,6 +540,8 @@ def bench_noisy_neighbours(
         (lambda hosts: _Batches(servers, hosts), True),
         (lambda hosts: _HungReceiver(servers, hosts), False),
     ]
+    if only := os.environ.get("BENCH_NOISY_BURSTS"):  # e.g. "webhooks": the bursts named, each with its own quiet window
+        kinds = [(make, routed) for make, routed in kinds if make(None).key in only.split(",")]
     split_note = f"sent to {len(outside.live)} daphne process{'es' if len(outside.live) > 1 else ''} of their own"
     metrics: list[Metric] = []
 

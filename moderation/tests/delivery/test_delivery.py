@@ -8,6 +8,7 @@ latency are in test_delivery_server.py.
 import threading
 import time
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.utils import timezone
@@ -221,10 +222,12 @@ def test_failed_attempt_is_retried_later_with_backoff_then_marked_failed(endpoin
     settings.WEBHOOK_RETRY_BASE = 60
     receiver.fail_next = 2
     [delivery] = _deliveries(make_item())
-    before = timezone.now()
-    assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.PENDING
+    now = timezone.now()
+    with mock.patch("django.utils.timezone.now", return_value=now):  # the attempt's clock, read once
+        assert delivery_attempt(delivery_id=delivery.pk) == DeliveryStatus.PENDING
     delivery.refresh_from_db()
-    assert before + timedelta(seconds=30) <= delivery.next_attempt_at <= timezone.now() + timedelta(seconds=60)
+    # The first retry's jitter: between half and all of the base.
+    assert now + timedelta(seconds=30) <= delivery.next_attempt_at <= now + timedelta(seconds=60)
     assert "HTTP 500" in delivery.last_error
     retry = max(_queued(delivery), key=lambda t: t.enqueued_at)
     assert retry.run_after == delivery.next_attempt_at

@@ -73,6 +73,21 @@ def test_a_dead_workers_task_row_is_marked_failed_by_the_sweep_and_no_other_row_
 # --- lanes: woken when a task is queued -------------------------------------------------
 
 
+def _delivery_lane(wake: TaskWake, *, worker_id: str, batch: bool = False) -> QueueLane:
+    """A lane of the delivery queue; one that runs for good polls hourly (only a wake-up makes it look sooner)."""
+    return QueueLane(
+        wake=wake,
+        queue_names=[DELIVERY_QUEUE],
+        excluded_queue_names=[],
+        batch=batch,
+        interval=0 if batch else 3600,
+        backend_name="default",
+        startup_delay=False,
+        max_tasks=None,
+        worker_id=worker_id,
+    )
+
+
 def _listening(wake: TaskWake) -> int:
     """The generation once the listener is up (it moves once as it starts listening)."""
     return progress_wait(lambda: wake.generation, done=lambda g: g > 0, stall=60)
@@ -161,17 +176,7 @@ def test_a_lane_waiting_sleeps_through_another_queues_wake_up_and_wakes_for_its_
 def test_a_lane_runs_only_its_queues_tasks_each_once():
     delivery_send.enqueue(1)
     items_start_task.enqueue([2])
-    lane = QueueLane(
-        wake=TaskWake(),
-        queue_names=[DELIVERY_QUEUE],
-        excluded_queue_names=[],
-        batch=True,
-        interval=0,
-        backend_name="default",
-        startup_delay=False,
-        max_tasks=None,
-        worker_id="lane-test",
-    )
+    lane = _delivery_lane(TaskWake(), worker_id="lane-test", batch=True)
     with mock.patch("moderation.delivery.sending.delivery_attempt") as sent:
         lane.run()
     sent.assert_called_once_with(delivery_id=1)
@@ -296,17 +301,7 @@ def _statuses() -> dict[int, str]:
 def test_an_idle_lane_polling_hourly_runs_a_queued_task_and_a_delayed_one_when_it_comes_due():
     """Its poll an hour long: only the notification (a queued task) and the delayed task's own time wake it."""
     wake = TaskWake().start()
-    lane = QueueLane(
-        wake=wake,
-        queue_names=[DELIVERY_QUEUE],
-        excluded_queue_names=[],
-        batch=False,
-        interval=3600,
-        backend_name="default",
-        startup_delay=False,
-        max_tasks=None,
-        worker_id="idle-lane",
-    )
+    lane = _delivery_lane(wake, worker_id="idle-lane")
     try:
         _listening(wake)
         with mock.patch("moderation.delivery.sending.delivery_attempt"):
@@ -365,17 +360,7 @@ def test_a_burst_of_one_queues_tasks_makes_the_other_queues_lanes_look_for_no_ta
     """A lane polling hourly on PostgreSQL looks for a task only when one of its queue is queued: 20 tasks of
     another queue (a burst of deployment webhooks, say) cost it nothing, one of its own wakes it."""
     wake = TaskWake().start()
-    lane = QueueLane(
-        wake=wake,
-        queue_names=[DELIVERY_QUEUE],
-        excluded_queue_names=[],
-        batch=False,
-        interval=3600,
-        backend_name="default",
-        startup_delay=False,
-        max_tasks=None,
-        worker_id="quiet-lane",
-    )
+    lane = _delivery_lane(wake, worker_id="quiet-lane")
     claims = mock.patch.object(lane, "_claim", wraps=lane._claim).start()
     try:
         _listening(wake)

@@ -90,6 +90,24 @@ class Reviewer:
         return {"Cookie": self.cookie}
 
 
+def raw_request(
+    server: LiveServer, method: str, path: str, *, headers: dict, body: str | None = None
+) -> tuple[int, str | None, str, str]:
+    """One request on a connection of its own: (status, Retry-After, Content-Type, body)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return (
+            response.status,
+            response.getheader("Retry-After"),
+            response.getheader("Content-Type", ""),
+            response.read().decode(errors="replace"),
+        )
+    finally:
+        conn.close()
+
+
 def port_wait(port: int, *, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

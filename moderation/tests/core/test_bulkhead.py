@@ -14,7 +14,6 @@ its handshake), records nothing and is logged without its query string; health i
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 
@@ -26,25 +25,10 @@ from e2e.server import LiveServer
 from moderation.core.bulkhead import API, INSIDE, LONG_POLL, WEBHOOKS, route_class, route_served
 from moderation.lab.waits import progress_wait
 from moderation.tests.cluster_support import channel_prefix, cluster_env, database_query, fresh_database, services_require
-from moderation.tests.real_server import CSRF, Reviewer
+from moderation.tests.real_server import CSRF, Reviewer, raw_request
 
 POOL, CAP, OUTSIDE = 4, 2, 6
 HOLD = 25  # seconds each admitted report stalls under its lock (the pool waits 10 s for a connection)
-
-
-def _request(server: LiveServer, method: str, path: str, *, headers: dict, body: str | None = None):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        return (
-            response.status,
-            response.getheader("Retry-After"),
-            response.getheader("Content-Type", ""),
-            response.read().decode(errors="replace"),
-        )
-    finally:
-        conn.close()
 
 
 def _filled(tmp_path, *, cap: int) -> dict:
@@ -66,7 +50,7 @@ def _filled(tmp_path, *, cap: int) -> dict:
             alice = Reviewer(server, "alice", seeded.sessions["alice"])
             reported = []
             for n in range(OUTSIDE):
-                status, _, _, body = _request(
+                status, _, _, body = raw_request(
                     server,
                     "POST",
                     "/api/v1/items",
@@ -81,7 +65,7 @@ def _filled(tmp_path, *, cap: int) -> dict:
                 threading.Thread(
                     target=lambda n=n, item=item: outside.__setitem__(
                         n,
-                        _request(
+                        raw_request(
                             server,
                             "POST",
                             f"/api/v1/items/{item}/outcome",
@@ -97,8 +81,8 @@ def _filled(tmp_path, *, cap: int) -> dict:
             held = _held(database_url, at_least=min(cap or POOL, POOL))
             bob = f"sessionid={seeded.sessions['bob']}; csrftoken={CSRF}"
             moderator = {
-                "page": lambda: _request(server, "GET", "/", headers={"Cookie": bob}),
-                "decision": lambda: _request(
+                "page": lambda: raw_request(server, "GET", "/", headers={"Cookie": bob}),
+                "decision": lambda: raw_request(
                     server,
                     "POST",
                     f"/api/items/{seeded.items[0]}/decision",
@@ -224,28 +208,28 @@ def test_a_process_refuses_the_other_class_as_misdirected_and_records_nothing(tm
         webhook = "/api/v1/deployments/nowhere/webhook?token=do-not-log-me"
 
         server.start()
-        assert _request(server, "POST", "/api/v1/items", headers=api, body=submit)[0] == 201
-        assert _request(server, "POST", webhook, headers=api, body="{}")[0] == 404  # served: no such deployment
+        assert raw_request(server, "POST", "/api/v1/items", headers=api, body=submit)[0] == 201
+        assert raw_request(server, "POST", webhook, headers=api, body="{}")[0] == 404  # served: no such deployment
         for method, path, body in (("GET", "/", None), ("POST", f"/api/items/{item}/decision", decide)):
-            status, retry_after, content_type, answer = _request(server, method, path, headers=moderator, body=body)
+            status, retry_after, content_type, answer = raw_request(server, method, path, headers=moderator, body=body)
             assert (status, retry_after, content_type) == (421, None, "application/json"), (path, status, answer)
             assert json.loads(answer)["error"] == "misdirected"
             assert "SERVE_ROUTES=outside" in json.loads(answer)["message"]
         assert _websocket_status(server, alice) == 403
-        assert _request(server, "GET", "/healthz", headers={})[0] == 200
+        assert raw_request(server, "GET", "/healthz", headers={})[0] == 200
         assert server.rows([item])[item].status == "pending"  # the misdirected decision recorded nothing
 
         server.stop()
         server.extra_env["SERVE_ROUTES"] = "moderators"
         server.start()
         for method, path, body in (("POST", "/api/v1/items", submit), ("POST", webhook, "{}")):
-            status, _, content_type, answer = _request(server, method, path, headers=api, body=body)
+            status, _, content_type, answer = raw_request(server, method, path, headers=api, body=body)
             assert (status, content_type) == (421, "application/json"), (path, status, answer)
             assert "SERVE_ROUTES=moderators" in json.loads(answer)["message"]
-        assert _request(server, "GET", "/", headers=moderator)[0] == 200
+        assert raw_request(server, "GET", "/", headers=moderator)[0] == 200
         assert _websocket_status(server, alice) == 101
-        assert _request(server, "GET", "/healthz", headers={})[0] == 200
-        assert _request(server, "POST", f"/api/items/{item}/decision", headers=moderator, body=decide)[0] == 200
+        assert raw_request(server, "GET", "/healthz", headers={})[0] == 200
+        assert raw_request(server, "POST", f"/api/items/{item}/decision", headers=moderator, body=decide)[0] == 200
         assert server.rows([item])[item].status == "approved"
         log = server.log_path.read_text()
         assert "misdirected http /api/v1/deployments/nowhere/webhook: this process serves only moderators" in log, log

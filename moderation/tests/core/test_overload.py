@@ -9,7 +9,6 @@ The negative control is the same server without ``DatabaseUnavailableMiddleware`
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,27 +17,12 @@ import pytest
 
 from e2e.server import LiveServer
 from moderation.tests.cluster_support import channel_prefix, cluster_env, database_query, fresh_database, services_require
-from moderation.tests.real_server import CSRF, Reviewer
+from moderation.tests.real_server import CSRF, Reviewer, raw_request
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 HOLD = 25  # seconds each holder's decision stalls with its connection (the pool waits 10 s for one)
 TITLE = "Submitted while the pool was empty"
-
-
-def _request(server: LiveServer, method: str, path: str, *, headers: dict, body: str | None = None):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        return (
-            response.status,
-            response.getheader("Retry-After"),
-            response.getheader("Content-Type", ""),
-            response.read().decode(errors="replace"),
-        )
-    finally:
-        conn.close()
 
 
 def _pool_exhausted(tmp_path, *, settings: str) -> dict:
@@ -59,21 +43,21 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
                 ]
                 _both_held(database_url)
                 asks = {
-                    "api": lambda: _request(
+                    "api": lambda: raw_request(
                         server,
                         "POST",
                         "/api/v1/items",
                         body=json.dumps({"title": TITLE, "body": "b", "source": "overload"}),
                         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
                     ),
-                    "decision_json": lambda: _request(
+                    "decision_json": lambda: raw_request(
                         server,
                         "POST",
                         f"/api/items/{target}/decision",
                         body=json.dumps({"decision": "approve"}),
                         headers={"Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": carol},
                     ),
-                    "item_post_json": lambda: _request(
+                    "item_post_json": lambda: raw_request(
                         server,
                         "POST",
                         f"/items/{target}/",
@@ -85,14 +69,14 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
                             "Cookie": carol,
                         },
                     ),
-                    "item_post_page": lambda: _request(
+                    "item_post_page": lambda: raw_request(
                         server,
                         "POST",
                         f"/items/{target}/",
                         body="decision=approve",
                         headers={"Content-Type": "application/x-www-form-urlencoded", "X-CSRFToken": CSRF, "Cookie": carol},
                     ),
-                    "page": lambda: _request(server, "GET", "/", headers={"Cookie": carol}),
+                    "page": lambda: raw_request(server, "GET", "/", headers={"Cookie": carol}),
                 }
                 answers = {}
                 threads = [threading.Thread(target=lambda k=k, f=f: answers.__setitem__(k, f())) for k, f in asks.items()]
@@ -109,7 +93,7 @@ def _pool_exhausted(tmp_path, *, settings: str) -> dict:
                 "  WHERE q.public_id = %s)",
                 [TITLE, target, target],
             )[0]
-            after = _request(server, "GET", "/", headers={"Cookie": carol})[0]
+            after = raw_request(server, "GET", "/", headers={"Cookie": carol})[0]
             return {"answers": answers, "held": held_answers, "recorded": recorded, "after": after}
         finally:
             server.close()

@@ -23,7 +23,7 @@ out after the commit and after the item lock is released. Why: contributors/arch
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -205,6 +205,32 @@ class _Target:
     team_id: int | None = None
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """One checked attempt as it reaches the locks: who asked for what, when, with which words and codes."""
+
+    reviewer: User
+    decisions: list[dict[str, Any]]
+    note: str
+    requested: str  # a ``Requested`` value ("" for no decision, an item whose graph never asked)
+    requested_at: datetime
+    reason: str = ""
+    origin: str = ""
+
+    def logged(self, **fields: Any) -> dict[str, Any]:
+        """``attempt_append``'s fields for it, with ``fields`` (its outcome, the winner) added or overriding."""
+        return {
+            "reviewer": self.reviewer,
+            "requested": self.requested,
+            "decisions": self.decisions,
+            "note": self.note,
+            "requested_at": self.requested_at,
+            "reason": self.reason,
+            "origin": self.origin,
+            **fields,
+        }
+
+
 def item_decide(
     *,
     item_public_id: UUID | str,
@@ -362,22 +388,20 @@ def _guarded(
 ) -> DecisionOutcome:
     """The locks of the module docstring around one validated attempt (a decision or a withdrawal)."""
     key = target.key
-    requested_at = timezone.now()
+    attempt = _Attempt(
+        reviewer=reviewer,
+        decisions=decisions,
+        note=note,
+        requested=Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else "",
+        requested_at=timezone.now(),
+        reason=reason,
+        origin=origin,
+    )
     timeout = settings.DECISION_LOCK_TIMEOUT
     try:
         with events.events_held(), item_lock(key, timeout=timeout):
             fault_point("after_item_lock", item_key=key)
-            outcome = _decide_locked(
-                target=target,
-                reviewer=reviewer,
-                decisions=decisions,
-                note=note,
-                withdraw=withdraw,
-                requested_at=requested_at,
-                reason=reason,
-                origin=origin,
-                by_deadline=by_deadline,
-            )
+            outcome = _decide_locked(target=target, attempt=attempt, withdraw=withdraw, by_deadline=by_deadline)
             fault_point("after_commit", item_key=key)
             return outcome
     except LockTimeout:
@@ -390,20 +414,9 @@ def _guarded(
         raise DatabaseUnavailable(_connection_lost_message(target)) from exc
 
 
-def _decide_locked(
-    *,
-    target: _Target,
-    reviewer: User,
-    decisions: list[dict[str, Any]],
-    note: str,
-    withdraw: bool,
-    requested_at: datetime,
-    reason: str,
-    origin: str,
-    by_deadline: bool = False,
-) -> DecisionOutcome:
+def _decide_locked(*, target: _Target, attempt: _Attempt, withdraw: bool, by_deadline: bool = False) -> DecisionOutcome:
     """Check-then-act under the row lock. The caller holds the item's in-process lock."""
-    requested = Requested.WITHDRAW.value if withdraw else decisions_kind(decisions) if decisions else ""
+    reviewer = attempt.reviewer
     with transaction.atomic():
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
@@ -412,9 +425,7 @@ def _decide_locked(
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))
                 if open_asks:
-                    return _withdraw_win(
-                        item=item, asks=open_asks, by=reviewer, reason=note, requested_at=requested_at, origin=origin
-                    )
+                    return _withdraw_win(item=item, asks=open_asks, attempt=attempt)
                 ask = item.asks.exclude(status=AskStatus.PENDING).order_by("-decided_at", "-pk").first()
             else:
                 _decide_right_check(item=item, reviewer=reviewer, by_deadline=by_deadline)
@@ -433,58 +444,21 @@ def _decide_locked(
                     "nothing was recorded, decide it when their claim ends"
                 )
             if ask is not None and ask.status == AskStatus.PENDING and policy.is_quorum and not by_deadline:
-                if requested not in VoteKind.values:
-                    raise InvalidDecision(_not_a_vote(policy=policy, decisions=decisions, now=True), field="decisions")
-                return _vote_cast(
-                    item=item,
-                    ask=ask,
-                    voter=reviewer,
-                    decisions=decisions,
-                    note=note,
-                    requested=requested,
-                    requested_at=requested_at,
-                    reason=reason,
-                    origin=origin,
-                    policy=policy,
-                )
+                if attempt.requested not in VoteKind.values:
+                    raise InvalidDecision(_not_a_vote(policy=policy, decisions=attempt.decisions, now=True), field="decisions")
+                return _vote_cast(item=item, ask=ask, vote=attempt, policy=policy)
             if ask is not None and ask.status == AskStatus.PENDING:
                 if by_deadline and policy.is_quorum:
-                    _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(decisions))
-                return _attempt_win(
-                    item=item,
-                    ask=ask,
-                    reviewer=reviewer,
-                    decisions=decisions,
-                    note=note,
-                    requested=requested,
-                    requested_at=requested_at,
-                    reason=reason,
-                    origin=origin,
-                )
+                    _deadline_tally_record(item=item, ask=ask, policy=policy, outcome=decisions_kind(attempt.decisions))
+                return _attempt_win(item=item, ask=ask, attempt=attempt)
             if ask is not None:
-                return _attempt_lose(
-                    item=item,
-                    ask=ask,
-                    reviewer=reviewer,
-                    decisions=decisions,
-                    note=note,
-                    requested=requested,
-                    requested_at=requested_at,
-                    reason=reason,
-                    origin=origin,
-                )
+                return _attempt_lose(item=item, ask=ask, attempt=attempt)
         attention = item.attention or "its graph is not waiting for a review"
         attempt_append(
             item=item,
-            reviewer=reviewer,
-            requested=requested or Requested.APPROVE.value,
-            note=note,
-            outcome=AttemptOutcome.INVALID,
-            detail=attention[:300],
-            requested_at=requested_at,
-            decisions=decisions,
-            reason=reason,
-            origin=origin,
+            **attempt.logged(
+                requested=attempt.requested or Requested.APPROVE.value, outcome=AttemptOutcome.INVALID, detail=attention[:300]
+            ),
         )
     # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
@@ -499,62 +473,31 @@ def _decide_right_check(*, item: QueueItem, reviewer: User, by_deadline: bool) -
         raise NotAllowed(str(exc)) from None
 
 
-def _vote_cast(
-    *,
-    item: QueueItem,
-    ask: ReviewAsk,
-    voter: User,
-    decisions: list[dict[str, Any]],
-    note: str,
-    requested: str,
-    requested_at: datetime,
-    reason: str,
-    origin: str,
-    policy: Policy,
-) -> DecisionOutcome:
+def _vote_cast(*, item: QueueItem, ask: ReviewAsk, vote: _Attempt, policy: Policy) -> DecisionOutcome:
     """A vote on an open quorum ask: counted, and resolving the ask if it makes the outcome certain."""
     now = timezone.now()
+    voter = vote.reviewer
     Vote.objects.update_or_create(
         ask=ask,
         voter=voter,
-        defaults={"vote": requested, "note": note, "reason": reason, "cast_at": now, "team_id": item.team_id},
+        defaults={"vote": vote.requested, "note": vote.note, "reason": vote.reason, "cast_at": now, "team_id": item.team_id},
     )
     votes = _ask_votes(ask)
     eligible = eligible_count(team_id=item.team_id, requester_id=item.requested_by_id)
     resolution = tally_resolve(policy=policy, votes={name: kind for name, kind, _ in votes}, eligible=eligible)
     tally = tally_build(policy=policy, votes=votes, eligible=eligible, resolution=resolution)
     if resolution is None:
-        attempt = attempt_append(
-            item=item,
-            ask=ask,
-            reviewer=voter,
-            requested=requested,
-            decisions=decisions,
-            note=note,
-            outcome=AttemptOutcome.VOTED,
-            requested_at=requested_at,
-            reason=reason,
-            origin=origin,
-        )
+        attempt = attempt_append(item=item, ask=ask, **vote.logged(outcome=AttemptOutcome.VOTED))
         item_voted_record(item=item, ask=ask, tally=tally)
         # Done reading: the claim passes to the next voter (moderation.records.claims).
         claim_release(item_public_id=str(item.public_id), user_id=voter.pk)
-        outcome = vote_outcome(item=item, ask=ask, requested=requested, attempt=attempt, tally=tally)
+        outcome = vote_outcome(item=item, ask=ask, requested=vote.requested, attempt=attempt, tally=tally)
         events.after_commit(lambda: events.vote_broadcast(outcome=outcome))
         return outcome
     ask.tally = tally
     ask.save(update_fields=["tally"])
-    return _attempt_win(
-        item=item,
-        ask=ask,
-        reviewer=voter,
-        decisions=_resolved_decisions(ask=ask, resolution=resolution),
-        note=note,
-        requested=requested,
-        requested_at=requested_at,
-        reason=reason,
-        origin=origin,
-    )
+    # The last vote's attempt wins with what the tally resolved, which may not be what it voted.
+    return _attempt_win(item=item, ask=ask, attempt=replace(vote, decisions=_resolved_decisions(ask=ask, resolution=resolution)))
 
 
 def _not_a_vote(*, policy: Policy, decisions: list[dict[str, Any]], now: bool = False) -> str:
@@ -680,44 +623,26 @@ def _item_decided(*, item: QueueItem, status: str | None, by: User, at: datetime
     counts_apply(before=before, after=item_counted(item))
 
 
-def _attempt_win(
-    *,
-    item: QueueItem,
-    ask: ReviewAsk,
-    reviewer: User,
-    decisions: list[dict[str, Any]],
-    note: str,
-    requested: str,
-    requested_at: datetime,
-    reason: str,
-    origin: str,
-) -> DecisionOutcome:
+def _attempt_win(*, item: QueueItem, ask: ReviewAsk, attempt: _Attempt) -> DecisionOutcome:
+    reviewer, decisions, note = attempt.reviewer, attempt.decisions, attempt.note
     decided_at = timezone.now()
-    _ask_settle(ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=reason)
+    _ask_settle(
+        ask=ask, status=AskStatus.DECIDED, decisions=decisions, by=reviewer, note=note, at=decided_at, reason=attempt.reason
+    )
     # What was decided, not what was asked: a quorum's last vote may be an approval that
     # leaves approval out of reach (a member removed), resolving the ask as rejected.
     status = STATUS_FOR_DECISION[decisions_kind(decisions)]
     settled = not item.asks.filter(status=AskStatus.PENDING).exists()
     _item_decided(item=item, status=status if settled else None, by=reviewer, at=decided_at, note=note)
-    attempt = attempt_append(
+    logged = attempt_append(
         item=item,
         ask=ask,
-        reviewer=reviewer,
-        requested=requested,
-        decisions=decisions,
-        note=note,
-        outcome=AttemptOutcome.WON,
-        winner=reviewer,
-        winner_status=status,
-        winner_decided_at=decided_at,
-        requested_at=requested_at,
-        reason=reason,
-        origin=origin,
+        **attempt.logged(outcome=AttemptOutcome.WON, winner=reviewer, winner_status=status, winner_decided_at=decided_at),
     )
     if settled:
         item_settled_record(item=item, ask=ask)
         claim_release(item_public_id=str(item.public_id), user_id=reviewer.pk)
-    outcome = outcome_for(item=item, ask=ask, won=True, requested=requested, attempt=attempt)
+    outcome = outcome_for(item=item, ask=ask, won=True, requested=attempt.requested, attempt=logged)
     # Registered first, so an inline apply's item.applied never goes out before item.decided.
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     item_apply_enqueue(item_id=item.pk)
@@ -725,72 +650,41 @@ def _attempt_win(
     return outcome
 
 
-def _withdraw_win(
-    *,
-    item: QueueItem,
-    asks: list[ReviewAsk],
-    by: User,
-    reason: str,
-    requested_at: datetime,
-    origin: str,
-) -> DecisionOutcome:
+def _withdraw_win(*, item: QueueItem, asks: list[ReviewAsk], attempt: _Attempt) -> DecisionOutcome:
+    by, reason = attempt.reviewer, attempt.note  # a withdrawal's note is its reason
     decided_at = timezone.now()
     message = f"{WITHDRAWN_MESSAGE}: {reason}" if reason else WITHDRAWN_MESSAGE
     for ask in asks:
         rejections = [{"type": "reject", "message": message} for _ in ask.payload["action_requests"]]
         _ask_settle(ask=ask, status=AskStatus.WITHDRAWN, decisions=rejections, by=by, note=reason, at=decided_at)
     _item_decided(item=item, status=ItemStatus.WITHDRAWN, by=by, at=decided_at, note=reason)
-    attempt = attempt_append(
+    logged = attempt_append(
         item=item,
         ask=asks[0],
-        reviewer=by,
-        requested=Requested.WITHDRAW.value,
-        note=reason,
-        outcome=AttemptOutcome.WON,
-        winner=by,
-        winner_status=item.status,
-        winner_decided_at=decided_at,
-        requested_at=requested_at,
-        origin=origin,
+        **attempt.logged(outcome=AttemptOutcome.WON, winner=by, winner_status=item.status, winner_decided_at=decided_at),
     )
     item_settled_record(item=item, ask=asks[0])
-    outcome = outcome_for(item=item, ask=asks[0], won=True, requested=Requested.WITHDRAW.value, attempt=attempt)
+    outcome = outcome_for(item=item, ask=asks[0], won=True, requested=attempt.requested, attempt=logged)
     events.after_commit(lambda: events.decision_broadcast(outcome=outcome))
     item_apply_enqueue(item_id=item.pk)
     fault_point("before_commit", item_key=str(item.public_id))
     return outcome
 
 
-def _attempt_lose(
-    *,
-    item: QueueItem,
-    ask: ReviewAsk,
-    reviewer: User,
-    decisions: list[dict[str, Any]],
-    note: str,
-    requested: str,
-    requested_at: datetime,
-    reason: str,
-    origin: str,
-) -> DecisionOutcome:
-    winner_status = ask_status_word(ask)
-    attempt = attempt_append(
+def _attempt_lose(*, item: QueueItem, ask: ReviewAsk, attempt: _Attempt) -> DecisionOutcome:
+    logged = attempt_append(
         item=item,
         ask=ask,
-        reviewer=reviewer,
-        requested=requested or Requested.WITHDRAW.value,
-        decisions=decisions,
-        note=note,
-        outcome=AttemptOutcome.LOST,
-        winner=ask.decided_by,
-        winner_status=winner_status,
-        winner_decided_at=ask.decided_at,
-        requested_at=requested_at,
-        reason=reason,
-        origin=origin,
+        **attempt.logged(
+            requested=attempt.requested or Requested.WITHDRAW.value,
+            outcome=AttemptOutcome.LOST,
+            winner=ask.decided_by,
+            winner_status=ask_status_word(ask),
+            winner_decided_at=ask.decided_at,
+        ),
     )
-    outcome = outcome_for(item=item, ask=ask, won=False, requested=attempt.requested, attempt=attempt)
-    reviewer_id = reviewer.pk
+    outcome = outcome_for(item=item, ask=ask, won=False, requested=logged.requested, attempt=logged)
+    reviewer_id = attempt.reviewer.pk
     events.after_commit(lambda: events.loser_notify(outcome=outcome, reviewer_id=reviewer_id))
     return outcome
 

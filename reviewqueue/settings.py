@@ -207,6 +207,8 @@ if SESSION_DATABASE_URL:
         raise ImproperlyConfigured("SESSION_DATABASE_URL is for PostgreSQL: a postgres:// URL beside a postgres:// DATABASE_URL")
     _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 DATABASES = {"default": _db}
+# The PostgresSaver's connection pool per process (moderation.core.checkpointer); unused on SQLite.
+CHECKPOINT_POOL_SIZE = env.int("CHECKPOINT_POOL_SIZE", 10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------

@@ -148,7 +148,7 @@ def _saver_build(target: str) -> BaseCheckpointSaver[Any]:
     pool = ConnectionPool(
         target,
         min_size=1,
-        max_size=int(os.environ.get("CHECKPOINT_POOL_SIZE", "10")),
+        max_size=settings.CHECKPOINT_POOL_SIZE,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         # As Django's pool: a connection the database ended while it was idle (a terminated backend, a
         # failover) is replaced when taken, instead of failing the next graph run, and the pool's other

@@ -253,3 +253,72 @@ def test_the_api_reference_renders_every_operation_and_schema_of_the_running_cod
         assert f"### {name} {{#schema-{name.lower()}}}" in page
     schema["paths"].pop("/api/v1/items:batch")
     assert "`/api/v1/items:batch`" not in hook.schema_render(schema)
+
+
+def _distribution_of(module: str) -> str:
+    """The installed distribution whose files hold ``module`` (``langgraph`` alone is a namespace of several);
+    the client package's, installed editable from this checkout, by its pyproject.toml."""
+    import importlib
+    import importlib.metadata as metadata
+    import tomllib
+
+    client = tomllib.loads((ROOT / "reviewqueue-client" / "pyproject.toml").read_text())
+    if module.partition(".")[0] in client["tool"]["setuptools"]["packages"]:
+        return client["project"]["name"]
+    path = Path(importlib.import_module(module).__file__).resolve()
+    top = module.partition(".")[0]
+    for name in metadata.packages_distributions().get(top, []):
+        if any(Path(metadata.distribution(name).locate_file(f)).resolve() == path for f in metadata.files(name) or []):
+            return metadata.distribution(name).metadata["Name"].lower()
+    raise LookupError(f"no installed distribution holds {module}")
+
+
+def _installed_by(requirements: list[str]) -> set[str]:
+    """The distributions ``pip install`` of ``requirements`` brings in: each, and what each requires (its extras named)."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        wanted = todo.pop()
+        name = canonicalize_name(wanted.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        for raw in metadata.requires(name) or []:
+            needed = Requirement(raw)
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in wanted.extras or [""]):
+                todo.append(needed)
+    return seen
+
+
+def _imports(code: str) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return {m for m in found if m.partition(".")[0] not in sys.stdlib_module_names}
+
+
+def test_the_agents_pages_install_line_brings_every_package_its_programs_import_at_the_pinned_versions():
+    """agents.md's service stopped at "No module named 'langgraph.checkpoint.sqlite'": its install line
+    (not run here: it installs into the reader's own environment) lacked langgraph-checkpoint-sqlite."""
+    line = block_find("integrators/agents.md", "pip install ").code
+    requirements = [r.strip('"').replace("./reviewqueue-client", "reviewqueue-client") for r in line.split()[2:]]
+    runtime = (ROOT / "requirements" / "runtime.in").read_text().split()
+    assert [r for r in requirements if "==" in r and r not in runtime] == [], "pinned as make install pins them"
+    installed = _installed_by(requirements)
+    programs = [b for b in page_blocks("integrators/agents.md") if b.language == "python"]
+    imported = set().union(*(_imports(b.code) for b in programs))
+    assert "langgraph.checkpoint.sqlite" in imported
+    assert sorted(m for m in imported if _distribution_of(m) not in installed) == []
+    # The negative control: the line as it was, without the SQLite checkpointer.
+    before = [r for r in requirements if not r.startswith("langgraph-checkpoint-sqlite")]
+    assert _distribution_of("langgraph.checkpoint.sqlite") not in _installed_by(before)

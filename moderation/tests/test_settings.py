@@ -287,6 +287,8 @@ def test_a_spelling_the_settings_do_not_know_is_refused_naming_the_variable_and_
         ("SQLITE_BUSY_TIMEOUT", "5s", "SQLITE_BUSY_TIMEOUT must be a number, not '5s'"),
         ("CLAIM_SECONDS", "5m", "CLAIM_SECONDS must be a whole number, not '5m'"),
         ("LOG_FORMAT", "JSON", "LOG_FORMAT must be one of plain, json, not 'JSON'"),
+        # Read by hand where the checkpointer's pool was made: a ValueError at the first graph run.
+        ("CHECKPOINT_POOL_SIZE", "ten", "CHECKPOINT_POOL_SIZE must be a whole number, not 'ten'"),
     ):
         result = _manage("check", DEBUG="true", **{name: value})
         assert result.returncode != 0 and error in result.stderr, result.stderr
@@ -327,6 +329,48 @@ def test_every_variable_the_settings_read_is_read_through_env_and_documented():
     documented = (BASE_DIR / "docs" / "operators" / "configuration.md").read_text()
     missing = sorted(name for name in read if f"`{name}`" not in documented)
     assert not missing, f"not in docs/operators/configuration.md: {missing}"
+
+
+def _environment_reads(path: Path) -> set[str]:
+    """The names a module reads straight from the environment: ``os.environ[...]``, ``os.environ.get(...)``, ``os.getenv(...)``."""
+    import ast
+
+    def os_attr(node: ast.expr, *names: str) -> bool:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        return isinstance(node, ast.Name) and node.id == "os" and tuple(reversed(parts)) in names
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and os_attr(node.func, ("environ", "get"), ("getenv",)) and node.args:
+            key = node.args[0]
+        elif isinstance(node, ast.Subscript) and os_attr(node.value, ("environ",)):
+            key = node.slice
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.add(key.value)
+    return found
+
+
+def test_no_module_reads_a_documented_variable_past_the_settings(tmp_path):
+    """CHECKPOINT_POOL_SIZE was read with int(os.environ.get(...)) in moderation.core.checkpointer: no
+    strict reading, no error at start-up. Every documented variable is read once, in the settings."""
+    documented = (BASE_DIR / "docs" / "operators" / "configuration.md").read_text()
+    product = [p for root in ("moderation", "reviewqueue") for p in (BASE_DIR / root).rglob("*.py") if "tests" not in p.parts]
+    past = sorted(
+        f"{path.relative_to(BASE_DIR)}: {name}"
+        for path in product
+        if path.name != "settings.py"
+        for name in _environment_reads(path)
+        if f"`{name}`" in documented
+    )
+    assert not past, f"read through reviewqueue.settings instead: {past}"
+    control = tmp_path / "control.py"  # the check sees each way of reading
+    control.write_text('import os\nos.environ.get("A")\nos.environ["B"]\nos.getenv("C")\nos.environ.setdefault("D")\n')
+    assert _environment_reads(control) == {"A", "B", "C"}
 
 
 def test_a_session_database_url_takes_the_session_bound_connections_and_turns_server_side_cursors_off():

@@ -2,6 +2,7 @@
 shown to losers, in /api/v1 and in webhooks."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.django_db
 
 SEEDED = ["spam", "abuse", "off_topic", "duplicate", "other"]
 TOOL_CALLS = ["wrong_arguments", "not_permitted", "needs_information", "wrong_action"]
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +36,13 @@ def required(settings):
 
 def test_the_migration_seeds_the_default_list_in_order():
     assert [c.code for c in ReasonCode.objects.filter(active=True)] == SEEDED + TOOL_CALLS
+
+
+@pytest.mark.parametrize("page", ["moderators/workbench.md", "operators/reason-codes.md"])
+def test_the_docs_name_every_seeded_code(page):
+    """The moderators' page listed only the content codes after the tool-call ones were seeded (issue 40.6)."""
+    text = (DOCS / page).read_text()
+    assert [code for code in SEEDED + TOOL_CALLS if f"`{code}`" not in text] == []
 
 
 def test_an_agents_tool_call_is_offered_reasons_that_fit_tool_calls_and_content_the_content_ones(alice, make_item, payments):

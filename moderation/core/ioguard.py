@@ -4,7 +4,8 @@ A wait on the outside while holding a pooled connection keeps it from everyone e
 ``atomic`` also keeps its locks (contributors/tests.md, "No outbound call while holding the database").
 
 ``io_guard_install`` hooks httpcore's connection pools (below httpx, the LangGraph SDK and the
-webhook sender) and ``socket.getaddrinfo``. A call made inside ``atomic`` (other than a test
+webhook sender), ``socket.getaddrinfo``, and the lookups ``moderation.core.addresses`` hands to
+its resolver's threads (checked in the thread that asks, which is the one holding). A call made inside ``atomic`` (other than a test
 case's own transaction) or, with ``pool_check``, while holding a connection from Django's
 PostgreSQL pool is written to the report file; the call goes on, and the root ``conftest.py``
 fails the test on the report. The suite sets ``REVIEWQUEUE_IO_GUARD``; ``moderation.apps``
@@ -54,6 +55,15 @@ def io_guard_install(*, report: str, pool_check: bool = True) -> None:
     httpcore.ConnectionPool.handle_request = handle_request  # type: ignore[method-assign]  # the guard is a patch
     httpcore.AsyncConnectionPool.handle_async_request = handle_async_request  # type: ignore[method-assign]
     socket.getaddrinfo = guarded_getaddrinfo
+    from moderation.core import addresses
+
+    resolver_submit = addresses._resolver.submit
+
+    def guarded_submit(fn: Any, host: Any, /, *args: Any, **kwargs: Any) -> Any:
+        io_guard_check(f"DNS {host!r}")
+        return resolver_submit(fn, host, *args, **kwargs)
+
+    addresses._resolver.submit = guarded_submit  # type: ignore[method-assign,assignment]  # checked where it is asked
 
 
 def _numeric(host: str | bytes) -> bool:

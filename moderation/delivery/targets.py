@@ -22,6 +22,7 @@ from django.core.validators import URLValidator
 
 from moderation.core.addresses import IPAddress, host_addresses
 from moderation.core.addresses import address_refusal as _refusal
+from moderation.core.dbpool import connection_release
 
 
 def address_refusal(address: IPAddress) -> str | None:
@@ -34,11 +35,14 @@ def webhook_url_validate(value: str) -> None:
     """Refuse a URL whose host is, or resolves to, an address webhooks may not go to.
 
     A name that does not resolve from here is accepted: the worker checks every address it
-    connects to anyway, and the admin may not see the worker's DNS.
+    connects to anyway, and the admin may not see the worker's DNS. DNS may take up to
+    ``WEBHOOK_TIMEOUT``: this thread's pooled connection is given back first, so a caller must
+    not be inside a transaction (the admin's endpoint views are not).
     """
     host = urlsplit(value).hostname
     if not host:
         return  # not a URL: the URL validator says so
+    connection_release()
     try:
         found = host_addresses(host=host, timeout=settings.WEBHOOK_TIMEOUT)
     except (OSError, TimeoutError):

@@ -2,7 +2,8 @@
 
 A real HTTP call (httpx, to a server of the test's own) and a real name lookup, inside
 ``atomic``, are reported with where they came from (the negative control: the guard fails
-such a test); outside, nothing is. On PostgreSQL's pool, a thread that holds a checked-out
+such a test); outside, nothing is. A lookup ``moderation.core.addresses`` runs on its resolver's
+threads is reported in the thread that asked for it. On PostgreSQL's pool, a thread that holds a checked-out
 connection is reported too, and one that gave it back (``connection_release``) is not.
 """
 
@@ -18,6 +19,7 @@ import pytest
 from django.db import connection, transaction
 
 from moderation.core import ioguard
+from moderation.core.addresses import host_addresses
 from moderation.core.dbpool import connection_release
 
 
@@ -69,6 +71,25 @@ def test_a_call_inside_atomic_is_reported_with_where_it_came_from(receiver, repo
 def test_the_same_calls_outside_any_transaction_are_not(receiver, report):
     _calls_out(receiver)
     assert not report.exists() or report.read_text() == ""
+
+
+def _looks_up() -> None:
+    with contextlib.suppress(OSError):
+        host_addresses(host="reviewqueue-ioguard.invalid", timeout=10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lookup_run_on_the_resolvers_thread_is_reported_in_the_thread_that_asked(report):
+    # The resolver's thread holds nothing: checked there alone, this went unseen.
+    with transaction.atomic():
+        _looks_up()
+    found = report.read_text()
+    assert "DNS 'reviewqueue-ioguard.invalid' inside atomic on 'default'" in found, found
+    assert "_looks_up" in found
+    report.write_text("")
+    connection_release()  # on PostgreSQL, the block's connection is still checked out of the pool
+    _looks_up()
+    assert report.read_text() == ""
 
 
 @pytest.mark.postgres_variant

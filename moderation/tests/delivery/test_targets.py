@@ -1,12 +1,21 @@
-"""Where webhooks may go: internal addresses are refused when an endpoint is saved, unless allowed."""
+"""Where webhooks may go: internal addresses are refused when an endpoint is saved, unless allowed.
+
+A name is looked up in DNS with no transaction open and no pooled connection held
+(``moderation.core.ioguard``): the admin's add and change pages, and a thread of a server
+holding a PostgreSQL pool's connection; the negative control is the admin's own transaction
+around the same page, which the guard reports.
+"""
 
 import socket
+import threading
 from ipaddress import ip_address, ip_network
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 
 from moderation.admin import WebhookEndpointForm
+from moderation.core import ioguard
 from moderation.delivery.models import WebhookEndpoint
 from moderation.delivery.targets import address_refusal, host_addresses, webhook_url_validate
 
@@ -115,3 +124,66 @@ def test_the_admin_add_page_refuses_it_with_the_field_named(admin_client, nothin
     assert response.status_code == 200  # the form again, with its error
     assert "169.254.169.254 is a link-local address" in response.content.decode()
     assert WebhookEndpoint.objects.count() == 0
+
+
+@pytest.fixture
+def public_name(monkeypatch):
+    """hooks.corp.example resolves to a public address (without asking DNS)."""
+    real = socket.getaddrinfo
+
+    def resolve(host, port, *args, **kwargs):
+        if host != "hooks.corp.example":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+
+
+@pytest.fixture
+def report(tmp_path, monkeypatch):
+    """The guard's report in a file of this test's own, with the pool checked as in a server."""
+    path = tmp_path / "ioguard.log"
+    path.write_text("")
+    monkeypatch.setitem(ioguard._state, "report", str(path))
+    monkeypatch.setitem(ioguard._state, "pool_check", True)
+    return path
+
+
+def _admin_saves(admin_client, name: str) -> None:
+    form = {"name": name, "url": "https://hooks.corp.example/hook", "events": ["item.decided"], "active": "on"}
+    assert admin_client.post("/admin/moderation/webhookendpoint/add/", form).status_code == 302
+    endpoint = WebhookEndpoint.objects.get(name=name)
+    form["url"] = "https://hooks.corp.example/other"
+    assert admin_client.post(f"/admin/moderation/webhookendpoint/{endpoint.pk}/change/", form).status_code == 302
+
+
+def test_the_admin_looks_a_name_up_outside_any_transaction(admin_client, public_name, report):
+    _admin_saves(admin_client, "hooks")
+    assert WebhookEndpoint.objects.get().url == "https://hooks.corp.example/other"
+    assert report.read_text() == ""
+
+
+def test_negative_control_the_same_pages_inside_a_transaction_are_reported(admin_client, public_name, report):
+    with transaction.atomic():  # as Django's admin wraps a POST
+        _admin_saves(admin_client, "hooks")
+    found = report.read_text()
+    assert "DNS 'hooks.corp.example' inside atomic" in found, found
+
+
+@pytest.mark.postgres_variant
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's connection pool")
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_holding_a_pooled_connection_gives_it_back_before_the_lookup(public_name, report):
+    def server_thread() -> None:
+        from django.db import connection as its_connection
+
+        try:
+            assert WebhookEndpoint.objects.count() == 0  # the request's connection, checked out
+            webhook_url_validate("https://hooks.corp.example/hook")
+        finally:
+            its_connection.close()
+
+    thread = threading.Thread(target=server_thread)
+    thread.start()
+    thread.join()
+    assert report.read_text() == ""

@@ -7,10 +7,11 @@ loop, or with a ``pattern`` that ``moderation.graphs.ecmaregex`` cannot match in
 No schema makes the server open a connection. An edit's check stops after
 ``CHECK_MAX_STEPS`` keyword evaluations, refusing the edit.
 
-An edit's arguments mean what JSON Schema says, not what Python would: patterns are ECMA-262,
-``format`` is checked, an argument the schema does not name is refused unless the schema
-allows extra ones or the agent proposed it unchanged, and no number is NaN or infinite and no
-string holds a control character (tab, line feed and carriage return allowed in free text).
+An edit's arguments mean what JSON Schema says, not what Python would: patterns (and
+``format: regex``) are ECMA-262, ``format`` is checked, an argument the schema does not name
+is refused unless the schema allows extra ones or the agent proposed it unchanged, and no
+number is NaN or infinite and no string holds a control character (tab, line feed and
+carriage return allowed in free text).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import referencing
 import referencing.exceptions
 from jsonschema.exceptions import SchemaError, ValidationError
 
-from moderation.graphs.ecmaregex import PatternRefused, pattern_compile, pattern_search
+from moderation.graphs.ecmaregex import PatternRefused, pattern_compile, pattern_is_ecma, pattern_search
 
 SCHEMA_MAX_BYTES = 32 * 1024
 SCHEMA_MAX_DEPTH = 24
@@ -351,7 +352,17 @@ def _counted(keyword: Any) -> Any:
     return counted
 
 
+def _ecma_regex(instance: object) -> bool:
+    return not isinstance(instance, str) or pattern_is_ecma(instance)
+
+
 @functools.cache
 def _validator_class(base: type) -> type:
     keywords = {**base.VALIDATORS, "pattern": _pattern, "patternProperties": _pattern_properties}
-    return jsonschema.validators.extend(base, {name: _counted(keyword) for name, keyword in keywords.items()})
+    # format "regex" is ECMA-262 too: jsonschema's own compiles the text with Python's re, which
+    # recursed past its limit on 1,000 nested groups, a 500 on every edit of the ask.
+    formats = jsonschema.FormatChecker(formats=())
+    formats.checkers = {**base.FORMAT_CHECKER.checkers, "regex": (_ecma_regex, ())}
+    return jsonschema.validators.extend(
+        base, {name: _counted(keyword) for name, keyword in keywords.items()}, format_checker=formats
+    )

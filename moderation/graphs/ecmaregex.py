@@ -210,10 +210,8 @@ class _Translator:
 @functools.lru_cache(maxsize=1024)
 def pattern_compile(pattern: str) -> re2._Regexp:
     """RE2's program for an ECMA-262 ``pattern`` with the ``u`` flag; ``PatternRefused`` says why there is none."""
-    try:
-        regress.Regex(pattern, "u")
-    except regress.RegressError as exc:
-        raise PatternRefused(f"{pattern!r} is not an ECMA-262 regular expression ({exc})") from None
+    if (why := _ecma_refusal(pattern)) is not None:
+        raise PatternRefused(f"{pattern!r} is not an ECMA-262 regular expression ({why})")
     try:
         translated = _Translator(pattern).run()
     except PatternRefused as exc:
@@ -222,6 +220,22 @@ def pattern_compile(pattern: str) -> re2._Regexp:
         return re2.compile(translated, _OPTIONS)
     except re2.error as exc:
         raise PatternRefused(f"{pattern!r} cannot be checked in linear time ({_re2_reason(exc)})") from None
+
+
+def pattern_is_ecma(pattern: str) -> bool:
+    """Whether ``pattern`` is an ECMA-262 regular expression (JSON Schema's ``format: regex``), whether or not RE2 runs it."""
+    return _ecma_refusal(pattern) is None
+
+
+def _ecma_refusal(pattern: str) -> str | None:
+    """Why ``regress`` does not take ``pattern`` as ECMA-262 with the ``u`` flag, or None."""
+    try:
+        regress.Regex(pattern, "u")
+    except regress.RegressError as exc:
+        return str(exc)
+    except UnicodeEncodeError:
+        return "a lone surrogate is not text"
+    return None
 
 
 def _re2_reason(exc: Exception) -> str:

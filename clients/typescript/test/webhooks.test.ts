@@ -8,8 +8,7 @@ import { WebhookInvalid, webhookVerify } from "../src/index.ts";
 
 const SECRET = "whsec_" + Buffer.from("ts-webhook-tests-ts-webhook-test").toString("base64");
 
-function signed(body: string, at = new Date()) {
-  const id = "msg_1";
+function signed(body: string, at = new Date(), id = "msg_1") {
   return { "webhook-id": id, "webhook-timestamp": String(Math.floor(at.getTime() / 1000)), "webhook-signature": new Webhook(SECRET).sign(id, at, body) };
 }
 
@@ -30,9 +29,21 @@ test("a changed body, another secret, an old timestamp, missing headers or a non
     [SECRET, signed(body, new Date(Date.now() - 10 * 60_000)), body],
     [SECRET, {}, body],
     [SECRET, { ...signed(body), "webhook-signature": "v1,not base64!" }, body],
+    // The probe's inputs (issue 41): a signature that is not base64, no comma, two commas, not ASCII,
+    // and timestamps that are not a number of seconds.
+    ...["v1,!!!notbase64", "v1", "v1,a,b", "v1,ÿÿÿÿ", ""].map((sig): [string, Record<string, string>, string] => [SECRET, { ...signed(body), "webhook-signature": sig }, body]),
+    ...["nan", "inf", "1e400", "soon", "", "１２"].map((ts): [string, Record<string, string>, string] => [SECRET, { ...signed(body), "webhook-timestamp": ts }, body]),
     [SECRET, signed("[1, 2]"), "[1, 2]"],
   ];
   for (const [secret, headers, sent] of cases) {
     assert.throws(() => webhookVerify({ secret, headers, body: sent }), WebhookInvalid);
   }
+});
+
+test("a replay within five minutes verifies again with the same delivery id; an older one does not", () => {
+  const body = JSON.stringify({ type: "item.decided", data: { id: "i" } });
+  const headers = signed(body, new Date(Date.now() - 4 * 60_000), "msg_7");
+  const [first, replayed] = [webhookVerify({ secret: SECRET, headers, body }), webhookVerify({ secret: SECRET, headers, body })];
+  assert.deepEqual([first.deliveryId, replayed.deliveryId], ["msg_7", "msg_7"]); // what a handler de-duplicates on
+  assert.throws(() => webhookVerify({ secret: SECRET, headers: signed(body, new Date(Date.now() - 6 * 60_000)), body }), WebhookInvalid);
 });

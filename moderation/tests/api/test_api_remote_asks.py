@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from unittest import mock
@@ -418,3 +419,29 @@ def test_an_interrupt_raised_later_with_a_weaker_deadline_keeps_the_policys(api,
         )
     assert weaker.deadline_at == NOW + timedelta(seconds=3600)
     assert stricter.deadline_at == NOW + timedelta(seconds=7200)
+
+
+@pytest.mark.parametrize("field", ["args_schema", "metadata"])
+def test_half_a_surrogate_pair_in_an_ask_is_400_malformed_and_creates_nothing(api, field):
+    """A JSON string escape of half a UTF-16 pair (\\ud800) was read into a string no encoder takes: a 500 at submit."""
+    payload = {**_with_schema({"type": "object", "description": "MARK-args_schema"}), "metadata": {"note": "MARK-metadata"}}
+    response = api.post("/items", json.dumps(payload).replace(f'"MARK-{field}"', '"half \\ud800"'))
+    assert response.status_code == 400 and response.json()["error"] == "malformed_request", response.content
+    assert not QueueItem.objects.exists()
+
+
+def test_an_ask_whose_format_regex_argument_nests_deeply_refuses_an_edit_with_a_400_not_a_500(api, alice):
+    """The agent proposes 1,000 nested groups for a ``format: regex`` argument; any edit (the form pre-fills it) was a 500."""
+    deep = "(" * 1000 + ")" * 1000
+    schema = {"type": "object", "properties": {"r": {"type": "string", "format": "regex"}, "n": {"type": "integer"}}}
+    ask = {
+        "action_requests": [{"name": "pay", "args": {"r": deep, "n": 1}, "description": ""}],
+        "review_configs": [{"action_name": "pay", "allowed_decisions": ["approve", "edit"], "args_schema": schema}],
+    }
+    item_id = api.post("/items", {**ASK, "ask": ask}).json()["id"]
+    browser = Client()
+    browser.force_login(alice)
+    edit = [{"type": "edit", "edited_action": {"name": "pay", "args": {"r": deep, "n": 2}}}]
+    response = browser.post(f"/api/items/{item_id}/decision", {"decisions": edit}, content_type="application/json")
+    assert response.status_code == 400 and response.json()["field"] == "decisions[0].edited_action.args.r", response.content
+    assert ReviewAsk.objects.get().status == "pending"

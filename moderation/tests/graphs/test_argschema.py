@@ -278,3 +278,12 @@ def test_an_edit_whose_check_would_take_too_many_steps_is_refused_once_it_has_ta
     refused = _refused({"x": [999] * 100}, schema=schema, proposed={})
     assert f"more than {CHECK_MAX_STEPS:,} steps" in str(refused)
     args_check(args={"x": [999] * 5}, schema=schema, proposed={})
+
+
+def test_format_regex_is_ecma_262_and_checked_without_recursion():
+    """jsonschema's own "regex" format compiled the text with Python's re: 1,000 nested groups (within the
+    2,000-character argument limit) raised RecursionError, a 500 on every edit of the ask."""
+    schema = {"type": "object", "properties": {"r": {"type": "string", "format": "regex"}}}
+    assert _refused({"r": "(" * 1000 + ")" * 1000}, schema=schema, proposed={}).path == ".r"
+    assert _refused({"r": "(?P<n>x)"}, schema=schema, proposed={}).path == ".r"  # Python's, not ECMA's
+    args_check(args={"r": "(?<n>a)\\k<n>"}, schema=schema, proposed={})  # ECMA's, not Python's

@@ -60,6 +60,8 @@ BATCH, BATCH_CLIENTS = 100, 4
 MAX_WAVES, MAX_BATCHES = 20, 200  # bounds on the bursts' requests, whatever the window
 BODY = "A post to review: buy now at http://example.test, or write to someone@example.test."
 _keys = itertools.count()
+# The burst senders' niceness (BENCH_SENDER_NICE=0: they compete with the servers for the cores as equals).
+SENDER_NICE = int(os.environ.get("BENCH_SENDER_NICE", "19"))
 
 
 WINDOWS = 11  # a quiet one and one under each of four bursts, and three more under the split bursts
@@ -316,7 +318,12 @@ async def _batches_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
 
 
 def _traffic_main(traffic: _Traffic, stop: Any, out: Any) -> None:
-    """The burst's process: says it is ready, sends until ``stop``, then puts (statuses, how many sent)."""
+    """The burst's process: says it is ready, sends until ``stop``, then puts (statuses, how many sent).
+
+    It stands for other hosts (an agent fleet, other services), so it runs at ``SENDER_NICE``: on
+    this one host it takes the CPU the servers leave, not a share of theirs.
+    """
+    os.nice(SENDER_NICE)
     statuses: Counter = Counter()
     out.put("ready")
     sent = asyncio.run({"webhooks": _webhooks_send, "batches": _batches_send}[traffic.kind](traffic, stop, statuses))
@@ -559,13 +566,21 @@ def bench_noisy_neighbours(
 
     def lines(burst: _Burst, quiet: _Window, loud: _Window, seen: dict[str, Any], *, split: bool) -> list[Metric]:
         q, b = quiet.summary(), loud.summary()
-        detail = {"quiet": q, "burst": b, **seen, "seconds": seconds, "moderators": MODERATORS, "burst_hosts": burst.hosts}
+        detail = {
+            "quiet": q,
+            "burst": b,
+            **seen,
+            "sender_nice": SENDER_NICE,
+            "seconds": seconds,
+            "moderators": MODERATORS,
+            "burst_hosts": burst.hosts,
+        }
         where = split_note if split else f"same {process_note}"
         log(
             f"26. {burst.label}, {where}: page p99 {q['page_p99_ms']:.0f} → {b['page_p99_ms']:.0f} ms (p50 "
             f"{q['page_p50_ms']:.0f} → {b['page_p50_ms']:.0f}), decision p99 {q['decision_p99_ms']:.0f} → "
             f"{b['decision_p99_ms']:.0f} ms, the bench's loop late p99 {q['client_loop_lag_p99_ms']:.0f} → "
-            f"{b['client_loop_lag_p99_ms']:.0f} ms, load {q['load']:.1f} → {b['load']:.1f}, CPU % of a core "
+            f"{b['client_loop_lag_p99_ms']:.0f} ms, senders at nice {SENDER_NICE}, load {q['load']:.1f} → {b['load']:.1f}, CPU % of a core "
             f"{q['cpu_percent']} → {b['cpu_percent']}, moderators {dict(loud.statuses)}; {seen}"
         )
         key = f"noisy_{burst.key}{'_split' if split else ''}"

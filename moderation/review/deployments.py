@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 TITLE_MAX = 200
 # The task queue of threads named by webhooks, read from their deployment by a worker.
 DISCOVER_QUEUE = "deployments"
+# Below the default, as starts: a backlog of discoveries (a fleet's burst against a slow deployment) sorts after
+# applies and deliveries in the queue's index, so claiming those never steps over it.
+DISCOVER_PRIORITY = -10
 
 
 class DeploymentInvalid(Exception):
@@ -180,7 +183,7 @@ def _discovery_queued(*, deployment_id: int, thread_id: str) -> bool:
     ).exists()
 
 
-@task(queue_name=DISCOVER_QUEUE)
+@task(queue_name=DISCOVER_QUEUE, priority=DISCOVER_PRIORITY)
 def deployment_discover_task(deployment_id: int, thread_id: str) -> int:
     return sum(1 for found in deployment_thread_discover(deployment_id=deployment_id, thread_id=thread_id) if found.created)
 

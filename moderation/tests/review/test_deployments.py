@@ -536,6 +536,21 @@ def test_rotating_a_webhook_secret_refuses_the_old_url_and_prints_the_new_one_on
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("discover_priority", [deployments.DISCOVER_PRIORITY, 0])
+def test_a_backlog_of_discoveries_is_claimed_after_a_decisions_apply_queued_later(discover_priority):
+    """A fleet's burst against a slow deployment leaves discoveries queued: a later apply is claimed first, and
+    the claim's walk of the queue index starts at it. Control: at the default priority, the backlog comes first."""
+    for n in range(5):
+        deployments.deployment_discover_task.using(priority=discover_priority).enqueue(1, f"thread-{n}")
+    item_apply_task.enqueue(7)
+    first = DBTaskResult.objects.ready().first()  # in the order every worker loop claims in
+    if discover_priority == deployments.DISCOVER_PRIORITY:
+        assert first is not None and first.task_path == item_apply_task.module_path
+    else:
+        assert first is not None and first.task_path == deployments.deployment_discover_task.module_path
+
+
+@pytest.mark.django_db
 def test_with_a_worker_the_webhook_only_queues_its_thread_once_and_the_task_discovers_it(langgraph_server, client, settings):
     settings.REVIEWQUEUE_APPLY_INLINE = False  # a worker runs: the webhook calls nothing outside
     agents = register(langgraph_server.url)

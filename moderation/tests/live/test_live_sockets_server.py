@@ -136,9 +136,12 @@ async def test_tabs_closing_mid_broadcast_leave_nothing_behind(tmp_path):
 
 # A moderator's script: sockets on one item sending heartbeats as fast as they can,
 # reconnecting a second after each close. Its own process, so its CPU is not the
-# measuring client's.
+# measuring client's, at nice 10: it stands for another machine, and on the test's two cores
+# at equal priority it took a core from the server it floods (a CI run saw Bob's pages 16x
+# slower during the flood, the other test pass on the same cores; frames sent: 69,750).
 _FLOOD = """
-import asyncio, json, sys, time
+import asyncio, json, os, sys, time
+os.nice(10)
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -265,9 +268,9 @@ async def test_a_heartbeat_flood_is_cut_off_without_slowing_others_or_keeping_me
         assert flooding["frames"] > 3000 and flooding["opened"] >= 6, report
         assert CLOSE_RATE_LIMITED in flooding["codes"] and set(flooding["codes"]) <= {CLOSE_RATE_LIMITED, 1006}, report
         assert max(flooding["lifetimes"]) < flood_seconds / 2, report
-        # Others are not starved, against their own times before the flood. The flooding script takes
-        # a core of its own and the other test pass shares the machine: on a quiet machine the medians
-        # barely move (21.6 ms beside 21.7), a fresh clone's CI run saw 8x. With the limit off
+        # Others are not starved, against their own times before the flood. The other test pass
+        # shares the machine: on a quiet machine the medians barely move (21.6 ms beside 21.7), fresh
+        # clones' CI runs with an un-niced flooder saw 8x and 16x. With the limit off
         # (LIVE_FRAME_RATE=0) Bob got one page in the whole flood, a median of seconds.
         for before, during in ((before_pages, during_pages), (before_decisions, during_decisions)):
             assert _p50_ms(during) <= 10 * _p50_ms(before) + 100, report

@@ -189,7 +189,11 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     # (CONN_MAX_AGE) are never reused; a pool is what saves a connection per request.
     _db.setdefault("OPTIONS", {})
     if env.bool("DB_POOL", True):
-        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": env.int("DB_POOL_SIZE", 20), "timeout": 10}
+        _db["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": env.int("DB_POOL_SIZE", 20),
+            "timeout": env.float("DB_POOL_TIMEOUT", 10.0),
+        }
         # The pool checks a connection as it hands it out (an empty query): one the database ended while
         # idle (a terminated backend, a failover) is replaced, not handed to a request that would fail on it;
         # then the pool's other idle ones at once (moderation.core.dbpool, installed by moderation.apps).

@@ -21,13 +21,17 @@ from moderation.tests.real_server import CSRF, Reviewer, raw_request
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-HOLD = 25  # seconds each holder's decision stalls with its connection (the pool waits 10 s for one)
+# The pool waits POOL_WAIT seconds for a connection (DB_POOL_TIMEOUT; 10 by default, which only
+# lengthens the test); each holder's decision stalls HOLD seconds with its connection, long enough
+# for the five asks to meet the timeout even one after another.
+POOL_WAIT = 2
+HOLD = 8 * POOL_WAIT
 TITLE = "Submitted while the pool was empty"
 
 
 def _pool_exhausted(tmp_path, *, settings: str) -> dict:
     admin_url, redis_url = services_require()
-    env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("overload")), "DB_POOL_SIZE": "2"}
+    env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("overload")), "DB_POOL_SIZE": "2", "DB_POOL_TIMEOUT": str(POOL_WAIT)}
     with fresh_database(admin_url, "overload") as database_url:
         server = LiveServer(tmp_path, database_url=database_url, extra_env=env, settings=settings)
         try:

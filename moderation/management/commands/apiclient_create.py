@@ -8,6 +8,9 @@ from moderation.delivery.models import ApiScope
 class Command(BaseCommand):
     help = "Create an API client (a service account for /api/v1) and print its first token, once."
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         parser.add_argument("name")
         parser.add_argument(

@@ -15,6 +15,9 @@ class Command(BaseCommand):
         "add one (its signing secret is printed once), list them, or remove one."
     )
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True)
         add = actions.add_parser("add", help="register an endpoint; prints its signing secret, once")

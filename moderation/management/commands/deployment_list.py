@@ -6,6 +6,9 @@ from moderation.review.models import Deployment
 class Command(BaseCommand):
     help = "List the connected LangGraph deployments (never their API keys or webhook secrets)."
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def handle(self, *args, **options):
         for d in Deployment.objects.order_by("name"):
             graphs = ", ".join(f"{g}→{r.get('team') or 'any team'}" for g, r in d.graphs.items())

@@ -9,6 +9,9 @@ class Command(BaseCommand):
         "URL, once: for a URL that leaked, e.g. through LangGraph Server's logs."
     )
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         parser.add_argument("name", help="the deployment's name (deployment_list)")
         parser.add_argument(

@@ -14,6 +14,9 @@ class Command(BaseCommand):
         "(--add / --remove, repeatable). A policy its members could never satisfy is refused, and nothing is changed."
     )
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         parser.add_argument("slug", help="the team's short name, e.g. payments")
         parser.add_argument("--name", help="its display name (default: the slug, capitalised, for a new team)")

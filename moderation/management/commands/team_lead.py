@@ -10,6 +10,9 @@ class Command(BaseCommand):
         "or with --remove take that away. All or nothing: an unknown name changes nobody."
     )
 
+    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
+    requires_system_checks = []
+
     def add_arguments(self, parser):
         parser.add_argument("usernames", nargs="+", metavar="username")
         parser.add_argument("--remove", action="store_true", help="take the team-lead right away")

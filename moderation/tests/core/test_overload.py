@@ -31,7 +31,11 @@ TITLE = "Submitted while the pool was empty"
 
 def _pool_exhausted(tmp_path, *, settings: str) -> dict:
     admin_url, redis_url = services_require()
-    env = {**cluster_env(redis_url=redis_url, prefix=channel_prefix("overload")), "DB_POOL_SIZE": "2", "DB_POOL_TIMEOUT": str(POOL_WAIT)}
+    env = {
+        **cluster_env(redis_url=redis_url, prefix=channel_prefix("overload")),
+        "DB_POOL_SIZE": "2",
+        "DB_POOL_TIMEOUT": str(POOL_WAIT),
+    }
     with fresh_database(admin_url, "overload") as database_url:
         server = LiveServer(tmp_path, database_url=database_url, extra_env=env, settings=settings)
         try:

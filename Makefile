@@ -112,11 +112,11 @@ lint: install lint-imports
 # var/test-results/ (JUnit XML): `scripts/test_times.py` sums them per file.
 TEST_WORKERS ?= 2
 test-sqlite: install e2e-browser prometheus langgraph-venv ts-client
-	$(PY) -m pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
+	$(PY) -m pytest -m "not cluster and not either_pass" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/sqlite.xml
 
 test-postgres: install prometheus pgbouncer langgraph-venv ts-client
 	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$(TEST_REDIS_URL) REVIEWQUEUE_BACKEND_PASS=postgres \
-		$(PY) -m pytest -m "postgres_variant or cluster" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
+		$(PY) -m pytest -m "postgres_variant or cluster or either_pass" -n $(TEST_WORKERS) --dist loadfile --junitxml=var/test-results/postgres.xml
 
 # The LangGraph deployment tests run a real LangGraph Server (`langgraph dev`, in-memory runtime)
 # from its own virtualenv: langgraph-cli's pins differ from ours. Under var/, outside the folder

@@ -63,7 +63,7 @@ from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
 from reviewqueue_client.blocking import BlockingAgent
 from reviewqueue_client.langgraph import WebhookResumer, interrupts_forward
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.either_pass, pytest.mark.timeout(600)]
 
 SECRET = "whsec_" + base64.b64encode(b"agent-races-agent-races-agent-ra").decode()
 # Seconds from the check to the resume, and the tool's time: a second resume checked within

@@ -32,8 +32,6 @@ example of docs/integrators/agent-guarantees.md, run as written.
 
 from __future__ import annotations
 
-import base64
-import http.client
 import os
 import random
 import subprocess
@@ -41,8 +39,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,175 +46,50 @@ from pathlib import Path
 import httpx
 import pytest
 
-from e2e.agents import AgentProcess, agent_effects
+from e2e.agent_site import (  # noqa: F401 - site and hooks are fixtures
+    REPLAYS,
+    SECRET,
+    VARIANTS,
+    Site,
+    agent_start,
+    approve,
+    approved_and_replayed,
+    delivery_captured,
+    hooks,
+    item_of,
+    items_of,
+    judge,
+    replays_at_once,
+    site,
+    verdict_assert,
+)
+from e2e.agents import agent_effects
 from e2e.remote_agent import agent_build
-from e2e.server import ROOT, LiveServer, free_port
+from e2e.server import ROOT, free_port
 from moderation.lab.history import FinalItem, HistoryRecorder, history_check
 from moderation.lab.waits import progress_wait
 from moderation.tests.docs_examples import block_find
 from moderation.tests.races import race_rounds
-from moderation.tests.real_server import Reviewer
-from moderation.tests.webhook_receiver import Receiver
-from reviewqueue_client import Item, ReviewQueue, ReviewQueueError
+from reviewqueue_client import ReviewQueue, ReviewQueueError
 from reviewqueue_client.blocking import BlockingAgent
 from reviewqueue_client.langgraph import WebhookResumer, interrupts_forward
 
 pytestmark = [pytest.mark.either_pass, pytest.mark.timeout(600)]
-
-SECRET = "whsec_" + base64.b64encode(b"agent-races-agent-races-agent-ra").decode()
-# Seconds from the check to the resume, and the tool's time: a second resume checked within
-# the first and started before the first's run is saved runs the tool again, unless locked out.
-SLOW_RESUME, TOOL_SECONDS = "2", "2"
-REPLAYS = 2  # the decision's signed body sent again, at once, to each agent process
-VARIANTS = pytest.mark.parametrize("naive", [False, True], ids=["guarded", "naive-control"])
-
-
-@dataclass
-class Site:
-    server: LiveServer
-    token: str
-    alice: Reviewer
-    bob: Reviewer
-    capture: Receiver  # receives every decision too: the signed body the tests replay
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Iterator[Site]:
-    server = LiveServer(
-        tmp_path_factory.mktemp("agent-races"),
-        extra_env={"REVIEWQUEUE_APPLY_INLINE": "", "DECISION_RATE_LIMIT": "0", "DEADLINE_SWEEP_INTERVAL": "0.2"},
-    )
-    seeded = server.seed(users=["alice", "bob"])
-    token = server.tool("apiclient", "agents")
-    capture = Receiver(SECRET).start()
-    server.tool("hook", "capture", "--url", capture.url, "--secret", SECRET)
-    try:
-        server.start()
-        server.worker_start(worker_id="agent-races")
-        server.worker_wait_ready("agent-races")
-        yield Site(server, token, *(Reviewer(server, name, seeded.sessions[name]) for name in ("alice", "bob")), capture)
-    finally:
-        server.close()
-        capture.stop()
-
-
-@pytest.fixture
-def hooks(site) -> Iterator[Callable[[str, int], None]]:
-    """``hooks(name, port)``: the worker sends decisions to an agent on ``port``; removed after the test."""
-    names = []
-
-    def add(name: str, port: int) -> None:
-        site.server.tool("hook", name, "--url", f"http://127.0.0.1:{port}/hooks", "--secret", SECRET)
-        names.append(name)
-
-    yield add
-    for name in names:
-        site.server.tool("hook", name, "--off")
-
-
-def _agent(site: Site, workdir: Path, port: int, *, thread: str, naive: bool, flags: tuple[str, ...] = ()) -> AgentProcess:
-    return AgentProcess(
-        server=site.server,
-        workdir=workdir,
-        port=port,
-        token=site.token,
-        secret=SECRET,
-        thread=thread,
-        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())),
-    )
-
-
-def _items_of(site: Site, thread: str) -> list[Item]:
-    with ReviewQueue(site.server.url, site.token) as client:
-        return [i for i in client.list(graph="ask") if (i.external or {}).get("thread_id") == thread]
-
-
-def _item_of(site: Site, thread: str) -> str:
-    [item] = _items_of(site, thread)
-    return item.id
-
-
-def _approve(site: Site, history: HistoryRecorder, item: str) -> None:
-    site.alice.decide_recorded(history, item, "approve")
-
-
-def _delivery(site: Site, item: str) -> tuple[bytes, dict[str, str]]:
-    """The worker's signed ``item.decided`` for ``item``, as it reached the capturing receiver."""
-
-    def found():
-        with site.capture._lock:
-            return next(
-                (raw for got, raw in zip(site.capture.received, site.capture.raw, strict=False) if got.data["id"] == item), None
-            )
-
-    raw = progress_wait(found, done=lambda r: r is not None, stall=60, poll=0.05)
-    assert raw is not None, f"no item.decided for {item} reached the receiver"
-    return raw
-
-
-def _replay(port: int, delivery: tuple[bytes, dict[str, str]]) -> None:
-    body, headers = delivery
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        conn.request("POST", "/hooks", body=body, headers={k: v for k, v in headers.items() if k.lower() != "host"})
-        assert conn.getresponse().status == 204
-    finally:
-        conn.close()
-
-
-def _replays_at_once(delivery: tuple[bytes, dict[str, str]], ports: list[int]) -> list[threading.Thread]:
-    barrier = threading.Barrier(len(ports))
-
-    def send(port: int) -> None:
-        barrier.wait(timeout=60)
-        _replay(port, delivery)
-
-    threads = [threading.Thread(target=send, args=(port,)) for port in ports]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-def _approved_and_replayed(site: Site, thread: str, ports: list[int]) -> tuple[str, HistoryRecorder]:
-    """The thread's ask approved (recorded), then its signed delivery replayed to ``ports`` all at once."""
-    item = _item_of(site, thread)
-    history = HistoryRecorder()
-    _approve(site, history, item)
-    for replay in _replays_at_once(_delivery(site, item), ports):
-        replay.join()
-    return item, history
-
-
-def _judge(site: Site, history: HistoryRecorder, item: str, workdir: Path) -> list[str]:
-    """The history checker's verdict on the server's final state and the agent's tool runs."""
-    progress_wait(lambda: site.server.tool("state", item)[item]["apply_state"], done=lambda s: s != "applying", stall=60)
-    final = site.server.tool("state", item)[item]["final"]
-    finals = {
-        item: FinalItem(**{**final, "ineligible": tuple(final["ineligible"]), "agent_resumes": len(agent_effects(workdir))})
-    }
-    return [a.kind for a in history_check(ops=history.ops, final=finals)]
-
-
-def _verdict_assert(kinds: list[str], *, naive: bool, workdir: Path) -> None:
-    if naive:
-        assert "double_resume" in kinds and len(agent_effects(workdir)) > 1, kinds
-    else:
-        assert kinds == [] and agent_effects(workdir) == [{"customer_id": "C-7", "grace_days": 30}]
 
 
 @VARIANTS
 def test_duplicate_deliveries_and_a_long_poll_racing_the_webhook_run_the_tool_once(site, hooks, tmp_path, naive):
     thread, port = f"dup-{naive}", free_port()
     hooks(f"dup-{naive}", port)
-    agent = _agent(site, tmp_path, port, thread=thread, naive=naive, flags=("--poll",))
+    agent = agent_start(site, tmp_path, port, thread=thread, naive=naive, flags=("--poll",))
     try:
         assert agent.ready() == []
-        item, history = _approved_and_replayed(site, thread, [port] * REPLAYS)
+        item, history = approved_and_replayed(site, thread, [port] * REPLAYS)
         resumed = agent.resumes(at_least=REPLAYS + 2)  # the replays, the worker's delivery, the long-poll
-        kinds = _judge(site, history, item, tmp_path)
+        kinds = judge(site, history, item, tmp_path)
     finally:
         agent.stop()
-    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    verdict_assert(kinds, naive=naive, workdir=tmp_path)
     if not naive:
         assert resumed.count(True) == 1
 
@@ -228,19 +99,19 @@ def test_two_replicas_sent_the_same_decision_resume_once(site, hooks, tmp_path, 
     thread, ports = f"replicas-{naive}", [free_port(), free_port()]
     for n, port in enumerate(ports):
         hooks(f"replica-{n}-{naive}", port)
-    first = _agent(site, tmp_path, ports[0], thread=thread, naive=naive)
+    first = agent_start(site, tmp_path, ports[0], thread=thread, naive=naive)
     replicas = [first]
     try:
         assert first.ready() == []
-        replicas.append(_agent(site, tmp_path, ports[1], thread=thread, naive=naive))  # same checkpointer
+        replicas.append(agent_start(site, tmp_path, ports[1], thread=thread, naive=naive))  # same checkpointer
         assert replicas[1].ready() == []  # forwarded again: the same item
-        item, history = _approved_and_replayed(site, thread, ports * REPLAYS)
+        item, history = approved_and_replayed(site, thread, ports * REPLAYS)
         resumed = [r for replica in replicas for r in replica.resumes(at_least=REPLAYS + 1)]
-        kinds = _judge(site, history, item, tmp_path)
+        kinds = judge(site, history, item, tmp_path)
     finally:
         for replica in replicas:
             replica.stop()
-    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    verdict_assert(kinds, naive=naive, workdir=tmp_path)
     if not naive:
         assert resumed.count(True) == 1
 
@@ -249,30 +120,30 @@ def test_two_replicas_sent_the_same_decision_resume_once(site, hooks, tmp_path, 
 def test_an_agent_killed_between_receiving_a_decision_and_resuming_reconciles_once_on_restart(site, hooks, tmp_path, naive):
     thread, port = f"crash-{naive}", free_port()
     hooks(f"crash-{naive}", port)
-    agent = _agent(site, tmp_path, port, thread=thread, naive=naive, flags=("--hold",))
+    agent = agent_start(site, tmp_path, port, thread=thread, naive=naive, flags=("--hold",))
     try:
         assert agent.ready() == []
-        item = _item_of(site, thread)
+        item = item_of(site, thread)
         history = HistoryRecorder()
-        _approve(site, history, item)
+        approve(site, history, item)
         agent.said("received")  # verified, not acted on
     finally:
         agent.kill()
-    delivery = _delivery(site, item)
+    delivery = delivery_captured(site, item)
     assert agent_effects(tmp_path) == []
-    restarted = _agent(site, tmp_path, port, thread=thread, naive=naive)
+    restarted = agent_start(site, tmp_path, port, thread=thread, naive=naive)
     try:
         restarted.said("serving")
-        [replay] = _replays_at_once(delivery, [port])  # a redelivery racing the reconcile
+        [replay] = replays_at_once(delivery, [port])  # a redelivery racing the reconcile
         reconciled = restarted.ready()
         replay.join()
-        kinds = _judge(site, history, item, tmp_path)
+        kinds = judge(site, history, item, tmp_path)
         # The one resume may be the worker's own redelivery (its first try met the killed agent), which
         # says so when its tool has run: after the reconcile and the replay may have said theirs (false).
         resumed = progress_wait(lambda: restarted.resumes(at_least=1), done=lambda r: naive or True in reconciled + r, stall=60)
     finally:
         restarted.stop()
-    _verdict_assert(kinds, naive=naive, workdir=tmp_path)
+    verdict_assert(kinds, naive=naive, workdir=tmp_path)
     if not naive:
         assert (reconciled + resumed).count(True) == 1
 
@@ -402,8 +273,8 @@ def test_the_webhook_resumers_outcome_report_that_meets_a_500_is_sent_again_and_
     try:
         with ReviewQueue(proxy.url, site.token) as client:
             [item] = interrupts_forward(client, agent, thread_id="outcome-500", source="support-agent")
-            _approve(site, HistoryRecorder(), item.id)
-            body, headers = _delivery(site, item.id)  # the worker's signed item.decided, as it was sent
+            approve(site, HistoryRecorder(), item.id)
+            body, headers = delivery_captured(site, item.id)  # the worker's signed item.decided, as it was sent
             resumed = WebhookResumer(agent, client=client, secret=SECRET)(headers, body)
     finally:
         proxy.close()
@@ -436,14 +307,14 @@ def _blocking_run(site: Site, workdir: Path, thread: str, **options) -> tuple[th
 
 def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tmp_path):
     runner, final = _blocking_run(site, tmp_path, "blocking-approve", timeout=600)
-    item = progress_wait(lambda: _items_of(site, "blocking-approve"), done=bool, stall=120)[0]
+    item = progress_wait(lambda: items_of(site, "blocking-approve"), done=bool, stall=120)[0]
     assert runner.is_alive() and agent_effects(tmp_path) == []  # the run waits on the ask
     history = HistoryRecorder()
-    _approve(site, history, item.id)
+    approve(site, history, item.id)
     runner.join()
     assert agent_effects(tmp_path) == [{"customer_id": "C-7", "grace_days": 30}] and final["messages"][-1].content == "done"
     assert item.raw["policy"]["deadline_seconds"] == 600 and item.raw["policy"]["on_deadline"] == "reject"
-    assert _judge(site, history, item.id, tmp_path) == []
+    assert judge(site, history, item.id, tmp_path) == []
     with ReviewQueue(site.server.url, site.token) as client:  # blocking mode reports what the run did, too
         assert client.read(item.id).outcome["status"] == "done"
 
@@ -451,7 +322,7 @@ def test_blocking_mode_waits_inside_the_run_for_the_moderators_decision(site, tm
 def test_blocking_modes_timeout_is_the_asks_deadline_and_the_run_carries_on_with_its_outcome(site, tmp_path):
     runner, final = _blocking_run(site, tmp_path, "blocking-timeout", timeout=1)
     runner.join()  # nobody decides: the worker's deadline sweep does, with the outcome asked for
-    [item] = _items_of(site, "blocking-timeout")
+    [item] = items_of(site, "blocking-timeout")
     assert (item.status, item.raw["decision"]["by"]) == ("rejected", "deadline")
     assert agent_effects(tmp_path) == [] and final["messages"][-1].content == "done"
     assert "no decision before the deadline" in final["messages"][-2].content  # what the agent was told

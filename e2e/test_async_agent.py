@@ -13,63 +13,26 @@ it more than once.
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from e2e.agents import AgentProcess, agent_effects
-from e2e.server import free_port
-from e2e.test_agent_side import (  # noqa: F401 - site and hooks are fixtures
+from e2e.agent_site import (  # noqa: F401 - site and hooks are fixtures
+    EDITED,
     REPLAYS,
-    SECRET,
-    SLOW_RESUME,
-    TOOL_SECONDS,
     VARIANTS,
-    Site,
-    _delivery,
-    _item_of,
-    _replays_at_once,
+    agent_start,
+    delivery_captured,
+    edit_recorded,
     hooks,
+    item_of,
+    replays_at_once,
     site,
 )
+from e2e.agents import agent_effects
+from e2e.server import free_port
+from moderation.lab.history import HistoryRecorder
 from moderation.lab.waits import progress_wait
-from moderation.tests.real_server import CSRF
 
 pytestmark = [pytest.mark.either_pass, pytest.mark.timeout(600)]
-
-EDITED = {"customer_id": "C-7", "grace_days": 14}
-
-
-def _async_agent(site: Site, workdir, port: int, *, thread: str, naive: bool, hold: bool = False) -> AgentProcess:
-    flags = (
-        "--slow-resume",
-        SLOW_RESUME,
-        "--tool-seconds",
-        TOOL_SECONDS,
-        *(("--naive",) if naive else ()),
-        *(("--hold",) if hold else ()),
-    )
-    return AgentProcess(
-        server=site.server,
-        workdir=workdir,
-        port=port,
-        token=site.token,
-        secret=SECRET,
-        thread=thread,
-        flags=flags,
-        script="async_agent.py",
-    )
-
-
-def _edit(site: Site, item: str) -> None:
-    """alice edits the call's ``grace_days`` to 14 and approves it (her session's decision endpoint)."""
-    decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": EDITED}}]
-    answer = httpx.post(
-        f"{site.server.url}/api/items/{item}/decision",
-        json={"decisions": decisions},
-        timeout=60,
-        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie},
-    )
-    assert answer.status_code == 200 and answer.json()["outcome"] == "won", answer.text
 
 
 @VARIANTS
@@ -77,21 +40,22 @@ def test_async_replicas_duplicate_deliveries_and_a_kill_run_the_tool_once_with_t
     thread, ports = f"async-{naive}", [free_port(), free_port()]
     for n, port in enumerate(ports):
         hooks(f"async-{n}-{naive}", port)
-    doomed = _async_agent(site, tmp_path, ports[0], thread=thread, naive=naive, hold=True)
+    doomed = agent_start(site, tmp_path, ports[0], thread=thread, naive=naive, flags=("--hold",), script="async_agent.py")
     survivor = restarted = None
     try:
         assert doomed.ready() == []  # ran the agent, forwarded its ask
-        survivor = _async_agent(site, tmp_path, ports[1], thread=thread, naive=naive)
+        survivor = agent_start(site, tmp_path, ports[1], thread=thread, naive=naive, script="async_agent.py")
         assert survivor.ready() == []  # forwarded again: the same item
-        item = _item_of(site, thread)
-        _edit(site, item)
-        delivery = _delivery(site, item)
-        replays = _replays_at_once(delivery, [ports[1]] * REPLAYS)  # while the worker's own delivery resumes it
+        item = item_of(site, thread)
+        answer = edit_recorded(site, HistoryRecorder(), item)
+        assert answer.status_code == 200 and answer.json()["outcome"] == "won", answer.text
+        delivery = delivery_captured(site, item)
+        replays = replays_at_once(delivery, [ports[1]] * REPLAYS)  # while the worker's own delivery resumes it
         doomed.said("received")  # verified, not acted on
         doomed.kill()
-        restarted = _async_agent(site, tmp_path, ports[0], thread=thread, naive=naive)
+        restarted = agent_start(site, tmp_path, ports[0], thread=thread, naive=naive, script="async_agent.py")
         restarted.said("serving")
-        replays += _replays_at_once(delivery, [ports[0]])  # a redelivery racing its reconcile
+        replays += replays_at_once(delivery, [ports[0]])  # a redelivery racing its reconcile
         reconciled = restarted.ready()
         for replay in replays:
             replay.join()

@@ -14,45 +14,30 @@ read plus the tool's runs the final state), which must report ``double_resume`` 
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from e2e.agents import agent_effects
-from e2e.node import node_modules_ready, postgres_database, ts_agent
-from e2e.server import free_port
-from e2e.test_agent_side import (  # noqa: F401 - site and hooks are fixtures
+from e2e.agent_site import (  # noqa: F401 - site and hooks are fixtures
+    EDITED,
     REPLAYS,
     SECRET,
     SLOW_RESUME,
     TOOL_SECONDS,
     VARIANTS,
-    Site,
-    _delivery,
-    _item_of,
-    _judge,
-    _replays_at_once,
+    delivery_captured,
+    edit_recorded,
     hooks,
+    item_of,
+    judge,
+    replays_at_once,
     site,
 )
-from e2e.test_async_agent import EDITED
+from e2e.agents import agent_effects
+from e2e.node import node_modules_ready, postgres_database, ts_agent
+from e2e.server import free_port
 from moderation.lab.history import HistoryRecorder
 from moderation.lab.waits import progress_wait
-from moderation.tests.real_server import CSRF
 
 pytestmark = [pytest.mark.either_pass, pytest.mark.timeout(600)]
-
-
-def _edit_recorded(site: Site, history: HistoryRecorder, item: str) -> None:
-    """alice edits the call's ``grace_days`` to 14 and approves it, as the item page posts it; in ``history``."""
-    op = history.invoke(reviewer="alice", item=item, decision="edit")
-    decisions = [{"type": "edit", "edited_action": {"name": "delete_customer", "args": EDITED}}]
-    answer = httpx.post(
-        f"{site.server.url}/api/items/{item}/decision",
-        json={"decisions": decisions},
-        timeout=60,
-        headers={"X-CSRFToken": CSRF, "Cookie": site.alice.cookie},
-    )
-    history.complete_from_http(op, status=answer.status_code, body=answer.json())
 
 
 @VARIANTS
@@ -82,22 +67,22 @@ def test_node_replicas_duplicate_deliveries_and_a_kill_mid_resume_run_the_tool_o
             assert doomed.ready() == []  # ran the agent, forwarded its ask
             survivor = agent(ports[1])
             assert survivor.ready() == []  # forwarded again: the same item
-            item = _item_of(site, thread)
+            item = item_of(site, thread)
             history = HistoryRecorder()
-            _edit_recorded(site, history, item)
-            delivery = _delivery(site, item)
-            replays = _replays_at_once(delivery, [ports[1]] * REPLAYS)  # while the worker's own delivery resumes it
+            edit_recorded(site, history, item)
+            delivery = delivery_captured(site, item)
+            replays = replays_at_once(delivery, [ports[1]] * REPLAYS)  # while the worker's own delivery resumes it
             doomed.said("received")  # holds the thread's lock (guarded), about to resume
             doomed.kill()
             restarted = agent(ports[0])
             restarted.said("serving")
-            replays += _replays_at_once(delivery, [ports[0]])  # a redelivery racing its reconcile
+            replays += replays_at_once(delivery, [ports[0]])  # a redelivery racing its reconcile
             reconciled = restarted.ready()
             for replay in replays:
                 replay.join()
             resumed = survivor.resumes(at_least=REPLAYS + 1) + restarted.resumes(at_least=1)
             effects = progress_wait(lambda: agent_effects(tmp_path), done=lambda e: len(e) > (1 if naive else 0), stall=60)
-            kinds = _judge(site, history, item, tmp_path)
+            kinds = judge(site, history, item, tmp_path)
         finally:
             for process in (doomed, survivor, restarted):
                 if process is not None:

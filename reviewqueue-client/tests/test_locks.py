@@ -315,6 +315,7 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
     with PostgresSaver.from_conn_string(postgres_url) as saver:
         saver.setup()
     start, resumed = threading.Barrier(2), []
+    checked = threading.Barrier(2)  # the naive control's replicas, both past the check
 
     @asynccontextmanager
     async def no_lock(thread_id: str) -> AsyncIterator[None]:
@@ -330,7 +331,7 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
             resumed.append(
                 (
                     await adecision_resume(
-                        _Slow(agent),
+                        _Gated(agent, checked) if naive else _Slow(agent),
                         thread_id="th-1",
                         interrupt_id=pending.id,
                         resume=APPROVE,
@@ -353,6 +354,23 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
         assert runs["C-7"] == 2
     else:
         assert sorted(resumed) == [False, True] and runs == Counter({"C-7": 1})
+
+
+class _Gated:
+    """The agent, each ``ainvoke`` starting once both replicas have passed the check that allowed them: without
+    the lock (the naive control) both pass it, so the second run is certain, not a matter of timing. A CI run
+    on a loaded machine missed ``_Slow``'s 0.3 s window once. With the lock, the other replica waits for it
+    before its check, so the locked arm keeps ``_Slow``: a gate there would wait for a replica that cannot come."""
+
+    def __init__(self, agent: Any, checked: threading.Barrier) -> None:
+        self.agent, self.checked = agent, checked
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.agent, name)
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.to_thread(self.checked.wait, 120)
+        return await self.agent.ainvoke(*args, **kwargs)
 
 
 class _Slow:

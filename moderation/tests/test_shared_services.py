@@ -3,7 +3,7 @@ whatever else runs on the machine: a test may end only its own database's backen
 
 A Node test once ended every backend holding an advisory lock on the server, and with them the
 pooled connections of a cluster test running beside it in the other pass (a moderator's decision
-answered 503 "the database connection was lost" in a CI run, and in one of the session before).
+answered 503 "the database connection was lost" in two CI runs, 2026-12-05).
 """
 
 from __future__ import annotations

@@ -150,8 +150,11 @@ def deployment_webhook_rotate(*, name: str) -> tuple[Deployment, str] | None:
 
 
 def deployment_verify(*, name: str, token: str) -> Deployment | None:
-    """The active deployment the webhook secret belongs to, or None (compared in constant time)."""
-    deployment = Deployment.objects.filter(name=name, is_active=True).select_related("client").first()
+    """The active deployment the webhook secret belongs to, or None (compared in constant time).
+
+    Only its id and digest are read: a webhook burst pays for this on every request, and the
+    request needs nothing else (the worker reads the rest when it discovers the thread)."""
+    deployment = Deployment.objects.filter(name=name, is_active=True).only("id", "webhook_digest").first()
     expected = deployment.webhook_digest if deployment is not None else "0" * 64
     matches = hmac.compare_digest(_digest(token or ""), expected)
     return deployment if matches and deployment is not None else None

@@ -4,6 +4,7 @@ a scripted model that proposes one ``delete_customer`` call, and a tool that cou
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from langchain.agents import create_agent
@@ -19,13 +20,22 @@ class ScriptedModel(GenericFakeChatModel):
         return self
 
 
-def agent_build(*, checkpointer: BaseCheckpointSaver, runs: Counter, interrupt_mode: str = "batched") -> Any:
-    """The agent; ``runs[customer_id]`` counts each time the tool really ran; ``interrupt_mode`` as LangChain's middleware takes it."""
+def agent_build(
+    *,
+    checkpointer: BaseCheckpointSaver,
+    runs: Counter,
+    interrupt_mode: str = "batched",
+    tool_entered: Callable[[], object] | None = None,
+) -> Any:
+    """The agent; ``runs[customer_id]`` counts each time the tool really ran; ``interrupt_mode`` as LangChain's
+    middleware takes it; ``tool_entered``, if given, is called as the tool starts (a race's gate)."""
 
     @tool
     def delete_customer(customer_id: str) -> str:
         """Delete a customer."""
         runs[customer_id] += 1
+        if tool_entered is not None:
+            tool_entered()
         return f"deleted {customer_id}"
 
     model = ScriptedModel(

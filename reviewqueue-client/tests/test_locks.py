@@ -315,7 +315,8 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
     with PostgresSaver.from_conn_string(postgres_url) as saver:
         saver.setup()
     start, resumed = threading.Barrier(2), []
-    checked = threading.Barrier(2)  # the naive control's replicas, both past the check
+    # The naive control's replicas: both past the check, then both inside the tool (see _Gated).
+    checked, in_tool = threading.Barrier(2), threading.Barrier(2)
 
     @asynccontextmanager
     async def no_lock(thread_id: str) -> AsyncIterator[None]:
@@ -323,7 +324,7 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
 
     async def replica(first: bool) -> None:
         async with _async_postgres_saver(set_up, postgres_url) as checkpointer:
-            agent = agent_build(checkpointer=checkpointer, runs=runs)
+            agent = agent_build(checkpointer=checkpointer, runs=runs, tool_entered=(lambda: in_tool.wait(120)) if naive else None)
             if first:
                 await agent.ainvoke({"messages": [("user", "delete C-7")]}, {"configurable": {"thread_id": "th-1"}})
             await asyncio.to_thread(start.wait)
@@ -357,10 +358,13 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
 
 
 class _Gated:
-    """The agent, each ``ainvoke`` starting once both replicas have passed the check that allowed them: without
-    the lock (the naive control) both pass it, so the second run is certain, not a matter of timing. A CI run
-    on a loaded machine missed ``_Slow``'s 0.3 s window once. With the lock, the other replica waits for it
-    before its check, so the locked arm keeps ``_Slow``: a gate there would wait for a replica that cannot come."""
+    """The agent, each ``ainvoke`` starting once both replicas have passed the check that allowed them; and
+    (``tool_entered``) each tool run waiting inside the tool for the other's. Without the lock (the naive
+    control) both pass the check, and the first cannot save its tool's step before the second has loaded the
+    thread and entered the tool too: the second run is certain, not a matter of timing. Two CI runs on a loaded
+    machine missed ``_Slow``'s 0.3 s window (and, gated at the check only, the step's). With the lock, the
+    other replica waits for it before its check, so the locked arm keeps ``_Slow``: a gate there would wait for
+    a replica that cannot come."""
 
     def __init__(self, agent: Any, checked: threading.Barrier) -> None:
         self.agent, self.checked = agent, checked

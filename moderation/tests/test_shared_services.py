@@ -27,9 +27,13 @@ def test_every_test_that_ends_backends_ends_only_its_own_databases():
     files = subprocess.run(
         ["git", "ls-files", "*.py", "*.ts"], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True
     ).stdout.split()
-    files = [path for path in files if path != "moderation/tests/test_shared_services.py"]  # its controls
-    found = {path: terminations_unscoped((settings.BASE_DIR / path).read_text()) for path in files}
-    assert sum(1 for path in files if "pg_terminate_backend(pid)" in (settings.BASE_DIR / path).read_text()) >= 5
+    sources = {
+        path: (settings.BASE_DIR / path).read_text()
+        for path in files
+        if path != "moderation/tests/test_shared_services.py"  # its controls
+    }
+    assert sum(1 for source in sources.values() if "pg_terminate_backend(pid)" in source) >= 5
+    found = {path: terminations_unscoped(source) for path, source in sources.items()}
     assert {path: statements for path, statements in found.items() if statements} == {}
 
 

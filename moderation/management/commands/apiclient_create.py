@@ -1,15 +1,13 @@
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from moderation.api.clients import apiclient_create
 from moderation.delivery.models import ApiScope
+from moderation.management.provisioning import ProvisioningCommand
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = "Create an API client (a service account for /api/v1) and print its first token, once."
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("name")

@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from moderation.delivery.endpoints import (
     EndpointRefused,
@@ -7,16 +7,14 @@ from moderation.delivery.endpoints import (
     client_endpoints,
 )
 from moderation.delivery.models import SUBSCRIBABLE_EVENTS, ApiClient
+from moderation.management.provisioning import ProvisioningCommand
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         "An API client's own webhook endpoints, which receive only the events of the items that client submitted: "
         "add one (its signing secret is printed once), list them, or remove one."
     )
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True)

@@ -1,13 +1,9 @@
-from django.core.management.base import BaseCommand
-
+from moderation.management.provisioning import ProvisioningCommand
 from moderation.review.models import Deployment
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = "List the connected LangGraph deployments (never their API keys or webhook secrets)."
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def handle(self, *args, **options):
         for d in Deployment.objects.order_by("name"):

@@ -1,16 +1,14 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from moderation.management.provisioning import ProvisioningCommand
 from moderation.review.deployments import deployment_webhook_path, deployment_webhook_rotate
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         "Give a deployment a new webhook secret (the old URL is refused from now on) and print its new webhook "
         "URL, once: for a URL that leaked, e.g. through LangGraph Server's logs."
     )
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="the deployment's name (deployment_list)")

@@ -2,7 +2,7 @@ import os
 import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from moderation.core.permissions import (
     DECIDE_PERMISSION,
@@ -13,17 +13,15 @@ from moderation.core.permissions import (
     moderators_set,
     user_can_decide,
 )
+from moderation.management.provisioning import ProvisioningCommand
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         f"Make existing users moderators (the '{MODERATORS_GROUP}' group, which holds {DECIDE_PERMISSION}), "
         "or with --remove take that away. All or nothing: an unknown name changes nobody. With --password-from-env "
         "or --password-file, one user is created first if missing, with that password, without a prompt."
     )
-
-    # As Django's createsuperuser: provisioning users needs no system checks, which would import every graph.
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("usernames", nargs="+", metavar="username")

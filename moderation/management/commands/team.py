@@ -1,21 +1,19 @@
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 
+from moderation.management.provisioning import ProvisioningCommand
 from moderation.policies.models import OnDeadline, Team
 from moderation.policies.rules import PolicyInvalid
 from moderation.policies.teams import TeamSpec, team_policy, team_save
 from moderation.records.reasons import ReasonInvalid, reason_rule_delete, reason_rule_save, reason_rules_describe
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         "Create or update a team: its approval policy, the sources and graphs whose items it gets, and its members "
         "(--add / --remove, repeatable). A policy its members could never satisfy is refused, and nothing is changed."
     )
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("slug", help="the team's short name, e.g. payments")

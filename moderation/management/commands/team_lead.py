@@ -1,17 +1,15 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from moderation.core.permissions import LEAD_PERMISSION, UnknownUsers, team_leads_set
+from moderation.management.provisioning import ProvisioningCommand
 from moderation.records.teamstats import teams_visible
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         f"Make existing users team leads ({LEAD_PERMISSION}: the team page of the teams they are a member of), "
         "or with --remove take that away. All or nothing: an unknown name changes nobody."
     )
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("usernames", nargs="+", metavar="username")

@@ -1,16 +1,14 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from moderation.management.provisioning import ProvisioningCommand
 from moderation.records.audit import audit_verify
 
 
-class Command(BaseCommand):
+class Command(ProvisioningCommand):
     help = (
         "Check the keyed attempts log, the global ledger, and every item row against its log and its graph; "
         "exit non-zero on any edited, deleted, reordered or truncated entry, deleted item or disagreeing row."
     )
-
-    # As moderator_add: it runs no graph, so no system checks (a CPU-second of imports per run).
-    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument(

@@ -74,6 +74,12 @@ def hooks(site) -> Iterator[Callable[[str, int], None]]:
         site.server.tool("hook", name, "--off")
 
 
+def race_flags(*, naive: bool, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """An agent's command-line flags in these races (Python or Node alike): its resume starts late, its tool
+    is slow, and ``naive`` resumes without the per-thread lock."""
+    return ("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *extra, *(("--naive",) if naive else ()))
+
+
 def agent_start(
     site: Site,
     workdir: Path,
@@ -92,7 +98,7 @@ def agent_start(
         token=site.token,
         secret=SECRET,
         thread=thread,
-        flags=("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *flags, *(("--naive",) if naive else ())),
+        flags=race_flags(naive=naive, extra=flags),
         script=script,
     )
 

@@ -20,14 +20,13 @@ from e2e.agent_site import (  # noqa: F401 - site and hooks are fixtures
     EDITED,
     REPLAYS,
     SECRET,
-    SLOW_RESUME,
-    TOOL_SECONDS,
     VARIANTS,
     delivery_captured,
     edit_recorded,
     hooks,
     item_of,
     judge,
+    race_flags,
     replays_at_once,
     site,
 )
@@ -46,7 +45,6 @@ def test_node_replicas_duplicate_deliveries_and_a_kill_mid_resume_run_the_tool_o
     thread, ports = f"ts-{naive}", [free_port(), free_port()]
     for n, port in enumerate(ports):
         hooks(f"ts-{n}-{naive}", port)
-    flags = ("--slow-resume", SLOW_RESUME, "--tool-seconds", TOOL_SECONDS, *(("--naive",) if naive else ()))
     with postgres_database() as postgres_url:
 
         def agent(port: int, *extra: str):
@@ -58,7 +56,7 @@ def test_node_replicas_duplicate_deliveries_and_a_kill_mid_resume_run_the_tool_o
                 secret=SECRET,
                 postgres_url=postgres_url,
                 thread=thread,
-                flags=(*flags, *extra),
+                flags=race_flags(naive=naive, extra=extra),
             )
 
         doomed = agent(ports[0], "--hold")

@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -42,21 +43,25 @@ async def _no_lock(thread_id: str):
 
 
 class SlowStart:
-    """The agent, each ``ainvoke`` starting a while after the check that allowed it: a wide window for a second resume."""
+    """The agent, each ``ainvoke`` starting a while after the check that allowed it: a wide window for a second resume.
+    With ``gate`` (a naive control's), it starts once every replica has passed its check instead: certain, not timed."""
 
-    def __init__(self, agent, seconds: float = 0.2) -> None:
-        self.agent, self.seconds = agent, seconds
+    def __init__(self, agent, seconds: float = 0.2, gate: asyncio.Barrier | None = None) -> None:
+        self.agent, self.seconds, self.gate = agent, seconds, gate
 
     def __getattr__(self, name):
         return getattr(self.agent, name)
 
     async def ainvoke(self, *args, **kwargs):
-        await asyncio.sleep(self.seconds)
+        if self.gate is not None:
+            await asyncio.wait_for(self.gate.wait(), 120)
+        else:
+            await asyncio.sleep(self.seconds)
         return await self.agent.ainvoke(*args, **kwargs)
 
 
-async def _started(checkpointer, runs: Counter):
-    agent = agent_build(checkpointer=checkpointer, runs=runs)
+async def _started(checkpointer, runs: Counter, **build):
+    agent = agent_build(checkpointer=checkpointer, runs=runs, **build)
     await agent.ainvoke({"messages": [HumanMessage(content="delete C-7")]}, CONFIG)
     return agent
 
@@ -180,8 +185,16 @@ async def test_reconcile_resumes_a_decision_already_made_once_and_forwards_again
 async def test_two_replicas_on_one_sqlite_file_resume_once(tmp_path, naive):
     runs = Counter()
     db = str(tmp_path / "agent.db")
+    # The naive control's replicas wait for each other past the check and inside the tool, so the first cannot
+    # save its tool's step before the second has loaded the thread (a CI run at load missed the 0.2 s window).
+    gate = asyncio.Barrier(2) if naive else None
+    in_tool = threading.Barrier(2)
+    build = {"tool_entered": lambda: in_tool.wait(120)} if naive else {}
     async with AsyncSqliteSaver.from_conn_string(db) as mine, AsyncSqliteSaver.from_conn_string(db) as theirs:
-        replicas = [SlowStart(await _started(mine, runs)), SlowStart(agent_build(checkpointer=theirs, runs=runs))]
+        replicas = [
+            SlowStart(await _started(mine, runs, **build), gate=gate),
+            SlowStart(agent_build(checkpointer=theirs, runs=runs, **build), gate=gate),
+        ]
         interrupt_id = await _interrupt_id(replicas[0])
         resumed = await asyncio.gather(
             *(

@@ -14,7 +14,8 @@ Locking contract of ``item_decide`` and ``item_withdraw``, in acquisition order:
 3. under both: the decider's right (team membership row locked too; never the requester),
    claims with ``CLAIMS_REQUIRED``, then check-then-act on the ask. The ask, the item row,
    the attempt (``moderation.records.audit``), the webhook deliveries and the apply task
-   commit together, or not at all.
+   commit together, or not at all. An item read with no ask before the locks that has one
+   under them (its graph asked meanwhile) is read and judged again, once.
 
 The graph is never run here: a worker resumes it (``moderation.review.apply``). Events go
 out after the commit and after the item lock is released. Why: contributors/architecture.md.
@@ -263,10 +264,49 @@ def item_decide(
         raise NotAModerator("you do not have permission to decide items")
     note = _text(note, field="note")
     ask = _ask_id(ask)
+    shorthand = ""
     if decisions is None:
         shorthand, _ = decision_validate(decision=decision, note="")
     elif decision is not None:
         raise InvalidDecision("send either decision or decisions, not both", field="decisions")
+    for _ in range(_TARGET_READS):
+        try:
+            return _decide_once(
+                item_public_id=item_public_id,
+                reviewer=reviewer,
+                shorthand=shorthand,
+                note=note,
+                ask=ask,
+                decisions=decisions,
+                reason=reason,
+                origin=origin,
+            )
+        except _TargetStale:
+            continue
+    raise ItemBusy("this item's graph asked for a review just now; nothing was recorded, try again")
+
+
+# An item's asks appear at most once between the read before the lock and the lock (its start, or
+# ``recover``'s): the second read finds them.
+_TARGET_READS = 2
+
+
+class _TargetStale(Exception):
+    """The item read as having no ask before the lock has one under it: its graph asked meanwhile.
+    Raised under the row lock, it rolls back; the attempt is read and judged again."""
+
+
+def _decide_once(
+    *,
+    item_public_id: UUID | str,
+    reviewer: User,
+    shorthand: str,
+    note: str,
+    ask: str | None,
+    decisions: Any,
+    reason: Any,
+    origin: str,
+) -> DecisionOutcome:
     target = _target_read(item_public_id=item_public_id, ask=ask)
     if target.spec is None:
         cleaned: list[dict[str, Any]] = []
@@ -421,6 +461,8 @@ def _decide_locked(*, target: _Target, attempt: _Attempt, withdraw: bool, by_dea
         item = _item_lock_row(target.key, timeout=settings.DECISION_LOCK_TIMEOUT)
         fault_point("after_row_lock", item_key=target.key)
         _askless_refuse(item.status)
+        if not withdraw and _target_stale(target=target, item=item):
+            raise _TargetStale
         if item.status != ItemStatus.NEEDS_ATTENTION:
             if withdraw:
                 open_asks = list(item.asks.filter(status=AskStatus.PENDING))
@@ -462,6 +504,11 @@ def _decide_locked(*, target: _Target, attempt: _Attempt, withdraw: bool, by_dea
         )
     # Raised only now, so the refused attempt is committed.
     raise ItemNeedsAttention(f"this item needs an operator: {attention}")
+
+
+def _target_stale(*, target: _Target, item: QueueItem) -> bool:
+    """Read with no ask before the locks, the item has one under them: its graph asked meanwhile."""
+    return target.ask_pk is None and item.asks.exists()
 
 
 def _decide_right_check(*, item: QueueItem, reviewer: User, by_deadline: bool) -> None:

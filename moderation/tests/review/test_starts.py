@@ -25,7 +25,7 @@ from moderation.items.models import AskStatus, ItemStatus, QueueItem
 from moderation.lab.history import HistoryRecorder, history_check, history_final_read
 from moderation.records.counts import counts_read, counts_recount
 from moderation.records.models import AttemptOutcome, DecisionAttempt
-from moderation.review import starts
+from moderation.review import decisions, starts
 from moderation.review.apply import item_apply
 from moderation.review.decisions import (
     DecisionError,
@@ -390,6 +390,73 @@ def test_negative_control_without_the_fence_or_the_one_start_index_a_terminated_
     with one_start_index_dropped():
         item, _ = _start_under_a_terminated_lock(client=client, monkeypatch=monkeypatch, pinned=False)
         assert graph_start_count(name=item.graph, thread_id=item.thread_id) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("checked", [True, False], ids=["rechecked", "control-unchecked"])
+def test_a_reviewer_who_read_no_ask_before_the_start_and_the_win_loses_to_the_winner(
+    queued, client, make_moderator, monkeypatch, checked
+):
+    """The window the race above found once in CI, pinned: bob reads the starting item's asks
+    (none yet); before he reads its status, a starter starts it and alice wins it, in another
+    thread. Bob is told alice won. The control, without the under-lock check, judges him against
+    no ask: an INVALID attempt and "needs an operator", on an item alice decided."""
+    alice, bob = make_moderator(), make_moderator()
+    [accepted] = items_accept(client=client, entries=_entries(1))
+    key = str(accepted.item.public_id)
+    history = HistoryRecorder()
+    real_status_read = decisions._status_read
+    pinned = threading.Event()
+
+    def start_and_alice_wins() -> None:
+        try:
+            assert item_start(item_id=accepted.item.pk).outcome == StartOutcome.STARTED
+            op = history.invoke(reviewer=alice.username, item=key, decision="approve")
+            history.complete(
+                op, completion="ok" if item_decide(item_public_id=key, reviewer=alice, decision="approve").won else "fail"
+            )
+        finally:
+            connection.close()
+
+    def status_read_after_the_window(key_read: str) -> str | None:
+        if threading.current_thread().name == "bob" and not pinned.is_set():
+            pinned.set()
+            other = threading.Thread(target=start_and_alice_wins)
+            other.start()
+            other.join()
+        return real_status_read(key_read)
+
+    monkeypatch.setattr(decisions, "_status_read", status_read_after_the_window)
+    if not checked:
+        monkeypatch.setattr(decisions, "_target_stale", lambda **kwargs: False)
+    told: list[object] = []
+
+    def bob_decides() -> None:
+        op = history.invoke(reviewer=bob.username, item=key, decision="approve")
+        try:
+            outcome = item_decide(item_public_id=key, reviewer=bob, decision="approve")
+        except DecisionError as exc:
+            history.complete(op, completion="unknown", error=f"{type(exc).__name__}: {exc}")
+            told.append(type(exc).__name__)
+        else:
+            history.complete(op, completion="ok" if outcome.won else "fail", told_winner=None if outcome.won else outcome.winner)
+            told.append(outcome.winner)
+        finally:
+            connection.close()
+
+    bob_thread = threading.Thread(target=bob_decides, name="bob")
+    bob_thread.start()
+    bob_thread.join(timeout=120)
+    assert pinned.is_set() and not bob_thread.is_alive()
+    item_apply(item_id=accepted.item.pk)
+    anomalies = history_check(ops=history.ops, final=history_final_read(items=[key]))
+    attempts = list(DecisionAttempt.objects.values_list("reviewer__username", "outcome"))
+    if checked:
+        assert (told, anomalies) == ([alice.username], [])
+        assert sorted(attempts) == sorted([(alice.username, AttemptOutcome.WON), (bob.username, AttemptOutcome.LOST)])
+    else:
+        assert told == ["ItemNeedsAttention"]
+        assert (bob.username, AttemptOutcome.INVALID) in attempts
 
 
 def _start_race(*, client, reviewers: list[str], starters: int, rounds: int) -> dict:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 PRELOAD = [
@@ -134,6 +135,22 @@ class ForkedProcess:
         if channel is not None:
             channel.close()  # the child has its own copy: its death is our end's end-of-file
         self.pid: int = self._process.pid  # type: ignore[assignment]
+        if new_session:
+            self._session_wait()
+
+    def _session_wait(self) -> None:
+        # The child makes its session itself, after the fork server has told us its pid. Until then a
+        # signal to its group (a planned stop, e2e.children's reaper) finds no group, and the child
+        # outlives it: a run killed just after starting a worker left that worker running.
+        delay = 0.0005
+        while self.poll() is None:
+            try:
+                if os.getpgid(self.pid) == self.pid:
+                    return
+            except ProcessLookupError:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     @property
     def returncode(self) -> int | None:

@@ -10,6 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from e2e.forked import ForkedProcess
 from e2e.server import ROOT
 from moderation.lab.waits import progress_wait
 
@@ -40,6 +43,16 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _described(pid: int) -> str:
+    """``pid``'s name, state, parent and group, for a failure's message."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return f"{pid} (gone)"
+    name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+    return f"{pid} {name} state={rest[0]} ppid={rest[1]} pgid={rest[2]}"
+
+
 def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
     pids_file = tmp_path / "pids"
     (tmp_path / "test_inner.py").write_text(INNER.format(pids=str(pids_file)))
@@ -63,7 +76,7 @@ def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
         run.wait(timeout=60)
 
         gone = progress_wait(lambda: [pid for pid in (server, worker) if _alive(pid)], done=lambda left: not left, stall=60)
-        assert gone == [], f"still running after the run was killed: {gone}"
+        assert gone == [], f"still running after the run was killed: {[_described(pid) for pid in gone]}"
         # The negative control: a group nobody adopted outlives the run, so the check above can see an orphan.
         assert _alive(bare)
     finally:
@@ -73,3 +86,23 @@ def test_a_killed_run_leaves_no_server_or_worker_behind(tmp_path):
             for pid in (int(p) for p in pids_file.read_text().split()):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("waited", [True, False], ids=["waited", "control-not-waited"])
+def test_a_forked_process_leads_its_own_group_once_started(tmp_path, monkeypatch, waited):
+    """A signal to a process's group (a planned stop, the reaper) reaches it from the moment it is
+    started. The child makes its session itself: the control, not waiting for it, reads it still
+    in the fork server's group (a CI run's reaper missed such a worker, started 0.1 s before the kill)."""
+    if not waited:
+        monkeypatch.setattr(ForkedProcess, "_session_wait", lambda self: None)
+    (tmp_path / "idle.py").write_text("import time\ntime.sleep(30)\n")
+    started = [
+        ForkedProcess([str(tmp_path / "idle.py")], env=dict(os.environ), cwd=tmp_path, stdout=tmp_path / "out") for _ in range(8)
+    ]
+    try:
+        leading = [os.getpgid(process.pid) == process.pid for process in started]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait(timeout=30)
+    assert all(leading) if waited else not all(leading)

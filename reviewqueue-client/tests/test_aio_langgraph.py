@@ -60,6 +60,20 @@ class SlowStart:
         return await self.agent.ainvoke(*args, **kwargs)
 
 
+def _first_two_meet():
+    """A tool hook: its first two callers wait for each other; later ones pass."""
+    meet, lock, entered = threading.Barrier(2), threading.Lock(), []
+
+    def hook() -> None:
+        with lock:
+            entered.append(1)
+            first_two = len(entered) <= 2
+        if first_two:
+            meet.wait(120)
+
+    return hook
+
+
 async def _started(checkpointer, runs: Counter, **build):
     agent = agent_build(checkpointer=checkpointer, runs=runs, **build)
     await agent.ainvoke({"messages": [HumanMessage(content="delete C-7")]}, CONFIG)
@@ -137,8 +151,10 @@ async def test_forward_submits_the_interrupt_keyed_by_thread_and_interrupt_with_
 @pytest.mark.parametrize("naive", [False, True], ids=["locked", "naive-control"])
 async def test_duplicate_deliveries_and_a_long_poll_at_once_run_the_tool_once_with_the_edit(naive):
     runs, calls = Counter(), Counter()
-    agent = await _started(InMemorySaver(), runs)
-    slow = SlowStart(agent)
+    # The naive control's four resumes start once all have passed the check, and its first two tool runs
+    # wait for each other, so neither saves its step before the other has loaded the thread: certain, not timed.
+    agent = await _started(InMemorySaver(), runs, **({"tool_entered": _first_two_meet()} if naive else {}))
+    slow = SlowStart(agent, gate=asyncio.Barrier(4) if naive else None)
     client = _fake_api(calls, resume=EDIT)
     resumer = AsyncWebhookResumer(slow, client=client, secret=SECRET, thread_lock=_no_lock if naive else None)
     event = {

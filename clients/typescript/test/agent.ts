@@ -31,14 +31,17 @@ export class ScriptedModel extends BaseChatModel {
   }
 }
 
-/** The agent; `ran` is called with each run's arguments and its thread (the side effect the tests count), after `toolMs`. */
+/** The agent; `ran` is called with each run's arguments and its thread (the side effect the tests count), after `toolMs`;
+ * `entered`, if given, is awaited as the tool starts (a race's gate). */
 export function agentBuild(options: {
   checkpointer: BaseCheckpointSaver;
   ran: (args: { customer_id: string; grace_days: number }, threadId: string) => void;
   toolMs?: number;
+  entered?: () => Promise<void>;
 }) {
   const deleteCustomer = tool(
     async (args: { customer_id: string; grace_days: number }, config) => {
+      await options.entered?.();
       await new Promise((resolve) => setTimeout(resolve, options.toolMs ?? 0));
       options.ran(args, String(config?.configurable?.thread_id));
       return `deleted ${args.customer_id}`;

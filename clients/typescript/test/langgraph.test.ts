@@ -19,6 +19,30 @@ const EDITED = { customer_id: "C-7", grace_days: 14 };
 const EDIT = [{ type: "edit", edited_action: { name: "delete_customer", args: EDITED } }];
 const noLock: ThreadLock = (_threadId, fn) => fn(); // the negative control
 
+/** Its first `parties` callers wait until all of them have come; later callers pass. */
+function meeting(parties: number): () => Promise<void> {
+  let arrived = 0;
+  let release!: () => void;
+  const all = new Promise<void>((resolve) => (release = resolve));
+  return async () => {
+    arrived += 1;
+    if (arrived > parties) return;
+    if (arrived === parties) release();
+    await all;
+  };
+}
+
+/** `agent`, its `invoke` waiting for `gate` first (called only past the resume's check). */
+function invokeGated<T extends { invoke: (...args: any[]) => Promise<any> }>(agent: T, gate: () => Promise<void>): T {
+  return new Proxy(agent, {
+    get(target, key) {
+      const value = Reflect.get(target, key, target);
+      if (key === "invoke") return async (...args: unknown[]) => (await gate(), target.invoke(...args));
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
 async function started(agent: ReturnType<typeof agentBuild>, threadId: string) {
   await agent.invoke({ messages: [{ role: "user", content: "Please delete customer C-7." }] }, { configurable: { thread_id: threadId } });
 }
@@ -75,17 +99,24 @@ describe("replicas sharing a PostgreSQL checkpointer", () => {
     await Promise.all(savers.map((saver) => saver.end()));
   });
 
-  /** Two replicas (agents on their own pools) each resume the decided thread twice at once (duplicate deliveries). */
+  /** Two replicas (agents on their own pools) each resume the decided thread twice at once (duplicate deliveries).
+   * The naive control's four resumes start once all have passed the check, and its first two tool runs wait
+   * for each other, so neither saves its step before the other has loaded the thread: certain, not timed. */
   async function race(threadLock: ThreadLock | undefined): Promise<unknown[]> {
     const runs: unknown[] = [];
-    const replicas = savers.map((checkpointer) => agentBuild({ checkpointer, ran: (args) => runs.push(args), toolMs: 300 }));
+    const naive = threadLock === noLock;
+    const entered = naive ? meeting(2) : undefined;
+    const replicas = savers.map((checkpointer) => agentBuild({ checkpointer, ran: (args) => runs.push(args), toolMs: 300, entered }));
     const threadId = unique("replicated");
     await started(replicas[0]!, threadId);
     const [item] = await interruptsForward(reviews(), replicas[1]!, { threadId, source: "ts-agent" });
     await moderatorDecide(item!.id, EDIT);
     const decided = await reviews().read(item!.id);
+    const checked = naive ? meeting(4) : undefined;
     const resumed = await Promise.all(
-      [...replicas, ...replicas].map((agent) => itemResume(agent, decided, { client: reviews(), threadLock })),
+      [...replicas, ...replicas].map((agent) =>
+        itemResume(checked ? invokeGated(agent, checked) : agent, decided, { client: reviews(), threadLock }),
+      ),
     );
     if (threadLock === undefined) assert.equal(resumed.filter((r) => r.resumed).length, 1);
     return runs;

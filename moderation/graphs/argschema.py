@@ -3,7 +3,8 @@
 ``args_schema_check`` (at submit, and before each edit) refuses a schema over
 ``SCHEMA_MAX_BYTES``, ``SCHEMA_MAX_DEPTH`` or ``SCHEMA_MAX_NODES`` (``$ref`` expanded), invalid
 against its draft's meta-schema (2020-12 by default), with a ``$ref`` outside itself or in a
-loop, or with a ``pattern`` that ``moderation.graphs.ecmaregex`` cannot match in linear time.
+loop, with a ``pattern`` that ``moderation.graphs.ecmaregex`` cannot match in linear time, or
+with patterns whose programs together exceed ``SCHEMA_MAX_PATTERN_PROGRAM`` (their compile time).
 No schema makes the server open a connection. An edit's check stops after
 ``CHECK_MAX_STEPS`` keyword evaluations, refusing the edit.
 
@@ -38,6 +39,9 @@ SCHEMA_MAX_NODES = 2_000
 # Keyword evaluations one edit's check may take: the schema's size times the arguments', bounded. A
 # tool's edit takes tens to a few thousand; 1,990 anyOf branches over 3,900 array items took minutes.
 CHECK_MAX_STEPS = 20_000
+# RE2 instructions over a schema's distinct patterns, about what compiling them costs (30,000 ≈ 11 ms
+# for \p{L}{25}): a tool's patterns take tens to a few thousand; 40 patterns of \p{L}{400} took 5.6 s.
+SCHEMA_MAX_PATTERN_PROGRAM = 200_000
 _DRAFTS = (
     jsonschema.Draft202012Validator,
     jsonschema.Draft201909Validator,
@@ -148,6 +152,7 @@ def _nodes_check(root: dict[str, Any]) -> None:
     no loop, at most SCHEMA_MAX_NODES."""
     children: dict[int, list[Any]] = {}
     paths: dict[int, list[Any]] = {}
+    programs: dict[str, int] = {}  # each distinct pattern's RE2 program size
     todo: list[tuple[Any, list[Any]]] = [(root, [])]
     while todo:
         node, path = todo.pop()
@@ -157,7 +162,7 @@ def _nodes_check(root: dict[str, Any]) -> None:
         subs = _subschemas(node, path)
         # $defs are met only through a $ref: counted there, as often as they are referred to.
         children[id(node)] = [child for child, where in subs if where[len(path)] not in ("$defs", "definitions")]
-        _keywords_check(node, path=path, is_root=node is root)
+        _keywords_check(node, path=path, is_root=node is root, programs=programs)
         todo += subs
     for node_id, path in paths.items():
         node = _at(root, path)
@@ -171,7 +176,9 @@ def _nodes_check(root: dict[str, Any]) -> None:
     _expanded_count(root, children=children, paths=paths)
 
 
-def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool) -> None:
+def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool, programs: dict[str, int]) -> None:
+    """The node's refs and patterns; each new pattern compiled, its program size added to ``programs``
+    and the sum bounded by SCHEMA_MAX_PATTERN_PROGRAM before the next compile."""
     for key in _DYNAMIC:
         if key in node:
             raise SchemaInvalid(f"{key} is not taken: only $ref to a JSON pointer inside the schema", path=_dotted([*path, key]))
@@ -181,10 +188,18 @@ def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool) -> 
     if isinstance(node.get("patternProperties"), dict):
         patterns += [("patternProperties", key) for key in node["patternProperties"]]
     for keyword, pattern in patterns:
+        if pattern in programs:
+            continue
         try:
-            pattern_compile(pattern)
+            programs[pattern] = pattern_compile(pattern).programsize
         except PatternRefused as exc:
             raise SchemaInvalid(str(exc), path=_dotted([*path, keyword])) from None
+        if sum(programs.values()) > SCHEMA_MAX_PATTERN_PROGRAM:
+            raise SchemaInvalid(
+                f"args_schema's patterns compile to more than {SCHEMA_MAX_PATTERN_PROGRAM:,} instructions "
+                "for the matcher; use fewer or simpler patterns",
+                path=_dotted([*path, keyword]),
+            )
 
 
 def _ref_target(root: dict[str, Any], ref: str, *, path: list[Any]) -> Any:

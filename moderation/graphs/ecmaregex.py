@@ -21,6 +21,10 @@ import regress
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is the caller's answer, not a server log line
+# RE2 compiles holding the GIL, in time that grows with the program: with its default 8 MiB one
+# pattern (\p{L}{400}) took 300 ms and stalled every other thread. At 1 MiB it is refused in 9 ms,
+# and what fits (\p{L}{50}) compiles in about 30 ms; argschema bounds a schema's sum.
+_OPTIONS.max_mem = 1 << 20
 _MAX = 0x10FFFF
 _REPEAT_MAX = 1000
 # ECMA's WhiteSpace and LineTerminator, as code point ranges.

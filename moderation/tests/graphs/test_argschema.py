@@ -287,3 +287,34 @@ def test_format_regex_is_ecma_262_and_checked_without_recursion():
     assert _refused({"r": "(" * 1000 + ")" * 1000}, schema=schema, proposed={}).path == ".r"
     assert _refused({"r": "(?P<n>x)"}, schema=schema, proposed={}).path == ".r"  # Python's, not ECMA's
     args_check(args={"r": "(?<n>a)\\k<n>"}, schema=schema, proposed={})  # ECMA's, not Python's
+
+
+@pytest.mark.parametrize("bounded", [True, False], ids=["bounded", "control-unbounded"])
+def test_a_schema_of_many_costly_patterns_is_refused_after_compiling_what_fits_the_bound(monkeypatch, bounded):
+    """RE2 compiles holding the GIL: 40 patterns of \\p{L}{400} took 5.6 s at submit. Compiling stops once
+    the patterns' programs pass the bound; the control, with no bound, compiles every one and takes the schema."""
+    from moderation.graphs import argschema
+
+    if not bounded:
+        monkeypatch.setattr(argschema, "SCHEMA_MAX_PATTERN_PROGRAM", float("inf"))
+    compiled: list[str] = []
+    real_compile = argschema.pattern_compile
+
+    def counted(pattern: str):
+        compiled.append(pattern)
+        return real_compile(pattern)
+
+    monkeypatch.setattr(argschema, "pattern_compile", counted)
+    schema = {"patternProperties": {f"^\\p{{L}}{{25}}{n}$": {"type": "string"} for n in range(40)}}
+    argschema._schema_checked.cache_clear()  # checked schemas are remembered: neither arm may find the other's verdict
+    try:
+        if bounded:
+            with pytest.raises(SchemaInvalid) as refused:
+                args_schema_check(schema=schema)
+            assert "more than 200,000 instructions" in str(refused.value) and refused.value.path == "patternProperties"
+            assert len(compiled) < 10  # about 30,000 instructions each
+        else:
+            args_schema_check(schema=schema)
+            assert len(compiled) == 40
+    finally:
+        argschema._schema_checked.cache_clear()

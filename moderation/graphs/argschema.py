@@ -22,6 +22,7 @@ import json
 import math
 import re
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -152,7 +153,7 @@ def _nodes_check(root: dict[str, Any]) -> None:
     no loop, at most SCHEMA_MAX_NODES."""
     children: dict[int, list[Any]] = {}
     paths: dict[int, list[Any]] = {}
-    programs: dict[str, int] = {}  # each distinct pattern's RE2 program size
+    programs = _Programs()
     todo: list[tuple[Any, list[Any]]] = [(root, [])]
     while todo:
         node, path = todo.pop()
@@ -176,9 +177,17 @@ def _nodes_check(root: dict[str, Any]) -> None:
     _expanded_count(root, children=children, paths=paths)
 
 
-def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool, programs: dict[str, int]) -> None:
-    """The node's refs and patterns; each new pattern compiled, its program size added to ``programs``
-    and the sum bounded by SCHEMA_MAX_PATTERN_PROGRAM before the next compile."""
+@dataclass
+class _Programs:
+    """A schema's distinct patterns compiled so far, and the total size of their RE2 programs."""
+
+    seen: set[str] = field(default_factory=set)
+    total: int = 0
+
+
+def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool, programs: _Programs) -> None:
+    """The node's refs and patterns; each new pattern compiled and its program counted in ``programs``,
+    whose total is bounded by SCHEMA_MAX_PATTERN_PROGRAM before the next compile."""
     for key in _DYNAMIC:
         if key in node:
             raise SchemaInvalid(f"{key} is not taken: only $ref to a JSON pointer inside the schema", path=_dotted([*path, key]))
@@ -188,13 +197,14 @@ def _keywords_check(node: dict[str, Any], *, path: list[Any], is_root: bool, pro
     if isinstance(node.get("patternProperties"), dict):
         patterns += [("patternProperties", key) for key in node["patternProperties"]]
     for keyword, pattern in patterns:
-        if pattern in programs:
+        if pattern in programs.seen:
             continue
         try:
-            programs[pattern] = pattern_compile(pattern).programsize
+            programs.total += pattern_compile(pattern).programsize
         except PatternRefused as exc:
             raise SchemaInvalid(str(exc), path=_dotted([*path, keyword])) from None
-        if sum(programs.values()) > SCHEMA_MAX_PATTERN_PROGRAM:
+        programs.seen.add(pattern)
+        if programs.total > SCHEMA_MAX_PATTERN_PROGRAM:
             raise SchemaInvalid(
                 f"args_schema's patterns compile to more than {SCHEMA_MAX_PATTERN_PROGRAM:,} instructions "
                 "for the matcher; use fewer or simpler patterns",

@@ -4,7 +4,7 @@ a scripted model that proposes one ``delete_customer`` call, and a tool that cou
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain.agents import create_agent
@@ -61,3 +61,22 @@ def agent_build(
 
 def agent_start(agent: Any, *, thread_id: str) -> None:
     agent.invoke({"messages": [HumanMessage(content="delete C-7")]}, {"configurable": {"thread_id": thread_id}})
+
+
+class InvokeAfter:
+    """The agent, each ``ainvoke`` starting once ``before()`` is done, after the check that allowed it.
+
+    A race's window: a sleep widens it for a second resume; a naive control's gate (both replicas past
+    the check) makes the second resume certain rather than timed, which a loaded CI machine showed a
+    window is not. A locked arm keeps the sleep: a gate there would wait for a replica the lock holds off.
+    """
+
+    def __init__(self, agent: Any, before: Callable[[], Awaitable[object]]) -> None:
+        self.agent, self.before = agent, before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.agent, name)
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        await self.before()
+        return await self.agent.ainvoke(*args, **kwargs)

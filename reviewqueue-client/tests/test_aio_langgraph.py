@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from agent_support import agent_build
+from agent_support import InvokeAfter, agent_build
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -42,22 +42,14 @@ async def _no_lock(thread_id: str):
     yield
 
 
-class SlowStart:
-    """The agent, each ``ainvoke`` starting a while after the check that allowed it: a wide window for a second resume.
-    With ``gate`` (a naive control's), it starts once every replica has passed its check instead: certain, not timed."""
+def _slow():
+    """A timed window for a second resume (the locked arms)."""
+    return asyncio.sleep(0.2)
 
-    def __init__(self, agent, seconds: float = 0.2, gate: asyncio.Barrier | None = None) -> None:
-        self.agent, self.seconds, self.gate = agent, seconds, gate
 
-    def __getattr__(self, name):
-        return getattr(self.agent, name)
-
-    async def ainvoke(self, *args, **kwargs):
-        if self.gate is not None:
-            await asyncio.wait_for(self.gate.wait(), 120)
-        else:
-            await asyncio.sleep(self.seconds)
-        return await self.agent.ainvoke(*args, **kwargs)
+def _gated(barrier: asyncio.Barrier):
+    """A naive control's gate: every replica past its check."""
+    return lambda: asyncio.wait_for(barrier.wait(), 120)
 
 
 def _first_two_meet():
@@ -154,7 +146,7 @@ async def test_duplicate_deliveries_and_a_long_poll_at_once_run_the_tool_once_wi
     # The naive control's four resumes start once all have passed the check, and its first two tool runs
     # wait for each other, so neither saves its step before the other has loaded the thread: certain, not timed.
     agent = await _started(InMemorySaver(), runs, **({"tool_entered": _first_two_meet()} if naive else {}))
-    slow = SlowStart(agent, gate=asyncio.Barrier(4) if naive else None)
+    slow = InvokeAfter(agent, _gated(asyncio.Barrier(4)) if naive else _slow)
     client = _fake_api(calls, resume=EDIT)
     resumer = AsyncWebhookResumer(slow, client=client, secret=SECRET, thread_lock=_no_lock if naive else None)
     event = {
@@ -203,13 +195,13 @@ async def test_two_replicas_on_one_sqlite_file_resume_once(tmp_path, naive):
     db = str(tmp_path / "agent.db")
     # The naive control's replicas wait for each other past the check and inside the tool, so the first cannot
     # save its tool's step before the second has loaded the thread (a CI run at load missed the 0.2 s window).
-    gate = asyncio.Barrier(2) if naive else None
+    before = _gated(asyncio.Barrier(2)) if naive else _slow
     in_tool = threading.Barrier(2)
     build = {"tool_entered": lambda: in_tool.wait(120)} if naive else {}
     async with AsyncSqliteSaver.from_conn_string(db) as mine, AsyncSqliteSaver.from_conn_string(db) as theirs:
         replicas = [
-            SlowStart(await _started(mine, runs, **build), gate=gate),
-            SlowStart(agent_build(checkpointer=theirs, runs=runs, **build), gate=gate),
+            InvokeAfter(await _started(mine, runs, **build), before),
+            InvokeAfter(agent_build(checkpointer=theirs, runs=runs, **build), before),
         ]
         interrupt_id = await _interrupt_id(replicas[0])
         resumed = await asyncio.gather(

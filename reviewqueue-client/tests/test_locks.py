@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_support import agent_build, agent_start
+from agent_support import InvokeAfter, agent_build, agent_start
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from postgres_support import postgres_url  # noqa: F401 - a fixture
@@ -315,7 +315,8 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
     with PostgresSaver.from_conn_string(postgres_url) as saver:
         saver.setup()
     start, resumed = threading.Barrier(2), []
-    # The naive control's replicas: both past the check, then both inside the tool (see _Gated).
+    # The naive control's replicas: both past the check, then both inside the tool, so the first cannot save its
+    # tool's step before the second has loaded the thread (two CI runs at load missed a 0.3 s window).
     checked, in_tool = threading.Barrier(2), threading.Barrier(2)
 
     @asynccontextmanager
@@ -332,7 +333,7 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
             resumed.append(
                 (
                     await adecision_resume(
-                        _Gated(agent, checked) if naive else _Slow(agent),
+                        InvokeAfter(agent, lambda: asyncio.to_thread(checked.wait, 120) if naive else asyncio.sleep(0.3)),
                         thread_id="th-1",
                         interrupt_id=pending.id,
                         resume=APPROVE,
@@ -355,37 +356,3 @@ def test_async_replicas_on_each_documented_postgres_saver_resume_a_decision_once
         assert runs["C-7"] == 2
     else:
         assert sorted(resumed) == [False, True] and runs == Counter({"C-7": 1})
-
-
-class _Gated:
-    """The agent, each ``ainvoke`` starting once both replicas have passed the check that allowed them; and
-    (``tool_entered``) each tool run waiting inside the tool for the other's. Without the lock (the naive
-    control) both pass the check, and the first cannot save its tool's step before the second has loaded the
-    thread and entered the tool too: the second run is certain, not a matter of timing. Two CI runs on a loaded
-    machine missed ``_Slow``'s 0.3 s window (and, gated at the check only, the step's). With the lock, the
-    other replica waits for it before its check, so the locked arm keeps ``_Slow``: a gate there would wait for
-    a replica that cannot come."""
-
-    def __init__(self, agent: Any, checked: threading.Barrier) -> None:
-        self.agent, self.checked = agent, checked
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.agent, name)
-
-    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.to_thread(self.checked.wait, 120)
-        return await self.agent.ainvoke(*args, **kwargs)
-
-
-class _Slow:
-    """The agent, each ``ainvoke`` starting a while after the check that allowed it: a wide window for a second resume."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.agent, name)
-
-    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.3)
-        return await self.agent.ainvoke(*args, **kwargs)

@@ -20,8 +20,9 @@ before it (target ≤ 1.5), and their answers that were a 5xx or none at all (ta
 
 The process split (the bulkhead between processes, ``SERVE_ROUTES``): after each burst that is
 traffic (webhooks, long-polls, batches), the same burst again, sent this time to a daphne process
-of its own (``SERVE_ROUTES=outside``, on the same database, layer and worker) while the moderators
-stay on theirs, judged against the same quiet window (measured before the same-process burst: the
+of its own (``SERVE_ROUTES=outside``, on the same database, layer and worker, at the lower CPU
+priority the deployment docs' unit gives it: ``BENCH_OUTSIDE_NICE``, 19) while the moderators stay
+on theirs, judged against the same quiet window (measured before the same-process burst: the
 split's window comes later, which a machine whose load rises counts against it). A hung receiver is
 no traffic to route, so it has no split line.
 Everything is on loopback, bounded in requests (``MAX_*``) and in time (the window); a burst's
@@ -177,13 +178,15 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def servers_renice(servers: Servers, nice: int) -> None:
-    """Every thread of the servers' processes at CPU priority ``nice`` (as systemd's ``Nice=``); threads they start
-    later inherit it from the thread that starts them."""
+    """The servers' processes at CPU priority ``nice`` (as systemd's ``Nice=``): every thread (threads they start later
+    inherit it), and, as each leads a session of its own (``e2e.forked``), its session's autogroup (``_lowest_share``)."""
     for server in servers.live:
         assert server.process is not None
         for task in Path(f"/proc/{server.process.pid}/task").iterdir():
             with contextlib.suppress(ProcessLookupError):
                 os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{server.process.pid}/autogroup").write_text(str(nice))
 
 
 def _postgres_pids() -> list[int]:
@@ -317,13 +320,29 @@ async def _batches_send(traffic: _Traffic, stop: Any, statuses: Counter) -> int:
     return batches
 
 
+def _lowest_share(nice: int) -> None:
+    """This process at CPU priority ``nice`` against every other process on the host, not only its own session's.
+
+    With the kernel's autogroups (``/proc/sys/kernel/sched_autogroup_enabled``, on by default) a nice
+    value ranks a process only within its session: each session shares the cores as an equal. A
+    sender at nice 19 in the bench's session took as much of a core as a server in its own. So it
+    leads a session of its own and sets that session's nice.
+    """
+    os.nice(nice)
+    autogroup = Path("/proc/self/autogroup")
+    if autogroup.exists():
+        os.setsid()
+        with contextlib.suppress(OSError):  # a kernel without autogroups' nice: the process's own nice stands
+            autogroup.write_text(str(nice))
+
+
 def _traffic_main(traffic: _Traffic, stop: Any, out: Any) -> None:
     """The burst's process: says it is ready, sends until ``stop``, then puts (statuses, how many sent).
 
     It stands for other hosts (an agent fleet, other services), so it runs at ``SENDER_NICE``: on
     this one host it takes the CPU the servers leave, not a share of theirs.
     """
-    os.nice(SENDER_NICE)
+    _lowest_share(SENDER_NICE)
     statuses: Counter = Counter()
     out.put("ready")
     sent = asyncio.run({"webhooks": _webhooks_send, "batches": _batches_send}[traffic.kind](traffic, stop, statuses))
@@ -537,7 +556,15 @@ def _settle(*, timeout: float) -> None:
 
 
 def bench_noisy_neighbours(
-    servers: Servers, outside: Servers, logins: list[Login], staff: Login, items: list[str], *, seconds: float, process_note: str
+    servers: Servers,
+    outside: Servers,
+    logins: list[Login],
+    staff: Login,
+    items: list[str],
+    *,
+    seconds: float,
+    process_note: str,
+    outside_nice: int,
 ) -> list[Metric]:
     """Measure 26: for each burst, a quiet window then the same window under the burst, and for a burst of traffic
     the same again with the burst sent to ``outside`` (``SERVE_ROUTES=outside``); three lines each."""
@@ -549,7 +576,9 @@ def bench_noisy_neighbours(
     ]
     if only := os.environ.get("BENCH_NOISY_BURSTS"):  # e.g. "webhooks": the bursts named, each with its own quiet window
         kinds = [(make, routed) for make, routed in kinds if make(None).key in only.split(",")]
-    split_note = f"sent to {len(outside.live)} daphne process{'es' if len(outside.live) > 1 else ''} of their own"
+    split_note = (
+        f"sent to {len(outside.live)} daphne process{'es' if len(outside.live) > 1 else ''} of their own at nice {outside_nice}"
+    )
     metrics: list[Metric] = []
 
     async def under(burst: _Burst) -> tuple[_Window, dict[str, Any]]:

@@ -178,8 +178,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def servers_renice(servers: Servers, nice: int) -> None:
-    """The servers' processes at CPU priority ``nice`` (as systemd's ``Nice=``): every thread (threads they start later
-    inherit it), and, as each leads a session of its own (``e2e.forked``), its session's autogroup (``_lowest_share``)."""
+    """The servers' processes at CPU priority ``nice`` against the host's other processes (as ``CPUWeight=`` puts a
+    systemd service): every thread (threads they start later inherit it), and, as each leads a session of its own
+    (``e2e.forked``), its session's autogroup (``_lowest_share``)."""
     for server in servers.live:
         assert server.process is not None
         for task in Path(f"/proc/{server.process.pid}/task").iterdir():

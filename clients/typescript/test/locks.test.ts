@@ -30,14 +30,37 @@ function exclusive(log: string[]): boolean {
   return log.every((entry, i) => (i % 2 === 0 ? entry.startsWith("start") : entry === `end ${log[i - 1]!.split(" ")[1]}`));
 }
 
+/**
+ * Whether the holders were all inside their locks at once: each, inside, waits for all the others to
+ * enter, at most `ms`. Holders that may run together always meet, however slow the machine. An
+ * exclusive lock keeps the others out until the wait runs out, and then this says false.
+ */
+async function allInsideAtOnce(locks: Array<(fn: () => Promise<boolean>) => Promise<boolean>>, ms = 30_000): Promise<boolean> {
+  let inside = 0;
+  let allIn!: () => void;
+  const met = new Promise<void>((resolve) => (allIn = resolve));
+  const entered = await Promise.all(locks.map((lock) => lock(async () => {
+    if (++inside === locks.length) allIn();
+    let timer: NodeJS.Timeout | undefined;
+    const ranOut = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+    try {
+      return await Promise.race([met.then(() => true), ranOut]);
+    } finally {
+      clearTimeout(timer);
+    }
+  })));
+  return entered.every(Boolean);
+}
+
 test("the PostgreSQL lock excludes holders on other pools, not other threads; a dead session's lock is freed", async () => {
   const pools = [new pg.Pool({ connectionString: POSTGRES_URL() }), new pg.Pool({ connectionString: POSTGRES_URL() })];
   try {
     const [a, b] = pools.map((pool) => postgresThreadLock(pool));
     const same = await holders([(fn) => a!("thread-x", fn), (fn) => b!("thread-x", fn), (fn) => a!("thread-x", fn)]);
     assert.ok(exclusive(same), same.join(", "));
-    const other = await holders([(fn) => a!("thread-y", fn), (fn) => b!("thread-z", fn)]);
-    assert.ok(!exclusive(other), "different threads run at once: " + other.join(", "));
+    assert.ok(await allInsideAtOnce([(fn) => a!("thread-y", fn), (fn) => b!("thread-z", fn)]), "different threads run at once");
+    // The check's control: holders of one thread on two pools never meet.
+    assert.equal(await allInsideAtOnce([(fn) => a!("thread-x", fn), (fn) => b!("thread-x", fn)], 300), false);
 
     // A holder that fails lets go: its error is the caller's, and the lock is free for another pool.
     await assert.rejects(a!("thread-e", async () => { throw new Error("tool failed"); }), /tool failed/);
@@ -66,7 +89,8 @@ test("the PostgreSQL lock excludes holders on other pools, not other threads; a 
 
 test("the local lock serialises one thread's holders and lets others run", async () => {
   assert.ok(exclusive(await holders([0, 1, 2].map(() => (fn) => localThreadLock("t", fn)))));
-  assert.ok(!exclusive(await holders([(fn) => localThreadLock("t1", fn), (fn) => localThreadLock("t2", fn)])));
+  assert.ok(await allInsideAtOnce([(fn) => localThreadLock("t1", fn), (fn) => localThreadLock("t2", fn)]));
+  assert.equal(await allInsideAtOnce([(fn) => localThreadLock("t", fn), (fn) => localThreadLock("t", fn)], 300), false);
   await assert.rejects(localThreadLock("t", async () => { throw new Error("boom"); }), /boom/);
   assert.equal(await localThreadLock("t", async () => "free again"), "free again");
 });

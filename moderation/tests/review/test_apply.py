@@ -325,8 +325,23 @@ def test_two_apply_lanes_of_one_worker_on_one_items_duplicated_tasks_resume_it_o
 def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_item):
     """Negative control: the same two lanes with the resume lock taken away resume the graph twice."""
     item = _decided_unapplied(make_item(), alice, decision="approve")
-    # Both lanes get there now, however busy the machine: the hold waits for the slower one's start-up.
-    with mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()):
+    # Both lanes get there now, however busy the machine: the hold waits for the slower one's start-up, and each
+    # lane's first read of the graph's state waits for the other's, so neither resumes before both have read the
+    # interrupt (a CI run saw one lane's whole resume done before the other read it: "resumed 0").
+    both_read, lanes = threading.Barrier(2, timeout=120), threading.local()
+
+    def read_then_meet(**kwargs):
+        state = graph_state_read(**kwargs)
+        if not getattr(lanes, "read", False):
+            lanes.read = True
+            with suppress(threading.BrokenBarrierError):
+                both_read.wait()
+        return state
+
+    with (
+        mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()),
+        mock.patch("moderation.review.apply.graph_state_read", read_then_meet),
+    ):
         _two_lanes_apply_a_duplicated_task(item, hold=120)
     assert item_resumes(item) == 2 or item_forks(item) >= 1
 

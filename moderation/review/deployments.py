@@ -63,6 +63,8 @@ DISCOVER_QUEUE = "deployments"
 # Below the default, as starts: a backlog of discoveries (a fleet's burst against a slow deployment) sorts after
 # applies and deliveries in the queue's index, so claiming those never steps over it.
 DISCOVER_PRIORITY = -10
+# PostgreSQL's index of queued discoveries by thread (migration 0034): a webhook's check reads it, not the backlog.
+DISCOVERY_QUEUED_INDEX = "reviewqueue_discovery_queued"
 
 
 class DeploymentInvalid(Exception):
@@ -178,7 +180,8 @@ def deployment_webhook(*, deployment: Deployment, payload: Any) -> str:
 
 
 def _discovery_queued(*, deployment_id: int, thread_id: str) -> bool:
-    # Check-then-insert: two webhooks at once may both queue it; discovery is idempotent.
+    # Check-then-insert: two webhooks at once may both queue it; discovery is idempotent. On PostgreSQL an index
+    # (DISCOVERY_QUEUED_INDEX) answers it, however long the backlog.
     return DBTaskResult.objects.filter(
         task_path=deployment_discover_task.module_path,
         status=TaskResultStatus.READY,

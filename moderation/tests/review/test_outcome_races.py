@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 
 import pytest
 from django.db import connection
@@ -102,14 +103,20 @@ def _service(client):
 
 
 def _naive(client):
-    """Check, then insert, without the item's lock (the guard removed)."""
+    """Check, then insert, without the item's lock (the guard removed). An item's reports all check before any
+    inserts (they meet in between), so the race is certain however the threads are scheduled."""
+    checked: dict[str, threading.Barrier] = {}
+    made = threading.Lock()
 
     def report(item: str, status: str, message: str) -> str:
+        with made:
+            meet = checked.setdefault(item, threading.Barrier(len(REPORTS), timeout=120))
         row = QueueItem.objects.get(public_id=item)
         existing = OutcomeReport.objects.filter(item=row).first()
+        with suppress(threading.BrokenBarrierError):
+            meet.wait()
         if existing is not None:
             return "same" if (existing.status, existing.message) == (status, message) else "outcome_already_reported"
-        time.sleep(0.05)
         OutcomeReport.objects.create(
             item=row, status=status, message=message, reported_by=client, reported_at=row.decided_at, key_id="naive", mac="naive"
         )

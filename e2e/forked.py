@@ -64,6 +64,17 @@ _POLLS = threading.Lock()
 _context.set_forkserver_preload(PRELOAD)
 
 
+# A test's control only (e2e/test_children.py): a child given this file's path makes its session once the file
+# exists (at most 60 s on), so the parent certainly reads it before, as a slow child would be read.
+SESSION_HOLD_ENV = "RQ_FORKED_SESSION_AFTER"
+
+
+def _session_hold(path: str | None) -> None:
+    deadline = time.monotonic() + 60
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _child_main(
     argv: list[str],
     env: dict[str, str],
@@ -74,6 +85,7 @@ def _child_main(
     channel: socket.socket | None = None,
 ) -> None:
     if new_session:
+        _session_hold(env.get(SESSION_HOLD_ENV))
         os.setsid()
     # Named for ps, top and scripts/cpu_by_kind.py: every fork server child's command line is the fork server's.
     program = argv[1] if argv[0] == "-m" else Path(argv[0]).stem

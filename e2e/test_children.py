@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.forked import ForkedProcess
+from e2e.forked import SESSION_HOLD_ENV, ForkedProcess
 from e2e.server import ROOT
 from moderation.lab.waits import progress_wait
 
@@ -93,16 +93,17 @@ def test_a_forked_process_leads_its_own_group_once_started(tmp_path, monkeypatch
     """A signal to a process's group (a planned stop, the reaper) reaches it from the moment it is
     started. The child makes its session itself: the control, not waiting for it, reads it still
     in the fork server's group (a CI run's reaper missed such a worker, started 0.1 s before the kill)."""
+    env, hold = dict(os.environ), tmp_path / "make-your-session"
     if not waited:
         monkeypatch.setattr(ForkedProcess, "_session_wait", lambda self: None)
+        env[SESSION_HOLD_ENV] = str(hold)  # the children make their sessions only once read: a slow child, certain
     (tmp_path / "idle.py").write_text("import time\ntime.sleep(30)\n")
-    started = [
-        ForkedProcess([str(tmp_path / "idle.py")], env=dict(os.environ), cwd=tmp_path, stdout=tmp_path / "out") for _ in range(8)
-    ]
+    started = [ForkedProcess([str(tmp_path / "idle.py")], env=env, cwd=tmp_path, stdout=tmp_path / "out") for _ in range(8)]
     try:
         leading = [os.getpgid(process.pid) == process.pid for process in started]
+        hold.touch()
     finally:
         for process in started:
             process.kill()
             process.wait(timeout=30)
-    assert all(leading) if waited else not all(leading)
+    assert all(leading) if waited else not any(leading)

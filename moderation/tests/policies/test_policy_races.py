@@ -15,7 +15,9 @@ and ineligible votes.
 
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import suppress
 from datetime import timedelta
 
 import pytest
@@ -293,6 +295,19 @@ def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_hol
 # --- negative control: the quorum without the guard ----------------------------------------
 
 
+_voted: dict[str, threading.Barrier] = {}
+_voted_made = threading.Lock()
+
+
+def _both_voted(item_public_id) -> None:
+    """An item's two naive voters meet once each has checked the ask and voted, so each count sees both votes
+    however the threads are scheduled (a sleep here gave the race a window a loaded machine could miss)."""
+    with _voted_made:
+        meet = _voted.setdefault(str(item_public_id), threading.Barrier(2, timeout=120))
+    with suppress(threading.BrokenBarrierError):
+        meet.wait()
+
+
 def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
     """The textbook quorum with no row lock: check the ask is open, write my vote, count the
     votes, resolve if the count says so. Writes no attempt (two winners would break the
@@ -314,7 +329,7 @@ def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
         )
     pending = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
     Vote.objects.update_or_create(ask=ask, voter=reviewer, defaults={"vote": decision, "cast_at": timezone.now()})
-    time.sleep(NAIVE_DELAY)
+    _both_voted(item_public_id)
     votes = dict(Vote.objects.filter(ask=ask).values_list("voter__username", "vote"))
     resolution = tally_resolve(
         policy=policy_parse(item.policy), votes=votes, eligible=eligible_count(team_id=item.team_id, requester_id=None)

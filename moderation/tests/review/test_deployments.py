@@ -594,6 +594,7 @@ def test_a_webhooks_check_for_its_queued_discovery_reads_the_index_not_the_backl
         assert not deployments._discovery_queued(deployment_id=1, thread_id="thread-x")
     with connection.cursor() as cursor:
         if not indexed:
+            cursor.execute("SET LOCAL lock_timeout = '30s'")  # an error, never a hang, if another session held the table
             cursor.execute(f"DROP INDEX {deployments.DISCOVERY_QUEUED_INDEX}")  # rolled back with the test
         cursor.execute(f"ANALYZE {DBTaskResult._meta.db_table}")
         cursor.execute("EXPLAIN " + ran.captured_queries[0]["sql"])

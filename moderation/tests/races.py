@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import suppress
+from typing import Any, TypeVar
 
 from django.db import connection
 
 from moderation.items.models import QueueItem
 from moderation.lab.harness import RaceReport
 from moderation.records.models import AttemptOutcome, DecisionAttempt
+
+T = TypeVar("T")
 
 
 def guard_held_assert(report: RaceReport, *, items: list[str], reviewers: int) -> None:
@@ -60,3 +64,20 @@ def race_rounds(rounds: int, *workers: Callable[[int], None], before: Callable[[
         thread.join()
     if errors:
         raise errors[0]
+
+
+def first_calls_meet(call: Callable[..., T], *, parties: int, exempt: threading.Thread | None = None) -> Callable[..., T]:
+    """``call`` wrapped for a naive control: each thread's first call, once it has returned, waits for the
+    first calls of the other ``parties - 1`` threads (at most 120 s), so whatever each read, all have read it
+    before any goes on to write, however the threads are scheduled. ``exempt``'s calls (a setup's) pass."""
+    met, seen = threading.Barrier(parties, timeout=120), threading.local()
+
+    def meeting(*args: Any, **kwargs: Any) -> T:
+        result = call(*args, **kwargs)
+        if threading.current_thread() is not exempt and not getattr(seen, "called", False):
+            seen.called = True
+            with suppress(threading.BrokenBarrierError):
+                met.wait()
+        return result
+
+    return meeting

@@ -21,6 +21,7 @@ from moderation.review.apply import APPLY_QUEUE, ApplyOutcome, ApplyResult, appl
 from moderation.review.decisions import item_decide, item_withdraw
 from moderation.review.recovery import items_recover
 from moderation.tests.graphs_support import item_forks, item_resumes, item_waiting_on
+from moderation.tests.races import first_calls_meet
 
 pytestmark = pytest.mark.django_db
 
@@ -328,19 +329,9 @@ def test_without_the_resume_lock_two_lanes_resume_one_item_twice(alice, make_ite
     # Both lanes get there now, however busy the machine: the hold waits for the slower one's start-up, and each
     # lane's first read of the graph's state waits for the other's, so neither resumes before both have read the
     # interrupt (a CI run saw one lane's whole resume done before the other read it: "resumed 0").
-    both_read, lanes = threading.Barrier(2, timeout=120), threading.local()
-
-    def read_then_meet(**kwargs):
-        state = graph_state_read(**kwargs)
-        if not getattr(lanes, "read", False):
-            lanes.read = True
-            with suppress(threading.BrokenBarrierError):
-                both_read.wait()
-        return state
-
     with (
         mock.patch("moderation.review.apply.thread_resume_lock", lambda *a, **k: nullcontext()),
-        mock.patch("moderation.review.apply.graph_state_read", read_then_meet),
+        mock.patch("moderation.review.apply.graph_state_read", first_calls_meet(graph_state_read, parties=2)),
     ):
         _two_lanes_apply_a_duplicated_task(item, hold=120)
     assert item_resumes(item) == 2 or item_forks(item) >= 1

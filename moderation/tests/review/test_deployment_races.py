@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -40,7 +40,7 @@ from moderation.tests.deployments_support import (
     resumes_of,
     sdk,
 )
-from moderation.tests.races import race_rounds
+from moderation.tests.races import first_calls_meet, race_rounds
 
 MODERATORS = ["mod_a", "mod_b", "mod_c"]
 
@@ -84,30 +84,13 @@ def test_three_moderators_racing_one_remote_decision_resume_its_thread_once(lang
     assert (runs, resumes) == (1, 1)
 
 
-@contextmanager
-def _reviewers_reads_meet(monkeypatch, count: int) -> Iterator[None]:
-    """Each reviewer thread's first read of the thread waits for the others': none resumes before all have read the
-    interrupt, however slow its own start (the setup's read, in this thread, passes)."""
-    real, setup = remote_race_module.remote_thread_read, threading.current_thread()
-    all_read, reviewer = threading.Barrier(count, timeout=120), threading.local()
-
-    def read_then_meet(**kwargs):
-        thread = real(**kwargs)
-        if threading.current_thread() is not setup and not getattr(reviewer, "read", False):
-            reviewer.read = True
-            with suppress(threading.BrokenBarrierError):
-                all_read.wait()
-        return thread
-
-    with monkeypatch.context() as patched:
-        patched.setattr(remote_race_module, "remote_thread_read", read_then_meet)
-        yield
-
-
 @pytest.mark.django_db(transaction=True)  # the resume lock is an advisory lock on PostgreSQL
 def test_naive_direct_resumes_are_all_told_they_won_and_the_guarded_path_tells_the_truth(langgraph_server, monkeypatch):
     """The negative control and the guarded resume side by side, as ``manage.py racelab --langgraph-url`` runs them."""
-    with _reviewers_reads_meet(monkeypatch, len(MODERATORS)):
+    # Each reviewer reads the thread before any resumes, however slow its start (the setup's read, here, passes).
+    reads = first_calls_meet(remote_race_module.remote_thread_read, parties=len(MODERATORS), exempt=threading.current_thread())
+    with monkeypatch.context() as patched:
+        patched.setattr(remote_race_module, "remote_thread_read", reads)
         naive = remote_race(url=langgraph_server.url, assistant="hitl", reviewers=MODERATORS, mode="naive")
     assert naive.told_won == sorted(MODERATORS) and naive.resumes == 1 and naive.runs == 1 + len(MODERATORS)
     assert {a.kind for a in naive.anomalies} == {"multiple_winners", "lost_decision"}

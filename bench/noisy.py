@@ -326,8 +326,8 @@ def _lowest_share(nice: int) -> None:
 
     With the kernel's autogroups (``/proc/sys/kernel/sched_autogroup_enabled``, on by default) a nice
     value ranks a process only within its session: each session shares the cores as an equal. A
-    sender at nice 19 in the bench's session took as much of a core as a server in its own. So it
-    leads a session of its own and sets that session's nice.
+    sender at nice 19 in the bench's session spent 2.6-5.1 CPU-seconds on a 10 s burst beside servers at
+    nice 0 in theirs. So it leads a session of its own and sets that session's nice.
     """
     os.nice(nice)
     autogroup = Path("/proc/self/autogroup")

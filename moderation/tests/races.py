@@ -81,3 +81,18 @@ def first_calls_meet(call: Callable[..., T], *, parties: int, exempt: threading.
         return result
 
     return meeting
+
+
+def meetings(*, parties: int) -> Callable[[str], None]:
+    """``meet(key)`` for a naive control: the callers naming one key wait for each other, ``parties`` of them (at most
+    120 s), so each has done what came before (read, checked, voted) before any goes on, however scheduled."""
+    barriers: dict[str, threading.Barrier] = {}
+    made = threading.Lock()
+
+    def meet(key: str) -> None:
+        with made:
+            barrier = barriers.setdefault(key, threading.Barrier(parties, timeout=120))
+        with suppress(threading.BrokenBarrierError):
+            barrier.wait()
+
+    return meet

@@ -15,9 +15,7 @@ and ineligible votes.
 
 from __future__ import annotations
 
-import threading
 import time
-from contextlib import suppress
 from datetime import timedelta
 
 import pytest
@@ -37,7 +35,7 @@ from moderation.review.deadlines import ask_deadline_fire
 from moderation.review.decisions import ItemClaimed, NotAllowed, item_decide
 from moderation.review.items import item_create
 from moderation.tests.graphs_support import item_resumes
-from moderation.tests.races import race_rounds
+from moderation.tests.races import meetings, race_rounds
 
 pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=True)]
 
@@ -295,17 +293,9 @@ def test_a_vote_is_refused_while_the_holder_reads_and_counted_only_after_the_hol
 # --- negative control: the quorum without the guard ----------------------------------------
 
 
-_voted: dict[str, threading.Barrier] = {}
-_voted_made = threading.Lock()
-
-
-def _both_voted(item_public_id) -> None:
-    """An item's two naive voters meet once each has checked the ask and voted, so each count sees both votes
-    however the threads are scheduled (a sleep here gave the race a window a loaded machine could miss)."""
-    with _voted_made:
-        meet = _voted.setdefault(str(item_public_id), threading.Barrier(2, timeout=120))
-    with suppress(threading.BrokenBarrierError):
-        meet.wait()
+# An item's two naive voters meet once each has checked the ask and voted, so each count sees both votes however
+# the threads are scheduled (a sleep here gave the race a window a loaded machine could miss).
+_both_voted = meetings(parties=2)
 
 
 def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
@@ -329,7 +319,7 @@ def _naive_vote(*, item_public_id, reviewer: AbstractBaseUser, decision: str):
         )
     pending = graph_asks_pending(name=item.graph, thread_id=item.thread_id)
     Vote.objects.update_or_create(ask=ask, voter=reviewer, defaults={"vote": decision, "cast_at": timezone.now()})
-    _both_voted(item_public_id)
+    _both_voted(str(item_public_id))
     votes = dict(Vote.objects.filter(ask=ask).values_list("voter__username", "vote"))
     resolution = tally_resolve(
         policy=policy_parse(item.policy), votes=votes, eligible=eligible_count(team_id=item.team_id, requester_id=None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
 
 import pytest
 from django.db import connection
@@ -25,6 +24,7 @@ from moderation.records.models import AuditLedgerEntry, LedgerKind, OutcomeRepor
 from moderation.review.decisions import item_decide
 from moderation.review.outcomes import OutcomeRefused, item_outcome_report
 from moderation.review.submissions import Submission, item_submit
+from moderation.tests.races import meetings
 
 pytestmark = [pytest.mark.postgres_variant, pytest.mark.django_db(transaction=True)]
 
@@ -105,16 +105,12 @@ def _service(client):
 def _naive(client):
     """Check, then insert, without the item's lock (the guard removed). An item's reports all check before any
     inserts (they meet in between), so the race is certain however the threads are scheduled."""
-    checked: dict[str, threading.Barrier] = {}
-    made = threading.Lock()
+    checked = meetings(parties=len(REPORTS))
 
     def report(item: str, status: str, message: str) -> str:
-        with made:
-            meet = checked.setdefault(item, threading.Barrier(len(REPORTS), timeout=120))
         row = QueueItem.objects.get(public_id=item)
         existing = OutcomeReport.objects.filter(item=row).first()
-        with suppress(threading.BrokenBarrierError):
-            meet.wait()
+        checked(item)
         if existing is not None:
             return "same" if (existing.status, existing.message) == (status, message) else "outcome_already_reported"
         OutcomeReport.objects.create(
